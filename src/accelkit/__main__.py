@@ -1,0 +1,3 @@
+from accelkit.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""Errors that speak to the user.
+
+Every error a user can fix is an `AccelkitError`: its message names the input, says what is wrong
+and what to do, on one line. The CLI prints it as `error: …` and exits with `exit_code` (2).
+Anything else is an internal failure and exits 1.
+"""
+
+
+class AccelkitError(Exception):
+    """Bad input or configuration; the message tells the user what to change."""
+
+    exit_code = 2
+
+
+class InputError(AccelkitError):
+    """A file, folder or value given by the user cannot be used as it is."""
+
+
+class DataError(InputError):
+    """The data itself is unusable: missing column, ragged rows, NaN/Inf, empty, corrupt file."""
+
+
+class ConfigError(AccelkitError):
+    """A config file, environment variable or option is invalid."""
+
+
+class DeviceError(AccelkitError):
+    """No usable device for the requested work."""
+
+
+class MissingDependencyError(AccelkitError):
+    """An optional dependency of a capability is not installed."""
+
+    def __init__(self, module: str, extra: str):
+        super().__init__(
+            f"{module} is not installed; install it with: pip install 'accelkit[{extra}]'"
+        )
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency, or raise an error that says which extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(module, extra) from exc

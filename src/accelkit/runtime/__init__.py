@@ -1,0 +1,1 @@
+"""What every capability shares: devices, configuration, progress and time budgets, atomic files."""

@@ -1,0 +1,53 @@
+"""Atomic writes: an interrupted run leaves the old file or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from accelkit.errors import InputError
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+    """Open a temporary file beside `path`; on success flush, fsync and rename it over `path`.
+
+    The temporary file lives in the same folder so the final `os.replace` is a rename on one file
+    system, which POSIX makes atomic. On any exception the temporary file is removed and `path`
+    is untouched.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open supports 'w' and 'wb', not {mode!r}")
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create folder {target.parent}: {exc.strerror}; choose another output path") from exc
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int = 2, trailing_newline: bool = False) -> Path:
+    """Serialize first (so a serialization error never touches the file), then write atomically."""
+    text = json.dumps(payload, indent=indent, allow_nan=False)
+    if trailing_newline:
+        text += "\n"
+    with atomic_open(path, "w") as handle:
+        handle.write(text)
+    return Path(path)

@@ -1,0 +1,538 @@
+"""The imperative shell of `accelkit stats`: batches, devices, passes, budgets, progress.
+
+`compute_stats` drives the pure pass kernels (`passes`) over a `Stream` of chunks:
+
+* exact mode: pass 1 (moments + top key digit), then one pass per remaining digit (usually one)
+  until every target order statistic is known exactly;
+* fast mode: one pass (moments + 20-bit histogram of keys of `x - center`).
+
+Rows are packed into fixed-size batches (one compilation per pass), sharded over every device of the
+chosen platform, and each device's partial state is merged at the end of the pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accelkit.errors import DataError, DeviceError
+from accelkit.runtime.devices import (
+    PlatformChoice,
+    choose_platform,
+    devices_for,
+    free_memory_bytes,
+    peak_device_memory_bytes,
+    peak_rss_bytes,
+)
+from accelkit.runtime.progress import TimeBudget, rows_progress
+from accelkit.stats import quantiles as qt
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUANTILES = (0.01, 0.99)
+EXACT_FIRST_DIGIT = 16
+# Tables above this size per device switch the remaining exact digits from one 16-bit pass to two
+# 8-bit passes, and cap the fast mode's digit width.
+TABLE_BUDGET_BYTES = 256 << 20
+INT32_SAFE = (1 << 31) - 1
+
+
+# --- what flows in --------------------------------------------------------------------------
+
+
+@dataclass
+class Column:
+    """Rows of one output key within a chunk: values [R, D], integer weights [R], global row ids [R]."""
+
+    values: np.ndarray
+    weight: np.ndarray
+    row_id: np.ndarray
+
+
+Chunk = Mapping[str, Column]
+
+
+class Stream:
+    """A re-iterable supply of chunks. Sources subclass it; `from_batches` wraps dict batches."""
+
+    total_rows: int | None = None
+
+    def chunks(self) -> Iterator[Chunk]:
+        raise NotImplementedError
+
+    def describe_row(self, key: str, row_id: int) -> str:
+        return f"row {row_id}"
+
+    def column_name(self, key: str) -> str:
+        return key
+
+
+class BatchStream(Stream):
+    """Dict batches from a re-iterable (a list, a DataLoader, a callable returning an iterator).
+
+    Every leading axis is flattened, so action chunks (B, H, D) count each of their H actions.
+    """
+
+    def __init__(self, batches: Iterable[Mapping[str, object]] | Callable[[], Iterable], keys: Mapping[str, str] | None = None):
+        if isinstance(batches, Iterator):
+            raise DataError(
+                "batches is a one-shot iterator, but statistics read the data more than once; "
+                "pass a list, a DataLoader, or a function that returns a new iterator"
+            )
+        self._batches = batches
+        self._keys = dict(keys) if keys else None
+
+    def chunks(self) -> Iterator[Chunk]:
+        source = self._batches() if callable(self._batches) else self._batches
+        row = 0
+        for index, batch in enumerate(source):
+            if not isinstance(batch, Mapping):
+                raise DataError(f"batch {index} is a {type(batch).__name__}, not a dict of arrays")
+            keys = self._keys or {k: k for k in batch}
+            chunk = {}
+            rows = None
+            for out, name in keys.items():
+                if name not in batch:
+                    raise DataError(f"batch {index} has no key {name!r}; keys present: {', '.join(map(str, batch))}")
+                values = as_rows(batch[name], f"batch {index} key {name!r}")
+                rows = len(values)
+                chunk[out] = Column(values, np.ones(rows, np.int32), np.arange(row, row + rows, dtype=np.int64))
+            row += rows or 0
+            yield chunk
+
+
+def as_rows(array: object, what: str) -> np.ndarray:
+    """A float32 [rows, D] view of an array-like: leading axes flattened, scalars per row -> D=1."""
+    try:
+        values = np.asarray(array)
+    except Exception as exc:  # ragged python lists, objects numpy cannot stack
+        raise DataError(f"{what} cannot be read as a numeric array ({exc}); rows must all have the same width") from exc
+    if hasattr(array, "detach"):  # torch tensors from a DataLoader
+        values = np.asarray(array.detach().cpu().numpy())
+    if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise DataError(f"{what} holds {values.dtype} values, not numbers; choose a numeric column")
+    if values.ndim == 0:
+        raise DataError(f"{what} is a scalar, not rows of values")
+    values = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(-1, values.shape[-1])
+    return np.ascontiguousarray(values, dtype=np.float32)
+
+
+# --- what flows out ---------------------------------------------------------------------------
+
+
+@dataclass
+class KeyStats:
+    """Per-dimension statistics of one key."""
+
+    count: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    quantiles: dict[float, np.ndarray]
+    nonfinite: np.ndarray
+    rank_error_bound: dict[float, np.ndarray] | None = None  # fast mode only
+
+    @property
+    def dim(self) -> int:
+        return len(self.mean)
+
+
+@dataclass
+class RunSummary:
+    mode: str
+    platform: str
+    devices: list[str]
+    batch_size: int
+    passes: int
+    rows: int
+    seconds: float
+    peak_rss_bytes: int
+    peak_device_bytes: int | None
+    partial: bool
+    compiles: int
+    pass_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("nan")
+
+
+@dataclass
+class StatsResult:
+    stats: dict[str, KeyStats]
+    summary: RunSummary
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+class Batcher:
+    """Packs rows of one key into fixed-size batches; the last one is padded with weight 0."""
+
+    def __init__(self, batch_size: int, dim: int, key: str):
+        self.batch_size, self.dim, self.key = batch_size, dim, key
+        self._fresh_buffers()
+
+    def _fresh_buffers(self) -> None:
+        # A new buffer per batch: on CPU, device_put may alias host memory and the computation runs
+        # asynchronously, so a yielded buffer must never be overwritten.
+        self.values = np.zeros((self.batch_size, self.dim), np.float32)
+        self.weight = np.zeros(self.batch_size, np.int32)
+        self.row_id = np.zeros(self.batch_size, np.int64)
+        self.filled = 0
+
+    def push(self, column: Column, where: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if column.values.shape[1] != self.dim:
+            raise DataError(
+                f"{where}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
+                "every row of a column must have the same width"
+            )
+        start, total = 0, len(column.weight)
+        while start < total:
+            take = min(self.batch_size - self.filled, total - start)
+            end = self.filled + take
+            self.values[self.filled:end] = column.values[start:start + take]
+            self.weight[self.filled:end] = column.weight[start:start + take]
+            self.row_id[self.filled:end] = column.row_id[start:start + take]
+            self.filled, start = end, start + take
+            if self.filled == self.batch_size:
+                yield self.values, self.weight, self.row_id
+                self._fresh_buffers()
+
+    def flush(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if self.filled:
+            self.weight[self.filled:] = 0
+            yield self.values, self.weight, self.row_id
+            self._fresh_buffers()
+
+
+def default_batch_size(dim: int, devices, override: int | None = None) -> int:
+    """Rows per batch: from the device's free memory and the row width, a multiple of the device count.
+
+    About 64 bytes of working memory per value (keys, weights, float64 moments, matches) within a
+    quarter of free memory, capped at 2**17 rows per device on CPU (cache-sized batches run fastest
+    there) and 2**21 on accelerators.
+    """
+    n = len(devices)
+    if override:
+        return max(n, int(math.ceil(override / n)) * n)
+    free = min(free_memory_bytes(d) for d in devices)
+    cap = (1 << 17) if devices[0].platform == "cpu" else (1 << 21)
+    rows = int(free * 0.25 / (64 * max(dim, 1)))
+    rows = 1 << max(10, min(int(math.log2(max(rows, 1))), int(math.log2(cap))))
+    return rows * n
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+@dataclass
+class PassOutcome:
+    states: dict  # key -> merged host PassState
+    rows: int
+    chunks_seen: int
+    stopped_early: bool
+    seconds: float
+
+
+class Runner:
+    """Runs passes of the kernel over a stream on a mesh; owns batch size and compile counting."""
+
+    def __init__(self, stream: Stream, devices, batch_size: int | None, progress: bool, skip_nonfinite: bool):
+        from accelkit.stats import passes
+
+        self.passes = passes
+        self.stream = stream
+        self.devices = list(devices)
+        self.mesh = passes.make_mesh(self.devices)
+        self.batch_override = batch_size
+        self.batch_sizes: dict[str, int] = {}
+        self.progress = progress
+        self.skip_nonfinite = skip_nonfinite
+        self.compiled: set = set()
+
+    def batch_size(self, key: str, dim: int) -> int:
+        if key not in self.batch_sizes:
+            self.batch_sizes[key] = default_batch_size(dim, self.devices, self.batch_override)
+        return self.batch_sizes[key]
+
+    def run_pass(
+        self,
+        label: str,
+        make_spec: Callable[[str, int], object],
+        make_init: Callable[[str, object, Column], object],
+        *,
+        chunk_limit: int | None = None,
+        budget: TimeBudget | None = None,
+    ) -> PassOutcome:
+        """One pass over the stream, retried from the start with half the batch on out-of-memory."""
+        while True:
+            try:
+                return self._run_pass_once(label, make_spec, make_init, chunk_limit, budget)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                shrunk = False
+                for key, size in self.batch_sizes.items():
+                    half = max(len(self.devices), (size // 2 // len(self.devices)) * len(self.devices))
+                    if half < size:
+                        self.batch_sizes[key], shrunk = half, True
+                if not shrunk or min(self.batch_sizes.values()) < 256:
+                    raise DeviceError(
+                        f"out of device memory even at batch size {min(self.batch_sizes.values())}; "
+                        "use --platform cpu or free device memory"
+                    ) from exc
+                log.warning("out of device memory during %s; retrying the pass with batch sizes %s", label, self.batch_sizes)
+
+    def _run_pass_once(self, label, make_spec, make_init, chunk_limit, budget) -> PassOutcome:
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        passes = self.passes
+        sharding = NamedSharding(self.mesh, P("data"))
+        specs, states, batchers, host_acc, weight_since_flush = {}, {}, {}, {}, {}
+        rows = chunks_seen = 0
+        stopped_early = False
+        started = time.perf_counter()
+
+        def run_batch(key, values, weight, row_id):
+            spec = specs[key]
+            signature = (spec, len(weight))
+            if signature not in self.compiled:
+                self.compiled.add(signature)
+            if weight_since_flush[key] + int(weight.sum()) > INT32_SAFE:
+                flush(key)
+            states[key] = passes.sharded_update(
+                states[key],
+                jax.device_put(values, sharding),
+                jax.device_put(weight, sharding),
+                jax.device_put(row_id, sharding),
+                spec=spec,
+                mesh=self.mesh,
+            )
+            weight_since_flush[key] += int(weight.sum())
+
+        def flush(key):
+            # int32 device histograms could overflow: fold them into an int64 host accumulator
+            merged = passes.gather_and_merge(states[key])
+            host_acc[key] = merged if key not in host_acc else passes.merge(host_acc[key], merged)
+            first = jax.tree.map(lambda leaf: leaf[0], jax.device_get(states[key]))
+            fresh = passes.init(specs[key], np.asarray(first.prefixes), np.asarray(first.center))
+            states[key] = passes.replicate_per_device(fresh, self.mesh)
+            weight_since_flush[key] = 0
+
+        with rows_progress(self.progress) as bar:
+            task = bar.add_task(label, total=self.stream.total_rows)
+            for chunk in self.stream.chunks():
+                if chunk_limit is not None and chunks_seen >= chunk_limit:
+                    break
+                chunk_rows = 0
+                for key, column in chunk.items():
+                    if key not in states:
+                        dim = column.values.shape[1]
+                        specs[key] = make_spec(key, dim)
+                        init_state = make_init(key, specs[key], column)
+                        states[key] = passes.replicate_per_device(init_state, self.mesh)
+                        batchers[key] = Batcher(self.batch_size(key, dim), dim, key)
+                        weight_since_flush[key] = 0
+                    where = self.stream.describe_row(key, int(column.row_id[0])) if len(column.row_id) else key
+                    for batch in batchers[key].push(column, where):
+                        run_batch(key, *batch)
+                    chunk_rows = max(chunk_rows, len(column.weight))
+                rows += chunk_rows
+                chunks_seen += 1
+                bar.update(task, advance=chunk_rows)
+                if budget is not None and budget.expired():
+                    stopped_early = True
+                    break
+            for key, batcher in batchers.items():
+                for batch in batcher.flush():
+                    run_batch(key, *batch)
+        merged = {}
+        for key in states:
+            part = passes.gather_and_merge(states[key])
+            merged[key] = part if key not in host_acc else passes.merge(host_acc[key], part)
+        return PassOutcome(merged, rows, chunks_seen, stopped_early, time.perf_counter() - started)
+
+
+def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
+    if skip:
+        return
+    for key, state in states.items():
+        bad = np.flatnonzero(state.nonfinite)
+        if len(bad):
+            dim = int(bad[np.argmin(state.first_nonfinite_row[bad])])
+            row = int(state.first_nonfinite_row[dim])
+            raise DataError(
+                f"column {stream.column_name(key)!r} dimension {dim} holds NaN or Inf at {stream.describe_row(key, row)} "
+                f"({int(state.nonfinite.sum())} non-finite values in all); fix the data or pass --skip-nonfinite to exclude them"
+            )
+
+
+def _center_of(column: Column) -> np.ndarray:
+    """The fast sketch's per-dimension center: the median of the first chunk's finite values."""
+    values = np.where(np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            center = np.nanmedian(values, axis=0)
+    return np.nan_to_num(center, nan=0.0).astype(np.float32)
+
+
+def compute_stats(
+    data: Stream | Iterable[Mapping[str, object]] | Callable[[], Iterable],
+    *,
+    keys: Mapping[str, str] | None = None,
+    quantiles: Iterable[float] = DEFAULT_QUANTILES,
+    fast: bool = False,
+    skip_nonfinite: bool = False,
+    batch_size: int | None = None,
+    platform: str | None = None,
+    devices=None,
+    max_time_minutes: float | None = None,
+    progress: bool = False,
+) -> StatsResult:
+    """Per-dimension count, mean, std, min, max and quantiles of every key of `data`.
+
+    `data` is a `Stream` (see `accelkit.stats.sources.open_source`) or a re-iterable of dict batches.
+    Exact mode returns exactly `numpy.quantile(all_rows, q, axis=0)`; `fast=True` makes one pass and
+    reports each estimate's rank-error bound. `devices` (a list of JAX devices) overrides `platform`.
+    """
+    import jax
+
+    levels = np.asarray(sorted({float(q) for q in quantiles}), np.float64)
+    if len(levels) == 0 or np.any((levels < 0) | (levels > 1)):
+        raise DataError(f"quantile levels must lie in [0, 1]; got {list(quantiles)}")
+    stream = data if isinstance(data, Stream) else BatchStream(data, keys)
+    choice: PlatformChoice | None = None
+    if devices is None:
+        choice = choose_platform(platform)
+        devices = devices_for(choice)
+    budget = TimeBudget.minutes(max_time_minutes)
+    started = time.perf_counter()
+
+    with jax.enable_x64(True):
+        runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
+        if fast:
+            stats, rows, pass_times, partial = _fast(runner, stream, levels, budget)
+        else:
+            stats, rows, pass_times, partial = _exact(runner, stream, levels, budget)
+    if partial:
+        log.warning("time budget of %s minutes ran out: results cover %d rows and are marked partial", max_time_minutes, rows)
+    seconds = time.perf_counter() - started
+    summary = RunSummary(
+        mode="fast" if fast else "exact",
+        platform=devices[0].platform,
+        devices=[str(d) for d in devices],
+        batch_size=max(runner.batch_sizes.values(), default=0),
+        passes=len(pass_times),
+        rows=rows,
+        seconds=seconds,
+        peak_rss_bytes=peak_rss_bytes(),
+        peak_device_bytes=peak_device_memory_bytes(devices),
+        partial=partial,
+        compiles=len(runner.compiled),
+        pass_seconds=pass_times,
+    )
+    return StatsResult(stats, summary)
+
+
+def _require_rows(stream: Stream, states: dict) -> None:
+    if not states:
+        raise DataError("the dataset holds no rows; check the path and --max-frames")
+    for key, state in states.items():
+        if int(np.max(state.moments.count, initial=0)) == 0:
+            raise DataError(f"column {stream.column_name(key)!r} has no finite values to compute statistics from")
+
+
+def _key_stats(state, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
+    from accelkit.stats import moments as mom
+
+    base = mom.finalize(state.moments)
+    return KeyStats(
+        count=base["count"], mean=base["mean"], std=base["std"], min=base["min"], max=base["max"],
+        quantiles={float(q): values[:, i] for i, q in enumerate(levels)},
+        nonfinite=np.asarray(state.nonfinite, np.int64),
+        rank_error_bound=None if bound is None else {float(q): bound[:, i] for i, q in enumerate(levels)},
+    )
+
+
+def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
+    from accelkit.stats.passes import PassSpec, init
+
+    first_budget = None if budget.seconds is None else TimeBudget(budget.seconds / 2, budget.started)
+    first = runner.run_pass(
+        "pass 1 (moments, top digit)",
+        lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True, runner.skip_nonfinite),
+        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), np.zeros(spec.dim, np.float32)),
+        budget=first_budget,
+    )
+    _check_nonfinite(stream, first.states, runner.skip_nonfinite)
+    _require_rows(stream, first.states)
+    chunk_limit = first.chunks_seen if first.stopped_early else None
+    plans, targets = {}, {}
+    for key, state in first.states.items():
+        plans[key], targets[key] = qt.start_plan(state.moments.count, levels)
+        plans[key] = qt.advance_plan(plans[key], state.counts, np.zeros_like(plans[key].ranks), EXACT_FIRST_DIGIT)
+    pass_times = [first.seconds]
+    while any(plan.prefix_bits < qt.KEY_BITS for plan in plans.values()):
+        groups = {key: qt.group_prefixes(plan) for key, plan in plans.items()}
+        remaining = qt.KEY_BITS - next(iter(plans.values())).prefix_bits
+        widest = max(table.shape[0] * table.shape[1] for table, _ in groups.values())
+        digit = remaining if widest * (4 << remaining) <= TABLE_BUDGET_BYTES else min(8, remaining)
+        prefix_bits = next(iter(plans.values())).prefix_bits
+
+        def spec_for(key, dim, digit=digit, prefix_bits=prefix_bits):
+            return PassSpec(dim, groups[key][0].shape[1], prefix_bits, digit, False, runner.skip_nonfinite)
+
+        def init_for(key, spec, column):
+            return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
+
+        outcome = runner.run_pass(f"pass {len(pass_times) + 1} (exact select)", spec_for, init_for, chunk_limit=chunk_limit)
+        pass_times.append(outcome.seconds)
+        for key, state in outcome.states.items():
+            plans[key] = qt.advance_plan(plans[key], state.counts, groups[key][1], digit)
+    stats = {
+        key: _key_stats(state, levels, qt.finish_plan(plans[key], targets[key]), None)
+        for key, state in first.states.items()
+    }
+    return stats, first.rows, pass_times, first.stopped_early
+
+
+def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
+    from accelkit.stats.passes import PassSpec, init
+
+    def spec_for(key, dim):
+        bits = qt.FAST_DIGIT_BITS
+        while bits > 12 and dim * (4 << bits) > TABLE_BUDGET_BYTES:
+            bits -= 1
+        return PassSpec(dim, 1, 0, bits, True, runner.skip_nonfinite)
+
+    outcome = runner.run_pass(
+        "fast pass",
+        spec_for,
+        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)),
+        budget=budget,
+    )
+    _check_nonfinite(stream, outcome.states, runner.skip_nonfinite)
+    _require_rows(stream, outcome.states)
+    stats = {}
+    for key, state in outcome.states.items():
+        m = state.moments
+        est, bound = qt.sketch_quantiles(
+            state.counts, np.asarray(state.center, np.float64), np.asarray(m.count), np.asarray(m.min, np.float64),
+            np.asarray(m.max, np.float64), levels,
+        )
+        stats[key] = _key_stats(state, levels, est, bound)
+    return stats, outcome.rows, [outcome.seconds], outcome.stopped_early

@@ -1,0 +1,88 @@
+"""Streaming per-dimension moments: count, mean, M2 (sum of squared deviations), min, max.
+
+A pure `init` / `update` / `merge` / `finalize` quartet over an immutable NamedTuple, in the shape of
+optax's states. Accumulators are float64 (call under `jax.enable_x64(True)`); each batch is reduced
+about its own shifted mean and combined with Chan et al.'s parallel formula, so the standard deviation
+stays accurate when |mean| >> std (the float32 E[x^2] - E[x]^2 of the reference tool does not).
+
+Weights are integer counts per element: 0 excludes an element (padding, non-finite values, frames not
+sampled), k > 1 counts it k times (an action that appears in k action chunks).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+
+class Moments(NamedTuple):
+    count: jnp.ndarray  # int64 [D]: total weight
+    mean: jnp.ndarray  # float64 [D]
+    m2: jnp.ndarray  # float64 [D]: sum of weight * (x - mean)^2
+    min: jnp.ndarray  # float32 [D]: +inf while empty
+    max: jnp.ndarray  # float32 [D]: -inf while empty
+
+
+def init(dim: int) -> Moments:
+    return Moments(
+        count=jnp.zeros(dim, jnp.int64),
+        mean=jnp.zeros(dim, jnp.float64),
+        m2=jnp.zeros(dim, jnp.float64),
+        min=jnp.full(dim, jnp.inf, jnp.float32),
+        max=jnp.full(dim, -jnp.inf, jnp.float32),
+    )
+
+
+def of_batch(x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
+    """Moments of one batch `x` [B, D] (float32) with integer element weights [B, D]."""
+    w = weight.astype(jnp.float64)
+    present = weight > 0
+    x64 = jnp.where(present, x, 0).astype(jnp.float64)
+    count = weight.sum(axis=0, dtype=jnp.int64)
+    n = jnp.maximum(count, 1).astype(jnp.float64)
+    # Shift by a first estimate of the mean, then correct with the residual sum: the classic
+    # shifted-data algorithm, accurate even if the first estimate is off by rounding.
+    shift = (w * x64).sum(axis=0) / n
+    d = jnp.where(present, x64 - shift, 0.0)
+    s1 = (w * d).sum(axis=0)
+    s2 = (w * d * d).sum(axis=0)
+    return Moments(
+        count=count,
+        mean=shift + s1 / n,
+        m2=jnp.maximum(s2 - s1 * s1 / n, 0.0),
+        min=jnp.where(present, x, jnp.inf).min(axis=0),
+        max=jnp.where(present, x, -jnp.inf).max(axis=0),
+    )
+
+
+def merge(a: Moments, b: Moments) -> Moments:
+    """Chan's parallel combination; exact in count/min/max, float64-rounded in mean/m2."""
+    xp = np if isinstance(a.mean, np.ndarray) else jnp  # the same formula merges host-side results
+    count = a.count + b.count
+    n = xp.maximum(count, 1).astype(xp.float64)
+    na, nb = a.count.astype(xp.float64), b.count.astype(xp.float64)
+    delta = b.mean - a.mean
+    mean = xp.where(a.count == 0, b.mean, xp.where(b.count == 0, a.mean, a.mean + delta * (nb / n)))
+    m2 = a.m2 + b.m2 + delta * delta * (na * nb / n)
+    m2 = xp.where((a.count == 0) | (b.count == 0), a.m2 + b.m2, m2)
+    return Moments(count, mean, m2, xp.minimum(a.min, b.min), xp.maximum(a.max, b.max))
+
+
+def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
+    return merge(state, of_batch(x, weight))
+
+
+def finalize(state: Moments) -> dict[str, np.ndarray]:
+    """Host-side results: count, mean, population std (ddof 0, as openpi), min, max."""
+    count = np.asarray(state.count, np.int64)
+    m2 = np.asarray(state.m2, np.float64)
+    std = np.sqrt(np.where(count > 0, m2 / np.maximum(count, 1), np.nan))
+    return {
+        "count": count,
+        "mean": np.where(count > 0, np.asarray(state.mean, np.float64), np.nan),
+        "std": std,
+        "min": np.asarray(state.min, np.float32),
+        "max": np.asarray(state.max, np.float32),
+    }

@@ -1,0 +1,131 @@
+"""One data pass as a pure state machine: `init`, `update`, `merge` over a `PassState` pytree.
+
+A pass sees batches `x` [B, D] float32 with integer row weights [B] and global row ids [B]. It
+histograms one key digit (see `quantiles`), counts non-finite values (remembering the first row that
+held one, for the error message), and on the first pass also accumulates `Moments`.
+
+`sharded_update` runs `update` under `jax.shard_map` on a 1-D mesh: each device keeps its own
+partial state for its slice of every batch, and the partial states are merged once at the end of the
+pass. One code path serves one device and many.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from accelkit.stats import moments as mom
+from accelkit.stats.quantiles import digit_histogram_update, float_keys
+
+NO_ROW = np.iinfo(np.int64).max
+
+
+class PassSpec(NamedTuple):
+    """Static shape of a pass (hashable: it keys the compiled function)."""
+
+    dim: int
+    groups: int
+    prefix_bits: int
+    digit_bits: int
+    with_moments: bool
+    skip_nonfinite: bool
+
+
+class PassState(NamedTuple):
+    moments: mom.Moments
+    counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
+    prefixes: jnp.ndarray  # uint32 [D, U]
+    center: jnp.ndarray  # float32 [D]: keys are taken of x - center (0 in exact mode)
+    nonfinite: jnp.ndarray  # int64 [D]
+    first_nonfinite_row: jnp.ndarray  # int64 [D], NO_ROW if none
+
+
+def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
+    return PassState(
+        moments=mom.init(spec.dim),
+        counts=jnp.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), jnp.int32),
+        prefixes=jnp.asarray(prefixes, jnp.uint32),
+        center=jnp.asarray(center, jnp.float32),
+        nonfinite=jnp.zeros(spec.dim, jnp.int64),
+        first_nonfinite_row=jnp.full(spec.dim, NO_ROW, jnp.int64),
+    )
+
+
+def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jnp.ndarray, spec: PassSpec) -> PassState:
+    x = x.astype(jnp.float32)
+    finite = jnp.isfinite(x)
+    counted_row = (row_weight > 0)[:, None]
+    bad = counted_row & ~finite
+    nonfinite = state.nonfinite + bad.sum(axis=0, dtype=jnp.int64)
+    first_bad = jnp.where(bad, row_id[:, None].astype(jnp.int64), NO_ROW).min(axis=0)
+    weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
+    x = jnp.where(finite, x, 0.0)
+    y = x - state.center
+    # x - center can overflow to inf for |x| near float32 max; clamp so the key stays ordered.
+    y = jnp.clip(y, -jnp.finfo(jnp.float32).max, jnp.finfo(jnp.float32).max)
+    counts = digit_histogram_update(
+        state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
+    )
+    moments = mom.update(state.moments, x, weight) if spec.with_moments else state.moments
+    return PassState(moments, counts, state.prefixes, state.center, nonfinite, jnp.minimum(state.first_nonfinite_row, first_bad))
+
+
+def merge(a: PassState, b: PassState) -> PassState:
+    """Combine two partial states of the same pass (same prefixes and center); host or device."""
+    xp = np if isinstance(a.counts, np.ndarray) else jnp
+    return PassState(
+        moments=mom.merge(a.moments, b.moments),
+        counts=a.counts + b.counts,
+        prefixes=a.prefixes,
+        center=a.center,
+        nonfinite=a.nonfinite + b.nonfinite,
+        first_nonfinite_row=xp.minimum(a.first_nonfinite_row, b.first_nonfinite_row),
+    )
+
+
+# --- running a pass over a mesh of devices ----------------------------------------------------
+
+
+def make_mesh(devices) -> Mesh:
+    return Mesh(np.asarray(devices), ("data",))
+
+
+def replicate_per_device(state: PassState, mesh: Mesh) -> PassState:
+    """Stack one copy of `state` per device along a new leading axis, sharded over the mesh."""
+    n = mesh.devices.size
+    sharding = NamedSharding(mesh, P("data"))
+    return jax.tree.map(lambda leaf: jax.device_put(jnp.broadcast_to(leaf, (n, *leaf.shape)), sharding), state)
+
+
+@partial(jax.jit, static_argnames=("spec", "mesh"), donate_argnums=(0,))
+def sharded_update(state: PassState, x, row_weight, row_id, *, spec: PassSpec, mesh: Mesh) -> PassState:
+    """Each device updates its own partial state with its rows of the batch."""
+
+    def local(state, x, row_weight, row_id):
+        squeezed = jax.tree.map(lambda leaf: leaf[0], state)
+        new = update(squeezed, x, row_weight, row_id, spec)
+        return jax.tree.map(lambda leaf: leaf[None], new)
+
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P("data"), P("data"), P("data"), P("data")),
+        out_specs=P("data"),
+    )(state, x, row_weight, row_id)
+
+
+def gather_and_merge(state: PassState) -> PassState:
+    """Pull per-device partial states to the host and merge them in device order (numpy, int64)."""
+    host = jax.tree.map(np.asarray, jax.device_get(state))
+    parts = [jax.tree.map(lambda leaf, i=i: leaf[i], host) for i in range(host.counts.shape[0])]
+    merged = jax.tree.map(lambda leaf: leaf, parts[0])
+    merged = merged._replace(counts=merged.counts.astype(np.int64))
+    for part in parts[1:]:
+        merged = merge(merged, part._replace(counts=part.counts.astype(np.int64)))
+    return merged
