@@ -212,7 +212,7 @@ class Batcher:
             self._fresh_buffers()
 
 
-def default_batch_size(dim: int, devices, override: int | None = None) -> int:
+def default_batch_size(dim: int, devices, override: int | None = None, total_rows: int | None = None) -> int:
     """Rows per batch: from the device's free memory and the row width, a multiple of the device count.
 
     About 64 bytes of working memory per value (keys, weights, float64 moments, matches) within a
@@ -226,6 +226,8 @@ def default_batch_size(dim: int, devices, override: int | None = None) -> int:
     cap = (1 << 17) if devices[0].platform == "cpu" else (1 << 21)
     rows = int(free * 0.25 / (64 * max(dim, 1)))
     rows = 1 << max(10, min(int(math.log2(max(rows, 1))), int(math.log2(cap))))
+    if total_rows:  # a small dataset needs no batch larger than itself (padding costs compute)
+        rows = min(rows, 1 << max(10, math.ceil(math.log2(max(1, math.ceil(total_rows / n))))))
     return rows * n
 
 
@@ -261,7 +263,7 @@ class Runner:
 
     def batch_size(self, key: str, dim: int) -> int:
         if key not in self.batch_sizes:
-            self.batch_sizes[key] = default_batch_size(dim, self.devices, self.batch_override)
+            self.batch_sizes[key] = default_batch_size(dim, self.devices, self.batch_override, self.stream.total_rows)
         return self.batch_sizes[key]
 
     def run_pass(

@@ -1,0 +1,124 @@
+"""The `accelkit` command: one root, each capability mounts its commands here.
+
+Heavy libraries (jax, torch, pyarrow) are imported inside the commands that need them, so
+`accelkit --help` answers at once. Errors a user can fix print `error: …` on one line and exit 2;
+`--debug` shows the traceback; anything else is an internal failure and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from accelkit import __version__
+from accelkit.errors import AccelkitError
+
+app = typer.Typer(
+    name="accelkit",
+    help="Fast, exact ML pipeline tools for accelerators, correct on a plain CPU.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"accelkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show informational logs.")] = False,
+) -> None:
+    _state["debug"] = debug
+    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    for noisy in ("jax._src", "absl"):  # JAX's own INFO chatter is not ours to show
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+@app.command()
+def devices(
+    platform: Annotated[str | None, typer.Option("--platform", help="Ask for cpu or gpu, as a command would.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """What JAX and PyTorch see, and which platform accelkit would choose and why."""
+    import json
+
+    from accelkit.runtime.devices import describe_devices
+
+    info = describe_devices(platform)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="accelkit devices")
+    table.add_column("framework")
+    table.add_column("what it sees")
+    table.add_column("choice")
+    jax_info, torch_info = info["jax"], info["torch"]
+    if "error" in jax_info:
+        table.add_row("jax", jax_info["error"], "-")
+    else:
+        seen = "; ".join(f"{p}: {', '.join(d) if d else 'none'}" for p, d in jax_info["backends"].items())
+        table.add_row(f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})")
+    if "error" in torch_info:
+        table.add_row("torch", torch_info["error"], "-")
+    else:
+        cuda = ", ".join(torch_info["cuda_devices"]) or "no CUDA device"
+        table.add_row(f"torch {torch_info['version']}", cuda, torch_info["chosen"])
+    Console().print(table)
+
+
+def _mount_capabilities() -> None:
+    from accelkit.stats.cli import register as register_stats
+
+    register_stats(app)
+
+
+_mount_capabilities()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
+
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        app(args=args, prog_name="accelkit", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except AccelkitError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        sys.exit(1)
+    sys.exit(0)

@@ -1,0 +1,206 @@
+"""`accelkit stats` and `accelkit sample-dataset`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from accelkit.errors import ConfigError
+from accelkit.runtime.config import Settings, load_settings
+
+ENV_PREFIX = "ACCELKIT_STATS_"
+
+
+class StatsSettings(Settings):
+    """One stats job; a YAML file may hold several, picked with --config-name."""
+
+    dataset: str | None = None
+    keys: dict[str, str] | None = None
+    output: str | None = None
+    format: Literal["openpi", "lerobot"] = "openpi"
+    fast: bool = False
+    quantiles: list[float] | None = None
+    max_frames: int | None = None
+    max_time_minutes: float | None = None
+    batch_size: int | None = None
+    platform: str | None = None
+    action_horizon: int | None = None
+    chunk_end: Literal["truncate", "clamp"] = "truncate"
+    skip_nonfinite: bool = False
+    seed: int = 0
+
+
+def parse_keys(text: str | None) -> dict[str, str] | None:
+    """"state=observation.state,actions=action" -> {"state": "observation.state", "actions": "action"}."""
+    if not text:
+        return None
+    keys = {}
+    for part in text.split(","):
+        out, sep, column = part.partition("=")
+        if not sep or not out.strip() or not column.strip():
+            raise ConfigError(f"--keys entry {part!r} is not out=column; e.g. --keys state=observation.state,actions=action")
+        keys[out.strip()] = column.strip()
+    return keys
+
+
+def parse_quantiles(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        levels = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--quantiles {text!r} is not a comma-separated list of numbers; e.g. 0.01,0.99") from exc
+    bad = [q for q in levels if not 0.0 <= q <= 1.0]
+    if bad or not levels:
+        raise ConfigError(f"--quantiles {text!r}: every level must lie in [0, 1]")
+    return levels
+
+
+def _format_count(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,.0f}"
+
+
+def print_report(result, output: Path, fmt: str, source_name: str) -> None:
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    from accelkit.stats.formats import quantile_name
+
+    console = Console()
+    s = result.summary
+    run = Table(title=f"accelkit stats: {source_name}", show_header=False)
+    run.add_column("what")
+    run.add_column("value")
+    run.add_row("mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)")
+    run.add_row("devices", f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})")
+    run.add_row("batch size", f"{s.batch_size:,} rows ({s.compiles} compilation{'s' if s.compiles != 1 else ''})")
+    run.add_row("rows", f"{s.rows:,}")
+    run.add_row("time", f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})")
+    memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
+    if s.peak_device_bytes is not None:
+        memory += f", {s.peak_device_bytes / 2**20:,.0f} MiB device"
+    run.add_row("peak memory", memory)
+    if s.partial:
+        run.add_row("[yellow]partial[/yellow]", "time budget ran out; results cover the rows above")
+    run.add_row("written", f"{output} ({fmt})")
+    console.print(run)
+    for key, stats in result.stats.items():
+        levels = sorted(stats.quantiles)
+        table = Table(title=f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}")
+        for name in ["dim", "mean", "std", "min", "max", *(quantile_name(q) for q in levels)]:
+            table.add_column(name, justify="right")
+        shown = min(stats.dim, 16)
+        for d in range(shown):
+            cells = [stats.mean[d], stats.std[d], stats.min[d], stats.max[d], *(stats.quantiles[q][d] for q in levels)]
+            table.add_row(str(d), *(f"{float(v):.5g}" for v in cells))
+        if stats.dim > shown:
+            table.caption = f"{stats.dim - shown} more dimensions in {output}"
+        console.print(table)
+        if stats.rank_error_bound is not None:
+            worst = max(float(np.max(b)) for b in stats.rank_error_bound.values())
+            console.print(f"  fast-mode rank error bound for {key}: {worst:.2e} of the rows (exact mode: 0)")
+        if int(stats.nonfinite.sum()):
+            console.print(f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})")
+
+
+def stats_command(
+    dataset: Annotated[str | None, typer.Argument(help="LeRobot dataset folder (v2.1 or v3.0), a .parquet/.npz/.npy file, or a folder of them.")] = None,
+    keys: Annotated[str | None, typer.Option("--keys", help="Output keys and their columns: state=observation.state,actions=action")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Where to write (default: ./norm_stats.json or ./stats.json).")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="openpi (norm_stats.json) or lerobot (stats.json).")] = None,
+    fast: Annotated[bool, typer.Option("--fast", "--use-fast-stats", help="One pass with a quantile sketch (rank error reported) instead of exact quantiles.")] = False,
+    quantiles: Annotated[str | None, typer.Option("--quantiles", help="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9).")] = None,
+    max_frames: Annotated[int | None, typer.Option("--max-frames", help="Use a seeded uniform sample of this many frames.")] = None,
+    max_time_minutes: Annotated[float | None, typer.Option("--max-time-minutes", help="Stop cleanly after this long; results are marked partial.")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Rows per device batch (default: from free memory).")] = None,
+    platform: Annotated[str | None, typer.Option("--platform", help="cpu or gpu (default: gpu if JAX has one).")] = None,
+    action_horizon: Annotated[int | None, typer.Option("--action-horizon", help="Statistics of H-step action chunks, as openpi trains on.")] = None,
+    chunk_end: Annotated[str | None, typer.Option("--chunk-end", help="Action chunks past an episode's end: truncate (default) or clamp (openpi's loader).")] = None,
+    skip_nonfinite: Annotated[bool, typer.Option("--skip-nonfinite", help="Exclude NaN/Inf values (counted per dimension) instead of failing.")] = False,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the --max-frames sample.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML file of named stats jobs.")] = None,
+    config_name: Annotated[str | None, typer.Option("--config-name", help="The job to run from --config.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
+) -> None:
+    """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets."""
+    if config_name and config is None:
+        raise ConfigError("--config-name needs --config FILE naming the YAML file that holds it")
+    settings = load_settings(
+        StatsSettings,
+        yaml_path=config,
+        section=config_name if config is not None else None,
+        env_prefix=ENV_PREFIX,
+        dataset=dataset,
+        keys=parse_keys(keys),
+        output=output,
+        format=fmt,
+        fast=fast or None,
+        quantiles=parse_quantiles(quantiles),
+        max_frames=max_frames,
+        max_time_minutes=max_time_minutes,
+        batch_size=batch_size,
+        platform=platform,
+        action_horizon=action_horizon,
+        chunk_end=chunk_end,
+        skip_nonfinite=skip_nonfinite or None,
+        seed=seed,
+    )
+    run_stats(settings, progress=not no_progress)
+
+
+def run_stats(settings: StatsSettings, progress: bool = True):
+    from accelkit.stats.compute import compute_stats
+    from accelkit.stats.formats import DEFAULT_OUTPUT, LEROBOT_QUANTILES, OPENPI_REQUIRED, write_stats
+    from accelkit.stats.sources import open_source
+
+    if not settings.dataset:
+        raise ConfigError("no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry")
+    if settings.max_time_minutes is not None and settings.max_time_minutes <= 0:
+        raise ConfigError(f"--max-time-minutes must be positive, not {settings.max_time_minutes}")
+    levels = settings.quantiles or list(LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED)
+    stream = open_source(
+        settings.dataset,
+        keys=settings.keys,
+        action_horizon=settings.action_horizon,
+        chunk_end=settings.chunk_end,
+        max_frames=settings.max_frames,
+        seed=settings.seed,
+        shuffle=settings.max_time_minutes is not None,
+    )
+    result = compute_stats(
+        stream,
+        quantiles=levels,
+        fast=settings.fast,
+        skip_nonfinite=settings.skip_nonfinite,
+        batch_size=settings.batch_size,
+        platform=settings.platform,
+        max_time_minutes=settings.max_time_minutes,
+        progress=progress,
+    )
+    output = Path(settings.output or DEFAULT_OUTPUT[settings.format])
+    write_stats(output, result.stats, settings.format, stream.keys, partial=result.summary.partial)
+    print_report(result, output, settings.format, stream.name)
+    return result
+
+
+def sample_dataset_command(
+    path: Annotated[Path, typer.Argument(help="Folder to create (must not exist, or be empty).")],
+    episodes: Annotated[int, typer.Option("--episodes", help="Number of episodes.")] = 20,
+    frames: Annotated[int, typer.Option("--frames", help="Average frames per episode.")] = 500,
+    dim: Annotated[int, typer.Option("--dim", help="State and action width.")] = 14,
+    layout: Annotated[str, typer.Option("--layout", help="LeRobot layout: v2.1 or v3.0.")] = "v2.1",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
+    from accelkit.stats.sample import write_sample_dataset
+
+    root = write_sample_dataset(path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed)
+    typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats")(stats_command)
+    app.command("sample-dataset")(sample_dataset_command)

@@ -1,0 +1,138 @@
+"""Write synthetic LeRobot datasets (v2.1 or v3.0 layout) for demos, tests and benchmarks.
+
+Each episode is a smooth random walk of joint positions with a 0/1 gripper per arm; actions lead
+the state by one step with noise, so the columns have the shapes real robot data has: drifting,
+bounded, point masses. Files follow LeRobot's layout (meta/info.json, data/chunk-*/...parquet) and
+its column types (fixed-size float32 lists; int64 indices; float32 timestamp). No videos.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from accelkit.errors import InputError
+from accelkit.runtime.files import atomic_open, write_json_atomic
+
+LAYOUTS = ("v2.1", "v3.0")
+
+
+def _episode(rng: np.random.Generator, length: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    steps = rng.normal(0.0, 0.02, size=(length, dim)).astype(np.float32)
+    offset = rng.uniform(-1.5, 1.5, size=dim).astype(np.float32)
+    state = np.cumsum(steps, axis=0) + offset
+    grippers = [dim // 2 - 1, dim - 1] if dim >= 4 else [dim - 1]
+    for g in grippers:
+        switch = rng.integers(0, length)
+        state[:, g] = (np.arange(length) >= switch).astype(np.float32)
+    action = np.empty_like(state)
+    action[:-1] = state[1:]
+    action[-1] = state[-1]
+    action += rng.normal(0.0, 0.005, size=action.shape).astype(np.float32)
+    for g in grippers:
+        action[:, g] = state[:, g]
+    return state, action
+
+
+def _table(state, action, episode_index, first_index, fps):
+    import pyarrow as pa
+
+    length, dim = state.shape
+    frame = np.arange(length, dtype=np.int64)
+
+    def vectors(values):
+        return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), dim)
+
+    return pa.table({
+        "observation.state": vectors(state),
+        "action": vectors(action),
+        "timestamp": pa.array((frame / fps).astype(np.float32)),
+        "frame_index": pa.array(frame),
+        "episode_index": pa.array(np.full(length, episode_index, np.int64)),
+        "index": pa.array(first_index + frame),
+        "task_index": pa.array(np.zeros(length, np.int64)),
+    })
+
+
+def write_sample_dataset(
+    root: str | Path,
+    *,
+    episodes: int = 20,
+    frames_per_episode: int = 500,
+    dim: int = 14,
+    layout: str = "v2.1",
+    seed: int = 0,
+    fps: int = 50,
+    episodes_per_file: int = 200,
+) -> Path:
+    """Create a LeRobot-format dataset at `root` (which must not exist or be empty)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if layout not in LAYOUTS:
+        raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise InputError(f"{root} already exists and is not empty; choose a new folder")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(2, frames_per_episode // 2), frames_per_episode * 3 // 2 + 1, size=episodes)
+    total = int(lengths.sum())
+    names = [f"joint_{i}" for i in range(dim)]
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [dim], "names": names},
+        "action": {"dtype": "float32", "shape": [dim], "names": names},
+        "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+        "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+        "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+        "index": {"dtype": "int64", "shape": [1], "names": None},
+        "task_index": {"dtype": "int64", "shape": [1], "names": None},
+    }
+    info = {
+        "codebase_version": layout, "robot_type": "synthetic_bimanual", "fps": fps,
+        "total_episodes": episodes, "total_frames": total, "total_tasks": 1, "chunks_size": 1000,
+        "features": features,
+    }
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    first = 0
+    if layout == "v2.1":
+        info.update(
+            data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            video_path=None, total_chunks=(episodes + 999) // 1000,
+        )
+        with atomic_open(root / "meta" / "episodes.jsonl") as handle:
+            for e, length in enumerate(lengths):
+                state, action = _episode(rng, int(length), dim)
+                path = root / "data" / f"chunk-{e // 1000:03d}" / f"episode_{e:06d}.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(_table(state, action, e, first, fps), path)
+                handle.write(json.dumps({"episode_index": e, "tasks": ["move"], "length": int(length)}) + "\n")
+                first += int(length)
+        with atomic_open(root / "meta" / "tasks.jsonl") as handle:
+            handle.write(json.dumps({"task_index": 0, "task": "move"}) + "\n")
+    else:
+        info.update(
+            data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            video_path=None, data_files_size_in_mb=100,
+        )
+        rows = []
+        for start in range(0, episodes, episodes_per_file):
+            tables = []
+            file_index = start // episodes_per_file
+            for e in range(start, min(episodes, start + episodes_per_file)):
+                state, action = _episode(rng, int(lengths[e]), dim)
+                tables.append(_table(state, action, e, first, fps))
+                rows.append({"episode_index": e, "length": int(lengths[e]), "dataset_from_index": first,
+                             "dataset_to_index": first + int(lengths[e]), "data/chunk_index": 0,
+                             "data/file_index": file_index})
+                first += int(lengths[e])
+            path = root / "data" / "chunk-000" / f"file-{file_index:03d}.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.concat_tables(tables), path)
+        episodes_dir = root / "meta" / "episodes" / "chunk-000"
+        episodes_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), episodes_dir / "file-000.parquet")
+        pq.write_table(pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet")
+    write_json_atomic(root / "meta" / "info.json", info, indent=4)
+    return root

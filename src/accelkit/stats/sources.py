@@ -1,0 +1,376 @@
+"""Where rows come from: LeRobot datasets (v2.1, v3.0), .npy / .npz / parquet files or folders.
+
+Only the needed columns are read (pyarrow column projection); videos are never opened. A file is the
+unit of reading, so memory is bounded by the largest file, not the dataset.
+
+Action chunks (`action_horizon=H`) are never materialized: frame t's chunk holds actions t..t+H-1 of
+its episode, so the flattened chunks are the episode's actions with integer multiplicities, and the
+statistics take those multiplicities as weights (exact, and H times cheaper than building chunks).
+End-of-episode rule:
+
+* `truncate` (default): a chunk that runs past the episode's end holds only the actions inside it;
+  action j of an episode is counted once per frame t with j-H < t <= j.
+* `clamp`: openpi's loader, which clamps indices past the end to the last frame, so the final action
+  is counted once more for every missing step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accelkit.errors import DataError, InputError
+from accelkit.stats.compute import Column, Stream
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEYS = {"state": "observation.state", "actions": "action"}
+DATA_SUFFIXES = (".parquet", ".npz", ".npy")
+CHUNK_ENDS = ("truncate", "clamp")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    path: Path
+    num_rows: int
+    row_offset: int  # global row index of the fragment's first row
+
+
+# --- reading one file -------------------------------------------------------------------------
+
+
+def _parquet_names(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception as exc:
+        raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+
+
+def _parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as exc:
+        raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+
+
+def arrow_column_rows(column, where: str) -> np.ndarray:
+    """A pyarrow column of fixed-size lists, lists or scalars as a float32 [rows, D] array."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if array.null_count:
+        first = int(np.flatnonzero(~np.asarray(array.is_valid()))[0])
+        raise DataError(f"{where} is null at row {first}; fill or drop the missing rows")
+    kind = array.type
+    if pa.types.is_fixed_size_list(kind):
+        width = kind.list_size
+        values = array.flatten()
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = np.asarray(array.offsets)
+        lengths = np.diff(offsets)
+        if len(lengths) and np.any(lengths != lengths[0]):
+            row = int(np.flatnonzero(lengths != lengths[0])[0])
+            raise DataError(
+                f"{where} is ragged: row {row} has {lengths[row]} values but row 0 has {lengths[0]}; "
+                "every row must have the same width"
+            )
+        width = int(lengths[0]) if len(lengths) else 0
+        values = array.flatten()
+    else:
+        width, values = 1, array
+    if values.null_count:
+        raise DataError(f"{where} holds null values inside its rows; fill them before computing statistics")
+    inner = values.type
+    if not (pa.types.is_floating(inner) or pa.types.is_integer(inner) or pa.types.is_boolean(inner)):
+        raise DataError(f"{where} holds {inner} values, not numbers; choose a numeric column")
+    flat = values.to_numpy(zero_copy_only=False)
+    if flat.dtype == np.float64 and len(flat) and not np.array_equal(flat.astype(np.float32).astype(np.float64), flat, equal_nan=True):
+        log.warning("%s is float64; statistics are computed on its float32 rounding", where)
+    return np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, max(width, 1) if len(flat) else max(width, 1))
+
+
+def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise DataError(f"{where} holds {array.dtype} values, not numbers; choose a numeric array")
+    if array.ndim == 0:
+        raise DataError(f"{where} is a scalar, not rows of values")
+    rows = array.reshape(-1, 1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
+    return rows if rows.dtype == np.float32 else rows.astype(np.float32)
+
+
+class FileReader:
+    """Reads named columns (and `episode_index` where present) from one file of a known kind."""
+
+    def names(self, path: Path) -> list[str]:
+        suffix = path.suffix
+        if suffix == ".parquet":
+            return _parquet_names(path)
+        if suffix == ".npz":
+            try:
+                with np.load(path) as archive:
+                    return list(archive.files)
+            except Exception as exc:
+                raise DataError(f"{path} is not a readable .npz file ({exc}); re-export or remove it") from exc
+        return [path.stem]
+
+    def num_rows(self, path: Path, first_name: str) -> int:
+        if path.suffix == ".parquet":
+            return _parquet_rows(path)
+        array = self._numpy_array(path, first_name)
+        return 1 if array.ndim == 0 else int(np.prod(array.shape[:-1])) if array.ndim > 1 else len(array)
+
+    def _numpy_array(self, path: Path, name: str) -> np.ndarray:
+        try:
+            if path.suffix == ".npy":
+                return np.load(path, mmap_mode="r")
+            with np.load(path) as archive:
+                return archive[name]
+        except Exception as exc:
+            raise DataError(f"{path} is not a readable {path.suffix} file ({exc}); re-export or remove it") from exc
+
+    def read(self, path: Path, columns: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            names = set(_parquet_names(path))
+            wanted = [c for c in columns if c in names]
+            with_episodes = "episode_index" in names
+            try:
+                table = pq.read_table(path, columns=wanted + (["episode_index"] if with_episodes else []))
+            except Exception as exc:
+                raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+            out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
+            episodes = np.asarray(table.column("episode_index").to_numpy(), np.int64) if with_episodes else None
+            return out, episodes
+        if path.suffix == ".npy":
+            return {path.stem: _numpy_rows(self._numpy_array(path, path.stem), f"{path}")}, None
+        out = {}
+        for c in columns:
+            out[c] = _numpy_rows(self._numpy_array(path, c), f"{path} array {c!r}")
+        return out, None
+
+
+# --- weights: sampling and action chunks ------------------------------------------------------
+
+
+def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: str) -> np.ndarray:
+    """How many times each row appears in the flattened action chunks of the sampled frames.
+
+    episode: int64 [R] episode index per row (contiguous runs); sampled: bool [R].
+    """
+    weights = np.zeros(len(episode), np.int64)
+    if len(episode) == 0:
+        return weights.astype(np.int32)
+    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
+    stops = np.r_[starts[1:], len(episode)]
+    for a, b in zip(starts, stops, strict=True):
+        s = sampled[a:b].astype(np.int64)
+        cumulative = np.cumsum(s)
+        lagged = np.r_[np.zeros(min(horizon, b - a), np.int64), cumulative[: max(0, b - a - horizon)]]
+        w = cumulative - lagged  # sampled frames t with j - H < t <= j
+        if end == "clamp":
+            length = b - a
+            t = np.arange(length)
+            w[-1] += int((s * np.maximum(0, t + horizon - length)).sum())
+        weights[a:b] = w
+    if weights.max(initial=0) > np.iinfo(np.int32).max:
+        raise DataError("action horizon too large: a row's multiplicity overflows int32")
+    return weights.astype(np.int32)
+
+
+# --- the stream over files --------------------------------------------------------------------
+
+
+class FileStream(Stream):
+    """Chunks (one per file) of the requested keys, with sampling and action-chunk weights."""
+
+    def __init__(
+        self,
+        name: str,
+        fragments: list[Fragment],
+        keys: Mapping[str, str],
+        *,
+        reader: FileReader | None = None,
+        horizons: Mapping[str, int] | None = None,
+        chunk_end: str = "truncate",
+        max_frames: int | None = None,
+        seed: int = 0,
+        shuffle: bool = False,
+    ):
+        if chunk_end not in CHUNK_ENDS:
+            raise InputError(f"chunk end rule {chunk_end!r} is unknown; use one of {', '.join(CHUNK_ENDS)}")
+        self.name = name
+        self.fragments = fragments
+        self.keys = dict(keys)
+        self.reader = reader or FileReader()
+        self.horizons = {k: int(h) for k, h in (horizons or {}).items() if h and int(h) > 1}
+        self.chunk_end = chunk_end
+        self.all_rows = sum(f.num_rows for f in fragments)
+        self.sample = None
+        if max_frames is not None and max_frames < self.all_rows:
+            if max_frames <= 0:
+                raise InputError(f"--max-frames must be positive, not {max_frames}")
+            rng = np.random.default_rng(seed)
+            self.sample = np.sort(rng.choice(self.all_rows, size=max_frames, replace=False))
+        self.total_rows = self.all_rows
+        self.order = list(range(len(fragments)))
+        if shuffle:  # a time budget then stops after a random subset of files, not the first ones
+            np.random.default_rng(seed).shuffle(self.order)
+        self._offsets = [f.row_offset for f in fragments]
+
+    def column_name(self, key: str) -> str:
+        return self.keys.get(key, key)
+
+    def describe_row(self, key: str, row_id: int) -> str:
+        index = max(0, bisect.bisect_right(self._offsets, row_id) - 1)
+        fragment = self.fragments[index]
+        return f"{fragment.path} row {row_id - fragment.row_offset}"
+
+    def _sampled(self, fragment: Fragment) -> np.ndarray:
+        if self.sample is None:
+            return np.ones(fragment.num_rows, bool)
+        lo = np.searchsorted(self.sample, fragment.row_offset)
+        hi = np.searchsorted(self.sample, fragment.row_offset + fragment.num_rows)
+        mask = np.zeros(fragment.num_rows, bool)
+        mask[self.sample[lo:hi] - fragment.row_offset] = True
+        return mask
+
+    def chunks(self) -> Iterator[dict[str, Column]]:
+        seen_episodes: dict[int, Path] = {}
+        for index in self.order:
+            fragment = self.fragments[index]
+            columns, episodes = self.reader.read(fragment.path, list(dict.fromkeys(self.keys.values())))
+            sampled = self._sampled(fragment)
+            if episodes is None:
+                episodes = np.full(fragment.num_rows, -1 - index, np.int64)  # the file is one episode
+            elif self.horizons:
+                for episode in np.unique(episodes):
+                    if int(episode) in seen_episodes:
+                        raise DataError(
+                            f"episode {int(episode)} spans {seen_episodes[int(episode)]} and {fragment.path}; "
+                            "action chunks need each episode inside one file"
+                        )
+                    seen_episodes[int(episode)] = fragment.path
+            chunk = {}
+            for out, name in self.keys.items():
+                if name not in columns:
+                    raise DataError(f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}")
+                values = columns[name]
+                if len(values) != fragment.num_rows:
+                    raise DataError(f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}")
+                horizon = self.horizons.get(out)
+                weight = chunk_weights(episodes, sampled, horizon, self.chunk_end) if horizon else sampled.astype(np.int32)
+                row_id = np.arange(fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64)
+                keep = weight > 0
+                if not keep.all():  # rows outside the sample cost nothing downstream
+                    values, weight, row_id = values[keep], weight[keep], row_id[keep]
+                chunk[out] = Column(values, weight, row_id)
+            yield chunk
+
+
+# --- opening a path ---------------------------------------------------------------------------
+
+
+def _lerobot_files(root: Path, info: dict) -> list[Path]:
+    data = root / "data"
+    files = sorted(data.rglob("*.parquet")) if data.is_dir() else []
+    version = str(info.get("codebase_version", "?"))
+    if not files:
+        raise DataError(f"{root} is a LeRobot dataset ({version}) but {data} holds no parquet files; is the download complete?")
+    return files
+
+
+def _resolve_keys(available: list[str], keys: Mapping[str, str] | None, where: str, features: Mapping | None = None) -> dict[str, str]:
+    listing = ", ".join(available)
+    if keys:
+        for out, name in keys.items():
+            if name not in available:
+                raise DataError(f"{where} has no column {name!r} (for key {out!r}); available: {listing}")
+        if features is not None:
+            for out, name in keys.items():
+                dtype = str(features.get(name, {}).get("dtype", "float32"))
+                if dtype in ("video", "image", "string"):
+                    raise DataError(f"{where} column {name!r} is a {dtype} feature, not a numeric vector")
+        return dict(keys)
+    chosen = {out: name for out, name in DEFAULT_KEYS.items() if name in available}
+    if not chosen:
+        chosen = {out: out for out in DEFAULT_KEYS if out in available}
+    if not chosen:
+        raise DataError(f"{where} has none of the default columns {', '.join(DEFAULT_KEYS.values())}; "
+                        f"name them with --keys out=column (available: {listing})")
+    return chosen
+
+
+def open_source(
+    path: str | Path,
+    *,
+    keys: Mapping[str, str] | None = None,
+    action_horizon: int | None = None,
+    horizon_keys: tuple[str, ...] = ("actions",),
+    chunk_end: str = "truncate",
+    max_frames: int | None = None,
+    seed: int = 0,
+    shuffle: bool = False,
+) -> FileStream:
+    """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise InputError(f"dataset path {root} does not exist; check the path")
+    reader = FileReader()
+    features = None
+    info_file = root / "meta" / "info.json"
+    if root.is_dir() and info_file.is_file():
+        try:
+            info = json.loads(info_file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DataError(f"{info_file} is not valid JSON ({exc}); the dataset's metadata is damaged") from exc
+        files = _lerobot_files(root, info)
+        features = info.get("features", {})
+        available = list(features) or _parquet_names(files[0])
+        name = f"LeRobot {info.get('codebase_version', '?')} dataset {root}"
+    elif root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
+        if not files:
+            raise DataError(f"{root} holds no data files (.parquet, .npz, .npy) and no LeRobot meta/info.json")
+        kinds = {p.suffix for p in files}
+        if len(kinds) > 1:
+            raise DataError(f"{root} mixes {', '.join(sorted(kinds))} files; point at a folder of one kind")
+        if kinds == {".npy"}:
+            available = sorted({p.stem for p in files})
+        else:
+            available = reader.names(files[0])
+        name = f"folder {root}"
+    else:
+        if root.suffix not in DATA_SUFFIXES:
+            raise InputError(f"{root} is not a .parquet, .npz or .npy file nor a dataset folder")
+        files = [root]
+        available = reader.names(root)
+        name = f"file {root}"
+    chosen = _resolve_keys(available, keys, name, features)
+    if files[0].suffix == ".npy":
+        if len(set(chosen.values())) > 1 and len(files) > 1:
+            raise DataError(f"{name}: .npy files hold one array each; compute one key at a time from a folder of .npy files")
+        files = [p for p in files if p.stem in set(chosen.values())]
+    fragments, offset = [], 0
+    first_name = next(iter(chosen.values()))
+    for file in files:
+        rows = reader.num_rows(file, first_name)
+        fragments.append(Fragment(file, rows, offset))
+        offset += rows
+    if offset == 0:
+        raise DataError(f"{name} holds no rows")
+    horizons = {key: action_horizon for key in horizon_keys if key in chosen} if action_horizon else None
+    if action_horizon and not horizons:
+        raise InputError(f"--action-horizon applies to keys {', '.join(horizon_keys)}, which {name} does not compute")
+    return FileStream(name, fragments, chosen, reader=reader, horizons=horizons, chunk_end=chunk_end,
+                      max_frames=max_frames, seed=seed, shuffle=shuffle)
