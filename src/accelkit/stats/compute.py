@@ -519,7 +519,7 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         bits = qt.FAST_DIGIT_BITS
         while bits > 12 and dim * (4 << bits) > TABLE_BUDGET_BYTES:
             bits -= 1
-        return PassSpec(dim, 1, 0, bits, True, runner.skip_nonfinite)
+        return PassSpec(dim, 1, 0, bits, True, runner.skip_nonfinite, centered=True)
 
     outcome = runner.run_pass(
         "fast pass",
@@ -533,8 +533,8 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     for key, state in outcome.states.items():
         m = state.moments
         est, bound = qt.sketch_quantiles(
-            state.counts, np.asarray(state.center, np.float64), np.asarray(m.count), np.asarray(m.min, np.float64),
-            np.asarray(m.max, np.float64), levels,
+            state.counts, np.asarray(state.center, np.float64), np.asarray(m.count),
+            qt.keys_to_floats(m.min_key).astype(np.float64), qt.keys_to_floats(m.max_key).astype(np.float64), levels,
         )
         stats[key] = _key_stats(state, levels, est, bound)
     return stats, outcome.rows, [outcome.seconds], outcome.stopped_early

@@ -16,13 +16,15 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from accelkit.stats.keys import EMPTY_MAX_KEY, EMPTY_MIN_KEY, float_keys, keys_to_floats
+
 
 class Moments(NamedTuple):
     count: jnp.ndarray  # int64 [D]: total weight
     mean: jnp.ndarray  # float64 [D]
     m2: jnp.ndarray  # float64 [D]: sum of weight * (x - mean)^2
-    min: jnp.ndarray  # float32 [D]: +inf while empty
-    max: jnp.ndarray  # float32 [D]: -inf while empty
+    min_key: jnp.ndarray  # uint32 [D]: order key of the minimum (see `keys`); integer, so exact
+    max_key: jnp.ndarray  # uint32 [D]
 
 
 def init(dim: int) -> Moments:
@@ -30,13 +32,14 @@ def init(dim: int) -> Moments:
         count=jnp.zeros(dim, jnp.int64),
         mean=jnp.zeros(dim, jnp.float64),
         m2=jnp.zeros(dim, jnp.float64),
-        min=jnp.full(dim, jnp.inf, jnp.float32),
-        max=jnp.full(dim, -jnp.inf, jnp.float32),
+        min_key=jnp.full(dim, EMPTY_MIN_KEY, jnp.uint32),
+        max_key=jnp.full(dim, EMPTY_MAX_KEY, jnp.uint32),
     )
 
 
 def of_batch(x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
     """Moments of one batch `x` [B, D] (float32) with integer element weights [B, D]."""
+    keys = float_keys(x)
     w = weight.astype(jnp.float64)
     present = weight > 0
     x64 = jnp.where(present, x, 0).astype(jnp.float64)
@@ -52,8 +55,8 @@ def of_batch(x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
         count=count,
         mean=shift + s1 / n,
         m2=jnp.maximum(s2 - s1 * s1 / n, 0.0),
-        min=jnp.where(present, x, jnp.inf).min(axis=0),
-        max=jnp.where(present, x, -jnp.inf).max(axis=0),
+        min_key=jnp.where(present, keys, EMPTY_MIN_KEY).min(axis=0),
+        max_key=jnp.where(present, keys, EMPTY_MAX_KEY).max(axis=0),
     )
 
 
@@ -67,10 +70,11 @@ def merge(a: Moments, b: Moments) -> Moments:
     mean = xp.where(a.count == 0, b.mean, xp.where(b.count == 0, a.mean, a.mean + delta * (nb / n)))
     m2 = a.m2 + b.m2 + delta * delta * (na * nb / n)
     m2 = xp.where((a.count == 0) | (b.count == 0), a.m2 + b.m2, m2)
-    return Moments(count, mean, m2, xp.minimum(a.min, b.min), xp.maximum(a.max, b.max))
+    return Moments(count, mean, m2, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key))
 
 
 def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
+    # (x must be the raw float32 input: min/max keys are taken of its bits)
     return merge(state, of_batch(x, weight))
 
 
@@ -83,6 +87,6 @@ def finalize(state: Moments) -> dict[str, np.ndarray]:
         "count": count,
         "mean": np.where(count > 0, np.asarray(state.mean, np.float64), np.nan),
         "std": std,
-        "min": np.asarray(state.min, np.float32),
-        "max": np.asarray(state.max, np.float32),
+        "min": np.where(count > 0, keys_to_floats(state.min_key), np.nan).astype(np.float32),
+        "max": np.where(count > 0, keys_to_floats(state.max_key), np.nan).astype(np.float32),
     }

@@ -35,6 +35,7 @@ class PassSpec(NamedTuple):
     digit_bits: int
     with_moments: bool
     skip_nonfinite: bool
+    centered: bool = False  # fast mode: keys of x - center
 
 
 class PassState(NamedTuple):
@@ -58,7 +59,6 @@ def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
 
 
 def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jnp.ndarray, spec: PassSpec) -> PassState:
-    x = x.astype(jnp.float32)
     finite = jnp.isfinite(x)
     counted_row = (row_weight > 0)[:, None]
     bad = counted_row & ~finite
@@ -66,9 +66,13 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jn
     first_bad = jnp.where(bad, row_id[:, None].astype(jnp.int64), NO_ROW).min(axis=0)
     weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
     x = jnp.where(finite, x, 0.0)
-    y = x - state.center
-    # x - center can overflow to inf for |x| near float32 max; clamp so the key stays ordered.
-    y = jnp.clip(y, -jnp.finfo(jnp.float32).max, jnp.finfo(jnp.float32).max)
+    if spec.centered:
+        # x - center can overflow to inf for |x| near float32 max; clamp so the key stays ordered.
+        y = jnp.clip(x - state.center, -jnp.finfo(jnp.float32).max, jnp.finfo(jnp.float32).max)
+    else:
+        # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU
+        # runs with flush-to-zero) and the selected order statistic would no longer be a data value.
+        y = x
     counts = digit_histogram_update(
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )

@@ -15,31 +15,19 @@ negatives, set the sign bit of positives). Counting keys digit by digit is a rad
   returned with every estimate (`rank_error_bound`), so the run can say how good its answer is.
 
 The interpolation reproduces numpy's default ("linear", Hyndman & Fan type 7) bit for bit: the
-virtual index `n*q + (1 + q*(1-1-1)) - 1`, floor and next order statistics, and numpy's `_lerp`.
+virtual index `(n - 1) * q`, floor and next order statistics, and numpy's `_lerp`.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from accelkit.stats.keys import float_keys, keys_to_floats  # noqa: F401  (re-exported)
+
 KEY_BITS = 32
-
-
-def float_keys(x: jnp.ndarray) -> jnp.ndarray:
-    """Order-preserving uint32 keys of float32 values (on device)."""
-    u = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
-    return jnp.where(u >> 31 == 1, ~u, u | jnp.uint32(0x80000000))
-
-
-def keys_to_floats(keys: np.ndarray) -> np.ndarray:
-    """Inverse of `float_keys` (on host)."""
-    k = np.asarray(keys, np.uint32)
-    u = np.where(k >> 31 == 1, k & np.uint32(0x7FFFFFFF), ~k).astype(np.uint32)
-    return u.view(np.float32)
 
 
 def digit_histogram_update(
@@ -93,7 +81,7 @@ def linear_targets(count: np.ndarray, quantiles: np.ndarray) -> Targets:
     """numpy's virtual indexes for method='linear', for per-dimension counts [D]."""
     n = np.asarray(count, np.int64)[:, None]
     q = np.asarray(quantiles, np.float64)[None, :]
-    virtual = n * q + (1 + q * (1 - 1 - 1)) - 1  # numpy's _compute_virtual_index(n, q, 1, 1)
+    virtual = (n - 1) * q  # numpy's get_virtual_index for 'linear', evaluated the same way
     previous = np.floor(virtual).astype(np.int64)
     nxt = previous + 1
     above = virtual >= n - 1

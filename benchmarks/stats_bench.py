@@ -1,0 +1,601 @@
+"""Benchmark `accelkit.stats.compute_stats` against two baselines, in one run, on the same data.
+
+Methods
+  exact       accelkit exact mode (default; 2 passes, equals numpy.quantile)
+  fast        accelkit fast mode (1 pass, histogram sketch)
+  baseline_a  load everything into memory, then numpy.quantile + numpy mean/std/min/max
+  baseline_b  the reference tool's streaming approach: 256-row batches, float32 running mean and
+              mean-of-squares, min/max, and per dimension (Python loop) a 5000-bin np.histogram over a
+              range fixed by the first batch, re-binned whenever any dimension's min/max grows.
+              It is slow, so it is timed on a subset (--baseline-b-rows).
+
+Workloads
+  in_memory   --rows x --dim float32 (gaussian, heavy-tailed, 0/1 gripper, |mean| >> std columns),
+              given to accelkit as a list of dict batches of 65536 rows
+  parquet     a LeRobot v2.1 dataset (state 14 + action 14) of >= --parquet-frames frames, generated
+              once into --data-dir and read end to end (accelkit via open_source, baseline_a via pyarrow)
+  memory      peak RSS of accelkit at --memory-rows x --dim, data generated on the fly (never held in
+              memory); each size in its own subprocess so ru_maxrss is per measurement
+
+Timing: one warm-up run (JAX compilation; reported as first_run_s), then the median of --repeats runs.
+
+    python benchmarks/stats_bench.py                 # full run (about 5-10 minutes on 2 cores)
+    python benchmarks/stats_bench.py --quick         # smoke run (< 1 minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA = "accelkit.stats_bench/1"
+QUANTILES = (0.01, 0.99)
+IN_MEMORY_BATCH = 65536
+GEN_BATCH = 65536
+GIB = 1 << 30
+MIB = 1 << 20
+REPO = Path(__file__).resolve().parents[1]
+
+TARGETS = {
+    "exact_vs_baseline_b": 50.0,
+    "exact_vs_baseline_a": 1.0,
+    "fast_vs_exact": 2.0,
+    "parquet_frames_per_s": 1_000_000.0,
+    "peak_rss_10m_bytes": float(GIB),
+    "peak_rss_size_ratio": 1.10,  # peak(largest) / peak(smallest): "independent of size"
+}
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+def column_kinds(dim: int) -> list[str]:
+    """Which distribution each column follows (the same plan for any dim >= 4)."""
+    kinds = []
+    for d in range(dim):
+        f = d / dim
+        kinds.append("gaussian" if f < 0.5 else "heavy_tailed" if f < 0.75 else "gripper" if f < 0.875 else "offset")
+    return kinds
+
+
+def make_in_memory(rows: int, dim: int, seed: int = 0) -> np.ndarray:
+    """rows x dim float32: gaussian, heavy-tailed (t3, lognormal), 0/1 grippers, |mean| >> std."""
+    rng = np.random.default_rng(seed)
+    x = np.empty((rows, dim), np.float32)
+    for d, kind in enumerate(column_kinds(dim)):
+        if kind == "gaussian":
+            x[:, d] = rng.normal(rng.uniform(-2, 2), rng.uniform(0.05, 3), rows)
+        elif kind == "heavy_tailed":
+            x[:, d] = rng.standard_t(3, rows) if d % 2 else rng.lognormal(0.0, 1.5, rows)
+        elif kind == "gripper":
+            x[:, d] = (rng.random(rows) < rng.uniform(0.2, 0.8)).astype(np.float32)
+        else:  # a large offset with a small spread: float32 E[x^2] - E[x]^2 loses it
+            x[:, d] = 1000.0 * (d + 1) + rng.normal(0.0, 0.01 * (d + 1), rows)
+    return x
+
+
+class GeneratedBatches:
+    """A re-iterable of dict batches drawn afresh from a seeded rng: the same data on every pass,
+    never all in memory at once."""
+
+    def __init__(self, rows: int, dim: int, batch: int = GEN_BATCH, seed: int = 0):
+        self.rows, self.dim, self.batch, self.seed = rows, dim, batch, seed
+        scales = np.random.default_rng(seed + 1)
+        self.loc = scales.uniform(-2, 2, dim).astype(np.float32)
+        self.scale = scales.uniform(0.05, 3, dim).astype(np.float32)
+
+    def __iter__(self):
+        rng = np.random.default_rng(self.seed)
+        for start in range(0, self.rows, self.batch):
+            n = min(self.batch, self.rows - start)
+            x = rng.standard_normal((n, self.dim), dtype=np.float32)
+            x *= self.scale
+            x += self.loc
+            yield {"state": x}
+
+
+def ensure_parquet_dataset(data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14) -> tuple[Path, dict]:
+    """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size)."""
+    from accelkit.stats.sample import write_sample_dataset
+
+    root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}"
+    marker = root / "bench_done.json"
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        info["generated_now"] = False
+        return root, info
+    if root.exists():  # an interrupted generation
+        import shutil
+
+        shutil.rmtree(root)
+    # episode lengths are uniform in [fpe/2, 3*fpe/2]; 3% more episodes make >= `frames` likely, and
+    # the true count is checked below
+    episodes = int(math.ceil(frames / frames_per_episode * 1.03)) + 2
+    started = time.perf_counter()
+    write_sample_dataset(root, episodes=episodes, frames_per_episode=frames_per_episode, dim=dim, layout="v2.1", seed=0)
+    meta = json.loads((root / "meta" / "info.json").read_text())
+    info = {
+        "path": str(root),
+        "layout": "v2.1",
+        "episodes": episodes,
+        "frames": int(meta["total_frames"]),
+        "files": len(list((root / "data").rglob("*.parquet"))),
+        "bytes_on_disk": sum(p.stat().st_size for p in (root / "data").rglob("*.parquet")),
+        "generation_s": time.perf_counter() - started,
+    }
+    if info["frames"] < frames:
+        raise SystemExit(f"generated dataset has {info['frames']} frames < {frames}; raise the episode margin")
+    marker.write_text(json.dumps(info, indent=2))
+    info["generated_now"] = True
+    return root, info
+
+
+# --- methods ------------------------------------------------------------------------------------
+
+
+def baseline_a_arrays(arrays: dict[str, np.ndarray]) -> dict:
+    out = {}
+    for key, x in arrays.items():
+        q = np.quantile(x, list(QUANTILES), axis=0)
+        out[key] = {
+            "quantiles": {QUANTILES[i]: q[i] for i in range(len(QUANTILES))},
+            "mean": x.mean(axis=0), "std": x.std(axis=0), "min": x.min(axis=0), "max": x.max(axis=0),
+        }
+    return out
+
+
+def baseline_a_in_memory(batches: list[dict]) -> dict:
+    """Load (concatenate the batches), then numpy."""
+    x = np.concatenate([b["state"] for b in batches])
+    return baseline_a_arrays({"state": x})
+
+
+def baseline_a_parquet(root: Path) -> dict:
+    """pyarrow read of both columns of every file, then numpy."""
+    import pyarrow.parquet as pq
+
+    columns = {"state": "observation.state", "actions": "action"}
+    parts: dict[str, list] = {k: [] for k in columns}
+    for path in sorted((root / "data").rglob("*.parquet")):
+        table = pq.read_table(path, columns=list(columns.values()))
+        for key, name in columns.items():
+            col = table.column(name).combine_chunks()
+            width = col.type.list_size
+            parts[key].append(col.flatten().to_numpy().reshape(-1, width))
+    return baseline_a_arrays({k: np.concatenate(v) for k, v in parts.items()})
+
+
+class ReferenceRunningStats:
+    """The reference tool's streaming statistics, re-implemented from its description.
+
+    float32 running mean and mean of squares; per dimension a 5000-bin histogram over [min, max] of the
+    first batch; whenever any dimension's min or max grows, every histogram is re-binned onto new edges
+    (each old bin's count goes to the new bin holding its left edge); a quantile is the left edge of
+    the bin holding rank q * count.
+    """
+
+    BINS = 5000
+
+    def __init__(self):
+        self.count = 0
+
+    def update(self, batch: np.ndarray) -> None:
+        n, dim = batch.shape
+        if self.count == 0:
+            self.mean = batch.mean(axis=0)
+            self.mean_sq = (batch**2).mean(axis=0)
+            self.min = batch.min(axis=0)
+            self.max = batch.max(axis=0)
+            self.hist = [np.zeros(self.BINS) for _ in range(dim)]
+            self.edges = [np.linspace(self.min[d] - 1e-10, self.max[d] + 1e-10, self.BINS + 1) for d in range(dim)]
+        else:
+            new_min, new_max = batch.min(axis=0), batch.max(axis=0)
+            grew = bool(np.any(new_min < self.min) or np.any(new_max > self.max))
+            self.min = np.minimum(self.min, new_min)
+            self.max = np.maximum(self.max, new_max)
+            if grew:
+                for d in range(dim):
+                    edges = np.linspace(self.min[d], self.max[d], self.BINS + 1)
+                    self.hist[d], _ = np.histogram(self.edges[d][:-1], bins=edges, weights=self.hist[d])
+                    self.edges[d] = edges
+        self.count += n
+        self.mean += (batch.mean(axis=0) - self.mean) * (n / self.count)
+        self.mean_sq += ((batch**2).mean(axis=0) - self.mean_sq) * (n / self.count)
+        for d in range(dim):
+            counts, _ = np.histogram(batch[:, d], bins=self.edges[d])
+            self.hist[d] += counts
+
+    def result(self) -> dict:
+        std = np.sqrt(np.maximum(0.0, self.mean_sq - self.mean**2))
+        qs = {}
+        for q in QUANTILES:
+            target = q * self.count
+            qs[q] = np.array([e[np.searchsorted(np.cumsum(h), target)] for h, e in zip(self.hist, self.edges, strict=True)])
+        return {"quantiles": qs, "mean": self.mean, "std": std, "min": self.min, "max": self.max}
+
+
+def baseline_b(x: np.ndarray, batch: int = 256) -> dict:
+    stats = ReferenceRunningStats()
+    for start in range(0, len(x), batch):
+        stats.update(x[start:start + batch])
+    return {"state": stats.result()}
+
+
+def accelkit_stats(data, fast: bool):
+    from accelkit.stats.compute import compute_stats
+
+    result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
+    out = {}
+    for key, s in result.stats.items():
+        out[key] = {"quantiles": dict(s.quantiles), "mean": s.mean, "std": s.std, "min": s.min, "max": s.max}
+    return out, result.summary
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def timed(fn, repeats: int, rows: int, warmup: bool = True) -> tuple[dict, object]:
+    """Warm-up run (reported separately), then the median of `repeats` runs."""
+    record: dict = {"rows": rows, "repeats": repeats}
+    value = None
+    if warmup:
+        t = time.perf_counter()
+        value = fn()
+        record["first_run_s"] = time.perf_counter() - t
+    times, summaries = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - t)
+        if isinstance(value, tuple) and len(value) == 2 and hasattr(value[1], "pass_seconds"):
+            summaries.append(value[1])
+    record["times_s"] = times
+    record["median_s"] = statistics.median(times)
+    record["rows_per_s"] = rows / record["median_s"]
+    if warmup:
+        record["first_run_overhead_s"] = record["first_run_s"] - record["median_s"]
+    if summaries:
+        record["passes"] = summaries[-1].passes
+        record["batch_size"] = summaries[-1].batch_size
+        record["compiles"] = summaries[-1].compiles
+        record["pass_seconds_median"] = [statistics.median(p) for p in zip(*[s.pass_seconds for s in summaries], strict=True)]
+        record["internal_seconds_median"] = statistics.median(s.seconds for s in summaries)
+    return record, value
+
+
+def accuracy(result: dict, reference: dict, key: str) -> dict:
+    """max over dims of |q - numpy.quantile| / std, and of the relative std error."""
+    ref = reference[key]
+    std = np.asarray(ref["std"], np.float64)
+    scale = np.where(std > 0, std, 1.0)
+    out = {}
+    for q in QUANTILES:
+        err = np.abs(np.asarray(result[key]["quantiles"][q], np.float64) - np.asarray(ref["quantiles"][q], np.float64)) / scale
+        out[f"q{q:g}_max_err_over_std"] = float(err.max())
+        out[f"q{q:g}_worst_dim"] = int(err.argmax())
+    out["max_err_over_std"] = max(out[f"q{q:g}_max_err_over_std"] for q in QUANTILES)
+    rel = np.abs(np.asarray(result[key]["std"], np.float64) - std) / scale
+    out["std_max_rel_err"] = float(rel.max())
+    out["std_worst_dim"] = int(rel.argmax())
+    mean_err = np.abs(np.asarray(result[key]["mean"], np.float64) - np.asarray(ref["mean"], np.float64)) / scale
+    out["mean_max_err_over_std"] = float(mean_err.max())
+    return out
+
+
+def memory_child(rows: int, dim: int, fast: bool) -> None:
+    """Runs in a subprocess: prints one JSON line with this process's peak RSS."""
+    import jax  # noqa: F401  (imported before the baseline so the runtime is in it)
+
+    from accelkit.stats.compute import compute_stats
+
+    def maxrss() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    data = GeneratedBatches(rows, dim)
+    before = maxrss()
+    t = time.perf_counter()
+    result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
+    seconds = time.perf_counter() - t
+    s = result.stats["state"]
+    print(json.dumps({
+        "rows": rows, "dim": dim, "mode": "fast" if fast else "exact",
+        "peak_rss_bytes": maxrss(), "rss_after_imports_bytes": before,
+        "summary_peak_rss_bytes": result.summary.peak_rss_bytes,
+        "seconds": seconds, "rows_per_s": rows / seconds, "passes": result.summary.passes,
+        "pass_seconds": result.summary.pass_seconds, "batch_size": result.summary.batch_size,
+        "count_ok": bool(np.all(s.count == rows)), "data_bytes_if_in_memory": rows * dim * 4,
+    }))
+
+
+def run_memory(rows: int, dim: int, fast: bool) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-child", str(rows), "--dim", str(dim)]
+    if fast:
+        cmd.append("--fast")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"rows": rows, "dim": dim, "mode": "fast" if fast else "exact", "error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def environment() -> dict:
+    import jax
+    import jaxlib
+    import pyarrow
+
+    import accelkit
+
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        mem = psutil.virtual_memory().total
+    except ImportError:
+        mem = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True).stdout.strip())
+    except OSError:
+        commit, dirty = None, None
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "pyarrow": pyarrow.__version__,
+        "accelkit": getattr(accelkit, "__version__", None),
+        "git_commit": commit,
+        "src_dirty": dirty,
+        "platform": platform.platform(),
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_bytes": mem,
+        "jax_devices": [str(d) for d in jax.devices()],
+        "loadavg_start": list(os.getloadavg()),
+    }
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the in-memory workload")
+    parser.add_argument("--dim", type=int, default=32, help="dimensions of the in-memory and memory workloads")
+    parser.add_argument("--parquet-frames", type=int, default=2_000_000, help="minimum frames of the parquet dataset")
+    parser.add_argument("--frames-per-episode", type=int, default=1000, help="mean episode length (one file each)")
+    parser.add_argument("--baseline-b-rows", type=int, default=100_000, help="subset on which baseline_b is timed")
+    parser.add_argument("--memory-rows", default="1000000,10000000", help="comma-separated sizes for peak RSS")
+    parser.add_argument("--memory-fast", action="store_true", help="also measure fast mode's peak RSS")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "stats_bench.json")
+    parser.add_argument("--quick", action="store_true", help="small smoke sizes (< 1 minute)")
+    parser.add_argument("--no-baseline-b-full", action="store_true",
+                        help="skip the single full-size baseline_b run used for its accuracy")
+    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.memory_child is not None:
+        memory_child(args.memory_child, args.dim, args.fast)
+        return 0
+    if args.quick:
+        args.rows, args.parquet_frames, args.frames_per_episode = 100_000, 100_000, 500
+        args.baseline_b_rows, args.memory_rows = 10_000, "100000,1000000"
+        if args.out == parser.get_default("out"):
+            args.out = args.out.with_name("stats_bench_quick.json")
+
+    started = time.perf_counter()
+    log("importing jax")
+    t = time.perf_counter()
+    import jax
+
+    jax.devices()
+    import_s = time.perf_counter() - t
+    env = environment()
+    env["jax_import_and_init_s"] = import_s
+    report: dict = {
+        "schema": SCHEMA,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("memory_child", "fast")},
+        "quantiles": list(QUANTILES),
+        "environment": env,
+        "workloads": {},
+        "notes": [],
+    }
+    R = args.repeats
+
+    # (i) in memory -------------------------------------------------------------------------------
+    log(f"in_memory: generating {args.rows} x {args.dim}")
+    x = make_in_memory(args.rows, args.dim)
+    batches = [{"state": x[i:i + IN_MEMORY_BATCH]} for i in range(0, len(x), IN_MEMORY_BATCH)]
+    w: dict = {"rows": args.rows, "dim": args.dim, "batch_rows": IN_MEMORY_BATCH, "column_kinds": column_kinds(args.dim), "methods": {}}
+    report["workloads"]["in_memory"] = w
+    log("in_memory: baseline_a")
+    w["methods"]["baseline_a"], ref = timed(lambda: baseline_a_in_memory(batches), R, args.rows)
+    log("in_memory: accelkit exact")
+    w["methods"]["exact"], (exact_res, _) = timed(lambda: accelkit_stats(batches, fast=False), R, args.rows)
+    log("in_memory: accelkit fast")
+    w["methods"]["fast"], (fast_res, _) = timed(lambda: accelkit_stats(batches, fast=True), R, args.rows)
+    nb = min(args.baseline_b_rows, args.rows)
+    log(f"in_memory: baseline_b on the first {nb} rows")
+    w["methods"]["baseline_b"], _ = timed(lambda: baseline_b(x[:nb]), R, nb, warmup=False)
+    w["methods"]["baseline_b"]["timed_on_subset"] = nb < args.rows
+    w["methods"]["baseline_b"]["note"] = (
+        f"timed on the first {nb} of {args.rows} rows (pure-Python per-dimension loop; far too slow for the full set)"
+    )
+
+    acc = {
+        "exact": accuracy(exact_res, ref, "state"),
+        "fast": accuracy(fast_res, ref, "state"),
+        "baseline_a": accuracy(ref, ref, "state"),
+    }
+    sub_ref = baseline_a_arrays({"state": x[:nb]})
+    acc["baseline_b_subset"] = accuracy(baseline_b(x[:nb]), sub_ref, "state")
+    acc["baseline_b_subset"]["reference"] = f"numpy on the same {nb}-row subset"
+    if nb < args.rows and not args.no_baseline_b_full:
+        log(f"in_memory: baseline_b once on all {args.rows} rows (for its accuracy)")
+        t = time.perf_counter()
+        full_b = baseline_b(x)
+        full_s = time.perf_counter() - t
+        acc["baseline_b"] = accuracy(full_b, ref, "state")
+        w["methods"]["baseline_b"]["full_run_s"] = full_s
+        w["methods"]["baseline_b"]["full_run_rows_per_s"] = args.rows / full_s
+    else:
+        acc["baseline_b"] = acc["baseline_b_subset"]
+    w["accuracy"] = acc
+    w["accuracy_definition"] = "max over dimensions of |q - numpy.quantile(all rows)| / numpy std, for q in quantiles"
+    del batches, x, ref, exact_res, fast_res
+
+    # (ii) parquet --------------------------------------------------------------------------------
+    log(f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    root, info = ensure_parquet_dataset(args.data_dir, args.parquet_frames, args.frames_per_episode)
+    frames = info["frames"]
+    p: dict = {"dataset": info, "keys": {"state": "observation.state", "actions": "action"}, "dim_per_key": 14, "methods": {}}
+    report["workloads"]["parquet"] = p
+    from accelkit.stats.sources import open_source
+
+    log("parquet: accelkit exact")
+    p["methods"]["exact"], (pe, _) = timed(lambda: accelkit_stats(open_source(root), fast=False), R, frames)
+    log("parquet: accelkit fast")
+    p["methods"]["fast"], _ = timed(lambda: accelkit_stats(open_source(root), fast=True), R, frames)
+    log("parquet: baseline_a (pyarrow + numpy)")
+    p["methods"]["baseline_a"], pref = timed(lambda: baseline_a_parquet(root), R, frames)
+    p["accuracy"] = {"exact": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}}
+    p["note"] = "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
+    del pe, pref
+
+    # (iii) memory --------------------------------------------------------------------------------
+    sizes = sorted(int(s) for s in args.memory_rows.split(","))
+    mem: dict = {"dim": args.dim, "batch_rows": GEN_BATCH, "runs": []}
+    report["workloads"]["memory"] = mem
+    for fast in (False, True) if args.memory_fast else (False,):
+        for n in sizes:
+            log(f"memory: {'fast' if fast else 'exact'} at {n} x {args.dim} in a subprocess")
+            mem["runs"].append(run_memory(n, args.dim, fast))
+    mem["note"] = "peak RSS is the whole process (Python + JAX runtime + accelkit), from ru_maxrss in a fresh subprocess"
+
+    # ratios and targets --------------------------------------------------------------------------
+    m = w["methods"]
+    exact_runs = {r["rows"]: r for r in mem["runs"] if r.get("mode") == "exact" and "error" not in r}
+    largest, smallest = (exact_runs[max(exact_runs)], exact_runs[min(exact_runs)]) if exact_runs else (None, None)
+    ratios = {
+        "exact_vs_baseline_b": m["exact"]["rows_per_s"] / m["baseline_b"]["rows_per_s"],
+        "exact_vs_baseline_a": m["exact"]["rows_per_s"] / m["baseline_a"]["rows_per_s"],
+        "fast_vs_exact": m["fast"]["rows_per_s"] / m["exact"]["rows_per_s"],
+        "fast_vs_baseline_a": m["fast"]["rows_per_s"] / m["baseline_a"]["rows_per_s"],
+        "parquet_exact_frames_per_s": p["methods"]["exact"]["rows_per_s"],
+        "parquet_fast_frames_per_s": p["methods"]["fast"]["rows_per_s"],
+        "parquet_baseline_a_frames_per_s": p["methods"]["baseline_a"]["rows_per_s"],
+        "parquet_exact_vs_baseline_a": p["methods"]["exact"]["rows_per_s"] / p["methods"]["baseline_a"]["rows_per_s"],
+        "peak_rss_largest_bytes": largest["peak_rss_bytes"] if largest else None,
+        "peak_rss_size_ratio": largest["peak_rss_bytes"] / smallest["peak_rss_bytes"] if largest else None,
+    }
+    report["ratios"] = ratios
+    biggest = max(sizes)
+
+    def target(name, value, threshold, op, what):
+        met = None if value is None else (value >= threshold if op == ">=" else value <= threshold)
+        return {"name": name, "what": what, "value": value, "op": op, "threshold": threshold, "met": met}
+
+    report["targets"] = [
+        target("exact_vs_baseline_b", ratios["exact_vs_baseline_b"], TARGETS["exact_vs_baseline_b"], ">=", "exact rows/s / baseline_b rows/s (in_memory)"),
+        target("exact_vs_baseline_a", ratios["exact_vs_baseline_a"], TARGETS["exact_vs_baseline_a"], ">=", "exact rows/s / baseline_a rows/s (in_memory)"),
+        target("fast_vs_exact", ratios["fast_vs_exact"], TARGETS["fast_vs_exact"], ">=", "fast rows/s / exact rows/s (in_memory)"),
+        target("parquet_exact_frames_per_s", ratios["parquet_exact_frames_per_s"], TARGETS["parquet_frames_per_s"], ">=", "exact mode, parquet end to end, frames/s"),
+        target("parquet_fast_frames_per_s", ratios["parquet_fast_frames_per_s"], TARGETS["parquet_frames_per_s"], ">=", "fast mode, parquet end to end, frames/s"),
+        target("peak_rss_largest", ratios["peak_rss_largest_bytes"], TARGETS["peak_rss_10m_bytes"], "<=", f"peak RSS, exact, {biggest} x {args.dim} generated"),
+        target("peak_rss_size_ratio", ratios["peak_rss_size_ratio"], TARGETS["peak_rss_size_ratio"], "<=", f"peak RSS at {biggest} rows / at {min(sizes)} rows"),
+    ]
+    if args.quick:
+        report["notes"].append("--quick: smoke sizes; the numbers are not comparable to the targets")
+    env["loadavg_end"] = list(os.getloadavg())
+    report["total_s"] = time.perf_counter() - started
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    tmp.replace(args.out)
+    print_table(report)
+    print(f"\nwrote {args.out} in {report['total_s']:.0f} s")
+    return 0
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _rate(v: float) -> str:
+    return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.0f}k"
+
+
+def print_table(report: dict) -> None:
+    env = report["environment"]
+    print(f"\naccelkit stats benchmark  {report['created_utc']}  {env['cpu_model']}  "
+          f"{env['cpu_count']} cpus  load {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}")
+    w = report["workloads"]["in_memory"]
+    print(f"\n(i) in memory: {w['rows']} x {w['dim']} float32")
+    print(f"  {'method':<12}{'rows':>10}{'median s':>10}{'rows/s':>10}{'first s':>9}  {'max|q-np|/std':>13}  passes s")
+    for name in ("exact", "fast", "baseline_a", "baseline_b"):
+        r = w["methods"][name]
+        first = f"{r['first_run_s']:.2f}" if "first_run_s" in r else "-"
+        passes = " ".join(f"{s:.2f}" for s in r.get("pass_seconds_median", []))
+        print(f"  {name:<12}{r['rows']:>10}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{first:>9}  "
+              f"{w['accuracy'][name]['max_err_over_std']:>13.3g}  {passes}")
+    p = report["workloads"]["parquet"]
+    print(f"\n(ii) parquet: LeRobot v2.1, {p['dataset']['frames']} frames, {p['dataset']['files']} files, state 14 + action 14")
+    print(f"  {'method':<12}{'median s':>10}{'frames/s':>10}{'first s':>9}  passes s")
+    for name in ("exact", "fast", "baseline_a"):
+        r = p["methods"][name]
+        passes = " ".join(f"{s:.2f}" for s in r.get("pass_seconds_median", []))
+        print(f"  {name:<12}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['first_run_s']:>9.2f}  {passes}")
+    mem = report["workloads"]["memory"]
+    print(f"\n(iii) memory (subprocess per run, data generated on the fly, dim {mem['dim']})")
+    for r in mem["runs"]:
+        if "error" in r:
+            print(f"  {r['mode']:<6}{r['rows']:>10}  ERROR {r['error'][-200:]}")
+            continue
+        print(f"  {r['mode']:<6}{r['rows']:>10} rows  peak RSS {r['peak_rss_bytes'] / MIB:7.0f} MiB  "
+              f"(after imports {r['rss_after_imports_bytes'] / MIB:.0f} MiB; data would be {r['data_bytes_if_in_memory'] / MIB:.0f} MiB)  "
+              f"{_rate(r['rows_per_s'])} rows/s")
+    print("\ntargets")
+    for t in report["targets"]:
+        v = t["value"]
+        shown = "n/a" if v is None else f"{v / MIB:.0f} MiB" if "rss_largest" in t["name"] else f"{v:,.2f}"
+        thr = f"{t['threshold'] / MIB:.0f} MiB" if "rss_largest" in t["name"] else f"{t['threshold']:,.2f}"
+        status = "n/a" if t["met"] is None else "MET" if t["met"] else "MISSED"
+        print(f"  {status:<7}{t['name']:<28}{shown:>14} {t['op']} {thr:<12} {t['what']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Exact mode equals numpy.quantile (and numpy float64 moments) on adversarial data."""
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from accelkit.stats.compute import compute_stats
+from accelkit.stats.quantiles import float_keys, keys_to_floats
+
+from .helpers import assert_matches_numpy, stats_of
+
+LEVELS = [0.0, 0.01, 0.1, 0.25, 0.5, 1 / 3, 0.9, 0.99, 1.0]
+
+
+def adversarial_columns(rng, n):
+    cols = {
+        "gaussian": rng.standard_normal(n),
+        "gripper": (rng.random(n) > 0.3).astype(float),
+        "cauchy": rng.standard_cauchy(n),
+        "mean_much_larger_than_std": 1e4 + 1e-2 * rng.standard_normal(n),
+        "constant": np.full(n, 7.25),
+        "signed_zeros": np.where(rng.random(n) > 0.5, 0.0, -0.0),
+        "near_1e30": rng.choice([-1e30, 1e30, 3e29, -2.5e30], n) * (1 + 1e-3 * rng.random(n)),
+        "ties": rng.integers(-3, 4, n).astype(float),
+        "tiny_denormals": rng.standard_normal(n) * 1e-40,
+        "all_negative": -np.exp(rng.standard_normal(n)),
+    }
+    return cols
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 40_000])
+def test_exact_quantiles_equal_numpy_on_adversarial_columns(rng, n):
+    cols = adversarial_columns(rng, n)
+    x = np.stack(list(cols.values()), axis=1).astype(np.float32)
+    stats = stats_of(x, LEVELS, split=max(1, n // 3))
+    assert_matches_numpy(stats, x, LEVELS)
+
+
+def test_std_accurate_when_mean_much_larger_than_std(rng):
+    # N(3, 0.05^2) scaled: the reference tool's float32 E[x^2]-E[x]^2 loses 0.4-2 % of the std here.
+    x = np.stack([3 + 0.05 * rng.standard_normal(500_000), 1e5 + 1e-3 * rng.standard_normal(500_000)], 1).astype(np.float32)
+    stats = stats_of(x, [0.5], split=70_001)
+    ref = x.astype(np.float64).std(axis=0)
+    np.testing.assert_allclose(stats.std, ref, rtol=1e-9)
+
+
+def test_constant_dimension_has_zero_std_and_exact_quantiles():
+    x = np.full((100, 2), 5.0, np.float32)
+    stats = stats_of(x, [0.01, 0.99])
+    assert np.all(stats.std == 0) and np.all(np.isfinite(stats.std))
+    assert np.all(stats.quantiles[0.01] == 5.0)
+
+
+def test_keys_preserve_order_for_every_kind_of_float(rng):
+    special = np.array([-np.inf, -3.4e38, -1.0, -1e-45, 0.0, 1e-45, 1e-38, 1.0, 3.4e38, np.inf], np.float32)
+    values = np.sort(np.concatenate([special, rng.standard_normal(1000).astype(np.float32)]))
+    keys = np.asarray(float_keys(values)).astype(np.int64)
+    assert np.all(np.diff(keys) >= 0)
+    assert np.all((np.diff(keys) > 0) == (np.diff(values) > 0))
+    np.testing.assert_array_equal(keys_to_floats(keys).view(np.uint32), values.view(np.uint32))
+    signed_zeros = np.asarray(float_keys(np.array([-0.0, 0.0], np.float32))).astype(np.int64)
+    assert signed_zeros[1] - signed_zeros[0] == 1  # -0.0 sorts just below +0.0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=hnp.arrays(
+        np.float32,
+        st.tuples(st.integers(1, 300), st.integers(1, 3)),
+        elements=st.one_of(
+            st.floats(-1e6, 1e6, width=32),
+            st.sampled_from([0.0, -0.0, 1.0, 1e30, -1e30]),
+        ),
+    ),
+    cuts=st.lists(st.integers(0, 300), max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_batch_splitting_and_merge_order_never_change_results(data, cuts, seed):
+    levels = [0.01, 0.5, 0.99]
+    bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
+    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    order = np.random.default_rng(seed).permutation(len(pieces))
+    shuffled = [pieces[i] for i in order]
+    # batch_size fixed so every example reuses the same compiled kernels
+    whole = compute_stats([{"x": data}], quantiles=levels, batch_size=64).stats["x"]
+    split = compute_stats([{"x": p} for p in shuffled], quantiles=levels, batch_size=64).stats["x"]
+    for q in levels:
+        np.testing.assert_array_equal(split.quantiles[q], whole.quantiles[q])
+        np.testing.assert_array_equal(whole.quantiles[q], np.quantile(data, [q], axis=0)[0])
+    np.testing.assert_array_equal(split.min, whole.min)
+    np.testing.assert_array_equal(split.max, whole.max)
+    np.testing.assert_array_equal(split.count, whole.count)
+    ref = data.astype(np.float64)
+    scale = np.abs(ref).max(initial=1.0)
+    np.testing.assert_allclose(split.mean, ref.mean(0), rtol=1e-12, atol=1e-12 * scale)
+    np.testing.assert_allclose(split.std, ref.std(0), rtol=1e-6, atol=1e-9 * scale)
+
+
+def test_eight_devices_equal_one_device(rng, one_device, eight_devices):
+    x = np.stack([rng.standard_normal(50_001), rng.standard_cauchy(50_001), (rng.random(50_001) > 0.5)], 1).astype(np.float32)
+    batches = [{"x": x[i:i + 7_777]} for i in range(0, len(x), 7_777)]
+    one = compute_stats(batches, quantiles=LEVELS, devices=one_device, batch_size=4096)
+    eight = compute_stats(batches, quantiles=LEVELS, devices=eight_devices, batch_size=4096)
+    assert eight.summary.devices != one.summary.devices and len(eight.summary.devices) == 8
+    a, b = one.stats["x"], eight.stats["x"]
+    for q in LEVELS:
+        np.testing.assert_array_equal(a.quantiles[q], b.quantiles[q])
+    np.testing.assert_array_equal(a.count, b.count)
+    np.testing.assert_array_equal(a.min, b.min)
+    np.testing.assert_array_equal(a.max, b.max)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-13)
+    np.testing.assert_allclose(a.std, b.std, rtol=1e-12)
+    assert_matches_numpy(b, x, LEVELS)
+
+
+def test_eight_devices_equal_one_device_in_fast_mode(rng, one_device, eight_devices):
+    x = rng.standard_normal((30_000, 2)).astype(np.float32)
+    one = compute_stats([{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=one_device, batch_size=2048).stats["x"]
+    eight = compute_stats([{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=eight_devices, batch_size=2048).stats["x"]
+    for q in (0.01, 0.99):
+        np.testing.assert_array_equal(one.quantiles[q], eight.quantiles[q])
+
+
+def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(rng, one_device, monkeypatch, caplog):
+    from accelkit.stats import passes
+
+    x = rng.standard_normal((20_000, 3)).astype(np.float32)
+    expected = compute_stats([{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192).stats["x"]
+    real = passes.sharded_update
+
+    def limited(state, values, *args, **kwargs):
+        if values.shape[0] > 2048:  # stands in for a device that cannot hold the batch
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+        return real(state, values, *args, **kwargs)
+
+    monkeypatch.setattr(passes, "sharded_update", limited)
+    with caplog.at_level("WARNING"):
+        result = compute_stats([{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192)
+    assert result.summary.batch_size == 2048
+    assert any("out of device memory" in r.message for r in caplog.records)
+    for q in (0.01, 0.99):
+        np.testing.assert_array_equal(result.stats["x"].quantiles[q], expected.quantiles[q])
+
+
+def test_weighted_rows_equal_repeated_rows(rng):
+    # Action-chunk multiplicities are weights; they must act exactly like repeated rows.
+    from accelkit.stats.compute import Column, Stream
+
+    x = rng.standard_normal((500, 2)).astype(np.float32)
+    w = rng.integers(0, 5, 500).astype(np.int32)
+
+    class Weighted(Stream):
+        def chunks(self):
+            yield {"x": Column(x, w, np.arange(500))}
+
+    got = compute_stats(Weighted(), quantiles=LEVELS).stats["x"]
+    assert_matches_numpy(got, np.repeat(x, w, axis=0), LEVELS)
+
+
+def test_platform_request_for_missing_gpu_falls_back_to_cpu(rng):
+    x = rng.standard_normal((100, 1)).astype(np.float32)
+    result = compute_stats([{"x": x}], platform="gpu")
+    assert result.summary.platform == "cpu"
+    assert jax.devices()[0].platform == "cpu"
