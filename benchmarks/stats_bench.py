@@ -122,7 +122,7 @@ def ensure_parquet_dataset(data_dir: Path, frames: int, frames_per_episode: int,
         shutil.rmtree(root)
     # episode lengths are uniform in [fpe/2, 3*fpe/2]; 3% more episodes make >= `frames` likely, and
     # the true count is checked below
-    episodes = int(math.ceil(frames / frames_per_episode * 1.03)) + 2
+    episodes = math.ceil(frames / frames_per_episode * 1.03) + 2
     started = time.perf_counter()
     write_sample_dataset(root, episodes=episodes, frames_per_episode=frames_per_episode, dim=dim, layout="v2.1", seed=0)
     meta = json.loads((root / "meta" / "info.json").read_text())
@@ -294,24 +294,38 @@ def accuracy(result: dict, reference: dict, key: str) -> dict:
     return out
 
 
+def vm_hwm_bytes() -> int:
+    """This process's peak resident set (VmHWM of /proc/self/status, Linux), else ru_maxrss.
+
+    VmHWM belongs to the process's own address space. ru_maxrss does not suit a child process: Linux
+    carries the parent's high-water mark across fork/vfork + exec, so a child started from a large
+    parent reports the parent's peak (observed here: 1.2 GiB in a child that never exceeded 0.4 GiB).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def memory_child(rows: int, dim: int, fast: bool) -> None:
     """Runs in a subprocess: prints one JSON line with this process's peak RSS."""
     import jax  # noqa: F401  (imported before the baseline so the runtime is in it)
 
     from accelkit.stats.compute import compute_stats
 
-    def maxrss() -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
     data = GeneratedBatches(rows, dim)
-    before = maxrss()
+    before = vm_hwm_bytes()
     t = time.perf_counter()
     result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
     seconds = time.perf_counter() - t
     s = result.stats["state"]
     print(json.dumps({
         "rows": rows, "dim": dim, "mode": "fast" if fast else "exact",
-        "peak_rss_bytes": maxrss(), "rss_after_imports_bytes": before,
+        "peak_rss_bytes": vm_hwm_bytes(), "rss_after_imports_bytes": before,
+        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "summary_peak_rss_bytes": result.summary.peak_rss_bytes,
         "seconds": seconds, "rows_per_s": rows / seconds, "passes": result.summary.passes,
         "pass_seconds": result.summary.pass_seconds, "batch_size": result.summary.batch_size,
@@ -381,6 +395,83 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def bench_in_memory(args) -> dict:
+    R = args.repeats
+    log(f"in_memory: generating {args.rows} x {args.dim}")
+    x = make_in_memory(args.rows, args.dim)
+    batches = [{"state": x[i:i + IN_MEMORY_BATCH]} for i in range(0, len(x), IN_MEMORY_BATCH)]
+    w: dict = {"rows": args.rows, "dim": args.dim, "batch_rows": IN_MEMORY_BATCH, "column_kinds": column_kinds(args.dim), "methods": {}}
+    log("in_memory: baseline_a")
+    w["methods"]["baseline_a"], ref = timed(lambda: baseline_a_in_memory(batches), R, args.rows)
+    log("in_memory: accelkit exact")
+    w["methods"]["exact"], (exact_res, _) = timed(lambda: accelkit_stats(batches, fast=False), R, args.rows)
+    log("in_memory: accelkit fast")
+    w["methods"]["fast"], (fast_res, _) = timed(lambda: accelkit_stats(batches, fast=True), R, args.rows)
+    nb = min(args.baseline_b_rows, args.rows)
+    log(f"in_memory: baseline_b on the first {nb} rows")
+    w["methods"]["baseline_b"], _ = timed(lambda: baseline_b(x[:nb]), R, nb, warmup=False)
+    w["methods"]["baseline_b"]["timed_on_subset"] = nb < args.rows
+    w["methods"]["baseline_b"]["note"] = (
+        f"timed on the first {nb} of {args.rows} rows (pure-Python per-dimension loop; far too slow for the full set)"
+    )
+    acc = {
+        "exact": accuracy(exact_res, ref, "state"),
+        "fast": accuracy(fast_res, ref, "state"),
+        "baseline_a": accuracy(ref, ref, "state"),
+    }
+    sub_ref = baseline_a_arrays({"state": x[:nb]})
+    acc["baseline_b_subset"] = accuracy(baseline_b(x[:nb]), sub_ref, "state")
+    acc["baseline_b_subset"]["reference"] = f"numpy on the same {nb}-row subset"
+    if nb < args.rows and not args.no_baseline_b_full:
+        log(f"in_memory: baseline_b once on all {args.rows} rows (for its accuracy)")
+        t = time.perf_counter()
+        full_b = baseline_b(x)
+        full_s = time.perf_counter() - t
+        acc["baseline_b"] = accuracy(full_b, ref, "state")
+        w["methods"]["baseline_b"]["full_run_s"] = full_s
+        w["methods"]["baseline_b"]["full_run_rows_per_s"] = args.rows / full_s
+    else:
+        acc["baseline_b"] = acc["baseline_b_subset"]
+    w["accuracy"] = acc
+    w["accuracy_definition"] = "max over dimensions of |q - numpy.quantile(all rows)| / numpy std, for q in quantiles"
+    return w
+
+
+def bench_parquet(args) -> dict:
+    from accelkit.stats.sources import open_source
+
+    R = args.repeats
+    log(f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    root, info = ensure_parquet_dataset(args.data_dir, args.parquet_frames, args.frames_per_episode)
+    frames = info["frames"]
+    p: dict = {"dataset": info, "keys": {"state": "observation.state", "actions": "action"}, "dim_per_key": 14, "methods": {}}
+    log("parquet: accelkit exact")
+    p["methods"]["exact"], (pe, _) = timed(lambda: accelkit_stats(open_source(root), fast=False), R, frames)
+    log("parquet: accelkit fast")
+    p["methods"]["fast"], _ = timed(lambda: accelkit_stats(open_source(root), fast=True), R, frames)
+    log("parquet: baseline_a (pyarrow + numpy)")
+    p["methods"]["baseline_a"], pref = timed(lambda: baseline_a_parquet(root), R, frames)
+    p["accuracy"] = {"exact_max_err_over_std": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}}
+    p["note"] = "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
+    return p
+
+
+def bench_memory(args) -> dict:
+    sizes = sorted(int(s) for s in args.memory_rows.split(","))
+    mem: dict = {"dim": args.dim, "batch_rows": GEN_BATCH, "runs": []}
+    for fast in (False, True) if args.memory_fast else (False,):
+        for n in sizes:
+            log(f"memory: {'fast' if fast else 'exact'} at {n} x {args.dim} in a subprocess")
+            mem["runs"].append(run_memory(n, args.dim, fast))
+    mem["note"] = (
+        "peak RSS is the whole process (Python + JAX runtime + accelkit) in a fresh subprocess, read from "
+        "VmHWM (/proc/self/status); ru_maxrss_bytes and summary_peak_rss_bytes (accelkit's own, from "
+        "ru_maxrss) are recorded too but include the parent's high-water mark inherited across fork + exec"
+    )
+    return mem
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the in-memory workload")
@@ -428,78 +519,12 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": {},
         "notes": [],
     }
-    R = args.repeats
 
-    # (i) in memory -------------------------------------------------------------------------------
-    log(f"in_memory: generating {args.rows} x {args.dim}")
-    x = make_in_memory(args.rows, args.dim)
-    batches = [{"state": x[i:i + IN_MEMORY_BATCH]} for i in range(0, len(x), IN_MEMORY_BATCH)]
-    w: dict = {"rows": args.rows, "dim": args.dim, "batch_rows": IN_MEMORY_BATCH, "column_kinds": column_kinds(args.dim), "methods": {}}
-    report["workloads"]["in_memory"] = w
-    log("in_memory: baseline_a")
-    w["methods"]["baseline_a"], ref = timed(lambda: baseline_a_in_memory(batches), R, args.rows)
-    log("in_memory: accelkit exact")
-    w["methods"]["exact"], (exact_res, _) = timed(lambda: accelkit_stats(batches, fast=False), R, args.rows)
-    log("in_memory: accelkit fast")
-    w["methods"]["fast"], (fast_res, _) = timed(lambda: accelkit_stats(batches, fast=True), R, args.rows)
-    nb = min(args.baseline_b_rows, args.rows)
-    log(f"in_memory: baseline_b on the first {nb} rows")
-    w["methods"]["baseline_b"], _ = timed(lambda: baseline_b(x[:nb]), R, nb, warmup=False)
-    w["methods"]["baseline_b"]["timed_on_subset"] = nb < args.rows
-    w["methods"]["baseline_b"]["note"] = (
-        f"timed on the first {nb} of {args.rows} rows (pure-Python per-dimension loop; far too slow for the full set)"
-    )
-
-    acc = {
-        "exact": accuracy(exact_res, ref, "state"),
-        "fast": accuracy(fast_res, ref, "state"),
-        "baseline_a": accuracy(ref, ref, "state"),
-    }
-    sub_ref = baseline_a_arrays({"state": x[:nb]})
-    acc["baseline_b_subset"] = accuracy(baseline_b(x[:nb]), sub_ref, "state")
-    acc["baseline_b_subset"]["reference"] = f"numpy on the same {nb}-row subset"
-    if nb < args.rows and not args.no_baseline_b_full:
-        log(f"in_memory: baseline_b once on all {args.rows} rows (for its accuracy)")
-        t = time.perf_counter()
-        full_b = baseline_b(x)
-        full_s = time.perf_counter() - t
-        acc["baseline_b"] = accuracy(full_b, ref, "state")
-        w["methods"]["baseline_b"]["full_run_s"] = full_s
-        w["methods"]["baseline_b"]["full_run_rows_per_s"] = args.rows / full_s
-    else:
-        acc["baseline_b"] = acc["baseline_b_subset"]
-    w["accuracy"] = acc
-    w["accuracy_definition"] = "max over dimensions of |q - numpy.quantile(all rows)| / numpy std, for q in quantiles"
-    del batches, x, ref, exact_res, fast_res
-
-    # (ii) parquet --------------------------------------------------------------------------------
-    log(f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}")
-    args.data_dir.mkdir(parents=True, exist_ok=True)
-    root, info = ensure_parquet_dataset(args.data_dir, args.parquet_frames, args.frames_per_episode)
-    frames = info["frames"]
-    p: dict = {"dataset": info, "keys": {"state": "observation.state", "actions": "action"}, "dim_per_key": 14, "methods": {}}
-    report["workloads"]["parquet"] = p
-    from accelkit.stats.sources import open_source
-
-    log("parquet: accelkit exact")
-    p["methods"]["exact"], (pe, _) = timed(lambda: accelkit_stats(open_source(root), fast=False), R, frames)
-    log("parquet: accelkit fast")
-    p["methods"]["fast"], _ = timed(lambda: accelkit_stats(open_source(root), fast=True), R, frames)
-    log("parquet: baseline_a (pyarrow + numpy)")
-    p["methods"]["baseline_a"], pref = timed(lambda: baseline_a_parquet(root), R, frames)
-    p["accuracy"] = {"exact": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}}
-    p["note"] = "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
-    del pe, pref
-
-    # (iii) memory --------------------------------------------------------------------------------
+    report["workloads"]["in_memory"] = bench_in_memory(args)
+    report["workloads"]["parquet"] = bench_parquet(args)
+    report["workloads"]["memory"] = bench_memory(args)
+    w, p, mem = (report["workloads"][k] for k in ("in_memory", "parquet", "memory"))
     sizes = sorted(int(s) for s in args.memory_rows.split(","))
-    mem: dict = {"dim": args.dim, "batch_rows": GEN_BATCH, "runs": []}
-    report["workloads"]["memory"] = mem
-    for fast in (False, True) if args.memory_fast else (False,):
-        for n in sizes:
-            log(f"memory: {'fast' if fast else 'exact'} at {n} x {args.dim} in a subprocess")
-            mem["runs"].append(run_memory(n, args.dim, fast))
-    mem["note"] = "peak RSS is the whole process (Python + JAX runtime + accelkit), from ru_maxrss in a fresh subprocess"
 
     # ratios and targets --------------------------------------------------------------------------
     m = w["methods"]
