@@ -91,21 +91,21 @@ def _mount_capabilities() -> None:
 _mount_capabilities()
 
 
-def main(argv: list[str] | None = None) -> None:
-    import click
+def _is_usage_error(exc: BaseException) -> bool:
+    # typer vendors its own click; its usage errors carry `format_message` and `exit_code`
+    return hasattr(exc, "format_message") and hasattr(exc, "exit_code")
 
+
+def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
         app(args=args, prog_name="accelkit", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
-        typer.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(2)
     except AccelkitError as exc:
         if debug:
             import traceback
@@ -117,6 +117,12 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `accelkit`: show the help, as --help does
+            typer.echo(exc.format_message())
+            sys.exit(0)
+        if _is_usage_error(exc):
+            typer.echo(f"error: {exc.format_message()} (see accelkit --help)", err=True)
+            sys.exit(2)
         if debug:
             raise
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)

@@ -69,7 +69,9 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
 
     from accelkit.stats.formats import quantile_name
 
-    console = Console()
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 140)  # logs and pipes get whole lines
     s = result.summary
     run = Table(title=f"accelkit stats: {source_name}", show_header=False)
     run.add_column("what")
@@ -85,7 +87,6 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     run.add_row("peak memory", memory)
     if s.partial:
         run.add_row("[yellow]partial[/yellow]", "time budget ran out; results cover the rows above")
-    run.add_row("written", f"{output} ({fmt})")
     console.print(run)
     for key, stats in result.stats.items():
         levels = sorted(stats.quantiles)
@@ -104,6 +105,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
             console.print(f"  fast-mode rank error bound for {key}: {worst:.2e} of the rows (exact mode: 0)")
         if int(stats.nonfinite.sum()):
             console.print(f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})")
+    console.print(f"wrote {output} ({fmt}{', partial' if s.partial else ''})", soft_wrap=True)
 
 
 def stats_command(

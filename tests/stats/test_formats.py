@@ -1,0 +1,64 @@
+"""openpi norm_stats.json and LeRobot stats.json: structure, round trip, atomic writes."""
+
+import json
+
+import numpy as np
+import pytest
+
+from accelkit.runtime.files import atomic_open
+from accelkit.stats.compute import compute_stats
+from accelkit.stats.formats import quantile_name, read_norm_stats, write_stats
+
+
+@pytest.fixture
+def result(rng):
+    state = rng.standard_normal((2000, 3)).astype(np.float32)
+    actions = np.stack([rng.random(2000) > 0.5, rng.standard_normal(2000)], 1).astype(np.float32)
+    return compute_stats([{"state": state, "actions": actions}], quantiles=[0.01, 0.1, 0.5, 0.9, 0.99]), state, actions
+
+
+def test_quantile_names():
+    assert [quantile_name(q) for q in (0.01, 0.1, 0.5, 0.99, 0.995, 0.001, 1.0)] == [
+        "q01", "q10", "q50", "q99", "q99.5", "q00.1", "q100"]
+
+
+def test_openpi_round_trip_and_layout(tmp_path, result):
+    res, state, _ = result
+    path = write_stats(tmp_path / "norm_stats.json", res.stats, "openpi", {})
+    text = path.read_text()
+    assert not text.endswith("\n") and text.startswith('{\n  "norm_stats": {\n    "state": {')
+    loaded = read_norm_stats(path)
+    assert set(loaded) == {"state", "actions"}
+    np.testing.assert_array_equal(loaded["state"]["q01"], np.quantile(state, [0.01], axis=0)[0])
+    np.testing.assert_allclose(loaded["state"]["std"], state.astype(np.float64).std(0), rtol=1e-9)
+    raw = json.loads(text)
+    assert "partial" not in raw
+    assert raw["norm_stats"]["actions"]["count"] == [2000, 2000]
+
+
+def test_openpi_missing_quantile_is_null(tmp_path, rng):
+    res = compute_stats([{"state": rng.standard_normal((50, 2)).astype(np.float32)}], quantiles=[0.5])
+    raw = json.loads(write_stats(tmp_path / "n.json", res.stats, "openpi", {}, partial=True).read_text())
+    assert raw["norm_stats"]["state"]["q01"] is None and raw["norm_stats"]["state"]["q50"] is not None
+    assert raw["partial"] is True
+
+
+def test_lerobot_layout_uses_column_names(tmp_path, result):
+    res, _, actions = result
+    raw = json.loads(write_stats(tmp_path / "stats.json", res.stats, "lerobot",
+                                 {"state": "observation.state", "actions": "action"}).read_text())
+    assert set(raw) == {"observation.state", "action"}
+    entry = raw["action"]
+    assert set(entry) == {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
+    assert entry["count"] == [2000]
+    np.testing.assert_array_equal(entry["q50"], np.quantile(actions, [0.5], axis=0)[0])
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_open(target) as handle:
+        handle.write("half of the new")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
