@@ -190,3 +190,27 @@ def describe_devices(explicit: str | None = None) -> dict:
     except ImportError:
         info["torch"] = {"error": "torch is not installed: pip install 'accelkit[torch]'"}
     return info
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | None:
+    """Turn on JAX's persistent compilation cache so a second process skips compiling.
+
+    The folder is `path`, else `$ACCELKIT_CACHE_DIR/jax`, else the user cache dir. Unwritable
+    folders just leave the cache off: it is a speed-up, never a requirement.
+    """
+    from pathlib import Path
+
+    import jax
+    import platformdirs
+
+    base = path or os.environ.get("ACCELKIT_CACHE_DIR") or platformdirs.user_cache_dir("accelkit")
+    folder = Path(base) / "jax" if path is None else Path(base)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.info("compilation cache disabled: cannot create %s (%s)", folder, exc.strerror)
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return str(folder)

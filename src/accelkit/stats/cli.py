@@ -78,7 +78,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     run.add_column("value")
     run.add_row("mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)")
     run.add_row("devices", f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})")
-    run.add_row("batch size", f"{s.batch_size:,} rows ({s.compiles} compilation{'s' if s.compiles != 1 else ''})")
+    run.add_row("batch size", f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)")
     run.add_row("rows", f"{s.rows:,}")
     run.add_row("time", f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})")
     memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
@@ -154,6 +154,7 @@ def stats_command(
 
 
 def run_stats(settings: StatsSettings, progress: bool = True):
+    from accelkit.runtime.devices import enable_compilation_cache
     from accelkit.stats.compute import compute_stats
     from accelkit.stats.formats import DEFAULT_OUTPUT, LEROBOT_QUANTILES, OPENPI_REQUIRED, write_stats
     from accelkit.stats.sources import open_source
@@ -162,6 +163,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         raise ConfigError("no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry")
     if settings.max_time_minutes is not None and settings.max_time_minutes <= 0:
         raise ConfigError(f"--max-time-minutes must be positive, not {settings.max_time_minutes}")
+    enable_compilation_cache()
     levels = settings.quantiles or list(LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED)
     stream = open_source(
         settings.dataset,
@@ -195,10 +197,14 @@ def sample_dataset_command(
     dim: Annotated[int, typer.Option("--dim", help="State and action width.")] = 14,
     layout: Annotated[str, typer.Option("--layout", help="LeRobot layout: v2.1 or v3.0.")] = "v2.1",
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    exist_ok: Annotated[bool, typer.Option("--exist-ok", help="Keep an existing LeRobot dataset at PATH instead of failing.")] = False,
 ) -> None:
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
     from accelkit.stats.sample import write_sample_dataset
 
+    if exist_ok and (path / "meta" / "info.json").is_file():
+        typer.echo(f"keeping the dataset already at {path}")
+        return
     root = write_sample_dataset(path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed)
     typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
 
