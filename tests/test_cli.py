@@ -72,7 +72,7 @@ def test_config_name_picks_an_entry_and_flags_override(dataset, tmp_path, capsys
 
 def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
     out_path = tmp_path / "partial.json"
-    code, out, err = run_cli(["stats", str(dataset), "--max-time-minutes", "0.000001", "-o", str(out_path), "--no-progress"], capsys)
+    code, _out, err = run_cli(["stats", str(dataset), "--max-time-minutes", "0.000001", "-o", str(out_path), "--no-progress"], capsys)
     assert code == 0, err
     payload = json.loads(out_path.read_text())
     assert payload["partial"] is True and "partial" in err
@@ -113,7 +113,7 @@ def test_nonfinite_data_exit_2_then_skip(tmp_path, capsys):
 
 
 def test_sample_dataset_command(tmp_path, capsys):
-    code, out, _ = run_cli(["sample-dataset", str(tmp_path / "s"), "--episodes", "2", "--frames", "20"], capsys)
+    code, _out, _ = run_cli(["sample-dataset", str(tmp_path / "s"), "--episodes", "2", "--frames", "20"], capsys)
     assert code == 0 and (tmp_path / "s" / "meta" / "info.json").is_file()
     code, _, err = run_cli(["sample-dataset", str(tmp_path / "s")], capsys)
     assert code == 2 and "not empty" in err

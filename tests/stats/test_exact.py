@@ -1,5 +1,7 @@
 """Exact mode equals numpy.quantile (and numpy float64 moments) on adversarial data."""
 
+import itertools
+
 import jax
 import numpy as np
 import pytest
@@ -81,7 +83,7 @@ def test_keys_preserve_order_for_every_kind_of_float(rng):
 def test_batch_splitting_and_merge_order_never_change_results(data, cuts, seed):
     levels = [0.01, 0.5, 0.99]
     bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
-    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    pieces = [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     order = np.random.default_rng(seed).permutation(len(pieces))
     shuffled = [pieces[i] for i in order]
     # batch_size fixed so every example reuses the same compiled kernels

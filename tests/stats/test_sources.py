@@ -97,7 +97,7 @@ def test_chunk_weights_with_sampling_match_a_direct_count():
     for end in ("truncate", "clamp"):
         expected = np.zeros(10, int)
         for t in np.flatnonzero(sampled):
-            first, last = np.flatnonzero(episodes == episodes[t])[[0, -1]]
+            _first, last = np.flatnonzero(episodes == episodes[t])[[0, -1]]
             for j in range(t, t + 4):
                 if j <= last:
                     expected[j] += 1
@@ -227,7 +227,7 @@ def test_corrupt_parquet_is_named(tmp_path, datasets):
 def test_damaged_info_json(tmp_path):
     (tmp_path / "meta").mkdir()
     (tmp_path / "meta" / "info.json").write_text("{not json")
-    with pytest.raises(DataError, match="info.json is not valid JSON"):
+    with pytest.raises(DataError, match=r"info\.json is not valid JSON"):
         open_source(tmp_path)
 
 

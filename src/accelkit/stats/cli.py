@@ -63,13 +63,13 @@ def _format_count(n: float) -> str:
 
 
 def print_report(result, output: Path, fmt: str, source_name: str) -> None:
+    import sys
+
     import numpy as np
     from rich.console import Console
     from rich.table import Table
 
     from accelkit.stats.formats import quantile_name
-
-    import sys
 
     console = Console(width=None if sys.stdout.isatty() else 140)  # logs and pipes get whole lines
     s = result.summary
@@ -156,7 +156,12 @@ def stats_command(
 def run_stats(settings: StatsSettings, progress: bool = True):
     from accelkit.runtime.devices import enable_compilation_cache
     from accelkit.stats.compute import compute_stats
-    from accelkit.stats.formats import DEFAULT_OUTPUT, LEROBOT_QUANTILES, OPENPI_REQUIRED, write_stats
+    from accelkit.stats.formats import (
+        DEFAULT_OUTPUT,
+        LEROBOT_QUANTILES,
+        OPENPI_REQUIRED,
+        write_stats,
+    )
     from accelkit.stats.sources import open_source
 
     if not settings.dataset:

@@ -221,7 +221,7 @@ def default_batch_size(dim: int, devices, override: int | None = None, total_row
     """
     n = len(devices)
     if override:
-        return max(n, int(math.ceil(override / n)) * n)
+        return max(n, math.ceil(override / n) * n)
     free = min(free_memory_bytes(d) for d in devices)
     cap = (1 << 17) if devices[0].platform == "cpu" else (1 << 21)
     rows = int(free * 0.25 / (64 * max(dim, 1)))
@@ -495,10 +495,10 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         digit = remaining if widest * (4 << remaining) <= TABLE_BUDGET_BYTES else min(8, remaining)
         prefix_bits = next(iter(plans.values())).prefix_bits
 
-        def spec_for(key, dim, digit=digit, prefix_bits=prefix_bits):
+        def spec_for(key, dim, digit=digit, prefix_bits=prefix_bits, groups=groups):
             return PassSpec(dim, groups[key][0].shape[1], prefix_bits, digit, False, runner.skip_nonfinite)
 
-        def init_for(key, spec, column):
+        def init_for(key, spec, column, groups=groups):
             return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
 
         outcome = runner.run_pass(f"pass {len(pass_times) + 1} (exact select)", spec_for, init_for, chunk_limit=chunk_limit)

@@ -96,7 +96,7 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
     flat = values.to_numpy(zero_copy_only=False)
     if flat.dtype == np.float64 and len(flat) and not np.array_equal(flat.astype(np.float32).astype(np.float64), flat, equal_nan=True):
         log.warning("%s is float64; statistics are computed on its float32 rounding", where)
-    return np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, max(width, 1) if len(flat) else max(width, 1))
+    return np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, max(width, 1))
 
 
 def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
@@ -297,7 +297,7 @@ def _resolve_keys(available: list[str], keys: Mapping[str, str] | None, where: s
             if name not in available:
                 raise DataError(f"{where} has no column {name!r} (for key {out!r}); available: {listing}")
         if features is not None:
-            for out, name in keys.items():
+            for name in keys.values():
                 dtype = str(features.get(name, {}).get("dtype", "float32"))
                 if dtype in ("video", "image", "string"):
                     raise DataError(f"{where} column {name!r} is a {dtype} feature, not a numeric vector")
@@ -345,10 +345,7 @@ def open_source(
         kinds = {p.suffix for p in files}
         if len(kinds) > 1:
             raise DataError(f"{root} mixes {', '.join(sorted(kinds))} files; point at a folder of one kind")
-        if kinds == {".npy"}:
-            available = sorted({p.stem for p in files})
-        else:
-            available = reader.names(files[0])
+        available = sorted({p.stem for p in files}) if kinds == {".npy"} else reader.names(files[0])
         name = f"folder {root}"
     else:
         if root.suffix not in DATA_SUFFIXES:
