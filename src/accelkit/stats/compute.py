@@ -381,7 +381,10 @@ def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
 
 
 def _center_of(column: Column) -> np.ndarray:
-    """The fast sketch's per-dimension center: the median of the first chunk's finite values."""
+    """A per-dimension value near the data: the median of the first chunk's finite values.
+
+    It shifts the moments' sums (so |mean| >> std costs no precision) and centers fast mode's keys.
+    """
     values = np.where(np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan)
     with np.errstate(all="ignore"):
         import warnings
@@ -477,7 +480,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
         lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True, runner.skip_nonfinite),
-        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), np.zeros(spec.dim, np.float32)),
+        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)),
         budget=first_budget,
     )
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)

@@ -2,8 +2,9 @@
 
 A pure `init` / `update` / `merge` / `finalize` quartet over an immutable NamedTuple, in the shape of
 optax's states. Accumulators are float64 (call under `jax.enable_x64(True)`); each batch is reduced
-about its own shifted mean and combined with Chan et al.'s parallel formula, so the standard deviation
-stays accurate when |mean| >> std (the float32 E[x^2] - E[x]^2 of the reference tool does not).
+about a shift near the data and combined with Chan et al.'s parallel formula, so the standard
+deviation stays accurate when |mean| >> std (the float32 E[x^2] - E[x]^2 of the reference tool does
+not).
 
 Weights are integer counts per element: 0 excludes an element (padding, non-finite values, frames not
 sampled), k > 1 counts it k times (an action that appears in k action chunks).
@@ -37,23 +38,26 @@ def init(dim: int) -> Moments:
     )
 
 
-def of_batch(x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
-    """Moments of one batch `x` [B, D] (float32) with integer element weights [B, D]."""
+def of_batch(x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray) -> Moments:
+    """Moments of one batch `x` [B, D] (float32) with integer element weights [B, D].
+
+    `shift` [D] is any value near the data (the driver uses the first chunk's median). Sums of
+    deviations from a fixed shift need one reduction pass, not two, and carry no large offset, so
+    the std stays accurate when |mean| >> std. Float64 throughout: float32 inputs cannot overflow
+    their squares, and the float32 -> float64 convert keeps denormals that float32 arithmetic on
+    XLA CPU would flush to zero.
+    """
     keys = float_keys(x)
-    w = weight.astype(jnp.float64)
     present = weight > 0
-    x64 = jnp.where(present, x, 0).astype(jnp.float64)
+    w = weight.astype(jnp.float64)
+    d = jnp.where(present, x.astype(jnp.float64) - shift.astype(jnp.float64), 0.0)
     count = weight.sum(axis=0, dtype=jnp.int64)
-    n = jnp.maximum(count, 1).astype(jnp.float64)
-    # Shift by a first estimate of the mean, then correct with the residual sum: the classic
-    # shifted-data algorithm, accurate even if the first estimate is off by rounding.
-    shift = (w * x64).sum(axis=0) / n
-    d = jnp.where(present, x64 - shift, 0.0)
     s1 = (w * d).sum(axis=0)
     s2 = (w * d * d).sum(axis=0)
+    n = jnp.maximum(count, 1).astype(jnp.float64)
     return Moments(
         count=count,
-        mean=shift + s1 / n,
+        mean=shift.astype(jnp.float64) + s1 / n,
         m2=jnp.maximum(s2 - s1 * s1 / n, 0.0),
         min_key=jnp.where(present, keys, EMPTY_MIN_KEY).min(axis=0),
         max_key=jnp.where(present, keys, EMPTY_MAX_KEY).max(axis=0),
@@ -73,9 +77,9 @@ def merge(a: Moments, b: Moments) -> Moments:
     return Moments(count, mean, m2, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key))
 
 
-def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray) -> Moments:
+def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray) -> Moments:
     # (x must be the raw float32 input: min/max keys are taken of its bits)
-    return merge(state, of_batch(x, weight))
+    return merge(state, of_batch(x, weight, shift))
 
 
 def finalize(state: Moments) -> dict[str, np.ndarray]:

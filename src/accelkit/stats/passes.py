@@ -42,7 +42,7 @@ class PassState(NamedTuple):
     moments: mom.Moments
     counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
     prefixes: jnp.ndarray  # uint32 [D, U]
-    center: jnp.ndarray  # float32 [D]: keys are taken of x - center (0 in exact mode)
+    center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
     nonfinite: jnp.ndarray  # int64 [D]
     first_nonfinite_row: jnp.ndarray  # int64 [D], NO_ROW if none
 
@@ -76,7 +76,7 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jn
     counts = digit_histogram_update(
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
-    moments = mom.update(state.moments, x, weight) if spec.with_moments else state.moments
+    moments = mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
     return PassState(moments, counts, state.prefixes, state.center, nonfinite, jnp.minimum(state.first_nonfinite_row, first_bad))
 
 

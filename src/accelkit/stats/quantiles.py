@@ -28,6 +28,7 @@ import numpy as np
 from accelkit.stats.keys import float_keys, keys_to_floats  # noqa: F401  (re-exported)
 
 KEY_BITS = 32
+NO_PREFIX = np.uint32(0xFFFFFFFF)  # pads prefix tables: above every prefix shorter than 32 bits
 
 
 def digit_histogram_update(
@@ -55,9 +56,15 @@ def digit_histogram_update(
         member = weight > 0
     else:
         high = keys >> (KEY_BITS - prefix_bits)
-        match = high[:, :, None] == prefixes[None, :, :]  # [B, D, U]
-        group = jnp.argmax(match, axis=-1).astype(jnp.int32)
-        member = match.any(axis=-1) & (weight > 0)
+        # Prefixes are distinct within a dimension, so at most one matches: the sums below are
+        # the matching group's index and membership, as element-wise ops XLA fuses (an argmax over
+        # a [B, D, U] tensor is several times slower on CPU).
+        group = jnp.zeros_like(digit)
+        matched = jnp.zeros_like(digit)
+        for u in range(groups):
+            hit = (high == prefixes[None, :, u]).astype(jnp.int32)
+            group, matched = group + u * hit, matched + hit
+        member = (matched > 0) & (weight > 0)
     flat = (dims * groups + group) * bins + digit
     # Out-of-range indices are dropped rather than piled on a sink bin: on GPUs a shared sink
     # would serialize every atomic add onto one address.
@@ -126,14 +133,14 @@ def start_plan(count: np.ndarray, quantiles: np.ndarray) -> tuple[RadixPlan, Tar
 
 
 def group_prefixes(plan: RadixPlan) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct prefixes per dimension, padded to a common width U by repeating the first.
+    """Distinct prefixes per dimension, padded to a common width U with a prefix no key has.
 
     Returns (prefixes [D, U] uint32, group_of_target [D, T] int64).
     """
     dims, _ = plan.prefixes.shape
     uniques = [np.unique(plan.prefixes[d]) for d in range(dims)]
     width = max(len(u) for u in uniques)
-    table = np.stack([np.concatenate([u, np.repeat(u[:1], width - len(u))]) for u in uniques])
+    table = np.stack([np.concatenate([u, np.full(width - len(u), NO_PREFIX, np.uint32)]) for u in uniques])
     group = np.stack([np.searchsorted(uniques[d], plan.prefixes[d]) for d in range(dims)])
     return table.astype(np.uint32), group.astype(np.int64)
 
