@@ -173,18 +173,21 @@ class StatsResult:
 
 
 class Batcher:
-    """Packs rows of one key into fixed-size batches; the last one is padded with weight 0."""
+    """Packs rows of one key into fixed-size batches; the last one is padded with weight 0.
+
+    Whole batches inside a chunk are yielded as views (no copy); only rows that straddle chunks
+    are copied into a staging buffer. A staging buffer is never reused after it is yielded: on CPU,
+    `device_put` may alias host memory and the computation runs asynchronously.
+    """
 
     def __init__(self, batch_size: int, dim: int, key: str):
         self.batch_size, self.dim, self.key = batch_size, dim, key
-        self._fresh_buffers()
+        self._new_buffers()
 
-    def _fresh_buffers(self) -> None:
-        # A new buffer per batch: on CPU, device_put may alias host memory and the computation runs
-        # asynchronously, so a yielded buffer must never be overwritten.
-        self.values = np.zeros((self.batch_size, self.dim), np.float32)
-        self.weight = np.zeros(self.batch_size, np.int32)
-        self.row_id = np.zeros(self.batch_size, np.int64)
+    def _new_buffers(self) -> None:
+        self.values = np.empty((self.batch_size, self.dim), np.float32)
+        self.weight = np.empty(self.batch_size, np.int32)
+        self.row_id = np.empty(self.batch_size, np.int64)
         self.filled = 0
 
     def push(self, column: Column, where: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -193,23 +196,30 @@ class Batcher:
                 f"{where}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
                 "every row of a column must have the same width"
             )
-        start, total = 0, len(column.weight)
+        size, start, total = self.batch_size, 0, len(column.weight)
         while start < total:
-            take = min(self.batch_size - self.filled, total - start)
+            if self.filled == 0 and total - start >= size:
+                stop = start + size
+                yield column.values[start:stop], column.weight[start:stop], column.row_id[start:stop]
+                start = stop
+                continue
+            take = min(size - self.filled, total - start)
             end = self.filled + take
             self.values[self.filled:end] = column.values[start:start + take]
             self.weight[self.filled:end] = column.weight[start:start + take]
             self.row_id[self.filled:end] = column.row_id[start:start + take]
             self.filled, start = end, start + take
-            if self.filled == self.batch_size:
+            if self.filled == size:
                 yield self.values, self.weight, self.row_id
-                self._fresh_buffers()
+                self._new_buffers()
 
     def flush(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         if self.filled:
+            self.values[self.filled:] = 0
             self.weight[self.filled:] = 0
+            self.row_id[self.filled:] = 0
             yield self.values, self.weight, self.row_id
-            self._fresh_buffers()
+            self._new_buffers()
 
 
 def default_batch_size(dim: int, devices, override: int | None = None, total_rows: int | None = None) -> int:
@@ -308,10 +318,9 @@ class Runner:
 
         def run_batch(key, values, weight, row_id):
             spec = specs[key]
-            signature = (spec, len(weight))
-            if signature not in self.compiled:
-                self.compiled.add(signature)
-            if weight_since_flush[key] + int(weight.sum()) > INT32_SAFE:
+            self.compiled.add((spec, len(weight)))  # one compiled kernel per (spec, batch shape)
+            batch_weight = int(weight.sum())
+            if weight_since_flush[key] + batch_weight > INT32_SAFE:
                 flush(key)
             states[key] = passes.sharded_update(
                 states[key],
@@ -321,7 +330,7 @@ class Runner:
                 spec=spec,
                 mesh=self.mesh,
             )
-            weight_since_flush[key] += int(weight.sum())
+            weight_since_flush[key] += batch_weight
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_KEYS = {"state": "observation.state", "actions": "action"}
 DATA_SUFFIXES = (".parquet", ".npz", ".npy")
 CHUNK_ENDS = ("truncate", "clamp")
+READ_THREADS = 2
+PREFETCH = 4
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,12 @@ class FileReader:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            names = set(_parquet_names(path))
-            wanted = [c for c in columns if c in names]
-            with_episodes = "episode_index" in names
             try:
-                table = pq.read_table(path, columns=wanted + (["episode_index"] if with_episodes else []))
+                names = set(pq.read_schema(path).names)
+                wanted = [c for c in columns if c in names]
+                with_episodes = "episode_index" in names
+                # threads off: files are already read in parallel by the stream's prefetch pool
+                table = pq.read_table(path, columns=wanted + (["episode_index"] if with_episodes else []), use_threads=False)
             except Exception as exc:
                 raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
             out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
@@ -246,36 +250,57 @@ class FileStream(Stream):
         return mask
 
     def chunks(self) -> Iterator[dict[str, Column]]:
+        """Chunks in `order`; files are read and decoded by a small thread pool ahead of use.
+
+        pyarrow and numpy release the GIL while decoding, so reading overlaps with the device work
+        of the previous chunks. At most `PREFETCH` chunks wait in memory.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
         seen_episodes: dict[int, Path] = {}
-        for index in self.order:
-            fragment = self.fragments[index]
-            columns, episodes = self.reader.read(fragment.path, list(dict.fromkeys(self.keys.values())))
-            sampled = self._sampled(fragment)
-            if episodes is None:
-                episodes = np.full(fragment.num_rows, -1 - index, np.int64)  # the file is one episode
-            elif self.horizons:
-                for episode in np.unique(episodes):
-                    if int(episode) in seen_episodes:
-                        raise DataError(
-                            f"episode {int(episode)} spans {seen_episodes[int(episode)]} and {fragment.path}; "
-                            "action chunks need each episode inside one file"
-                        )
-                    seen_episodes[int(episode)] = fragment.path
-            chunk = {}
-            for out, name in self.keys.items():
-                if name not in columns:
-                    raise DataError(f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}")
-                values = columns[name]
-                if len(values) != fragment.num_rows:
-                    raise DataError(f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}")
-                horizon = self.horizons.get(out)
-                weight = chunk_weights(episodes, sampled, horizon, self.chunk_end) if horizon else sampled.astype(np.int32)
-                row_id = np.arange(fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64)
-                keep = weight > 0
-                if not keep.all():  # rows outside the sample cost nothing downstream
-                    values, weight, row_id = values[keep], weight[keep], row_id[keep]
-                chunk[out] = Column(values, weight, row_id)
-            yield chunk
+        columns_wanted = list(dict.fromkeys(self.keys.values()))
+        with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read") as pool:
+            pending = deque()
+            order = iter(self.order)
+            for index in order:
+                pending.append((index, pool.submit(self.reader.read, self.fragments[index].path, columns_wanted)))
+                if len(pending) >= PREFETCH:
+                    break
+            while pending:
+                index, future = pending.popleft()
+                next_index = next(order, None)
+                if next_index is not None:
+                    pending.append((next_index, pool.submit(self.reader.read, self.fragments[next_index].path, columns_wanted)))
+                yield self._chunk(index, *future.result(), seen_episodes)
+
+    def _chunk(self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict) -> dict[str, Column]:
+        fragment = self.fragments[index]
+        sampled = self._sampled(fragment)
+        if episodes is None:
+            episodes = np.full(fragment.num_rows, -1 - index, np.int64)  # the file is one episode
+        elif self.horizons:
+            for episode in np.unique(episodes):
+                if int(episode) in seen_episodes:
+                    raise DataError(
+                        f"episode {int(episode)} spans {seen_episodes[int(episode)]} and {fragment.path}; "
+                        "action chunks need each episode inside one file"
+                    )
+                seen_episodes[int(episode)] = fragment.path
+        chunk = {}
+        for out, name in self.keys.items():
+            if name not in columns:
+                raise DataError(f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}")
+            values = columns[name]
+            if len(values) != fragment.num_rows:
+                raise DataError(f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}")
+            horizon = self.horizons.get(out)
+            weight = chunk_weights(episodes, sampled, horizon, self.chunk_end) if horizon else sampled.astype(np.int32)
+            row_id = np.arange(fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64)
+            keep = weight > 0
+            if not keep.all():  # rows outside the sample cost nothing downstream
+                values, weight, row_id = values[keep], weight[keep], row_id[keep]
+            chunk[out] = Column(values, weight, row_id)
+        return chunk
 
 
 # --- opening a path ---------------------------------------------------------------------------
