@@ -55,3 +55,11 @@ def test_fast_mode_moments_are_exact_as_in_exact_mode(rng):
     np.testing.assert_allclose(fast.mean, x.astype(np.float64).mean(0), rtol=1e-12)
     np.testing.assert_allclose(fast.std, x.astype(np.float64).std(0), rtol=1e-9)
     np.testing.assert_array_equal(fast.min, x.min(0))
+
+
+def test_fast_mode_point_mass_at_the_center_is_exact(rng):
+    # the first chunk is all zeros, so the center is 0 and half the data sits exactly on it
+    gripper = np.concatenate([np.zeros(10_000), (rng.random(90_000) > 0.5)]).astype(np.float32)[:, None]
+    stats = compute_stats([{"x": gripper[:10_000]}, {"x": gripper[10_000:]}], quantiles=[0.01, 0.3, 0.99], fast=True).stats["x"]
+    assert stats.quantiles[0.01][0] == 0.0 and stats.quantiles[0.3][0] == 0.0 and stats.quantiles[0.99][0] == 1.0
+    assert max(float(b[0]) for b in stats.rank_error_bound.values()) == 0.0

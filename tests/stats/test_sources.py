@@ -55,13 +55,17 @@ def test_only_needed_columns_are_read_and_videos_never_opened(datasets, monkeypa
     import accelkit.stats.sources as sources
 
     seen = []
-    real = pq.read_table
 
-    def spy(path, columns=None, **kwargs):
-        seen.append((str(path), columns))
-        return real(path, columns=columns, **kwargs)
+    class SpyFile(pq.ParquetFile):
+        def read(self, columns=None, **kwargs):
+            seen.append((self._path, columns))
+            return super().read(columns=columns, **kwargs)
 
-    monkeypatch.setattr(pq, "read_table", spy)
+        def __init__(self, source, *args, **kwargs):
+            self._path = str(source)
+            super().__init__(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", SpyFile)
     compute_stats(sources.open_source(root, keys={"state": "observation.state"}))
     assert seen and all(cols == ["observation.state", "episode_index"] for _, cols in seen)
     assert not any("videos" in path for path, _ in seen)

@@ -211,6 +211,12 @@ def sketch_quantiles(
         key_low = bucket.astype(np.uint32) << np.uint32(KEY_BITS - bits)
         y_low = keys_to_floats(key_low).astype(np.float64)
         y_high = keys_to_floats(key_low | low_fill).astype(np.float64)
+        # The buckets at +-0 hold x - center = 0 (a point mass at the center, e.g. a gripper whose
+        # first chunk was all closed) plus denormal offsets that float32 arithmetic flushes to 0.
+        shift = KEY_BITS - bits
+        at_zero = (bucket == (0x80000000 >> shift)) | (bucket == (0x7FFFFFFF >> shift))
+        y_low = np.where(at_zero, 0.0, y_low)
+        y_high = np.where(at_zero, 0.0, y_high)
         lo = np.clip(np.minimum(y_low, y_high) + center[d], minimum[d], maximum[d])
         hi = np.clip(np.maximum(y_low, y_high) + center[d], minimum[d], maximum[d])
         frac = np.clip((virtual[d] - start + 0.5) / np.maximum(mass, 1), 0.0, 1.0)
