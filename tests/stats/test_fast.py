@@ -40,6 +40,8 @@ def test_fast_mode_rank_error_at_most_1e3_and_within_its_bound(rng, name):
         err = rank_error(ordered, stats.quantiles[q][0], q)
         assert err <= 1e-3, f"{name} q={q}: rank error {err:.2e}"
         assert err <= stats.rank_error_bound[q][0] + 1.0 / n, f"{name} q={q}: error {err:.2e} above reported bound"
+        # the reported bound is the bucket's whole share, looser than the error itself
+        assert stats.rank_error_bound[q][0] <= 1.5e-3, f"{name} q={q}: bound"
 
 
 def test_fast_mode_returns_point_masses_at_the_range_ends_exactly(rng):

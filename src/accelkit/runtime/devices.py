@@ -151,7 +151,18 @@ def peak_device_memory_bytes(devices) -> int | None:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process (Linux reports ru_maxrss in KiB)."""
+    """Peak resident memory of this process.
+
+    Linux's VmHWM first: ru_maxrss survives execve, so a process started by a large parent would
+    report the parent's peak.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

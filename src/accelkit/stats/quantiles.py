@@ -9,8 +9,8 @@ negatives, set the sign bit of positives). Counting keys digit by digit is a rad
   statistics `numpy.quantile` picks, whatever the distribution (ties, point masses, heavy tails,
   values near +-1e30). Memory is the histograms only, independent of dataset size, and histograms of
   integers merge exactly, across batches, devices and hosts.
-* **Fast mode** histograms the top 20 bits of the key of `x - center` in one pass: buckets of relative
-  width 2^-11 around a per-dimension center (the first batch's median), and a quantile is read by
+* **Fast mode** histograms the top 18 bits of the key of `x - center` in one pass: buckets of relative
+  width 2^-9 around a per-dimension center (the first chunk's median), and a quantile is read by
   interpolating inside its bucket. Its rank error is at most the bucket's share of the data, which is
   returned with every estimate (`rank_error_bound`), so the run can say how good its answer is.
 
@@ -174,7 +174,9 @@ def finish_plan(plan: RadixPlan, targets: Targets) -> np.ndarray:
 # --- fast mode: one-pass estimate ----------------------------------------------------------
 
 
-FAST_DIGIT_BITS = 20
+# 18 bits: 9 mantissa bits per octave. 20 bits is 4x more precise but its 4 MiB-per-dimension
+# tables make the pass slower than exact mode's first pass on CPU (measured in benchmarks/).
+FAST_DIGIT_BITS = 18
 
 
 def sketch_quantiles(
@@ -187,7 +189,7 @@ def sketch_quantiles(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Estimate quantiles from a one-pass histogram of keys of `x - center`.
 
-    counts [D, 1, 2**20]; returns (estimates [D, Q] float64, rank_error_bound [D, Q]): the bound is
+    counts [D, 1, 2**bits]; returns (estimates [D, Q] float64, rank_error_bound [D, Q]): the bound is
     the share of the data in the bucket the estimate was read from.
     """
     hist = counts[:, 0, :].astype(np.int64)
