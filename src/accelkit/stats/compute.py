@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ EXACT_FIRST_DIGIT = 16
 # 8-bit passes, and cap the fast mode's digit width.
 TABLE_BUDGET_BYTES = 256 << 20
 INT32_SAFE = (1 << 31) - 1
+MAX_IN_FLIGHT = 2
 
 
 # --- what flows in --------------------------------------------------------------------------
@@ -187,10 +189,9 @@ class Batcher:
     def _new_buffers(self) -> None:
         self.values = np.empty((self.batch_size, self.dim), np.float32)
         self.weight = np.empty(self.batch_size, np.int32)
-        self.row_id = np.empty(self.batch_size, np.int64)
         self.filled = 0
 
-    def push(self, column: Column, where: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def push(self, column: Column, where: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if column.values.shape[1] != self.dim:
             raise DataError(
                 f"{where}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
@@ -200,25 +201,23 @@ class Batcher:
         while start < total:
             if self.filled == 0 and total - start >= size:
                 stop = start + size
-                yield column.values[start:stop], column.weight[start:stop], column.row_id[start:stop]
+                yield column.values[start:stop], column.weight[start:stop]
                 start = stop
                 continue
             take = min(size - self.filled, total - start)
             end = self.filled + take
             self.values[self.filled:end] = column.values[start:start + take]
             self.weight[self.filled:end] = column.weight[start:start + take]
-            self.row_id[self.filled:end] = column.row_id[start:start + take]
             self.filled, start = end, start + take
             if self.filled == size:
-                yield self.values, self.weight, self.row_id
+                yield self.values, self.weight
                 self._new_buffers()
 
-    def flush(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def flush(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if self.filled:
             self.values[self.filled:] = 0
             self.weight[self.filled:] = 0
-            self.row_id[self.filled:] = 0
-            yield self.values, self.weight, self.row_id
+            yield self.values, self.weight
             self._new_buffers()
 
 
@@ -316,20 +315,27 @@ class Runner:
         stopped_early = False
         started = time.perf_counter()
 
-        def run_batch(key, values, weight, row_id):
+        in_flight: deque = deque()
+
+        def run_batch(key, values, weight):
             spec = specs[key]
             self.compiled.add((spec, len(weight)))  # one compiled kernel per (spec, batch shape)
             batch_weight = int(weight.sum())
             if weight_since_flush[key] + batch_weight > INT32_SAFE:
                 flush(key)
-            states[key] = passes.sharded_update(
+            states[key], token = passes.sharded_update(
                 states[key],
                 jax.device_put(values, sharding),
                 jax.device_put(weight, sharding),
-                jax.device_put(row_id, sharding),
                 spec=spec,
                 mesh=self.mesh,
             )
+            # Dispatch is asynchronous: without a bound the loop runs ahead of the device and every
+            # queued batch keeps its host buffer alive. Waiting on the batch before last keeps two in
+            # flight: the device stays busy and memory stays flat.
+            in_flight.append(token)
+            if len(in_flight) > MAX_IN_FLIGHT:
+                in_flight.popleft().block_until_ready()
             weight_since_flush[key] += batch_weight
 
         def flush(key):
@@ -376,17 +382,23 @@ class Runner:
 
 
 def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
-    if skip:
+    """Fail on NaN/Inf unless skipped. The kernel only counts them; this rare path re-reads the
+    stream on the host to name the first one's column, dimension and row."""
+    if skip or not any(int(state.nonfinite.sum()) for state in states.values()):
         return
-    for key, state in states.items():
-        bad = np.flatnonzero(state.nonfinite)
-        if len(bad):
-            dim = int(bad[np.argmin(state.first_nonfinite_row[bad])])
-            row = int(state.first_nonfinite_row[dim])
-            raise DataError(
-                f"column {stream.column_name(key)!r} dimension {dim} holds NaN or Inf at {stream.describe_row(key, row)} "
-                f"({int(state.nonfinite.sum())} non-finite values in all); fix the data or pass --skip-nonfinite to exclude them"
-            )
+    for chunk in stream.chunks():
+        for key, column in chunk.items():
+            if int(states[key].nonfinite.sum()) == 0:
+                continue
+            bad = ~np.isfinite(column.values) & (column.weight[:, None] > 0)
+            if bad.any():
+                row, dim = np.unravel_index(int(np.argmax(bad)), bad.shape)
+                raise DataError(
+                    f"column {stream.column_name(key)!r} dimension {dim} holds NaN or Inf at "
+                    f"{stream.describe_row(key, int(column.row_id[row]))} ({int(states[key].nonfinite.sum())} non-finite "
+                    "values in all); fix the data or pass --skip-nonfinite to exclude them"
+                )
+    raise DataError("the data held NaN or Inf on the first pass but not when re-read; is it changing while being read?")
 
 
 def _center_of(column: Column) -> np.ndarray:

@@ -1,8 +1,7 @@
 """One data pass as a pure state machine: `init`, `update`, `merge` over a `PassState` pytree.
 
-A pass sees batches `x` [B, D] float32 with integer row weights [B] and global row ids [B]. It
-histograms one key digit (see `quantiles`), counts non-finite values (remembering the first row that
-held one, for the error message), and on the first pass also accumulates `Moments`.
+A pass sees batches `x` [B, D] float32 with integer row weights [B]. It histograms one key digit
+(see `quantiles`), and on the first pass also counts non-finite values and accumulates `Moments`.
 
 `sharded_update` runs `update` under `jax.shard_map` on a 1-D mesh: each device keeps its own
 partial state for its slice of every batch, and the partial states are merged once at the end of the
@@ -23,8 +22,6 @@ from jax.sharding import PartitionSpec as P
 from accelkit.stats import moments as mom
 from accelkit.stats.quantiles import digit_histogram_update, float_keys
 
-NO_ROW = np.iinfo(np.int64).max
-
 
 class PassSpec(NamedTuple):
     """Static shape of a pass (hashable: it keys the compiled function)."""
@@ -43,8 +40,7 @@ class PassState(NamedTuple):
     counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
     prefixes: jnp.ndarray  # uint32 [D, U]
     center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
-    nonfinite: jnp.ndarray  # int64 [D]
-    first_nonfinite_row: jnp.ndarray  # int64 [D], NO_ROW if none
+    nonfinite: jnp.ndarray  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
 
 
 def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
@@ -54,17 +50,15 @@ def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
         prefixes=jnp.asarray(prefixes, jnp.uint32),
         center=jnp.asarray(center, jnp.float32),
         nonfinite=jnp.zeros(spec.dim, jnp.int64),
-        first_nonfinite_row=jnp.full(spec.dim, NO_ROW, jnp.int64),
     )
 
 
-def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jnp.ndarray, spec: PassSpec) -> PassState:
+def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: PassSpec) -> PassState:
     finite = jnp.isfinite(x)
-    counted_row = (row_weight > 0)[:, None]
-    bad = counted_row & ~finite
-    nonfinite = state.nonfinite + bad.sum(axis=0, dtype=jnp.int64)
-    first_bad = jnp.where(bad, row_id[:, None].astype(jnp.int64), NO_ROW).min(axis=0)
     weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
+    nonfinite = state.nonfinite
+    if spec.with_moments:  # later passes see the same values; counting them once is enough
+        nonfinite = nonfinite + ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int64)
     x = jnp.where(finite, x, 0.0)
     if spec.centered:
         # x - center can overflow to inf for |x| near float32 max; clamp so the key stays ordered.
@@ -77,19 +71,17 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, row_id: jn
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
     moments = mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
-    return PassState(moments, counts, state.prefixes, state.center, nonfinite, jnp.minimum(state.first_nonfinite_row, first_bad))
+    return PassState(moments, counts, state.prefixes, state.center, nonfinite)
 
 
 def merge(a: PassState, b: PassState) -> PassState:
     """Combine two partial states of the same pass (same prefixes and center); host or device."""
-    xp = np if isinstance(a.counts, np.ndarray) else jnp
     return PassState(
         moments=mom.merge(a.moments, b.moments),
         counts=a.counts + b.counts,
         prefixes=a.prefixes,
         center=a.center,
         nonfinite=a.nonfinite + b.nonfinite,
-        first_nonfinite_row=xp.minimum(a.first_nonfinite_row, b.first_nonfinite_row),
     )
 
 
@@ -108,20 +100,25 @@ def replicate_per_device(state: PassState, mesh: Mesh) -> PassState:
 
 
 @partial(jax.jit, static_argnames=("spec", "mesh"), donate_argnums=(0,))
-def sharded_update(state: PassState, x, row_weight, row_id, *, spec: PassSpec, mesh: Mesh) -> PassState:
-    """Each device updates its own partial state with its rows of the batch."""
+def sharded_update(state: PassState, x, row_weight, *, spec: PassSpec, mesh: Mesh) -> tuple[PassState, jnp.ndarray]:
+    """Each device updates its own partial state with its rows of the batch.
 
-    def local(state, x, row_weight, row_id):
+    Also returns a small token computed from the new state: the state itself is donated to the next
+    call, so the driver waits on tokens to bound how far dispatch runs ahead of the device.
+    """
+
+    def local(state, x, row_weight):
         squeezed = jax.tree.map(lambda leaf: leaf[0], state)
-        new = update(squeezed, x, row_weight, row_id, spec)
+        new = update(squeezed, x, row_weight, spec)
         return jax.tree.map(lambda leaf: leaf[None], new)
 
-    return jax.shard_map(
+    new_state = jax.shard_map(
         local,
         mesh=mesh,
-        in_specs=(P("data"), P("data"), P("data"), P("data")),
+        in_specs=(P("data"), P("data"), P("data")),
         out_specs=P("data"),
-    )(state, x, row_weight, row_id)
+    )(state, x, row_weight)
+    return new_state, new_state.nonfinite.sum()
 
 
 def gather_and_merge(state: PassState) -> PassState:
