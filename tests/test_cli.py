@@ -89,6 +89,8 @@ def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
         (["stats", "{ds}", "--format", "csv"], "format"),
         (["stats", "{ds}", "--platform", "metal"], "unknown platform 'metal'"),
         (["stats", "{ds}", "--max-frames", "0"], "--max-frames must be positive"),
+        (["stats", "{ds}", "--batch-size", "-4"], "--batch-size must be positive"),
+        (["stats", "{ds}", "--action-horizon", "0"], "--action-horizon must be positive"),
         (["stats"], "no dataset given"),
         (["stats", "{ds}", "--no-such-flag"], "No such option"),
     ],

@@ -117,7 +117,7 @@ def stats_command(
     quantiles: Annotated[str | None, typer.Option("--quantiles", help="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9).")] = None,
     max_frames: Annotated[int | None, typer.Option("--max-frames", help="Use a seeded uniform sample of this many frames.")] = None,
     max_time_minutes: Annotated[float | None, typer.Option("--max-time-minutes", help="Stop cleanly after this long; results are marked partial.")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Rows per device batch (default: from free memory).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Rows per batch, split across devices (default: from free memory and row width).")] = None,
     platform: Annotated[str | None, typer.Option("--platform", help="cpu or gpu (default: gpu if JAX has one).")] = None,
     action_horizon: Annotated[int | None, typer.Option("--action-horizon", help="Statistics of H-step action chunks, as openpi trains on.")] = None,
     chunk_end: Annotated[str | None, typer.Option("--chunk-end", help="Action chunks past an episode's end: truncate (default) or clamp (openpi's loader).")] = None,
@@ -166,8 +166,10 @@ def run_stats(settings: StatsSettings, progress: bool = True):
 
     if not settings.dataset:
         raise ConfigError("no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry")
-    if settings.max_time_minutes is not None and settings.max_time_minutes <= 0:
-        raise ConfigError(f"--max-time-minutes must be positive, not {settings.max_time_minutes}")
+    for flag, value in (("--max-time-minutes", settings.max_time_minutes), ("--batch-size", settings.batch_size),
+                        ("--action-horizon", settings.action_horizon), ("--max-frames", settings.max_frames)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be positive, not {value}")
     enable_compilation_cache()
     levels = settings.quantiles or list(LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED)
     stream = open_source(
