@@ -91,6 +91,11 @@ def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
         (["stats", "{ds}", "--max-frames", "0"], "--max-frames must be positive"),
         (["stats", "{ds}", "--batch-size", "-4"], "--batch-size must be positive"),
         (["stats", "{ds}", "--action-horizon", "0"], "--action-horizon must be positive"),
+        (["stats", "{ds}", "--max-time-minutes", "nan"], "--max-time-minutes must be positive"),
+        (["stats", "{ds}", "--seed", "-1"], "--seed must be 0 or more"),
+        (["stats", "{ds}", "--keys", "a=action,a=observation.state"], "names the output key 'a' twice"),
+        (["stats", "{ds}", "--quantiles", "0.5,nan"], "every level must lie in [0, 1]"),
+        (["stats", "{ds}", "--quantiles", "0.5,0.50000000000001"], "both write the entry 'q50'"),
         (["stats"], "no dataset given"),
         (["stats", "{ds}", "--no-such-flag"], "No such option"),
     ],
@@ -119,3 +124,10 @@ def test_sample_dataset_command(tmp_path, capsys):
     assert code == 0 and (tmp_path / "s" / "meta" / "info.json").is_file()
     code, _, err = run_cli(["sample-dataset", str(tmp_path / "s")], capsys)
     assert code == 2 and "not empty" in err
+
+
+def test_output_path_that_is_a_folder_is_exit_2(dataset, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    code, _, err = run_cli(["stats", str(dataset), "-o", str(tmp_path / "out"), "--no-progress"], capsys)
+    assert code == 2 and "is a folder" in err
+    assert list((tmp_path / "out").iterdir()) == []

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from accelkit.errors import DataError
 from accelkit.stats.compute import compute_stats
 from accelkit.stats.quantiles import float_keys, keys_to_floats
 
@@ -167,3 +168,45 @@ def test_platform_request_for_missing_gpu_falls_back_to_cpu(rng):
     result = compute_stats([{"x": x}], platform="gpu")
     assert result.summary.platform == "cpu"
     assert jax.devices()[0].platform == "cpu"
+
+
+def test_data_changing_between_passes_is_an_error_not_a_wrong_answer(rng):
+    reads = []
+
+    def batches():  # every read of the data returns different values
+        reads.append(1)
+        return [{"x": rng.standard_normal((5000, 3)).astype(np.float32)}]
+
+    with pytest.raises(DataError, match="data changed between passes"):
+        compute_stats(batches, quantiles=[0.01, 0.5, 0.99])
+    assert len(reads) == 2
+
+
+def test_all_nan_dimension_under_skip_gets_null_statistics(caplog):
+    x = np.stack([np.arange(10, dtype=np.float32), np.full(10, np.nan, np.float32)], 1)
+    for fast in (False, True):
+        stats = compute_stats([{"x": x}], quantiles=[0.5], skip_nonfinite=True, fast=fast).stats["x"]
+        assert stats.count.tolist() == [10, 0] and 4 <= stats.quantiles[0.5][0] <= 5
+        assert fast or stats.quantiles[0.5][0] == np.float32(4.5)
+        assert all(np.isnan(v[1]) for v in (stats.mean, stats.std, stats.min, stats.max, stats.quantiles[0.5]))
+    assert "hold no finite values" in caplog.text
+
+
+@pytest.mark.parametrize("levels", [[], [0.5, float("nan")], [-0.1]])
+def test_bad_quantile_levels_are_rejected(levels):
+    with pytest.raises(DataError, match="quantile levels"):
+        compute_stats([{"x": np.ones((4, 1), np.float32)}], quantiles=levels)
+
+
+def test_zero_width_rows_are_rejected():
+    with pytest.raises(DataError, match="width 0"):
+        compute_stats([{"x": np.ones((4, 0), np.float32)}])
+
+
+def test_torch_tensors_needing_grad_and_bfloat16_are_read():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1000, 3, requires_grad=True)
+    b = x.detach().to(torch.bfloat16)
+    got = compute_stats([{"x": x, "b": b}], quantiles=[0.1, 0.9]).stats
+    assert_matches_numpy(got["x"], x.detach().numpy(), [0.1, 0.9])
+    assert_matches_numpy(got["b"], b.float().numpy(), [0.1, 0.9])

@@ -65,3 +65,24 @@ def test_fast_mode_point_mass_at_the_center_is_exact(rng):
     stats = compute_stats([{"x": gripper[:10_000]}, {"x": gripper[10_000:]}], quantiles=[0.01, 0.3, 0.99], fast=True).stats["x"]
     assert stats.quantiles[0.01][0] == 0.0 and stats.quantiles[0.3][0] == 0.0 and stats.quantiles[0.99][0] == 1.0
     assert max(float(b[0]) for b in stats.rank_error_bound.values()) == 0.0
+
+
+def test_fast_mode_extremes_are_min_and_max_with_bound_zero(rng):
+    x = rng.standard_normal((20_000, 2)).astype(np.float32)
+    stats = compute_stats([{"x": x}], quantiles=[0.0, 0.5, 1.0], fast=True).stats["x"]
+    np.testing.assert_array_equal(stats.quantiles[0.0], x.min(axis=0))
+    np.testing.assert_array_equal(stats.quantiles[1.0], x.max(axis=0))
+    assert np.all(stats.rank_error_bound[0.0] == 0) and np.all(stats.rank_error_bound[1.0] == 0)
+
+
+def test_fast_mode_does_not_claim_exactness_for_tiny_values_around_zero(rng):
+    # Denormal offsets from a center at 0 flush to 0 in XLA's CPU arithmetic; they must not be
+    # mistaken for the point mass at the center, and the bound must cover the true rank error.
+    x = np.concatenate([np.zeros(1000), rng.standard_normal(1000) * 1e-40]).astype(np.float32)[:, None]
+    levels = [0.1, 0.25, 0.5, 0.75, 0.9]
+    stats = compute_stats([{"x": x}], quantiles=levels, fast=True).stats["x"]
+    ordered = np.sort(x[:, 0])
+    for q in levels:
+        assert rank_error(ordered, stats.quantiles[q][0], q) <= stats.rank_error_bound[q][0] + 1 / len(x)
+    assert stats.rank_error_bound[0.1][0] > 0 and stats.rank_error_bound[0.9][0] > 0
+    assert stats.quantiles[0.5][0] == 0.0

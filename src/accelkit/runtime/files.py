@@ -28,13 +28,21 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create folder {target.parent}: {exc.strerror}; choose another output path") from exc
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if target.is_dir():
+        raise InputError(f"{target} is a folder; give a file path to write to")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise InputError(f"cannot write in {target.parent}: {exc.strerror}; choose another output path") from exc
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
+        try:
+            os.replace(tmp_name, target)
+        except OSError as exc:
+            raise InputError(f"cannot replace {target}: {exc.strerror}; choose another output path") from exc
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)

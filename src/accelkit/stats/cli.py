@@ -41,6 +41,8 @@ def parse_keys(text: str | None) -> dict[str, str] | None:
         out, sep, column = part.partition("=")
         if not sep or not out.strip() or not column.strip():
             raise ConfigError(f"--keys entry {part!r} is not out=column; e.g. --keys state=observation.state,actions=action")
+        if out.strip() in keys:
+            raise ConfigError(f"--keys names the output key {out.strip()!r} twice; give each output key once")
         keys[out.strip()] = column.strip()
     return keys
 
@@ -160,6 +162,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         DEFAULT_OUTPUT,
         LEROBOT_QUANTILES,
         OPENPI_REQUIRED,
+        check_quantile_names,
         write_stats,
     )
     from accelkit.stats.sources import open_source
@@ -168,10 +171,18 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         raise ConfigError("no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry")
     for flag, value in (("--max-time-minutes", settings.max_time_minutes), ("--batch-size", settings.batch_size),
                         ("--action-horizon", settings.action_horizon), ("--max-frames", settings.max_frames)):
-        if value is not None and value <= 0:
+        if value is not None and not value > 0:  # `not >` also rejects NaN
             raise ConfigError(f"{flag} must be positive, not {value}")
-    enable_compilation_cache()
+    if settings.seed < 0:
+        raise ConfigError(f"--seed must be 0 or more, not {settings.seed}")
+    if settings.quantiles is not None and not settings.quantiles:
+        raise ConfigError("quantiles is an empty list; give at least one level, e.g. [0.01, 0.99]")
     levels = settings.quantiles or list(LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED)
+    bad = [q for q in levels if not 0.0 <= q <= 1.0]
+    if bad:
+        raise ConfigError(f"quantile levels must lie in [0, 1]; got {bad}")
+    check_quantile_names(levels)
+    enable_compilation_cache()
     stream = open_source(
         settings.dataset,
         keys=settings.keys,
@@ -209,6 +220,8 @@ def sample_dataset_command(
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
     from accelkit.stats.sample import write_sample_dataset
 
+    if seed < 0:
+        raise ConfigError(f"--seed must be 0 or more, not {seed}")
     if exist_ok and (path / "meta" / "info.json").is_file():
         typer.echo(f"keeping the dataset already at {path}")
         return

@@ -17,6 +17,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,16 +111,19 @@ class BatchStream(Stream):
 
 def as_rows(array: object, what: str) -> np.ndarray:
     """A float32 [rows, D] view of an array-like: leading axes flattened, scalars per row -> D=1."""
+    if hasattr(array, "detach"):  # torch tensors: may need grad, live on a GPU, or be bfloat16
+        tensor = array.detach().cpu()
+        array = (tensor.float() if tensor.is_floating_point() else tensor).numpy()
     try:
         values = np.asarray(array)
     except Exception as exc:  # ragged python lists, objects numpy cannot stack
         raise DataError(f"{what} cannot be read as a numeric array ({exc}); rows must all have the same width") from exc
-    if hasattr(array, "detach"):  # torch tensors from a DataLoader
-        values = np.asarray(array.detach().cpu().numpy())
     if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
         raise DataError(f"{what} holds {values.dtype} values, not numbers; choose a numeric column")
     if values.ndim == 0:
         raise DataError(f"{what} is a scalar, not rows of values")
+    if values.shape[-1] == 0 and values.ndim > 1:
+        raise DataError(f"{what} has rows of width 0; choose a column that holds values")
     values = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(-1, values.shape[-1])
     return np.ascontiguousarray(values, dtype=np.float32)
 
@@ -347,15 +351,15 @@ class Runner:
             states[key] = passes.replicate_per_device(fresh, self.mesh)
             weight_since_flush[key] = 0
 
-        with rows_progress(self.progress) as bar:
+        with rows_progress(self.progress) as bar, closing(self.stream.chunks()) as chunks:
             task = bar.add_task(label, total=self.stream.total_rows)
-            for chunk in self.stream.chunks():
-                if chunk_limit is not None and chunks_seen >= chunk_limit:
-                    break
+            for chunk in chunks:
                 chunk_rows = 0
                 for key, column in chunk.items():
                     if key not in states:
                         dim = column.values.shape[1]
+                        if dim == 0:
+                            raise DataError(f"column {self.stream.column_name(key)!r} has rows of width 0; choose a column that holds values")
                         specs[key] = make_spec(key, dim)
                         init_state = make_init(key, specs[key], column)
                         states[key] = passes.replicate_per_device(init_state, self.mesh)
@@ -371,6 +375,8 @@ class Runner:
                 if budget is not None and budget.expired():
                     stopped_early = True
                     break
+                if chunk_limit is not None and chunks_seen >= chunk_limit:
+                    break  # a later pass of a run stopped early reads exactly what pass 1 read
             for key, batcher in batchers.items():
                 for batch in batcher.flush():
                     run_batch(key, *batch)
@@ -386,12 +392,14 @@ def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
     stream on the host to name the first one's column, dimension and row."""
     if skip or not any(int(state.nonfinite.sum()) for state in states.values()):
         return
-    for chunk in stream.chunks():
-        for key, column in chunk.items():
-            if int(states[key].nonfinite.sum()) == 0:
-                continue
-            bad = ~np.isfinite(column.values) & (column.weight[:, None] > 0)
-            if bad.any():
+    with closing(stream.chunks()) as chunks:
+        for chunk in chunks:
+            for key, column in chunk.items():
+                if int(states[key].nonfinite.sum()) == 0:
+                    continue
+                bad = ~np.isfinite(column.values) & (column.weight[:, None] > 0)
+                if not bad.any():
+                    continue
                 row, dim = np.unravel_index(int(np.argmax(bad)), bad.shape)
                 raise DataError(
                     f"column {stream.column_name(key)!r} dimension {dim} holds NaN or Inf at "
@@ -437,9 +445,10 @@ def compute_stats(
     """
     import jax
 
-    levels = np.asarray(sorted({float(q) for q in quantiles}), np.float64)
-    if len(levels) == 0 or np.any((levels < 0) | (levels > 1)):
-        raise DataError(f"quantile levels must lie in [0, 1]; got {list(quantiles)}")
+    requested = list(quantiles)
+    levels = np.asarray(sorted({float(q) for q in requested}), np.float64)
+    if len(levels) == 0 or not np.all((levels >= 0) & (levels <= 1)):  # also rejects NaN
+        raise DataError(f"quantile levels must be given and lie in [0, 1]; got {requested}")
     stream = data if isinstance(data, Stream) else BatchStream(data, keys)
     choice: PlatformChoice | None = None
     if devices is None:
@@ -478,8 +487,12 @@ def _require_rows(stream: Stream, states: dict) -> None:
     if not states:
         raise DataError("the dataset holds no rows; check the path and --max-frames")
     for key, state in states.items():
-        if int(np.max(state.moments.count, initial=0)) == 0:
+        count = np.asarray(state.moments.count)
+        if int(np.max(count, initial=0)) == 0:
             raise DataError(f"column {stream.column_name(key)!r} has no finite values to compute statistics from")
+        if np.any(count == 0):
+            log.warning("column %r dimensions %s hold no finite values: their statistics are null",
+                        stream.column_name(key), np.flatnonzero(count == 0).tolist())
 
 
 def _key_stats(state, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
@@ -500,7 +513,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     first_budget = None if budget.seconds is None else TimeBudget(budget.seconds / 2, budget.started)
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
-        lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True, runner.skip_nonfinite),
+        lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True),
         lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)),
         budget=first_budget,
     )
@@ -520,7 +533,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         prefix_bits = next(iter(plans.values())).prefix_bits
 
         def spec_for(key, dim, digit=digit, prefix_bits=prefix_bits, groups=groups):
-            return PassSpec(dim, groups[key][0].shape[1], prefix_bits, digit, False, runner.skip_nonfinite)
+            return PassSpec(dim, groups[key][0].shape[1], prefix_bits, digit, False)
 
         def init_for(key, spec, column, groups=groups):
             return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
@@ -543,7 +556,7 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         bits = qt.FAST_DIGIT_BITS
         while bits > 12 and dim * (4 << bits) > TABLE_BUDGET_BYTES:
             bits -= 1
-        return PassSpec(dim, 1, 0, bits, True, runner.skip_nonfinite, centered=True)
+        return PassSpec(dim, 1, 0, bits, True, centered=True)
 
     outcome = runner.run_pass(
         "fast pass",

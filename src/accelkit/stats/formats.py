@@ -27,11 +27,21 @@ DEFAULT_OUTPUT = {"openpi": "norm_stats.json", "lerobot": "stats.json"}
 
 
 def quantile_name(q: float) -> str:
-    """0.01 -> "q01", 0.5 -> "q50", 0.995 -> "q99.5", 0.001 -> "q00.1"."""
-    percent = round(q * 100, 10)
-    text = f"{percent:g}"
+    """0.01 -> "q01", 0.5 -> "q50", 0.995 -> "q99.5", 0.001 -> "q00.1", 1e-7 -> "q00.00001"."""
+    percent = round(q * 100, 10)  # 0.07 * 100 = 7.000000000000001; ten digits is finer than any use
+    text = np.format_float_positional(percent, trim="-")
     whole, _, frac = text.partition(".")
     return f"q{int(whole):02d}" + (f".{frac}" if frac else "")
+
+
+def check_quantile_names(levels) -> None:
+    """Two levels that print the same name would overwrite each other in the output file."""
+    names: dict[str, float] = {}
+    for q in levels:
+        name = quantile_name(q)
+        if name in names and names[name] != q:
+            raise InputError(f"quantile levels {names[name]} and {q} both write the entry {name!r}; drop one of them")
+        names[name] = q
 
 
 def _floats(values) -> list[float | None]:
@@ -70,6 +80,8 @@ def lerobot_payload(stats: Mapping[str, KeyStats], column_names: Mapping[str, st
 def write_stats(path: str | Path, stats: Mapping[str, KeyStats], fmt: str, column_names: Mapping[str, str], partial: bool = False) -> Path:
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
+    for s in stats.values():
+        check_quantile_names(s.quantiles)
     payload = openpi_payload(stats, partial) if fmt == "openpi" else lerobot_payload(stats, column_names, partial)
     return write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
 

@@ -31,7 +31,6 @@ class PassSpec(NamedTuple):
     prefix_bits: int
     digit_bits: int
     with_moments: bool
-    skip_nonfinite: bool
     centered: bool = False  # fast mode: keys of x - center
 
 
@@ -60,18 +59,35 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: Pass
     if spec.with_moments:  # later passes see the same values; counting them once is enough
         nonfinite = nonfinite + ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int64)
     x = jnp.where(finite, x, 0.0)
-    if spec.centered:
-        # x - center can overflow to inf for |x| near float32 max; clamp so the key stays ordered.
-        y = jnp.clip(x - state.center, -jnp.finfo(jnp.float32).max, jnp.finfo(jnp.float32).max)
-    else:
-        # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU
-        # runs with flush-to-zero) and the selected order statistic would no longer be a data value.
-        y = x
+    # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU runs
+    # with flush-to-zero) and the selected order statistic would no longer be a data value.
+    y = centered_offsets(x, state.center) if spec.centered else x
     counts = digit_histogram_update(
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
     moments = mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
     return PassState(moments, counts, state.prefixes, state.center, nonfinite)
+
+
+def centered_offsets(x: jnp.ndarray, center: jnp.ndarray) -> jnp.ndarray:
+    """x - center, ordered like x, and 0 only where x equals center.
+
+    XLA's CPU arithmetic flushes results below float32's normal range to 0, so a tiny x beside a
+    center of 0 would look like the center itself and fast mode would call a mixed bucket exact.
+    Such offsets become +-FLT_MIN instead (the bucket just off zero, whose bound is then honest);
+    equality and direction come from integer keys, which no flushing touches. Overflow near float32's
+    max is clamped so the offset keeps its order.
+    """
+    big = jnp.finfo(jnp.float32).max
+    y = jnp.clip(x - center, -big, big)
+    x_key, c_key = float_keys(x), float_keys(center)[None, :]
+
+    def is_zero(key):  # +0.0 and -0.0
+        return (key == jnp.uint32(0x80000000)) | (key == jnp.uint32(0x7FFFFFFF))
+
+    equal = (x_key == c_key) | (is_zero(x_key) & is_zero(c_key))
+    tiny = jnp.finfo(jnp.float32).tiny
+    return jnp.where((y == 0) & ~equal, jnp.where(x_key > c_key, tiny, -tiny), y)
 
 
 def merge(a: PassState, b: PassState) -> PassState:

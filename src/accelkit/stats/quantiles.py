@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from accelkit.errors import DataError
 from accelkit.stats.keys import float_keys, keys_to_floats  # noqa: F401  (re-exported)
 
 KEY_BITS = 32
@@ -122,6 +123,7 @@ class RadixPlan(NamedTuple):
     ranks: np.ndarray  # int64 [D, T]: 0-based rank of each target order statistic
     prefixes: np.ndarray  # uint32 [D, T]: key bits fixed so far for each target
     below: np.ndarray  # int64 [D, T]: how many values have a key below the target's prefix range
+    inside: np.ndarray  # int64 [D, T]: how many values have a key inside the target's prefix range
     prefix_bits: int
 
 
@@ -129,7 +131,8 @@ def start_plan(count: np.ndarray, quantiles: np.ndarray) -> tuple[RadixPlan, Tar
     targets = linear_targets(count, quantiles)
     ranks = np.concatenate([targets.previous, targets.next], axis=1)
     zeros = np.zeros_like(ranks)
-    return RadixPlan(ranks, zeros.astype(np.uint32), zeros, 0), targets
+    everything = np.broadcast_to(np.asarray(count, np.int64)[:, None], ranks.shape).copy()
+    return RadixPlan(ranks, zeros.astype(np.uint32), zeros, everything, 0), targets
 
 
 def group_prefixes(plan: RadixPlan) -> tuple[np.ndarray, np.ndarray]:
@@ -151,6 +154,13 @@ def advance_plan(plan: RadixPlan, counts: np.ndarray, group: np.ndarray, digit_b
     dims, targets = plan.ranks.shape
     d_index = np.arange(dims)[:, None].repeat(targets, axis=1)
     per_target = cumulative[d_index, group]  # [D, T, K]
+    # Each pass must see exactly the values the previous pass counted in each target's range; if the
+    # data changed between passes, the selected "order statistic" would silently be wrong.
+    if not np.array_equal(per_target[..., -1], plan.inside):
+        raise DataError(
+            "the data changed between passes (a value range held a different number of values when read "
+            "again); exact quantiles need data that stays the same while they are computed"
+        )
     within = plan.ranks - plan.below  # rank inside the prefix range
     digit = np.empty_like(plan.ranks)
     for d in range(dims):  # D*T searchsorted calls on K-long rows: tiny next to a data pass
@@ -158,8 +168,11 @@ def advance_plan(plan: RadixPlan, counts: np.ndarray, group: np.ndarray, digit_b
             digit[d, t] = np.searchsorted(per_target[d, t], within[d, t], side="right")
     digit = np.minimum(digit, counts.shape[-1] - 1)
     before = np.where(digit > 0, np.take_along_axis(per_target, np.maximum(digit - 1, 0)[..., None], -1)[..., 0], 0)
+    through = np.take_along_axis(per_target, digit[..., None], -1)[..., 0]
     prefixes = (plan.prefixes.astype(np.uint64) << np.uint64(digit_bits)) | digit.astype(np.uint64)
-    return RadixPlan(plan.ranks, prefixes.astype(np.uint32), plan.below + before, plan.prefix_bits + digit_bits)
+    return RadixPlan(
+        plan.ranks, prefixes.astype(np.uint32), plan.below + before, through - before, plan.prefix_bits + digit_bits
+    )
 
 
 def finish_plan(plan: RadixPlan, targets: Targets) -> np.ndarray:
@@ -168,7 +181,9 @@ def finish_plan(plan: RadixPlan, targets: Targets) -> np.ndarray:
         raise RuntimeError(f"radix plan incomplete: {plan.prefix_bits} of {KEY_BITS} bits fixed")
     values = keys_to_floats(plan.prefixes)
     q = targets.previous.shape[1]
-    return numpy_lerp(values[:, :q], values[:, q:], targets.gamma)
+    out = numpy_lerp(values[:, :q], values[:, q:], targets.gamma)
+    # a dimension with no (finite) values has no quantiles
+    return np.where(plan.inside[:, :q] > 0, out, np.float32(np.nan))
 
 
 # --- fast mode: one-pass estimate ----------------------------------------------------------
@@ -213,15 +228,22 @@ def sketch_quantiles(
         key_low = bucket.astype(np.uint32) << np.uint32(KEY_BITS - bits)
         y_low = keys_to_floats(key_low).astype(np.float64)
         y_high = keys_to_floats(key_low | low_fill).astype(np.float64)
-        # The buckets at +-0 hold x - center = 0 (a point mass at the center, e.g. a gripper whose
-        # first chunk was all closed) plus denormal offsets that float32 arithmetic flushes to 0.
+        # The buckets at +-0 hold exactly the values equal to `center` (a point mass, e.g. a
+        # gripper whose first chunk was all closed): the kernel moves offsets that float32
+        # arithmetic flushed to 0 into the buckets at +-FLT_MIN (`passes.centered_offsets`).
         shift = KEY_BITS - bits
         at_zero = (bucket == (0x80000000 >> shift)) | (bucket == (0x7FFFFFFF >> shift))
         y_low = np.where(at_zero, 0.0, y_low)
         y_high = np.where(at_zero, 0.0, y_high)
+        # ...so the buckets at +-FLT_MIN also hold offsets anywhere between them and 0.
+        y_low = np.where(bucket == (0x80800000 >> shift), 0.0, y_low)  # key of +FLT_MIN
+        y_high = np.where(bucket == (0x7F7FFFFF >> shift), 0.0, y_high)  # key of -FLT_MIN
         lo = np.clip(np.minimum(y_low, y_high) + center[d], minimum[d], maximum[d])
         hi = np.clip(np.maximum(y_low, y_high) + center[d], minimum[d], maximum[d])
         frac = np.clip((virtual[d] - start + 0.5) / np.maximum(mass, 1), 0.0, 1.0)
         est[d] = lo + frac * (hi - lo)
         bound[d] = np.where(lo == hi, 0.0, mass / count[d])
+        # q = 0 and q = 1 are the minimum and maximum, which the pass tracked exactly.
+        est[d] = np.where(quantiles <= 0, minimum[d], np.where(quantiles >= 1, maximum[d], est[d]))
+        bound[d] = np.where((quantiles <= 0) | (quantiles >= 1), 0.0, bound[d])
     return est, bound

@@ -261,7 +261,8 @@ class FileStream(Stream):
 
         seen_episodes: dict[int, Path] = {}
         columns_wanted = list(dict.fromkeys(self.keys.values()))
-        with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read") as pool:
+        pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read")
+        try:
             pending = deque()
             order = iter(self.order)
             for index in order:
@@ -274,6 +275,8 @@ class FileStream(Stream):
                 if next_index is not None:
                     pending.append((next_index, pool.submit(self.reader.read, self.fragments[next_index].path, columns_wanted)))
                 yield self._chunk(index, *future.result(), seen_episodes)
+        finally:  # a consumer that stops early (time budget, error) should not wait for unread files
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _chunk(self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict) -> dict[str, Column]:
         fragment = self.fragments[index]
