@@ -82,10 +82,24 @@ def devices(
     Console().print(table)
 
 
-def _mount_capabilities() -> None:
-    from accelkit.stats.cli import register as register_stats
+CAPABILITIES = ("stats", "images", "quant", "bench")
 
-    register_stats(app)
+
+def _mount_capabilities() -> None:
+    """Each capability's `accelkit.<name>.cli.register(app)` adds its commands.
+
+    Those modules import only typer at module level, so `accelkit --help` stays fast.
+    """
+    import importlib
+
+    for name in CAPABILITIES:
+        try:
+            module = importlib.import_module(f"accelkit.{name}.cli")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"accelkit.{name}" and exc.name != f"accelkit.{name}.cli":
+                raise
+            continue  # capability not built yet
+        module.register(app)
 
 
 _mount_capabilities()
