@@ -1,0 +1,241 @@
+"""`quantize(model, config, calibration_batches)`: calibrate eagerly, then swap Linear -> QuantLinear.
+
+Order of work: select layers by name, run the calibration batches once through the float model
+(hooks record each layer's inputs), fit each layer's transform in float64, fold it into the
+weight, quantize, and replace the module. The returned model has no hooks, flags or lazy state.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from pydantic import Field, field_validator
+from torch import nn
+
+from accelkit.errors import ConfigError, InputError
+from accelkit.quant.calibrate import collect_inputs
+from accelkit.quant.layers import LayerSpec, QuantLinear
+from accelkit.quant.quantizers import check_bits
+from accelkit.quant.transforms import fit_transform
+from accelkit.runtime.config import Settings
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "ACCELKIT_QUANT_"
+# openpi's DuQuant fork read these; they are documented aliases of ACCELKIT_QUANT_* fields.
+OPENPI_ALIASES = {
+    "OPENPI_DUQUANT_WBITS": "wbits",
+    "OPENPI_DUQUANT_ABITS": "abits",
+    "OPENPI_DUQUANT_BLOCK": "block_size",
+    "OPENPI_DUQUANT_SCOPE": "scope",
+    "OPENPI_DUQUANT_INCLUDE": "include",
+    "OPENPI_DUQUANT_EXCLUDE": "exclude",
+    "OPENPI_DISABLE_TORCH_COMPILE": "disable_compile",
+}
+
+
+class QuantConfig(Settings):
+    """How to quantize; see docs/quant.md. Loads from keywords, YAML and ACCELKIT_QUANT_* / OPENPI_DUQUANT_*."""
+
+    wbits: int = 4
+    abits: int = 8
+    method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
+    block_size: int = 128
+    rotation_steps: int = 256
+    permutation: bool = True
+    smooth_alpha: float = 0.6
+    weight_group_size: int | None = None
+    weight_clip: float | Literal["search"] = "search"
+    act_clip: float = 0.9
+    act_granularity: Literal["per-token-dynamic", "per-tensor-static"] = "per-token-dynamic"
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    exclude: list[str] = Field(default_factory=list)
+    scope: str = ""
+    indivisible: Literal["skip", "error"] = "skip"
+    calibration_rows: int = 2048
+    seed: int = 0
+    disable_compile: bool = False
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _split(cls, value):
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("wbits", "abits")
+    @classmethod
+    def _bits(cls, value, info):
+        check_bits(value, info.field_name)
+        return value
+
+    @field_validator("block_size", "rotation_steps", "calibration_rows")
+    @classmethod
+    def _positive(cls, value, info):
+        if value < (0 if info.field_name == "rotation_steps" else 1):
+            raise ValueError(f"{info.field_name} must be positive")
+        return value
+
+    @field_validator("weight_group_size")
+    @classmethod
+    def _group(cls, value):
+        if value is not None and value < 2:
+            raise ValueError("weight_group_size must be None or an integer >= 2")
+        return value
+
+    @field_validator("smooth_alpha", "act_clip")
+    @classmethod
+    def _unit(cls, value, info):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{info.field_name} must lie in (0, 1]")
+        return value
+
+    @field_validator("weight_clip")
+    @classmethod
+    def _clip(cls, value):
+        if value != "search" and not 0.0 < float(value) <= 1.0:
+            raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
+        return value
+
+
+def openpi_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """QuantConfig values from the openpi fork's variable names (ACCELKIT_QUANT_* win over these)."""
+    env = os.environ if env is None else env
+    return {field_name: env[var] for var, field_name in OPENPI_ALIASES.items() if var in env}
+
+
+def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords) -> QuantConfig:
+    """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords."""
+    from accelkit.runtime.config import build, env_values, read_yaml
+
+    layers = [("environment OPENPI_DUQUANT_*", openpi_env(env)), (f"environment {ENV_PREFIX}*", env_values(QuantConfig, ENV_PREFIX, env))]
+    if yaml_path is not None:
+        layers.append((str(yaml_path), read_yaml(yaml_path)))
+    layers.append(("arguments", {k: v for k, v in keywords.items() if v is not None}))
+    return build(QuantConfig, *layers)
+
+
+
+@dataclass
+class QuantReport:
+    quantized: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        text = f"quantized {len(self.quantized)} Linear layers"
+        if self.skipped:
+            text += "; left in float: " + ", ".join(f"{n} ({why})" for n, why in self.skipped.items())
+        return text
+
+
+def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
+    """Linear layers whose qualified name starts with `scope`, matches an include glob and no exclude glob."""
+    if any(isinstance(m, QuantLinear) for m in model.modules()):
+        raise InputError("the model is already quantized (it holds QuantLinear layers); quantize the float model instead")
+    linears = {n: m for n, m in model.named_modules() if type(m) is nn.Linear}
+    chosen = {
+        name: mod
+        for name, mod in linears.items()
+        if name.startswith(config.scope)
+        and any(fnmatch.fnmatchcase(name, pat) for pat in config.include)
+        and not any(fnmatch.fnmatchcase(name, pat) for pat in config.exclude)
+    }
+    if not chosen:
+        names = list(linears)
+        shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
+        raise InputError(
+            f"no nn.Linear matches scope={config.scope!r} include={config.include} exclude={config.exclude}; "
+            f"candidates: {shown or 'none (the model has no nn.Linear)'}"
+        )
+    return chosen
+
+
+def layer_spec(linear: nn.Linear, config: QuantConfig, rotate: bool) -> LayerSpec:
+    return LayerSpec(
+        in_features=linear.in_features,
+        out_features=linear.out_features,
+        bias=linear.bias is not None,
+        wbits=config.wbits,
+        abits=config.abits,
+        group_size=config.weight_group_size,
+        act_granularity=config.act_granularity,
+        act_clip=config.act_clip,
+        smooth=config.method in ("smoothquant", "duquant"),
+        block=config.block_size if rotate else None,
+        permutation=rotate and config.permutation,
+    )
+
+
+def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, module)
+
+
+def quantize_with_report(
+    model: nn.Module, config: QuantConfig, calibration_batches: Iterable, progress=None
+) -> tuple[nn.Module, QuantReport]:
+    """Quantize in place; returns the model and which layers were quantized or skipped (and why)."""
+    layers = select_layers(model, config)
+    report = QuantReport()
+    usable: dict[str, nn.Linear] = {}
+    for name, lin in layers.items():
+        n = lin.in_features
+        why = None
+        if config.method == "duquant" and n % config.block_size:
+            why = f"input width {n} is not divisible by block_size {config.block_size}"
+        elif config.weight_group_size and config.wbits < 16 and n % config.weight_group_size:
+            why = f"input width {n} is not divisible by weight_group_size {config.weight_group_size}"
+        if why:
+            if config.indivisible == "error":
+                raise ConfigError(f"layer {name!r}: {why}; pick a divisor, exclude the layer, or set indivisible='skip'")
+            report.skipped[name] = why
+            log.warning("quant: leaving %s in float: %s", name, why)
+        else:
+            usable[name] = lin
+    if not usable:
+        raise InputError(f"no selected layer can be quantized: {report.summary()}")
+    needs_data = config.method != "rtn" or config.weight_clip == "search" or (
+        config.abits < 16 and config.act_granularity == "per-tensor-static"
+    )
+    inputs = collect_inputs(model, usable, calibration_batches, max_rows=config.calibration_rows, seed=config.seed) if needs_data else {}
+    for name, lin in usable.items():
+        entry = inputs.get(name)
+        sample = entry.sample() if entry is not None else None
+        transform = fit_transform(
+            sample if sample is not None else torch.zeros(1, lin.in_features),
+            lin.weight.detach(),
+            method=config.method,
+            alpha=config.smooth_alpha,
+            block=config.block_size,
+            steps=config.rotation_steps,
+            permutation=config.permutation,
+            seed=config.seed,
+            act_absmax=None if entry is None else entry.absmax,
+        )
+        spec = layer_spec(lin, config, rotate=config.method == "duquant")
+        qlin = QuantLinear(spec)
+        act_range = None
+        if sample is not None and spec.abits < 16 and spec.act_granularity == "per-tensor-static":
+            xt = transform.activations(sample.to(torch.float64))
+            act_range = (xt.amin(), xt.amax())
+        qlin.load_from_float(
+            lin.weight.detach(), None if lin.bias is None else lin.bias.detach(), transform, sample, config.weight_clip, act_range
+        )
+        qlin.to(lin.weight.device)
+        _set_module(model, name, qlin)
+        report.quantized.append(name)
+        if progress is not None:
+            progress(name)
+    return model, report
+
+
+def quantize(model: nn.Module, config: QuantConfig | None = None, calibration_batches: Iterable = ()) -> nn.Module:
+    """Replace the selected nn.Linear layers of `model` by QuantLinear (in place) and return it."""
+    return quantize_with_report(model, config or QuantConfig(), calibration_batches)[0]

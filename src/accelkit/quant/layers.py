@@ -1,0 +1,162 @@
+"""`QuantLinear`: a drop-in for `nn.Linear` whose forward is pure.
+
+Everything forward reads is a buffer registered in `__init__` with its final shape, so a compiled
+graph (and a CUDA graph) sees fixed addresses; forward writes nothing, reads no Python flag that
+changes, calls no `.item()` and branches only on constants fixed at construction (the `LayerSpec`).
+Calibration fills the buffers in an explicit eager step (`load_from_float`) before any compile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from accelkit.quant import quantizers as qz
+from accelkit.quant.transforms import Transform
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Everything that fixes a QuantLinear's buffer shapes; stored with a saved model."""
+
+    in_features: int
+    out_features: int
+    bias: bool
+    wbits: int
+    abits: int
+    group_size: int | None
+    act_granularity: str  # "per-token-dynamic" | "per-tensor-static"
+    act_clip: float
+    smooth: bool
+    block: int | None  # rotation block size; None = no rotations
+    permutation: bool
+
+    @property
+    def packed(self) -> bool:
+        return self.wbits <= 4 and self.in_features % 2 == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class QuantLinear(nn.Module):
+    """y = fakequant_a(T(x)) · dequant(Q(T(W)))ᵀ + b, with T the layer's folded equivalent transform."""
+
+    def __init__(self, spec: LayerSpec):
+        super().__init__()
+        self.spec = spec
+        n, m = spec.in_features, spec.out_features
+        self.in_features, self.out_features = n, m
+        f32 = torch.float32
+        if spec.wbits == 16:
+            self.register_buffer("weight", torch.zeros(m, n, dtype=f32))
+        else:
+            groups = 1 if spec.group_size is None else n // spec.group_size
+            cols = n // 2 if spec.packed else n
+            self.register_buffer("qweight", torch.zeros(m, cols, dtype=torch.uint8))
+            self.register_buffer("w_scale", torch.ones(m, groups, dtype=f32))
+            self.register_buffer("w_zero", torch.zeros(m, groups, dtype=f32))
+        if spec.bias:
+            self.register_buffer("bias", torch.zeros(m, dtype=f32))
+        else:
+            self.bias = None
+        if spec.smooth:
+            self.register_buffer("inv_smooth", torch.ones(n, dtype=f32))
+        if spec.block is not None:
+            k, b = n // spec.block, spec.block
+            self.register_buffer("rot1", torch.eye(b, dtype=f32).repeat(k, 1, 1))
+            self.register_buffer("rot2", torch.eye(b, dtype=f32).repeat(k, 1, 1))
+            if spec.permutation:
+                self.register_buffer("perm", torch.arange(n))
+        if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
+            self.register_buffer("act_scale", torch.ones(1, dtype=f32))
+            self.register_buffer("act_zero", torch.zeros(1, dtype=f32))
+
+    # ---- the pure forward ----
+
+    def transform_input(self, x: torch.Tensor) -> torch.Tensor:
+        spec = self.spec
+        if spec.smooth:
+            x = x * self.inv_smooth
+        if spec.block is not None:
+            k, b = self.in_features // spec.block, spec.block
+            lead = x.shape[:-1]
+            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot1).reshape(*lead, k * b)
+            if spec.permutation:
+                x = x[..., self.perm]
+            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot2).reshape(*lead, k * b)
+        return x
+
+    def dequantized_weight(self) -> torch.Tensor:
+        if self.spec.wbits == 16:
+            return self.weight
+        codes = qz.unpack_int4(self.qweight) if self.spec.packed else self.qweight
+        return qz.dequantize_weight(codes, self.w_scale, self.w_zero)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spec = self.spec
+        dtype = x.dtype
+        x = self.transform_input(x.to(torch.float32))
+        if spec.abits < 16:
+            if spec.act_granularity == "per-tensor-static":
+                x = qz.fake_quant_static(x, self.act_scale, self.act_zero, spec.abits)
+            else:
+                x = qz.fake_quant_per_token(x, spec.abits, spec.act_clip)
+        return nn.functional.linear(x, self.dequantized_weight(), self.bias).to(dtype)
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        parts = [f"in={s.in_features}", f"out={s.out_features}", f"w{s.wbits}a{s.abits}"]
+        if s.group_size:
+            parts.append(f"group={s.group_size}")
+        if s.smooth:
+            parts.append("smooth")
+        if s.block:
+            parts.append(f"rot{s.block}" + ("+perm" if s.permutation else ""))
+        return ", ".join(parts)
+
+    # ---- eager, explicit filling (calibration / loading) ----
+
+    @torch.no_grad()
+    def load_from_float(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        transform: Transform,
+        calib_x: torch.Tensor | None,
+        clip: str | float,
+        act_range: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> None:
+        """Fold `transform` into the weight, quantize it and fill every buffer (float64 math)."""
+        spec = self.spec
+        w = transform.weight(weight.to(torch.float64))
+        x_t = transform.activations(calib_x.to(torch.float64)) if calib_x is not None else None
+        if spec.wbits == 16:
+            self.weight.copy_(w.to(torch.float32))
+        else:
+            if clip == "search":
+                if x_t is None:
+                    raise ValueError("weight_clip='search' needs calibration activations")
+                ratio = qz.search_weight_clip(w, x_t, spec.wbits, spec.group_size)
+            else:
+                ratio = float(clip)
+            q, scale, zero = qz.quantize_weight(w, spec.wbits, spec.group_size, ratio)
+            self.qweight.copy_(qz.pack_int4(q) if spec.packed else q)
+            self.w_scale.copy_(scale.to(torch.float32))
+            self.w_zero.copy_(zero.to(torch.float32))
+        if bias is not None:
+            self.bias.copy_(bias.to(torch.float32))
+        if spec.smooth:
+            self.inv_smooth.copy_((1.0 / transform.smooth).to(torch.float32))
+        if spec.block is not None:
+            self.rot1.copy_(transform.rot1.to(torch.float32))
+            self.rot2.copy_(transform.rot2.to(torch.float32))
+            if spec.permutation:
+                self.perm.copy_(transform.perm)
+        if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
+            lo, hi = act_range
+            scale, zero = qz.asym_params(lo * spec.act_clip, hi * spec.act_clip, spec.abits)
+            self.act_scale.copy_(scale.reshape(1).to(torch.float32))
+            self.act_zero.copy_(zero.reshape(1).to(torch.float32))

@@ -1,0 +1,145 @@
+"""Pure quantizers: asymmetric integer grids for weights and activations, and int4 packing.
+
+Every function here is a pure function of its tensor arguments (no module state), so the same code
+serves calibration in float64 and the compiled forward in float32. Asymmetric means a scale and an
+integer zero point per row (or group, or token): q = clamp(round(x / scale) + zero, 0, 2^bits - 1),
+x ≈ (q - zero) * scale.
+"""
+
+from __future__ import annotations
+
+import torch
+
+VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
+SCALE_FLOOR = 1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
+
+
+def check_bits(bits: int, what: str) -> int:
+    from accelkit.errors import ConfigError
+
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in VALID_BITS:
+        raise ConfigError(f"{what}={bits!r} is not supported; use an integer in 2..8, or 16 to turn {what} quantization off")
+    return bits
+
+
+def asym_params(lo: torch.Tensor, hi: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and integer zero point that map [lo, hi] (widened to include 0) onto 0..2^bits-1."""
+    qmax = 2**bits - 1
+    lo = torch.clamp(lo, max=0.0)
+    hi = torch.clamp(hi, min=0.0)
+    scale = torch.clamp((hi - lo) / qmax, min=SCALE_FLOOR)
+    zero = torch.clamp(torch.round(-lo / scale), 0, qmax)
+    return scale, zero
+
+
+def quantize_asym(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
+    """Integer codes (in x's float dtype) of x on the grid (scale, zero)."""
+    return torch.clamp(torch.round(x / scale) + zero, 0, 2**bits - 1)
+
+
+def dequantize_asym(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    return (q - zero) * scale
+
+
+# ---- weights: per output channel, optionally per group of input channels ----
+
+
+def _grouped(w: torch.Tensor, group_size: int | None) -> torch.Tensor:
+    """(m, n) -> (m, groups, group_size); no groups means one group spanning the row."""
+    m, n = w.shape
+    g = n if group_size is None else group_size
+    if n % g:
+        from accelkit.errors import ConfigError
+
+        raise ConfigError(f"weight_group_size={group_size} does not divide the input width {n}; pick a divisor of {n}")
+    return w.reshape(m, n // g, g)
+
+
+def weight_quant_params(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0):
+    """Scale and zero of shape (m, groups) for weight w (m, n); clip (scalar or per row) shrinks the range."""
+    wg = _grouped(w, group_size)
+    clip_t = torch.as_tensor(clip, dtype=w.dtype).reshape(-1, 1) if torch.as_tensor(clip).ndim else clip
+    lo = wg.amin(dim=-1) * clip_t
+    hi = wg.amax(dim=-1) * clip_t
+    return asym_params(lo, hi, bits)
+
+
+def quantize_weight(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0):
+    """Codes (m, n) uint8 and scale, zero (m, groups) in w's dtype."""
+    scale, zero = weight_quant_params(w, bits, group_size, clip)
+    q = quantize_asym(_grouped(w, group_size), scale[..., None], zero[..., None], bits)
+    return q.reshape(w.shape).to(torch.uint8), scale, zero
+
+
+def dequantize_weight(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """Float weight (m, n) from codes (m, n) and scale/zero (m, groups); pure, compile-friendly."""
+    m, n = q.shape
+    groups = scale.shape[-1]
+    qg = q.reshape(m, groups, n // groups).to(scale.dtype)
+    return ((qg - zero[..., None]) * scale[..., None]).reshape(m, n)
+
+
+def fake_quant_weight(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0) -> torch.Tensor:
+    q, scale, zero = quantize_weight(w, bits, group_size, clip)
+    return dequantize_weight(q, scale, zero)
+
+
+def search_weight_clip(
+    w: torch.Tensor,
+    x: torch.Tensor,
+    bits: int,
+    group_size: int | None,
+    grid: tuple[float, ...] = tuple(1.0 - 0.025 * i for i in range(21)),
+) -> torch.Tensor:
+    """Per output channel clip ratio minimizing the output error ||x (w_i - ŵ_i)ᵀ||² on calibration rows x.
+
+    Each output channel's error depends only on its own row, so the search is exact per row: with
+    H = xᵀx the error of row i is e_i H e_iᵀ (e = w - ŵ), evaluated for every ratio on the grid.
+    """
+    h = x.T @ x
+    best_err = torch.full((w.shape[0],), float("inf"), dtype=w.dtype)
+    best = torch.ones(w.shape[0], dtype=w.dtype)
+    for ratio in grid:
+        e = w - fake_quant_weight(w, bits, group_size, ratio)
+        err = ((e @ h) * e).sum(dim=1)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best = torch.where(better, torch.full_like(best, ratio), best)
+    return best
+
+
+# ---- activations ----
+
+
+def fake_quant_per_token(x: torch.Tensor, bits: int, clip: float) -> torch.Tensor:
+    """Per-token dynamic asymmetric fake quantization over the last dim; no state, compile-pure."""
+    lo = x.amin(dim=-1, keepdim=True) * clip
+    hi = x.amax(dim=-1, keepdim=True) * clip
+    scale, zero = asym_params(lo, hi, bits)
+    return dequantize_asym(quantize_asym(x, scale, zero, bits), scale, zero)
+
+
+def fake_quant_static(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
+    """Per-tensor static fake quantization with calibrated (scale, zero) buffers."""
+    return dequantize_asym(quantize_asym(x, scale, zero, bits), scale, zero)
+
+
+# ---- int4 packing: two codes per byte, low nibble first ----
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """uint8 codes in 0..15 with an even last dim -> uint8 with half the last dim."""
+    if q.dtype != torch.uint8:
+        raise TypeError(f"pack_int4 expects uint8 codes, got {q.dtype}")
+    if q.shape[-1] % 2:
+        raise ValueError(f"pack_int4 needs an even last dimension, got {q.shape[-1]}")
+    if q.numel() and int(q.max()) > 15:
+        raise ValueError("pack_int4 got a code above 15")
+    return q[..., 0::2] | (q[..., 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of pack_int4; pure tensor ops so it fuses into the compiled forward."""
+    low = packed & 0x0F
+    high = packed >> 4
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
