@@ -169,6 +169,8 @@ def layer_spec(linear: nn.Linear, config: QuantConfig, rotate: bool) -> LayerSpe
         smooth=config.method in ("smoothquant", "duquant"),
         block=config.block_size if rotate else None,
         permutation=rotate and config.permutation,
+        rotation_steps=config.rotation_steps if rotate else 0,
+        seed=config.seed,
     )
 
 

@@ -32,6 +32,8 @@ class LayerSpec:
     smooth: bool
     block: int | None  # rotation block size; None = no rotations
     permutation: bool
+    rotation_steps: int = 0  # width of the stored greedy-step records
+    seed: int = 0  # seeds the base block matrix the rotations are built from
 
     @property
     def packed(self) -> bool:
@@ -70,6 +72,10 @@ class QuantLinear(nn.Module):
             self.register_buffer("rot2", torch.eye(b, dtype=f32).repeat(k, 1, 1))
             if spec.permutation:
                 self.register_buffer("perm", torch.arange(n))
+            # the greedy choices that rebuild rot1/rot2 (storage keeps these, not the matrices);
+            # forward never reads them
+            self.register_buffer("steps1", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
+            self.register_buffer("steps2", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
         if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
             self.register_buffer("act_scale", torch.ones(1, dtype=f32))
             self.register_buffer("act_zero", torch.zeros(1, dtype=f32))
@@ -153,6 +159,8 @@ class QuantLinear(nn.Module):
         if spec.block is not None:
             self.rot1.copy_(transform.rot1.to(torch.float32))
             self.rot2.copy_(transform.rot2.to(torch.float32))
+            self.steps1.copy_(transform.steps1.to(torch.int16))
+            self.steps2.copy_(transform.steps2.to(torch.int16))
             if spec.permutation:
                 self.perm.copy_(transform.perm)
         if spec.abits < 16 and spec.act_granularity == "per-tensor-static":

@@ -68,7 +68,7 @@ def rotation_from_steps(base: torch.Tensor, channels: torch.Tensor) -> torch.Ten
     return rot
 
 
-def greedy_rotation(x: torch.Tensor, base: torch.Tensor, steps: int) -> torch.Tensor:
+def greedy_rotation(x: torch.Tensor, base: torch.Tensor, steps: int, patience: int = 32) -> torch.Tensor:
     """Greedy block rotation (DuQuant R₁/R₂) fitted on activation rows x (T, n).
 
     Returns the chosen outlier channel of every step per block, (K, steps) with -1 after the kept
@@ -77,7 +77,8 @@ def greedy_rotation(x: torch.Tensor, base: torch.Tensor, steps: int) -> torch.Te
     by the swap 0 ↔ that channel (so that channel is spread evenly over the block) and apply it.
     The paper picks the outlier's *channel*; the official code indexes a row instead — we follow
     the paper. Of the prefixes of 0..steps steps we keep the one with the smallest max−min of the
-    block's transformed activations (possibly zero steps).
+    block's transformed activations (possibly zero steps). The search stops early once no block
+    has improved for `patience` steps (later steps are then never kept anyway in practice).
     """
     t, n = x.shape
     block = base.shape[0]
@@ -98,6 +99,8 @@ def greedy_rotation(x: torch.Tensor, base: torch.Tensor, steps: int) -> torch.Te
         better = obj < best_obj
         best_obj = torch.where(better, obj, best_obj)
         best_len = torch.where(better, torch.full_like(best_len, s + 1), best_len)
+        if s + 1 - int(best_len.max()) >= patience:
+            break
     keep = torch.arange(steps)[None, :] < best_len[:, None]
     return torch.where(keep, chosen, torch.full_like(chosen, -1))
 
@@ -170,6 +173,7 @@ def fit_transform(
     permutation: bool,
     seed: int = 0,
     act_absmax: torch.Tensor | None = None,
+    rotation_rows: int = 256,
 ) -> Transform:
     """Fit the transform of one Linear from calibration rows x (T, n) and its weight w (m, n), in float64."""
     x = x.to(torch.float64)
@@ -183,6 +187,9 @@ def fit_transform(
         return Transform(smooth=smooth)
     base = block_base(block, seed)
     z = x / smooth
+    if z.shape[0] > rotation_rows:  # the greedy search sees a fixed, seeded subset of token rows
+        keep = torch.randperm(z.shape[0], generator=torch.Generator().manual_seed(seed))[:rotation_rows]
+        z = z[keep.sort().values]
     steps1 = greedy_rotation(z, base, steps)
     rot1 = rotation_from_steps(base, steps1)
     z = blockwise(z, rot1)

@@ -1,0 +1,110 @@
+"""`accelkit quant eval` and `accelkit quant apply` (only typer and the stdlib at import time)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+quant_app = typer.Typer(
+    help="DuQuant / SmoothQuant / RTN quantization of PyTorch Linear layers that stays pure under torch.compile.",
+    no_args_is_help=True,
+)
+
+METHODS = ("fp32", "rtn", "smoothquant", "duquant")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(quant_app, name="quant")
+
+
+def _split(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    from accelkit.errors import ConfigError
+
+    items = [p.strip().lower() for p in text.split(",") if p.strip()]
+    if not items:
+        raise ConfigError(f"--{what} is empty; e.g. --{what} {','.join(allowed or ('w4a8',))}")
+    if allowed:
+        bad = [p for p in items if p not in allowed]
+        if bad:
+            raise ConfigError(f"--{what} {bad[0]!r} is not known; choose from {', '.join(allowed)}")
+    return items
+
+
+@quant_app.command("eval")
+def eval_command(
+    model: Annotated[str, typer.Option(help="Model to evaluate (offline, from an installed package).")] = "minilm",
+    methods: Annotated[str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")] = "fp32,rtn,smoothquant,duquant",
+    bits: Annotated[str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")] = "w4a8,w4a4",
+    json_path: Annotated[str | None, typer.Option("--json", help="Also write the table as JSON here.")] = None,
+    pairs: Annotated[int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")] = 300,
+    group_size: Annotated[int | None, typer.Option(help="Weight group size (default: per output channel).")] = None,
+    latency: Annotated[bool, typer.Option(help="Measure eager and compiled latency.")] = True,
+    compiled: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time torch.compile (slow first compile).")] = True,
+) -> None:
+    """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
+    from accelkit.errors import ConfigError
+    from accelkit.quant.apply import load_config
+
+    method_list = _split(methods, "methods", METHODS)
+    bit_list = _split(bits, "bits")
+    if not 1 <= pairs <= 300:
+        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
+    from accelkit.quant.evaluate import model_factory, parse_bits, run_eval
+
+    model_factory(model)
+    for b in bit_list:
+        parse_bits(b)
+    env_cfg = load_config()
+    overrides = {"weight_group_size": group_size or env_cfg.weight_group_size}
+    if env_cfg.disable_compile:
+        compiled = False
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    with console.status("quantizing and evaluating…") as status:
+        rows = run_eval(method_list, bit_list, n_pairs=pairs, latency=latency, compiled=compiled,
+                        config_overrides=overrides, progress=lambda s: status.update(f"{s}…"))
+    table = Table(title=f"accelkit quant eval — {model}, {2 * pairs} sentences, fidelity vs FP32")
+    for col in ("method", "bits", "mean cos", "min cos", "top-1 agree", "layers MB", "eager ms", "compiled ms"):
+        table.add_column(col, justify="right")
+
+    def fmt(v, spec=".2f"):
+        return "-" if v is None else format(v, spec)
+
+    for r in rows:
+        table.add_row(r.method, r.bits, fmt(r.mean_cosine, ".4f"), fmt(r.min_cosine, ".4f"), fmt(r.top1_agreement, ".3f"),
+                      fmt(r.quant_layers_mb), fmt(r.eager_ms), fmt(r.compiled_ms))
+    Console().print(table)
+    if json_path:
+        from dataclasses import asdict
+
+        from accelkit.runtime.files import write_json_atomic
+
+        write_json_atomic(json_path, {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]})
+
+
+@quant_app.command("apply")
+def apply_command(
+    output: Annotated[str, typer.Option(help="Where to write the quantized model (.safetensors).")],
+    model: Annotated[str, typer.Option(help="Model to quantize.")] = "minilm",
+    method: Annotated[str | None, typer.Option(help="duquant | smoothquant | rtn.")] = None,
+    wbits: Annotated[int | None, typer.Option(help="Weight bits (2..8, 16 = off).")] = None,
+    abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
+    config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
+) -> None:
+    """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
+    from accelkit.quant.apply import load_config, quantize_with_report
+    from accelkit.quant.evaluate import batches, load_minilm, model_factory, quant_layer_bytes
+    from accelkit.quant.sentences import calibration_sentences
+    from accelkit.quant.storage import save_quantized
+
+    model_factory(model)
+    cfg = load_config(config, method=method, wbits=wbits, abits=abits)
+    float_model, tokenizer = load_minilm()
+    qmodel, report = quantize_with_report(float_model, cfg, batches(tokenizer, calibration_sentences(), 32))
+    path = save_quantized(qmodel, output)
+    q_bytes, fp_bytes = quant_layer_bytes(qmodel)
+    typer.echo(f"{report.summary()}; quantized layers {q_bytes / 2**20:.2f} MB vs {fp_bytes / 2**20:.2f} MB FP32 "
+               f"({q_bytes / fp_bytes:.3f}x); wrote {path}")

@@ -1,0 +1,106 @@
+"""save_quantized / load_quantized: int4 packed two per byte in safetensors, bit-exact reload.
+
+The file holds, per QuantLinear, its compact tensors (packed codes, scales, zero points, bias,
+smoothing, permutation and the greedy rotation *steps*; the b×b rotation matrices are rebuilt from
+the steps and the seeded base matrix by the same function `quantize` used), every other tensor of
+the model's state dict in FP32 under `float/`, and in the metadata each layer's `LayerSpec`.
+`load_quantized(path, model_factory)` builds the float model, swaps in empty QuantLinear layers
+with the stored specs, fills them and returns the model; outputs match the saved model bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from accelkit.errors import InputError, require
+from accelkit.quant.layers import LayerSpec, QuantLinear
+from accelkit.quant.transforms import block_base, rotation_from_steps
+from accelkit.runtime.files import atomic_open
+
+FORMAT = "accelkit-quant/1"
+DERIVED = ("rot1", "rot2")  # rebuilt from steps1/steps2 on load
+
+
+def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
+    """The tensors that define a QuantLinear, without the derivable rotation matrices."""
+    out = {}
+    for name, buf in layer.named_buffers(recurse=False):
+        if name in DERIVED:
+            continue
+        if name == "perm":
+            buf = buf.to(torch.int32)
+        out[name] = buf.detach().cpu().contiguous()
+    return out
+
+
+def rebuild_rotations(layer: QuantLinear) -> None:
+    spec = layer.spec
+    if spec.block is None:
+        return
+    base = block_base(spec.block, spec.seed)
+    with torch.no_grad():
+        layer.rot1.copy_(rotation_from_steps(base, layer.steps1.long()).to(torch.float32))
+        layer.rot2.copy_(rotation_from_steps(base, layer.steps2.long()).to(torch.float32))
+
+
+def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
+    st = require("safetensors.torch", "quant")
+    quant = {name: mod for name, mod in model.named_modules() if isinstance(mod, QuantLinear)}
+    if not quant:
+        raise InputError("save_quantized: the model holds no QuantLinear layer; run quantize() first")
+    tensors: dict[str, torch.Tensor] = {}
+    for name, mod in quant.items():
+        for key, t in compact_tensors(mod).items():
+            tensors[f"quant/{name}/{key}"] = t
+    prefixes = tuple(f"{name}." for name in quant)
+    for key, t in model.state_dict().items():
+        if not key.startswith(prefixes):
+            tensors[f"float/{key}"] = t.detach().cpu().contiguous()
+    meta = {"format": FORMAT, "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()})}
+    data = st.save(tensors, metadata=meta)
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Module]) -> nn.Module:
+    st = require("safetensors", "quant")
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{file} does not exist; give the path written by save_quantized / `accelkit quant apply`")
+    try:
+        with st.safe_open(str(file), framework="pt") as handle:
+            meta = handle.metadata() or {}
+            tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
+    except Exception as exc:
+        raise InputError(f"{file} is not a readable safetensors file ({exc}); re-create it with `accelkit quant apply`") from exc
+    if meta.get("format") != FORMAT:
+        raise InputError(f"{file} is not an accelkit quantized model (format {meta.get('format')!r}, expected {FORMAT!r})")
+    specs = json.loads(meta["layers"])
+    model = model_factory()
+    for name, spec_dict in specs.items():
+        try:
+            old = model.get_submodule(name)
+        except AttributeError as exc:
+            raise InputError(f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized") from exc
+        layer = QuantLinear(LayerSpec(**spec_dict))
+        with torch.no_grad():
+            for key, buf in layer.named_buffers(recurse=False):
+                if key in DERIVED:
+                    continue
+                buf.copy_(tensors[f"quant/{name}/{key}"].to(buf.dtype))
+        rebuild_rotations(layer)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, layer.to(next(old.buffers(), next(old.parameters())).device))
+    rest = {k[len("float/"):]: v for k, v in tensors.items() if k.startswith("float/")}
+    missing, unexpected = model.load_state_dict(rest, strict=False)
+    bad_missing = [k for k in missing if not k.startswith(tuple(f"{n}." for n in specs))]
+    if bad_missing or unexpected:
+        raise InputError(f"{file} does not fit the model from model_factory (missing {bad_missing[:3]}, unexpected {unexpected[:3]})")
+    return model.eval()

@@ -1,0 +1,128 @@
+"""quantize() selection and bad input, openpi env aliases, save/load bit-exactness and size."""
+
+import pytest
+import torch
+from torch import nn
+
+from accelkit.errors import ConfigError, DataError, InputError
+from accelkit.quant.apply import QuantConfig, load_config, quantize, quantize_with_report
+from accelkit.quant.layers import QuantLinear
+from accelkit.quant.storage import load_quantized, save_quantized
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.ModuleDict({"q": nn.Linear(128, 128), "up": nn.Linear(128, 256)})
+        self.down = nn.Linear(256, 128)
+        self.odd = nn.Linear(128, 40)
+        self.narrow = nn.Linear(40, 8)
+
+    def forward(self, x, scale=None):
+        h = self.encoder["q"](x)
+        h = self.down(torch.relu(self.encoder["up"](h)))
+        if scale is not None:
+            h = h * scale
+        return self.narrow(self.odd(h))
+
+
+def make_net():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def batches(n=3):
+    g = torch.Generator().manual_seed(5)
+    out = []
+    for _ in range(n):
+        x = torch.randn(16, 128, generator=g)
+        x[:, 9] *= 30
+        out.append(x)
+    return out
+
+
+SMALL = {"block_size": 64, "rotation_steps": 16}
+
+
+def test_selection_globs_and_indivisible_layer_is_reported():
+    model, report = quantize_with_report(make_net(), QuantConfig(**SMALL, exclude=["odd"]), batches())
+    assert set(report.quantized) == {"encoder.q", "encoder.up", "down"}
+    assert "narrow" in report.skipped and "not divisible by block_size 64" in report.skipped["narrow"]
+    assert type(model.odd) is nn.Linear and type(model.narrow) is nn.Linear
+    with pytest.raises(ConfigError, match="narrow"):
+        quantize(make_net(), QuantConfig(**SMALL, indivisible="error"), batches())
+
+
+def test_batch_conventions_tuple_and_dict():
+    tup = [(x, torch.tensor(2.0)) for x in batches()]
+    dic = [{"x": x, "scale": torch.tensor(2.0)} for x in batches()]
+    a = quantize(make_net(), QuantConfig(**SMALL, include=["encoder.*"]), tup)
+    b = quantize(make_net(), QuantConfig(**SMALL, include=["encoder.*"]), dic)
+    x = batches(1)[0]
+    assert torch.equal(a(x), b(x))
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(InputError, match=r"candidates: encoder\.q, encoder\.up, down"):
+        quantize(make_net(), QuantConfig(include=["nothing*"]), batches())
+    with pytest.raises(DataError, match="empty"):
+        quantize(make_net(), QuantConfig(**SMALL), [])
+    bad = batches()
+    bad[1][3, 4] = float("nan")
+    with pytest.raises(DataError, match=r"batch 1.*'encoder\.q'.*NaN"):
+        quantize(make_net(), QuantConfig(**SMALL), bad)
+    done = quantize(make_net(), QuantConfig(**SMALL, include=["down"]), batches())
+    with pytest.raises(InputError, match="already quantized"):
+        quantize(done, QuantConfig(**SMALL), batches())
+    for bits in (1, 9, 12):
+        with pytest.raises(ConfigError, match=r"2\.\.8, or 16"):
+            QuantConfig(wbits=bits)
+    with pytest.raises(ConfigError, match="abits"):
+        load_config(abits=0)
+
+
+def test_openpi_env_aliases_and_precedence():
+    env = {
+        "OPENPI_DUQUANT_WBITS": "8", "OPENPI_DUQUANT_ABITS": "16", "OPENPI_DUQUANT_BLOCK": "64",
+        "OPENPI_DUQUANT_SCOPE": "encoder.", "OPENPI_DUQUANT_INCLUDE": "encoder.q, encoder.up",
+        "OPENPI_DUQUANT_EXCLUDE": "*.up", "OPENPI_DISABLE_TORCH_COMPILE": "1",
+    }
+    cfg = load_config(env=env)
+    assert (cfg.wbits, cfg.abits, cfg.block_size, cfg.scope) == (8, 16, 64, "encoder.")
+    assert cfg.include == ["encoder.q", "encoder.up"] and cfg.exclude == ["*.up"] and cfg.disable_compile
+    assert load_config(env={**env, "ACCELKIT_QUANT_WBITS": "3"}).wbits == 3
+    assert load_config(env=env, wbits=2).wbits == 2
+    _, report = quantize_with_report(make_net(), load_config(env=env, rotation_steps=8), batches())
+    assert report.quantized == ["encoder.q"]
+    with pytest.raises(ConfigError, match="OPENPI_DUQUANT"):
+        load_config(env={"OPENPI_DUQUANT_WBITS": "five"})
+
+
+@pytest.mark.parametrize("method", ["duquant", "rtn"])
+def test_save_load_bit_exact_and_small(tmp_path, method):
+    cfg = QuantConfig(method=method, wbits=4, abits=8, weight_group_size=None, exclude=["narrow", "odd"], **SMALL)
+    model = quantize(make_net(), cfg, batches())
+    path = save_quantized(model, tmp_path / "q.safetensors")
+    loaded = load_quantized(path, make_net)
+    assert isinstance(loaded.down, QuantLinear) and type(loaded.odd) is nn.Linear
+    x = batches(1)[0]
+    with torch.no_grad():
+        assert torch.equal(model(x), loaded(x))
+    for (ka, va), (kb, vb) in zip(sorted(model.state_dict().items()), sorted(loaded.state_dict().items()), strict=True):
+        assert ka == kb and torch.equal(va, vb)
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        q_bytes = sum(f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys() if k.startswith("quant/"))  # noqa: SIM118
+        assert f.get_tensor("quant/down/qweight").shape == (128, 128)  # 256 int4 codes per row, two per byte
+    fp_bytes = 4 * sum(m.weight.numel() + m.bias.numel() for m in (make_net().encoder["q"], make_net().encoder["up"], make_net().down))
+    assert q_bytes <= 0.2 * fp_bytes
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load_quantized(tmp_path / "missing.safetensors", make_net)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file")
+    with pytest.raises(InputError, match="safetensors"):
+        load_quantized(junk, make_net)

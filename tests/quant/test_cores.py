@@ -1,0 +1,168 @@
+"""Pure cores against numpy float64 references, on adversarial inputs too."""
+
+import numpy as np
+import pytest
+import torch
+
+from accelkit.quant import quantizers as qz
+from accelkit.quant.transforms import (
+    block_base,
+    blockwise,
+    fit_transform,
+    greedy_rotation,
+    rotation_from_steps,
+    smooth_scales,
+    zigzag_permutation,
+)
+
+
+def np_fake_quant_rows(x, bits, clip=1.0):
+    """Independent float64 reference: asymmetric per-row grid including 0."""
+    qmax = 2**bits - 1
+    lo = np.minimum(x.min(axis=1, keepdims=True) * clip, 0.0)
+    hi = np.maximum(x.max(axis=1, keepdims=True) * clip, 0.0)
+    scale = np.maximum((hi - lo) / qmax, 1e-8)
+    zero = np.clip(np.round(-lo / scale), 0, qmax)
+    q = np.clip(np.round(x / scale) + zero, 0, qmax)
+    return (q - zero) * scale
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_weight_fake_quant_matches_numpy(bits):
+    rng = np.random.default_rng(bits)
+    w = rng.standard_normal((17, 64))
+    w[3] *= 100.0  # a row with a huge range
+    w[5] = 0.0  # a constant row
+    w[7] = np.abs(w[7])  # an all-positive row
+    got = qz.fake_quant_weight(torch.from_numpy(w), bits, None, 0.9).numpy()
+    np.testing.assert_allclose(got, np_fake_quant_rows(w, bits, 0.9), rtol=0, atol=1e-12)
+    got_g = qz.fake_quant_weight(torch.from_numpy(w), bits, 16, 1.0).numpy()
+    ref_g = np_fake_quant_rows(w.reshape(17 * 4, 16), bits).reshape(17, 64)
+    np.testing.assert_allclose(got_g, ref_g, rtol=0, atol=1e-12)
+    # error bound: half a step per element (no clipping)
+    q, scale, zero = qz.quantize_weight(torch.from_numpy(w), bits, None)
+    assert int(q.max()) <= 2**bits - 1
+    err = np.abs(qz.dequantize_weight(q, scale, zero).numpy() - w)
+    assert np.all(err <= scale.numpy() / 2 + 1e-12)
+
+
+def test_per_token_activation_quant_matches_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 9, 48))
+    x[0, 2, 5] = 500.0
+    x[1, 4] = 0.0
+    got = qz.fake_quant_per_token(torch.from_numpy(x), 8, 0.9).numpy()
+    ref = np_fake_quant_rows(x.reshape(-1, 48), 8, 0.9).reshape(x.shape)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
+    assert np.all(got[1, 4] == 0.0)
+
+
+def test_static_activation_quant():
+    x = torch.linspace(-3, 5, 101, dtype=torch.float64)
+    scale, zero = qz.asym_params(torch.tensor(-3.0, dtype=torch.float64), torch.tensor(5.0, dtype=torch.float64), 8)
+    got = qz.fake_quant_static(x, scale, zero, 8)
+    assert float((got - x).abs().max()) <= float(scale) / 2 + 1e-12
+    assert float(qz.fake_quant_static(torch.tensor([100.0], dtype=torch.float64), scale, zero, 8)) == pytest.approx((255 - float(zero)) * float(scale))
+
+
+def test_clip_search_is_per_row_optimum():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 32))
+    w[:, 0] *= 20
+    x = rng.standard_normal((200, 32))
+    grid = (1.0, 0.9, 0.8, 0.7, 0.6)
+    best = qz.search_weight_clip(torch.from_numpy(w), torch.from_numpy(x), 3, None, grid).numpy()
+    for i in range(8):
+        errs = [np.sum((x @ (w[i] - np_fake_quant_rows(w[i : i + 1], 3, r)[0])) ** 2) for r in grid]
+        assert best[i] == grid[int(np.argmin(errs))]
+
+
+def test_int4_pack_round_trip_and_layout():
+    codes = torch.randint(0, 16, (5, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    packed = qz.pack_int4(codes)
+    assert packed.shape == (5, 32) and packed.dtype == torch.uint8
+    assert torch.equal(qz.unpack_int4(packed), codes)
+    assert int(packed[0, 0]) == int(codes[0, 0]) + 16 * int(codes[0, 1])
+    with pytest.raises(ValueError):
+        qz.pack_int4(torch.full((2, 2), 16, dtype=torch.uint8))
+
+
+def test_check_bits():
+    from accelkit.errors import ConfigError
+
+    for bad in (1, 9, 32, 0, True):
+        with pytest.raises(ConfigError, match=r"2\.\.8, or 16"):
+            qz.check_bits(bad, "wbits")
+
+
+# ---- transforms ----
+
+
+def outlier_acts(t=256, n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, n, dtype=torch.float64, generator=g)
+    x[:, 7] *= 60.0
+    x[:, 130] *= 25.0
+    x[:, 131] += 10.0
+    return x, torch.randn(96, n, dtype=torch.float64, generator=g)
+
+
+def test_base_block_is_orthogonal_with_constant_first_row():
+    b = block_base(32, seed=3)
+    assert torch.allclose(b @ b.T, torch.eye(32, dtype=torch.float64), atol=1e-13)
+    assert torch.allclose(b[0], torch.full((32,), 32**-0.5, dtype=torch.float64), atol=1e-14)
+
+
+@pytest.mark.parametrize("method", ["rtn", "smoothquant", "duquant"])
+def test_equivalence_before_quantization(method):
+    x, w = outlier_acts()
+    t = fit_transform(x, w, method=method, alpha=0.6, block=64, steps=48, permutation=True)
+    ref = x @ w.T
+    got = t.activations(x) @ t.weight(w).T
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-10
+    r = t.orthogonal_matrix(256)
+    assert torch.allclose(r @ r.T, torch.eye(256, dtype=torch.float64), atol=1e-12)
+
+
+def test_rotation_is_rebuilt_exactly_from_steps():
+    x, w = outlier_acts()
+    t = fit_transform(x, w, method="duquant", alpha=0.6, block=64, steps=48, permutation=True)
+    base = block_base(64, 0)
+    assert torch.equal(rotation_from_steps(base, t.steps1), t.rot1)
+    assert torch.equal(rotation_from_steps(base, t.steps2), t.rot2)
+
+
+def test_greedy_rotation_spreads_the_outlier_channel():
+    x, _ = outlier_acts()
+    base = block_base(64, 0)
+    steps = greedy_rotation(x, base, 32)
+    # block 0 holds channel 7 (60x): the first step must pick that channel, not a row index
+    assert int(steps[0, 0]) == 7
+    rot = rotation_from_steps(base, steps)
+    z = blockwise(x, rot)
+    for k in range(4):
+        before = x[:, 64 * k : 64 * (k + 1)]
+        after = z[:, 64 * k : 64 * (k + 1)]
+        assert float(after.max() - after.min()) <= float(before.max() - before.min()) + 1e-12
+    assert float(z.abs().amax() / z.abs().mean()) < 0.5 * float(x.abs().amax() / x.abs().mean())
+
+
+def test_zigzag_is_a_permutation_and_balances_block_maxima():
+    g = torch.Generator().manual_seed(0)
+    cmax = torch.rand(256, generator=g, dtype=torch.float64)
+    cmax[:8] = torch.tensor([100.0, 90, 80, 70, 60, 50, 40, 30], dtype=torch.float64)  # all outliers in block 0
+    perm = zigzag_permutation(cmax, 64)
+    assert sorted(perm.tolist()) == list(range(256))
+    before = cmax.reshape(4, 64)
+    after = cmax[perm].reshape(4, 64)
+    # snake order: blocks get 100/30, 90/40, 80/50, 70/60 -> equal sums of the top two
+    top2 = after.topk(2, dim=1).values.sum(1)
+    assert torch.allclose(top2, torch.full((4,), 130.0, dtype=torch.float64))
+    assert float(after.sum(1).std()) < float(before.sum(1).std())
+
+
+def test_smooth_scales_formula():
+    a = torch.tensor([4.0, 0.0, 9.0], dtype=torch.float64)
+    w = torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64)
+    s = smooth_scales(a, w, 0.5)
+    np.testing.assert_allclose(s.numpy(), [2.0, max(1e-5**0.5 / 2**0.5, 1e-5), 3.0 / 1e-5**0.5])
