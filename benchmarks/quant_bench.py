@@ -1,0 +1,103 @@
+"""accelkit quant on all-MiniLM-L6-v2: fidelity, size and eager/compiled latency vs FP32 (same run),
+plus a cross-check of our RTN W4A8 against torchao's int8-dynamic-activation / int4-weight.
+
+    python benchmarks/quant_bench.py [--pairs 300] [--out benchmarks/results/quant_bench.json]
+
+Latency: median of 10 forwards of one batch of 64 sentences × 32 tokens after warm-up; compiled =
+torch.compile(fullgraph=True) with inductor. Only ratios within this run are meaningful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import time
+from dataclasses import asdict
+
+import torch
+
+from accelkit.quant.evaluate import batches, embed, fidelity, latency_ms, load_minilm, run_eval
+from accelkit.quant.sentences import eval_pairs
+from accelkit.runtime.files import write_json_atomic
+
+
+def torchao_crosscheck(n_pairs: int) -> dict:
+    """Same model, same eval set: torchao Int8DynamicActivationIntxWeightConfig(int4, per-channel,
+    asymmetric) against our RTN W4A8 with the same grid (no clip search, act_clip 1.0)."""
+    try:
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+        from torchao.quantization.granularity import PerAxis
+        from torchao.quantization.quant_primitives import MappingType
+    except Exception as exc:  # torchao missing or broken on this machine
+        return {"status": f"torchao unavailable: {exc}"}
+    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.sentences import calibration_sentences
+
+    fp32, tok = load_minilm()
+    pairs = eval_pairs(n_pairs)
+    data = batches(tok, [a for a, _ in pairs] + [b for _, b in pairs])
+    ref = embed(fp32, data)
+    ours = quantize(copy.deepcopy(fp32), QuantConfig(method="rtn", wbits=4, abits=8, weight_clip=1.0, act_clip=1.0),
+                    batches(tok, calibration_sentences(), 32))
+    ao = copy.deepcopy(fp32)
+    cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerAxis(0),
+                                                weight_mapping_type=MappingType.ASYMMETRIC, act_mapping_type=MappingType.ASYMMETRIC)
+    quantize_(ao, cfg)
+    e_ours, e_ao = embed(ours, data), embed(ao, data)
+    # one layer, same input: how far apart are the two W4A8 implementations, relative to their error?
+    name = "bert.encoder.layer.0.intermediate.dense"
+    x = torch.randn(256, 384, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y_fp = fp32.get_submodule(name)(x)
+        y_ours = ours.get_submodule(name)(x)
+        y_ao = ao.get_submodule(name)(x)
+    assert isinstance(ours.get_submodule(name), QuantLinear)
+    rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+    out = {
+        "status": "ok",
+        "ours_rtn_w4a8": fidelity(e_ours, ref, n_pairs),
+        "torchao_w4a8": fidelity(e_ao, ref, n_pairs),
+        "ours_vs_torchao_embedding_cosine": float((e_ours * e_ao).sum(-1).mean()),
+        "layer": name,
+        "layer_rel_err_ours_vs_fp32": rel(y_ours, y_fp),
+        "layer_rel_err_torchao_vs_fp32": rel(y_ao, y_fp),
+        "layer_rel_diff_ours_vs_torchao": rel(y_ours, y_ao),
+        "eager_ms_torchao": latency_ms(ao, data[0]),
+        "eager_ms_ours": latency_ms(ours, data[0]),
+    }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=300)
+    parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
+    parser.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    rows = run_eval(["fp32", "rtn", "smoothquant", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs,
+                    compiled=not args.no_compile, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
+    fp = rows[0]
+    table = [asdict(r) for r in rows]
+    for r in table:
+        if fp.compiled_ms and r["compiled_ms"]:
+            r["compiled_vs_fp32_compiled"] = r["compiled_ms"] / fp.compiled_ms
+        if fp.eager_ms and r["eager_ms"]:
+            r["eager_vs_fp32_eager"] = r["eager_ms"] / fp.eager_ms
+        r["size_vs_fp32"] = r["quant_layers_mb"] / r["fp32_layers_mb"]
+    print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
+    cross = torchao_crosscheck(args.pairs)
+    payload = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "pairs": args.pairs, "rows": table, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
+    write_json_atomic(args.out, payload)
+    for r in table:
+        print(f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "
+              f"size {r['size_vs_fp32']:.3f}x eager {r['eager_ms'] or 0:.1f}ms compiled {r['compiled_ms'] or 0:.1f}ms")
+    print("torchao:", {k: v for k, v in cross.items() if not isinstance(v, dict)})
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

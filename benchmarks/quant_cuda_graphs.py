@@ -1,0 +1,81 @@
+"""CUDA-graph safety of a quantized model: torch.compile(mode="reduce-overhead") for 100 calls while
+holding every earlier output, each compared with eager. This is the failure the openpi fork hit
+("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run").
+
+    python benchmarks/quant_cuda_graphs.py [--calls 100] [--out benchmarks/results/quant_cuda_graphs.json]
+
+Needs a CUDA GPU; on a CPU-only machine it exits with status 3 and says so. The model is
+all-MiniLM-L6-v2 quantized with DuQuant W4A8 (calibrated eagerly on the CPU, then moved to the GPU).
+Outputs are cloned outside the compiled function (PyTorch's documented rule for outputs kept across
+replays); the check is that (a) no call raises, (b) every held output still equals the eager output
+of its own input, (c) the model's buffers are unchanged, (d) no recompilation after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+
+import torch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--out", default="benchmarks/results/quant_cuda_graphs.json")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("quant_cuda_graphs: no CUDA GPU here; this check needs one (CUDA graphs exist only on GPU). Nothing was run.")
+        return 3
+    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.evaluate import batches, load_minilm
+    from accelkit.quant.sentences import calibration_sentences, eval_pairs
+    from accelkit.runtime.files import write_json_atomic
+
+    fp32, tok = load_minilm()
+    model = quantize(copy.deepcopy(fp32), QuantConfig(method="duquant", wbits=4, abits=8), batches(tok, calibration_sentences(), 32))
+    dev = torch.device("cuda")
+    model = model.to(dev).eval()
+    snapshot = {k: v.clone() for k, v in model.named_buffers()}
+    pairs = eval_pairs(300)
+    sentences = [a for a, _ in pairs] + [b for _, b in pairs]
+    data = [{k: v.to(dev) for k, v in b.items()} for b in batches(tok, sentences, batch_size=16)]
+    data = [b for b in data if b["input_ids"].shape[0] == 16]
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead", dynamic=False)
+    held, errors = [], []
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for i in range(args.calls):
+            batch = data[i % len(data)]
+            try:
+                out = compiled(**batch).clone()  # clone outside the compiled region: safe to keep
+            except Exception as exc:  # record the failure mode instead of dying on the first call
+                errors.append(f"call {i}: {type(exc).__name__}: {exc}".splitlines()[0])
+                break
+            held.append((i, out))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        worst = 0.0
+        for i, out in held:
+            ref = model(**data[i % len(data)])
+            worst = max(worst, float((out - ref).abs().max()))
+        # also check the uncloned output of the latest call is usable right after the call
+        fresh = compiled(**data[0])
+        fresh_ok = bool(torch.allclose(fresh, model(**data[0]), atol=1e-3))
+    unchanged = all(torch.equal(snapshot[k], v) for k, v in model.named_buffers())
+    result = {
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "calls": args.calls,
+        "completed_calls": len(held), "errors": errors, "max_abs_diff_vs_eager": worst,
+        "fresh_output_ok": fresh_ok, "buffers_unchanged": unchanged, "wall_s": wall,
+        "ok": not errors and len(held) == args.calls and worst < 1e-2 and unchanged and fresh_ok,
+    }
+    write_json_atomic(args.out, result)
+    print(result)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The real model: all-MiniLM-L6-v2 from the installed package, offline, CI-sized."""
+
+import copy
+
+import pytest
+import torch
+
+from accelkit.quant.apply import QuantConfig, quantize
+from accelkit.quant.calibrate import collect_inputs
+from accelkit.quant.evaluate import batches, embed, fidelity, load_minilm
+from accelkit.quant.sentences import calibration_sentences, eval_pairs
+from accelkit.quant.transforms import fit_transform
+
+PAIRS = 48
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    model, tokenizer = load_minilm()
+    pairs = eval_pairs(PAIRS)
+    data = batches(tokenizer, [a for a, _ in pairs] + [b for _, b in pairs])
+    calib = batches(tokenizer, calibration_sentences(64), batch_size=32)
+    return model, data, calib, embed(model, data)
+
+
+def test_shipped_sets_are_fixed_large_and_disjoint():
+    pairs = eval_pairs()
+    sentences = {s for pair in pairs for s in pair}
+    assert len(sentences) == 600
+    assert pairs[0] == ("A tourist sold the wooden table during the storm.", "While the storm raged, a traveller traded away the timber desk.")
+    assert not sentences & set(calibration_sentences())
+
+
+def test_fp32_reference_embeddings_are_sane(minilm):
+    model, data, _, ref = minilm
+    assert torch.allclose(ref.norm(dim=-1), torch.ones(len(ref), dtype=torch.float64), atol=1e-5)
+    # paraphrase partners are mostly each other's nearest neighbour under FP32
+    assert fidelity(ref, ref, PAIRS)["top1_partner_accuracy"] > 0.5
+    assert fidelity(ref, ref, PAIRS)["mean_cosine"] == pytest.approx(1.0)
+
+
+def test_duquant_lowers_outlier_ratio_on_the_outlier_layer(minilm):
+    model, _, calib, _ = minilm
+    downs = {n: m for n, m in model.named_modules() if n.endswith("output.dense") and "attention" not in n}
+    inputs = collect_inputs(model, downs, calib, max_rows=512)
+    ratio = {n: float(e.absmax.max() / e.absmax.median()) for n, e in inputs.items()}
+    name = max(ratio, key=ratio.get)
+    assert ratio[name] > 20  # MiniLM's known FFN outlier channel
+    x = inputs[name].sample().to(torch.float64)
+    t = fit_transform(x, downs[name].weight.detach(), method="duquant", alpha=0.6, block=128, steps=64,
+                      permutation=True, act_absmax=inputs[name].absmax)
+
+    def max_over_mean(z):
+        return float(z.abs().amax() / z.abs().mean())
+
+    smoothed = x / t.smooth
+    assert max_over_mean(t.activations(x)) < 0.5 * max_over_mean(smoothed) < max_over_mean(x)
+
+
+def test_ci_fidelity_duquant_beats_rtn_at_w4a8_and_w4a4(minilm):
+    model, data, calib, ref = minilm
+    scores = {}
+    for method in ("rtn", "duquant"):
+        for abits in (8, 4):
+            cfg = QuantConfig(method=method, wbits=4, abits=abits, rotation_steps=64)
+            q = quantize(copy.deepcopy(model), cfg, calib)
+            scores[method, abits] = fidelity(embed(q, data), ref, PAIRS)["mean_cosine"]
+    assert scores["duquant", 8] > scores["rtn", 8]
+    assert scores["duquant", 4] > scores["rtn", 4]
+    assert scores["duquant", 8] >= 0.96
+    assert scores["duquant", 4] >= 0.93
