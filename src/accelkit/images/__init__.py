@@ -1,0 +1,29 @@
+"""`accelkit images`: exact JAX image preprocessing and a real offline embedding model.
+
+Heavy libraries (jax, onnxruntime, torch) load on first use, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "JAXImagePreprocessor": "accelkit.images.preprocess",
+    "PreprocessConfig": "accelkit.images.config",
+    "ModelConfig": "accelkit.images.config",
+    "ServiceConfig": "accelkit.images.config",
+    "ImageEmbeddingPipeline": "accelkit.images.pipeline",
+    "EmbeddingResult": "accelkit.images.pipeline",
+    "ImageDecodeError": "accelkit.images.decode",
+    "decode_image": "accelkit.images.decode",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'accelkit.images' has no attribute {name!r}")
