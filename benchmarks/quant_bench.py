@@ -75,10 +75,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300)
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--group-size", type=int, default=64, help="weight group size for every method (0 = per channel)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     rows = run_eval(["fp32", "rtn", "smoothquant", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs,
-                    compiled=not args.no_compile, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
+                    compiled=not args.no_compile, config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
     fp = rows[0]
     table = [asdict(r) for r in rows]
     for r in table:
@@ -90,7 +91,7 @@ def main() -> None:
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     payload = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "pairs": args.pairs, "rows": table, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
+               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
     write_json_atomic(args.out, payload)
     for r in table:
         print(f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "

@@ -38,7 +38,7 @@ def eval_command(
     bits: Annotated[str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")] = "w4a8,w4a4",
     json_path: Annotated[str | None, typer.Option("--json", help="Also write the table as JSON here.")] = None,
     pairs: Annotated[int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")] = 300,
-    group_size: Annotated[int | None, typer.Option(help="Weight group size (default: per output channel).")] = None,
+    group_size: Annotated[int, typer.Option(help="Weight group size for every method (0 = per output channel).")] = 64,
     latency: Annotated[bool, typer.Option(help="Measure eager and compiled latency.")] = True,
     compiled: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time torch.compile (slow first compile).")] = True,
 ) -> None:
@@ -56,7 +56,9 @@ def eval_command(
     for b in bit_list:
         parse_bits(b)
     env_cfg = load_config()
-    overrides = {"weight_group_size": group_size or env_cfg.weight_group_size}
+    if group_size < 0:
+        raise ConfigError(f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths")
+    overrides = {"weight_group_size": group_size or None}
     if env_cfg.disable_compile:
         compiled = False
     from rich.console import Console
@@ -92,6 +94,7 @@ def apply_command(
     method: Annotated[str | None, typer.Option(help="duquant | smoothquant | rtn.")] = None,
     wbits: Annotated[int | None, typer.Option(help="Weight bits (2..8, 16 = off).")] = None,
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
+    group_size: Annotated[int | None, typer.Option(help="Weight group size (default: per output channel).")] = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
 ) -> None:
     """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
@@ -101,7 +104,7 @@ def apply_command(
     from accelkit.quant.storage import save_quantized
 
     model_factory(model)
-    cfg = load_config(config, method=method, wbits=wbits, abits=abits)
+    cfg = load_config(config, method=method, wbits=wbits, abits=abits, weight_group_size=group_size)
     float_model, tokenizer = load_minilm()
     qmodel, report = quantize_with_report(float_model, cfg, batches(tokenizer, calibration_sentences(), 32))
     path = save_quantized(qmodel, output)
