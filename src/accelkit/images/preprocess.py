@@ -59,7 +59,7 @@ def pil_taps(in_size: int, out_size: int, box0: float, box1: float) -> tuple[np.
     scale = (box1 - box0) / out_size
     filterscale = max(scale, 1.0)
     support = 1.0 * filterscale  # the bilinear (triangle) filter has support 1
-    ksize = int(math.ceil(support)) * 2 + 1
+    ksize = math.ceil(support) * 2 + 1
     center = box0 + (np.arange(out_size, dtype=np.float64) + 0.5) * scale
     xmin = np.trunc(center - support + 0.5).astype(np.int64)  # C casts truncate toward zero
     xmin = np.maximum(xmin, 0)
