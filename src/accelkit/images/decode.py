@@ -189,7 +189,9 @@ def _decode_bytes(data: bytes, name: str, options: DecodeOptions) -> np.ndarray:
             raise ImageDecodeError(f"{name}: not a recognised image file (JPEG, PNG, WebP, BMP, GIF, TIFF)") from exc
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             raise ImageDecodeError(f"{name}: image is too large (possible decompression bomb): {exc}") from exc
-        except (OSError, SyntaxError, ValueError) as exc:
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            if "truncated" in str(exc).lower() or isinstance(exc, EOFError):
+                raise ImageDecodeError(f"{name}: image data is truncated or corrupt ({exc})") from exc
             raise ImageDecodeError(f"{name}: cannot read image header ({exc})") from exc
         finally:
             Image.MAX_IMAGE_PIXELS = old_limit
