@@ -107,7 +107,7 @@ def test_bad_items_fail_alone(tmp_path, photos):
     assert "no such file" in str(result.failures[1]) and "empty" in str(result.failures[2])
     tall_row = to_uint8_space(np.asarray(result.array)[2:3])[0]
     assert tall_row[:100].min() > 254 and tall_row[-100:].max() < 1  # top white, bottom black survives the host reduce
-    with pytest.raises(ImageDecodeError, match="nope.jpg"):
+    with pytest.raises(ImageDecodeError, match=r"nope\.jpg"):
         pp.preprocess_batch([photos["coffee"], str(tmp_path / "nope.jpg")])
 
 

@@ -97,7 +97,7 @@ def run_embed(items, output, config, batch_size, fit, platform, progress) -> Non
     n_ok, n_bad = len(result.indices), len(result.failures)
     typer.echo(f"wrote {n_ok} embeddings of dimension {result.embeddings.shape[1]} to {output} "
                f"(inputs: {inputs_path}; {n_bad} failed: {failures_path})")
-    for i, reason in list(result.failures.items())[:5]:
+    for reason in list(result.failures.values())[:5]:
         typer.echo(f"failed: {reason}", err=True)
     if n_bad > 5:
         typer.echo(f"... and {n_bad - 5} more failures in {failures_path}", err=True)
