@@ -15,7 +15,7 @@ def _photos() -> dict[str, np.ndarray]:
 
     base = {name: rgb(getattr(data, name)()) for name in (
         "astronaut", "camera", "chelsea", "coffee", "coins", "hubble_deep_field", "immunohistochemistry",
-        "moon", "retina", "rocket", "page", "text", "clock", "brick", "grass", "horse",
+        "moon", "retina", "rocket", "page", "text", "clock", "brick", "grass",
     )}
     base["motorcycle"] = data.stereo_motorcycle()[0]
     china, flower = load_sample_images().images
@@ -23,7 +23,7 @@ def _photos() -> dict[str, np.ndarray]:
     crops = {
         "astronaut_face": base["astronaut"][20:220, 140:340], "china_left": china[:, :320], "flower_center": flower[100:350, 150:500],
         "coffee_cup": base["coffee"][50:350, 100:450], "rocket_top": base["rocket"][:220, 200:500], "retina_crop": base["retina"][300:900, 300:900],
-        "hubble_crop": base["hubble_deep_field"][:400, 500:], "motorcycle_crop": base["motorcycle"][100:400, 200:600],
+        "motorcycle_crop": base["motorcycle"][100:400, 200:600],
     }
     base.update({k: np.ascontiguousarray(v) for k, v in crops.items()})
     return base

@@ -88,7 +88,7 @@ def torch_embed(model, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     with torch.no_grad():
-        pooled, logits = EmbedAndClassify(model)(torch.from_numpy(np.ascontiguousarray(batch, np.float32)))
+        pooled, logits = EmbedAndClassify(model)(torch.from_numpy(np.array(batch, np.float32)))
     return pooled.numpy(), logits.numpy()
 
 

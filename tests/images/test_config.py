@@ -1,0 +1,104 @@
+import pytest
+
+from accelkit.errors import ConfigError
+from accelkit.images.config import PreprocessConfig, ServiceConfig
+
+ORIGINAL = """
+triton:
+  url: "localhost:8001"
+  model_name: "resnet50"
+  model_version: "1"
+  protocol: grpc
+  timeout: 10
+  max_retries: 2
+  retry_delay: 0.5
+  input_name: "input"
+  output_name: "output"
+preprocess:
+  image_size: [224, 224]
+  mean: [0.485, 0.456, 0.406]
+  std: [0.229, 0.224, 0.225]
+  batch_size: 16
+  num_workers: 2
+  data_format: NHWC
+  use_gpu: true
+  jax_platform: null
+log_level: INFO
+cache_compiled_functions: true
+"""
+
+
+@pytest.fixture
+def original(tmp_path):
+    path = tmp_path / "service.yaml"
+    path.write_text(ORIGINAL)
+    return path
+
+
+def test_original_preprocess_section_loads_unchanged(original):
+    config = ServiceConfig.from_yaml(original, env={})
+    p = config.preprocess
+    assert (p.image_size, p.batch_size, p.num_workers, p.data_format, p.use_gpu, p.jax_platform) == ((224, 224), 16, 2, "NHWC", True, None)
+    assert p.mean == (0.485, 0.456, 0.406) and p.std == (0.229, 0.224, 0.225)
+    m = config.model
+    assert (m.triton_url, m.triton_model_name, m.triton_protocol, m.input_name, m.output_name) == ("localhost:8001", "resnet50", "grpc", "input", "output")
+    assert config.log_level == "INFO"
+    kwargs = p.preprocessor_kwargs()
+    assert kwargs["max_batch"] == 16 and kwargs["data_format"] == "NHWC"
+
+
+def test_unknown_keys_are_named(original, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(ORIGINAL.replace("num_workers", "num_wrkers"))
+    with pytest.raises(ConfigError, match="unknown key 'num_wrkers'"):
+        ServiceConfig.from_yaml(bad, env={})
+    bad.write_text(ORIGINAL + "milvus_typo: 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'milvus_typo'"):
+        ServiceConfig.from_yaml(bad, env={})
+    bad.write_text(ORIGINAL.replace("retry_delay", "retry_dealy"))
+    with pytest.raises(ConfigError, match="unknown key 'retry_dealy'"):
+        ServiceConfig.from_yaml(bad, env={})
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        ServiceConfig.from_env(env={}, preprocess={"colour": 1})
+
+
+def test_precedence_keywords_yaml_env_defaults(original):
+    env = {"ACCELKIT_PREPROCESS_BATCH_SIZE": "64", "ACCELKIT_PREPROCESS_FIT": "letterbox", "JAX_PLATFORM": "cpu",
+           "ACCELKIT_MODEL_BACKEND": "triton", "TRITON_URL": "envhost:1", "ACCELKIT_LOG_LEVEL": "DEBUG"}
+    config = ServiceConfig.from_yaml(original, env=env, preprocess={"num_workers": 8})
+    p = config.preprocess
+    assert p.batch_size == 16  # YAML beats environment
+    assert p.fit == "letterbox" and p.jax_platform == "cpu"  # environment beats defaults
+    assert p.num_workers == 8  # keywords beat YAML
+    assert config.model.backend == "triton" and config.model.triton_url == "localhost:8001"
+    assert config.log_level == "INFO"
+    env_only = ServiceConfig.from_env(env=env)
+    assert env_only.preprocess.batch_size == 64 and env_only.model.triton_url == "envhost:1" and env_only.log_level == "DEBUG"
+
+
+def test_every_field_has_an_env_variable():
+    for name, field in PreprocessConfig.model_fields.items():
+        value = {"image_size": "128", "mean": "0.5,0.5,0.5", "std": "0.5,0.5,0.5", "batch_size": "3", "num_workers": "2",
+                 "data_format": "NHWC", "use_gpu": "true", "jax_platform": "gpu", "fit": "center-crop", "dtype": "bfloat16",
+                 "cache_compiled": "false", "max_pixels": "1000", "fast_jpeg_downscale": "false"}[name]
+        config = ServiceConfig.from_env(env={f"ACCELKIT_PREPROCESS_{name.upper()}": value})
+        assert getattr(config.preprocess, name) != field.default, name
+
+
+def test_jax_use_gpu_env(original):
+    assert ServiceConfig.from_env(env={"JAX_USE_GPU": "1"}).preprocess.use_gpu is True
+    assert ServiceConfig.from_env(env={"JAX_USE_GPU": "false"}).preprocess.use_gpu is False
+    with pytest.raises(ConfigError, match="JAX_USE_GPU"):
+        ServiceConfig.from_env(env={"JAX_USE_GPU": "maybe"})
+    with pytest.raises(ConfigError, match="batch_size"):
+        ServiceConfig.from_env(env={"ACCELKIT_PREPROCESS_BATCH_SIZE": "0"})
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    files = sorted(root.glob("images*.yaml"))
+    assert files
+    for file in files:
+        ServiceConfig.from_yaml(file, env={})
