@@ -1,0 +1,234 @@
+"""Benchmark `accelkit images` preprocessing and embedding against baselines measured in the same run.
+
+Workloads (same inputs for every method)
+  square_512   --n RGB arrays of 512x512 (real photos resized) -> 224x224, normalized, float32 NCHW
+  mixed_real   real photos of many sizes (scikit-image, scikit-learn and crops) -> 224x224
+  jpeg_512     the square_512 images as JPEG bytes (q90): decode + preprocess
+Methods
+  accelkit     JAXImagePreprocessor (PIL-exact antialiased bilinear on the JAX device, bucketed shapes;
+               decoding of bytes in its thread pool)
+  pil_numpy    PIL Image.resize(BILINEAR) per image, numpy normalize, stack (decode: PIL)
+  cv2_area     OpenCV INTER_AREA + numpy normalize (not PIL-equal; decode: cv2.imdecode)
+  cv2_linear   OpenCV INTER_LINEAR + numpy normalize (not antialiased; decode: cv2.imdecode)
+Quality: max and mean |difference| in uint8 levels against PIL for each method.
+End to end: ImageEmbeddingPipeline.embed on the JPEG bytes vs the model alone (ONNX Runtime on
+already-preprocessed batches of the same size): the ratio shows how much of decode + preprocessing
+is hidden behind inference.
+
+Timing: one warm-up per method (compilation), then --repeats interleaved rounds; medians.
+
+    python benchmarks/images_bench.py            # about 2-3 minutes on 2 cores
+    python benchmarks/images_bench.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = "accelkit.images_bench/1"
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+TARGETS = {"preprocess_vs_pil_numpy": 2.0, "end_to_end_vs_model_only": 0.8}
+
+
+def real_photos() -> list[np.ndarray]:
+    import skimage.data as data
+    from sklearn.datasets import load_sample_images
+
+    def rgb(a):
+        return np.repeat(a[:, :, None], 3, axis=2) if a.ndim == 2 else np.ascontiguousarray(a[:, :, :3])
+
+    names = ("astronaut", "camera", "chelsea", "coffee", "coins", "hubble_deep_field", "immunohistochemistry",
+             "moon", "retina", "rocket", "page", "text", "clock", "brick", "grass")
+    photos = [rgb(getattr(data, n)()) for n in names] + [rgb(data.stereo_motorcycle()[0])]
+    photos += [np.ascontiguousarray(p) for p in load_sample_images().images]
+    photos += [photos[0][20:220, 140:340], photos[-2][:, :320], photos[-1][100:350, 150:500], photos[8][300:900, 300:900]]
+    return photos
+
+
+def pil_numpy(images, size=(224, 224)):
+    from PIL import Image
+
+    out = np.empty((len(images), 3, *size), np.float32)
+    for i, a in enumerate(images):
+        r = np.asarray(Image.fromarray(a).resize(size[::-1], Image.Resampling.BILINEAR), np.float32)
+        out[i] = ((r * (1 / 255.0) - MEAN) / STD).transpose(2, 0, 1)
+    return out
+
+
+def pil_decode(blobs):
+    from PIL import Image
+
+    return [np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in blobs]
+
+
+def cv2_method(interpolation):
+    import cv2
+
+    def run(images, size=(224, 224)):
+        out = np.empty((len(images), 3, *size), np.float32)
+        for i, a in enumerate(images):
+            r = cv2.resize(a, size[::-1], interpolation=interpolation).astype(np.float32)
+            out[i] = ((r * (1 / 255.0) - MEAN) / STD).transpose(2, 0, 1)
+        return out
+
+    return run
+
+
+def cv2_decode(blobs):
+    import cv2
+
+    return [cv2.cvtColor(cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB) for b in blobs]
+
+
+def to_levels(batch):
+    return (np.asarray(batch, np.float64).transpose(0, 2, 3, 1) * STD + MEAN) * 255.0
+
+
+def timed(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=64, help="images in the 512x512 workloads")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--e2e-images", type=int, default=128)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.n, args.repeats, args.e2e_images = 16, 2, 32
+    out_path = args.out or REPO / "benchmarks" / "results" / ("images_bench_quick.json" if args.quick else "images_bench.json")
+
+    import cv2
+    import jax
+    from PIL import Image
+
+    from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
+    from accelkit.images.preprocess import JAXImagePreprocessor
+
+    photos = real_photos()
+    square = [np.asarray(Image.fromarray(photos[i % len(photos)]).resize((512, 512), Image.Resampling.BILINEAR)) for i in range(args.n)]
+    blobs = []
+    for a in square:
+        buffer = io.BytesIO()
+        Image.fromarray(a).save(buffer, format="JPEG", quality=90)
+        blobs.append(buffer.getvalue())
+    mixed = photos
+
+    pre = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=False)
+    methods = {
+        "accelkit": lambda ims: np.asarray(pre.preprocess_batch(ims)),
+        "pil_numpy": pil_numpy,
+        "cv2_area": cv2_method(cv2.INTER_AREA),
+        "cv2_linear": cv2_method(cv2.INTER_LINEAR),
+    }
+    decoders = {"accelkit": None, "pil_numpy": pil_decode, "cv2_area": cv2_decode, "cv2_linear": cv2_decode}
+    workloads = {"square_512": square, "mixed_real": mixed}
+    results: dict = {"workloads": {}}
+    for wname, images in workloads.items():
+        reference = [np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR)) for a in images]
+        entry = {"images": len(images), "sizes": sorted({a.shape[:2] for a in images})[:40], "methods": {}}
+        for name, fn in methods.items():
+            first = time.perf_counter()
+            batch = fn(images)
+            first = time.perf_counter() - first
+            diff = np.abs(to_levels(batch) - np.stack(reference))
+            seconds = timed(lambda fn=fn, images=images: fn(images), args.repeats)
+            entry["methods"][name] = {"images_per_s": len(images) / seconds, "first_run_s": first,
+                                      "max_level_diff_vs_pil": float(diff.max()), "mean_level_diff_vs_pil": float(diff.mean())}
+        entry["compile_count"] = pre.compile_count
+        results["workloads"][wname] = entry
+    # decode + preprocess from JPEG bytes
+    entry = {"images": len(blobs), "methods": {}}
+    for name, fn in methods.items():
+        decode = decoders[name]
+        run = (lambda fn=fn: fn(blobs)) if decode is None else (lambda fn=fn, decode=decode: fn(decode(blobs)))
+        run()
+        entry["methods"][name] = {"images_per_s": len(blobs) / timed(run, args.repeats)}
+    fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
+    fast.preprocess_batch(blobs)
+    entry["methods"]["accelkit_reduced_jpeg_decode"] = {"images_per_s": len(blobs) / timed(lambda: fast.preprocess_batch(blobs), args.repeats)}
+    results["workloads"]["jpeg_512"] = entry
+
+    # end to end vs model only
+    config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 32})
+    e2e_blobs = (blobs * (args.e2e_images // len(blobs) + 1))[: args.e2e_images]
+    with ImageEmbeddingPipeline(config) as pipeline:
+        batches = [np.asarray(pipeline.preprocessor.preprocess_batch(e2e_blobs[i:i + 32])) for i in range(0, len(e2e_blobs), 32)]
+        pipeline.embed(e2e_blobs[:32])
+        for b in batches[:1]:
+            pipeline.backend.embed(b)
+        model_rounds, e2e_rounds = [], []
+        for _ in range(max(2, args.repeats // 2)):  # interleaved so load changes hit both alike
+            start = time.perf_counter()
+            for b in batches:
+                pipeline.backend.embed(b)
+            model_rounds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            result = pipeline.embed(e2e_blobs)
+            e2e_rounds.append(time.perf_counter() - start)
+            assert not result.failures
+        model_rate = len(e2e_blobs) / statistics.median(model_rounds)
+        e2e_rate = len(e2e_blobs) / statistics.median(e2e_rounds)
+    results["end_to_end"] = {"images": len(e2e_blobs), "model_only_images_per_s": model_rate,
+                             "end_to_end_images_per_s": e2e_rate, "ratio": e2e_rate / model_rate}
+
+    sq = results["workloads"]["square_512"]["methods"]
+    mx = results["workloads"]["mixed_real"]["methods"]
+    jp = results["workloads"]["jpeg_512"]["methods"]
+    results["ratios"] = {
+        "square_512_accelkit_vs_pil_numpy": sq["accelkit"]["images_per_s"] / sq["pil_numpy"]["images_per_s"],
+        "mixed_real_accelkit_vs_pil_numpy": mx["accelkit"]["images_per_s"] / mx["pil_numpy"]["images_per_s"],
+        "jpeg_512_accelkit_vs_pil_numpy": jp["accelkit"]["images_per_s"] / jp["pil_numpy"]["images_per_s"],
+        "jpeg_512_accelkit_reduced_vs_pil_numpy": jp["accelkit_reduced_jpeg_decode"]["images_per_s"] / jp["pil_numpy"]["images_per_s"],
+        "end_to_end_vs_model_only": results["end_to_end"]["ratio"],
+    }
+    results["targets"] = TARGETS
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    except OSError:
+        commit = None
+    payload = {"schema": SCHEMA, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit,
+               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
+                           "jax": jax.__version__, "device": str(pre.device), "load_avg_start": os.getloadavg()},
+               "quick": args.quick, **results}
+    sys.path.insert(0, str(REPO / "src"))
+    from accelkit.runtime.files import write_json_atomic
+
+    write_json_atomic(out_path, payload, trailing_newline=True)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"accelkit images benchmark ({out_path.name})")
+    for col in ("workload", "method", "images/s", "max |Δ| vs PIL"):
+        table.add_column(col)
+    for wname, entry in results["workloads"].items():
+        for name, m in entry["methods"].items():
+            table.add_row(wname, name, f"{m['images_per_s']:.0f}", f"{m.get('max_level_diff_vs_pil', float('nan')):.2f}")
+    e = results["end_to_end"]
+    table.add_row("end_to_end", "model only / pipeline", f"{e['model_only_images_per_s']:.0f} / {e['end_to_end_images_per_s']:.0f}", "")
+    Console().print(table)
+    Console().print({k: round(v, 3) for k, v in results["ratios"].items()})
+
+
+if __name__ == "__main__":
+    main()
