@@ -75,11 +75,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300)
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--compile-rows", default="fp32,duquant/w4a8,rtn/w4a8",
+                        help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)")
     parser.add_argument("--group-size", type=int, default=64, help="weight group size for every method (0 = per channel)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     rows = run_eval(["fp32", "rtn", "smoothquant", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs,
-                    compiled=not args.no_compile, config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
+                    compiled=False if args.no_compile else True if args.compile_rows == "all" else set(args.compile_rows.split(",")), config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
     fp = rows[0]
     table = [asdict(r) for r in rows]
     for r in table:

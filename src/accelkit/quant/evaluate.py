@@ -151,7 +151,7 @@ def run_eval(
     *,
     n_pairs: int = 300,
     latency: bool = True,
-    compiled: bool = True,
+    compiled: bool | set[str] = True,
     config_overrides: dict | None = None,
     progress=None,
 ) -> list[EvalRow]:
@@ -168,11 +168,16 @@ def run_eval(
     timing_batch = data[0]
     rows: list[EvalRow] = []
 
-    def timings(model):
+    def timings(model, label):
+        """compiled: True = compile every row, or a set of labels like {"fp32", "duquant/w4a8"}."""
         if not latency:
             return None, None
         eager = latency_ms(model, timing_batch)
-        comp = latency_ms(compile_model(model), timing_batch) if compiled else None
+        want = compiled if isinstance(compiled, bool) else label in compiled
+        comp = None
+        if want:
+            torch._dynamo.reset()
+            comp = latency_ms(compile_model(model), timing_batch)
         return eager, comp
 
     for method in methods:
@@ -195,7 +200,7 @@ def run_eval(
                 q_bytes, fp_bytes = quant_layer_bytes(model)
             emb = embed(model, data)
             fid = fidelity(emb, ref, n_pairs)
-            eager, comp = timings(model)
+            eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
             rows.append(EvalRow(meth, b, **fid, quant_layers_mb=q_bytes / 2**20, fp32_layers_mb=fp_bytes / 2**20,
                                 eager_ms=eager, compiled_ms=comp, quantize_s=took))
     return rows
