@@ -24,6 +24,8 @@ def test_onnxruntime_matches_pytorch(onnx_path, torch_model, batch):
     assert ort_embedding.shape == (4, models.EMBEDDING_DIM)
     assert np.abs(ort_embedding - torch_embedding).max() < 1e-4
     assert np.abs(ort_logits - torch_logits).max() < 1e-4 * max(1.0, np.abs(torch_logits).max())
+    assert backend.layout == "NCHW"
+    assert np.abs(backend.embed(batch.transpose(0, 2, 3, 1)) - ort_embedding).max() < 1e-5  # NHWC batches are rearranged
     unit = models.l2_normalize(backend.embed(batch))
     assert np.allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-6)
     assert np.abs(unit - models.l2_normalize(torch_embedding)).max() < 1e-4

@@ -93,3 +93,18 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, onnx_path):
             main(["images", "embed", str(tmp_path / "missing.jpg"), "--no-progress", "--output", str(tmp_path / "e.npy"), *args])
         assert done.value.code == 2
         assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_nhwc_and_bfloat16_configs_embed_the_same(pipeline, photos, onnx_path):
+    from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
+
+    images = [photos["chelsea"], photos["rocket"]]
+    reference = pipeline.embed_images(images)
+    for preprocess in ({"data_format": "NHWC"}, {"dtype": "bfloat16"}):
+        config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 2, **preprocess},
+                                        model={"onnx_path": str(onnx_path)})
+        with ImageEmbeddingPipeline(config) as other:
+            vectors = other.embed_images(images)
+        tolerance = 1e-5 if "data_format" in preprocess else 2e-2  # bf16 inputs carry 8 significant bits
+        assert np.abs(vectors - reference).max() < tolerance, preprocess
+        assert (np.sum(vectors * reference, axis=1) > 0.99).all()

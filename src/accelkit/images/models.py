@@ -187,9 +187,20 @@ class OnnxRuntimeBackend:
         if self.output_name not in outputs:
             raise ConfigError(f"{path}: no output named {self.output_name!r}; outputs: {', '.join(outputs)}")
         self.path = path
+        shape = next(i.shape for i in self.session.get_inputs() if i.name == self.input_name)
+        # Which layout the model wants, when its input shape says so: a batch in the other layout
+        # (data_format NHWC for an NCHW model, or the reverse) is transposed rather than refused.
+        self.layout = "NCHW" if len(shape) == 4 and shape[1] == 3 else "NHWC" if len(shape) == 4 and shape[3] == 3 else None
+
+    def _arrange(self, batch: np.ndarray) -> np.ndarray:
+        if batch.ndim == 4 and self.layout == "NCHW" and batch.shape[1] != 3 and batch.shape[3] == 3:
+            batch = batch.transpose(0, 3, 1, 2)
+        elif batch.ndim == 4 and self.layout == "NHWC" and batch.shape[3] != 3 and batch.shape[1] == 3:
+            batch = batch.transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(batch, np.float32)
 
     def run(self, batch: np.ndarray, outputs: list[str] | None = None) -> list[np.ndarray]:
-        return self.session.run(outputs or [self.output_name], {self.input_name: np.ascontiguousarray(batch, np.float32)})
+        return self.session.run(outputs or [self.output_name], {self.input_name: self._arrange(batch)})
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         return np.asarray(self.run(batch)[0], np.float32).reshape(len(batch), -1)
