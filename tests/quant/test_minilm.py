@@ -19,7 +19,7 @@ def minilm():
     model, tokenizer = load_minilm()
     pairs = eval_pairs(PAIRS)
     data = batches(tokenizer, [a for a, _ in pairs] + [b for _, b in pairs])
-    calib = batches(tokenizer, calibration_sentences(64), batch_size=32)
+    calib = batches(tokenizer, calibration_sentences(32), batch_size=32)
     return model, data, calib, embed(model, data)
 
 
@@ -58,14 +58,13 @@ def test_duquant_lowers_outlier_ratio_on_the_outlier_layer(minilm):
 
 
 def test_ci_fidelity_duquant_beats_rtn_at_w4a8_and_w4a4(minilm):
+    """CI-sized: short rotation search and a small calibration sample (the full run is the benchmark)."""
     model, data, calib, ref = minilm
+    fast = {"rotation_steps": 16, "calibration_rows": 512, "weight_group_size": 64}
     scores = {}
-    for method in ("rtn", "duquant"):
-        for abits in (8, 4):
-            cfg = QuantConfig(method=method, wbits=4, abits=abits, rotation_steps=64)
-            q = quantize(copy.deepcopy(model), cfg, calib)
-            scores[method, abits] = fidelity(embed(q, data), ref, PAIRS)["mean_cosine"]
-    assert scores["duquant", 8] > scores["rtn", 8]
-    assert scores["duquant", 4] > scores["rtn", 4]
-    assert scores["duquant", 8] >= 0.96
-    assert scores["duquant", 4] >= 0.93
+    for method, abits in (("rtn", 4), ("duquant", 4), ("duquant", 8)):
+        q = quantize(copy.deepcopy(model), QuantConfig(method=method, wbits=4, abits=abits, **fast), calib)
+        scores[method, abits] = fidelity(embed(q, data), ref, PAIRS)["mean_cosine"]
+    assert scores["duquant", 4] > scores["rtn", 4] + 0.02
+    assert scores["duquant", 4] >= 0.94
+    assert scores["duquant", 8] >= 0.97

@@ -89,7 +89,7 @@ def search_weight_clip(
     x: torch.Tensor,
     bits: int,
     group_size: int | None,
-    grid: tuple[float, ...] = tuple(1.0 - 0.025 * i for i in range(21)),
+    grid: tuple[float, ...] = tuple(1.0 - 0.05 * i for i in range(11)),
 ) -> torch.Tensor:
     """Per output channel clip ratio minimizing the output error ||x (w_i - ŵ_i)ᵀ||² on calibration rows x.
 
