@@ -80,7 +80,7 @@ def test_every_field_has_an_env_variable():
     for name, field in PreprocessConfig.model_fields.items():
         value = {"image_size": "128", "mean": "0.5,0.5,0.5", "std": "0.5,0.5,0.5", "batch_size": "3", "num_workers": "2",
                  "data_format": "NHWC", "use_gpu": "true", "jax_platform": "gpu", "fit": "center-crop", "dtype": "bfloat16",
-                 "cache_compiled": "false", "max_pixels": "1000", "fast_jpeg_downscale": "false"}[name]
+                 "cache_compiled": "false", "max_pixels": "1000", "fast_jpeg_downscale": "false", "reducing_gap": "2.5"}[name]
         config = ServiceConfig.from_env(env={f"ACCELKIT_PREPROCESS_{name.upper()}": value})
         assert getattr(config.preprocess, name) != field.default, name
 

@@ -33,7 +33,8 @@ def inputs(photos):
 
 @pytest.fixture(scope="module")
 def preprocessors():
-    return {fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, max_batch=8) for fit in ("stretch", "center-crop", "letterbox")}
+    # reducing_gap=None: no host-side box reduction, so the result must be PIL's plain resize.
+    return {fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, max_batch=8, reducing_gap=None) for fit in ("stretch", "center-crop", "letterbox")}
 
 
 def to_uint8_space(batch_nchw):
@@ -71,6 +72,21 @@ def test_fit_geometry(preprocessors):
     assert np.allclose(crop[..., 1], 255, atol=1e-3) and np.allclose(crop[..., 0], 0, atol=1e-3)
     stretch = to_uint8_space(preprocessors["stretch"].preprocess_batch([img]))[0]
     assert stretch[:, :50, 0].min() > 250  # stretch keeps the red quarter
+
+
+def test_reducing_gap_on_huge_photos(photos):
+    big = np.asarray(Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR))
+    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=2)  # default reducing_gap=3
+    plan = plan_image(big, (224, 224), "stretch", 3.0)
+    assert plan.pixels.shape[:2] == (950, 700)  # scales 8.5 and 9.4 -> factors 2 and 3
+    got = to_uint8_space(pp.preprocess_batch([big]))[0]
+    # exactly PIL's reduce (box average) followed by PIL's resize
+    composed = np.asarray(Image.fromarray(big).reduce((3, 2)).resize((224, 224), Image.Resampling.BILINEAR))
+    assert np.abs(got - composed).max() <= 1.0 + 1e-3
+    # and close to a plain full-resolution PIL resize (what reducing_gap trades away)
+    plain = np.asarray(Image.fromarray(big).resize((224, 224), Image.Resampling.BILINEAR))
+    assert np.abs(got - plain).mean() < 1.5
+    assert pp.group_limit((8192, 8192, 4, 4, False)) == 1 and pp.group_limit((512, 512, 8, 8, False)) == 2
 
 
 def test_layouts_and_dtypes(inputs):

@@ -38,6 +38,7 @@ class PreprocessConfig(Settings):
     cache_compiled: bool = True
     max_pixels: int = 64_000_000
     fast_jpeg_downscale: bool = True
+    reducing_gap: float | None = 3.0
 
     @field_validator("image_size", mode="before")
     @classmethod
@@ -84,7 +85,7 @@ class PreprocessConfig(Settings):
             "data_format": self.data_format, "use_gpu": self.use_gpu, "jax_platform": self.jax_platform,
             "cache_compiled": self.cache_compiled, "dtype": self.dtype, "fit": self.fit,
             "max_batch": self.batch_size, "num_workers": self.num_workers, "max_pixels": self.max_pixels,
-            "fast_jpeg_downscale": self.fast_jpeg_downscale,
+            "fast_jpeg_downscale": self.fast_jpeg_downscale, "reducing_gap": self.reducing_gap,
         }
 
 

@@ -181,21 +181,34 @@ class ImagePlan:
         )
 
 
-def _host_reduce(pixels: np.ndarray) -> np.ndarray:
-    """Sides beyond the largest bucket are first box-reduced by an integer factor (PIL `reduce`)."""
-    limit = BUCKET_SIDES[-1]
-    fy = math.ceil(pixels.shape[0] / limit)
-    fx = math.ceil(pixels.shape[1] / limit)
-    if fy == 1 and fx == 1:
+def host_reduce_factors(height: int, width: int, size: tuple[int, int], fit: str, reducing_gap: float | None) -> tuple[int, int]:
+    """Integer (y, x) factors to box-reduce a source by on the host before the device resize.
+
+    Sides above the largest bucket are always reduced. With `reducing_gap` g, a side whose
+    resampling scale (source box / output content) is s >= 2g is reduced by floor(s / g), as PIL's
+    `resize(..., reducing_gap=g)` does: the device then works on at most ~(2g × target) pixels per
+    side, which bounds its memory and time for huge photos.
+    """
+    (y0, y1, ch, _), (x0, x1, cw, _) = fit_geometry(height, width, size[0], size[1], fit)
+    fy = math.ceil(height / BUCKET_SIDES[-1])
+    fx = math.ceil(width / BUCKET_SIDES[-1])
+    if reducing_gap:
+        fy = max(fy, int((y1 - y0) / ch / reducing_gap))
+        fx = max(fx, int((x1 - x0) / cw / reducing_gap))
+    return max(1, fy), max(1, fx)
+
+
+def _host_reduce(pixels: np.ndarray, factors: tuple[int, int]) -> np.ndarray:
+    if factors == (1, 1):
         return pixels
     from PIL import Image
 
-    return np.asarray(Image.fromarray(pixels).reduce((fx, fy)))
+    return np.asarray(Image.fromarray(pixels).reduce((factors[1], factors[0])))
 
 
-def plan_image(pixels: np.ndarray, size: tuple[int, int], fit: str) -> ImagePlan:
+def plan_image(pixels: np.ndarray, size: tuple[int, int], fit: str, reducing_gap: float | None = None) -> ImagePlan:
     """Decide the taps for one decoded image; pure, host-side, cheap (a few small arrays)."""
-    pixels = _host_reduce(pixels)
+    pixels = _host_reduce(pixels, host_reduce_factors(pixels.shape[0], pixels.shape[1], size, fit, reducing_gap))
     height, width = pixels.shape[:2]
     (y0, y1, ch, oy), (x0, x1, cw, ox) = fit_geometry(height, width, size[0], size[1], fit)
     rows = _axis_plan(height, size[0], y0, y1, ch, oy)
@@ -305,6 +318,7 @@ class JAXImagePreprocessor:
         max_pixels: int | None = None,
         fast_jpeg_downscale: bool = True,
         cache_dir: str | None = None,
+        reducing_gap: float | None = 3.0,
     ):
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
         if len(size) != 2 or min(size) < 1 or max(size) > 4096:
@@ -325,6 +339,9 @@ class JAXImagePreprocessor:
         self.data_format = data_format
         self.dtype = dtype
         self.fit = fit
+        if reducing_gap is not None and reducing_gap < 1:
+            raise ConfigError(f"reducing_gap={reducing_gap!r} must be at least 1 (or None for no host reduction)")
+        self.reducing_gap = reducing_gap
         self.max_batch = int(max_batch)
         self.batch_sizes = _batch_ladder(self.max_batch)
         self.decode_options = DecodeOptions(
@@ -427,7 +444,13 @@ class JAXImagePreprocessor:
 
     def _decode_and_plan(self, item: Any) -> ImagePlan:
         pixels = decode_image(item, self.decode_options)
-        return plan_image(pixels, self.image_size, self.fit)
+        return plan_image(pixels, self.image_size, self.fit, self.reducing_gap)
+
+    def group_limit(self, key: tuple) -> int:
+        """Images per dispatch for a bucket: large buckets get smaller batches, which bounds the
+        device memory (~2**24 source pixels per batch) whatever the photos' sizes."""
+        limit = max(1, (1 << 24) // (key[0] * key[1]))
+        return max(b for b in self.batch_sizes if b <= limit) if limit < self.max_batch else self.max_batch
 
     def iter_groups(
         self, inputs: Iterable[Any], failures: dict[int, ImageDecodeError], prefetch: int | None = None
@@ -466,7 +489,7 @@ class JAXImagePreprocessor:
                 continue
             group = groups.setdefault(plan.key, [])
             group.append((index, plan))
-            if len(group) == self.max_batch:
+            if len(group) >= self.group_limit(plan.key):
                 del groups[plan.key]
                 yield [i for i, _ in group], self._run_group([p for _, p in group])
         for group in groups.values():
