@@ -70,18 +70,49 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     return out
 
 
+def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
+    """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
+    interleaved rounds so that load from other processes hits every model alike; medians in ms."""
+    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.evaluate import compile_model
+    from accelkit.quant.sentences import calibration_sentences
+
+    fp32, tok = load_minilm()
+    calib = batches(tok, calibration_sentences(), 32)
+    pairs = eval_pairs(32)
+    batch = batches(tok, [a for a, _ in pairs] + [b for _, b in pairs])[0]
+    models = {"fp32": fp32}
+    for method in ("rtn", "duquant"):
+        models[f"{method}/w4a8"] = quantize(copy.deepcopy(fp32), QuantConfig(method=method, wbits=4, abits=8, weight_group_size=group_size), calib)
+    torch._dynamo.reset()
+    compiled = {name: compile_model(m) for name, m in models.items()}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    with torch.no_grad():
+        for fn in compiled.values():  # compile + warm up
+            fn(**batch)
+            fn(**batch)
+        for _ in range(rounds):
+            for name, fn in compiled.items():
+                t0 = time.perf_counter()
+                fn(**batch)
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    med = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+    return {"batch": list(batch["input_ids"].shape), "median_ms": med,
+            "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med}, "all_ms": times}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=300)
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--compile-rows", default="fp32,duquant/w4a8,rtn/w4a8",
+    parser.add_argument("--compile-rows", default="",
                         help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)")
     parser.add_argument("--group-size", type=int, default=64, help="weight group size for every method (0 = per channel)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     rows = run_eval(["fp32", "rtn", "smoothquant", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs,
-                    compiled=False if args.no_compile else True if args.compile_rows == "all" else set(args.compile_rows.split(",")), config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
+                    compiled=False if args.no_compile else True if args.compile_rows == "all" else set(filter(None, args.compile_rows.split(","))), config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
     fp = rows[0]
     table = [asdict(r) for r in rows]
     for r in table:
@@ -90,14 +121,17 @@ def main() -> None:
         if fp.eager_ms and r["eager_ms"]:
             r["eager_vs_fp32_eager"] = r["eager_ms"] / fp.eager_ms
         r["size_vs_fp32"] = r["quant_layers_mb"] / r["fp32_layers_mb"]
+    print(f"[{time.perf_counter() - t0:6.0f}s] interleaved compiled latency", flush=True)
+    inter = interleaved_latency(args.group_size or None)
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     payload = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
+               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "compiled_latency_interleaved": inter, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
     write_json_atomic(args.out, payload)
     for r in table:
         print(f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "
               f"size {r['size_vs_fp32']:.3f}x eager {r['eager_ms'] or 0:.1f}ms compiled {r['compiled_ms'] or 0:.1f}ms")
+    print("compiled latency (interleaved):", inter["median_ms"], inter["ratio_vs_fp32"])
     print("torchao:", {k: v for k, v in cross.items() if not isinstance(v, dict)})
     print(f"wrote {args.out}")
 
