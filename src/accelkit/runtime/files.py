@@ -35,6 +35,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     except OSError as exc:
         raise InputError(f"cannot write in {target.parent}: {exc.strerror}; choose another output path") from exc
     try:
+        # mkstemp creates 0600; the result should carry the permissions a plain open() would give
+        # (or keep those of the file it replaces), so others can read a shared norm_stats.json.
+        os.fchmod(fd, _mode_for(target))
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
@@ -47,6 +50,23 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def _mode_for(target: Path) -> int:
+    """Permission bits for `target`: its current ones if it exists, else 0o666 less the umask."""
+    with suppress(OSError):
+        return target.stat().st_mode & 0o7777
+    return 0o666 & ~_current_umask()
+
+
+def _current_umask() -> int:
+    # Linux exposes the umask read-only; elsewhere set-and-restore is the only way to read it.
+    with suppress(OSError, ValueError, StopIteration), open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    previous = os.umask(0o022)
+    os.umask(previous)
+    return previous
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int = 2, trailing_newline: bool = False) -> Path:
