@@ -1,6 +1,7 @@
-"""`accelkit images`: exact JAX image preprocessing and a real offline embedding model.
+"""`accelkit images`: exact JAX image preprocessing, a real offline embedding model, a Milvus
+vector store and an HTTP service for image search.
 
-Heavy libraries (jax, onnxruntime, torch) load on first use, so importing this package is cheap.
+Heavy libraries (jax, onnxruntime, torch, pymilvus, fastapi) load on first use, so importing this package is cheap.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ _EXPORTS = {
     "ServiceConfig": "accelkit.images.config",
     "ImageEmbeddingPipeline": "accelkit.images.pipeline",
     "EmbeddingResult": "accelkit.images.pipeline",
+    "InsertResult": "accelkit.images.pipeline",
+    "StoreConfig": "accelkit.images.config",
+    "ServerConfig": "accelkit.images.config",
+    "VectorStore": "accelkit.images.store",
+    "Hit": "accelkit.images.store",
+    "IndexSpec": "accelkit.images.store",
     "ImageDecodeError": "accelkit.images.decode",
     "decode_image": "accelkit.images.decode",
 }

@@ -4,7 +4,8 @@ Each loads from keywords > YAML > environment > defaults. Every field has an `AC
 variable (e.g. `ACCELKIT_PREPROCESS_BATCH_SIZE`, `ACCELKIT_MODEL_BACKEND`); the original service's
 `JAX_USE_GPU`, `JAX_PLATFORM`, `TRITON_URL`, `TRITON_MODEL_NAME`, `TRITON_INPUT_NAME` and
 `TRITON_OUTPUT_NAME` are honoured too. The original service's `preprocess:` YAML section loads
-unchanged. Part 2 (vector store, HTTP service) adds its sections to `ServiceConfig`.
+unchanged. Part 2 adds `store` (the vector store; the original `milvus:` section maps onto it, and
+`MILVUS_HOST`/`MILVUS_PORT`/`MILVUS_EMBEDDING_DIM` are honoured) and `server` (the HTTP service).
 """
 
 from __future__ import annotations
@@ -115,12 +116,93 @@ class ModelConfig(Settings):
     triton_retry_delay: float = 1.0
 
 
+class StoreConfig(Settings):
+    """Where vectors live. `uri` is a Milvus Lite database folder (embedded, the default) or a
+    Milvus server/cluster (`http://host:19530`, with `token` "user:password" or an API key).
+
+    Index parameters: IVF_FLAT uses `nlist` (build) and `nprobe` (search); HNSW uses `M` and
+    `efConstruction` (build) and `ef` (search, at least top-k); FLAT is exact and has none.
+    """
+
+    uri: str = "./accelkit_images.db"
+    token: str | None = None
+    collection_name: str = "images"
+    embedding_dim: int = 1280
+    index_type: Literal["FLAT", "IVF_FLAT", "HNSW"] = "HNSW"
+    metric_type: Literal["COSINE", "IP", "L2"] = "COSINE"
+    nlist: int = 128
+    nprobe: int = 16
+    M: int = 16
+    efConstruction: int = 200
+    ef: int = 64
+    insert_batch_size: int = 1000
+    timeout: float = 30.0
+
+    @field_validator("embedding_dim", "nlist", "nprobe", "M", "efConstruction", "ef", "insert_batch_size")
+    @classmethod
+    def _positive_int(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @field_validator("index_type", "metric_type", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+
+class ServerConfig(Settings):
+    """The HTTP service (`accelkit images serve`). Safe by default: no server-side paths
+    (`allowed_roots` empty), no URL fetching, loopback only, bounded bodies, pixels and queues."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str | None = None
+    allowed_roots: list[str] = []
+    allow_urls: bool = False
+    url_max_bytes: int = 20_000_000
+    url_timeout: float = 10.0
+    max_body_bytes: int = 64_000_000
+    max_items_per_request: int = 256
+    max_concurrency: int = 4
+    max_queue: int = 32
+    retry_after_s: int = 1
+    batch_max_size: int = 32
+    batch_max_wait_ms: float = 5.0
+    max_topk: int = 1000
+    shutdown_timeout_s: float = 30.0
+
+    @field_validator("allowed_roots", mode="before")
+    @classmethod
+    def _roots(cls, value: Any) -> Any:
+        if isinstance(value, str):  # environment: "a:b" (os.pathsep) or "a,b"
+            return [p for p in value.replace(os.pathsep, ",").split(",") if p.strip()]
+        return value
+
+    @field_validator("url_max_bytes", "max_body_bytes", "max_items_per_request", "max_concurrency", "batch_max_size", "max_topk")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @field_validator("max_queue", "retry_after_s")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+
+
 class ServiceConfig(Settings):
-    """Everything `ImageEmbeddingPipeline` needs; YAML sections `preprocess` and `model`, plus the
-    original service's `triton` section (mapped onto `model`)."""
+    """Everything `ImageEmbeddingPipeline` and the service need; YAML sections `preprocess`,
+    `model`, `store`, `server`, plus the original service's `triton` (mapped onto `model`) and
+    `milvus` (mapped onto `store`)."""
 
     preprocess: PreprocessConfig = PreprocessConfig()
     model: ModelConfig = ModelConfig()
+    store: StoreConfig = StoreConfig()
+    server: ServerConfig = ServerConfig()
     log_level: str = "WARNING"
     cache_compiled_functions: bool = True
 
@@ -140,6 +222,43 @@ _TRITON_KEYS = {
 }
 _TRITON_ENV = {"TRITON_URL": "triton_url", "TRITON_MODEL_NAME": "triton_model_name",
                "TRITON_INPUT_NAME": "input_name", "TRITON_OUTPUT_NAME": "output_name"}
+
+
+_MILVUS_KEYS = {"collection_name", "embedding_dim", "index_type", "metric_type", "nlist", "nprobe", "M", "efConstruction",
+                "uri", "token", "ef", "insert_batch_size", "timeout"}
+
+
+def milvus_uri(host: str, port: Any) -> str:
+    """The original service's MILVUS_HOST/MILVUS_PORT as a server URI."""
+    host = host.strip()
+    if "://" in host:
+        return f"{host}:{port}" if port and host.count(":") == 1 else host
+    return f"http://{host}:{str(port).strip() or 19530}"
+
+
+def _milvus_section(section: Mapping[str, Any], source: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in ("host", "port"):
+            continue
+        if key not in _MILVUS_KEYS:
+            allowed = ", ".join(sorted(_MILVUS_KEYS | {"host", "port"}))
+            raise ConfigError(f"{source} [milvus]: unknown key {key!r}; allowed keys: {allowed}")
+        values[key] = value
+    if "host" in section or "port" in section:
+        values.setdefault("uri", milvus_uri(str(section.get("host") or "localhost"), section.get("port") or 19530))
+    return values
+
+
+def _store_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    # The original service's variables, below our own ACCELKIT_STORE_ ones.
+    if env.get("MILVUS_HOST", "").strip() or env.get("MILVUS_PORT", "").strip():
+        values["uri"] = milvus_uri(env.get("MILVUS_HOST", "").strip() or "localhost", env.get("MILVUS_PORT", "").strip() or 19530)
+    if env.get("MILVUS_EMBEDDING_DIM", "").strip():
+        values["embedding_dim"] = env["MILVUS_EMBEDDING_DIM"].strip()
+    values.update(env_values(StoreConfig, "ACCELKIT_STORE_", env))
+    return values
 
 
 def _preprocess_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -169,12 +288,12 @@ def load_service_config(path: str | os.PathLike | None, env: Mapping[str, str] |
     env = os.environ if env is None else env
     data = read_yaml(path) if path is not None else {}
     source = str(path) if path is not None else "config"
-    allowed = {"preprocess", "model", "triton", "log_level", "cache_compiled_functions"}
+    allowed = {"preprocess", "model", "triton", "store", "milvus", "server", "log_level", "cache_compiled_functions"}
     for key in data:
         if key not in allowed:
             raise ConfigError(f"{source}: unknown key {key!r}; allowed sections: {', '.join(sorted(allowed))}")
     sections = {}
-    for name in ("preprocess", "model", "triton"):
+    for name in ("preprocess", "model", "triton", "store", "milvus", "server"):
         value = data.get(name) or {}
         if not isinstance(value, dict):
             raise ConfigError(f"{source} [{name}] must be a mapping of settings")
@@ -197,6 +316,19 @@ def load_service_config(path: str | os.PathLike | None, env: Mapping[str, str] |
         (f"{source} [model]", sections["model"]),
         ("arguments [model]", keywords.pop("model", None) or {}),
     )
+    store = build(
+        StoreConfig,
+        ("environment", _store_env(env)),
+        (f"{source} [milvus]", _milvus_section(sections["milvus"], source)),
+        (f"{source} [store]", sections["store"]),
+        ("arguments [store]", keywords.pop("store", None) or {}),
+    )
+    server = build(
+        ServerConfig,
+        ("environment", env_values(ServerConfig, "ACCELKIT_SERVER_", env)),
+        (f"{source} [server]", sections["server"]),
+        ("arguments [server]", keywords.pop("server", None) or {}),
+    )
     top = {k: v for k, v in data.items() if k in ("log_level", "cache_compiled_functions")}
     for key in ("log_level", "cache_compiled_functions"):
         var = f"ACCELKIT_{key.upper()}"
@@ -204,9 +336,9 @@ def load_service_config(path: str | os.PathLike | None, env: Mapping[str, str] |
             top[key] = env[var]
     unknown = [k for k in keywords if k not in ("log_level", "cache_compiled_functions")]
     if unknown:
-        raise ConfigError(f"arguments: unknown key {unknown[0]!r}; allowed: preprocess, model, log_level, cache_compiled_functions")
+        raise ConfigError(f"arguments: unknown key {unknown[0]!r}; allowed: preprocess, model, store, server, log_level, cache_compiled_functions")
     top.update({k: v for k, v in keywords.items() if v is not None})
-    config = build(ServiceConfig, ("config", {**top, "preprocess": preprocess, "model": model}))
+    config = build(ServiceConfig, ("config", {**top, "preprocess": preprocess, "model": model, "store": store, "server": server}))
     if not config.cache_compiled_functions and config.preprocess.cache_compiled:
         config.preprocess.cache_compiled = False
     return config

@@ -3,12 +3,16 @@
 Three stages run at once: decoding in the preprocessor's thread pool, resizing on the JAX device
 (asynchronous dispatch), and inference in one worker thread (ONNX Runtime and tritonclient release
 the GIL). A bad image fails only itself: its position and reason land in `EmbeddingResult.failures`.
-Part 2 adds the vector store and the HTTP service on top of `embed`.
+On top of `embed`, the vector-store API of the original service: `create_collection`,
+`insert_images` (idempotent upserts; ids given or derived from the image bytes), `search_images`,
+`delete`, `list_collections`, `collection_stats`. The store opens on first use.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +43,44 @@ class EmbeddingResult:
         return out
 
 
+@dataclass
+class InsertResult:
+    """`ids[k]` was stored for input `indices[k]`; `failures` maps input positions to a reason."""
+
+    collection: str
+    ids: list[str]
+    indices: list[int]
+    failures: dict[int, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"collection": self.collection, "inserted": len(self.ids), "ids": self.ids, "indices": self.indices,
+                "failures": [{"index": i, "error": reason} for i, reason in self.failures.items()]}
+
+
+def content_id(item: Any) -> str:
+    """A generated id: the first 32 hex digits of the SHA-256 of the image's bytes (file content,
+    encoded bytes, or array shape + pixels), so inserting the same image twice stores it once."""
+    digest = hashlib.sha256()
+    if isinstance(item, (str, os.PathLike)):
+        with open(item, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    elif isinstance(item, (bytes, bytearray, memoryview)):
+        digest.update(bytes(item))
+    elif isinstance(item, np.ndarray):
+        digest.update(f"{item.shape}{item.dtype}".encode())
+        digest.update(np.ascontiguousarray(item).tobytes())
+    else:  # PIL image
+        digest.update(f"{item.mode}{item.size}".encode())
+        digest.update(item.tobytes())
+    return digest.hexdigest()[:32]
+
+
+def is_query_vector(item: Any) -> bool:
+    """A 1-D float array is a query vector; anything else is an image input."""
+    return isinstance(item, np.ndarray) and item.ndim == 1 and np.issubdtype(item.dtype, np.floating)
+
+
 class ImageEmbeddingPipeline:
     """Embed images with the configured preprocessing and model backend.
 
@@ -48,7 +90,7 @@ class ImageEmbeddingPipeline:
     ```
     """
 
-    def __init__(self, config: ServiceConfig | None = None, *, preprocessor: Any = None, backend: Any = None):
+    def __init__(self, config: ServiceConfig | None = None, *, preprocessor: Any = None, backend: Any = None, store: Any = None):
         from accelkit.images.models import make_backend
         from accelkit.images.preprocess import JAXImagePreprocessor
 
@@ -56,6 +98,8 @@ class ImageEmbeddingPipeline:
         self.preprocessor = preprocessor or JAXImagePreprocessor(**self.config.preprocess.preprocessor_kwargs())
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")
+        self._store = store
+        self._owns_store = store is None
         self._closed = False
 
     @property
@@ -69,6 +113,8 @@ class ImageEmbeddingPipeline:
         self._inference.shutdown(wait=True, cancel_futures=True)
         self.preprocessor.close()
         self.backend.close()
+        if self._store is not None and self._owns_store:
+            self._store.close()
 
     def __enter__(self) -> ImageEmbeddingPipeline:
         return self
@@ -132,3 +178,79 @@ class ImageEmbeddingPipeline:
             lines = "; ".join(f"#{i}: {reason}" for i, reason in result.failures.items())
             raise DataError(f"{len(result.failures)} of {len(items)} images failed: {lines}")
         return result.dense(len(items))
+
+    # vector store ------------------------------------------------------------------------------
+
+    @property
+    def store(self):
+        """The `VectorStore` of `config.store`, opened on first use."""
+        if self._store is None:
+            if self._closed:
+                raise RuntimeError("this ImageEmbeddingPipeline is closed")
+            from accelkit.images.store import VectorStore
+
+            self._store = VectorStore(self.config.store)
+        return self._store
+
+    def _collection(self, name: str | None) -> str:
+        return name or self.config.store.collection_name
+
+    def create_collection(self, name: str | None = None, dim: int | None = None, description: str = "", **index: Any) -> dict[str, Any]:
+        """Create a collection (default name `store.collection_name`, default dim the model's);
+        `index` may hold index_type, metric_type, index_params, exist_ok. Returns its stats."""
+        return self.store.create_collection(self._collection(name), dim or self.config.model.embedding_dim, description, **index)
+
+    def list_collections(self) -> list[str]:
+        return self.store.list_collections()
+
+    def collection_stats(self, collection_name: str | None = None) -> dict[str, Any]:
+        return self.store.describe(self._collection(collection_name))
+
+    def drop_collection(self, collection_name: str | None = None) -> None:
+        self.store.drop_collection(self._collection(collection_name))
+
+    def insert_images(self, inputs: Sequence[Any], ids: Sequence[str] | None = None, metadata: Sequence[dict | None] | None = None,
+                      collection_name: str | None = None, create_collection: bool = False) -> InsertResult:
+        """Embed and store images. A bad image is reported in `failures` and the rest are stored;
+        the call returns only after the store has accepted every stored item."""
+        from accelkit.errors import InputError
+        from accelkit.images.store import check_ids
+
+        items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        name = self._collection(collection_name)
+        if ids is not None:
+            ids = check_ids(list(ids))
+            if len(ids) != len(items):
+                raise InputError(f"got {len(items)} images but {len(ids)} ids; give one id per image or none")
+        if metadata is not None:
+            metadata = list(metadata)
+            if len(metadata) != len(items):
+                raise InputError(f"got {len(items)} images but {len(metadata)} metadata entries; give one per image or none")
+        if create_collection:
+            self.create_collection(name, exist_ok=True)
+        result = self.embed(items)
+        failures = dict(result.failures)
+        keep_rows, keep_ids = [], []
+        for row, index in enumerate(result.indices):
+            if ids is not None:
+                keep_rows.append(row)
+                keep_ids.append(ids[index])
+                continue
+            try:
+                keep_ids.append(content_id(items[index]))
+                keep_rows.append(row)
+            except OSError as exc:  # the file changed between embedding and hashing
+                failures[index] = f"{items[index]}: cannot read ({exc.strerror})"
+        indices = [result.indices[r] for r in keep_rows]
+        meta = [metadata[i] for i in indices] if metadata is not None else None
+        self.store.upsert(name, keep_ids, result.embeddings[keep_rows], meta)
+        return InsertResult(name, keep_ids, indices, dict(sorted(failures.items())))
+
+    def search_images(self, query_input: Any, topk: int = 10, filter_expr: str | None = None, collection_name: str | None = None) -> list:
+        """The `topk` nearest stored items (`Hit`: id, score, metadata) to an image or a query vector."""
+        vector = np.asarray(query_input, np.float32) if is_query_vector(query_input) else self.embed_images([query_input])[0]
+        return self.store.search(self._collection(collection_name), vector, topk, filter_expr)[0]
+
+    def delete(self, ids: Sequence[str], collection_name: str | None = None) -> int:
+        """Delete items by id; returns how many existed."""
+        return self.store.delete(self._collection(collection_name), list(ids))
