@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
 from accelkit.runtime.config import Settings, build, env_values, read_yaml
@@ -122,13 +122,14 @@ class StoreConfig(Settings):
 
     Index parameters: IVF_FLAT uses `nlist` (build) and `nprobe` (search); HNSW uses `M` and
     `efConstruction` (build) and `ef` (search, at least top-k); FLAT is exact and has none.
+    Milvus Lite (2.x) builds FLAT and IVF_FLAT only; HNSW needs a Milvus server.
     """
 
     uri: str = "./accelkit_images.db"
     token: str | None = None
     collection_name: str = "images"
     embedding_dim: int = 1280
-    index_type: Literal["FLAT", "IVF_FLAT", "HNSW"] = "HNSW"
+    index_type: Literal["FLAT", "IVF_FLAT", "HNSW"] = "IVF_FLAT"
     metric_type: Literal["COSINE", "IP", "L2"] = "COSINE"
     nlist: int = 128
     nprobe: int = 16
@@ -158,7 +159,7 @@ class ServerConfig(Settings):
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: str | None = None
-    allowed_roots: list[str] = []
+    allowed_roots: list[str] = Field(default_factory=list)
     allow_urls: bool = False
     url_max_bytes: int = 20_000_000
     url_timeout: float = 10.0

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,21 +73,31 @@ class IndexSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: StoreConfig, index_type: str | None = None, metric_type: str | None = None,
-                    params: Mapping[str, Any] | None = None) -> IndexSpec:
+    def from_config(
+        cls,
+        config: StoreConfig,
+        index_type: str | None = None,
+        metric_type: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> IndexSpec:
         kind = (index_type or config.index_type).upper()
         metric = (metric_type or config.metric_type).upper()
         if kind not in ("FLAT", "IVF_FLAT", "HNSW"):
             raise ConfigError(f"index_type {kind!r} is not supported; use FLAT, IVF_FLAT or HNSW")
         if metric not in ("COSINE", "IP", "L2"):
             raise ConfigError(f"metric_type {metric!r} is not supported; use COSINE, IP or L2")
-        defaults = {"FLAT": {}, "IVF_FLAT": {"nlist": config.nlist, "nprobe": config.nprobe},
-                    "HNSW": {"M": config.M, "efConstruction": config.efConstruction, "ef": config.ef}}[kind]
+        defaults = {
+            "FLAT": {},
+            "IVF_FLAT": {"nlist": config.nlist, "nprobe": config.nprobe},
+            "HNSW": {"M": config.M, "efConstruction": config.efConstruction, "ef": config.ef},
+        }[kind]
         given = dict(params or {})
         unknown = sorted(set(given) - set(defaults))
         if unknown:
             allowed = ", ".join(defaults) or "none"
-            raise ConfigError(f"index parameter {unknown[0]!r} does not apply to {kind}; its parameters: {allowed}")
+            raise ConfigError(
+                f"index parameter {unknown[0]!r} does not apply to {kind}; its parameters: {allowed}"
+            )
         merged = {**defaults, **given}
         for key, value in merged.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -106,7 +117,9 @@ class IndexSpec:
 
 def check_collection_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise InputError(f"collection name {name!r} is invalid; use letters, digits and underscores, starting with a letter or _ (at most 255)")
+        raise InputError(
+            f"collection name {name!r} is invalid; use letters, digits and underscores, starting with a letter or _ (at most 255)"
+        )
     return name
 
 
@@ -165,17 +178,26 @@ class VectorStore:
         from pymilvus import MilvusClient
 
         uri = self.config.uri
-        if is_local_uri(uri):
-            if not uri.endswith(".db"):
-                raise ConfigError(f"store uri {uri!r}: a Milvus Lite database must end in .db (or give a server URI such as http://host:19530)")
-            require("milvus_lite", "images")
+        if is_local_uri(uri) and not uri.endswith(".db"):
+            raise ConfigError(
+                f"store uri {uri!r}: a Milvus Lite database must end in .db (or give a server URI such as http://host:19530)"
+            )
         try:
-            return MilvusClient(uri=uri, token=self.config.token or "", timeout=self.config.timeout)
+            with warnings.catch_warnings():  # milvus-lite 2.x imports the deprecated pkg_resources
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                if is_local_uri(uri):
+                    require("milvus_lite", "images")
+                return MilvusClient(uri=uri, token=self.config.token or "", timeout=self.config.timeout)
         except Exception as exc:
             if is_local_uri(uri):
-                raise StoreError(f"cannot open the Milvus Lite database {uri}: {_reason(exc)}; another process "
-                                 "(e.g. a running `accelkit images serve`) may hold it — stop it, or use that service") from exc
-            raise StoreError(f"cannot connect to Milvus at {self.uri}: {_reason(exc)}; check store.uri/token and that the server runs") from exc
+                raise StoreError(
+                    f"cannot open the Milvus Lite database {uri}: {_reason(exc)}; another process "
+                    "(e.g. a running `accelkit images serve`) may hold it — stop it, or use that service"
+                ) from exc
+            raise StoreError(
+                f"cannot connect to Milvus at {self.uri}: {_reason(exc)}; check store.uri/token and that the server runs"
+            ) from exc
 
     def close(self) -> None:
         client, self._client = self._client, None
@@ -214,16 +236,32 @@ class VectorStore:
         return sorted(self._call("listing collections", self._client.list_collections))
 
     def has_collection(self, name: str) -> bool:
-        return bool(self._call(f"checking collection {name!r}", self._client.has_collection, check_collection_name(name)))
+        return bool(
+            self._call(
+                f"checking collection {name!r}",
+                self._client.has_collection,
+                check_collection_name(name),
+            )
+        )
 
     def _require(self, name: str) -> None:
         if not self.has_collection(name):
             known = ", ".join(self.list_collections()) or "none"
-            raise CollectionNotFoundError(f"collection {name!r} does not exist (collections: {known}); create it first")
+            raise CollectionNotFoundError(
+                f"collection {name!r} does not exist (collections: {known}); create it first"
+            )
 
-    def create_collection(self, name: str, dim: int | None = None, description: str = "", *, index_type: str | None = None,
-                          metric_type: str | None = None, index_params: Mapping[str, Any] | None = None,
-                          exist_ok: bool = False) -> dict[str, Any]:
+    def create_collection(
+        self,
+        name: str,
+        dim: int | None = None,
+        description: str = "",
+        *,
+        index_type: str | None = None,
+        metric_type: str | None = None,
+        index_params: Mapping[str, Any] | None = None,
+        exist_ok: bool = False,
+    ) -> dict[str, Any]:
         """Create `name` with a `dim`-d vector field (default `store.embedding_dim`); returns `describe(name)`.
         An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim."""
         check_collection_name(name)
@@ -232,32 +270,73 @@ class VectorStore:
             raise InputError(f"dim {dim} must be between 1 and 32768")
         if self.has_collection(name):
             if not exist_ok:
-                raise CollectionExistsError(f"collection {name!r} exists already; delete it first or pick another name")
+                raise CollectionExistsError(
+                    f"collection {name!r} exists already; delete it first or pick another name"
+                )
             info = self.describe(name)
             if info["dim"] != dim:
-                raise DataError(f"collection {name!r} holds {info['dim']}-d vectors, not {dim}-d; use another collection")
+                raise DataError(
+                    f"collection {name!r} holds {info['dim']}-d vectors, not {dim}-d; use another collection"
+                )
             return info
         spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
         from pymilvus import DataType
 
         client = self._client
-        schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=description or "")
+        schema = client.create_schema(
+            auto_id=False, enable_dynamic_field=False, description=description or ""
+        )
         schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
         schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field(METADATA_FIELD, DataType.JSON)
         index = client.prepare_index_params()
-        index.add_index(VECTOR_FIELD, index_type=spec.index_type, metric_type=spec.metric_type, params=spec.build_params())
+        index.add_index(
+            VECTOR_FIELD,
+            index_type=spec.index_type,
+            metric_type=spec.metric_type,
+            params=spec.build_params(),
+        )
         # Our own record of the description and index spec travels as collection properties:
         # Milvus Lite does not return either from describe_collection/describe_index.
-        properties = {PROP_DESCRIPTION: description or "", PROP_INDEX: json.dumps(
-            {"index_type": spec.index_type, "metric_type": spec.metric_type, "params": dict(spec.params)})}
-        self._call(f"creating collection {name!r}", client.create_collection, name, schema=schema, index_params=index,
-                   consistency_level="Strong", description=description or "", properties=properties)
+        properties = {
+            PROP_DESCRIPTION: description or "",
+            PROP_INDEX: json.dumps(
+                {
+                    "index_type": spec.index_type,
+                    "metric_type": spec.metric_type,
+                    "params": dict(spec.params),
+                }
+            ),
+        }
+        try:
+            self._create(name, schema, index, description, properties)
+        except StoreError as exc:
+            if "local mode only support" in str(exc):
+                # Milvus Lite creates the collection before it refuses the index: undo that
+                if self._client.has_collection(name):
+                    self._client.drop_collection(name)
+                raise ConfigError(
+                    f"Milvus Lite ({self.uri}) supports the index types FLAT and IVF_FLAT; "
+                    f"{spec.index_type} needs a Milvus server (store.uri: http://host:19530)"
+                ) from exc
+            raise
         self._call(f"loading collection {name!r}", client.load_collection, name)
         with self._lock:
             self._loaded.add(name)
             self._specs[name] = spec
         return self.describe(name)
+
+    def _create(self, name, schema, index, description, properties) -> None:
+        self._call(
+            f"creating collection {name!r}",
+            self._client.create_collection,
+            name,
+            schema=schema,
+            index_params=index,
+            consistency_level="Strong",
+            description=description or "",
+            properties=properties,
+        )
 
     def describe(self, name: str) -> dict[str, Any]:
         """name, description, dim, count, index_type, metric_type, index params."""
@@ -265,14 +344,25 @@ class VectorStore:
         info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
         dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
         spec = self._spec(name)
-        description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get("description", "")
-        return {"name": name, "description": description, "dim": dim, "count": self.count(name),
-                "index_type": spec.index_type, "metric_type": spec.metric_type, "index_params": dict(spec.params)}
+        description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get(
+            "description", ""
+        )
+        return {
+            "name": name,
+            "description": description,
+            "dim": dim,
+            "count": self.count(name),
+            "index_type": spec.index_type,
+            "metric_type": spec.metric_type,
+            "index_params": dict(spec.params),
+        }
 
     def count(self, name: str) -> int:
         """Stored items (upserts of an existing id count once)."""
         self._ensure_loaded(name)
-        rows = self._call(f"counting {name!r}", self._client.query, name, filter="", output_fields=["count(*)"])
+        rows = self._call(
+            f"counting {name!r}", self._client.query, name, filter="", output_fields=["count(*)"]
+        )
         return int(rows[0]["count(*)"])
 
     def drop_collection(self, name: str) -> None:
@@ -287,7 +377,12 @@ class VectorStore:
         with self._lock:
             if name in self._specs:
                 return self._specs[name]
-        properties = self._call(f"describing collection {name!r}", self._client.describe_collection, name).get("properties") or {}
+        properties = (
+            self._call(
+                f"describing collection {name!r}", self._client.describe_collection, name
+            ).get("properties")
+            or {}
+        )
         if PROP_INDEX in properties:
             try:
                 saved = json.loads(properties[PROP_INDEX])
@@ -298,17 +393,31 @@ class VectorStore:
                 with self._lock:
                     self._specs[name] = spec
                 return spec
-        info = self._call(f"describing the index of {name!r}", self._client.describe_index, name, VECTOR_FIELD) or {}
+        info = (
+            self._call(
+                f"describing the index of {name!r}", self._client.describe_index, name, VECTOR_FIELD
+            )
+            or {}
+        )
         kind = str(info.get("index_type", "FLAT")).upper()
-        params = {k: int(info[k]) for k in ("nlist", "M", "efConstruction") if k in info and str(info[k]).isdigit()}
+        params = {
+            k: int(info[k])
+            for k in ("nlist", "M", "efConstruction")
+            if k in info and str(info[k]).isdigit()
+        }
         if kind == "IVF_FLAT":
             params = {"nlist": params.get("nlist", self.config.nlist), "nprobe": self.config.nprobe}
         elif kind == "HNSW":
-            params = {"M": params.get("M", self.config.M), "efConstruction": params.get("efConstruction", self.config.efConstruction),
-                      "ef": self.config.ef}
+            params = {
+                "M": params.get("M", self.config.M),
+                "efConstruction": params.get("efConstruction", self.config.efConstruction),
+                "ef": self.config.ef,
+            }
         else:
             params = {}
-        spec = IndexSpec(kind, str(info.get("metric_type", self.config.metric_type)).upper(), params)
+        spec = IndexSpec(
+            kind, str(info.get("metric_type", self.config.metric_type)).upper(), params
+        )
         with self._lock:
             self._specs[name] = spec
         return spec
@@ -335,13 +444,21 @@ class VectorStore:
 
     # items -----------------------------------------------------------------------------------
 
-    def upsert(self, name: str, ids: Sequence[str], vectors: np.ndarray, metadata: Sequence[Mapping[str, Any] | None] | None = None) -> list[str]:
+    def upsert(
+        self,
+        name: str,
+        ids: Sequence[str],
+        vectors: np.ndarray,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> list[str]:
         """Store (or replace) items; returns the ids. Acknowledged means stored: the call returns
         after Milvus has accepted every batch."""
         ids = check_ids(ids)
         vectors = np.asarray(vectors, np.float32)
         if vectors.ndim != 2 or len(vectors) != len(ids):
-            raise DataError(f"got {len(ids)} ids but vectors of shape {vectors.shape}; need one row per id")
+            raise DataError(
+                f"got {len(ids)} ids but vectors of shape {vectors.shape}; need one row per id"
+            )
         if not np.isfinite(vectors).all():
             raise DataError("vectors contain NaN or Inf")
         metadata = list(metadata) if metadata is not None else [None] * len(ids)
@@ -349,7 +466,9 @@ class VectorStore:
             raise DataError(f"got {len(ids)} ids but {len(metadata)} metadata entries")
         for i, meta in enumerate(metadata):
             if meta is not None and not isinstance(meta, Mapping):
-                raise DataError(f"metadata #{i} must be a JSON object (a mapping), not {type(meta).__name__}")
+                raise DataError(
+                    f"metadata #{i} must be a JSON object (a mapping), not {type(meta).__name__}"
+                )
         if not ids:
             return []
         dim = self.describe_dim(name)
@@ -357,10 +476,19 @@ class VectorStore:
             raise DataError(f"collection {name!r} holds {dim}-d vectors; got {vectors.shape[1]}-d")
         last = {item_id: i for i, item_id in enumerate(ids)}  # duplicate ids: the last one wins
         order = sorted(last.values())
-        rows = [{ID_FIELD: ids[i], VECTOR_FIELD: vectors[i].tolist(), METADATA_FIELD: dict(metadata[i] or {})} for i in order]
+        rows = [
+            {
+                ID_FIELD: ids[i],
+                VECTOR_FIELD: vectors[i].tolist(),
+                METADATA_FIELD: dict(metadata[i] or {}),
+            }
+            for i in order
+        ]
         step = self.config.insert_batch_size
         for start in range(0, len(rows), step):
-            self._call(f"inserting into {name!r}", self._client.upsert, name, rows[start:start + step])
+            self._call(
+                f"inserting into {name!r}", self._client.upsert, name, rows[start : start + step]
+            )
         return ids
 
     def describe_dim(self, name: str) -> int:
@@ -374,7 +502,9 @@ class VectorStore:
             self._dims[name] = dim
         return dim
 
-    def search(self, name: str, queries: np.ndarray, topk: int = 10, filter_expr: str | None = None) -> list[list[Hit]]:
+    def search(
+        self, name: str, queries: np.ndarray, topk: int = 10, filter_expr: str | None = None
+    ) -> list[list[Hit]]:
         """Top-k hits (best first) for each query row, optionally among items matching `filter_expr`."""
         queries = np.asarray(queries, np.float32)
         if queries.ndim == 1:
@@ -385,27 +515,51 @@ class VectorStore:
             raise DataError("query vector contains NaN or Inf")
         dim = self.describe_dim(name)
         if queries.shape[1] != dim:
-            raise DataError(f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d")
+            raise DataError(
+                f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d"
+            )
         spec = self._spec(name)
         try:
             results = self._with_load(
-                name, f"searching {name!r}", self._client.search, name, data=queries.tolist(), limit=topk,
-                filter=filter_expr or "", output_fields=[METADATA_FIELD],
-                search_params={"metric_type": spec.metric_type, "params": spec.search_params(topk)})
+                name,
+                f"searching {name!r}",
+                self._client.search,
+                name,
+                data=queries.tolist(),
+                limit=topk,
+                filter=filter_expr or "",
+                output_fields=[METADATA_FIELD],
+                search_params={"metric_type": spec.metric_type, "params": spec.search_params(topk)},
+            )
         except StoreError as exc:
             if filter_expr:
-                raise InputError(f"search with filter {filter_expr!r} failed: {str(exc).split(': ', 1)[-1]}") from exc
+                raise InputError(
+                    f"search with filter {filter_expr!r} failed: {str(exc).split(': ', 1)[-1]}"
+                ) from exc
             raise
-        return [[Hit(str(h["id"]), float(h["distance"]), dict((h.get("entity") or {}).get(METADATA_FIELD) or {})) for h in hits]
-                for hits in results]
+        return [
+            [
+                Hit(
+                    str(h["id"]),
+                    float(h["distance"]),
+                    dict((h.get("entity") or {}).get(METADATA_FIELD) or {}),
+                )
+                for h in hits
+            ]
+            for hits in results
+        ]
 
-    def get(self, name: str, ids: Sequence[str], with_vectors: bool = False) -> list[dict[str, Any]]:
+    def get(
+        self, name: str, ids: Sequence[str], with_vectors: bool = False
+    ) -> list[dict[str, Any]]:
         """Stored items among `ids` (missing ones are left out), in the order of `ids`."""
         ids = check_ids(ids)
         if not ids:
             return []
         fields = [METADATA_FIELD] + ([VECTOR_FIELD] if with_vectors else [])
-        rows = self._with_load(name, f"reading from {name!r}", self._client.get, name, ids=ids, output_fields=fields)
+        rows = self._with_load(
+            name, f"reading from {name!r}", self._client.get, name, ids=ids, output_fields=fields
+        )
         by_id = {}
         for row in rows:
             item = {"id": str(row[ID_FIELD]), "metadata": dict(row.get(METADATA_FIELD) or {})}
