@@ -161,8 +161,8 @@ class ServerConfig(Settings):
     api_key: str | None = None
     allowed_roots: list[str] = Field(default_factory=list)
     allow_urls: bool = False
-    url_max_bytes: int = 20_000_000
-    url_timeout: float = 10.0
+    fetch_max_bytes: int = 20_000_000  # one image from a URL or an allowed server path
+    fetch_timeout_s: float = 10.0
     max_body_bytes: int = 64_000_000
     max_items_per_request: int = 256
     max_concurrency: int = 4
@@ -180,7 +180,7 @@ class ServerConfig(Settings):
             return [p for p in value.replace(os.pathsep, ",").split(",") if p.strip()]
         return value
 
-    @field_validator("url_max_bytes", "max_body_bytes", "max_items_per_request", "max_concurrency", "batch_max_size", "max_topk")
+    @field_validator("fetch_max_bytes", "max_body_bytes", "max_items_per_request", "max_concurrency", "batch_max_size", "max_topk")
     @classmethod
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
