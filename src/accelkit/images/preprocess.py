@@ -5,12 +5,13 @@ How it stays exact and compiles a bounded number of times:
 * The resampling taps are computed on the host exactly as PIL's `precompute_coeffs` does
   (antialiased triangle filter whose support grows with the downscale factor, PIL's 22-bit
   fixed-point coefficients) and passed to the device as *data*: per output row/column a run of
-  source indices and weights. The device gathers and sums them, horizontal pass first and rounded
-  to uint8 like PIL's intermediate image, then vertical. PIL parity is therefore within one level
-  (float summation order only), for down- and upscaling and any box (center crop, letterbox).
+  source indices and weights. The device gathers and sums them in int32, one pass per axis in
+  PIL's order, rounding the intermediate image to uint8 as PIL does. The resized pixels are
+  therefore PIL's bit for bit (normalization adds only float rounding), for down- and upscaling
+  and any box (center crop, letterbox).
 * Images are padded into a small fixed ladder of bucket shapes; the taps never read the padding.
-  A compiled function exists per (batch, bucket height, bucket width, taps per row, taps per
-  column), each from a fixed ladder, so the count is bounded whatever the input sizes are;
+  A pair of compiled programs (one per pass) exists per (batch, bucket height, bucket width, taps
+  per row, taps per column, pass order), each from a fixed ladder, so the count is bounded whatever the input sizes are;
   `compile_count` reports it.
 * Decoding runs in a thread pool; JAX dispatch is asynchronous, so the device resizes one bucket
   group while the threads decode the next images.
@@ -29,6 +30,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import Any, Literal
 
 import numpy as np
@@ -42,7 +44,8 @@ Fit = Literal["stretch", "center-crop", "letterbox"]
 FITS = ("stretch", "center-crop", "letterbox")
 # Bucket sides: an image is zero-padded up to the next one. Ratios <= 1.5 keep padding waste small.
 BUCKET_SIDES = (32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
-TAP_BUCKETS = (4, 8, 16, 32, 64, 128, 256)
+# Taps per output pixel, padded up to one of these. Steps <= 1.5x: the passes cost time in proportion.
+TAP_BUCKETS = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 _PRECISION_BITS = 32 - 8 - 2  # PIL's Resample.c fixed-point precision for 8-bit images
 
 
@@ -109,6 +112,9 @@ def _axis_plan(in_size: int, out_size: int, box0: float, box1: float, content: i
     """Taps for an output axis of `out_size` whose [offset, offset+content) part shows the source
     box [box0, box1) resampled to `content` pixels; the rest is padding."""
     start, weights = pil_taps(in_size, content, box0, box1)
+    # PIL's kernel size over-counts the taps any output uses by up to two; drop the all-zero tail.
+    used = np.flatnonzero(weights.any(axis=0))
+    weights = weights[:, : used[-1] + 1 if used.size else 1]
     k = weights.shape[1]
     index = np.zeros((out_size, k), np.int32)
     weight = np.zeros((out_size, k), np.int32)
@@ -209,14 +215,23 @@ def _host_reduce(pixels: np.ndarray, factors: tuple[int, int]) -> np.ndarray:
 def plan_image(pixels: np.ndarray, size: tuple[int, int], fit: str, reducing_gap: float | None = None) -> ImagePlan:
     """Decide the taps for one decoded image; pure, host-side, cheap (a few small arrays)."""
     pixels = _host_reduce(pixels, host_reduce_factors(pixels.shape[0], pixels.shape[1], size, fit, reducing_gap))
-    height, width = pixels.shape[:2]
+    rows, cols, vertical_first = _geometry_taps(pixels.shape[0], pixels.shape[1], tuple(size), fit)
+    return ImagePlan(pixels, rows, cols, vertical_first)
+
+
+@lru_cache(maxsize=1024)
+def _geometry_taps(height: int, width: int, size: tuple[int, int], fit: str) -> tuple[AxisPlan, AxisPlan, bool]:
+    """The taps depend only on the geometry; photos come in few sizes, so they are computed once
+    per size (the arrays are shared and never written)."""
     (y0, y1, ch, oy), (x0, x1, cw, ox) = fit_geometry(height, width, size[0], size[1], fit)
     rows = _axis_plan(height, size[0], y0, y1, ch, oy)
     cols = _axis_plan(width, size[1], x0, x1, cw, ox)
     # Pad the tap count to its bucket with zero-weight taps (index 0 is always a valid row).
     rows = _pad_taps(rows, tap_bucket(rows.weight.shape[1]))
     cols = _pad_taps(cols, tap_bucket(cols.weight.shape[1]))
-    return ImagePlan(pixels, rows, cols, pil_vertical_first(height, width, ch, cw))
+    for array in (*vars(rows).values(), *vars(cols).values()):
+        array.flags.writeable = False
+    return rows, cols, pil_vertical_first(height, width, ch, cw)
 
 
 def _pad_taps(plan: AxisPlan, k: int) -> AxisPlan:
@@ -231,39 +246,38 @@ def _pad_taps(plan: AxisPlan, k: int) -> AxisPlan:
 # --------------------------------------------------------------------------- device kernel
 
 
-def _resize_normalize(pixels, row_index, row_weight, row_valid, col_index, col_weight, col_valid, mean, std, *, channels_first, dtype, vertical_first=False):
-    """Batched: pixels [B, Hb, Wb, 3] uint8 -> normalized [B, H, W, 3] (or [B, 3, H, W])."""
+def resample_pass(pixels, index, weight, *, axis: int):
+    """One PIL resampling pass over a batch: pixels [B, H, W, 3] uint8 -> uint8, along `axis`
+    (1: rows, the vertical pass; 2: columns, the horizontal pass), with taps `index`/`weight`
+    [B, out, K].
+
+    PIL's 8-bit arithmetic: int32 sums of pixel × fixed-point weight, rounded half up by adding
+    2**21 and shifting by 22, clipped to uint8 (PIL rounds its intermediate image the same way).
+    """
     import jax
     import jax.numpy as jnp
 
-    def one(image, r_idx, r_w, r_ok, c_idx, c_w, c_ok):
-        # PIL's 8-bit arithmetic: int32 sums of pixel × fixed-point weight, rounded half up by
-        # adding 2**21 and shifting by 22, clipped to uint8 after each pass, in PIL's pass order.
-        half = jnp.int32(1 << (_PRECISION_BITS - 1))
+    half = jnp.int32(1 << (_PRECISION_BITS - 1))
 
-        def rows_pass(x, index, weight):
-            # Gathering whole rows (axis 0) copies contiguous memory; XLA:CPU does that far
-            # faster than gathering single elements along axis 1.
-            out, k = index.shape
-            taken = jnp.take(x, index.reshape(-1), axis=0).reshape(out, k, *x.shape[1:])
-            total = jnp.sum(taken.astype(jnp.int32) * weight[:, :, None, None], axis=1) + half
-            return jnp.clip(total >> _PRECISION_BITS, 0, 255).astype(jnp.uint8)
-
-        def vertical_pass(x):
-            return rows_pass(x, r_idx, r_w)
-
-        def horizontal_pass(x):
-            return jnp.transpose(rows_pass(jnp.transpose(x, (1, 0, 2)), c_idx, c_w), (1, 0, 2))
-
-        if vertical_first:
-            vertical = horizontal_pass(vertical_pass(image)).astype(jnp.float32)
+    def one(image, index, weight):
+        out, k = index.shape
+        taken = jnp.take(image, index.reshape(-1), axis=axis - 1).astype(jnp.int32)
+        if axis == 1:
+            total = jnp.sum(taken.reshape(out, k, *image.shape[1:]) * weight[:, :, None, None], axis=1)
         else:
-            vertical = vertical_pass(horizontal_pass(image)).astype(jnp.float32)
-        normalized = (vertical * (1.0 / 255.0) - mean) / std
-        inside = r_ok[:, None, None] & c_ok[None, :, None]
-        return jnp.where(inside, normalized, 0.0)
+            total = jnp.sum(taken.reshape(image.shape[0], out, k, 3) * weight[None, :, :, None], axis=2)
+        return jnp.clip((total + half) >> _PRECISION_BITS, 0, 255).astype(jnp.uint8)
 
-    out = jax.vmap(one)(pixels, row_index, row_weight, row_valid, col_index, col_weight, col_valid)
+    return jax.vmap(one)(pixels, index, weight)
+
+
+def normalize(resized, row_valid, col_valid, mean, std, *, channels_first: bool, dtype):
+    """uint8 [B, H, W, 3] -> (x / 255 - mean) / std, 0 outside the content (letterbox padding)."""
+    import jax.numpy as jnp
+
+    normalized = (resized.astype(jnp.float32) * (1.0 / 255.0) - mean) / std
+    inside = row_valid[:, :, None, None] & col_valid[:, None, :, None]
+    out = jnp.where(inside, normalized, 0.0)
     if channels_first:
         out = jnp.transpose(out, (0, 3, 1, 2))
     return out.astype(dtype)
@@ -361,6 +375,7 @@ class JAXImagePreprocessor:
         if self.platform_choice.platform == "gpu":
             log.info("JAX configured to use GPU: %s", f"gpu:{self._device.id}")
         self.cache_dir = enable_compilation_cache(cache_dir) if cache_compiled else None
+        self._out_dtype = "bfloat16" if dtype == "bfloat16" else "float32"
         self._kernel = self._build_kernel()
         if cache_compiled:
             self.warm_up()
@@ -395,24 +410,33 @@ class JAXImagePreprocessor:
     # ------------------------------------------------------------------ device side
 
     def _build_kernel(self) -> Callable:
+        """The device side: two compiled programs per bucket shape, run back to back.
+
+        They are separate programs on purpose. Inside one program XLA fuses both passes into a
+        single loop that recomputes the first pass for every tap of the second (K times the work,
+        3x slower on CPU); two programs materialize the intermediate image, as PIL does.
+        """
         import jax
-        import jax.numpy as jnp
 
         mean = np.asarray(self.mean, np.float32)
         std = np.asarray(self.std, np.float32)
-        dtype = jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
-        compiled = self._compiled
-        lock = self._lock
+        dtype = self._out_dtype
+        channels_first = self.data_format == "NCHW"
+        first_pass = jax.jit(resample_pass, static_argnames="axis")
 
-        def kernel(pixels, ri, rw, rv, ci, cw, cv, vertical_first):
-            with lock:  # runs once per traced shape: that is the compile count
-                compiled.add((pixels.shape[0], pixels.shape[1], pixels.shape[2], ri.shape[2], ci.shape[2], vertical_first))
-            return _resize_normalize(
-                pixels, ri, rw, rv, ci, cw, cv, mean, std,
-                channels_first=self.data_format == "NCHW", dtype=dtype, vertical_first=vertical_first,
-            )
+        @partial(jax.jit, static_argnames="axis")
+        def second_pass_and_normalize(intermediate, index, weight, rv, cv, axis):
+            resized = resample_pass(intermediate, index, weight, axis=axis)
+            return normalize(resized, rv, cv, mean, std, channels_first=channels_first, dtype=dtype)
 
-        return jax.jit(kernel, static_argnums=7)
+        def kernel(pixels, ri, rw, rv, ci, cw, cv, vertical_first: bool):
+            if vertical_first:
+                intermediate = first_pass(pixels, ri, rw, axis=1)
+                return second_pass_and_normalize(intermediate, ci, cw, rv, cv, axis=2)
+            intermediate = first_pass(pixels, ci, cw, axis=2)
+            return second_pass_and_normalize(intermediate, ri, rw, rv, cv, axis=1)
+
+        return kernel
 
     def warm_up(self) -> None:
         """Compile the common shape (a batch of photos up to 512² reduced to the target)."""
@@ -437,6 +461,8 @@ class JAXImagePreprocessor:
             pixels[i, :h, :w] = plan.pixels
             ri[i], rw[i], rv[i] = plan.rows.index, plan.rows.weight, plan.rows.valid
             ci[i], cw[i], cv[i] = plan.cols.index, plan.cols.weight, plan.cols.valid
+        with self._lock:  # jit compiles once per new shape: that is the compile count
+            self._compiled.add((batch, hb, wb, kr, kc, vertical_first))
         args = jax.device_put((pixels, ri, rw, rv, ci, cw, cv), self._device)
         return self._kernel(*args, vertical_first)
 
@@ -498,23 +524,25 @@ class JAXImagePreprocessor:
     def preprocess(self, inputs: Iterable[Any]) -> PreprocessResult:
         """Per-item preprocessing: successes in input order plus the failures with their reasons."""
         import jax
+        import jax.numpy as jnp
 
         indices: list[int] = []
-        parts: list[np.ndarray] = []
+        parts: list[Any] = []
         failures: dict[int, ImageDecodeError] = {}
         for positions, array in self.iter_groups(inputs, failures):
-            parts.append(np.asarray(array)[: len(positions)])
+            parts.append(array if array.shape[0] == len(positions) else array[: len(positions)])
             indices.extend(positions)
-        shape = (3, *self.image_size) if self.data_format == "NCHW" else (*self.image_size, 3)
-        if parts:
-            order = np.argsort(np.asarray(indices), kind="stable")
-            stacked = np.concatenate(parts)[order]
+        if not parts:
+            shape = (3, *self.image_size) if self.data_format == "NCHW" else (*self.image_size, 3)
+            empty = np.zeros((0, *shape), np.float32)
+            return PreprocessResult(jax.device_put(empty, self._device).astype(self._out_dtype), [], failures)
+        # Assembled on the device: the groups never make a round trip through host memory.
+        stacked = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+        order = np.argsort(np.asarray(indices), kind="stable")
+        if not np.array_equal(order, np.arange(len(order))):
+            stacked = jnp.take(stacked, jax.device_put(order, self._device), axis=0)
             indices = [indices[i] for i in order]
-        else:
-            import jax.numpy as jnp
-
-            stacked = np.zeros((0, *shape), jnp.bfloat16 if self.dtype == "bfloat16" else np.float32)
-        return PreprocessResult(jax.device_put(stacked, self._device), indices, failures)
+        return PreprocessResult(stacked, indices, failures)
 
     def preprocess_batch(self, inputs: Sequence[Any] | Any) -> Any:
         """All inputs -> one array on `.device`; any bad item raises `ImageDecodeError` naming it."""
