@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +127,11 @@ class BodyLimit:
             state["started"] = True
             await send(message)
 
-        with suppress(_BodyTooLarge):
+        try:
             await self.app(scope, limited_receive, guarded_send)
+        except Exception:  # _BodyTooLarge, possibly inside an ExceptionGroup from a task group
+            if not state["too_large"]:
+                raise
         if state["too_large"] and not state["started"]:
             await self._reject(send)
 
@@ -312,9 +315,18 @@ class ServiceState:
         return results
 
 
-def _route_of(request) -> str:
+def _route_of(request, routes) -> str:
+    """The route template (`/collections/{name}`), also for requests refused before routing, so
+    metrics labels stay few."""
     route = request.scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
+    if route is not None:
+        return route.path
+    from starlette.routing import Match
+
+    for candidate in routes:
+        if candidate.matches(request.scope)[0] != Match.NONE:
+            return getattr(candidate, "path", "unmatched")
+    return "unmatched"
 
 
 def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
@@ -367,8 +379,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):
-        if isinstance(exc, _BodyTooLarge):  # BodyLimit answers 413 instead
-            raise exc
+        if isinstance(exc, _BodyTooLarge) or "_BodyTooLarge" in repr(getattr(exc, "exceptions", "")):
+            raise exc  # BodyLimit answers 413 instead
         log.exception("internal error on %s", request.url.path)
         return error_response(ServiceError(500, "internal_error", f"internal error ({type(exc).__name__}); see the service log"))
 
@@ -400,7 +412,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                 f"{server.retry_after_s} s", {"Retry-After": str(server.retry_after_s)}))
         except ServiceError as exc:
             response = error_response(exc)
-        route = _route_of(request)
+        route = _route_of(request, app.router.routes)
         state.metrics.requests.labels(request.method, route, str(response.status_code)).inc()
         state.metrics.latency.labels(route).observe(time.perf_counter() - started)
         return response
