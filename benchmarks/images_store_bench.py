@@ -1,0 +1,282 @@
+"""Benchmark the `accelkit images` vector store and service against the original service's targets.
+
+Targets (the original service's own): >= 5,000 vectors/s inserted; top-10 search p99 < 50 ms at
+100,000 vectors of 1280 dimensions, metadata filter included.
+
+Measured in one run, on the same random unit vectors (N x 1280, metadata {"k": i % 10}):
+  insert     VectorStore.upsert (idempotent, numpy rows, 1,000-row batches) for FLAT and IVF_FLAT,
+             vs the baseline: pymilvus MilvusClient.insert of Python lists, 1,000-row batches (how
+             the original service inserted; not idempotent).
+  search     top-10 latency p50/p99 over --queries queries, no filter and `metadata["k"] == 3`
+             (10 % of the items), FLAT and IVF_FLAT (nlist 128, nprobe 16), right after the insert
+             (first query) and steady; recall@10 against exact numpy float64 top-10.
+  embed      images/s of ImageEmbeddingPipeline.insert_images (decode + preprocess + model + store)
+             on real photos, vs embed alone (the store's share of the time).
+  http       the service (`accelkit images serve`, subprocess) under 16 concurrent clients (threads
+             of this process, on the same 2 cores): requests/s, client latency p50/p99, and the
+             handler's own time (`took_ms`: embedding + store search, without queueing).
+
+    python benchmarks/images_store_bench.py            # 100k vectors; about 6-8 minutes on 2 cores
+    python benchmarks/images_store_bench.py --quick    # 10k vectors; about 1-2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import io
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = "accelkit.images_store_bench/1"
+DIM = 1280
+TARGETS = {"insert_vectors_per_s": 5000.0, "search_p99_ms": 50.0}
+FILTER = 'metadata["k"] == 3'
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def exact_top10(data: np.ndarray, queries: np.ndarray, mask: np.ndarray | None) -> list[set[int]]:
+    scores = queries.astype(np.float64) @ data.astype(np.float64).T
+    if mask is not None:
+        scores[:, ~mask] = -np.inf
+    return [set(np.argsort(-row, kind="stable")[:10].tolist()) for row in scores]
+
+
+def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int) -> dict:
+    from pymilvus import DataType, MilvusClient
+
+    from accelkit.images.config import StoreConfig
+    from accelkit.images.store import VectorStore
+
+    n = len(data)
+    ids = [str(i) for i in range(n)]
+    metadata = [{"k": i % 10} for i in range(n)]
+    mask = np.array([i % 10 == 3 for i in range(n)])
+    exact = {None: exact_top10(data, queries[:n_queries], None), FILTER: exact_top10(data, queries[:n_queries], mask)}
+    out: dict = {"vectors": n, "dim": DIM, "indexes": {}}
+    with VectorStore(StoreConfig(uri=uri, nlist=128, nprobe=16)) as store:
+        for index_type in ("FLAT", "IVF_FLAT"):
+            name = f"bench_{index_type.lower()}"
+            store.create_collection(name, dim=DIM, index_type=index_type)
+            start = time.perf_counter()
+            store.upsert(name, ids, data, metadata)
+            insert_s = time.perf_counter() - start
+            entry = {"insert_vectors_per_s": n / insert_s, "insert_s": insert_s, "search": {}}
+            first = time.perf_counter()
+            store.search(name, queries[0], 10)
+            entry["first_search_after_insert_ms"] = (time.perf_counter() - first) * 1000
+            for expr in (None, FILTER):
+                times, recalls = [], []
+                for q in range(n_queries):
+                    start = time.perf_counter()
+                    hits = store.search(name, queries[q], 10, expr)[0]
+                    times.append((time.perf_counter() - start) * 1000)
+                    recalls.append(len({int(h.id) for h in hits} & exact[expr][q]) / 10)
+                entry["search"]["filter" if expr else "no_filter"] = {
+                    "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "mean_ms": statistics.fmean(times),
+                    "recall_at_10": statistics.fmean(recalls)}
+            print(f"{index_type}: {entry['insert_vectors_per_s']:.0f} vectors/s; search p99 "
+                  f"{entry['search']['no_filter']['p99_ms']:.1f} ms, filtered {entry['search']['filter']['p99_ms']:.1f} ms", flush=True)
+            out["indexes"][index_type] = entry
+        # the baseline: plain MilvusClient.insert of Python lists (the original service's way)
+        client = store._client
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+        schema.add_field("metadata", DataType.JSON)
+        index = client.prepare_index_params()
+        index.add_index("vector", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 128})
+        client.create_collection("bench_baseline", schema=schema, index_params=index)
+        rows = min(n, 20_000)  # enough for a rate; the baseline's rate does not depend on size here
+        start = time.perf_counter()
+        for s in range(0, rows, 1000):
+            client.insert("bench_baseline", [{"id": ids[i], "vector": data[i].tolist(), "metadata": metadata[i]} for i in range(s, min(s + 1000, rows))])
+        out["baseline_insert_lists_vectors_per_s"] = rows / (time.perf_counter() - start)
+        assert isinstance(client, MilvusClient)
+    return out
+
+
+def real_photos() -> list[np.ndarray]:
+    import skimage.data as data
+    from sklearn.datasets import load_sample_images
+
+    def rgb(a):
+        return np.repeat(a[:, :, None], 3, axis=2) if a.ndim == 2 else np.ascontiguousarray(a[:, :, :3])
+
+    names = ("astronaut", "camera", "chelsea", "coffee", "coins", "hubble_deep_field", "immunohistochemistry", "moon", "retina", "rocket")
+    return [rgb(getattr(data, n)()) for n in names] + [np.ascontiguousarray(p) for p in load_sample_images().images]
+
+
+def jpeg(array: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def bench_embed(uri: str, n_images: int) -> dict:
+    from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
+
+    photos = real_photos()
+    blobs = [jpeg(photos[i % len(photos)]) for i in range(n_images)]
+    config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False}, store={"uri": uri})
+    with ImageEmbeddingPipeline(config) as pipeline:
+        pipeline.create_collection("bench_images", exist_ok=True)
+        pipeline.embed(blobs)  # warm-up: compilation of every batch shape, ONNX session
+        start = time.perf_counter()
+        pipeline.embed(blobs)
+        embed_rate = n_images / (time.perf_counter() - start)
+        ids = [f"img{i}" for i in range(n_images)]
+        start = time.perf_counter()
+        result = pipeline.insert_images(blobs, ids=ids, collection_name="bench_images")
+        insert_rate = n_images / (time.perf_counter() - start)
+        assert not result.failures
+    return {"images": n_images, "embed_only_images_per_s": embed_rate, "insert_images_per_s": insert_rate,
+            "ratio_insert_vs_embed": insert_rate / embed_rate}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_client: int) -> dict:
+    import httpx
+
+    config = workdir / "service.yaml"
+    config.write_text(f"preprocess:\n  cache_compiled: false\nstore:\n  uri: {uri}\nserver:\n  max_concurrency: 8\n  max_queue: 64\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - the server writes until it exits
+    process = subprocess.Popen([sys.executable, "-m", "accelkit", "images", "serve", "--config", str(config), "--port", str(port)],
+                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        image = base64.b64encode(jpeg(real_photos()[2])).decode()
+        results = {}
+        for kind in ("vector", "image"):
+            latencies: list[float] = []
+            statuses: list[int] = []
+            server_ms: list[float] = []
+            lock = threading.Lock()
+
+            def client(c: int, kind=kind, latencies=latencies, statuses=statuses, server_ms=server_ms, lock=lock) -> None:
+                with httpx.Client(base_url=url, timeout=120) as http:
+                    for r in range(per_client):
+                        body = {"collection_name": "bench_ivf_flat", "topk": 10}
+                        if kind == "vector":
+                            body["vector"] = queries[(c * per_client + r) % len(queries)].tolist()
+                        else:
+                            body["image_base64"] = image
+                        start = time.perf_counter()
+                        response = http.post("/search", json=body)
+                        elapsed = (time.perf_counter() - start) * 1000
+                        with lock:
+                            latencies.append(elapsed)
+                            statuses.append(response.status_code)
+                            if response.status_code == 200:
+                                server_ms.append(response.json()["took_ms"])
+
+            start = time.perf_counter()
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(client, range(clients)))
+            wall = time.perf_counter() - start
+            results[f"search_by_{kind}"] = {
+                "clients": clients, "requests": len(statuses), "ok": statuses.count(200), "status_429": statuses.count(429),
+                "requests_per_s": len(statuses) / wall, "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+                "handler_p50_ms": percentile(server_ms, 50), "handler_p99_ms": percentile(server_ms, 99)}
+            print(f"http search by {kind}: {results[f'search_by_{kind}']['requests_per_s']:.1f} req/s, "
+                  f"p99 {results[f'search_by_{kind}']['p99_ms']:.0f} ms", flush=True)
+        return results
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vectors", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--images", type=int, default=96)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.vectors, args.queries, args.images, args.per_client = 10_000, 50, 32, 5
+    out_path = args.out or REPO / "benchmarks" / "results" / ("images_store_bench_quick.json" if args.quick else "images_store_bench.json")
+    sys.path.insert(0, str(REPO / "src"))
+    load_start = os.getloadavg()
+    data = unit_vectors(args.vectors, 0)
+    queries = unit_vectors(args.queries, 1)
+    with tempfile.TemporaryDirectory(prefix="accelkit-store-bench-") as tmp:
+        workdir = Path(tmp)
+        uri = str(workdir / "bench.db")
+        store = bench_store(uri, data, queries, args.queries)
+        embed = bench_embed(str(workdir / "images.db"), args.images)
+        http = bench_http(uri, workdir, queries, args.clients, args.per_client)
+    best_insert = max(e["insert_vectors_per_s"] for e in store["indexes"].values())
+    worst_p99 = {k: max(e["search"]["no_filter"]["p99_ms"], e["search"]["filter"]["p99_ms"]) for k, e in store["indexes"].items()}
+    verdict = {
+        "insert_vectors_per_s": {"target": TARGETS["insert_vectors_per_s"], "measured": best_insert,
+                                 "met": best_insert >= TARGETS["insert_vectors_per_s"]},
+        "search_p99_ms_filter_included": {"target": TARGETS["search_p99_ms"], "measured": worst_p99,
+                                          "met_by": [k for k, v in worst_p99.items() if v < TARGETS["search_p99_ms"]]},
+        "insert_vs_baseline_lists": best_insert / store["baseline_insert_lists_vectors_per_s"],
+    }
+    import milvus_lite
+    import pymilvus
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    except OSError:
+        commit = None
+    payload = {"schema": SCHEMA, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit,
+               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
+                           "pymilvus": pymilvus.__version__, "milvus_lite": getattr(milvus_lite, "__version__", "?"),
+                           "load_avg_start": load_start, "load_avg_end": os.getloadavg()},
+               "quick": args.quick, "targets": TARGETS, "store": store, "embed": embed, "http": http, "verdict": verdict}
+    from accelkit.runtime.files import write_json_atomic
+
+    write_json_atomic(out_path, payload, trailing_newline=True)
+    print(f"wrote {out_path}")
+    print(f"insert: {best_insert:.0f} vectors/s (target {TARGETS['insert_vectors_per_s']:.0f}; baseline lists "
+          f"{store['baseline_insert_lists_vectors_per_s']:.0f}); search p99 worst case per index: "
+          + ", ".join(f"{k} {v:.1f} ms" for k, v in worst_p99.items()) + f" (target < {TARGETS['search_p99_ms']:.0f} ms)")
+    print(f"end to end: {embed['insert_images_per_s']:.1f} images/s inserted vs {embed['embed_only_images_per_s']:.1f} embedded")
+
+
+if __name__ == "__main__":
+    main()
