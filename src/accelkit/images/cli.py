@@ -213,11 +213,12 @@ def serve_command(
 ) -> None:
     """Run the HTTP service (FastAPI + uvicorn) until Ctrl-C/SIGTERM; in-flight requests finish first."""
     from accelkit.images.service import serve
+    from accelkit.images.store import redact_uri
 
     settings = _settings(config)
     server = settings.server
     typer.echo(f"accelkit images service on http://{host or server.host}:{port if port is not None else server.port} "
-               f"(docs at /docs; store {settings.store.uri}; API key {'required' if server.api_key else 'off'})", err=True)
+               f"(docs at /docs; store {redact_uri(settings.store.uri)}; API key {'required' if server.api_key else 'off'})", err=True)
     serve(settings, host, port)
 
 

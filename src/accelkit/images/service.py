@@ -280,7 +280,8 @@ class ServiceState:
             from accelkit.images.pipeline import ImageEmbeddingPipeline
 
             self.pipeline = await asyncio.to_thread(ImageEmbeddingPipeline, self.config)
-        await asyncio.to_thread(lambda: self.pipeline.store)  # open the store now: fail at start, not on a request
+        # open the store and load its collections now: fail at start, and no first request waits
+        await asyncio.to_thread(lambda: self.pipeline.store.load_all())
 
         def on_batch(images: int, jobs: int) -> None:
             self.metrics.batch_images.observe(images)

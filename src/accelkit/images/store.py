@@ -577,6 +577,14 @@ class VectorStore:
         self._with_load(name, f"deleting from {name!r}", self._client.delete, name, ids=ids)
         return present
 
+    def load_all(self) -> list[str]:
+        """Load every collection now (a service does this at start: loading 100k vectors from
+        disk takes seconds, which the first searches would otherwise wait for)."""
+        names = self.list_collections()
+        for name in names:
+            self._ensure_loaded(name, force=True)
+        return names
+
     def ping(self) -> dict[str, Any]:
         """Store status for /health: reachable, and how many collections."""
         try:
