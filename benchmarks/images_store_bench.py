@@ -66,7 +66,9 @@ def exact_top10(data: np.ndarray, queries: np.ndarray, mask: np.ndarray | None) 
     return [set(np.argsort(-row, kind="stable")[:10].tolist()) for row in scores]
 
 
-def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int, sources: np.ndarray) -> dict:
+def bench_store(
+    uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int, sources: np.ndarray
+) -> dict:
     from pymilvus import DataType, MilvusClient
 
     from accelkit.images.config import StoreConfig
@@ -76,7 +78,10 @@ def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int,
     ids = [str(i) for i in range(n)]
     metadata = [{"k": i % 10} for i in range(n)]
     mask = np.array([i % 10 == 3 for i in range(n)])
-    exact = {None: exact_top10(data, queries[:n_queries], None), FILTER: exact_top10(data, queries[:n_queries], mask)}
+    exact = {
+        None: exact_top10(data, queries[:n_queries], None),
+        FILTER: exact_top10(data, queries[:n_queries], mask),
+    }
     out: dict = {"vectors": n, "dim": DIM, "indexes": {}}
     random_queries = unit_vectors(n_queries, 3)
     exact_random = exact_top10(data, random_queries, None)
@@ -101,17 +106,32 @@ def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int,
                     if expr is None or mask[sources[q]]:
                         top1.append(int(hits[0].id) == sources[q])
                 entry["search"]["filter" if expr else "no_filter"] = {
-                    "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "mean_ms": statistics.fmean(times),
-                    "recall_at_10": statistics.fmean(recalls), "source_at_rank_1": statistics.fmean(top1) if top1 else None}
-            recalls = [len({int(h.id) for h in store.search(name, random_queries[q], 10)[0]} & exact_random[q]) / 10
-                       for q in range(n_queries)]
+                    "p50_ms": percentile(times, 50),
+                    "p99_ms": percentile(times, 99),
+                    "mean_ms": statistics.fmean(times),
+                    "recall_at_10": statistics.fmean(recalls),
+                    "source_at_rank_1": statistics.fmean(top1) if top1 else None,
+                }
+            recalls = [
+                len(
+                    {int(h.id) for h in store.search(name, random_queries[q], 10)[0]}
+                    & exact_random[q]
+                )
+                / 10
+                for q in range(n_queries)
+            ]
             entry["search"]["no_filter"]["recall_at_10_random_queries"] = statistics.fmean(recalls)
-            print(f"{index_type}: {entry['insert_vectors_per_s']:.0f} vectors/s; search p99 "
-                  f"{entry['search']['no_filter']['p99_ms']:.1f} ms, filtered {entry['search']['filter']['p99_ms']:.1f} ms", flush=True)
+            print(
+                f"{index_type}: {entry['insert_vectors_per_s']:.0f} vectors/s; search p99 "
+                f"{entry['search']['no_filter']['p99_ms']:.1f} ms, filtered {entry['search']['filter']['p99_ms']:.1f} ms",
+                flush=True,
+            )
             out["indexes"][index_type] = entry
         for nprobe in (32, 64):  # the recall/latency trade-off of IVF_FLAT on the same collection
             # search-time nprobe lives in the store's index spec; set it for this collection only
-            store._specs["bench_ivf_flat"] = IndexSpec("IVF_FLAT", "COSINE", {"nlist": 128, "nprobe": nprobe})
+            store._specs["bench_ivf_flat"] = IndexSpec(
+                "IVF_FLAT", "COSINE", {"nlist": 128, "nprobe": nprobe}
+            )
             for expr in (None, FILTER):
                 times, recalls = [], []
                 for q in range(n_queries):
@@ -119,8 +139,13 @@ def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int,
                     hits = store.search("bench_ivf_flat", queries[q], 10, expr)[0]
                     times.append((time.perf_counter() - start) * 1000)
                     recalls.append(len({int(h.id) for h in hits} & exact[expr][q]) / 10)
-                out["indexes"]["IVF_FLAT"]["search"][f"{'filter' if expr else 'no_filter'}_nprobe{nprobe}"] = {
-                    "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "recall_at_10": statistics.fmean(recalls)}
+                out["indexes"]["IVF_FLAT"]["search"][
+                    f"{'filter' if expr else 'no_filter'}_nprobe{nprobe}"
+                ] = {
+                    "p50_ms": percentile(times, 50),
+                    "p99_ms": percentile(times, 99),
+                    "recall_at_10": statistics.fmean(recalls),
+                }
         # the baseline: plain MilvusClient.insert of Python lists (the original service's way)
         client = store._client
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -128,12 +153,20 @@ def bench_store(uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int,
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
         schema.add_field("metadata", DataType.JSON)
         index = client.prepare_index_params()
-        index.add_index("vector", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 128})
+        index.add_index(
+            "vector", index_type="IVF_FLAT", metric_type="COSINE", params={"nlist": 128}
+        )
         client.create_collection("bench_baseline", schema=schema, index_params=index)
         rows = min(n, 20_000)  # enough for a rate; the baseline's rate does not depend on size here
         start = time.perf_counter()
         for s in range(0, rows, 1000):
-            client.insert("bench_baseline", [{"id": ids[i], "vector": data[i].tolist(), "metadata": metadata[i]} for i in range(s, min(s + 1000, rows))])
+            client.insert(
+                "bench_baseline",
+                [
+                    {"id": ids[i], "vector": data[i].tolist(), "metadata": metadata[i]}
+                    for i in range(s, min(s + 1000, rows))
+                ],
+            )
         out["baseline_insert_lists_vectors_per_s"] = rows / (time.perf_counter() - start)
         assert isinstance(client, MilvusClient)
     return out
@@ -144,10 +177,27 @@ def real_photos() -> list[np.ndarray]:
     from sklearn.datasets import load_sample_images
 
     def rgb(a):
-        return np.repeat(a[:, :, None], 3, axis=2) if a.ndim == 2 else np.ascontiguousarray(a[:, :, :3])
+        return (
+            np.repeat(a[:, :, None], 3, axis=2)
+            if a.ndim == 2
+            else np.ascontiguousarray(a[:, :, :3])
+        )
 
-    names = ("astronaut", "camera", "chelsea", "coffee", "coins", "hubble_deep_field", "immunohistochemistry", "moon", "retina", "rocket")
-    return [rgb(getattr(data, n)()) for n in names] + [np.ascontiguousarray(p) for p in load_sample_images().images]
+    names = (
+        "astronaut",
+        "camera",
+        "chelsea",
+        "coffee",
+        "coins",
+        "hubble_deep_field",
+        "immunohistochemistry",
+        "moon",
+        "retina",
+        "rocket",
+    )
+    return [rgb(getattr(data, n)()) for n in names] + [
+        np.ascontiguousarray(p) for p in load_sample_images().images
+    ]
 
 
 def jpeg(array: np.ndarray) -> bytes:
@@ -163,7 +213,9 @@ def bench_embed(uri: str, n_images: int) -> dict:
 
     photos = real_photos()
     blobs = [jpeg(photos[i % len(photos)]) for i in range(n_images)]
-    config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False}, store={"uri": uri})
+    config = ServiceConfig.from_env(
+        env={}, preprocess={"cache_compiled": False}, store={"uri": uri}
+    )
     with ImageEmbeddingPipeline(config) as pipeline:
         pipeline.create_collection("bench_images", exist_ok=True)
         pipeline.embed(blobs)  # warm-up: compilation of every batch shape, ONNX session
@@ -175,8 +227,12 @@ def bench_embed(uri: str, n_images: int) -> dict:
         result = pipeline.insert_images(blobs, ids=ids, collection_name="bench_images")
         insert_rate = n_images / (time.perf_counter() - start)
         assert not result.failures
-    return {"images": n_images, "embed_only_images_per_s": embed_rate, "insert_images_per_s": insert_rate,
-            "ratio_insert_vs_embed": insert_rate / embed_rate}
+    return {
+        "images": n_images,
+        "embed_only_images_per_s": embed_rate,
+        "insert_images_per_s": insert_rate,
+        "ratio_insert_vs_embed": insert_rate / embed_rate,
+    }
 
 
 def free_port() -> int:
@@ -189,12 +245,28 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
     import httpx
 
     config = workdir / "service.yaml"
-    config.write_text(f"preprocess:\n  cache_compiled: false\nstore:\n  uri: {uri}\nserver:\n  max_concurrency: 8\n  max_queue: 64\n")
+    config.write_text(
+        f"preprocess:\n  cache_compiled: false\nstore:\n  uri: {uri}\nserver:\n  max_concurrency: 8\n  max_queue: 64\n"
+    )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - the server writes until it exits
-    process = subprocess.Popen([sys.executable, "-m", "accelkit", "images", "serve", "--config", str(config), "--port", str(port)],
-                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accelkit",
+            "images",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -211,7 +283,14 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
             server_ms: list[float] = []
             lock = threading.Lock()
 
-            def client(c: int, kind=kind, latencies=latencies, statuses=statuses, server_ms=server_ms, lock=lock) -> None:
+            def client(
+                c: int,
+                kind=kind,
+                latencies=latencies,
+                statuses=statuses,
+                server_ms=server_ms,
+                lock=lock,
+            ) -> None:
                 with httpx.Client(base_url=url, timeout=120) as http:
                     for r in range(per_client):
                         body = {"collection_name": "bench_ivf_flat", "topk": 10}
@@ -233,11 +312,21 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
                 list(pool.map(client, range(clients)))
             wall = time.perf_counter() - start
             results[f"search_by_{kind}"] = {
-                "clients": clients, "requests": len(statuses), "ok": statuses.count(200), "status_429": statuses.count(429),
-                "requests_per_s": len(statuses) / wall, "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-                "handler_p50_ms": percentile(server_ms, 50), "handler_p99_ms": percentile(server_ms, 99)}
-            print(f"http search by {kind}: {results[f'search_by_{kind}']['requests_per_s']:.1f} req/s, "
-                  f"p99 {results[f'search_by_{kind}']['p99_ms']:.0f} ms", flush=True)
+                "clients": clients,
+                "requests": len(statuses),
+                "ok": statuses.count(200),
+                "status_429": statuses.count(429),
+                "requests_per_s": len(statuses) / wall,
+                "p50_ms": percentile(latencies, 50),
+                "p99_ms": percentile(latencies, 99),
+                "handler_p50_ms": percentile(server_ms, 50),
+                "handler_p99_ms": percentile(server_ms, 99),
+            }
+            print(
+                f"http search by {kind}: {results[f'search_by_{kind}']['requests_per_s']:.1f} req/s, "
+                f"p99 {results[f'search_by_{kind}']['p99_ms']:.0f} ms",
+                flush=True,
+            )
         return results
     finally:
         process.send_signal(signal.SIGTERM)
@@ -246,7 +335,9 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--vectors", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--images", type=int, default=96)
@@ -257,7 +348,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.vectors, args.queries, args.images, args.per_client = 10_000, 50, 32, 5
-    out_path = args.out or REPO / "benchmarks" / "results" / ("images_store_bench_quick.json" if args.quick else "images_store_bench.json")
+    out_path = args.out or REPO / "benchmarks" / "results" / (
+        "images_store_bench_quick.json" if args.quick else "images_store_bench.json"
+    )
     sys.path.insert(0, str(REPO / "src"))
     load_start = os.getloadavg()
     data = unit_vectors(args.vectors, 0)
@@ -274,34 +367,65 @@ def main() -> None:
         embed = bench_embed(str(workdir / "images.db"), args.images)
         http = bench_http(uri, workdir, queries, args.clients, args.per_client)
     best_insert = max(e["insert_vectors_per_s"] for e in store["indexes"].values())
-    worst_p99 = {k: max(e["search"]["no_filter"]["p99_ms"], e["search"]["filter"]["p99_ms"]) for k, e in store["indexes"].items()}
+    worst_p99 = {
+        k: max(e["search"]["no_filter"]["p99_ms"], e["search"]["filter"]["p99_ms"])
+        for k, e in store["indexes"].items()
+    }
     verdict = {
-        "insert_vectors_per_s": {"target": TARGETS["insert_vectors_per_s"], "measured": best_insert,
-                                 "met": best_insert >= TARGETS["insert_vectors_per_s"]},
-        "search_p99_ms_filter_included": {"target": TARGETS["search_p99_ms"], "measured": worst_p99,
-                                          "met_by": [k for k, v in worst_p99.items() if v < TARGETS["search_p99_ms"]]},
+        "insert_vectors_per_s": {
+            "target": TARGETS["insert_vectors_per_s"],
+            "measured": best_insert,
+            "met": best_insert >= TARGETS["insert_vectors_per_s"],
+        },
+        "search_p99_ms_filter_included": {
+            "target": TARGETS["search_p99_ms"],
+            "measured": worst_p99,
+            "met_by": [k for k, v in worst_p99.items() if v < TARGETS["search_p99_ms"]],
+        },
         "insert_vs_baseline_lists": best_insert / store["baseline_insert_lists_vectors_per_s"],
     }
     import milvus_lite
     import pymilvus
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip()
     except OSError:
         commit = None
-    payload = {"schema": SCHEMA, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit,
-               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
-                           "pymilvus": pymilvus.__version__, "milvus_lite": getattr(milvus_lite, "__version__", "?"),
-                           "load_avg_start": load_start, "load_avg_end": os.getloadavg()},
-               "quick": args.quick, "targets": TARGETS, "store": store, "embed": embed, "http": http, "verdict": verdict}
+    payload = {
+        "schema": SCHEMA,
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "pymilvus": pymilvus.__version__,
+            "milvus_lite": getattr(milvus_lite, "__version__", "?"),
+            "load_avg_start": load_start,
+            "load_avg_end": os.getloadavg(),
+        },
+        "quick": args.quick,
+        "targets": TARGETS,
+        "store": store,
+        "embed": embed,
+        "http": http,
+        "verdict": verdict,
+    }
     from accelkit.runtime.files import write_json_atomic
 
     write_json_atomic(out_path, payload, trailing_newline=True)
     print(f"wrote {out_path}")
-    print(f"insert: {best_insert:.0f} vectors/s (target {TARGETS['insert_vectors_per_s']:.0f}; baseline lists "
-          f"{store['baseline_insert_lists_vectors_per_s']:.0f}); search p99 worst case per index: "
-          + ", ".join(f"{k} {v:.1f} ms" for k, v in worst_p99.items()) + f" (target < {TARGETS['search_p99_ms']:.0f} ms)")
-    print(f"end to end: {embed['insert_images_per_s']:.1f} images/s inserted vs {embed['embed_only_images_per_s']:.1f} embedded")
+    print(
+        f"insert: {best_insert:.0f} vectors/s (target {TARGETS['insert_vectors_per_s']:.0f}; baseline lists "
+        f"{store['baseline_insert_lists_vectors_per_s']:.0f}); search p99 worst case per index: "
+        + ", ".join(f"{k} {v:.1f} ms" for k, v in worst_p99.items())
+        + f" (target < {TARGETS['search_p99_ms']:.0f} ms)"
+    )
+    print(
+        f"end to end: {embed['insert_images_per_s']:.1f} images/s inserted vs {embed['embed_only_images_per_s']:.1f} embedded"
+    )
 
 
 if __name__ == "__main__":

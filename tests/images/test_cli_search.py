@@ -20,8 +20,10 @@ def run(capsys, *args) -> tuple[int, str, str]:
 @pytest.fixture
 def config(tmp_path, onnx_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text(f"preprocess:\n  cache_compiled: false\n  batch_size: 8\nmodel:\n  onnx_path: {onnx_path}\n"
-                    f"store:\n  uri: {tmp_path / 'cli.db'}\n  collection_name: pics\n")
+    path.write_text(
+        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\nmodel:\n  onnx_path: {onnx_path}\n"
+        f"store:\n  uri: {tmp_path / 'cli.db'}\n  collection_name: pics\n"
+    )
     return str(path)
 
 
@@ -32,36 +34,94 @@ def test_cli_store_round_trip(tmp_path, config, photos, capsys):
     for name in names:
         Image.fromarray(photos[name]).save(folder / f"{name}.png")
     (folder / "zz_broken.jpg").write_bytes(b"broken")
-    code, out, err = run(capsys, "collection", "create", "pics", "--description", "cli test", "--metric", "COSINE", "--config", config, "--json")
+    code, out, err = run(
+        capsys,
+        "collection",
+        "create",
+        "pics",
+        "--description",
+        "cli test",
+        "--metric",
+        "COSINE",
+        "--config",
+        config,
+        "--json",
+    )
     assert code == 0 and json.loads(out)["description"] == "cli test"
-    code, out, err = run(capsys, "insert", str(folder), "--ids", "a,b,c,d,e", "--metadata", '{"source": "cli"}', "--config", config, "--json")
+    code, out, err = run(
+        capsys,
+        "insert",
+        str(folder),
+        "--ids",
+        "a,b,c,d,e",
+        "--metadata",
+        '{"source": "cli"}',
+        "--config",
+        config,
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out)
-    assert [i["id"] for i in report["items"]] == ["a", "b", "c", "d"] and report["failures"][0]["input"].endswith("zz_broken.jpg")
+    assert [i["id"] for i in report["items"]] == ["a", "b", "c", "d"] and report["failures"][0][
+        "input"
+    ].endswith("zz_broken.jpg")
     query = tmp_path / "query.jpg"
     query.write_bytes(altered(photos["coffee"]))
     code, out, err = run(capsys, "search", str(query), "--topk", "2", "--config", config, "--json")
     results = json.loads(out)["results"]
-    assert code == 0 and results[0]["id"] == "c" and results[0]["metadata"] == {"source": "cli"} and len(results) == 2
-    code, out, err = run(capsys, "search", str(query), "--filter", 'metadata["source"] == "elsewhere"', "--config", config, "--json")
+    assert (
+        code == 0
+        and results[0]["id"] == "c"
+        and results[0]["metadata"] == {"source": "cli"}
+        and len(results) == 2
+    )
+    code, out, err = run(
+        capsys,
+        "search",
+        str(query),
+        "--filter",
+        'metadata["source"] == "elsewhere"',
+        "--config",
+        config,
+        "--json",
+    )
     assert code == 0 and json.loads(out)["results"] == []
     code, out, err = run(capsys, "search", str(query), "--config", config)  # a table for people
     assert code == 0 and "rank" in out and " c " in out
     code, out, err = run(capsys, "collection", "list", "--config", config, "--json")
-    assert code == 0 and [(c["name"], c["count"]) for c in json.loads(out)["collections"]] == [("pics", 4)]
+    assert code == 0 and [(c["name"], c["count"]) for c in json.loads(out)["collections"]] == [
+        ("pics", 4)
+    ]
     code, out, err = run(capsys, "collection", "stats", "pics", "--config", config)
     assert code == 0 and "IVF_FLAT" in out and "1280" in out
     code, out, err = run(capsys, "health", "--config", config, "--json")
     health = json.loads(out)
-    assert code == 0 and health["status"] == "ok" and health["model"]["dim"] == 1280 and health["store"]["collections"] == 1
+    assert (
+        code == 0
+        and health["status"] == "ok"
+        and health["model"]["dim"] == 1280
+        and health["store"]["collections"] == 1
+    )
     code, out, err = run(capsys, "collection", "delete", "pics", "--config", config)
     assert code == 0 and "deleted collection pics" in out
     # errors: one line, exit 2
-    for args in (["search", str(query), "--config", config], ["collection", "stats", "nope", "--config", config],
-                 ["insert", str(folder / "astronaut.png"), "--collection", "nope", "--config", config],
-                 ["insert", str(folder / "astronaut.png"), "--metadata", "[1, 2]", "--config", config],
-                 ["collection", "create", "bad-name", "--config", config]):
+    for args in (
+        ["search", str(query), "--config", config],
+        ["collection", "stats", "nope", "--config", config],
+        ["insert", str(folder / "astronaut.png"), "--collection", "nope", "--config", config],
+        ["insert", str(folder / "astronaut.png"), "--metadata", "[1, 2]", "--config", config],
+        ["collection", "create", "bad-name", "--config", config],
+    ):
         code, out, err = run(capsys, *args)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
-    code, out, err = run(capsys, "insert", str(folder / "astronaut.png"), "--create-collection", "--collection", "fresh", "--config", config)
+    code, out, err = run(
+        capsys,
+        "insert",
+        str(folder / "astronaut.png"),
+        "--create-collection",
+        "--collection",
+        "fresh",
+        "--config",
+        config,
+    )
     assert code == 0 and "inserted 1 of 1 into fresh" in out

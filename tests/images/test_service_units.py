@@ -35,7 +35,11 @@ def _embed(items):
     good = [i for i, x in enumerate(items) if x >= 0]
     rows = np.array([[items[i], 2 * items[i]] for i in good], np.float32).reshape(-1, 2)
     calls.append(len(items))
-    return SimpleNamespace(embeddings=rows, indices=good, failures={i: f"negative {items[i]}" for i, x in enumerate(items) if x < 0})
+    return SimpleNamespace(
+        embeddings=rows,
+        indices=good,
+        failures={i: f"negative {items[i]}" for i, x in enumerate(items) if x < 0},
+    )
 
 
 calls: list[int] = []
@@ -111,17 +115,34 @@ def test_admission_limiter_refuses_beyond_queue():
 
 def test_request_shapes():
     b64 = base64.b64encode(b"img").decode()
-    original = normalize_insert({"inputs": ["/data/a.jpg", "http://h/b.jpg"], "ids": ["a", "b"], "metadata": [{"x": 1}, None],
-                                 "collection_name": "c"})
-    assert original["items"] == [{"input": "/data/a.jpg", "id": "a", "metadata": {"x": 1}},
-                                 {"input": "http://h/b.jpg", "id": "b", "metadata": None}]
-    multipart = normalize_insert({"ids": '["u1"]', "metadata": '[{"k": 2}]', "create_collection": "true"}, [b"bytes"])
-    assert multipart["items"] == [{"bytes": b"bytes", "id": "u1", "metadata": {"k": 2}}] and multipart["create_collection"]
+    original = normalize_insert(
+        {
+            "inputs": ["/data/a.jpg", "http://h/b.jpg"],
+            "ids": ["a", "b"],
+            "metadata": [{"x": 1}, None],
+            "collection_name": "c",
+        }
+    )
+    assert original["items"] == [
+        {"input": "/data/a.jpg", "id": "a", "metadata": {"x": 1}},
+        {"input": "http://h/b.jpg", "id": "b", "metadata": None},
+    ]
+    multipart = normalize_insert(
+        {"ids": '["u1"]', "metadata": '[{"k": 2}]', "create_collection": "true"}, [b"bytes"]
+    )
+    assert (
+        multipart["items"] == [{"bytes": b"bytes", "id": "u1", "metadata": {"k": 2}}]
+        and multipart["create_collection"]
+    )
     items = normalize_insert({"items": [{"image_base64": b64, "id": "z"}]})
     assert items["items"] == [{"image_base64": b64, "id": "z"}]
-    for bad, text in [({"items": [{"image_base64": b64, "color": 1}]}, "color"), ({"inputs": ["a"], "ids": ["1", "2"]}, "2 ids"),
-                      ({"bogus": 1}, "bogus"), ({"items": [{"image_base64": b64, "metadata": [1]}]}, "metadata"),
-                      ({"items": [{"image_base64": b64}], "ids": ["x"]}, "either items")]:
+    for bad, text in [
+        ({"items": [{"image_base64": b64, "color": 1}]}, "color"),
+        ({"inputs": ["a"], "ids": ["1", "2"]}, "2 ids"),
+        ({"bogus": 1}, "bogus"),
+        ({"items": [{"image_base64": b64, "metadata": [1]}]}, "metadata"),
+        ({"items": [{"image_base64": b64}], "ids": ["x"]}, "either items"),
+    ]:
         with pytest.raises(InputError, match=text):
             normalize_insert(bad)
     assert normalize_search({"query": "/x.jpg", "topk": 3})["items"] == [{"input": "/x.jpg"}]
@@ -134,7 +155,9 @@ def test_request_shapes():
 
 def test_base64_and_allowed_paths(tmp_path):
     assert decode_base64(base64.b64encode(b"abc").decode(), "x") == b"abc"
-    assert decode_base64("data:image/png;base64," + base64.b64encode(b"abc").decode(), "x") == b"abc"
+    assert (
+        decode_base64("data:image/png;base64," + base64.b64encode(b"abc").decode(), "x") == b"abc"
+    )
     for bad in ("not base64!", ""):
         with pytest.raises(InputError):
             decode_base64(bad, "x")
@@ -144,8 +167,16 @@ def test_base64_and_allowed_paths(tmp_path):
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(b"s")
     os.symlink(secret, root / "link.jpg")
-    assert resolve_allowed_path(str(root / "sub" / "a.jpg"), [str(root)], "x") == (root / "sub" / "a.jpg").resolve()
-    for outside in (str(secret), str(root / "sub" / ".." / ".." / "secret.jpg"), str(root / "link.jpg"), str(tmp_path / "allowed2" / "a.jpg")):
+    assert (
+        resolve_allowed_path(str(root / "sub" / "a.jpg"), [str(root)], "x")
+        == (root / "sub" / "a.jpg").resolve()
+    )
+    for outside in (
+        str(secret),
+        str(root / "sub" / ".." / ".." / "secret.jpg"),
+        str(root / "link.jpg"),
+        str(tmp_path / "allowed2" / "a.jpg"),
+    ):
         with pytest.raises(ServiceError) as refused:
             resolve_allowed_path(outside, [str(root)], "x")
         assert refused.value.status == 403 and refused.value.code == "path_not_allowed"

@@ -92,9 +92,15 @@ def test_hnsw_needs_a_server_and_its_parameters(store):
         store.create_collection("hnsw", dim=8, index_type="HNSW")
     assert "hnsw" not in store.list_collections()
     spec = IndexSpec.from_config(StoreConfig(), "hnsw", "ip", {"M": 8})
-    assert (spec.index_type, spec.metric_type, spec.params) == ("HNSW", "IP", {"M": 8, "efConstruction": 200, "ef": 64})
+    assert (spec.index_type, spec.metric_type, spec.params) == (
+        "HNSW",
+        "IP",
+        {"M": 8, "efConstruction": 200, "ef": 64},
+    )
     assert spec.build_params() == {"M": 8, "efConstruction": 200}
-    assert spec.search_params(10) == {"ef": 64} and spec.search_params(100) == {"ef": 100}  # ef >= top-k
+    assert spec.search_params(10) == {"ef": 64} and spec.search_params(100) == {
+        "ef": 100
+    }  # ef >= top-k
     ivf = IndexSpec.from_config(StoreConfig(nlist=8, nprobe=32), "IVF_FLAT")
     assert ivf.build_params() == {"nlist": 8} and ivf.search_params(10) == {"nprobe": 8}
     assert IndexSpec.from_config(StoreConfig(), "FLAT").search_params(10) == {}

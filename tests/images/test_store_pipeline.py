@@ -14,8 +14,15 @@ from tests.images.test_pipeline import altered
 def store_pipeline(onnx_path, tmp_path_factory):
     from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
 
-    config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 8}, model={"onnx_path": str(onnx_path)},
-                                    store={"uri": str(tmp_path_factory.mktemp("pipeline-store") / "p.db"), "collection_name": "photos"})
+    config = ServiceConfig.from_env(
+        env={},
+        preprocess={"cache_compiled": False, "batch_size": 8},
+        model={"onnx_path": str(onnx_path)},
+        store={
+            "uri": str(tmp_path_factory.mktemp("pipeline-store") / "p.db"),
+            "collection_name": "photos",
+        },
+    )
     with ImageEmbeddingPipeline(config) as pipeline:
         yield pipeline
 
@@ -24,8 +31,12 @@ def test_each_photo_is_found_from_its_altered_copy(store_pipeline, photos):
     names = sorted(photos)
     info = store_pipeline.create_collection(description="real photos")
     assert info["dim"] == 1280 and info["name"] == "photos"
-    groups = {n: ("sky" if n in ("rocket", "moon", "hubble_deep_field") else "earth") for n in names}
-    result = store_pipeline.insert_images([photos[n] for n in names], ids=names, metadata=[{"group": groups[n]} for n in names])
+    groups = {
+        n: ("sky" if n in ("rocket", "moon", "hubble_deep_field") else "earth") for n in names
+    }
+    result = store_pipeline.insert_images(
+        [photos[n] for n in names], ids=names, metadata=[{"group": groups[n]} for n in names]
+    )
     assert result.ids == names and not result.failures
     assert store_pipeline.collection_stats()["count"] == len(names)
     for name in names:
@@ -39,18 +50,30 @@ def test_each_photo_is_found_from_its_altered_copy(store_pipeline, photos):
     expected = reference @ query
     assert [h.id for h in hits] == [names[i] for i in np.argsort(-expected, kind="stable")]
     assert max(abs(h.score - expected[names.index(h.id)]) for h in hits) < 1e-4
-    sky = store_pipeline.search_images(altered(photos["rocket"]), topk=10, filter_expr='metadata["group"] == "sky"')
+    sky = store_pipeline.search_images(
+        altered(photos["rocket"]), topk=10, filter_expr='metadata["group"] == "sky"'
+    )
     assert sky[0].id == "rocket" and {h.id for h in sky} == {"rocket", "moon", "hubble_deep_field"}
 
 
-def test_bad_item_fails_only_itself_and_generated_ids_are_idempotent(store_pipeline, photos, tmp_path):
+def test_bad_item_fails_only_itself_and_generated_ids_are_idempotent(
+    store_pipeline, photos, tmp_path
+):
     store_pipeline.create_collection("mixed", exist_ok=True)
     cat = tmp_path / "cat.jpg"
     Image.fromarray(photos["chelsea"]).save(cat)
     broken = tmp_path / "broken.jpg"
     broken.write_bytes(b"\xff\xd8\xff garbage")
-    inputs = [str(cat), str(broken), encode(photos["coffee"], "PNG"), str(tmp_path / "missing.png"), photos["rocket"]]
-    result = store_pipeline.insert_images(inputs, collection_name="mixed", metadata=[{"i": i} for i in range(5)])
+    inputs = [
+        str(cat),
+        str(broken),
+        encode(photos["coffee"], "PNG"),
+        str(tmp_path / "missing.png"),
+        photos["rocket"],
+    ]
+    result = store_pipeline.insert_images(
+        inputs, collection_name="mixed", metadata=[{"i": i} for i in range(5)]
+    )
     assert result.indices == [0, 2, 4] and set(result.failures) == {1, 3}
     assert "missing.png" in result.failures[3]
     assert len(set(result.ids)) == 3 and all(len(i) == 32 for i in result.ids)
@@ -64,7 +87,9 @@ def test_bad_item_fails_only_itself_and_generated_ids_are_idempotent(store_pipel
         store_pipeline.insert_images([str(cat)], ids=["a", "b"], collection_name="mixed")
     with pytest.raises(CollectionNotFoundError):
         store_pipeline.insert_images([str(cat)], collection_name="absent")
-    created = store_pipeline.insert_images([str(cat)], collection_name="absent", create_collection=True)
+    created = store_pipeline.insert_images(
+        [str(cat)], collection_name="absent", create_collection=True
+    )
     assert created.ids == [result.ids[0]]
     store_pipeline.drop_collection("absent")
     assert "absent" not in store_pipeline.list_collections()

@@ -30,7 +30,9 @@ class ItemResult:
     error: str | None = None
 
 
-def split_result(embeddings: np.ndarray, indices: Sequence[int], failures: dict[int, str], sizes: Sequence[int]) -> list[list[ItemResult]]:
+def split_result(
+    embeddings: np.ndarray, indices: Sequence[int], failures: dict[int, str], sizes: Sequence[int]
+) -> list[list[ItemResult]]:
     """Per job (of `sizes` consecutive items), per item: its vector or its failure reason.
 
     `embeddings[k]` belongs to merged input `indices[k]`; `failures` maps merged positions to reasons.
@@ -66,8 +68,14 @@ class DynamicBatcher:
     pipeline's `EmbeddingResult`); it runs on `executor`, never on the event loop.
     """
 
-    def __init__(self, embed_fn: Callable[[list[Any]], Any], executor: Executor, max_batch: int = 32, max_wait_s: float = 0.005,
-                 on_batch: Callable[[int, int], None] | None = None):
+    def __init__(
+        self,
+        embed_fn: Callable[[list[Any]], Any],
+        executor: Executor,
+        max_batch: int = 32,
+        max_wait_s: float = 0.005,
+        on_batch: Callable[[int, int], None] | None = None,
+    ):
         self.embed_fn = embed_fn
         self.executor = executor
         self.max_batch = max_batch
@@ -79,7 +87,9 @@ class DynamicBatcher:
 
     def start(self) -> None:
         if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(self._run(), name="accelkit-batcher")
+            self._worker = asyncio.get_running_loop().create_task(
+                self._run(), name="accelkit-batcher"
+            )
 
     async def embed(self, items: list[Any]) -> list[ItemResult]:
         if self._closing:
@@ -107,7 +117,11 @@ class DynamicBatcher:
         while count < self.max_batch:
             remaining = deadline - loop.time()
             try:
-                job = self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self._queue.get(), remaining)
+                job = (
+                    self._queue.get_nowait()
+                    if remaining <= 0
+                    else await asyncio.wait_for(self._queue.get(), remaining)
+                )
             except (asyncio.QueueEmpty, TimeoutError):
                 break
             if job is None:
@@ -123,7 +137,11 @@ class DynamicBatcher:
         carried: _Job | None = None
         stopping = False
         while True:
-            first = carried if carried is not None else (None if stopping and self._queue.empty() else await self._queue.get())
+            first = (
+                carried
+                if carried is not None
+                else (None if stopping and self._queue.empty() else await self._queue.get())
+            )
             carried = None
             if first is None:
                 if self._queue.empty():
@@ -135,7 +153,9 @@ class DynamicBatcher:
             merged = [item for job in jobs for item in job.items]
             try:
                 result = await loop.run_in_executor(self.executor, self.embed_fn, merged)
-                parts = split_result(result.embeddings, result.indices, result.failures, [len(j.items) for j in jobs])
+                parts = split_result(
+                    result.embeddings, result.indices, result.failures, [len(j.items) for j in jobs]
+                )
                 if self.on_batch:
                     self.on_batch(len(merged), len(jobs))
                 for job, part in zip(jobs, parts, strict=True):

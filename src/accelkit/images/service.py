@@ -50,9 +50,22 @@ PUBLIC_PATHS = {"/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/
 class ServiceError(Exception):
     """An answer other than 200, with a machine-readable code."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None, detail: Any = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        detail: Any = None,
+    ):
         super().__init__(message)
-        self.status, self.code, self.message, self.headers, self.detail = status, code, message, headers or {}, detail
+        self.status, self.code, self.message, self.headers, self.detail = (
+            status,
+            code,
+            message,
+            headers or {},
+            detail,
+        )
 
 
 def error_body(status: int, code: str, message: str, detail: Any = None) -> dict[str, Any]:
@@ -96,8 +109,17 @@ class BodyLimit:
             self.on_reject()
         message = f"request body is larger than the limit of {self.limit:,} bytes; send fewer or smaller images"
         body = json.dumps(error_body(413, "body_too_large", message)).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope, receive, send) -> None:
@@ -147,18 +169,49 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
-        self.requests = Counter("accelkit_images_requests", "HTTP requests by route and status", ["method", "route", "status"], registry=self.registry)
-        self.latency = Histogram("accelkit_images_request_seconds", "Request latency by route", ["route"], registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-        self.rejected = Counter("accelkit_images_rejected", "Requests refused by reason", ["reason"], registry=self.registry)
-        self.in_flight = Gauge("accelkit_images_in_flight", "Requests admitted (running or waiting)", registry=self.registry)
-        self.batch_images = Histogram("accelkit_images_batch_images", "Images per model batch", registry=self.registry,
-                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128))
-        self.batch_requests = Histogram("accelkit_images_batch_requests", "Requests merged into one model batch", registry=self.registry,
-                                        buckets=(1, 2, 4, 8, 16, 32))
+        self.requests = Counter(
+            "accelkit_images_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "accelkit_images_request_seconds",
+            "Request latency by route",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.rejected = Counter(
+            "accelkit_images_rejected",
+            "Requests refused by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "accelkit_images_in_flight",
+            "Requests admitted (running or waiting)",
+            registry=self.registry,
+        )
+        self.batch_images = Histogram(
+            "accelkit_images_batch_images",
+            "Images per model batch",
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        )
+        self.batch_requests = Histogram(
+            "accelkit_images_batch_requests",
+            "Requests merged into one model batch",
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32),
+        )
         self.images = Counter("accelkit_images_embedded", "Images embedded", registry=self.registry)
-        self.failed_images = Counter("accelkit_images_failed", "Images that could not be embedded", registry=self.registry)
-        self.stored = Counter("accelkit_images_stored", "Items acknowledged as stored", registry=self.registry)
+        self.failed_images = Counter(
+            "accelkit_images_failed", "Images that could not be embedded", registry=self.registry
+        )
+        self.stored = Counter(
+            "accelkit_images_stored", "Items acknowledged as stored", registry=self.registry
+        )
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -187,8 +240,12 @@ def decode_base64(text: str, where: str) -> bytes:
 def resolve_allowed_path(path: str, roots: list[str], where: str) -> Path:
     """The real path of `path` if it lies under one of `roots` (symlinks resolved), else 403."""
     if not roots:
-        raise ServiceError(403, "paths_disabled", f"{where}: server-side paths are disabled; upload the image "
-                           "(multipart or image_base64) or configure server.allowed_roots")
+        raise ServiceError(
+            403,
+            "paths_disabled",
+            f"{where}: server-side paths are disabled; upload the image "
+            "(multipart or image_base64) or configure server.allowed_roots",
+        )
     real = Path(os.path.realpath(path))
     for root in roots:
         base = Path(os.path.realpath(root))
@@ -213,21 +270,31 @@ def read_limited(path: Path, limit: int, where: str) -> bytes:
 
 async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
     if not server.allow_urls:
-        raise ServiceError(403, "urls_disabled", f"{where}: fetching URLs is disabled; upload the image or set server.allow_urls")
+        raise ServiceError(
+            403,
+            "urls_disabled",
+            f"{where}: fetching URLs is disabled; upload the image or set server.allow_urls",
+        )
     if not url.lower().startswith(("http://", "https://")):
         raise InputError(f"{where}: only http(s) URLs can be fetched, not {url[:40]!r}")
     import httpx
 
     chunks, total = [], 0
     try:
-        async with httpx.AsyncClient(timeout=server.fetch_timeout_s, follow_redirects=True, max_redirects=3) as client, \
-                client.stream("GET", url) as response:
+        async with (
+            httpx.AsyncClient(
+                timeout=server.fetch_timeout_s, follow_redirects=True, max_redirects=3
+            ) as client,
+            client.stream("GET", url) as response,
+        ):
             if response.status_code != 200:
                 raise DataError(f"{where}: {url} answered HTTP {response.status_code}")
             async for chunk in response.aiter_bytes():
                 total += len(chunk)
                 if total > server.fetch_max_bytes:
-                    raise DataError(f"{where}: {url} is larger than the limit of {server.fetch_max_bytes:,} bytes")
+                    raise DataError(
+                        f"{where}: {url} is larger than the limit of {server.fetch_max_bytes:,} bytes"
+                    )
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
         raise DataError(f"{where}: cannot fetch {url} ({type(exc).__name__}: {exc})") from exc
@@ -237,9 +304,13 @@ async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
 async def load_source(item: dict[str, Any], server: ServerConfig, where: str) -> bytes:
     """Bytes of one image given as exactly one of bytes (an upload), image_base64, path, url (or a
     path-or-URL `input`, the original service's form)."""
-    given = [k for k in ("bytes", "image_base64", "path", "url", "input") if item.get(k) is not None]
+    given = [
+        k for k in ("bytes", "image_base64", "path", "url", "input") if item.get(k) is not None
+    ]
     if len(given) != 1:
-        raise InputError(f"{where}: give exactly one of image_base64, path or url (got {', '.join(given) or 'none'})")
+        raise InputError(
+            f"{where}: give exactly one of image_base64, path or url (got {', '.join(given) or 'none'})"
+        )
     kind = given[0]
     value = item[kind]
     if kind == "bytes":
@@ -287,8 +358,13 @@ class ServiceState:
             self.metrics.batch_images.observe(images)
             self.metrics.batch_requests.observe(jobs)
 
-        self.batcher = DynamicBatcher(self.pipeline.embed, self.executor, self.config.server.batch_max_size,
-                                      self.config.server.batch_max_wait_ms / 1000.0, on_batch)
+        self.batcher = DynamicBatcher(
+            self.pipeline.embed,
+            self.executor,
+            self.config.server.batch_max_size,
+            self.config.server.batch_max_wait_ms / 1000.0,
+            on_batch,
+        )
         self.batcher.start()
 
     async def stop(self) -> None:
@@ -309,7 +385,9 @@ class ServiceState:
         try:
             results = await self.batcher.embed(images)
         except BatcherClosed as exc:
-            raise ServiceError(503, "shutting_down", "the service is shutting down; retry on another instance") from exc
+            raise ServiceError(
+                503, "shutting_down", "the service is shutting down; retry on another instance"
+            ) from exc
         ok = sum(r.error is None for r in results)
         self.metrics.images.inc(ok)
         self.metrics.failed_images.inc(len(results) - ok)
@@ -346,18 +424,28 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     @asynccontextmanager
     async def lifespan(app):
         await state.start()
-        log.info("accelkit images service ready: store %s, model %s", state.store.uri, config.model.name)
+        log.info(
+            "accelkit images service ready: store %s, model %s", state.store.uri, config.model.name
+        )
         try:
             yield
         finally:
             await state.stop()
 
-    app = FastAPI(title="accelkit images", version=__version__, lifespan=lifespan,
-                  description="Image embedding and similarity search: EfficientNet-Lite0 embeddings in Milvus.")
+    app = FastAPI(
+        title="accelkit images",
+        version=__version__,
+        lifespan=lifespan,
+        description="Image embedding and similarity search: EfficientNet-Lite0 embeddings in Milvus.",
+    )
     app.state.service = state
 
     def error_response(exc: ServiceError) -> JSONResponse:
-        return JSONResponse(error_body(exc.status, exc.code, exc.message, exc.detail), status_code=exc.status, headers=exc.headers)
+        return JSONResponse(
+            error_body(exc.status, exc.code, exc.message, exc.detail),
+            status_code=exc.status,
+            headers=exc.headers,
+        )
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
@@ -380,10 +468,16 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):
-        if isinstance(exc, _BodyTooLarge) or "_BodyTooLarge" in repr(getattr(exc, "exceptions", "")):
+        if isinstance(exc, _BodyTooLarge) or "_BodyTooLarge" in repr(
+            getattr(exc, "exceptions", "")
+        ):
             raise exc  # BodyLimit answers 413 instead
         log.exception("internal error on %s", request.url.path)
-        return error_response(ServiceError(500, "internal_error", f"internal error ({type(exc).__name__}); see the service log"))
+        return error_response(
+            ServiceError(
+                500, "internal_error", f"internal error ({type(exc).__name__}); see the service log"
+            )
+        )
 
     @app.middleware("http")
     async def _guard(request: Request, call_next):
@@ -393,10 +487,16 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             if server.api_key and path not in PUBLIC_PATHS:
                 given = request.headers.get("authorization", "")
                 scheme, _, token = given.partition(" ")
-                if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), server.api_key.encode()):
+                if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    token.strip().encode(), server.api_key.encode()
+                ):
                     state.metrics.rejected.labels("unauthorized").inc()
-                    raise ServiceError(401, "unauthorized", "missing or wrong API key; send Authorization: Bearer <key>",
-                                       {"WWW-Authenticate": "Bearer"})
+                    raise ServiceError(
+                        401,
+                        "unauthorized",
+                        "missing or wrong API key; send Authorization: Bearer <key>",
+                        {"WWW-Authenticate": "Bearer"},
+                    )
             if request.method in ("POST", "DELETE") and path in ("/insert", "/search", "/items"):
                 try:
                     async with state.limiter.slot():
@@ -408,9 +508,15 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                 response = await call_next(request)
         except Overloaded:
             state.metrics.rejected.labels("overloaded").inc()
-            response = error_response(ServiceError(
-                429, "overloaded", f"the service is busy ({server.max_concurrency} running, {server.max_queue} waiting); retry after "
-                f"{server.retry_after_s} s", {"Retry-After": str(server.retry_after_s)}))
+            response = error_response(
+                ServiceError(
+                    429,
+                    "overloaded",
+                    f"the service is busy ({server.max_concurrency} running, {server.max_queue} waiting); retry after "
+                    f"{server.retry_after_s} s",
+                    {"Retry-After": str(server.retry_after_s)},
+                )
+            )
         except ServiceError as exc:
             response = error_response(exc)
         route = _route_of(request, app.router.routes)
@@ -426,10 +532,18 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         store.pop("uri", None)  # public endpoint: no addresses
         store["kind"] = "milvus-lite" if "://" not in config.store.uri else "milvus-server"
         ok = store["ok"]
-        return {"status": "ok" if ok else "degraded", "version": __version__, "uptime_s": round(time.time() - state.started, 1),
-                "model": {"name": config.model.name, "backend": config.model.backend, "dim": config.model.embedding_dim,
-                          "loaded": state.pipeline is not None},
-                "store": store}
+        return {
+            "status": "ok" if ok else "degraded",
+            "version": __version__,
+            "uptime_s": round(time.time() - state.started, 1),
+            "model": {
+                "name": config.model.name,
+                "backend": config.model.backend,
+                "dim": config.model.embedding_dim,
+                "loaded": state.pipeline is not None,
+            },
+            "store": store,
+        }
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics():
@@ -444,14 +558,29 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     @app.post("/collections/create", summary="Create a collection")
     async def create_collection(body: dict[str, Any]):
         name = body.get("name") or body.get("collection_name") or config.store.collection_name
-        known = {"name", "collection_name", "dim", "description", "index_type", "metric_type", "index_params", "exist_ok"}
+        known = {
+            "name",
+            "collection_name",
+            "dim",
+            "description",
+            "index_type",
+            "metric_type",
+            "index_params",
+            "exist_ok",
+        }
         unknown = sorted(set(body) - known)
         if unknown:
             raise InputError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(known))}")
         info = await state.run_store(
-            state.store.create_collection, name, body.get("dim") or config.model.embedding_dim, body.get("description") or "",
-            index_type=body.get("index_type"), metric_type=body.get("metric_type"), index_params=body.get("index_params"),
-            exist_ok=bool(body.get("exist_ok", False)))
+            state.store.create_collection,
+            name,
+            body.get("dim") or config.model.embedding_dim,
+            body.get("description") or "",
+            index_type=body.get("index_type"),
+            metric_type=body.get("metric_type"),
+            index_params=body.get("index_params"),
+            exist_ok=bool(body.get("exist_ok", False)),
+        )
         return info
 
     @app.get("/collections/{name}", summary="Collection stats")
@@ -463,19 +592,31 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         await state.run_store(state.store.drop_collection, name)
         return {"dropped": name}
 
-    @app.post("/insert", summary="Embed and store images (JSON or multipart)", openapi_extra=INSERT_OPENAPI)
+    @app.post(
+        "/insert",
+        summary="Embed and store images (JSON or multipart)",
+        openapi_extra=INSERT_OPENAPI,
+    )
     async def insert(request: Request):
         body = await read_request(request, many=True)
         items = body["items"]
         name = body.get("collection_name") or config.store.collection_name
         if len(items) > server.max_items_per_request:
-            raise ServiceError(413, "too_many_items", f"{len(items)} images in one request; the limit is {server.max_items_per_request}")
+            raise ServiceError(
+                413,
+                "too_many_items",
+                f"{len(items)} images in one request; the limit is {server.max_items_per_request}",
+            )
         if not items:
             raise InputError("no images given; send items (JSON) or files (multipart)")
         if body.get("create_collection"):
-            await state.run_store(state.store.create_collection, name, config.model.embedding_dim, exist_ok=True)
+            await state.run_store(
+                state.store.create_collection, name, config.model.embedding_dim, exist_ok=True
+            )
         elif not await state.run_store(state.store.has_collection, name):
-            await state.run_store(state.store.describe, name)  # raises the not-found error with the known names
+            await state.run_store(
+                state.store.describe, name
+            )  # raises the not-found error with the known names
         failures: dict[int, str] = {}
         images: list[tuple[int, bytes]] = []
         for i, item in enumerate(items):
@@ -500,13 +641,30 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
             await state.run_store(state.store.upsert, name, ids, np.stack(vectors), metadata)
             state.metrics.stored.inc(len(ids))
-        report = [{"index": i, "id": items[i].get("id"), "error": reason} for i, reason in sorted(failures.items())]
+        report = [
+            {"index": i, "id": items[i].get("id"), "error": reason}
+            for i, reason in sorted(failures.items())
+        ]
         if not ids:
-            raise ServiceError(422, "no_item_stored", f"none of the {len(items)} images could be stored; first: {report[0]['error']}",
-                               detail={"failures": report})
-        return {"collection_name": name, "inserted": len(ids), "ids": ids, "indices": indices, "failures": report}
+            raise ServiceError(
+                422,
+                "no_item_stored",
+                f"none of the {len(items)} images could be stored; first: {report[0]['error']}",
+                detail={"failures": report},
+            )
+        return {
+            "collection_name": name,
+            "inserted": len(ids),
+            "ids": ids,
+            "indices": indices,
+            "failures": report,
+        }
 
-    @app.post("/search", summary="Nearest stored images to an image or a vector (JSON or multipart)", openapi_extra=SEARCH_OPENAPI)
+    @app.post(
+        "/search",
+        summary="Nearest stored images to an image or a vector (JSON or multipart)",
+        openapi_extra=SEARCH_OPENAPI,
+    )
     async def search(request: Request):
         body = await read_request(request, many=False)
         name = body.get("collection_name") or config.store.collection_name
@@ -517,7 +675,9 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             raise InputError(f"topk must be an integer from 1 to {server.max_topk}, not {topk!r}")
         filter_expr = body.get("filter_expr") or None
         if filter_expr is not None and not isinstance(filter_expr, str):
-            raise InputError("filter_expr must be a string such as metadata[\"category\"] == \"nature\"")
+            raise InputError(
+                'filter_expr must be a string such as metadata["category"] == "nature"'
+            )
         started = time.perf_counter()
         import numpy as np
 
@@ -536,8 +696,12 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                 raise DataError(f"query: {result.error}")
             vector = result.vector
         hits = (await state.run_store(state.store.search, name, vector, topk, filter_expr))[0]
-        return {"collection_name": name, "topk": topk, "results": [h.to_dict() for h in hits],
-                "took_ms": round((time.perf_counter() - started) * 1000, 2)}
+        return {
+            "collection_name": name,
+            "topk": topk,
+            "results": [h.to_dict() for h in hits],
+            "took_ms": round((time.perf_counter() - started) * 1000, 2),
+        }
 
     @app.delete("/items", summary="Delete items by id")
     async def delete_items(body: dict[str, Any]):
@@ -548,7 +712,11 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         deleted = await state.run_store(state.store.delete, name, ids)
         return {"collection_name": name, "requested": len(ids), "deleted": deleted}
 
-    return BodyLimit(app, server.max_body_bytes, on_reject=lambda: state.metrics.rejected.labels("body_too_large").inc())
+    return BodyLimit(
+        app,
+        server.max_body_bytes,
+        on_reject=lambda: state.metrics.rejected.labels("body_too_large").inc(),
+    )
 
 
 def fastapi_app(wrapped: Any):
@@ -561,8 +729,27 @@ def fastapi_app(wrapped: Any):
 
 
 _ITEM_KEYS = {"image_base64", "path", "url", "input", "id", "metadata"}
-_INSERT_KEYS = {"collection_name", "items", "inputs", "images_base64", "ids", "metadata", "create_collection"}
-_SEARCH_KEYS = {"collection_name", "image_base64", "path", "url", "input", "query", "query_input", "vector", "topk", "filter_expr"}
+_INSERT_KEYS = {
+    "collection_name",
+    "items",
+    "inputs",
+    "images_base64",
+    "ids",
+    "metadata",
+    "create_collection",
+}
+_SEARCH_KEYS = {
+    "collection_name",
+    "image_base64",
+    "path",
+    "url",
+    "input",
+    "query",
+    "query_input",
+    "vector",
+    "topk",
+    "filter_expr",
+}
 
 
 def _json_list(value: Any, what: str) -> list | None:
@@ -587,12 +774,22 @@ def normalize_insert(body: dict[str, Any], uploads: list[bytes] | None = None) -
     """
     unknown = sorted(set(body) - _INSERT_KEYS)
     if unknown:
-        raise InputError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_INSERT_KEYS))}")
+        raise InputError(
+            f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_INSERT_KEYS))}"
+        )
     ids = _json_list(body.get("ids"), "ids")
     metadata = _json_list(body.get("metadata"), "metadata")
     if body.get("items") is not None:
-        if ids is not None or metadata is not None or body.get("inputs") or body.get("images_base64") or uploads:
-            raise InputError("give either items (each with its id and metadata) or inputs/images_base64/files with ids and metadata lists")
+        if (
+            ids is not None
+            or metadata is not None
+            or body.get("inputs")
+            or body.get("images_base64")
+            or uploads
+        ):
+            raise InputError(
+                "give either items (each with its id and metadata) or inputs/images_base64/files with ids and metadata lists"
+            )
         items = body["items"]
         if not isinstance(items, list):
             raise InputError("items must be a list")
@@ -601,7 +798,9 @@ def normalize_insert(body: dict[str, Any], uploads: list[bytes] | None = None) -
                 raise InputError(f"item #{i} must be an object")
             extra = sorted(set(item) - _ITEM_KEYS)
             if extra:
-                raise InputError(f"item #{i}: unknown field {extra[0]!r}; allowed: {', '.join(sorted(_ITEM_KEYS))}")
+                raise InputError(
+                    f"item #{i}: unknown field {extra[0]!r}; allowed: {', '.join(sorted(_ITEM_KEYS))}"
+                )
     else:
         sources: list[dict[str, Any]] = []
         for value in _json_list(body.get("inputs"), "inputs") or []:
@@ -612,8 +811,13 @@ def normalize_insert(body: dict[str, Any], uploads: list[bytes] | None = None) -
             sources.append({"bytes": data})
         for what, values in (("ids", ids), ("metadata", metadata)):
             if values is not None and len(values) != len(sources):
-                raise InputError(f"got {len(sources)} images but {len(values)} {what}; give one per image or none")
-        items = [{**s, "id": ids[i] if ids else None, "metadata": metadata[i] if metadata else None} for i, s in enumerate(sources)]
+                raise InputError(
+                    f"got {len(sources)} images but {len(values)} {what}; give one per image or none"
+                )
+        items = [
+            {**s, "id": ids[i] if ids else None, "metadata": metadata[i] if metadata else None}
+            for i, s in enumerate(sources)
+        ]
     for i, item in enumerate(items):
         if item.get("id") is not None and (not isinstance(item["id"], str) or not item["id"]):
             raise InputError(f"item #{i}: id must be a non-empty string")
@@ -622,13 +826,19 @@ def normalize_insert(body: dict[str, Any], uploads: list[bytes] | None = None) -
     create = body.get("create_collection", False)
     if isinstance(create, str):
         create = create.strip().lower() in ("1", "true", "yes", "on")
-    return {"collection_name": body.get("collection_name"), "create_collection": bool(create), "items": items}
+    return {
+        "collection_name": body.get("collection_name"),
+        "create_collection": bool(create),
+        "items": items,
+    }
 
 
 def normalize_search(body: dict[str, Any], upload: bytes | None = None) -> dict[str, Any]:
     unknown = sorted(set(body) - _SEARCH_KEYS)
     if unknown:
-        raise InputError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_SEARCH_KEYS))}")
+        raise InputError(
+            f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_SEARCH_KEYS))}"
+        )
     item = {k: body[k] for k in ("image_base64", "path", "url", "input") if body.get(k) is not None}
     for alias in ("query", "query_input"):  # the original service's name: a path or URL
         if body.get(alias) is not None:
@@ -638,7 +848,11 @@ def normalize_search(body: dict[str, Any], upload: bytes | None = None) -> dict[
     count = len(item) + (body.get("vector") is not None)
     if count != 1:
         raise InputError("give exactly one query: a file, image_base64, path, url or vector")
-    out = {k: body.get(k) for k in ("collection_name", "topk", "filter_expr", "vector") if body.get(k) is not None}
+    out = {
+        k: body.get(k)
+        for k in ("collection_name", "topk", "filter_expr", "vector")
+        if body.get(k) is not None
+    }
     out["items"] = [item] if item else []
     return out
 
@@ -662,7 +876,11 @@ async def read_request(request, many: bool) -> dict[str, Any]:
             raise InputError("search takes one image file")
         return normalize_search(fields, uploads[0] if uploads else None)
     if content_type not in ("application/json", ""):
-        raise ServiceError(415, "unsupported_media_type", f"send application/json or multipart/form-data, not {content_type}")
+        raise ServiceError(
+            415,
+            "unsupported_media_type",
+            f"send application/json or multipart/form-data, not {content_type}",
+        )
     try:
         body = json.loads(await request.body() or b"{}")
     except ValueError as exc:
@@ -672,31 +890,93 @@ async def read_request(request, many: bool) -> dict[str, Any]:
     return normalize_insert(body) if many else normalize_search(body)
 
 
-_ITEM_SCHEMA = {"type": "object", "properties": {
-    "image_base64": {"type": "string", "description": "image file bytes, base64 (a data: URL works too)"},
-    "path": {"type": "string", "description": "server-side path under server.allowed_roots"},
-    "url": {"type": "string", "description": "http(s) URL, only with server.allow_urls"},
-    "id": {"type": "string"}, "metadata": {"type": "object"}}}
-INSERT_OPENAPI = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "object", "properties": {
-        "collection_name": {"type": "string"}, "create_collection": {"type": "boolean"},
-        "items": {"type": "array", "items": _ITEM_SCHEMA},
-        "inputs": {"type": "array", "items": {"type": "string"}, "description": "original form: server paths or URLs"},
-        "images_base64": {"type": "array", "items": {"type": "string"}},
-        "ids": {"type": "array", "items": {"type": "string"}}, "metadata": {"type": "array", "items": {"type": "object"}}}}},
-    "multipart/form-data": {"schema": {"type": "object", "properties": {
-        "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
-        "collection_name": {"type": "string"}, "ids": {"type": "string", "description": "JSON list"},
-        "metadata": {"type": "string", "description": "JSON list of objects"}, "create_collection": {"type": "boolean"}}}}}}}
-SEARCH_OPENAPI = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "object", "properties": {
-        **_ITEM_SCHEMA["properties"], "vector": {"type": "array", "items": {"type": "number"}},
-        "query": {"type": "string", "description": "original form: a server path or URL"},
-        "collection_name": {"type": "string"}, "topk": {"type": "integer", "default": 10},
-        "filter_expr": {"type": "string", "example": 'metadata["category"] == "nature"'}}}},
-    "multipart/form-data": {"schema": {"type": "object", "properties": {
-        "file": {"type": "string", "format": "binary"}, "collection_name": {"type": "string"},
-        "topk": {"type": "integer"}, "filter_expr": {"type": "string"}}}}}}}
+_ITEM_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "image_base64": {
+            "type": "string",
+            "description": "image file bytes, base64 (a data: URL works too)",
+        },
+        "path": {"type": "string", "description": "server-side path under server.allowed_roots"},
+        "url": {"type": "string", "description": "http(s) URL, only with server.allow_urls"},
+        "id": {"type": "string"},
+        "metadata": {"type": "object"},
+    },
+}
+INSERT_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "collection_name": {"type": "string"},
+                        "create_collection": {"type": "boolean"},
+                        "items": {"type": "array", "items": _ITEM_SCHEMA},
+                        "inputs": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "original form: server paths or URLs",
+                        },
+                        "images_base64": {"type": "array", "items": {"type": "string"}},
+                        "ids": {"type": "array", "items": {"type": "string"}},
+                        "metadata": {"type": "array", "items": {"type": "object"}},
+                    },
+                }
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                        "collection_name": {"type": "string"},
+                        "ids": {"type": "string", "description": "JSON list"},
+                        "metadata": {"type": "string", "description": "JSON list of objects"},
+                        "create_collection": {"type": "boolean"},
+                    },
+                }
+            },
+        },
+    }
+}
+SEARCH_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        **_ITEM_SCHEMA["properties"],
+                        "vector": {"type": "array", "items": {"type": "number"}},
+                        "query": {
+                            "type": "string",
+                            "description": "original form: a server path or URL",
+                        },
+                        "collection_name": {"type": "string"},
+                        "topk": {"type": "integer", "default": 10},
+                        "filter_expr": {
+                            "type": "string",
+                            "example": 'metadata["category"] == "nature"',
+                        },
+                    },
+                }
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "collection_name": {"type": "string"},
+                        "topk": {"type": "integer"},
+                        "filter_expr": {"type": "string"},
+                    },
+                }
+            },
+        },
+    }
+}
 
 
 def serve(config: ServiceConfig, host: str | None = None, port: int | None = None) -> None:
@@ -705,7 +985,14 @@ def serve(config: ServiceConfig, host: str | None = None, port: int | None = Non
 
     server = config.server
     app = create_app(config)
-    uvicorn_config = uvicorn.Config(app, host=host or server.host, port=port if port is not None else server.port,
-                                    timeout_graceful_shutdown=int(server.shutdown_timeout_s), log_level=config.log_level.lower(),
-                                    access_log=False, limit_concurrency=None, proxy_headers=False)
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=host or server.host,
+        port=port if port is not None else server.port,
+        timeout_graceful_shutdown=int(server.shutdown_timeout_s),
+        log_level=config.log_level.lower(),
+        access_log=False,
+        limit_concurrency=None,
+        proxy_headers=False,
+    )
     uvicorn.Server(uvicorn_config).run()

@@ -188,7 +188,9 @@ class VectorStore:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 if is_local_uri(uri):
                     require("milvus_lite", "images")
-                return MilvusClient(uri=uri, token=self.config.token or "", timeout=self.config.timeout)
+                return MilvusClient(
+                    uri=uri, token=self.config.token or "", timeout=self.config.timeout
+                )
         except Exception as exc:
             if is_local_uri(uri):
                 raise StoreError(
