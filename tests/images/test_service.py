@@ -515,7 +515,7 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, se
     restarted = Server(setup["config"], setup["base"] / "server2.log").start()
     try:
         info = httpx.get(restarted.url + "/collections/busy", headers=AUTH).json()
-        assert info["count"] == inserts + 16 and info["index_type"] == "IVF_FLAT"
+        assert info["count"] == inserts + 16 and info["index_type"] == "FLAT"
         hits = httpx.post(
             restarted.url + "/search",
             headers=AUTH,

@@ -112,7 +112,7 @@ def test_collections_lifecycle(store):
     info = store.describe("life")
     assert (
         info["description"] == "my photos"
-        and info["index_type"] == "IVF_FLAT"
+        and info["index_type"] == "FLAT"
         and info["metric_type"] == "COSINE"
     )
     with pytest.raises(CollectionExistsError, match="exists already"):
