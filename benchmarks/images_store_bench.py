@@ -16,7 +16,8 @@ Measured in one run, on the same random unit vectors (N x 1280, metadata {"k": i
              on real photos, vs embed alone (the store's share of the time).
   http       the service (`accelkit images serve`, subprocess) under 16 concurrent clients (threads
              of this process, on the same 2 cores): requests/s, client latency p50/p99, and the
-             handler's own time (`took_ms`: embedding + store search, without queueing).
+             handler's own time (`took_ms`: embedding + store search, without queueing); the
+             FLAT collection (the default index).
 
     python benchmarks/images_store_bench.py            # 100k vectors; about 6-8 minutes on 2 cores
     python benchmarks/images_store_bench.py --quick    # 10k vectors; about 1-2 minutes
@@ -293,7 +294,7 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
             ) -> None:
                 with httpx.Client(base_url=url, timeout=120) as http:
                     for r in range(per_client):
-                        body = {"collection_name": "bench_ivf_flat", "topk": 10}
+                        body = {"collection_name": "bench_flat", "topk": 10}
                         if kind == "vector":
                             body["vector"] = queries[(c * per_client + r) % len(queries)].tolist()
                         else:
