@@ -166,3 +166,27 @@ def test_smooth_scales_formula():
     w = torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64)
     s = smooth_scales(a, w, 0.5)
     np.testing.assert_allclose(s.numpy(), [2.0, max(1e-5**0.5 / 2**0.5, 1e-5), 3.0 / 1e-5**0.5])
+
+
+@pytest.mark.parametrize("blocks", [4, 5])  # 4 blocks: one dense n×n product; 5: block products
+def test_quantlinear_input_transform_both_forms_match_float64(blocks):
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+
+    gen = torch.Generator().manual_seed(blocks)
+    n, b = 16 * blocks, 16
+    x = torch.randn(64, n, dtype=torch.float64, generator=gen)
+    x[:, 3] *= 40.0  # an outlier channel, so rotations and the permutation are non-trivial
+    w = torch.randn(24, n, dtype=torch.float64, generator=gen)
+    t = fit_transform(x, w, method="duquant", alpha=0.6, block=b, steps=8, permutation=True)
+    spec = LayerSpec(in_features=n, out_features=24, bias=False, wbits=16, abits=16, group_size=None,
+                     act_granularity="per-token-dynamic", act_clip=1.0, smooth=True, block=b,
+                     permutation=True, rotation_steps=8)
+    layer = QuantLinear(spec)
+    layer.load_from_float(w, None, t, x, clip=1.0, act_range=None)
+    assert spec.dense_transform == (blocks <= 4)
+    ref = t.activations(x)  # float64, the transform as fitted
+    got = layer.transform_input(x.to(torch.float32)).to(torch.float64)
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-5
+    # and the layer computes x·Wᵀ (no quantization at 16 bits)
+    out = layer(x.to(torch.float32)).to(torch.float64)
+    assert float((out - x @ w.T).abs().max() / (x @ w.T).abs().max()) < 1e-5

@@ -16,6 +16,8 @@ from torch import nn
 from accelkit.quant import quantizers as qz
 from accelkit.quant.transforms import Transform
 
+DENSE_TRANSFORM_MAX_BLOCKS = 4
+
 
 @dataclass(frozen=True)
 class LayerSpec:
@@ -34,6 +36,16 @@ class LayerSpec:
     permutation: bool
     rotation_steps: int = 0  # width of the stored greedy-step records
     seed: int = 0  # seeds the base block matrix the rotations are built from
+
+    @property
+    def dense_transform(self) -> bool:
+        """Apply smoothing, R₁, P and R₂ as one precomputed n×n product (narrow layers only).
+
+        Measured with torch.compile on CPU: at n = 3 blocks one dense product ran 2× faster than
+        the two block products and the gather; at n = 12 blocks it ran 1.75× slower (n² vs 2·n·b
+        multiply-adds), so wide layers keep the block form.
+        """
+        return self.block is not None and self.in_features <= DENSE_TRANSFORM_MAX_BLOCKS * self.block
 
     @property
     def packed(self) -> bool:
@@ -76,6 +88,9 @@ class QuantLinear(nn.Module):
             # forward never reads them
             self.register_buffer("steps1", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
             self.register_buffer("steps2", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
+            if spec.dense_transform:
+                # derived from the buffers above by `refresh_dense_transform`; never stored
+                self.register_buffer("transform", torch.eye(n, dtype=f32))
         if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
             self.register_buffer("act_scale", torch.ones(1, dtype=f32))
             self.register_buffer("act_zero", torch.zeros(1, dtype=f32))
@@ -83,17 +98,31 @@ class QuantLinear(nn.Module):
     # ---- the pure forward ----
 
     def transform_input(self, x: torch.Tensor) -> torch.Tensor:
+        if self.spec.dense_transform:
+            return x @ self.transform
+        return self._transform_blockwise(x)
+
+    def _transform_blockwise(self, x: torch.Tensor) -> torch.Tensor:
+        """Smoothing, R₁, P, R₂ from their buffers, in x's dtype."""
         spec = self.spec
         if spec.smooth:
-            x = x * self.inv_smooth
+            x = x * self.inv_smooth.to(x.dtype)
         if spec.block is not None:
             k, b = self.in_features // spec.block, spec.block
             lead = x.shape[:-1]
-            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot1).reshape(*lead, k * b)
+            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot1.to(x.dtype)).reshape(*lead, k * b)
             if spec.permutation:
                 x = x[..., self.perm]
-            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot2).reshape(*lead, k * b)
+            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot2.to(x.dtype)).reshape(*lead, k * b)
         return x
+
+    @torch.no_grad()
+    def refresh_dense_transform(self) -> None:
+        """Fill `transform` = the block path applied to the identity, in float64 (eager step, run
+        after the rotation buffers are filled; no-op for layers that keep the block form)."""
+        if self.spec.dense_transform:
+            eye = torch.eye(self.in_features, dtype=torch.float64, device=self.transform.device)
+            self.transform.copy_(self._transform_blockwise(eye).to(torch.float32))
 
     def dequantized_weight(self) -> torch.Tensor:
         if self.spec.wbits == 16:
@@ -163,6 +192,7 @@ class QuantLinear(nn.Module):
             self.steps2.copy_(transform.steps2.to(torch.int16))
             if spec.permutation:
                 self.perm.copy_(transform.perm)
+            self.refresh_dense_transform()
         if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
             lo, hi = act_range
             scale, zero = qz.asym_params(lo * spec.act_clip, hi * spec.act_clip, spec.abits)

@@ -24,7 +24,7 @@ from accelkit.quant.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
 FORMAT = "accelkit-quant/1"
-DERIVED = ("rot1", "rot2")  # rebuilt from steps1/steps2 on load
+DERIVED = ("rot1", "rot2", "transform")  # rebuilt from steps1/steps2 (and the other buffers) on load
 
 
 def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
@@ -47,6 +47,7 @@ def rebuild_rotations(layer: QuantLinear) -> None:
     with torch.no_grad():
         layer.rot1.copy_(rotation_from_steps(base, layer.steps1.long()).to(torch.float32))
         layer.rot2.copy_(rotation_from_steps(base, layer.steps2.long()).to(torch.float32))
+    layer.refresh_dense_transform()
 
 
 def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
