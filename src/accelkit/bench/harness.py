@@ -73,7 +73,7 @@ class Timing:
             "size": self.size,
             "synchronized": self.synchronized,
             "compile_s": self.compile_s,
-            "first_s": self.first_s,
+            "first_s": self.first_s if math.isfinite(self.first_s) else None,
             "median_s": self.median_s,
             "min_s": self.min_s,
             "iqr_s": self.iqr_s,
@@ -83,7 +83,8 @@ class Timing:
 
     @classmethod
     def from_json(cls, data: dict) -> Timing:
-        return cls(data["name"], data["backend"], data["device"], data["first_s"], tuple(data["times_s"]),
+        first = float("nan") if data["first_s"] is None else data["first_s"]
+        return cls(data["name"], data["backend"], data["device"], first, tuple(data["times_s"]),
                    data["size"], data["compile_s"], data["synchronized"])
 
 
@@ -109,6 +110,9 @@ class Protocol:
     repeats: int = 5
     warmup: int = 1
 
+
+# the experiments' default: three timed calls after one untimed warm-up (each experiment runs in seconds)
+DEFAULT_PROTOCOL = Protocol(3, 1)
 
 def measure(
     name: str,

@@ -157,14 +157,14 @@ def markdown_report(results: list[Result], env: dict, figure: str | None = None,
     for r in results:
         lines += [f"## {r.experiment}", "", "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in r.params.items()), ""]
         if r.timings:
-            lines += _md_table(TIMING_COLUMNS, [timing_row(t) for t in r.timings]) + [""]
+            lines += [*_md_table(TIMING_COLUMNS, [timing_row(t) for t in r.timings]), ""]
         if r.checks:
-            lines += _md_table(("check", "value", "expected", "tolerance", "result", "detail"),
-                               [check_row(c) for c in r.checks]) + [""]
+            lines += [*_md_table(("check", "value", "expected", "tolerance", "result", "detail"),
+                                 [check_row(c) for c in r.checks]), ""]
         plain = {k: v for k, v in r.facts.items() if not (isinstance(v, str) and "\n" in v)}
         if plain:
-            lines += _md_table(("fact", "value"), [(k, fmt_num(v) if isinstance(v, int | float) else v)
-                                                   for k, v in plain.items()]) + [""]
+            lines += [*_md_table(("fact", "value"), [(k, fmt_num(v) if isinstance(v, int | float) else v)
+                                                     for k, v in plain.items()]), ""]
         for k, v in r.facts.items():
             if isinstance(v, str) and "\n" in v:
                 lines += [f"{k}:", "", "```", v.rstrip(), "```", ""]

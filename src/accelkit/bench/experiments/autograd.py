@@ -12,7 +12,14 @@ import math
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_below, check_close, measure
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_below,
+    check_close,
+    measure,
+)
 
 MODES = ("pytorch", "jax")
 GRAD_AT_3 = 0.2 + math.cos(3.0) - 2 * math.sin(6.0)  # −0.23116…
@@ -26,7 +33,7 @@ def df(x):
     return 0.2 + np.cos(x) - 2 * np.sin(2 * x)
 
 
-def run(modes, *, points: int = 1000, loops: int = 10, protocol: Protocol = Protocol(3, 1)) -> Result:
+def run(modes, *, points: int = 1000, loops: int = 10, protocol: Protocol = DEFAULT_PROTOCOL) -> Result:
     result = Result("autograd", {"modes": list(modes), "points": points, "loops": loops, "dtype": "float32",
                                  "repeats": protocol.repeats, "warmup": protocol.warmup})
     grid20 = np.linspace(0, 4 * np.pi, 20, dtype=np.float32)

@@ -18,7 +18,14 @@ import re
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_below, check_true, measure
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_below,
+    check_true,
+    measure,
+)
 
 MODES = ("numpy", "jax", "jax-jit", "pytorch", "pytorch-compile")
 FACTORS = 11
@@ -100,7 +107,7 @@ def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None)
     return (lambda: f_c(tx)), (lambda: fd_c(txs)), (lambda t: t.cpu().numpy()), dev.type, None
 
 
-def run(modes, *, matrix_size: int = 1000, protocol: Protocol = Protocol(3, 1), torch_device: str | None = None) -> Result:
+def run(modes, *, matrix_size: int = 1000, protocol: Protocol = DEFAULT_PROTOCOL, torch_device: str | None = None) -> Result:
     n = matrix_size
     result = Result("chain", {"modes": list(modes), "matrix_size": n, "dtype": "float32", "factors": FACTORS,
                               "repeats": protocol.repeats, "warmup": protocol.warmup})

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_below, measure, measure_unsynchronized
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_below,
+    measure,
+    measure_unsynchronized,
+)
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 TOTAL = 100_000_000
@@ -40,7 +47,7 @@ def devices_by_platform():
     return found
 
 
-def run(*, scale: float = 0.25, sizes=SIZES, protocol: Protocol = Protocol(3, 1)) -> Result:
+def run(*, scale: float = 0.25, sizes=SIZES, protocol: Protocol = DEFAULT_PROTOCOL) -> Result:
     import jax
     import jax.numpy as jnp
 

@@ -28,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_below, check_true, measure
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_below,
+    check_true,
+    measure,
+)
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -42,7 +49,7 @@ def child_env(devices: int) -> dict:
     return env
 
 
-def run_in_subprocess(*, devices: int = 8, protocol: Protocol = Protocol(3, 1), timeout: float = 600) -> Result:
+def run_in_subprocess(*, devices: int = 8, protocol: Protocol = DEFAULT_PROTOCOL, timeout: float = 600) -> Result:
     from accelkit.errors import AccelkitError
 
     with tempfile.TemporaryDirectory(prefix="accelkit-parallel-") as tmp:

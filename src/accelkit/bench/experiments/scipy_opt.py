@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_close, check_true, measure
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_close,
+    check_true,
+    measure,
+)
 
 MODES = ("numpy", "jax")
 TRUE_SLOPE, TRUE_OFFSET = 1.5, 3.0
@@ -39,7 +46,7 @@ def _tolerances(n: int) -> tuple[float, float]:
     return 0.05 + 2.0 / np.sqrt(n), 0.5 + 20.0 / np.sqrt(n)
 
 
-def run(modes, *, array_length: int = 10_000, protocol: Protocol = Protocol(3, 1)) -> Result:
+def run(modes, *, array_length: int = 10_000, protocol: Protocol = DEFAULT_PROTOCOL) -> Result:
     result = Result("scipy", {"modes": list(modes), "array_length": array_length, "dtype": "float64",
                               "repeats": protocol.repeats, "warmup": protocol.warmup})
     a, b = make_data(array_length)

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from accelkit.bench.harness import Protocol, Result, check_below, check_close, measure
+from accelkit.bench.harness import (
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Result,
+    check_below,
+    check_close,
+    measure,
+)
 
 MODES = ("numpy", "jax", "pytorch")
 
@@ -98,7 +105,7 @@ def run_pytorch(result: Result, n: int, dtype: str, protocol: Protocol, device: 
             float(mean_a), float(sum_a), dtype)
 
 
-def run(modes, *, matrix_size: int = 2000, dtype: str = "float64", protocol: Protocol = Protocol(3, 1),
+def run(modes, *, matrix_size: int = 2000, dtype: str = "float64", protocol: Protocol = DEFAULT_PROTOCOL,
         torch_device: str | None = None) -> Result:
     result = Result("xla", {"modes": list(modes), "matrix_size": matrix_size, "dtype": dtype,
                             "repeats": protocol.repeats, "warmup": protocol.warmup})
