@@ -19,8 +19,8 @@ Measured in one run, on the same random unit vectors (N x 1280, metadata {"k": i
              handler's own time (`took_ms`: embedding + store search, without queueing); the
              FLAT collection (the default index).
 
-    python benchmarks/images_store_bench.py            # 100k vectors; about 6-8 minutes on 2 cores
-    python benchmarks/images_store_bench.py --quick    # 10k vectors; about 1-2 minutes
+    python benchmarks/service_bench.py            # 100k vectors; about 6-8 minutes on 2 cores
+    python benchmarks/service_bench.py --quick    # 10k vectors; about 1-2 minutes
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = "accelkit.images_store_bench/1"
+SCHEMA = "accelkit.service_bench/1"
 DIM = 1280
 TARGETS = {"insert_vectors_per_s": 5000.0, "search_p99_ms": 50.0}
 FILTER = 'metadata["k"] == 3'
@@ -350,7 +350,7 @@ def main() -> None:
     if args.quick:
         args.vectors, args.queries, args.images, args.per_client = 10_000, 50, 32, 5
     out_path = args.out or REPO / "benchmarks" / "results" / (
-        "images_store_bench_quick.json" if args.quick else "images_store_bench.json"
+        "service_bench_quick.json" if args.quick else "service_bench.json"
     )
     sys.path.insert(0, str(REPO / "src"))
     load_start = os.getloadavg()

@@ -183,3 +183,36 @@ def test_base64_and_allowed_paths(tmp_path):
     with pytest.raises(ServiceError) as disabled:
         resolve_allowed_path(str(root / "sub" / "a.jpg"), [], "x")
     assert disabled.value.code == "paths_disabled"
+
+
+def test_fetch_url_limits_against_a_local_http_server(tmp_path):
+    """allow_urls on: a real HTTP server on 127.0.0.1 serves the files; size limit and errors."""
+    import functools
+    import http.server
+    import threading
+
+    from accelkit.errors import DataError
+    from accelkit.images.config import ServerConfig
+    from accelkit.images.service import fetch_url
+
+    (tmp_path / "small.jpg").write_bytes(b"x" * 1000)
+    (tmp_path / "big.jpg").write_bytes(b"x" * 5000)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    config = ServerConfig(allow_urls=True, fetch_max_bytes=2000, fetch_timeout_s=5)
+    try:
+        assert asyncio.run(fetch_url(f"{base}/small.jpg", config, "q")) == b"x" * 1000
+        with pytest.raises(DataError, match="larger than the limit of 2,000"):
+            asyncio.run(fetch_url(f"{base}/big.jpg", config, "q"))
+        with pytest.raises(DataError, match="HTTP 404"):
+            asyncio.run(fetch_url(f"{base}/missing.jpg", config, "q"))
+        with pytest.raises(InputError, match="only http"):
+            asyncio.run(fetch_url("file:///etc/passwd", config, "q"))
+        with pytest.raises(ServiceError) as refused:
+            asyncio.run(fetch_url(f"{base}/small.jpg", ServerConfig(), "q"))
+        assert refused.value.status == 403
+    finally:
+        server.shutdown()

@@ -222,6 +222,8 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
         log.info("compilation cache disabled: cannot create %s (%s)", folder, exc.strerror)
         return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    # cache every program: the image preprocessor warms up a few dozen programs of tens of ms each,
+    # which add up to seconds at start-up yet each falls under JAX's default 1 s threshold
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return str(folder)
