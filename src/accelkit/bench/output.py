@@ -80,8 +80,14 @@ def print_result(result: Result, console=None) -> None:
         console.print(f"note: {note}", highlight=False, markup=False)
 
 
+def _spans_decades(values) -> bool:
+    """Log axes for data spanning two decades or more (array lengths); epochs and accuracies read linearly."""
+    finite = [v for v in values if v is not None]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) >= 100
+
+
 def plot_results(results: list[Result], path: str | Path) -> Path:
-    """One panel per result: its series as lines (log axes), else median times as grouped bars."""
+    """One panel per result: its series as lines, else median times as grouped bars (log axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,9 +107,9 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
                 ax.plot(s["x"], s["y"], marker="o", label=s["label"])
             ax.set_xlabel(result.series[0]["xlabel"])
             ax.set_ylabel(result.series[0]["ylabel"])
-            if all(x > 0 for s in result.series for x in s["x"]):
+            if _spans_decades([x for s in result.series for x in s["x"]]):
                 ax.set_xscale("log")
-            if all(y is not None and y > 0 for s in result.series for y in s["y"]):
+            if _spans_decades([y for s in result.series for y in s["y"]]):
                 ax.set_yscale("log")
         else:
             timed = [t for t in result.timings if t.synchronized]
