@@ -16,7 +16,9 @@ End to end: ImageEmbeddingPipeline.embed on the JPEG bytes vs the model alone (O
 already-preprocessed batches of the same size): the ratio shows how much of decode + preprocessing
 is hidden behind inference.
 
-Timing: one warm-up per method (compilation), then --repeats interleaved rounds; medians.
+Timing: one warm-up per method (compilation), then --rounds rounds; each round times every method
+of a workload once, in turn, so a change in the machine's load hits all methods alike. Rates are
+medians over rounds; each ratio is taken within a round and reported as median, min and max.
 
     python benchmarks/images_bench.py            # about 2-3 minutes on 2 cores
     python benchmarks/images_bench.py --quick    # smoke run
@@ -98,25 +100,33 @@ def to_levels(batch):
     return (np.asarray(batch, np.float64).transpose(0, 2, 3, 1) * STD + MEAN) * 255.0
 
 
-def timed(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def interleaved(runs: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds per round for each method; every round runs all methods once, in turn."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def round_ratios(times: dict[str, list[float]], ours: str, baseline: str) -> dict:
+    """ours/baseline speed per round (baseline seconds / our seconds): median, min, max."""
+    ratios = [b / a for a, b in zip(times[ours], times[baseline], strict=True)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "rounds": ratios}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=64, help="images in the 512x512 workloads")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--e2e-images", type=int, default=128)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
-        args.n, args.repeats, args.e2e_images = 16, 2, 32
+        args.n, args.rounds, args.e2e_images = 16, 2, 32
     out_path = args.out or REPO / "benchmarks" / "results" / ("images_bench_quick.json" if args.quick else "images_bench.json")
 
     import cv2
@@ -147,7 +157,7 @@ def main() -> None:
     }
     decoders = {"accelkit": None, "accelkit_reducing_gap3": None, "pil_numpy": pil_decode, "cv2_area": cv2_decode, "cv2_linear": cv2_decode}
     workloads = {"square_512": square, "mixed_real": mixed}
-    results: dict = {"workloads": {}}
+    results: dict = {"workloads": {}, "round_ratios": {}}
     for wname, images in workloads.items():
         reference = [np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR)) for a in images]
         entry = {"images": len(images), "sizes": sorted({a.shape[:2] for a in images})[:40], "methods": {}}
@@ -156,22 +166,29 @@ def main() -> None:
             batch = fn(images)
             first = time.perf_counter() - first
             diff = np.abs(to_levels(batch) - np.stack(reference))
-            seconds = timed(lambda fn=fn, images=images: fn(images), args.repeats)
-            entry["methods"][name] = {"images_per_s": len(images) / seconds, "first_run_s": first,
-                                      "max_level_diff_vs_pil": float(diff.max()), "mean_level_diff_vs_pil": float(diff.mean())}
+            entry["methods"][name] = {"first_run_s": first, "max_level_diff_vs_pil": float(diff.max()),
+                                      "mean_level_diff_vs_pil": float(diff.mean())}
+        times = interleaved({name: (lambda fn=fn, images=images: fn(images)) for name, fn in methods.items()}, args.rounds)
+        for name, seconds in times.items():
+            entry["methods"][name]["images_per_s"] = len(images) / statistics.median(seconds)
         entry["compile_count"] = pre.compile_count
         results["workloads"][wname] = entry
+        results["round_ratios"][f"{wname}_accelkit_vs_pil_numpy"] = round_ratios(times, "accelkit", "pil_numpy")
     # decode + preprocess from JPEG bytes
-    entry = {"images": len(blobs), "methods": {}}
+    fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
+    runs = {}
     for name, fn in methods.items():
         decode = decoders[name]
-        run = (lambda fn=fn: fn(blobs)) if decode is None else (lambda fn=fn, decode=decode: fn(decode(blobs)))
+        runs[name] = (lambda fn=fn: fn(blobs)) if decode is None else (lambda fn=fn, decode=decode: fn(decode(blobs)))
+    runs["accelkit_reduced_jpeg_decode"] = lambda: fast.preprocess_batch(blobs)
+    for run in runs.values():
         run()
-        entry["methods"][name] = {"images_per_s": len(blobs) / timed(run, args.repeats)}
-    fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
-    fast.preprocess_batch(blobs)
-    entry["methods"]["accelkit_reduced_jpeg_decode"] = {"images_per_s": len(blobs) / timed(lambda: fast.preprocess_batch(blobs), args.repeats)}
-    results["workloads"]["jpeg_512"] = entry
+    times = interleaved(runs, args.rounds)
+    results["workloads"]["jpeg_512"] = {"images": len(blobs), "methods": {
+        name: {"images_per_s": len(blobs) / statistics.median(seconds)} for name, seconds in times.items()}}
+    results["round_ratios"]["jpeg_512_accelkit_vs_pil_numpy"] = round_ratios(times, "accelkit", "pil_numpy")
+    results["round_ratios"]["jpeg_512_accelkit_reduced_vs_pil_numpy"] = round_ratios(
+        times, "accelkit_reduced_jpeg_decode", "pil_numpy")
 
     # end to end vs model only
     config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 32})
@@ -182,7 +199,7 @@ def main() -> None:
         for b in batches[:1]:
             pipeline.backend.embed(b)
         model_rounds, e2e_rounds = [], []
-        for _ in range(max(2, args.repeats // 2)):  # interleaved so load changes hit both alike
+        for _ in range(max(2, args.rounds // 2)):  # interleaved so load changes hit both alike
             start = time.perf_counter()
             for b in batches:
                 pipeline.backend.embed(b)
@@ -193,19 +210,13 @@ def main() -> None:
             assert not result.failures
         model_rate = len(e2e_blobs) / statistics.median(model_rounds)
         e2e_rate = len(e2e_blobs) / statistics.median(e2e_rounds)
+    results["round_ratios"]["end_to_end_vs_model_only"] = round_ratios(
+        {"e2e": e2e_rounds, "model": model_rounds}, "e2e", "model")
     results["end_to_end"] = {"images": len(e2e_blobs), "model_only_images_per_s": model_rate,
                              "end_to_end_images_per_s": e2e_rate, "ratio": e2e_rate / model_rate}
 
-    sq = results["workloads"]["square_512"]["methods"]
-    mx = results["workloads"]["mixed_real"]["methods"]
-    jp = results["workloads"]["jpeg_512"]["methods"]
-    results["ratios"] = {
-        "square_512_accelkit_vs_pil_numpy": sq["accelkit"]["images_per_s"] / sq["pil_numpy"]["images_per_s"],
-        "mixed_real_accelkit_vs_pil_numpy": mx["accelkit"]["images_per_s"] / mx["pil_numpy"]["images_per_s"],
-        "jpeg_512_accelkit_vs_pil_numpy": jp["accelkit"]["images_per_s"] / jp["pil_numpy"]["images_per_s"],
-        "jpeg_512_accelkit_reduced_vs_pil_numpy": jp["accelkit_reduced_jpeg_decode"]["images_per_s"] / jp["pil_numpy"]["images_per_s"],
-        "end_to_end_vs_model_only": results["end_to_end"]["ratio"],
-    }
+    # headline ratios: medians of the per-round ratios (min and max under round_ratios)
+    results["ratios"] = {name: r["median"] for name, r in results["round_ratios"].items()}
     results["targets"] = TARGETS
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
@@ -231,7 +242,7 @@ def main() -> None:
     e = results["end_to_end"]
     table.add_row("end_to_end", "model only / pipeline", f"{e['model_only_images_per_s']:.0f} / {e['end_to_end_images_per_s']:.0f}", "")
     Console().print(table)
-    Console().print({k: round(v, 3) for k, v in results["ratios"].items()})
+    Console().print({k: f"{r['median']:.2f} (rounds {r['min']:.2f}-{r['max']:.2f})" for k, r in results["round_ratios"].items()})
 
 
 if __name__ == "__main__":
