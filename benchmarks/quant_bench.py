@@ -121,17 +121,26 @@ def main() -> None:
         if fp.eager_ms and r["eager_ms"]:
             r["eager_vs_fp32_eager"] = r["eager_ms"] / fp.eager_ms
         r["size_vs_fp32"] = r["quant_layers_mb"] / r["fp32_layers_mb"]
+    # per output channel (the QuantConfig default): the int8-GEMM path on CPU; fidelity and latency
+    print(f"[{time.perf_counter() - t0:6.0f}s] per-channel fidelity", flush=True)
+    per_channel = [asdict(r) for r in run_eval(["fp32", "rtn", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs, compiled=False,
+                                               config_overrides={"weight_group_size": None})]
     print(f"[{time.perf_counter() - t0:6.0f}s] interleaved compiled latency", flush=True)
-    inter = interleaved_latency(args.group_size or None)
+    inter = {"per_channel": interleaved_latency(None)}
+    if args.group_size:
+        inter[f"group_{args.group_size}"] = interleaved_latency(args.group_size)
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     payload = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "compiled_latency_interleaved": inter, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
+               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "rows_per_channel": per_channel, "compiled_latency_interleaved": inter, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
     write_json_atomic(args.out, payload)
     for r in table:
         print(f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "
               f"size {r['size_vs_fp32']:.3f}x eager {r['eager_ms'] or 0:.1f}ms compiled {r['compiled_ms'] or 0:.1f}ms")
-    print("compiled latency (interleaved):", inter["median_ms"], inter["ratio_vs_fp32"])
+    for r in per_channel:
+        print(f"per channel  {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f}")
+    for name, lat in inter.items():
+        print(f"compiled latency (interleaved, {name}):", lat["median_ms"], lat["ratio_vs_fp32"])
     print("torchao:", {k: v for k, v in cross.items() if not isinstance(v, dict)})
     print(f"wrote {args.out}")
 

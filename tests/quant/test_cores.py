@@ -190,3 +190,52 @@ def test_quantlinear_input_transform_both_forms_match_float64(blocks):
     # and the layer computes x·Wᵀ (no quantization at 16 bits)
     out = layer(x.to(torch.float32)).to(torch.float64)
     assert float((out - x @ w.T).abs().max() / (x @ w.T).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("wbits", "abits", "in_features", "granularity", "group_size"),
+    [(4, 8, 96, "per-token-dynamic", None), (4, 8, 96, "per-tensor-static", None), (7, 8, 33, "per-token-dynamic", None),
+     (3, 4, 50, "per-token-dynamic", None)],
+)
+def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, in_features, granularity, group_size):
+    """The int8 GEMM path computes exactly dequant(quant(x))·dequant(W)ᵀ: checked against float64
+    arithmetic on the same codes, on tokens with an outlier, a constant token and an all-zero token."""
+    gen = torch.Generator().manual_seed(wbits * 100 + in_features)
+    out_features = 40
+    x = torch.randn(3, 7, in_features, generator=gen)
+    x[0, 0, 5] = 60.0  # outlier
+    x[1, 2] = 0.75  # constant token: range widened to include 0
+    x[2, 3] = 0.0  # all-zero token: scale at its floor
+    w = torch.randn(out_features, in_features, dtype=torch.float64, generator=gen)
+    bias = torch.randn(out_features, dtype=torch.float64, generator=gen)
+    codes, w_scale, w_zero = qz.quantize_weight(w, wbits, group_size)
+    rows = x.reshape(-1, in_features)
+    if granularity == "per-tensor-static":
+        x_scale, x_zero = qz.asym_params(rows.min().reshape(1) * 0.9, rows.max().reshape(1) * 0.9, abits)
+    else:
+        x_scale, x_zero = qz.per_token_params(rows, abits, 0.9)
+    got = qz.integer_linear(rows, x_scale, x_zero, abits, codes, w_scale.float(), w_zero.float())
+    x_hat = qz.dequantize_asym(qz.quantize_asym(rows, x_scale, x_zero, abits), x_scale, x_zero).to(torch.float64)
+    want = x_hat @ qz.dequantize_weight(codes, w_scale, w_zero).T
+    assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
+
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+
+    spec = LayerSpec(in_features=in_features, out_features=out_features, bias=True, wbits=wbits, abits=abits,
+                     group_size=group_size, act_granularity=granularity, act_clip=0.9, smooth=False, block=None,
+                     permutation=False)
+    assert spec.integer_matmul
+    assert not LayerSpec(**{**spec.to_dict(), "group_size": 16}).integer_matmul  # groups: the float path
+    layer = QuantLinear(spec)
+    with torch.no_grad():
+        layer.qweight.copy_(qz.pack_int4(codes) if spec.packed else codes)
+        layer.w_scale.copy_(w_scale.float())
+        layer.w_zero.copy_(w_zero.float())
+        layer.bias.copy_(bias.float())
+        if granularity == "per-tensor-static":
+            layer.act_scale.copy_(x_scale)
+            layer.act_zero.copy_(x_zero)
+    y = layer(x)
+    assert y.shape == (3, 7, out_features)
+    reference = (want + bias).reshape(3, 7, out_features)
+    assert float((y.double() - reference).abs().max() / reference.abs().max()) < 2e-6

@@ -48,6 +48,18 @@ class LayerSpec:
         return self.block is not None and self.in_features <= DENSE_TRANSFORM_MAX_BLOCKS * self.block
 
     @property
+    def integer_matmul(self) -> bool:
+        """On CPU, run the matmul in int8 with int32 accumulation instead of dequantizing.
+
+        Needs weight codes minus zero point that fit int8 (wbits ≤ 7), activations of ≤ 8 bits and
+        one weight scale per output channel. Weight groups stay on the dequantized float path: one
+        int8 GEMM per group plus the per-group rescaling measured slower than float32 on MiniLM
+        (groups of 64: RTN 1.35× FP32 against 1.10× dequantized). Same result as the float path up
+        to float32 rounding of the final scaling.
+        """
+        return self.abits <= 8 and self.wbits <= 7 and self.group_size is None
+
+    @property
     def packed(self) -> bool:
         return self.wbits <= 4 and self.in_features % 2 == 0
 
@@ -127,19 +139,35 @@ class QuantLinear(nn.Module):
     def dequantized_weight(self) -> torch.Tensor:
         if self.spec.wbits == 16:
             return self.weight
-        codes = qz.unpack_int4(self.qweight) if self.spec.packed else self.qweight
-        return qz.dequantize_weight(codes, self.w_scale, self.w_zero)
+        return qz.dequantize_weight(self.weight_codes(), self.w_scale, self.w_zero)
+
+    def weight_codes(self) -> torch.Tensor:
+        return qz.unpack_int4(self.qweight) if self.spec.packed else self.qweight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         spec = self.spec
         dtype = x.dtype
         x = self.transform_input(x.to(torch.float32))
+        if spec.integer_matmul and x.device.type == "cpu":  # the device is fixed per graph: no recompiles
+            return self._integer_forward(x).to(dtype)
         if spec.abits < 16:
             if spec.act_granularity == "per-tensor-static":
                 x = qz.fake_quant_static(x, self.act_scale, self.act_zero, spec.abits)
             else:
                 x = qz.fake_quant_per_token(x, spec.abits, spec.act_clip)
         return nn.functional.linear(x, self.dequantized_weight(), self.bias).to(dtype)
+
+    def _integer_forward(self, x: torch.Tensor) -> torch.Tensor:
+        spec = self.spec
+        rows = x.reshape(-1, self.in_features)
+        if spec.act_granularity == "per-tensor-static":
+            scale, zero = self.act_scale, self.act_zero
+        else:
+            scale, zero = qz.per_token_params(rows, spec.abits, spec.act_clip)
+        y = qz.integer_linear(rows, scale, zero, spec.abits, self.weight_codes(), self.w_scale, self.w_zero)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         s = self.spec
