@@ -214,10 +214,11 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
         x_scale, x_zero = qz.asym_params(rows.min().reshape(1) * 0.9, rows.max().reshape(1) * 0.9, abits)
     else:
         x_scale, x_zero = qz.per_token_params(rows, abits, 0.9)
-    got = qz.integer_linear(rows, x_scale, x_zero, abits, codes, w_scale.float(), w_zero.float())
     x_hat = qz.dequantize_asym(qz.quantize_asym(rows, x_scale, x_zero, abits), x_scale, x_zero).to(torch.float64)
     want = x_hat @ qz.dequantize_weight(codes, w_scale, w_zero).T
-    assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
+    if qz.int8_gemm_is_exact():  # else this CPU's int8 GEMM saturates and the layer keeps the float path
+        got = qz.integer_linear(rows, x_scale, x_zero, abits, codes, w_scale.float(), w_zero.float())
+        assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
 
     from accelkit.quant.layers import LayerSpec, QuantLinear
 
@@ -227,6 +228,7 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
     assert spec.integer_matmul
     assert not LayerSpec(**{**spec.to_dict(), "group_size": 16}).integer_matmul  # groups: the float path
     layer = QuantLinear(spec)
+    assert layer.integer_gemm == qz.int8_gemm_is_exact()
     with torch.no_grad():
         layer.qweight.copy_(qz.pack_int4(codes) if spec.packed else codes)
         layer.w_scale.copy_(w_scale.float())
@@ -239,3 +241,36 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
     assert y.shape == (3, 7, out_features)
     reference = (want + bias).reshape(3, 7, out_features)
     assert float((y.double() - reference).abs().max() / reference.abs().max()) < 2e-6
+
+
+def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
+    """Without an exact int8 GEMM (no VNNI) layers keep the dequantized float path, same results."""
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+
+    machine_exact = qz.int8_gemm_is_exact()
+    a = torch.full((17, 64), 127, dtype=torch.int8)
+    b = torch.full((9, 64), -128, dtype=torch.int8)
+    if machine_exact:  # the extreme case oneDNN gets wrong without VNNI
+        assert torch.equal(torch._int_mm(a, b.t()), torch.full((17, 9), 127 * -128 * 64, dtype=torch.int32))
+    gen = torch.Generator().manual_seed(3)
+    spec = LayerSpec(in_features=64, out_features=9, bias=False, wbits=4, abits=8, group_size=None,
+                     act_granularity="per-token-dynamic", act_clip=1.0, smooth=False, block=None, permutation=False)
+    codes = torch.randint(0, 16, (9, 64), dtype=torch.uint8, generator=gen)
+    x = torch.randn(5, 64, generator=gen)
+    outputs = {}
+    for exact in (True, False):
+        monkeypatch.setattr(qz, "int8_gemm_is_exact", lambda exact=exact: exact)
+        layer = QuantLinear(spec)
+        assert layer.integer_gemm is exact
+        with torch.no_grad():
+            layer.qweight.copy_(qz.pack_int4(codes))
+            layer.w_scale.fill_(0.01)
+            layer.w_zero.fill_(7.0)
+        if exact and not machine_exact:
+            continue  # this CPU cannot run the integer path correctly; only the fallback is checked
+        outputs[exact] = layer(x)
+    x_hat = qz.fake_quant_per_token(x.double(), 8, 1.0)
+    want = x_hat @ qz.dequantize_weight(codes, torch.full((9, 1), 0.01, dtype=torch.float64),
+                                         torch.full((9, 1), 7.0, dtype=torch.float64)).T
+    for got in outputs.values():
+        assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6

@@ -8,6 +8,8 @@ x ≈ (q - zero) * scale.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
@@ -122,6 +124,29 @@ def fake_quant_per_token(x: torch.Tensor, bits: int, clip: float) -> torch.Tenso
     return dequantize_asym(quantize_asym(x, scale, zero, bits), scale, zero)
 
 
+@functools.cache
+def int8_gemm_is_exact() -> bool:
+    """Whether this CPU's `torch._int_mm` returns exact int32 sums (checked once per process).
+
+    oneDNN computes s8·s8 exactly only with VNNI/AMX dot products; on older x86 (AVX2, AVX-512
+    without VNNI) its u8·s8 pair instruction saturates at int16 and the sums come back wrong
+    (measured here with ONEDNN_MAX_CPU_ISA=AVX2: off by millions at the extremes). So the integer
+    path needs VNNI and must also pass an extreme-value check against an int64 product.
+    """
+    if not (hasattr(torch.cpu, "_is_vnni_supported") and torch.cpu._is_vnni_supported()):
+        return False
+    try:
+        edge = torch.tensor([127, -128, 127, 127, -128, -128, 127, -1], dtype=torch.int8)
+        a = edge.repeat(32, 48).reshape(32, 384)
+        b = edge.flip(0).repeat(64, 48).reshape(64, 384)
+        rng = torch.Generator().manual_seed(0)
+        c = torch.randint(-128, 128, (33, 384), dtype=torch.int8, generator=rng)
+        d = torch.randint(-128, 128, (40, 384), dtype=torch.int8, generator=rng)
+        return all(torch.equal(torch._int_mm(x, y.t()).long(), x.long() @ y.long().t()) for x, y in ((a, b), (c, d)))
+    except RuntimeError:  # no CPU kernel in this build
+        return False
+
+
 def integer_linear(
     x: torch.Tensor,
     x_scale: torch.Tensor,
@@ -136,7 +161,8 @@ def integer_linear(
     With x ≈ sₓ(q − zₓ) per token (or tensor) and W ≈ s_w(c − z_w) per output channel, let
     a = q − 2^(abits−1) (int8) and b = c − z_w (int8 while wbits ≤ 7): the product is
     sₓ s_w (a·bᵀ − (zₓ − 2^(abits−1))·Σₖ b), exact in integers up to the final float scaling.
-    `torch._int_mm` runs on the CPU's int8 dot-product units (VNNI): 4.5× the float32 matmul here.
+    `torch._int_mm` runs on the CPU's int8 dot-product units (VNNI): 4.5× the float32 matmul here;
+    callers check `int8_gemm_is_exact()` first.
     Zero points are integers by construction (asym_params rounds them).
     """
     offset = 2 ** (abits - 1)
