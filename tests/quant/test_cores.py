@@ -217,7 +217,8 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
     x_hat = qz.dequantize_asym(qz.quantize_asym(rows, x_scale, x_zero, abits), x_scale, x_zero).to(torch.float64)
     want = x_hat @ qz.dequantize_weight(codes, w_scale, w_zero).T
     if qz.int8_gemm_is_exact():  # else this CPU's int8 GEMM saturates and the layer keeps the float path
-        got = qz.integer_linear(rows, x_scale, x_zero, abits, codes, w_scale.float(), w_zero.float())
+        b, rowsum = qz.int8_weight(codes, w_zero.float())
+        got = qz.integer_linear(rows, x_scale, x_zero, abits, b, rowsum, w_scale.float())
         assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
 
     from accelkit.quant.layers import LayerSpec, QuantLinear
@@ -237,6 +238,7 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
         if granularity == "per-tensor-static":
             layer.act_scale.copy_(x_scale)
             layer.act_zero.copy_(x_zero)
+    layer.refresh_derived()  # buffers written by hand: recompute what derives from them
     y = layer(x)
     assert y.shape == (3, 7, out_features)
     reference = (want + bias).reshape(3, 7, out_features)
@@ -266,6 +268,7 @@ def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
             layer.qweight.copy_(qz.pack_int4(codes))
             layer.w_scale.fill_(0.01)
             layer.w_zero.fill_(7.0)
+        layer.refresh_derived()
         if exact and not machine_exact:
             continue  # this CPU cannot run the integer path correctly; only the fallback is checked
         outputs[exact] = layer(x)

@@ -147,28 +147,32 @@ def int8_gemm_is_exact() -> bool:
         return False
 
 
+def int8_weight(codes: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """b = codes − zero as int8 (exact while wbits ≤ 7; zero is (out, 1)) and its row sums in int32."""
+    b = (codes.to(torch.int16) - zero.to(torch.int16)).to(torch.int8)
+    return b, b.sum(dim=1, dtype=torch.int32)
+
+
 def integer_linear(
     x: torch.Tensor,
     x_scale: torch.Tensor,
     x_zero: torch.Tensor,
     abits: int,
-    w_codes: torch.Tensor,
+    w_int8: torch.Tensor,
+    w_rowsum: torch.Tensor,
     w_scale: torch.Tensor,
-    w_zero: torch.Tensor,
 ) -> torch.Tensor:
     """dequant(quant(x)) · dequant(W)ᵀ for x (t, n) as one int8 GEMM with int32 accumulation.
 
-    With x ≈ sₓ(q − zₓ) per token (or tensor) and W ≈ s_w(c − z_w) per output channel, let
-    a = q − 2^(abits−1) (int8) and b = c − z_w (int8 while wbits ≤ 7): the product is
-    sₓ s_w (a·bᵀ − (zₓ − 2^(abits−1))·Σₖ b), exact in integers up to the final float scaling.
-    `torch._int_mm` runs on the CPU's int8 dot-product units (VNNI): 4.5× the float32 matmul here;
-    callers check `int8_gemm_is_exact()` first.
-    Zero points are integers by construction (asym_params rounds them).
+    With x ≈ sₓ(q − zₓ) per token (or tensor) and W ≈ s_w b per output channel, b = codes − z_w
+    (`int8_weight`), let a = q − 2^(abits−1) (int8): the product is sₓ s_w (a·bᵀ − (zₓ − 2^(abits−1))·Σₖ b),
+    exact in integers up to the final float scaling. `torch._int_mm` runs on the CPU's int8
+    dot-product units (VNNI): 4.5× the float32 matmul here; callers check `int8_gemm_is_exact()`
+    first. Zero points are integers by construction (asym_params rounds them).
     """
     offset = 2 ** (abits - 1)
     a = (quantize_asym(x, x_scale, x_zero, abits) - offset).to(torch.int8)
-    b = (w_codes.to(torch.int16) - w_zero.to(torch.int16)).to(torch.int8)  # (out, n): w_zero is (out, 1)
-    exact = torch._int_mm(a, b.t()) - (x_zero - offset).to(torch.int32) * b.sum(dim=1, dtype=torch.int32)
+    exact = torch._int_mm(a, w_int8.t()) - (x_zero - offset).to(torch.int32) * w_rowsum
     return exact.to(x.dtype) * (x_scale * w_scale.reshape(1, -1))
 
 

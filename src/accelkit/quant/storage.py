@@ -24,7 +24,7 @@ from accelkit.quant.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
 FORMAT = "accelkit-quant/1"
-DERIVED = ("rot1", "rot2", "transform")  # rebuilt from steps1/steps2 (and the other buffers) on load
+DERIVED = ("rot1", "rot2", "transform", "weight_int8", "weight_rowsum")  # rebuilt from the others on load
 
 
 def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
@@ -39,15 +39,15 @@ def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
     return out
 
 
-def rebuild_rotations(layer: QuantLinear) -> None:
+def rebuild_derived(layer: QuantLinear) -> None:
+    """Rotations from their greedy steps, then every other derived buffer."""
     spec = layer.spec
-    if spec.block is None:
-        return
-    base = block_base(spec.block, spec.seed)
-    with torch.no_grad():
-        layer.rot1.copy_(rotation_from_steps(base, layer.steps1.long()).to(torch.float32))
-        layer.rot2.copy_(rotation_from_steps(base, layer.steps2.long()).to(torch.float32))
-    layer.refresh_dense_transform()
+    if spec.block is not None:
+        base = block_base(spec.block, spec.seed)
+        with torch.no_grad():
+            layer.rot1.copy_(rotation_from_steps(base, layer.steps1.long()).to(torch.float32))
+            layer.rot2.copy_(rotation_from_steps(base, layer.steps2.long()).to(torch.float32))
+    layer.refresh_derived()
 
 
 def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
@@ -96,7 +96,7 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
                 if key in DERIVED:
                     continue
                 buf.copy_(tensors[f"quant/{name}/{key}"].to(buf.dtype))
-        rebuild_rotations(layer)
+        rebuild_derived(layer)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, layer.to(next(old.buffers(), next(old.parameters())).device))
     rest = {k[len("float/"):]: v for k, v in tensors.items() if k.startswith("float/")}
