@@ -81,24 +81,33 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
     calib = batches(tok, calibration_sentences(), 32)
     pairs = eval_pairs(32)
     batch = batches(tok, [a for a, _ in pairs] + [b for _, b in pairs])[0]
+    single = batches(tok, [pairs[0][0]], batch_size=1)[0]  # one sentence: latency-bound inference
     models = {"fp32": fp32}
     for method in ("rtn", "duquant"):
         models[f"{method}/w4a8"] = quantize(copy.deepcopy(fp32), QuantConfig(method=method, wbits=4, abits=8, weight_group_size=group_size), calib)
     torch._dynamo.reset()
     compiled = {name: compile_model(m) for name, m in models.items()}
     times: dict[str, list[float]] = {name: [] for name in models}
+    times_single: dict[str, list[float]] = {name: [] for name in models}
     with torch.no_grad():
-        for fn in compiled.values():  # compile + warm up
-            fn(**batch)
-            fn(**batch)
+        for fn in compiled.values():  # compile + warm up, both shapes
+            for b in (batch, batch, single, single):
+                fn(**b)
         for _ in range(rounds):
             for name, fn in compiled.items():
                 t0 = time.perf_counter()
                 fn(**batch)
                 times[name].append(1e3 * (time.perf_counter() - t0))
+                for _ in range(5):  # single-sentence calls are short: five per round
+                    t0 = time.perf_counter()
+                    fn(**single)
+                    times_single[name].append(1e3 * (time.perf_counter() - t0))
     med = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+    med1 = {name: sorted(v)[len(v) // 2] for name, v in times_single.items()}
     return {"batch": list(batch["input_ids"].shape), "median_ms": med,
-            "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med}, "all_ms": times}
+            "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med}, "all_ms": times,
+            "single": {"batch": list(single["input_ids"].shape), "median_ms": med1,
+                       "ratio_vs_fp32": {name: med1[name] / med1["fp32"] for name in med1}}}
 
 
 def main() -> None:
@@ -141,6 +150,7 @@ def main() -> None:
         print(f"per channel  {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f}")
     for name, lat in inter.items():
         print(f"compiled latency (interleaved, {name}):", lat["median_ms"], lat["ratio_vs_fp32"])
+        print(f"  one sentence {lat['single']['batch']}:", lat["single"]["median_ms"], lat["single"]["ratio_vs_fp32"])
     print("torchao:", {k: v for k, v in cross.items() if not isinstance(v, dict)})
     print(f"wrote {args.out}")
 
