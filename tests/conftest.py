@@ -6,7 +6,9 @@ multi-device sharding runs in every test that does not opt out.
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np
@@ -32,3 +34,53 @@ def eight_devices():
     devices = jax.devices("cpu")
     assert len(devices) == 8, "conftest must configure 8 virtual CPU devices before JAX starts"
     return devices
+
+
+# -- Milvus: Lite in a file, and a real server on loopback ----------------------------------------
+
+SERVER = "server"
+# Tests that use the server run on one xdist worker (pyproject: --dist loadgroup), so one server
+# process serves the whole run.
+STORE_KINDS = ["lite", pytest.param(SERVER, marks=pytest.mark.xdist_group("milvus-server"))]
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """A real Milvus standalone server in a loopback-only network namespace, for the whole run;
+    stopped by PID at the end. Skips (with the reason) where namespaces cannot be made."""
+    from tests.support.milvus_server import MilvusServer, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"no Milvus server here: {reason}")
+    server = MilvusServer(tmp_path_factory.mktemp("milvus-server")).start()
+    yield server
+    server.stop()
+
+
+def server_database(server, name: str) -> str:
+    """A fresh database on the server: test modules do not see each other's collections."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=server.uri, timeout=30)
+    try:
+        if name in client.list_databases():
+            client.use_database(name)
+            for collection in client.list_collections():
+                client.drop_collection(collection)
+            client.use_database("default")
+            client.drop_database(name)
+        client.create_database(name)
+    finally:
+        client.close()
+    return name
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def store_settings(request, tmp_path_factory) -> dict:
+    """`store:` settings for a Milvus Lite file, or for a database of its own on the server."""
+    if request.param == SERVER:
+        server = request.getfixturevalue("milvus_server")
+        module = request.module.__name__.rsplit(".", 1)[-1]
+        return {"uri": server.uri, "db_name": server_database(server, module), "timeout": 60}
+    return {"uri": str(tmp_path_factory.mktemp("milvus-lite") / "store.db")}

@@ -1,8 +1,11 @@
 """VectorStore against a real Milvus Lite database; every score checked against numpy."""
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -12,18 +15,24 @@ from accelkit.images.config import ServiceConfig, StoreConfig
 from accelkit.images.store import (
     CollectionExistsError,
     CollectionNotFoundError,
+    FilterError,
     IndexSpec,
     StoreError,
+    StoreTimeoutError,
     VectorStore,
+    literal,
 )
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    with VectorStore(
-        StoreConfig(uri=str(tmp_path_factory.mktemp("milvus") / "store.db"), insert_batch_size=7)
-    ) as s:
+def store(store_settings):
+    """Every test here runs on Milvus Lite and on a real Milvus server."""
+    with VectorStore(StoreConfig(**store_settings, insert_batch_size=7)) as s:
         yield s
+
+
+def index_types(store) -> list[str]:
+    return ["FLAT", "IVF_FLAT", "HNSW"] if store.is_server else ["FLAT", "IVF_FLAT"]
 
 
 def unit_rows(rng, n, dim):
@@ -41,17 +50,20 @@ def reference_scores(metric, data, query):
     return d @ q
 
 
-@pytest.mark.parametrize("index_type", ["FLAT", "IVF_FLAT"])
+@pytest.mark.parametrize("index_type", ["FLAT", "IVF_FLAT", "HNSW"])
 @pytest.mark.parametrize("metric", ["COSINE", "IP", "L2"])
 def test_search_matches_numpy(store, index_type, metric):
+    if index_type not in index_types(store):
+        pytest.skip("Milvus Lite builds FLAT and IVF_FLAT only (HNSW is tested on the server)")
     rng = np.random.default_rng(len(index_type) * 7 + len(metric))
     name = f"s_{index_type}_{metric}".lower()
     data = rng.standard_normal((300, 24)).astype(
         np.float32
     )  # not unit rows: IP, COSINE and L2 differ
-    params = (
-        {"nlist": 8, "nprobe": 8} if index_type == "IVF_FLAT" else {}
-    )  # nprobe = nlist: exhaustive
+    params = {  # nprobe = nlist: exhaustive; ef 300 over 300 rows: exact in practice
+        "IVF_FLAT": {"nlist": 8, "nprobe": 8},
+        "HNSW": {"M": 16, "efConstruction": 200, "ef": 300},
+    }.get(index_type, {})
     info = store.create_collection(
         name,
         dim=24,
@@ -68,13 +80,15 @@ def test_search_matches_numpy(store, index_type, metric):
     )
     ids = [f"item{i}" for i in range(len(data))]
     store.upsert(name, ids, data, [{"n": i, "parity": i % 2} for i in range(len(data))])
+    if store.is_server and index_type != "FLAT":  # seal the segment: searches use the index
+        assert store.wait_for_index(name, timeout=120)["pending_rows"] == 0
     queries = data[:5] + 0.05 * rng.standard_normal((5, 24)).astype(np.float32)
     for query, hits in zip(queries, store.search(name, queries, topk=10), strict=True):
         expected = reference_scores(metric, data, query)
         order = np.argsort(expected if metric == "L2" else -expected, kind="stable")
         got = [int(h.id[4:]) for h in hits]
         assert got[0] == order[0]
-        assert got == list(order[:10])  # FLAT and exhaustive IVF are exact
+        assert got == list(order[:10])  # FLAT, exhaustive IVF and HNSW at ef >= n are exact
         for hit in hits:
             assert abs(hit.score - expected[int(hit.id[4:])]) < 1e-4 * max(
                 1.0, abs(expected[int(hit.id[4:])])
@@ -88,9 +102,13 @@ def test_search_matches_numpy(store, index_type, metric):
 
 
 def test_hnsw_needs_a_server_and_its_parameters(store):
-    with pytest.raises(ConfigError, match="HNSW needs a Milvus server"):
-        store.create_collection("hnsw", dim=8, index_type="HNSW")
-    assert "hnsw" not in store.list_collections()
+    if store.is_server:
+        assert store.create_collection("hnsw", dim=8, index_type="HNSW")["index_type"] == "HNSW"
+        store.drop_collection("hnsw")
+    else:
+        with pytest.raises(ConfigError, match="HNSW needs a Milvus server"):
+            store.create_collection("hnsw", dim=8, index_type="HNSW")
+        assert "hnsw" not in store.list_collections()
     spec = IndexSpec.from_config(StoreConfig(), "hnsw", "ip", {"M": 8})
     assert (spec.index_type, spec.metric_type, spec.params) == (
         "HNSW",
@@ -151,7 +169,8 @@ def test_search_sees_each_insert_at_once(store):
     rng = np.random.default_rng(2)
     store.create_collection("fresh", dim=16, index_type="IVF_FLAT", index_params={"nlist": 4})
     data = unit_rows(rng, 30, 16)
-    for i in range(30):
+    # on a server each read after a write waits for the write's timestamp (~0.4 s): fewer rounds
+    for i in range(8 if store.is_server else 30):
         store.upsert("fresh", [f"f{i}"], data[i : i + 1], [{"i": i}])
         hits = store.search("fresh", data[i], topk=1)[0]
         assert hits[0].id == f"f{i}", i
@@ -196,8 +215,14 @@ def test_bad_inputs_are_named(store):
         ),
         (lambda: store.upsert("bad", ["a"], np.ones((1, 5), np.float32)), DataError, "4-d"),
         (lambda: store.upsert("bad", ["a", "b"], ok), DataError, "one row per id"),
-        (lambda: store.upsert("bad", [""], ok), InputError, "non-empty"),
+        (lambda: store.upsert("bad", [""], ok), InputError, "is empty"),
         (lambda: store.upsert("bad", [7], ok), InputError, "string"),
+        (lambda: store.upsert("bad", ["x" * 257], ok), InputError, "257 characters"),
+        (lambda: store.upsert("bad", ["a b"], ok), InputError, "contains ' '"),
+        (lambda: store.create_collection("name\n", dim=4), InputError, "collection name"),
+        (lambda: store.create_collection("x", dim=1.5), InputError, "dim"),
+        (lambda: store.create_collection("x", dim=True), InputError, "dim"),
+        (lambda: store.search("bad", ok, consistency="Weird"), InputError, "consistency"),
         (lambda: store.upsert("bad", ["a"], ok * np.nan), DataError, "NaN"),
         (lambda: store.upsert("bad", ["a"], ok, ["not a mapping"]), DataError, "JSON object"),
         (lambda: store.upsert("missing", ["a"], ok), CollectionNotFoundError, "missing"),
@@ -209,6 +234,202 @@ def test_bad_inputs_are_named(store):
         with pytest.raises(error, match=text):
             call()
     assert "x" not in store.list_collections()
+
+
+INJECTIONS = [
+    "x') OR ('1'='1",  # once emptied a Milvus Lite collection through its upsert SQL
+    "zz'] or id not in ['",  # once deleted everything through pymilvus' pasted pk expression
+    "Bob's photo",  # once stored on a server and then unreadable and undeletable
+    'a" or id != "',
+    "a\\",
+    "ok\nsecond",
+    "",
+]
+
+
+def test_injection_payloads_change_nothing(store):
+    """No id changes the meaning of an operation: each payload fails with a clear error and the
+    collection's count and contents stay exactly as they were."""
+    rng = np.random.default_rng(9)
+    store.create_collection("victims", dim=4)
+    ids = [f"v{i}" for i in range(6)]
+    data = unit_rows(rng, 6, 4)
+    store.upsert("victims", ids, data, [{"i": i} for i in range(6)])
+    before = store.get("victims", ids, with_vectors=True)
+    for payload in INJECTIONS:
+        for method, args in (
+            (store.upsert, (["v0", payload], data[:2])),  # nothing of the batch lands
+            (store.upsert, ([payload], data[:1])),
+            (store.delete, ([payload],)),
+            (store.delete, (["v1", payload],)),
+            (store.get, ([payload],)),
+        ):
+            with pytest.raises(InputError, match="ids are 1-256 characters"):
+                method("victims", *args)
+    assert store.count("victims", consistency="Strong") == 6
+    after = store.get("victims", ids, with_vectors=True)
+    assert [a["id"] for a in after] == ids
+    for a, b in zip(before, after, strict=True):
+        assert a["metadata"] == b["metadata"] and np.array_equal(a["vector"], b["vector"])
+    # every character the id rules allow round-trips through get and delete
+    odd = ["A-z.0_9:/@+=~", "-", "~" * 256, "x/../y"]
+    store.upsert("victims", odd, unit_rows(rng, 4, 4))
+    assert [g["id"] for g in store.get("victims", odd)] == odd
+    assert store.delete("victims", odd) == 4 and store.count("victims") == 6
+
+
+def test_literals_are_escaped_on_the_engine(store):
+    """`literal` quotes any string so the engine reads back exactly that value."""
+    rng = np.random.default_rng(10)
+    store.create_collection("quoting", dim=4)
+    names = ['say "hi"', "it's", "back\\slash", "mix \\\" ' end", "plain"]
+    store.upsert(
+        "quoting", [f"q{i}" for i in range(5)], unit_rows(rng, 5, 4), [{"name": n} for n in names]
+    )
+    for i, name in enumerate(names):
+        hits = store.search(
+            "quoting",
+            unit_rows(rng, 1, 4),
+            topk=5,
+            filter_expr=f'metadata["name"] == {literal(name)}',
+        )[0]
+        assert [h.id for h in hits] == [f"q{i}"], name
+
+
+def test_filters_are_bounded_and_errors_are_one_clean_line(store):
+    store.create_collection("filters", dim=4)
+    store.upsert("filters", ["f0"], np.ones((1, 4), np.float32), [{"k": 1}])
+    query = np.ones(4, np.float32)
+    with pytest.raises(InputError, match="over the limit of 4,096"):
+        store.search(
+            "filters",
+            query,
+            filter_expr="id in [" + ",".join(f'"x{i}"' for i in range(20000)) + "]",
+        )
+    with pytest.raises(InputError, match="control character"):
+        store.search("filters", query, filter_expr='metadata["k"] == 1\x00')
+    for bad in ('metadata["k"] =', "nosuch > 1", 'metadata["k"] = 1', "1", "metadata["):
+        with pytest.raises(FilterError) as caught:
+            store.search("filters", query, filter_expr=bad)
+        message = str(caught.value)
+        assert "\n" not in message and "refused" in message, message
+        for internal in ("/workspace", ".cpp", "segcore", "code=", "MilvusException", "Traceback"):
+            assert internal not in message, message
+    assert [h.id for h in store.search("filters", query, filter_expr='metadata["k"] == 1')[0]] == [
+        "f0"
+    ]
+
+
+def test_every_call_is_bounded_by_the_timeout(store, request):
+    """Every RPC the store makes carries store.timeout, and running past it is a clear error."""
+    store.create_collection("slow", dim=4)
+    store.upsert("slow", ["s0"], np.ones((1, 4), np.float32))
+    client, calls = store._client, []
+
+    class Recorder:
+        def __getattr__(self, name):
+            method = getattr(client, name)
+            if not callable(method) or name in ("prepare_index_params", "create_schema"):
+                return method
+
+            def call(*args, **kwargs):
+                calls.append((name, kwargs.get("timeout")))
+                return method(*args, **kwargs)
+
+            return call
+
+    store._client = Recorder()
+    try:
+        store.upsert("slow", ["s1"], np.ones((1, 4), np.float32))
+        store.search("slow", np.ones(4, np.float32), filter_expr='id == "s1"')
+        store.get("slow", ["s0"])
+        store.describe("slow")
+        store.delete("slow", ["s1"])
+        store.flush("slow")
+        store.index_progress("slow")
+        store.create_collection("slow2", dim=4)
+        store.drop_collection("slow2")
+        store.list_collections()
+    finally:
+        store._client = client
+    names = {name for name, _ in calls}
+    assert {
+        "upsert",
+        "search",
+        "query",
+        "delete",
+        "flush",
+        "create_collection",
+        "create_index",
+    } <= names
+    assert all(timeout == store.config.timeout for _, timeout in calls), calls
+    # a stalled engine (its process stopped with SIGSTOP): each call gives up after the timeout
+    saved = store.config.timeout
+    store.config.timeout = 1.5
+    pid = engine_pid(store, request)
+    outcome: dict = {}
+
+    def attempt():
+        for name, call in (
+            ("search", lambda: store.search("slow", np.ones(4, np.float32))),
+            ("count", lambda: store.count("slow")),
+            ("upsert", lambda: store.upsert("slow", ["s2"], np.ones((1, 4), np.float32))),
+        ):
+            try:
+                call()
+                outcome[name] = "answered"
+            except StoreTimeoutError as exc:
+                outcome[name] = str(exc)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        worker = threading.Thread(target=attempt, daemon=True)
+        worker.start()
+        worker.join(120)  # a call without a deadline would hang here
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        store.config.timeout = saved
+    worker.join(60)
+    assert set(outcome) == {"search", "count", "upsert"}, outcome
+    assert all("took longer than store.timeout (1.5 s)" in v for v in outcome.values()), outcome
+    assert store.count("slow", consistency="Strong") in (1, 2)  # the upsert may have landed
+
+
+def engine_pid(store, request) -> int:
+    """The process that answers this store's RPCs: the server's forwarder, or Milvus Lite."""
+    if store.is_server:
+        return request.getfixturevalue("milvus_server").forwarder.pid
+    from pathlib import Path
+
+    from milvus_lite.server_manager import server_manager_instance
+
+    return server_manager_instance._servers[str(Path(store.config.uri).resolve())]._p.pid
+
+
+def test_delete_by_filter_flush_and_reindex(store):
+    rng = np.random.default_rng(11)
+    store.create_collection("bulk", dim=8)
+    data = unit_rows(rng, 200, 8)
+    store.upsert(
+        "bulk", [f"b{i}" for i in range(200)], data, [{"even": i % 2 == 0} for i in range(200)]
+    )
+    store.flush("bulk")
+    progress = store.wait_for_index("bulk", timeout=120)
+    assert progress["pending_rows"] == 0 and progress["index_type"] == "FLAT"
+    assert store.delete_matching("bulk", 'metadata["even"] == true') == 100
+    assert store.count("bulk") == 100
+    with pytest.raises(FilterError):
+        store.delete_matching("bulk", "metadata[")
+    assert store.count("bulk") == 100
+    if not store.is_server:
+        with pytest.raises(ConfigError, match="cannot change a collection's index"):
+            store.rebuild_index("bulk", "IVF_FLAT")
+        return
+    info = store.rebuild_index("bulk", "HNSW", "COSINE", {"M": 8, "efConstruction": 100, "ef": 200})
+    assert (info["index_type"], info["count"]) == ("HNSW", 100)
+    assert store.wait_for_index("bulk", timeout=120)["index_type"] == "HNSW"
+    hits = store.search("bulk", data[1], topk=1)[0]
+    assert hits[0].id == "b1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
 
 
 def test_persistence_and_crash_after_acknowledge(tmp_path):
@@ -254,7 +475,9 @@ def test_persistence_and_crash_after_acknowledge(tmp_path):
             text=True,
             timeout=120,
         )
-        assert other.returncode != 0 and "another process" in other.stderr
+        assert other.returncode != 0 and f"process {os.getpid()} holds it" in other.stderr, (
+            other.stderr
+        )
     with VectorStore(StoreConfig(uri=uri)) as again:  # closed above: the folder lock is released
         assert again.count("kept") == 39
 

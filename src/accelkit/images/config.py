@@ -129,6 +129,7 @@ class StoreConfig(Settings):
 
     uri: str = "./accelkit_images.db"
     token: str | None = None
+    db_name: str = ""  # a server's database (Milvus >= 2.2.9); "" is the server's default
     collection_name: str = "images"
     embedding_dim: int = 1280
     index_type: Literal["FLAT", "IVF_FLAT", "HNSW"] = "FLAT"
@@ -139,7 +140,10 @@ class StoreConfig(Settings):
     efConstruction: int = 200
     ef: int = 64
     insert_batch_size: int = 1000
-    timeout: float = 30.0
+    timeout: float = 30.0  # every store call (connect, search, insert, ...) gives up after this
+    # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
+    consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
+    flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
 
     @field_validator("embedding_dim", "nlist", "nprobe", "M", "efConstruction", "ef", "insert_batch_size")
     @classmethod
@@ -161,6 +165,18 @@ class StoreConfig(Settings):
     @classmethod
     def _upper(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("consistency", mode="before")
+    @classmethod
+    def _title(cls, value: Any) -> Any:
+        return value.strip().title() if isinstance(value, str) else value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if not 0 < value <= 3600:
+            raise ValueError("must be between 0 and 3600 seconds")
+        return value
 
 
 class ServerConfig(Settings):
@@ -236,7 +252,7 @@ _TRITON_ENV = {"TRITON_URL": "triton_url", "TRITON_MODEL_NAME": "triton_model_na
                "TRITON_INPUT_NAME": "input_name", "TRITON_OUTPUT_NAME": "output_name"}
 
 
-_MILVUS_KEYS = {"collection_name", "embedding_dim", "index_type", "metric_type", "nlist", "nprobe", "M", "efConstruction",
+_MILVUS_KEYS = {"collection_name", "embedding_dim", "db_name", "index_type", "metric_type", "nlist", "nprobe", "M", "efConstruction",
                 "uri", "token", "ef", "insert_batch_size", "timeout"}
 
 

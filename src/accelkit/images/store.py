@@ -1,29 +1,42 @@
 """`VectorStore`: image vectors with string ids and JSON metadata in Milvus, through `pymilvus`.
 
-One client serves both deployments: a Milvus Lite database folder (`./accelkit_images.db`,
+One client serves both deployments: a Milvus Lite database file (`./accelkit_images.db`,
 embedded in this process, the default) or a Milvus server/cluster (`http://host:19530` + token).
 A collection has three fields: `id` (VARCHAR primary key, user-given or generated), `vector`
 (FLOAT_VECTOR) and `metadata` (JSON, filterable as `metadata["category"] == "nature"`).
 
 Why the details below exist:
-* Collections are created with Strong consistency, so a search right after an acknowledged upsert
-  sees it (Milvus' default "Bounded" may not).
+* **No user string changes what an operation means.** Ids and collection names are checked
+  against strict rules (`accelkit.images.schema`) before they reach Milvus, and the primary-key
+  expressions for get/delete are built here with escaped string literals, never by pymilvus'
+  `get(ids=)`/`delete(ids=)`, which paste ids between quotes unescaped. Milvus Lite pastes ids
+  into SQL on upsert, so the id alphabet has no quote at all.
+* **Every call is bounded** by `store.timeout` (a filter over 20,000 terms once ran 573 s).
+* **Consistency per call.** Collections are created Strong; reads ask for `store.consistency`
+  (default Session: this client's own writes are visible at once, which is what an insert followed
+  by a search from the same process or service needs, at ~2-5 ms instead of Strong's ~200 ms on a
+  server). Any read may ask for another level.
+* **Flush and index.** On a server, inserted rows sit in growing segments that no HNSW/IVF index
+  covers until they are sealed; `flush` seals them and `wait_for_index` waits until the index
+  covers every row. Bulk inserts call `flush` at the end (`store.flush_after_rows`).
 * A collection that was released, or reopened from disk, must be loaded before search/get/query;
   `_ensure_loaded` does it once per collection and again if Milvus says it is not loaded.
 * Inserts are upserts (idempotent by id), sent in `insert_batch_size` rows; duplicate ids within
   one call keep the last row, as a sequence of single upserts would.
-* pymilvus logs every failed RPC with a traceback; we turn each failure into one `AccelkitError`
-  line, so its logger is quieted.
+* pymilvus logs every failed RPC with a traceback; each failure becomes one `AccelkitError` line
+  without engine internals, so its logger is quieted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +44,22 @@ import numpy as np
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError, require
 from accelkit.images.config import StoreConfig
+from accelkit.images.schema import (
+    MAX_DIM,
+    check_collection_name,
+    check_filter,
+    check_ids,
+    check_metadata,
+)
 
 log = logging.getLogger(__name__)
 
 ID_FIELD, VECTOR_FIELD, METADATA_FIELD = "id", "vector", "metadata"
-MAX_ID_LENGTH = 512
+MAX_ID_LENGTH = (
+    512  # the VARCHAR's capacity in the schema; ids themselves are at most 256 characters
+)
 PROP_DESCRIPTION, PROP_INDEX = "accelkit.description", "accelkit.index"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
 
 
 class StoreError(AccelkitError):
@@ -115,23 +137,14 @@ class IndexSpec:
         return {}
 
 
-def check_collection_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InputError(
-            f"collection name {name!r} is invalid; use letters, digits and underscores, starting with a letter or _ (at most 255)"
-        )
-    return name
+def literal(text: str) -> str:
+    """`text` as a Milvus string literal: double quotes, with backslash and quote escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def check_ids(ids: Sequence[Any]) -> list[str]:
-    out = []
-    for i, value in enumerate(ids):
-        if not isinstance(value, str) or not value:
-            raise InputError(f"id #{i} ({value!r}) must be a non-empty string")
-        if len(value.encode("utf-8")) > MAX_ID_LENGTH:
-            raise InputError(f"id #{i} is longer than {MAX_ID_LENGTH} bytes")
-        out.append(value)
-    return out
+def ids_filter(ids: Sequence[str]) -> str:
+    """`id in ["a", "b"]` for checked ids, every one escaped (defence in depth)."""
+    return f"{ID_FIELD} in [{', '.join(literal(i) for i in check_ids(list(ids)))}]"
 
 
 def redact_uri(uri: str) -> str:
@@ -148,6 +161,10 @@ def _quiet_pymilvus() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+class StoreTimeoutError(StoreError):
+    """A store call ran past `store.timeout`."""
+
+
 class VectorStore:
     """Collections of (string id, vector, JSON metadata) in Milvus Lite or a Milvus server.
 
@@ -157,7 +174,7 @@ class VectorStore:
         store.upsert("photos", ["a", "b"], vectors, [{"tag": "cat"}, {"tag": "dog"}])
         hits = store.search("photos", query, topk=10, filter_expr='metadata["tag"] == "cat"')[0]
     ```
-    Thread-safe: the pymilvus client is, and the loaded-collection cache has a lock.
+    Thread-safe: the pymilvus client is, and the caches have a lock.
     """
 
     def __init__(self, config: StoreConfig | None = None, **overrides: Any):
@@ -165,12 +182,20 @@ class VectorStore:
         self._loaded: set[str] = set()
         self._specs: dict[str, IndexSpec] = {}
         self._dims: dict[str, int] = {}  # cached: searches should not pay two extra RPCs
+        # Collections with a delete that no later write's timestamp covers: Milvus 2.3 answers a
+        # delete with timestamp 0, so a Session read would not wait for it; such reads go Strong
+        # until the next upsert (whose timestamp is later than the delete's) returns.
+        self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._client = self._connect()
 
     @property
     def uri(self) -> str:
         return redact_uri(self.config.uri)
+
+    @property
+    def is_server(self) -> bool:
+        return not is_local_uri(self.config.uri)
 
     def _connect(self):
         require("pymilvus", "images")
@@ -189,13 +214,21 @@ class VectorStore:
                 if is_local_uri(uri):
                     require("milvus_lite", "images")
                 return MilvusClient(
-                    uri=uri, token=self.config.token or "", timeout=self.config.timeout
+                    uri=uri,
+                    token=self.config.token or "",
+                    db_name=self.config.db_name,
+                    timeout=self.config.timeout,
                 )
         except Exception as exc:
             if is_local_uri(uri):
+                holder = lite_lock_holder(uri)
+                if holder is not None:
+                    raise StoreError(
+                        f"cannot open the Milvus Lite database {uri}: process {holder} holds it "
+                        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
+                    ) from exc
                 raise StoreError(
-                    f"cannot open the Milvus Lite database {uri}: {_reason(exc)}; another process "
-                    "(e.g. a running `accelkit images serve`) may hold it — stop it, or use that service"
+                    f"cannot open the Milvus Lite database {uri}: {_reason(exc)}"
                 ) from exc
             raise StoreError(
                 f"cannot connect to Milvus at {self.uri}: {_reason(exc)}; check store.uri/token and that the server runs"
@@ -208,7 +241,7 @@ class VectorStore:
                 client.close()
             finally:
                 if is_local_uri(self.config.uri):
-                    # release the embedded server now (and its folder lock), not at process exit
+                    # release the embedded server now (and its file lock), not at process exit
                     try:
                         from milvus_lite.server_manager import server_manager_instance
 
@@ -222,15 +255,29 @@ class VectorStore:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """One pymilvus call, bounded by `store.timeout`; failures become one clean line."""
         if self._client is None:
             raise StoreError("this VectorStore is closed")
+        kwargs.setdefault("timeout", self.config.timeout)
         try:
             return fn(*args, **kwargs)
         except AccelkitError:
             raise
         except Exception as exc:
+            if _timed_out(exc):
+                raise StoreTimeoutError(
+                    f"{what} took longer than store.timeout ({self.config.timeout:g} s); "
+                    "retry, narrow the filter, or raise store.timeout"
+                ) from exc
             raise StoreError(f"{what} failed: {_reason(exc)}") from exc
+
+    def _consistency(self, name: str, level: str | None) -> str:
+        level = level or self.config.consistency
+        if level not in CONSISTENCY_LEVELS:
+            raise InputError(f"consistency {level!r} is not one of {', '.join(CONSISTENCY_LEVELS)}")
+        with self._lock:
+            return "Strong" if level == "Session" and name in self._deleted else level
 
     # collections -----------------------------------------------------------------------------
 
@@ -265,11 +312,15 @@ class VectorStore:
         exist_ok: bool = False,
     ) -> dict[str, Any]:
         """Create `name` with a `dim`-d vector field (default `store.embedding_dim`); returns `describe(name)`.
-        An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim."""
+        An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim.
+        All or nothing: everything is checked first, and a collection whose index or load fails is dropped."""
         check_collection_name(name)
-        dim = int(dim or self.config.embedding_dim)
-        if dim < 1 or dim > 32768:
-            raise InputError(f"dim {dim} must be between 1 and 32768")
+        dim = self.config.embedding_dim if dim is None else dim
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= MAX_DIM:
+            raise InputError(f"dim {dim!r} must be a whole number between 1 and {MAX_DIM}")
+        if not isinstance(description, str):
+            raise InputError("description must be a string")
+        spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
         if self.has_collection(name):
             if not exist_ok:
                 raise CollectionExistsError(
@@ -281,27 +332,24 @@ class VectorStore:
                     f"collection {name!r} holds {info['dim']}-d vectors, not {dim}-d; use another collection"
                 )
             return info
-        spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
+        if not self.is_server and spec.index_type == "HNSW":
+            raise ConfigError(
+                f"Milvus Lite ({self.uri}) supports the index types FLAT and IVF_FLAT; "
+                f"{spec.index_type} needs a Milvus server (store.uri: http://host:19530)"
+            )
         from pymilvus import DataType
 
         client = self._client
         schema = client.create_schema(
-            auto_id=False, enable_dynamic_field=False, description=description or ""
+            auto_id=False, enable_dynamic_field=False, description=description
         )
         schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
         schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field(METADATA_FIELD, DataType.JSON)
-        index = client.prepare_index_params()
-        index.add_index(
-            VECTOR_FIELD,
-            index_type=spec.index_type,
-            metric_type=spec.metric_type,
-            params=spec.build_params(),
-        )
         # Our own record of the description and index spec travels as collection properties:
         # Milvus Lite does not return either from describe_collection/describe_index.
         properties = {
-            PROP_DESCRIPTION: description or "",
+            PROP_DESCRIPTION: description,
             PROP_INDEX: json.dumps(
                 {
                     "index_type": spec.index_type,
@@ -310,35 +358,40 @@ class VectorStore:
                 }
             ),
         }
+        self._call(
+            f"creating collection {name!r}",
+            client.create_collection,
+            name,
+            schema=schema,
+            consistency_level="Strong",
+            description=description,
+            properties=properties,
+        )
         try:
-            self._create(name, schema, index, description, properties)
-        except StoreError as exc:
-            if "local mode only support" in str(exc):
-                # Milvus Lite creates the collection before it refuses the index: undo that
-                if self._client.has_collection(name):
-                    self._client.drop_collection(name)
-                raise ConfigError(
-                    f"Milvus Lite ({self.uri}) supports the index types FLAT and IVF_FLAT; "
-                    f"{spec.index_type} needs a Milvus server (store.uri: http://host:19530)"
-                ) from exc
+            self._call(
+                f"indexing collection {name!r}", client.create_index, name, self._index_params(spec)
+            )
+            self._call(f"loading collection {name!r}", client.load_collection, name)
+        except BaseException:
+            try:  # all or nothing: no half-created collection is left behind
+                client.drop_collection(name, timeout=self.config.timeout)
+            except Exception:
+                log.warning("could not drop the half-created collection %r", name)
             raise
-        self._call(f"loading collection {name!r}", client.load_collection, name)
         with self._lock:
             self._loaded.add(name)
             self._specs[name] = spec
         return self.describe(name)
 
-    def _create(self, name, schema, index, description, properties) -> None:
-        self._call(
-            f"creating collection {name!r}",
-            self._client.create_collection,
-            name,
-            schema=schema,
-            index_params=index,
-            consistency_level="Strong",
-            description=description or "",
-            properties=properties,
+    def _index_params(self, spec: IndexSpec):
+        index = self._client.prepare_index_params()
+        index.add_index(
+            VECTOR_FIELD,
+            index_type=spec.index_type,
+            metric_type=spec.metric_type,
+            params=spec.build_params(),
         )
+        return index
 
     def describe(self, name: str) -> dict[str, Any]:
         """name, description, dim, count, index_type, metric_type, index params."""
@@ -359,11 +412,16 @@ class VectorStore:
             "index_params": dict(spec.params),
         }
 
-    def count(self, name: str) -> int:
+    def count(self, name: str, consistency: str | None = None) -> int:
         """Stored items (upserts of an existing id count once)."""
-        self._ensure_loaded(name)
-        rows = self._call(
-            f"counting {name!r}", self._client.query, name, filter="", output_fields=["count(*)"]
+        rows = self._with_load(
+            name,
+            f"counting {name!r}",
+            self._client.query,
+            name,
+            filter="",
+            output_fields=["count(*)"],
+            consistency_level=self._consistency(name, consistency),
         )
         return int(rows[0]["count(*)"])
 
@@ -395,12 +453,7 @@ class VectorStore:
                 with self._lock:
                     self._specs[name] = spec
                 return spec
-        info = (
-            self._call(
-                f"describing the index of {name!r}", self._client.describe_index, name, VECTOR_FIELD
-            )
-            or {}
-        )
+        info = self._index_info(name)
         kind = str(info.get("index_type", "FLAT")).upper()
         params = {
             k: int(info[k])
@@ -424,6 +477,19 @@ class VectorStore:
             self._specs[name] = spec
         return spec
 
+    def _index_info(self, name: str) -> dict[str, Any]:
+        names = self._call(
+            f"listing the indexes of {name!r}", self._client.list_indexes, name, VECTOR_FIELD
+        )
+        if not names:
+            return {}
+        return (
+            self._call(
+                f"describing the index of {name!r}", self._client.describe_index, name, names[0]
+            )
+            or {}
+        )
+
     def _ensure_loaded(self, name: str, force: bool = False) -> None:
         with self._lock:
             if name in self._loaded and not force:
@@ -438,6 +504,8 @@ class VectorStore:
         self._ensure_loaded(name)
         try:
             return self._call(what, fn, *args, **kwargs)
+        except StoreTimeoutError:
+            raise
         except StoreError as exc:
             if "load" not in str(exc).lower():
                 raise
@@ -455,7 +523,7 @@ class VectorStore:
     ) -> list[str]:
         """Store (or replace) items; returns the ids. Acknowledged means stored: the call returns
         after Milvus has accepted every batch."""
-        ids = check_ids(ids)
+        ids = check_ids(list(ids))
         vectors = np.asarray(vectors, np.float32)
         if vectors.ndim != 2 or len(vectors) != len(ids):
             raise DataError(
@@ -466,11 +534,10 @@ class VectorStore:
         metadata = list(metadata) if metadata is not None else [None] * len(ids)
         if len(metadata) != len(ids):
             raise DataError(f"got {len(ids)} ids but {len(metadata)} metadata entries")
-        for i, meta in enumerate(metadata):
-            if meta is not None and not isinstance(meta, Mapping):
-                raise DataError(
-                    f"metadata #{i} must be a JSON object (a mapping), not {type(meta).__name__}"
-                )
+        metadata = [
+            check_metadata(dict(m) if isinstance(m, Mapping) else m, f"metadata #{i}")
+            for i, m in enumerate(metadata)
+        ]
         if not ids:
             return []
         dim = self.describe_dim(name)
@@ -482,7 +549,7 @@ class VectorStore:
             {
                 ID_FIELD: ids[i],
                 VECTOR_FIELD: vectors[i],  # numpy rows: pymilvus packs them ~15 % faster than lists
-                METADATA_FIELD: dict(metadata[i] or {}),
+                METADATA_FIELD: metadata[i],
             }
             for i in order
         ]
@@ -491,6 +558,8 @@ class VectorStore:
             self._call(
                 f"inserting into {name!r}", self._client.upsert, name, rows[start : start + step]
             )
+        with self._lock:
+            self._deleted.discard(name)
         return ids
 
     def describe_dim(self, name: str) -> int:
@@ -505,16 +574,22 @@ class VectorStore:
         return dim
 
     def search(
-        self, name: str, queries: np.ndarray, topk: int = 10, filter_expr: str | None = None
+        self,
+        name: str,
+        queries: np.ndarray,
+        topk: int = 10,
+        filter_expr: str | None = None,
+        consistency: str | None = None,
     ) -> list[list[Hit]]:
         """Top-k hits (best first) for each query row, optionally among items matching `filter_expr`."""
+        filter_expr = check_filter(filter_expr)
         queries = np.asarray(queries, np.float32)
         if queries.ndim == 1:
             queries = queries[None]
-        if not isinstance(topk, int) or topk < 1 or topk > 16384:
+        if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1 or topk > 16384:
             raise InputError(f"topk {topk!r} must be an integer between 1 and 16384")
-        if not np.isfinite(queries).all():
-            raise DataError("query vector contains NaN or Inf")
+        if queries.ndim != 2 or not np.isfinite(queries).all():
+            raise DataError("query vector must be a flat list of finite numbers (no NaN or Inf)")
         dim = self.describe_dim(name)
         if queries.shape[1] != dim:
             raise DataError(
@@ -532,12 +607,13 @@ class VectorStore:
                 filter=filter_expr or "",
                 output_fields=[METADATA_FIELD],
                 search_params={"metric_type": spec.metric_type, "params": spec.search_params(topk)},
+                consistency_level=self._consistency(name, consistency),
             )
+        except StoreTimeoutError:
+            raise
         except StoreError as exc:
             if filter_expr:
-                raise InputError(
-                    f"search with filter {filter_expr!r} failed: {str(exc).split(': ', 1)[-1]}"
-                ) from exc
+                raise FilterError(filter_expr, exc) from exc
             raise
         return [
             [
@@ -552,15 +628,25 @@ class VectorStore:
         ]
 
     def get(
-        self, name: str, ids: Sequence[str], with_vectors: bool = False
+        self,
+        name: str,
+        ids: Sequence[str],
+        with_vectors: bool = False,
+        consistency: str | None = None,
     ) -> list[dict[str, Any]]:
         """Stored items among `ids` (missing ones are left out), in the order of `ids`."""
-        ids = check_ids(ids)
+        ids = list(dict.fromkeys(check_ids(list(ids))))
         if not ids:
             return []
-        fields = [METADATA_FIELD] + ([VECTOR_FIELD] if with_vectors else [])
+        fields = [ID_FIELD, METADATA_FIELD] + ([VECTOR_FIELD] if with_vectors else [])
         rows = self._with_load(
-            name, f"reading from {name!r}", self._client.get, name, ids=ids, output_fields=fields
+            name,
+            f"reading from {name!r}",
+            self._client.query,
+            name,
+            filter=ids_filter(ids),
+            output_fields=fields,
+            consistency_level=self._consistency(name, consistency),
         )
         by_id = {}
         for row in rows:
@@ -568,16 +654,140 @@ class VectorStore:
             if with_vectors:
                 item["vector"] = np.asarray(row[VECTOR_FIELD], np.float32)
             by_id[item["id"]] = item
-        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+        return [by_id[i] for i in ids if i in by_id]
 
     def delete(self, name: str, ids: Sequence[str]) -> int:
         """Delete items by id; returns how many of them existed."""
-        ids = list(dict.fromkeys(check_ids(ids)))
+        ids = list(dict.fromkeys(check_ids(list(ids))))
         if not ids:
             return 0
-        present = len(self.get(name, ids))
-        self._with_load(name, f"deleting from {name!r}", self._client.delete, name, ids=ids)
+        present = len(self.get(name, ids, consistency="Strong"))
+        with self._lock:
+            self._deleted.add(name)
+        self._with_load(
+            name, f"deleting from {name!r}", self._client.delete, name, filter=ids_filter(ids)
+        )
         return present
+
+    def delete_matching(self, name: str, filter_expr: str) -> int:
+        """Delete every item matching a filter expression; returns how many matched."""
+        filter_expr = check_filter(filter_expr)
+        if not filter_expr:
+            raise InputError("delete by filter needs a non-empty filter expression")
+        try:
+            rows = self._with_load(
+                name,
+                f"counting matches in {name!r}",
+                self._client.query,
+                name,
+                filter=filter_expr,
+                output_fields=["count(*)"],
+                consistency_level="Strong",
+            )
+            with self._lock:
+                self._deleted.add(name)
+            self._with_load(
+                name, f"deleting from {name!r}", self._client.delete, name, filter=filter_expr
+            )
+        except StoreTimeoutError:
+            raise
+        except StoreError as exc:
+            raise FilterError(filter_expr, exc) from exc
+        return int(rows[0]["count(*)"])
+
+    # flush and index ---------------------------------------------------------------------------
+
+    def flush(self, name: str) -> None:
+        """Seal the collection's growing segments so the index can cover them (a server builds
+        indexes on sealed segments only; Milvus Lite indexes as it goes)."""
+        self._require(name)
+        self._call(f"flushing {name!r}", self._client.flush, name)
+
+    def index_progress(self, name: str) -> dict[str, Any]:
+        """index_type, state, indexed_rows, total_rows, pending_rows of the vector index."""
+        self._require(name)
+        info = self._index_info(name)
+        spec = self._spec(name)
+        total = int(info.get("total_rows", 0) or 0)
+        indexed = int(info.get("indexed_rows", 0) or 0)
+        return {
+            "collection": name,
+            "index_type": spec.index_type,
+            "metric_type": spec.metric_type,
+            "state": str(info.get("state", "Finished")),
+            "indexed_rows": indexed,
+            "total_rows": total,
+            "pending_rows": int(info.get("pending_index_rows", max(total - indexed, 0)) or 0),
+        }
+
+    def wait_for_index(
+        self,
+        name: str,
+        timeout: float | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Flush, then wait until the index covers every sealed row (or `timeout` seconds pass)."""
+        self.flush(name)
+        deadline = time.monotonic() + (timeout if timeout is not None else 10 * self.config.timeout)
+        while True:
+            state = self.index_progress(name)
+            if progress:
+                progress(state)
+            if state["state"] == "Failed":
+                raise StoreError(
+                    f"building the index of {name!r} failed on the server; see its log"
+                )
+            if state["pending_rows"] == 0 and state["indexed_rows"] >= state["total_rows"]:
+                return state
+            if time.monotonic() > deadline:
+                raise StoreTimeoutError(
+                    f"the index of {name!r} covers {state['indexed_rows']:,} of {state['total_rows']:,} rows "
+                    "after the wait; it keeps building on the server, check again later"
+                )
+            time.sleep(0.5)
+
+    def rebuild_index(
+        self,
+        name: str,
+        index_type: str | None = None,
+        metric_type: str | None = None,
+        index_params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Replace the vector index on a server (release, drop, create, load); searches pause meanwhile."""
+        self._require(name)
+        spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
+        if not self.is_server:
+            raise ConfigError(
+                f"Milvus Lite ({self.uri}) cannot change a collection's index; create a new "
+                "collection with the index you want and insert into it (or use a Milvus server)"
+            )
+        client = self._client
+        self._call(f"releasing {name!r}", client.release_collection, name)
+        with self._lock:
+            self._loaded.discard(name)
+        for index_name in (
+            self._call(f"listing the indexes of {name!r}", client.list_indexes, name, VECTOR_FIELD)
+            or []
+        ):
+            self._call(f"dropping the index of {name!r}", client.drop_index, name, index_name)
+        self._call(f"indexing {name!r}", client.create_index, name, self._index_params(spec))
+        record = json.dumps(
+            {
+                "index_type": spec.index_type,
+                "metric_type": spec.metric_type,
+                "params": dict(spec.params),
+            }
+        )
+        self._call(
+            f"recording the index of {name!r}",
+            client.alter_collection_properties,
+            name,
+            {PROP_INDEX: record},
+        )
+        with self._lock:
+            self._specs[name] = spec
+        self._ensure_loaded(name, force=True)
+        return self.describe(name)
 
     def load_all(self) -> list[str]:
         """Load every collection now (a service does this at start: loading 100k vectors from
@@ -595,9 +805,83 @@ class VectorStore:
             return {"ok": False, "uri": self.uri, "error": str(exc)}
 
 
+class FilterError(InputError):
+    """Milvus refused a filter expression: one line, without the engine's internals."""
+
+    def __init__(self, filter_expr: str, cause: BaseException):
+        shown = filter_expr if len(filter_expr) <= 80 else filter_expr[:77] + "..."
+        super().__init__(
+            f"filter {shown!r} was refused: {_filter_reason(str(cause))}; "
+            'write it like metadata["album"] == "2026" (see docs/images.md, Filters)'
+        )
+
+
+def _filter_reason(text: str) -> str:
+    """The useful part of Milvus' message about an expression (no source paths, codes or echo)."""
+    text = text.split(" failed: ", 1)[-1]
+    text = re.sub(r"\s+at /\S+", "", text)  # C++ source locations
+    text = re.sub(r"\b(segcore error|invalid parameter)\b", "", text)
+    found = re.search(r"error: (.*)$", text, re.S)
+    if found:
+        text = found.group(1)
+    elif "Invalid expr" in text or "cannot parse" in text:
+        text = "it is not a valid expression"
+    text = " ".join(text.replace("=>", " ").split()).strip(" :;,")
+    if "type check failed" in text or "not a boolean" in text:
+        text = "it compares values of different types or is not a true/false condition"
+    return (text[:160] + "...") if len(text) > 160 else (text or "it is not a valid expression")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "deadline" in text or "timeout" in text or "timed out" in text
+
+
+def lite_lock_holder(uri: str) -> int | None:
+    """PID of another process that has the Milvus Lite database `uri` open, or None.
+
+    Milvus Lite runs its engine as a child process that holds the file; the process reported is
+    that child's parent (e.g. `accelkit images serve`). Read from /proc (Linux), so a refused open
+    says who holds the file only when that is true."""
+    from pathlib import Path
+
+    db = str(Path(uri).expanduser().resolve())
+    me = os.getpid()
+
+    def parent(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target == db:
+                owner = parent(pid)
+                if owner == me:
+                    break  # our own engine
+                return owner if owner > 1 else pid
+    return None
+
+
 def _reason(exc: BaseException) -> str:
     """pymilvus' exception text without its wrapper: `<MilvusException: (code=1, message=...)>` -> message."""
     text = str(exc)
     found = re.search(r"message=(.*)\)>?$", text, re.S)
     text = found.group(1) if found else text
+    text = re.sub(r"\s+at /\S+", "", text)
     return " ".join(text.split()) or type(exc).__name__
