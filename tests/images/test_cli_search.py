@@ -125,3 +125,57 @@ def test_cli_store_round_trip(tmp_path, config, photos, capsys):
         config,
     )
     assert code == 0 and "inserted 1 of 1 into fresh" in out
+
+
+def test_search_results_name_the_files(tmp_path, config, photos, capsys):
+    """Inserting files records each one's path inside the folder given under "source"; search
+    shows it, in the table and in JSON."""
+    folder = tmp_path / "album"
+    (folder / "trip").mkdir(parents=True)
+    Image.fromarray(photos["rocket"]).save(folder / "trip" / "launch.png")
+    Image.fromarray(photos["chelsea"]).save(folder / "cat.png")
+    code, out, err = run(
+        capsys,
+        "insert",
+        str(folder),
+        "-c",
+        "named",
+        "--create-collection",
+        "--config",
+        config,
+        "--json",
+    )
+    assert code == 0, err
+    assert sorted(i["source"] for i in json.loads(out)["items"]) == ["cat.png", "trip/launch.png"]
+    query = tmp_path / "q.jpg"
+    query.write_bytes(altered(photos["rocket"]))
+    code, out, err = run(capsys, "search", str(query), "-c", "named", "--config", config, "--json")
+    results = json.loads(out)["results"]
+    assert code == 0 and results[0]["metadata"] == {"source": "trip/launch.png"}
+    assert len(results[0]["id"]) == 32  # a content id: the name is what a person reads
+    code, out, err = run(capsys, "search", str(query), "-c", "named", "--config", config)
+    assert code == 0 and "source" in out and "trip/launch.png" in out
+    single = tmp_path / "solo.png"
+    Image.fromarray(photos["coffee"]).save(single)
+    code, out, err = run(capsys, "insert", str(single), "-c", "named", "--config", config, "--json")
+    assert code == 0 and json.loads(out)["items"][0]["source"] == "solo.png"
+
+
+def test_inputs_are_checked_before_the_model_or_store_opens(tmp_path, capsys):
+    """A missing file is the error, not the unreachable store or the missing model behind it."""
+    path = tmp_path / "unreachable.yaml"
+    path.write_text(
+        f"model:\n  onnx_path: {tmp_path / 'no-model.onnx'}\nstore:\n  uri: http://127.0.0.1:9\n  timeout: 60\n"
+    )
+    missing = str(tmp_path / "nope.jpg")
+    for args in (
+        ["insert", missing, "--config", str(path)],
+        ["search", missing, "--config", str(path)],
+        ["embed", missing, "--config", str(path), "-o", str(tmp_path / "e.npy")],
+    ):
+        code, _out, err = run(capsys, *args)
+        assert code == 2 and "nope.jpg: no such file" in err and err.count("\n") == 1, (args, err)
+    code, _out, err = run(
+        capsys, "search", str(tmp_path), "--filter", "x\x00", "--config", str(path)
+    )
+    assert code == 2 and "--filter contains a control character" in err

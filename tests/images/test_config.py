@@ -35,13 +35,36 @@ def original(tmp_path):
     return path
 
 
+def test_original_config_must_choose_its_backend(original):
+    """The original service always ran Triton: its config must now say which backend it means."""
+    with pytest.raises(
+        ConfigError, match=r"triton: section but no model\.backend; set model\.backend: triton"
+    ):
+        ServiceConfig.from_yaml(original, env={})
+    chosen = ServiceConfig.from_yaml(original, env={"ACCELKIT_MODEL_BACKEND": "onnxruntime"})
+    assert chosen.model.backend == "onnxruntime"
+
+
 def test_original_preprocess_section_loads_unchanged(original):
-    config = ServiceConfig.from_yaml(original, env={})
+    config = ServiceConfig.from_yaml(original, env={}, model={"backend": "triton"})
     p = config.preprocess
-    assert (p.image_size, p.batch_size, p.num_workers, p.data_format, p.use_gpu, p.jax_platform) == ((224, 224), 16, 2, "NHWC", True, None)
+    assert (
+        p.image_size,
+        p.batch_size,
+        p.num_workers,
+        p.data_format,
+        p.use_gpu,
+        p.jax_platform,
+    ) == ((224, 224), 16, 2, "NHWC", True, None)
     assert p.mean == (0.485, 0.456, 0.406) and p.std == (0.229, 0.224, 0.225)
     m = config.model
-    assert (m.triton_url, m.triton_model_name, m.triton_protocol, m.input_name, m.output_name) == ("localhost:8001", "resnet50", "grpc", "input", "output")
+    assert (m.triton_url, m.triton_model_name, m.triton_protocol, m.input_name, m.output_name) == (
+        "localhost:8001",
+        "resnet50",
+        "grpc",
+        "input",
+        "output",
+    )
     assert config.log_level == "INFO"
     kwargs = p.preprocessor_kwargs()
     assert kwargs["max_batch"] == 16 and kwargs["data_format"] == "NHWC"
@@ -63,8 +86,14 @@ def test_unknown_keys_are_named(original, tmp_path):
 
 
 def test_precedence_keywords_yaml_env_defaults(original):
-    env = {"ACCELKIT_PREPROCESS_BATCH_SIZE": "64", "ACCELKIT_PREPROCESS_FIT": "letterbox", "JAX_PLATFORM": "cpu",
-           "ACCELKIT_MODEL_BACKEND": "triton", "TRITON_URL": "envhost:1", "ACCELKIT_LOG_LEVEL": "DEBUG"}
+    env = {
+        "ACCELKIT_PREPROCESS_BATCH_SIZE": "64",
+        "ACCELKIT_PREPROCESS_FIT": "letterbox",
+        "JAX_PLATFORM": "cpu",
+        "ACCELKIT_MODEL_BACKEND": "triton",
+        "TRITON_URL": "envhost:1",
+        "ACCELKIT_LOG_LEVEL": "DEBUG",
+    }
     config = ServiceConfig.from_yaml(original, env=env, preprocess={"num_workers": 8})
     p = config.preprocess
     assert p.batch_size == 16  # YAML beats environment
@@ -73,14 +102,31 @@ def test_precedence_keywords_yaml_env_defaults(original):
     assert config.model.backend == "triton" and config.model.triton_url == "localhost:8001"
     assert config.log_level == "INFO"
     env_only = ServiceConfig.from_env(env=env)
-    assert env_only.preprocess.batch_size == 64 and env_only.model.triton_url == "envhost:1" and env_only.log_level == "DEBUG"
+    assert (
+        env_only.preprocess.batch_size == 64
+        and env_only.model.triton_url == "envhost:1"
+        and env_only.log_level == "DEBUG"
+    )
 
 
 def test_every_field_has_an_env_variable():
     for name, field in PreprocessConfig.model_fields.items():
-        value = {"image_size": "128", "mean": "0.5,0.5,0.5", "std": "0.5,0.5,0.5", "batch_size": "3", "num_workers": "2",
-                 "data_format": "NHWC", "use_gpu": "true", "jax_platform": "gpu", "fit": "center-crop", "dtype": "bfloat16",
-                 "cache_compiled": "false", "max_pixels": "1000", "fast_jpeg_downscale": "false", "reducing_gap": "2.5"}[name]
+        value = {
+            "image_size": "128",
+            "mean": "0.5,0.5,0.5",
+            "std": "0.5,0.5,0.5",
+            "batch_size": "3",
+            "num_workers": "2",
+            "data_format": "NHWC",
+            "use_gpu": "true",
+            "jax_platform": "gpu",
+            "fit": "center-crop",
+            "dtype": "bfloat16",
+            "cache_compiled": "false",
+            "max_pixels": "1000",
+            "fast_jpeg_downscale": "false",
+            "reducing_gap": "2.5",
+        }[name]
         config = ServiceConfig.from_env(env={f"ACCELKIT_PREPROCESS_{name.upper()}": value})
         assert getattr(config.preprocess, name) != field.default, name
 

@@ -1,5 +1,6 @@
 """The HTTP service as users run it: `accelkit images serve` in a subprocess on 127.0.0.1 (a free
-port), driven with httpx; a real model, a real Milvus Lite database, restarts included."""
+port), driven with httpx; a real model, on Milvus Lite and on a real Milvus server, restarts
+included. The attacks that once lost data are regression tests here, on both stores."""
 
 import base64
 import io
@@ -83,7 +84,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, onnx_path, photos):
+def setup(tmp_path_factory, onnx_path, photos, store_settings):
     base = tmp_path_factory.mktemp("service")
     allowed = base / "allowed"
     allowed.mkdir()
@@ -92,14 +93,26 @@ def setup(tmp_path_factory, onnx_path, photos):
     os.symlink(base / "outside.jpg", allowed / "sneaky.jpg")
     config = base / "service.yaml"
     config.write_text(
-        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n  max_pixels: 4000000\n"
+        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
         f"model:\n  onnx_path: {onnx_path}\n"
-        f"store:\n  uri: {base / 'images.db'}\n"
-        f"server:\n  api_key: {KEY}\n  allowed_roots: [{allowed}]\n  max_body_bytes: 1000000\n"
+        f"store:\n{store_yaml(store_settings, base)}"
+        f"server:\n  api_key: {KEY}\n  allowed_roots: [{allowed}]\n  max_body_bytes: 2000000\n"
         f"  max_concurrency: 2\n  max_queue: 2\n  batch_max_wait_ms: 10\n  max_items_per_request: 16\n"
         f"log_level: WARNING\n"
     )
-    return {"base": base, "allowed": allowed, "config": config}
+    os.mkfifo(allowed / "pipe.jpg")  # a FIFO that never gets a writer
+    return {
+        "base": base,
+        "allowed": allowed,
+        "config": config,
+        "server_store": "db_name" in store_settings,
+    }
+
+
+def store_yaml(settings: dict, base: Path) -> str:
+    """The `store:` section for Milvus Lite (a file here) or the test server's database."""
+    settings = settings if "db_name" in settings else {"uri": str(base / "images.db")}
+    return "".join(f"  {key}: {value}\n" for key, value in settings.items())
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +132,13 @@ def error_of(response) -> dict:
     return body["error"]
 
 
-def test_health_auth_docs_and_metrics(server):
-    health = httpx.get(server.url + "/health").json()  # public: liveness needs no key
+def test_health_auth_docs_and_metrics(server, setup):
+    public = httpx.get(server.url + "/health")  # liveness needs no key, and says no more than that
+    assert public.status_code == 200 and public.json() == {"status": "ok"}
+    health = httpx.get(server.url + "/health", headers=AUTH).json()
     assert health["status"] == "ok" and health["model"]["dim"] == 1280 and health["store"]["ok"]
-    assert "uri" not in health["store"]
+    assert health["store"]["kind"] == ("milvus-server" if setup["server_store"] else "milvus-lite")
+    assert "uri" not in health["store"] and "127.0.0.1" not in json.dumps(health)
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
         response = httpx.get(server.url + "/collections", headers=headers)
         assert response.status_code == 401 and error_of(response)["code"] == "unauthorized"
@@ -135,19 +151,53 @@ def test_health_auth_docs_and_metrics(server):
         "/collections",
         "/collections/create",
         "/collections/{name}",
+        "/collections/{name}/stats",
+        "/collections/{name}/flush",
+        "/collections/{name}/index",
         "/insert",
         "/search",
         "/items",
+        "/delete",
+        "/embed",
     } <= set(paths)
-    assert "multipart/form-data" in paths["/insert"]["post"]["requestBody"]["content"]
+    schema = httpx.get(server.url + "/openapi.json").json()
+    insert_body = paths["/insert"]["post"]["requestBody"]["content"]
+    assert "multipart/form-data" in insert_body
+    assert insert_body["application/json"]["schema"]["$ref"].endswith("/InsertRequest")
+    fields = schema["components"]["schemas"]["InsertRequest"]["properties"]
+    assert {"collection", "items", "create_collection", "ids", "metadata"} <= set(fields)
     metrics = httpx.get(server.url + "/metrics", headers=AUTH).text
-    assert (
-        'accelkit_images_requests_total{method="GET",route="/collections",status="401"}' in metrics
-    )
+    assert 'accelkit_images_rejected_total{reason="unauthorized"}' in metrics
+    assert 'status="401"' not in metrics  # refused requests add no request series
     assert httpx.get(server.url + "/metrics").status_code == 401
 
 
-def test_collections_endpoints(server):
+def test_metrics_stay_bounded_under_invented_methods_and_paths(server):
+    def series() -> set[str]:
+        text = httpx.get(server.url + "/metrics", headers=AUTH).text
+        return {
+            line.rsplit(" ", 1)[0]
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
+
+    before = series()
+    with httpx.Client(base_url=server.url) as http:
+        for i in range(60):  # unauthenticated: refused, and counted only as such
+            http.request(f"BREW{i}", f"/x{i}")
+        for i in range(60):  # authenticated: unknown methods and paths collapse to one label each
+            http.request(f"BREW{i}", f"/y{i}", headers=AUTH)
+            http.get(f"/nowhere/{i}", headers=AUTH)
+    added = {s for s in series() - before if s.startswith("accelkit_images_requests_total")}
+    assert added <= {
+        'accelkit_images_requests_total{method="OTHER",route="unmatched",status="404"}',
+        'accelkit_images_requests_total{method="OTHER",route="unmatched",status="405"}',
+        'accelkit_images_requests_total{method="GET",route="unmatched",status="404"}',
+        'accelkit_images_requests_total{method="GET",route="/metrics",status="200"}',
+    }, added
+
+
+def test_collections_endpoints(server, setup):
     created = httpx.post(
         server.url + "/collections/create",
         headers=AUTH,
@@ -160,7 +210,7 @@ def test_collections_endpoints(server):
         },
     )
     assert created.status_code == 200, created.text
-    assert created.json() | {} == {
+    assert created.json() == {
         "name": "tmp_c",
         "description": "d",
         "dim": 8,
@@ -168,29 +218,110 @@ def test_collections_endpoints(server):
         "index_type": "FLAT",
         "metric_type": "L2",
         "index_params": {},
+        "message": "Collection 'tmp_c' created successfully",
     }
     again = httpx.post(
         server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c", "dim": 8}
     )
     assert again.status_code == 409 and error_of(again)["code"] == "collection_exists"
-    assert "tmp_c" in httpx.get(server.url + "/collections", headers=AUTH).json()["collections"]
+    listed = httpx.get(server.url + "/collections", headers=AUTH).json()
+    assert "tmp_c" in listed["collections"] and listed["count"] == len(listed["collections"])
+    stats = httpx.get(server.url + "/collections/tmp_c/stats", headers=AUTH).json()
+    assert (stats["name"], stats["num_entities"], stats["description"]) == ("tmp_c", 0, "d")
     rows = np.eye(8, dtype=np.float32)
     hit = httpx.post(
         server.url + "/search",
         headers=AUTH,
-        json={"collection_name": "tmp_c", "vector": rows[0].tolist()},
+        json={"collection": "tmp_c", "vector": rows[0].tolist()},
     )
     assert hit.status_code == 200 and hit.json()["results"] == []
-    assert httpx.delete(server.url + "/collections/tmp_c", headers=AUTH).json() == {
-        "dropped": "tmp_c"
-    }
+    flushed = httpx.post(server.url + "/collections/tmp_c/flush", headers=AUTH)
+    assert flushed.status_code == 200 and flushed.json()["index_type"] == "FLAT"
+    progress = httpx.get(
+        server.url + "/collections/tmp_c/index?wait=true", headers=AUTH, timeout=120
+    )
+    assert progress.status_code == 200 and progress.json()["pending_rows"] == 0
+    dropped = httpx.delete(server.url + "/collections/tmp_c", headers=AUTH).json()
+    assert dropped["dropped"] == "tmp_c"
     missing = httpx.get(server.url + "/collections/tmp_c", headers=AUTH)
     assert missing.status_code == 404 and "does not exist" in error_of(missing)["message"]
-    bad = httpx.post(
+    hnsw = httpx.post(
         server.url + "/collections/create", headers=AUTH, json={"name": "x", "index_type": "HNSW"}
     )
-    assert bad.status_code == 400 and "HNSW needs a Milvus server" in error_of(bad)["message"]
+    if setup["server_store"]:
+        assert hnsw.status_code == 200 and hnsw.json()["index_type"] == "HNSW"
+        assert httpx.delete(server.url + "/collections/x", headers=AUTH).status_code == 200
+    else:
+        assert hnsw.status_code == 400 and "HNSW needs a Milvus server" in error_of(hnsw)["message"]
     assert httpx.get(server.url + "/nowhere", headers=AUTH).status_code == 404
+
+
+def test_malformed_fields_are_4xx_naming_the_field(server, setup):
+    """Client mistakes never answer 500, and a refused create leaves nothing behind."""
+    url = server.url
+    before = httpx.get(url + "/collections", headers=AUTH).json()["collections"]
+    cases = [
+        ("/collections/create", {"name": "m1", "dim": "abc"}, 422, "dim"),
+        ("/collections/create", {"name": "m1", "dim": 1.5}, 422, "dim"),
+        ("/collections/create", {"name": "m1", "dim": 0}, 422, "dim"),
+        ("/collections/create", {"name": "m1", "index_type": 5}, 422, "index_type"),
+        ("/collections/create", {"name": "m1", "exist_ok": "false"}, 422, "exist_ok"),
+        ("/collections/create", {"name": "m1\n"}, 422, "name"),
+        (
+            "/collections/create",
+            {"name": "m1", "index_params": {"nlist": "x"}},
+            422,
+            "index_params",
+        ),
+        ("/collections/create", {"name": "m1", "description": "x" * 5000}, 422, "description"),
+        ("/collections/create", {"name": "m1", "metric_type": "HAMMING"}, 422, "metric_type"),
+        ("/search", {"vector": "abc"}, 422, "vector"),
+        ("/search", {"vector": [0.1] * 1280, "topk": "5"}, 422, "topk"),
+        ("/search", {"vector": [0.1] * 1280, "topk": 100000}, 422, "topk"),
+        ("/search", {"vector": [0.1] * 1280, "filter": ["x"]}, 422, "filter"),
+        ("/search", {"path": "/a\u0000b"}, 422, "NUL"),
+        ("/search", {"vector": [0.1] * 1280, "collection": "bad-name"}, 422, "collection"),
+        ("/insert", {"items": [{"image_base64": 5}]}, 422, "image_base64"),
+        ("/insert", {"items": "x"}, 422, "items"),
+        (
+            "/insert",
+            {"create_collection": "false", "images_base64": ["x"]},
+            422,
+            "create_collection",
+        ),
+        ("/delete", {"ids": "abc"}, 422, "ids"),
+        ("/embed", {"inputs": [1, 2]}, 422, "inputs"),
+    ]
+    for path, body, status, field in cases:
+        response = httpx.post(url + path, headers=AUTH, json=body, timeout=60)
+        assert response.status_code == status, (path, body, response.text)
+        assert field in error_of(response)["message"], (path, body, response.text)
+    deep = "[" * 100_000 + "]" * 100_000
+    nested = httpx.post(
+        url + "/search", headers={**AUTH, "content-type": "application/json"}, content=deep
+    )
+    assert nested.status_code == 400 and "nested too deeply" in error_of(nested)["message"]
+    deep_meta = {
+        "items": [
+            {"image_base64": b64(b"x"), "metadata": json.loads('{"a":' * 50 + "1" + "}" * 50)}
+        ]
+    }
+    httpx.post(
+        url + "/collections/create", headers=AUTH, json={"name": "malformed", "exist_ok": True}
+    )
+    refused = httpx.post(
+        url + "/insert", headers=AUTH, json={**deep_meta, "collection": "malformed"}
+    )
+    assert (
+        refused.status_code == 422
+        and "nested deeper" in error_of(refused)["detail"]["failures"][0]["error"]
+    )
+    bad_form = httpx.post(
+        url + "/search", headers=AUTH, files={"file": ("q.png", b"x")}, data={"topk": "many"}
+    )
+    assert bad_form.status_code == 422 and "topk" in error_of(bad_form)["message"]
+    after = httpx.get(url + "/collections", headers=AUTH).json()["collections"]
+    assert sorted(after) == sorted({*before, "malformed"})  # no half-created collection
 
 
 def test_insert_search_delete_all_input_forms(server, setup, photos):
@@ -212,6 +343,7 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
     assert multipart.status_code == 200, multipart.text
     report = multipart.json()
     assert report["ids"] == names and report["inserted"] == 4
+    assert report["inserted_ids"] == names and report["count"] == 4  # the original's fields
     assert [f["index"] for f in report["failures"]] == [4] and "not a recognised image" in report[
         "failures"
     ][0]["error"]
@@ -251,10 +383,12 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
         timeout=60,
     ).json()
     assert query["results"][0]["id"] == "rocket" and len(query["results"]) == 3
-    assert (
-        query["results"][0]["metadata"] == {"kind": "photo", "name": "rocket"}
+    assert (  # an upload's file name is recorded under "source"
+        query["results"][0]["metadata"]
+        == {"kind": "photo", "name": "rocket", "source": "rocket.jpg"}
         and query["results"][0]["score"] > 0.97
     )
+    assert query["results"][0]["distance"] == query["results"][0]["score"]
     filtered = httpx.post(
         url + "/search",
         headers=AUTH,
@@ -277,12 +411,17 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
         json={"collection_name": "forms", "query": str(setup["allowed"] / "cat.jpg")},
     ).json()
     assert by_path["results"][0]["id"] == cat_id
+    assert by_path["results"][0]["metadata"] == {"source": "cat.jpg"}  # a server path: its name
     bad_filter = httpx.post(
         url + "/search",
         headers=AUTH,
         json={"collection_name": "forms", "vector": [0.1] * 1280, "filter_expr": "metadata["},
     )
-    assert bad_filter.status_code == 400 and "filter" in error_of(bad_filter)["message"]
+    assert bad_filter.status_code == 400 and error_of(bad_filter)["code"] == "invalid_filter"
+    assert (
+        "\n" not in error_of(bad_filter)["message"]
+        and ".cpp" not in error_of(bad_filter)["message"]
+    )
     wrong_dim = httpx.post(
         url + "/search", headers=AUTH, json={"collection_name": "forms", "vector": [0.1] * 3}
     )
@@ -293,7 +432,7 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
         headers=AUTH,
         json={"collection_name": "forms", "ids": ["rocket", "nope"]},
     ).json()
-    assert deleted == {"collection_name": "forms", "requested": 2, "deleted": 1}
+    assert deleted["requested"] == 2 and deleted["deleted"] == 1
     again = httpx.post(
         url + "/search",
         headers=AUTH,
@@ -349,24 +488,24 @@ def test_security_limits(server, setup):
         url + "/insert", headers=AUTH, json={"collection_name": "sec", "inputs": ["/etc/passwd"]}
     )
     assert inserted.status_code == 403
-    # bodies over 1 MB: declared, and streamed without a length (chunked)
+    # bodies over 2 MB: declared, and streamed without a length (chunked)
     big = httpx.post(
         url + "/insert",
         headers=AUTH,
-        files={"files": ("big.bin", b"\0" * 1_200_000)},
+        files={"files": ("big.bin", b"\0" * 2_200_000)},
         data={"collection_name": "sec"},
     )
     assert big.status_code == 413 and error_of(big)["code"] == "body_too_large"
 
     def chunks():
-        for _ in range(12):
+        for _ in range(22):
             yield b"x" * 100_000
 
     streamed = httpx.post(
         url + "/search", headers={**AUTH, "content-type": "application/json"}, content=chunks()
     )
     assert streamed.status_code == 413
-    # a decompression bomb: 10000 x 10000 pixels in a few kB, over max_pixels (4 M) -> refused from the header
+    # a decompression bomb: 10000 x 10000 pixels in a few kB, over max_pixels (64 M) -> refused from the header
     buffer = io.BytesIO()
     Image.new("L", (10000, 10000)).save(buffer, format="PNG")
     assert len(buffer.getvalue()) < 1_000_000
@@ -393,6 +532,146 @@ def test_security_limits(server, setup):
     assert not_json.status_code == 400
     metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert 'accelkit_images_rejected_total{reason="body_too_large"}' in metrics
+
+
+def tile_b64(seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    return b64(encode(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8), "PNG"))
+
+
+def victims_contents(url: str) -> tuple[int, list]:
+    count = httpx.get(url + "/collections/victims", headers=AUTH).json()["count"]
+    params = [("collection", "victims")] + [("ids", f"v{i}") for i in range(4)]
+    return count, httpx.get(url + "/items", headers=AUTH, params=params).json()["items"]
+
+
+def test_attack_payloads_change_nothing(server, setup):
+    """The ids that once emptied a collection or became unreadable: each fails its own item (or
+    the request, for a delete) with a clear error; counts and contents stay as they were."""
+    url = server.url
+    created = httpx.post(url + "/collections/create", headers=AUTH, json={"name": "victims"})
+    assert created.status_code == 200, created.text
+    stored = httpx.post(
+        url + "/insert",
+        headers=AUTH,
+        timeout=120,
+        json={
+            "collection": "victims",
+            "items": [
+                {"image_base64": tile_b64(i), "id": f"v{i}", "metadata": {"i": i}} for i in range(4)
+            ],
+        },
+    )
+    assert stored.status_code == 200 and stored.json()["ids"] == ["v0", "v1", "v2", "v3"]
+    before = victims_contents(url)
+    assert before[0] == 4 and [item["id"] for item in before[1]] == ["v0", "v1", "v2", "v3"]
+
+    # the upsert that emptied a Milvus Lite collection: the bad id fails alone, before embedding
+    upsert = httpx.post(
+        url + "/insert",
+        headers=AUTH,
+        timeout=120,
+        json={
+            "collection": "victims",
+            "items": [
+                {"image_base64": tile_b64(10), "id": "x') OR ('1'='1"},
+                {"image_base64": tile_b64(11), "id": "fine"},
+                {"image_base64": tile_b64(12), "id": "Bob's photo"},
+                {"image_base64": tile_b64(13), "id": "x" * 300},
+                {"image_base64": tile_b64(14), "id": "dup", "metadata": {"n": 1}},
+                {"image_base64": tile_b64(15), "id": "dup", "metadata": {"n": 2}},
+            ],
+        },
+    )
+    assert upsert.status_code == 200, upsert.text
+    report = upsert.json()
+    assert (
+        report["ids"] == ["fine", "dup"] and report["inserted"] == 2 and report["indices"] == [1, 5]
+    )
+    failures = {f["index"]: f["error"] for f in report["failures"]}
+    assert set(failures) == {0, 2, 3, 4}
+    for i in (0, 2, 3):
+        assert "ids are 1-256 characters" in failures[i], failures[i]
+    assert "replaced by item #5" in failures[4]
+    dup = httpx.get(
+        url + "/items", headers=AUTH, params={"collection": "victims", "ids": "dup"}
+    ).json()
+    assert dup["items"][0]["metadata"] == {"n": 2}
+
+    # the deletes that emptied a collection on Lite and on a server: refused as a whole
+    for method, path in (("DELETE", "/items"), ("POST", "/delete")):
+        for ids in (["zz'] or id not in ['"], ["v0", "zz'] or id not in ['"], ["Bob's photo"]):
+            response = httpx.request(
+                method, url + path, headers=AUTH, json={"collection": "victims", "ids": ids}
+            )
+            assert response.status_code == 422 and "ids." in error_of(response)["message"], (
+                response.text
+            )
+    read = httpx.get(
+        url + "/items", headers=AUTH, params={"collection": "victims", "ids": "Bob's photo"}
+    )
+    assert read.status_code == 422
+    count, contents = victims_contents(url)
+    assert count == 6 and contents == before[1]
+    setup["victims"] = (count, contents)
+
+
+def test_sources_under_their_limits(server, setup):
+    """A FIFO under an allowed root fails at once (and frees its slot); 16-bit images that would
+    need gigabytes to decode are refused from their headers, and the process stays small."""
+    url = server.url
+    httpx.post(url + "/collections/create", headers=AUTH, json={"name": "limits", "exist_ok": True})
+    fifo = str(setup["allowed"] / "pipe.jpg")
+    for _ in range(6):  # more than max_concurrency + max_queue: a held slot would show as 429s
+        found = httpx.post(
+            url + "/search", headers=AUTH, json={"collection": "limits", "path": fifo}, timeout=30
+        )
+        assert found.status_code == 422 and "is a FIFO" in error_of(found)["message"]
+    mixed = httpx.post(
+        url + "/insert",
+        headers=AUTH,
+        timeout=120,
+        json={
+            "collection": "limits",
+            "items": [{"path": fifo}, {"image_base64": tile_b64(1), "id": "ok"}],
+        },
+    )
+    assert mixed.status_code == 200 and mixed.json()["ids"] == ["ok"]
+    assert "is a FIFO" in mixed.json()["failures"][0]["error"]
+
+    status = Path(f"/proc/{server.process.pid}/status")
+
+    def memory(key: str) -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith(key))
+        return int(line.split()[1]) * 1024
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((7999, 7999), np.uint16)).save(buffer, format="PNG")
+    png16 = buffer.getvalue()
+    assert Image.open(io.BytesIO(png16)).mode == "I;16"
+    files = [("files", (f"big{i}.png", png16, "image/png")) for i in range(8)]
+    assert sum(len(f[1][1]) for f in files) < 2_000_000  # fits the body limit: the budget decides
+    rss_before = memory("VmRSS")
+    refused = httpx.post(
+        url + "/insert", headers=AUTH, files=files, data={"collection": "limits"}, timeout=120
+    )
+    assert refused.status_code == 413 and error_of(refused)["code"] == "decode_budget", refused.text
+    assert memory("VmRSS") < rss_before + 100 * 2**20  # refused from the headers: nothing decoded
+    # one such image fits the budgets and is decoded for real, with the process under 2 GiB
+    one = httpx.post(
+        url + "/search",
+        headers=AUTH,
+        files={"file": ("big.png", png16)},
+        data={"collection": "limits"},
+        timeout=120,
+    )
+    assert one.status_code == 200 and one.json()["results"][0]["id"] == "ok"
+    print(
+        f"service memory: before {rss_before / 2**20:.0f} MiB, peak {memory('VmHWM') / 2**20:.0f} MiB"
+    )
+    assert memory("VmHWM") < 2 * 2**30
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    assert 'accelkit_images_rejected_total{reason="decode_budget"}' in metrics
 
 
 def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, setup, photos):
@@ -527,6 +806,7 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, se
             },
         ).json()["results"]
         assert hits[0]["id"] == f"late-{names[3]}"
+        assert victims_contents(restarted.url) == setup["victims"]  # unchanged after a restart
         # the CLI talks to a running service with --server (the service holds the Milvus Lite file)
         env = {**os.environ, "ACCELKIT_SERVER_API_KEY": KEY}
         listed = subprocess.run(

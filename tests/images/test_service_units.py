@@ -1,4 +1,5 @@
-"""The service's pure parts: batching, admission, request shapes, path and base64 checks."""
+"""The service's parts on their own: batching, admission, request shapes, sources (base64,
+paths, FIFOs, URLs with one deadline), the decode budget, bounded metrics."""
 
 import asyncio
 import base64
@@ -9,13 +10,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from accelkit.errors import InputError
+from accelkit.errors import DataError, InputError
 from accelkit.images.batching import AdmissionLimiter, DynamicBatcher, Overloaded, split_result
-from accelkit.images.service import (
-    ServiceError,
+from accelkit.images.schema import InsertRequest, SearchRequest
+from accelkit.images.service import ServiceError
+from accelkit.images.service.forms import insert_sources, search_source, validate
+from accelkit.images.service.guards import DecodeBudget, Metrics
+from accelkit.images.service.sources import (
+    Source,
+    clean_name,
     decode_base64,
-    normalize_insert,
-    normalize_search,
+    read_regular_file,
     resolve_allowed_path,
 )
 
@@ -113,44 +118,150 @@ def test_admission_limiter_refuses_beyond_queue():
     asyncio.run(scenario())
 
 
+def shapes(body, uploads=()):
+    request = validate(InsertRequest, body)
+    return request, insert_sources(request, list(uploads))
+
+
 def test_request_shapes():
     b64 = base64.b64encode(b"img").decode()
-    original = normalize_insert(
+    request, original = shapes(
         {
             "inputs": ["/data/a.jpg", "http://h/b.jpg"],
             "ids": ["a", "b"],
             "metadata": [{"x": 1}, None],
             "collection_name": "c",
+            "batch_size": 8,
         }
     )
-    assert original["items"] == [
-        {"input": "/data/a.jpg", "id": "a", "metadata": {"x": 1}},
-        {"input": "http://h/b.jpg", "id": "b", "metadata": None},
+    assert request.collection == "c"
+    assert original == [
+        (Source("input", "/data/a.jpg"), "a", {"x": 1}),
+        (Source("input", "http://h/b.jpg"), "b", None),
     ]
-    multipart = normalize_insert(
-        {"ids": '["u1"]', "metadata": '[{"k": 2}]', "create_collection": "true"}, [b"bytes"]
+    request, multipart = shapes(
+        {"ids": ["u1"], "metadata": [{"k": 2}], "create_collection": True, "collection": "c"},
+        [("up.png", b"bytes")],
     )
-    assert (
-        multipart["items"] == [{"bytes": b"bytes", "id": "u1", "metadata": {"k": 2}}]
-        and multipart["create_collection"]
-    )
-    items = normalize_insert({"items": [{"image_base64": b64, "id": "z"}]})
-    assert items["items"] == [{"image_base64": b64, "id": "z"}]
+    assert multipart == [(Source("bytes", b"bytes", "up.png"), "u1", {"k": 2})]
+    assert request.create_collection and request.collection == "c"
+    _, items = shapes({"items": [{"image_base64": b64, "id": "z"}]})
+    assert items == [(Source("image_base64", b64), "z", None)]
     for bad, text in [
-        ({"items": [{"image_base64": b64, "color": 1}]}, "color"),
+        ({"items": [{"image_base64": b64, "color": 1}]}, "items.0.color: unknown field"),
+        ({"bogus": 1}, "bogus: unknown field"),
+        ({"items": [{"image_base64": b64, "metadata": [1]}]}, "items.0.metadata"),
+        ({"create_collection": "false"}, "create_collection: Input should be a valid boolean"),
+        ({"collection": "name\n"}, "collection: collection name"),
+        ({"collection": 5}, "collection"),
+        ({"ids": [5]}, "ids.0"),
+    ]:
+        with pytest.raises(ServiceError) as refused:
+            shapes(bad)
+        assert refused.value.status == 422 and text in refused.value.message, refused.value.message
+    for bad, text in [
         ({"inputs": ["a"], "ids": ["1", "2"]}, "2 ids"),
-        ({"bogus": 1}, "bogus"),
-        ({"items": [{"image_base64": b64, "metadata": [1]}]}, "metadata"),
         ({"items": [{"image_base64": b64}], "ids": ["x"]}, "either items"),
+        ({"items": [{"image_base64": b64, "path": "/x"}]}, "exactly one"),
     ]:
         with pytest.raises(InputError, match=text):
-            normalize_insert(bad)
-    assert normalize_search({"query": "/x.jpg", "topk": 3})["items"] == [{"input": "/x.jpg"}]
-    assert normalize_search({"vector": [1, 2]})["vector"] == [1, 2]
+            shapes(bad)
+    query = validate(SearchRequest, {"query": "/x.jpg", "topk": 3, "filter_expr": 'id == "a"'})
+    assert search_source(query, []) == Source("input", "/x.jpg") and query.filter == 'id == "a"'
+    vector = validate(SearchRequest, {"vector": [1, 2.5]})
+    assert search_source(vector, []) is None and vector.vector == [1.0, 2.5]
     with pytest.raises(InputError, match="exactly one"):
-        normalize_search({"vector": [1.0], "image_base64": b64})
+        search_source(validate(SearchRequest, {"vector": [1.0], "image_base64": b64}), [])
     with pytest.raises(InputError, match="exactly one"):
-        normalize_search({"topk": 3})
+        search_source(validate(SearchRequest, {"topk": 3}), [])
+    for bad in (
+        {"topk": "3"},
+        {"topk": 0},
+        {"topk": True},
+        {"vector": ["a"]},
+        {"filter": "x" * 5000},
+    ):
+        with pytest.raises(ServiceError):
+            validate(SearchRequest, bad)
+    assert clean_name("../../etc/passwd") == "passwd" and clean_name("a\x00b.jpg") == "ab.jpg"
+    assert clean_name("C:\\x\\photo.png") == "photo.png" and clean_name("") is None
+
+
+def test_regular_files_only_and_a_deadline(tmp_path):
+    """A FIFO, device or folder is refused before any read could block; a symlink at the last
+    component is not followed; the size limit holds even if the file grows."""
+    import time
+
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    far = time.monotonic() + 30
+    for path, text in (
+        (fifo, "is a FIFO"),
+        (tmp_path, "is a folder"),
+        (tmp_path / "nope.jpg", "no such file"),
+    ):
+        with pytest.raises(DataError, match=text):
+            read_regular_file(path, 1000, far, "x")
+    with pytest.raises(DataError, match="a device"):
+        read_regular_file(__import__("pathlib").Path("/dev/zero"), 1000, far, "x")
+    good = tmp_path / "good.jpg"
+    good.write_bytes(b"12345")
+    assert read_regular_file(good, 5, far, "x") == b"12345"
+    with pytest.raises(DataError, match="over the limit of 4"):
+        read_regular_file(good, 4, far, "x")
+    with pytest.raises(DataError, match="took longer"):
+        read_regular_file(good, 5, time.monotonic() - 1, "x")
+    os.symlink(good, tmp_path / "link.jpg")
+    with pytest.raises(DataError, match="cannot open"):
+        read_regular_file(tmp_path / "link.jpg", 5, far, "x")
+
+
+def test_decode_budget_refuses_queues_and_releases():
+    async def scenario():
+        budget = DecodeBudget(total=100, per_request=80, wait_s=0.2)
+        with pytest.raises(ServiceError) as too_big:
+            async with budget.reserve(81):
+                pass
+        assert too_big.value.status == 413 and too_big.value.code == "decode_budget"
+        order = []
+
+        async def hold(name, nbytes, seconds):
+            async with budget.reserve(nbytes):
+                order.append(("in", name, budget.in_use))
+                await asyncio.sleep(seconds)
+            order.append(("out", name))
+
+        # 60 + 50 > 100: the second waits for the first, then runs
+        await asyncio.gather(hold("a", 60, 0.05), hold("b", 50, 0.01))
+        assert order[0] == ("in", "a", 60) and order[2] == ("in", "b", 50) and budget.in_use == 0
+        # a request that cannot get room in time is refused with Retry-After
+        blocker = asyncio.ensure_future(hold("c", 80, 0.5))
+        await asyncio.sleep(0.01)
+        with pytest.raises(ServiceError) as busy:
+            async with budget.reserve(30):
+                pass
+        assert busy.value.status == 503 and busy.value.headers["Retry-After"] == "1"
+        await blocker
+        assert budget.in_use == 0
+
+    asyncio.run(scenario())
+
+
+def test_metrics_labels_stay_bounded():
+    metrics = Metrics()
+    for i in range(200):
+        metrics.observe(f"BREW{i}", "unmatched", 404, 0.001)
+        metrics.reject(f"reason{i}")
+    metrics.observe("GET", "/collections", 200, 0.001)
+    text = metrics.render()[0].decode()
+    series = [
+        line for line in text.splitlines() if line.startswith("accelkit_images_requests_total")
+    ]
+    assert len(series) == 2 and 'method="OTHER"' in series[0] + series[1]
+    rejected = [
+        line for line in text.splitlines() if line.startswith("accelkit_images_rejected_total")
+    ]
+    assert len(rejected) == 1 and 'reason="other"' in rejected[0]
 
 
 def test_base64_and_allowed_paths(tmp_path):
@@ -193,7 +304,7 @@ def test_fetch_url_limits_against_a_local_http_server(tmp_path):
 
     from accelkit.errors import DataError
     from accelkit.images.config import ServerConfig
-    from accelkit.images.service import fetch_url
+    from accelkit.images.service.sources import fetch_url
 
     (tmp_path / "small.jpg").write_bytes(b"x" * 1000)
     (tmp_path / "big.jpg").write_bytes(b"x" * 5000)
@@ -215,4 +326,53 @@ def test_fetch_url_limits_against_a_local_http_server(tmp_path):
             asyncio.run(fetch_url(f"{base}/small.jpg", ServerConfig(), "q"))
         assert refused.value.status == 403
     finally:
+        server.shutdown()
+
+
+def test_fetch_url_has_one_deadline_for_the_whole_exchange():
+    """A server that drips one chunk every 0.3 s, each within the per-read timeout, is cut off at
+    fetch_timeout_s for the whole download instead of being followed for as long as it drips."""
+    import http.server
+    import threading
+    import time
+
+    from accelkit.images.config import ServerConfig
+    from accelkit.images.service.sources import fetch_url
+
+    stop = threading.Event()
+
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            for _ in range(2000):  # ten minutes of dripping if nothing stops it
+                if stop.is_set():
+                    return
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.3)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = ServerConfig(allow_urls=True, fetch_timeout_s=1.5)
+    try:
+        with pytest.raises(
+            DataError, match=r"did not answer in full within server.fetch_timeout_s \(1.5 s\)"
+        ):
+            # the outer wait only guards the test: without a total deadline it would fire instead
+            asyncio.run(
+                asyncio.wait_for(
+                    fetch_url(f"http://127.0.0.1:{server.server_address[1]}/a.jpg", config, "q"), 60
+                )
+            )
+    finally:
+        stop.set()
         server.shutdown()

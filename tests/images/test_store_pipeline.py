@@ -11,17 +11,15 @@ from tests.images.test_pipeline import altered
 
 
 @pytest.fixture(scope="module")
-def store_pipeline(onnx_path, tmp_path_factory):
+def store_pipeline(onnx_path, store_settings):
+    """The pipeline's store API on Milvus Lite and on a real Milvus server."""
     from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
 
     config = ServiceConfig.from_env(
         env={},
         preprocess={"cache_compiled": False, "batch_size": 8},
         model={"onnx_path": str(onnx_path)},
-        store={
-            "uri": str(tmp_path_factory.mktemp("pipeline-store") / "p.db"),
-            "collection_name": "photos",
-        },
+        store={**store_settings, "collection_name": "photos"},
     )
     with ImageEmbeddingPipeline(config) as pipeline:
         yield pipeline
@@ -93,3 +91,23 @@ def test_bad_item_fails_only_itself_and_generated_ids_are_idempotent(
     assert created.ids == [result.ids[0]]
     store_pipeline.drop_collection("absent")
     assert "absent" not in store_pipeline.list_collections()
+
+
+def test_bad_ids_fail_their_own_item_and_paths_record_their_name(store_pipeline, photos, tmp_path):
+    store_pipeline.create_collection("items", exist_ok=True)
+    cat = tmp_path / "cat.jpg"
+    Image.fromarray(photos["chelsea"]).save(cat)
+    result = store_pipeline.insert_images(
+        [str(cat), photos["rocket"], photos["coffee"]],
+        ids=["Bob's photo", "good", "x') OR ('1'='1"],
+        metadata=[None, {"source": "mine"}, None],
+        collection_name="items",
+    )
+    assert result.ids == ["good"] and result.indices == [1] and set(result.failures) == {0, 2}
+    assert all("ids are 1-256 characters" in reason for reason in result.failures.values())
+    named = store_pipeline.insert_images([str(cat)], ids=["cat"], collection_name="items")
+    assert named.ids == ["cat"]
+    hits = store_pipeline.search_images(str(cat), topk=2, collection_name="items")
+    assert hits[0].id == "cat" and hits[0].metadata == {"source": "cat.jpg"}
+    assert {h.id: h.metadata for h in hits}["good"] == {"source": "mine"}  # the caller's own kept
+    assert store_pipeline.collection_stats("items")["count"] == 2

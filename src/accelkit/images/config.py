@@ -82,11 +82,20 @@ class PreprocessConfig(Settings):
     def preprocessor_kwargs(self) -> dict[str, Any]:
         """Keywords for `JAXImagePreprocessor`."""
         return {
-            "image_size": self.image_size, "mean": self.mean, "std": self.std,
-            "data_format": self.data_format, "use_gpu": self.use_gpu, "jax_platform": self.jax_platform,
-            "cache_compiled": self.cache_compiled, "dtype": self.dtype, "fit": self.fit,
-            "max_batch": self.batch_size, "num_workers": self.num_workers, "max_pixels": self.max_pixels,
-            "fast_jpeg_downscale": self.fast_jpeg_downscale, "reducing_gap": self.reducing_gap,
+            "image_size": self.image_size,
+            "mean": self.mean,
+            "std": self.std,
+            "data_format": self.data_format,
+            "use_gpu": self.use_gpu,
+            "jax_platform": self.jax_platform,
+            "cache_compiled": self.cache_compiled,
+            "dtype": self.dtype,
+            "fit": self.fit,
+            "max_batch": self.batch_size,
+            "num_workers": self.num_workers,
+            "max_pixels": self.max_pixels,
+            "fast_jpeg_downscale": self.fast_jpeg_downscale,
+            "reducing_gap": self.reducing_gap,
         }
 
 
@@ -145,7 +154,9 @@ class StoreConfig(Settings):
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
 
-    @field_validator("embedding_dim", "nlist", "nprobe", "M", "efConstruction", "ef", "insert_batch_size")
+    @field_validator(
+        "embedding_dim", "nlist", "nprobe", "M", "efConstruction", "ef", "insert_batch_size"
+    )
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value < 1:
@@ -199,6 +210,12 @@ class ServerConfig(Settings):
     batch_max_wait_ms: float = 5.0
     max_topk: int = 1000
     shutdown_timeout_s: float = 30.0
+    # decoding holds width x height x channels x bytes-per-sample (+ copies): budgets in bytes,
+    # read from image headers before any pixel is decoded
+    max_decode_bytes_per_image: int = 512 * 2**20
+    max_decode_bytes_per_request: int = 768 * 2**20
+    max_decode_bytes_in_flight: int = 768 * 2**20
+    decode_wait_s: float = 30.0  # how long a request may wait for room in the in-flight budget
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -207,7 +224,17 @@ class ServerConfig(Settings):
             return [p for p in value.replace(os.pathsep, ",").split(",") if p.strip()]
         return value
 
-    @field_validator("fetch_max_bytes", "max_body_bytes", "max_items_per_request", "max_concurrency", "batch_max_size", "max_topk")
+    @field_validator(
+        "fetch_max_bytes",
+        "max_body_bytes",
+        "max_items_per_request",
+        "max_concurrency",
+        "batch_max_size",
+        "max_topk",
+        "max_decode_bytes_per_image",
+        "max_decode_bytes_per_request",
+        "max_decode_bytes_in_flight",
+    )
     @classmethod
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
@@ -235,7 +262,9 @@ class ServiceConfig(Settings):
     cache_compiled_functions: bool = True
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, env: Mapping[str, str] | None = None, **keywords: Any) -> ServiceConfig:
+    def from_yaml(
+        cls, path: str | os.PathLike, env: Mapping[str, str] | None = None, **keywords: Any
+    ) -> ServiceConfig:
         return load_service_config(path, env=env, **keywords)
 
     @classmethod
@@ -244,16 +273,40 @@ class ServiceConfig(Settings):
 
 
 _TRITON_KEYS = {
-    "url": "triton_url", "model_name": "triton_model_name", "model_version": "triton_model_version",
-    "protocol": "triton_protocol", "timeout": "triton_timeout", "max_retries": "triton_max_retries",
-    "retry_delay": "triton_retry_delay", "input_name": "input_name", "output_name": "output_name",
+    "url": "triton_url",
+    "model_name": "triton_model_name",
+    "model_version": "triton_model_version",
+    "protocol": "triton_protocol",
+    "timeout": "triton_timeout",
+    "max_retries": "triton_max_retries",
+    "retry_delay": "triton_retry_delay",
+    "input_name": "input_name",
+    "output_name": "output_name",
 }
-_TRITON_ENV = {"TRITON_URL": "triton_url", "TRITON_MODEL_NAME": "triton_model_name",
-               "TRITON_INPUT_NAME": "input_name", "TRITON_OUTPUT_NAME": "output_name"}
+_TRITON_ENV = {
+    "TRITON_URL": "triton_url",
+    "TRITON_MODEL_NAME": "triton_model_name",
+    "TRITON_INPUT_NAME": "input_name",
+    "TRITON_OUTPUT_NAME": "output_name",
+}
 
 
-_MILVUS_KEYS = {"collection_name", "embedding_dim", "db_name", "index_type", "metric_type", "nlist", "nprobe", "M", "efConstruction",
-                "uri", "token", "ef", "insert_batch_size", "timeout"}
+_MILVUS_KEYS = {
+    "collection_name",
+    "embedding_dim",
+    "db_name",
+    "index_type",
+    "metric_type",
+    "nlist",
+    "nprobe",
+    "M",
+    "efConstruction",
+    "uri",
+    "token",
+    "ef",
+    "insert_batch_size",
+    "timeout",
+}
 
 
 def milvus_uri(host: str, port: Any) -> str:
@@ -274,7 +327,9 @@ def _milvus_section(section: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise ConfigError(f"{source} [milvus]: unknown key {key!r}; allowed keys: {allowed}")
         values[key] = value
     if "host" in section or "port" in section:
-        values.setdefault("uri", milvus_uri(str(section.get("host") or "localhost"), section.get("port") or 19530))
+        values.setdefault(
+            "uri", milvus_uri(str(section.get("host") or "localhost"), section.get("port") or 19530)
+        )
     return values
 
 
@@ -282,7 +337,10 @@ def _store_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     # The original service's variables, below our own ACCELKIT_STORE_ ones.
     if env.get("MILVUS_HOST", "").strip() or env.get("MILVUS_PORT", "").strip():
-        values["uri"] = milvus_uri(env.get("MILVUS_HOST", "").strip() or "localhost", env.get("MILVUS_PORT", "").strip() or 19530)
+        values["uri"] = milvus_uri(
+            env.get("MILVUS_HOST", "").strip() or "localhost",
+            env.get("MILVUS_PORT", "").strip() or 19530,
+        )
     if env.get("MILVUS_EMBEDDING_DIM", "").strip():
         values["embedding_dim"] = env["MILVUS_EMBEDDING_DIM"].strip()
     values.update(env_values(StoreConfig, "ACCELKIT_STORE_", env))
@@ -297,7 +355,9 @@ def _preprocess_env(env: Mapping[str, str]) -> dict[str, Any]:
     raw = env.get("JAX_USE_GPU", "").strip().lower()
     if raw and "use_gpu" not in values:
         if raw not in _TRUE | _FALSE:
-            raise ConfigError(f"JAX_USE_GPU={env['JAX_USE_GPU']!r} is not a boolean; use 1/0 or true/false")
+            raise ConfigError(
+                f"JAX_USE_GPU={env['JAX_USE_GPU']!r} is not a boolean; use 1/0 or true/false"
+            )
         values["use_gpu"] = raw in _TRUE
     return values
 
@@ -311,25 +371,46 @@ def _model_env(env: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def load_service_config(path: str | os.PathLike | None, env: Mapping[str, str] | None = None, **keywords: Any) -> ServiceConfig:
+def load_service_config(
+    path: str | os.PathLike | None, env: Mapping[str, str] | None = None, **keywords: Any
+) -> ServiceConfig:
     """ServiceConfig from defaults < environment < YAML < keywords (`preprocess={...}`, `model={...}`)."""
     env = os.environ if env is None else env
     data = read_yaml(path) if path is not None else {}
     source = str(path) if path is not None else "config"
-    allowed = {"preprocess", "model", "triton", "store", "milvus", "server", "log_level", "cache_compiled_functions"}
+    allowed = {
+        "preprocess",
+        "model",
+        "triton",
+        "store",
+        "milvus",
+        "server",
+        "log_level",
+        "cache_compiled_functions",
+    }
     for key in data:
         if key not in allowed:
-            raise ConfigError(f"{source}: unknown key {key!r}; allowed sections: {', '.join(sorted(allowed))}")
+            raise ConfigError(
+                f"{source}: unknown key {key!r}; allowed sections: {', '.join(sorted(allowed))}"
+            )
     sections = {}
     for name in ("preprocess", "model", "triton", "store", "milvus", "server"):
         value = data.get(name) or {}
         if not isinstance(value, dict):
             raise ConfigError(f"{source} [{name}] must be a mapping of settings")
         sections[name] = value
+    # The original service always ran Triton: a config of it (a triton: section, no backend)
+    # must say which backend it means rather than silently run the local model.
+    backend_unchosen = bool(sections["triton"]) and not any(
+        "backend" in layer
+        for layer in (sections["model"], keywords.get("model") or {}, _model_env(env))
+    )
     triton = {}
     for key, value in sections["triton"].items():
         if key not in _TRITON_KEYS:
-            raise ConfigError(f"{source} [triton]: unknown key {key!r}; allowed keys: {', '.join(sorted(_TRITON_KEYS))}")
+            raise ConfigError(
+                f"{source} [triton]: unknown key {key!r}; allowed keys: {', '.join(sorted(_TRITON_KEYS))}"
+            )
         triton[_TRITON_KEYS[key]] = value
     preprocess = build(
         PreprocessConfig,
@@ -364,9 +445,23 @@ def load_service_config(path: str | os.PathLike | None, env: Mapping[str, str] |
             top[key] = env[var]
     unknown = [k for k in keywords if k not in ("log_level", "cache_compiled_functions")]
     if unknown:
-        raise ConfigError(f"arguments: unknown key {unknown[0]!r}; allowed: preprocess, model, store, server, log_level, cache_compiled_functions")
+        raise ConfigError(
+            f"arguments: unknown key {unknown[0]!r}; allowed: preprocess, model, store, server, log_level, cache_compiled_functions"
+        )
     top.update({k: v for k, v in keywords.items() if v is not None})
-    config = build(ServiceConfig, ("config", {**top, "preprocess": preprocess, "model": model, "store": store, "server": server}))
+    config = build(
+        ServiceConfig,
+        (
+            "config",
+            {**top, "preprocess": preprocess, "model": model, "store": store, "server": server},
+        ),
+    )
+    if backend_unchosen:
+        raise ConfigError(
+            f"{source} has a triton: section but no model.backend; set model.backend: triton to "
+            "embed on that Triton server, or model.backend: onnxruntime to run EfficientNet-Lite0 "
+            "locally (and drop the triton: section)"
+        )
     if not config.cache_compiled_functions and config.preprocess.cache_compiled:
         config.preprocess.cache_compiled = False
     return config

@@ -74,7 +74,7 @@ def _read_bytes(path: Path) -> bytes:
     return data
 
 
-def _check_pixels(name: str, width: int, height: int, max_pixels: int) -> None:
+def check_pixels(name: str, width: int, height: int, max_pixels: int) -> None:
     if width < 1 or height < 1:
         raise ImageDecodeError(f"{name}: image has no pixels ({width}x{height})")
     if width * height > max_pixels:
@@ -110,16 +110,14 @@ def _to_rgb(image, name: str) -> np.ndarray:
     mode = image.mode
     if mode == "RGB":
         return np.asarray(image)
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
-        # 16-bit (and 32-bit integer) gray: PIL's convert("L") clips instead of scaling.
-        values = np.asarray(image).astype(np.float64)
-        top = 65535.0 if mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
-        gray = np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8)
-        return np.repeat(gray[:, :, None], 3, axis=2)
-    if mode == "F":
-        values = np.asarray(image, dtype=np.float64)
-        top = 1.0 if values.max(initial=0) <= 1.0 else 255.0
-        gray = np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8)
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        # 16-bit/32-bit gray and float: PIL's convert("L") clips instead of scaling.
+        values = np.asarray(image)
+        if mode == "F":
+            top = 1.0 if values.max(initial=0) <= 1.0 else 255.0
+        else:
+            top = 65535.0 if mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+        gray = _scale_to_uint8(values, top)
         return np.repeat(gray[:, :, None], 3, axis=2)
     if mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in image.info):
         # Transparent pixels are composited on white: their stored colour is arbitrary.
@@ -127,28 +125,114 @@ def _to_rgb(image, name: str) -> np.ndarray:
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return np.asarray(Image.alpha_composite(background, rgba).convert("RGB"))
     try:
-        return np.asarray(image.convert("RGB"))  # L, 1, P, CMYK (inverted Adobe JPEGs handled by PIL), YCbCr, LAB, HSV
+        return np.asarray(
+            image.convert("RGB")
+        )  # L, 1, P, CMYK (inverted Adobe JPEGs handled by PIL), YCbCr, LAB, HSV
     except (ValueError, OSError) as exc:
         raise ImageDecodeError(f"{name}: cannot convert image mode {mode} to RGB ({exc})") from exc
+
+
+_ROWS = 512  # rows scaled at once: float64 temporaries stay at ~8 × 512 × width bytes
+
+
+def _scale_to_uint8(values: np.ndarray, top: float) -> np.ndarray:
+    """round(values × 255 / top) clipped to 0-255, as uint8, a block of rows at a time (a whole
+    16-bit 8000² image in float64 would be 512 MB)."""
+    if values.dtype == np.uint16 or (
+        values.dtype.kind in "iu"
+        and top == 65535.0
+        and values.min(initial=0) >= 0
+        and values.max(initial=0) <= 65535
+    ):
+        lut = np.clip(np.rint(np.arange(65536, dtype=np.float64) * (255.0 / top)), 0, 255).astype(
+            np.uint8
+        )
+        return lut[values.astype(np.uint16, copy=False)]
+    out = np.empty(values.shape, np.uint8)
+    for start in range(0, values.shape[0], _ROWS):
+        block = values[start : start + _ROWS].astype(np.float64)
+        out[start : start + _ROWS] = np.clip(np.rint(block * (255.0 / top)), 0, 255)
+    return out
+
+
+def decode_cost(width: int, height: int, mode: str) -> int:
+    """Bytes that decoding a `mode` image of width × height holds at its peak on the path above:
+    the decoded pixels (width × height × channels × bytes per sample), the conversion's
+    intermediates, and the H×W×3 uint8 result. Services budget decoding with it."""
+    pixels = width * height
+    source = {
+        "1": 1,
+        "L": 1,
+        "P": 1,
+        "LA": 2,
+        "PA": 2,
+        "RGB": 3,
+        "YCbCr": 3,
+        "LAB": 3,
+        "HSV": 3,
+        "RGBA": 4,
+        "RGBa": 4,
+        "RGBX": 4,
+        "CMYK": 4,
+        "I": 4,
+        "F": 4,
+    }.get(mode, 2 if mode.startswith("I;16") else 4)
+    if mode in ("RGBA", "LA", "PA", "P"):  # composited on white: RGBA copy, background, result
+        extra = 4 + 4 + 4 + 3
+    elif mode.startswith("I;16"):
+        extra = 1  # lookup-table result
+    elif mode in ("I", "F"):
+        extra = 1
+    else:
+        extra = 3  # convert("RGB")
+    return pixels * (2 * source + extra + 3)  # + a transposed copy (EXIF) and the RGB array
+
+
+def header_cost(data: bytes) -> tuple[int, int, int]:
+    """(width, height, decode_cost) from an image's header alone, without decoding pixels;
+    (0, 0, 0) when the header cannot be read (decoding will then fail on its own)."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            old = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None  # a size check only; the decoder enforces its own limit
+            try:
+                image = Image.open(io.BytesIO(data))
+                width, height, mode = image.size[0], image.size[1], image.mode
+            finally:
+                Image.MAX_IMAGE_PIXELS = old
+    except Exception:
+        return 0, 0, 0
+    return width, height, decode_cost(width, height, mode)
 
 
 def _array_to_rgb(array: np.ndarray, name: str) -> np.ndarray:
     if array.ndim == 2:
         array = array[:, :, None]
     if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
-        raise ImageDecodeError(f"{name}: arrays must be H×W, H×W×1, H×W×3 or H×W×4, got shape {array.shape}")
+        raise ImageDecodeError(
+            f"{name}: arrays must be H×W, H×W×1, H×W×3 or H×W×4, got shape {array.shape}"
+        )
     if array.shape[0] < 1 or array.shape[1] < 1:
         raise ImageDecodeError(f"{name}: image has no pixels (shape {array.shape})")
     if array.dtype != np.uint8:
-        raise ImageDecodeError(f"{name}: arrays must be uint8 (0-255), got {array.dtype}; convert with np.clip(x, 0, 255).astype(np.uint8)")
+        raise ImageDecodeError(
+            f"{name}: arrays must be uint8 (0-255), got {array.dtype}; convert with np.clip(x, 0, 255).astype(np.uint8)"
+        )
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     elif array.shape[2] == 4:
-        array = array[:, :, :3]  # arrays carry no compositing convention; the alpha channel is dropped
+        array = array[
+            :, :, :3
+        ]  # arrays carry no compositing convention; the alpha channel is dropped
     return np.ascontiguousarray(array)
 
 
-def _jpeg_fast(data: bytes, name: str, options: DecodeOptions, orientation: int) -> np.ndarray | None:
+def _jpeg_fast(
+    data: bytes, name: str, options: DecodeOptions, orientation: int
+) -> np.ndarray | None:
     """simplejpeg decode of RGB/gray JPEGs, optionally at a reduced DCT scale; None -> use PIL."""
     try:
         import simplejpeg
@@ -160,14 +244,16 @@ def _jpeg_fast(data: bytes, name: str, options: DecodeOptions, orientation: int)
         return None
     if colorspace not in ("RGB", "YCbCr", "Gray"):
         return None  # CMYK/YCCK: PIL knows the Adobe inversion convention
-    _check_pixels(name, width, height, options.max_pixels)
+    check_pixels(name, width, height, options.max_pixels)
     min_h = min_w = 0
     if options.min_size is not None:
         # The decoded image must keep at least margin × target on each side, whatever the rotation.
         need = int(np.ceil(max(options.min_size) * options.reduce_margin))
         min_h = min_w = need
     try:
-        array = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=min_h, min_width=min_w, strict=True)
+        array = simplejpeg.decode_jpeg(
+            data, colorspace="RGB", min_height=min_h, min_width=min_w, strict=True
+        )
     except ValueError:
         return None  # truncated or odd: PIL decides, with its own error message
     if orientation not in (0, 1):
@@ -186,22 +272,33 @@ def _decode_bytes(data: bytes, name: str, options: DecodeOptions) -> np.ndarray:
         try:
             image = Image.open(io.BytesIO(data))
         except UnidentifiedImageError as exc:
-            raise ImageDecodeError(f"{name}: not a recognised image file (JPEG, PNG, WebP, BMP, GIF, TIFF)") from exc
+            raise ImageDecodeError(
+                f"{name}: not a recognised image file (JPEG, PNG, WebP, BMP, GIF, TIFF)"
+            ) from exc
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise ImageDecodeError(f"{name}: image is too large (possible decompression bomb): {exc}") from exc
+            raise ImageDecodeError(
+                f"{name}: image is too large (possible decompression bomb): {exc}"
+            ) from exc
         except (OSError, SyntaxError, ValueError, EOFError) as exc:
             if "truncated" in str(exc).lower() or isinstance(exc, EOFError):
-                raise ImageDecodeError(f"{name}: image data is truncated or corrupt ({exc})") from exc
+                raise ImageDecodeError(
+                    f"{name}: image data is truncated or corrupt ({exc})"
+                ) from exc
             raise ImageDecodeError(f"{name}: cannot read image header ({exc})") from exc
         finally:
             Image.MAX_IMAGE_PIXELS = old_limit
     width, height = image.size
-    _check_pixels(name, width, height, options.max_pixels)
+    check_pixels(name, width, height, options.max_pixels)
     try:
         orientation = int(image.getexif().get(_EXIF_ORIENTATION, 1) or 1)
     except Exception:  # a broken EXIF block should not cost the image
         orientation = 1
-    if options.fast_jpeg and image.format == "JPEG" and data.startswith(_JPEG_MAGIC) and image.mode in ("RGB", "L"):
+    if (
+        options.fast_jpeg
+        and image.format == "JPEG"
+        and data.startswith(_JPEG_MAGIC)
+        and image.mode in ("RGB", "L")
+    ):
         fast = _jpeg_fast(data, name, options, orientation)
         if fast is not None:
             return fast
@@ -216,7 +313,9 @@ def _decode_bytes(data: bytes, name: str, options: DecodeOptions) -> np.ndarray:
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         reason = str(exc) or type(exc).__name__
         if "truncated" in reason.lower() or isinstance(exc, EOFError):
-            raise ImageDecodeError(f"{name}: image data is truncated or corrupt ({reason})") from exc
+            raise ImageDecodeError(
+                f"{name}: image data is truncated or corrupt ({reason})"
+            ) from exc
         raise ImageDecodeError(f"{name}: cannot decode image ({reason})") from exc
 
 
@@ -226,7 +325,7 @@ def decode_image(item: Any, options: DecodeOptions | None = None) -> np.ndarray:
     name = describe_input(item)
     if isinstance(item, np.ndarray):
         array = _array_to_rgb(item, name)
-        _check_pixels(name, array.shape[1], array.shape[0], options.max_pixels)
+        check_pixels(name, array.shape[1], array.shape[0], options.max_pixels)
         return array
     if isinstance(item, (str, os.PathLike)):
         return _decode_bytes(_read_bytes(Path(item)), name, options)
@@ -237,6 +336,8 @@ def decode_image(item: Any, options: DecodeOptions | None = None) -> np.ndarray:
     except ImportError:  # pragma: no cover
         Image = None
     if Image is not None and isinstance(item, Image.Image):
-        _check_pixels(name, item.size[0], item.size[1], options.max_pixels)
+        check_pixels(name, item.size[0], item.size[1], options.max_pixels)
         return np.ascontiguousarray(_to_rgb(item, name))
-    raise ImageDecodeError(f"{name}: unsupported input type; give a path, bytes, a PIL image or an H×W×3 uint8 array")
+    raise ImageDecodeError(
+        f"{name}: unsupported input type; give a path, bytes, a PIL image or an H×W×3 uint8 array"
+    )

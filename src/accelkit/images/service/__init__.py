@@ -1,0 +1,16 @@
+"""The HTTP service of `accelkit images`, by concern: `app` (routes over `LocalIndex`), `forms`
+(request bodies into the schema's models), `sources` (uploads, paths, URLs under their limits),
+`guards` (body limit, API key, decode budget, metrics), `errors` (one JSON error shape)."""
+
+from accelkit.images.service.app import ServiceState, create_app, fastapi_app, serve
+from accelkit.images.service.errors import ServiceError, error_body, status_for
+
+__all__ = [
+    "ServiceError",
+    "ServiceState",
+    "create_app",
+    "error_body",
+    "fastapi_app",
+    "serve",
+    "status_for",
+]

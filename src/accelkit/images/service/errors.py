@@ -1,0 +1,58 @@
+"""The service's answers other than 200: one JSON shape, `{"error": {status, code, message}}`,
+and the mapping from accelkit errors to HTTP statuses (a client's mistake is 4xx, never 500)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
+
+
+class ServiceError(Exception):
+    """An answer other than 200, with a machine-readable code."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        detail: Any = None,
+    ):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers, self.detail = headers or {}, detail
+
+
+def error_body(status: int, code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"status": status, "code": code, "message": message}
+    if detail is not None:
+        body["detail"] = detail
+    return {"error": body}
+
+
+def status_for(exc: AccelkitError) -> tuple[int, str]:
+    """HTTP status and code for an accelkit error."""
+    from accelkit.images.store import (
+        CollectionExistsError,
+        CollectionNotFoundError,
+        FilterError,
+        StoreError,
+        StoreTimeoutError,
+    )
+
+    if isinstance(exc, CollectionNotFoundError):
+        return 404, "collection_not_found"
+    if isinstance(exc, CollectionExistsError):
+        return 409, "collection_exists"
+    if isinstance(exc, FilterError):
+        return 400, "invalid_filter"
+    if isinstance(exc, StoreTimeoutError):
+        return 504, "store_timeout"
+    if isinstance(exc, StoreError):
+        return 503, "store_unavailable"
+    if isinstance(exc, DataError):
+        return 422, "invalid_data"
+    if isinstance(exc, (InputError, ConfigError)):
+        return 400, "invalid_request"
+    return 400, "error"

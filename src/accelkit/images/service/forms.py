@@ -1,0 +1,167 @@
+"""Request bodies, JSON or multipart, into the pydantic models of `accelkit.images.schema`.
+
+Both encodings end in the same model, so validation happens once and the OpenAPI schema is the
+model's. A malformed field is a 422 that names the field; a body that is not JSON (or is nested
+past Python's recursion limit) is a 400. Multipart form fields are strings: the few typed ones
+(topk, booleans, the ids/metadata JSON lists) are converted strictly before validation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from accelkit.errors import InputError
+from accelkit.images.schema import ImageItem, InsertRequest, SearchRequest
+from accelkit.images.service.errors import ServiceError
+from accelkit.images.service.sources import Source
+
+Model = TypeVar("Model", bound=BaseModel)
+_INTEGER_FIELDS = {"topk", "dim", "batch_size"}
+_BOOLEAN_FIELDS = {"create_collection", "exist_ok"}
+_JSON_FIELDS = {"ids", "metadata", "inputs", "images_base64", "vector", "index_params", "items"}
+
+
+def validate(model: type[Model], data: Any) -> Model:
+    """`model` from `data`, or a 422 naming every bad field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for error in exc.errors(include_url=False)[:5]:
+            where = ".".join(str(p) for p in error["loc"]) or "body"
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "extra_forbidden":
+                message = f"unknown field; allowed: {', '.join(sorted(model.model_fields))}"
+            parts.append(f"{where}: {message}")
+        raise ServiceError(422, "invalid_field", "; ".join(parts)) from None
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw or b"{}")
+    except RecursionError:
+        raise InputError("request body is nested too deeply to be a request") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"request body is not valid JSON ({exc})") from None
+
+
+def _form_value(key: str, value: str) -> Any:
+    if key in _INTEGER_FIELDS:
+        text = value.strip()
+        if not text.lstrip("-").isdigit():
+            raise ServiceError(
+                422, "invalid_field", f"{key}: must be a whole number, not {value[:20]!r}"
+            )
+        return int(text)
+    if key in _BOOLEAN_FIELDS:
+        text = value.strip().lower()
+        if text not in ("true", "false", "1", "0"):
+            raise ServiceError(
+                422, "invalid_field", f"{key}: must be true or false, not {value[:20]!r}"
+            )
+        return text in ("true", "1")
+    if key in _JSON_FIELDS:
+        if not value.strip():
+            return None
+        return parse_json(value.encode())
+    return value or None
+
+
+async def read_body(request) -> tuple[dict[str, Any], list[tuple[str | None, bytes]]]:
+    """(fields, uploads) of a JSON or multipart request; uploads are (file name, bytes)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        form = await request.form(max_files=10_000, max_fields=1_000)
+        fields: dict[str, Any] = {}
+        uploads: list[tuple[str | None, bytes]] = []
+        try:
+            for key, value in form.multi_items():
+                if hasattr(value, "read"):
+                    uploads.append((value.filename, await value.read()))
+                elif key in fields:
+                    raise ServiceError(422, "invalid_field", f"{key}: given twice")
+                else:
+                    fields[key] = _form_value(key, value)
+        finally:
+            await form.close()
+        return fields, uploads
+    if content_type not in ("application/json", ""):
+        raise ServiceError(
+            415,
+            "unsupported_media_type",
+            f"send application/json or multipart/form-data, not {content_type[:60]}",
+        )
+    body = parse_json(await request.body())
+    if not isinstance(body, dict):
+        raise InputError("request body must be a JSON object")
+    return body, []
+
+
+def _source(item: ImageItem | dict, where: str) -> Source:
+    given = [k for k in ("image_base64", "path", "url", "input") if getattr(item, k) is not None]
+    if len(given) != 1:
+        raise InputError(
+            f"{where}: give exactly one of image_base64, path or url (got {', '.join(given) or 'none'})"
+        )
+    return Source(given[0], getattr(item, given[0]))
+
+
+def insert_sources(
+    request: InsertRequest, uploads: list[tuple[str | None, bytes]]
+) -> list[tuple[Source, Any, Any]]:
+    """(source, id, metadata) per image, from `items`, or from the original service's parallel
+    lists (`inputs`/`images_base64`/uploaded files with `ids` and `metadata`)."""
+    if request.items is not None:
+        if (
+            request.ids is not None
+            or request.metadata is not None
+            or request.inputs
+            or request.images_base64
+            or uploads
+        ):
+            raise InputError(
+                "give either items (each with its id and metadata) or inputs/images_base64/files "
+                "with ids and metadata lists"
+            )
+        return [
+            (_source(item, f"items[{i}]"), item.id, item.metadata)
+            for i, item in enumerate(request.items)
+        ]
+    sources = [Source("input", v) for v in request.inputs or []]
+    sources += [Source("image_base64", v) for v in request.images_base64 or []]
+    sources += [Source("bytes", data, name) for name, data in uploads]
+    for what, values in (("ids", request.ids), ("metadata", request.metadata)):
+        if values is not None and len(values) != len(sources):
+            raise InputError(
+                f"got {len(sources)} images but {len(values)} {what}; give one per image or none"
+            )
+    return [
+        (
+            source,
+            request.ids[i] if request.ids else None,
+            request.metadata[i] if request.metadata else None,
+        )
+        for i, source in enumerate(sources)
+    ]
+
+
+def search_source(request: SearchRequest, uploads: list[tuple[str | None, bytes]]) -> Source | None:
+    """The query image (None when the query is a vector); exactly one query must be given."""
+    given = [
+        k
+        for k in ("image_base64", "path", "url", "input", "query", "query_input")
+        if getattr(request, k) is not None
+    ]
+    count = len(given) + len(uploads) + (request.vector is not None)
+    if count != 1:
+        raise InputError("give exactly one query: a file, image_base64, path, url or vector")
+    if uploads:
+        name, data = uploads[0]
+        return Source("bytes", data, name)
+    if not given:
+        return None
+    kind = given[0]
+    return Source("input" if kind in ("query", "query_input") else kind, getattr(request, kind))
