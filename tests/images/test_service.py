@@ -98,6 +98,7 @@ def setup(tmp_path_factory, onnx_path, photos, store_settings):
         f"store:\n{store_yaml(store_settings, base)}"
         f"server:\n  api_key: {KEY}\n  allowed_roots: [{allowed}]\n  max_body_bytes: 2000000\n"
         f"  max_concurrency: 2\n  max_queue: 2\n  batch_max_wait_ms: 10\n  max_items_per_request: 16\n"
+        f"  body_timeout_s: 3\n  header_timeout_s: 3\n"
         f"log_level: WARNING\n"
     )
     os.mkfifo(allowed / "pipe.jpg")  # a FIFO that never gets a writer
@@ -296,6 +297,35 @@ def test_malformed_fields_are_4xx_naming_the_field(server, setup):
         response = httpx.post(url + path, headers=AUTH, json=body, timeout=60)
         assert response.status_code == status, (path, body, response.text)
         assert field in error_of(response)["message"], (path, body, response.text)
+    for path, body, field in (
+        ("/collections/create", {"name": "m1", "dim": 1}, "dim"),  # Milvus' vectors have 2+ dims
+        ("/collections/create", {"name": "m1", "description": "a\u0000b"}, "description"),
+        (
+            "/collections/create",
+            {"name": "m1", "index_type": "IVF_FLAT", "index_params": {"nlist": 10**9}},
+            "index_params",
+        ),
+    ):
+        response = httpx.post(url + path, headers=AUTH, json=body)
+        assert response.status_code == 422 and field in error_of(response)["message"], response.text
+    twice = httpx.post(
+        url + "/delete",
+        headers={**AUTH, "content-type": "application/json"},
+        content=b'{"collection": "nope", "collection": "forms", "ids": ["a"]}',
+    )
+    assert twice.status_code == 422 and "given twice" in error_of(twice)["message"]
+    digits = "9" * 5000
+    huge = httpx.post(
+        url + "/search",
+        headers={**AUTH, "content-type": "application/json"},
+        content=f'{{"topk": {digits}}}'.encode(),
+    )
+    assert huge.status_code == 400 and "set_int_max_str_digits" not in huge.text
+    for odd in ("\u00b2", "\u0663", digits, "1e3", " "):  # superscript two, Arabic-Indic three
+        form = httpx.post(
+            url + "/search", headers=AUTH, files={"file": ("q.png", b"x")}, data={"topk": odd}
+        )
+        assert form.status_code == 422 and "topk" in error_of(form)["message"], (odd, form.text)
     deep = "[" * 100_000 + "]" * 100_000
     nested = httpx.post(
         url + "/search", headers={**AUTH, "content-type": "application/json"}, content=deep
@@ -415,9 +445,16 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
     bad_filter = httpx.post(
         url + "/search",
         headers=AUTH,
-        json={"collection_name": "forms", "vector": [0.1] * 1280, "filter_expr": "metadata["},
+        json={"collection_name": "forms", "vector": [0.1] * 1280, "filter_expr": "nosuch > 1"},
     )
     assert bad_filter.status_code == 400 and error_of(bad_filter)["code"] == "invalid_filter"
+    assert "was refused" in error_of(bad_filter)["message"]
+    unbalanced = httpx.post(
+        url + "/search",
+        headers=AUTH,
+        json={"collection": "forms", "vector": [0.1] * 1280, "filter": "metadata["},
+    )
+    assert unbalanced.status_code == 422 and "filter" in error_of(unbalanced)["message"]
     assert (
         "\n" not in error_of(bad_filter)["message"]
         and ".cpp" not in error_of(bad_filter)["message"]
@@ -580,6 +617,7 @@ def test_attack_payloads_change_nothing(server, setup):
                 {"image_base64": tile_b64(13), "id": "x" * 300},
                 {"image_base64": tile_b64(14), "id": "dup", "metadata": {"n": 1}},
                 {"image_base64": tile_b64(15), "id": "dup", "metadata": {"n": 2}},
+                {"image_base64": tile_b64(16), "id": "big", "metadata": {"n": 10**30}},
             ],
         },
     )
@@ -589,10 +627,11 @@ def test_attack_payloads_change_nothing(server, setup):
         report["ids"] == ["fine", "dup"] and report["inserted"] == 2 and report["indices"] == [1, 5]
     )
     failures = {f["index"]: f["error"] for f in report["failures"]}
-    assert set(failures) == {0, 2, 3, 4}
+    assert set(failures) == {0, 2, 3, 4, 6}
+    assert "outside the 64-bit range" in failures[6]  # fails alone, not the whole batch
     for i in (0, 2, 3):
         assert "ids are 1-256 characters" in failures[i], failures[i]
-    assert "replaced by item #5" in failures[4]
+    assert "items[4]: replaced by items[5]" in failures[4]
     dup = httpx.get(
         url + "/items", headers=AUTH, params={"collection": "victims", "ids": "dup"}
     ).json()
@@ -672,6 +711,41 @@ def test_sources_under_their_limits(server, setup):
     assert memory("VmHWM") < 2 * 2**30
     metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert 'accelkit_images_rejected_total{reason="decode_budget"}' in metrics
+
+
+def test_slow_bodies_and_headers_are_cut_off(server):
+    """A body that does not arrive in body_timeout_s (3 s here) is answered 408 and frees its
+    admission slot; a connection that never finishes its headers is closed after header_timeout_s.
+    The sockets' own 60 s timeouts only guard the test: without the limits they would fire."""
+    import socket as sockets
+
+    host, port = "127.0.0.1", server.port
+    slow = []
+    for _ in range(4):  # more than max_concurrency (2): held slots would starve everyone
+        conn = sockets.create_connection((host, port), timeout=60)
+        conn.sendall(
+            b"POST /search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + KEY.encode()
+            + b'\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"coll'
+        )
+        slow.append(conn)
+    for conn in slow:
+        answer = b""
+        while chunk := conn.recv(4096):  # the server closes after its answer
+            answer += chunk
+        answer = answer.decode()
+        assert answer.startswith("HTTP/1.1 408") and "body_too_slow" in answer, answer
+        conn.close()
+    after = httpx.post(
+        server.url + "/search", headers=AUTH, json={"collection": "forms", "vector": [0.1] * 1280}
+    )
+    assert after.status_code == 200  # the slots are free again
+    half = sockets.create_connection((host, port), timeout=60)
+    half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    assert half.recv(4096) == b""  # closed by the server
+    half.close()
+    metrics = httpx.get(server.url + "/metrics", headers=AUTH).text
+    assert 'accelkit_images_rejected_total{reason="body_too_slow"} 4.0' in metrics
 
 
 def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, setup, photos):

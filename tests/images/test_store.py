@@ -308,13 +308,43 @@ def test_filters_are_bounded_and_errors_are_one_clean_line(store):
         )
     with pytest.raises(InputError, match="control character"):
         store.search("filters", query, filter_expr='metadata["k"] == 1\x00')
-    for bad in ('metadata["k"] =', "nosuch > 1", 'metadata["k"] = 1', "1", "metadata["):
+    for bad in (
+        'metadata["k"] =',
+        "nosuch > 1",
+        'metadata["k"] = 1',
+        "1",
+        "metadata['k'] == 'a' or 1==1",
+    ):
         with pytest.raises(FilterError) as caught:
             store.search("filters", query, filter_expr=bad)
         message = str(caught.value)
         assert "\n" not in message and "refused" in message, message
         for internal in ("/workspace", ".cpp", "segcore", "code=", "MilvusException", "Traceback"):
             assert internal not in message, message
+    # Milvus applies only what comes before an unbalanced bracket, and retries {placeholders} until
+    # the timeout: such filters are refused before they reach it
+    for bad, why in (
+        ("metadata[", "never closed"),
+        ('id != "zzz") and (metadata["k"] == 1', "closes nothing"),
+        ('id in ["f0"]) or (1==1', "closes nothing"),
+        ('id != "zzz" ] and metadata["k"] == 1', "closes nothing"),
+        ('metadata["k"] == 1; DROP TABLE c', "';' outside a string"),
+        ("{a}", "'{' outside a string"),
+        ('id == "f0', "never closed"),
+    ):
+        with pytest.raises(InputError, match=why):
+            store.search("filters", query, filter_expr=bad)
+        with pytest.raises(InputError, match=why):
+            store.delete_matching("filters", bad)
+    assert store.count("filters") == 1
+    # brackets and quotes inside string literals are data, not structure
+    store.upsert(
+        "filters", ["f1"], np.ones((1, 4), np.float32), [{"k": 2, "s": 'a) or (b ] {x} ; "q"'}]
+    )
+    odd = store.search("filters", query, filter_expr='metadata["s"] == "a) or (b ] {x} ; \\"q\\""')[
+        0
+    ]
+    assert [h.id for h in odd] == ["f1"]
     assert [h.id for h in store.search("filters", query, filter_expr='metadata["k"] == 1')[0]] == [
         "f0"
     ]

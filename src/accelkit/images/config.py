@@ -149,13 +149,22 @@ class StoreConfig(Settings):
     efConstruction: int = 200
     ef: int = 64
     insert_batch_size: int = 1000
+    insert_threads: int = 2  # batches sent at once to a server (Milvus Lite takes one at a time)
     timeout: float = 30.0  # every store call (connect, search, insert, ...) gives up after this
     # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
 
     @field_validator(
-        "embedding_dim", "nlist", "nprobe", "M", "efConstruction", "ef", "insert_batch_size"
+        "embedding_dim",
+        "nlist",
+        "nprobe",
+        "M",
+        "efConstruction",
+        "ef",
+        "insert_batch_size",
+        "insert_threads",
+        "flush_after_rows",
     )
     @classmethod
     def _positive_int(cls, value: int) -> int:
@@ -212,10 +221,13 @@ class ServerConfig(Settings):
     shutdown_timeout_s: float = 30.0
     # decoding holds width x height x channels x bytes-per-sample (+ copies): budgets in bytes,
     # read from image headers before any pixel is decoded
-    max_decode_bytes_per_image: int = 512 * 2**20
-    max_decode_bytes_per_request: int = 768 * 2**20
-    max_decode_bytes_in_flight: int = 768 * 2**20
+    max_decode_bytes_per_image: int = 2**30  # a 64-megapixel RGB image needs ~0.9 GB
+    max_decode_bytes_per_request: int = 2**30
+    max_decode_bytes_in_flight: int = 2**30  # all requests together: the service stays under ~2 GB
     decode_wait_s: float = 30.0  # how long a request may wait for room in the in-flight budget
+    body_timeout_s: float = 60.0  # a request body must arrive within this (else 408)
+    header_timeout_s: float = 10.0  # a connection must send a request's headers within this
+    max_connections: int = 1024  # open connections at once (each holds a file descriptor)
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -234,11 +246,25 @@ class ServerConfig(Settings):
         "max_decode_bytes_per_image",
         "max_decode_bytes_per_request",
         "max_decode_bytes_in_flight",
+        "max_connections",
     )
     @classmethod
     def _at_least_one(cls, value: int) -> int:
         if value < 1:
             raise ValueError("must be at least 1")
+        return value
+
+    @field_validator(
+        "fetch_timeout_s",
+        "decode_wait_s",
+        "body_timeout_s",
+        "header_timeout_s",
+        "shutdown_timeout_s",
+    )
+    @classmethod
+    def _positive_seconds(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError("must be more than 0 seconds")
         return value
 
     @field_validator("max_queue", "retry_after_s")

@@ -43,6 +43,7 @@ class ImageInput:
     id: str | None = None
     metadata: dict[str, Any] | None = None
     source: str | None = None
+    label: str | None = None  # how messages name the item (default "item #<position>")
 
 
 @dataclass
@@ -192,19 +193,19 @@ class LocalIndex:
         the call returns only after the store has accepted every stored item."""
         name = self._name(collection)
         items = list(items)
-        if create_collection:
-            self.store.create_collection(name, self.dim, exist_ok=True)
-        else:
-            self.store.describe_dim(name)  # a missing collection fails before any embedding
+        exists = self.store.has_collection(name)
+        if not exists and not create_collection:
+            self.store.describe_dim(name)  # the not-found error, before any embedding
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
+        labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
         for i, item in enumerate(items):  # ids and metadata first: a bad one costs no embedding
             try:
-                item_id = None if item.id is None else check_id(item.id, f"item #{i}: id")
-                metadata = dict(check_metadata(item.metadata, f"item #{i}: metadata"))
+                item_id = None if item.id is None else check_id(item.id, f"{labels[i]}: id")
+                metadata = dict(check_metadata(item.metadata, f"{labels[i]}: metadata"))
                 if item.source and SOURCE_KEY not in metadata:
                     metadata[SOURCE_KEY] = item.source
-                    check_metadata(metadata, f"item #{i}: metadata")
+                    check_metadata(metadata, f"{labels[i]}: metadata")
                 checked.append((i, item_id, metadata))
             except AccelkitError as exc:
                 failures[i] = str(exc)
@@ -212,23 +213,25 @@ class LocalIndex:
         rows: dict[str, tuple[int, np.ndarray, dict[str, Any]]] = {}
         for (i, item_id, metadata), result in zip(checked, results, strict=True):
             if result.error is not None:
-                failures[i] = result.error
+                failures[i] = f"{labels[i]}: {result.error}"
                 continue
             if item_id is None:
                 try:
                     item_id = content_id(items[i].data)
                 except OSError as exc:  # the file changed between embedding and hashing
-                    failures[i] = f"item #{i}: cannot read ({exc.strerror})"
+                    failures[i] = f"{labels[i]}: cannot read ({exc.strerror})"
                     continue
             if item_id in rows:  # the last item with an id wins, as consecutive upserts would
                 earlier = rows[item_id][0]
                 failures[earlier] = (
-                    f"item #{earlier}: replaced by item #{i}, which has the same id {item_id!r}"
+                    f"{labels[earlier]}: replaced by {labels[i]}, which has the same id {item_id!r}"
                 )
             rows[item_id] = (i, result.vector, metadata)
         stored = sorted(rows.items(), key=lambda kv: kv[1][0])
         ids = [item_id for item_id, _ in stored]
         if ids:
+            if not exists:  # created only when something is stored: a refused batch leaves nothing
+                self.store.create_collection(name, self.dim, exist_ok=True)
             vectors = np.stack([vector for _, (_, vector, _) in stored])
             self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
         return InsertResult(
@@ -363,9 +366,7 @@ def insert_in_chunks(
     items = list(items)
     ids, indices, failures, name = [], [], {}, collection or ""
     for start in range(0, len(items), chunk):
-        part = index.insert(
-            items[start : start + chunk], collection, create_collection and start == 0
-        )
+        part = index.insert(items[start : start + chunk], collection, create_collection)
         name = part.collection or name
         ids += part.ids
         indices += [start + i for i in part.indices]

@@ -39,7 +39,8 @@ MAX_FILTER_CHARS = 4096
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 8
 MAX_DESCRIPTION_CHARS = 1024
-MAX_DIM = 32_768
+MAX_INDEX_PARAM = 65_536  # nlist, nprobe, M, efConstruction, ef: Milvus' ranges end at or below
+MIN_DIM, MAX_DIM = 2, 32_768  # Milvus' own range for a float vector
 SOURCE_KEY = "source"  # metadata key that records where an inserted image came from
 
 _ID = re.compile(r"[A-Za-z0-9._:/@+=~-]{1,256}")
@@ -85,8 +86,46 @@ def check_collection_name(name: Any, where: str = "collection") -> str:
     return name
 
 
+_CLOSE = {")": "(", "]": "["}
+
+
+def _filter_shape_error(expr: str) -> str | None:
+    """Why `expr` cannot be one well-formed expression, judged outside its string literals.
+
+    Milvus (2.3 and Lite 2.5) stops parsing at an unbalanced `)` or `]` and applies only the part
+    before it: `id != "x") and (metadata["tag"] == "drop"` deleted every item. `{`/`}` are
+    template placeholders that its parser retries for the whole timeout. A `;` starts nothing."""
+    stack: list[str] = []
+    quote = ""
+    escaped = False
+    for position, ch in enumerate(expr):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "([":
+            stack.append(ch)
+        elif ch in ")]":
+            if not stack or stack.pop() != _CLOSE[ch]:
+                return f"its {ch!r} at character {position + 1} closes nothing"
+        elif ch in "{};":
+            return f"it contains {ch!r} outside a string"
+    if quote:
+        return f"a string opened with {quote} is never closed"
+    if stack:
+        return f"a {stack[-1]!r} is never closed"
+    return None
+
+
 def check_filter(expr: Any, where: str = "filter") -> str | None:
-    """A filter expression, bounded and printable; None or "" means no filter."""
+    """A filter expression, bounded, printable and well-formed (balanced brackets, closed strings,
+    no placeholders); None or "" means no filter."""
     if expr is None or expr == "":
         return None
     if not isinstance(expr, str):
@@ -98,6 +137,9 @@ def check_filter(expr: Any, where: str = "filter") -> str | None:
         )
     if _CONTROL.search(expr):
         raise InputError(f"{where} contains a control character; send a plain one-line expression")
+    problem = _filter_shape_error(expr)
+    if problem:
+        raise InputError(f"{where} {_shown(expr, 60)} is not one expression: {problem}")
     return expr
 
 
@@ -109,14 +151,36 @@ def _depth(value: Any, level: int = 0) -> int:
     return level
 
 
+def _out_of_range_int(value: Any) -> int | None:
+    """An integer that Milvus' JSON field cannot hold (outside int64), anywhere in `value`."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if not -(2**63) <= value < 2**63 else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            found = _out_of_range_int(item)
+            if found is not None:
+                return found
+    return None
+
+
 def check_metadata(value: Any, where: str = "metadata") -> dict[str, Any]:
-    """A JSON object within the size and depth limits (None means {})."""
+    """A JSON object within the size and depth limits, its integers within int64 (None means {})."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise DataError(f"{where} must be a JSON object, not {type(value).__name__}")
     if _depth(value) > MAX_METADATA_DEPTH:
         raise DataError(f"{where} is nested deeper than {MAX_METADATA_DEPTH} levels")
+    big = _out_of_range_int(value)
+    if big is not None:
+        raise DataError(
+            f"{where} holds the integer {_shown(big, 30)}, outside the 64-bit range Milvus stores; "
+            "send it as a string or a float"
+        )
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
@@ -125,6 +189,18 @@ def check_metadata(value: Any, where: str = "metadata") -> dict[str, Any]:
         raise DataError(
             f"{where} is {size:,} bytes of JSON, over the limit of {MAX_METADATA_BYTES:,}"
         )
+    return value
+
+
+def check_description(value: Any, where: str = "description") -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{where} must be a string")
+    if len(value) > MAX_DESCRIPTION_CHARS:
+        raise InputError(
+            f"{where} has {len(value):,} characters, over the limit of {MAX_DESCRIPTION_CHARS:,}"
+        )
+    if _CONTROL.search(value):
+        raise InputError(f"{where} contains a control character")
     return value
 
 
@@ -143,6 +219,7 @@ def _pydantic(check):
 ItemId = Annotated[str, _pydantic(check_id)]
 CollectionName = Annotated[str, _pydantic(check_collection_name)]
 FilterExpr = Annotated[str | None, _pydantic(check_filter)]
+Description = Annotated[str, _pydantic(check_description)]
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 IndexType = Literal["FLAT", "IVF_FLAT", "HNSW"]
 MetricType = Literal["COSINE", "IP", "L2"]
@@ -236,11 +313,11 @@ class DeleteRequest(Body):
 class CreateCollectionRequest(Body):
     name: CollectionName | None = None
     collection: CollectionName | None = Field(None, validation_alias=_COLLECTION)
-    dim: StrictInt | None = Field(None, ge=1, le=MAX_DIM)
-    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS)
+    dim: StrictInt | None = Field(None, ge=MIN_DIM, le=MAX_DIM)
+    description: Description = ""
     index_type: IndexType | None = None
     metric_type: MetricType | None = None
-    index_params: dict[str, StrictInt] | None = None
+    index_params: dict[str, Annotated[StrictInt, Field(ge=1, le=MAX_INDEX_PARAM)]] | None = None
     exist_ok: StrictBool = False
 
 

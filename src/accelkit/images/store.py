@@ -46,7 +46,10 @@ from accelkit.errors import AccelkitError, ConfigError, DataError, InputError, r
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import (
     MAX_DIM,
+    MAX_INDEX_PARAM,
+    MIN_DIM,
     check_collection_name,
+    check_description,
     check_filter,
     check_ids,
     check_metadata,
@@ -122,8 +125,15 @@ class IndexSpec:
             )
         merged = {**defaults, **given}
         for key, value in merged.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"index parameter {key}={value!r} must be a positive integer")
+            low = 2 if key == "M" else 1
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not low <= value <= MAX_INDEX_PARAM
+            ):
+                raise ConfigError(
+                    f"index parameter {key}={value!r} must be a whole number from {low} to {MAX_INDEX_PARAM}"
+                )
         return cls(kind, metric, merged)
 
     def build_params(self) -> dict[str, Any]:
@@ -316,10 +326,9 @@ class VectorStore:
         All or nothing: everything is checked first, and a collection whose index or load fails is dropped."""
         check_collection_name(name)
         dim = self.config.embedding_dim if dim is None else dim
-        if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= MAX_DIM:
-            raise InputError(f"dim {dim!r} must be a whole number between 1 and {MAX_DIM}")
-        if not isinstance(description, str):
-            raise InputError("description must be a string")
+        if not isinstance(dim, int) or isinstance(dim, bool) or not MIN_DIM <= dim <= MAX_DIM:
+            raise InputError(f"dim {dim!r} must be a whole number between {MIN_DIM} and {MAX_DIM}")
+        check_description(description)
         spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
         if self.has_collection(name):
             if not exist_ok:
@@ -334,7 +343,7 @@ class VectorStore:
             return info
         if not self.is_server and spec.index_type == "HNSW":
             raise ConfigError(
-                f"Milvus Lite ({self.uri}) supports the index types FLAT and IVF_FLAT; "
+                "Milvus Lite supports the index types FLAT and IVF_FLAT; "
                 f"{spec.index_type} needs a Milvus server (store.uri: http://host:19530)"
             )
         from pymilvus import DataType
@@ -554,10 +563,25 @@ class VectorStore:
             for i in order
         ]
         step = self.config.insert_batch_size
-        for start in range(0, len(rows), step):
-            self._call(
-                f"inserting into {name!r}", self._client.upsert, name, rows[start : start + step]
-            )
+        batches = [rows[start : start + step] for start in range(0, len(rows), step)]
+        threads = min(self.config.insert_threads if self.is_server else 1, len(batches))
+        if (
+            threads > 1
+        ):  # a server ingests batches in parallel (2 threads: ~6.7k vs ~6.0k rows/s here)
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads, thread_name_prefix="accelkit-upsert") as pool:
+                futures = [
+                    pool.submit(
+                        self._call, f"inserting into {name!r}", self._client.upsert, name, b
+                    )
+                    for b in batches
+                ]
+                for future in futures:
+                    future.result()
+        else:
+            for batch in batches:
+                self._call(f"inserting into {name!r}", self._client.upsert, name, batch)
         with self._lock:
             self._deleted.discard(name)
         return ids
@@ -720,29 +744,57 @@ class VectorStore:
             "pending_rows": int(info.get("pending_index_rows", max(total - indexed, 0)) or 0),
         }
 
+    def serving_rows(self, name: str) -> int | None:
+        """Rows in sealed segments that the query nodes have loaded with their index (what a
+        search uses); None where the store cannot say (Milvus Lite)."""
+        try:
+            segments = self._call(
+                f"listing the loaded segments of {name!r}", self._client.list_loaded_segments, name
+            )
+        except StoreTimeoutError:
+            raise
+        except StoreError:
+            return None
+        brute_force = self._spec(name).index_type == "FLAT"  # sealed FLAT segments have no index
+        return sum(
+            int(seg.num_rows)
+            for seg in segments or []
+            if brute_force or getattr(seg, "index_name", "")
+        )
+
     def wait_for_index(
         self,
         name: str,
         timeout: float | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        """Flush, then wait until the index covers every sealed row (or `timeout` seconds pass)."""
+        """Flush, then wait until the index covers every sealed row *and* the query nodes serve
+        it (or `timeout` seconds pass).
+
+        A server builds the index on sealed segments, then hands them to the query nodes, which
+        load them ~10-15 s later; until then searches run on the growing segments' interim index
+        (measured: recall@10 0.32 before the hand-off, 0.88 after, same ef)."""
         self.flush(name)
         deadline = time.monotonic() + (timeout if timeout is not None else 10 * self.config.timeout)
         while True:
             state = self.index_progress(name)
+            built = state["pending_rows"] == 0 and state["indexed_rows"] >= state["total_rows"]
+            serving = self.serving_rows(name) if built and self.is_server else None
+            if serving is not None:
+                state["serving_rows"] = serving
             if progress:
                 progress(state)
             if state["state"] == "Failed":
                 raise StoreError(
                     f"building the index of {name!r} failed on the server; see its log"
                 )
-            if state["pending_rows"] == 0 and state["indexed_rows"] >= state["total_rows"]:
+            if built and (serving is None or serving >= state["indexed_rows"]):
                 return state
             if time.monotonic() > deadline:
                 raise StoreTimeoutError(
                     f"the index of {name!r} covers {state['indexed_rows']:,} of {state['total_rows']:,} rows "
-                    "after the wait; it keeps building on the server, check again later"
+                    f"and serves {state.get('serving_rows', 0):,} after the wait; it keeps building on the "
+                    "server, check again later"
                 )
             time.sleep(0.5)
 
@@ -758,7 +810,7 @@ class VectorStore:
         spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
         if not self.is_server:
             raise ConfigError(
-                f"Milvus Lite ({self.uri}) cannot change a collection's index; create a new "
+                "Milvus Lite cannot change a collection's index; create a new "
                 "collection with the index you want and insert into it (or use a Milvus server)"
             )
         client = self._client
@@ -816,20 +868,30 @@ class FilterError(InputError):
         )
 
 
+_FILTER_REASONS = (  # (what Milvus says, what we say): its other messages are engine internals
+    (r"field (\S+) not exist", 'there is no field {0}; filter on id or metadata["key"]'),
+    (r"token recognition error at: '(.{0,20}?)'", "it cannot read {0!r}"),
+    (
+        r"(?:mismatched|extraneous|no viable alternative at) input '(.{0,20}?)'",
+        "it did not expect {0!r}",
+    ),
+    (
+        r"type check failed|not a boolean|ColumnVector|must be bool",
+        "it is not a true/false condition on values of one type",
+    ),
+    (r"unsupported", "it uses an operation this Milvus does not support"),
+)
+
+
 def _filter_reason(text: str) -> str:
-    """The useful part of Milvus' message about an expression (no source paths, codes or echo)."""
-    text = text.split(" failed: ", 1)[-1]
-    text = re.sub(r"\s+at /\S+", "", text)  # C++ source locations
-    text = re.sub(r"\b(segcore error|invalid parameter)\b", "", text)
-    found = re.search(r"error: (.*)$", text, re.S)
-    if found:
-        text = found.group(1)
-    elif "Invalid expr" in text or "cannot parse" in text:
-        text = "it is not a valid expression"
-    text = " ".join(text.replace("=>", " ").split()).strip(" :;,")
-    if "type check failed" in text or "not a boolean" in text:
-        text = "it compares values of different types or is not a true/false condition"
-    return (text[:160] + "...") if len(text) > 160 else (text or "it is not a valid expression")
+    """What was wrong with a filter, in our words: Milvus' messages carry C++ operator names,
+    plan node ids and source paths that say nothing to the user (and too much to an attacker)."""
+    for pattern, phrase in _FILTER_REASONS:
+        found = re.search(pattern, text, re.S)
+        if found:
+            groups = [g.strip() for g in found.groups()]
+            return phrase.format(*groups)
+    return "Milvus could not parse or evaluate it"
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -219,6 +219,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
 
     from accelkit import __version__
 
@@ -325,7 +326,14 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                     state.metrics.in_flight.set(state.limiter.admitted)
             else:
                 response = await call_next(request)
-        except Overloaded:
+        except Exception as exc:
+            if not isinstance(exc, Overloaded):
+                if not (guards.is_body_refusal(exc) or isinstance(exc, ClientDisconnect)):
+                    # an internal error: counted here, answered 500 by the handler
+                    route = _route_of(request, app.router.routes)
+                    state.metrics.observe(request.method, route, 500, time.perf_counter() - started)
+                raise
+
             state.metrics.reject("overloaded")
             return error_response(
                 ServiceError(
@@ -478,7 +486,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         result = None
         if loaded:
             inputs = [
-                ImageInput(data, triples[i][1], triples[i][2], source) for i, data, source in loaded
+                ImageInput(data, triples[i][1], triples[i][2], source, label=f"items[{i}]")
+                for i, data, source in loaded
             ]
             async with state.budget.reserve(cost):
                 result = await state.run(state.index.insert, inputs, name, body.create_collection)
@@ -645,15 +654,52 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         },
     )
 
-    def refused_body() -> None:
-        state.metrics.reject("body_too_large")
-
-    return guards.BodyLimit(app, server.max_body_bytes, on_reject=refused_body)
+    return guards.BodyLimit(
+        app, server.max_body_bytes, on_reject=state.metrics.reject, timeout=server.body_timeout_s
+    )
 
 
 def fastapi_app(wrapped: Any):
     """The FastAPI app inside `create_app`'s wrapper (for tests and OpenAPI)."""
     return wrapped.app
+
+
+def header_deadline_protocol(header_timeout: float):
+    """uvicorn's HTTP/1.1 protocol, closing a connection that has not sent a whole request's
+    headers within `header_timeout` seconds of opening (or of its last response). uvicorn has no
+    such limit of its own: 200 connections that each sent half a header stayed open for good."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_header_deadline()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_header_deadline()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_header_deadline()
+            super().connection_lost(exc)
+
+        def _arm_header_deadline(self) -> None:
+            self._disarm_header_deadline()
+            self._header_timer = self.loop.call_later(
+                header_timeout, self._header_deadline, self.cycle
+            )
+
+        def _disarm_header_deadline(self) -> None:
+            timer = getattr(self, "_header_timer", None)
+            if timer is not None:
+                timer.cancel()
+
+        def _header_deadline(self, cycle) -> None:
+            waiting = self.cycle is cycle and (cycle is None or cycle.response_complete)
+            if waiting and not self.transport.is_closing():  # no new request since: drop it
+                self.transport.close()
+
+    return HeaderDeadline
 
 
 def serve(
@@ -688,10 +734,11 @@ def serve(
         on_ready(f"http://{host}:{sock.getsockname()[1]}")
     uvicorn_config = uvicorn.Config(
         app,
+        http=header_deadline_protocol(server.header_timeout_s),
         timeout_graceful_shutdown=int(server.shutdown_timeout_s),
         log_level=config.log_level.lower(),
         access_log=False,
-        limit_concurrency=None,
+        limit_concurrency=server.max_connections,  # beyond: 503 at once, no task, no body read
         proxy_headers=False,
     )
     uvicorn.Server(uvicorn_config).run(sockets=[sock])

@@ -9,6 +9,7 @@ past Python's recursion limit) is a 400. Multipart form fields are strings: the 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -39,19 +40,39 @@ def validate(model: type[Model], data: Any) -> Model:
         raise ServiceError(422, "invalid_field", "; ".join(parts)) from None
 
 
-def parse_json(raw: bytes) -> Any:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON objects with a key given twice are refused (which one counts is parser folklore);
+    multipart refuses a field given twice the same way."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ServiceError(422, "invalid_field", f"{key[:40]}: given twice")
+        seen[key] = value
+    return seen
+
+
+def parse_json(raw: bytes, what: str = "request body") -> Any:
     try:
-        return json.loads(raw or b"{}")
+        return json.loads(raw or b"{}", object_pairs_hook=_no_duplicate_keys)
     except RecursionError:
-        raise InputError("request body is nested too deeply to be a request") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"request body is not valid JSON ({exc})") from None
+        raise InputError(f"{what} is nested too deeply to be a request") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{what} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    except (ValueError, UnicodeDecodeError):  # e.g. a number of thousands of digits
+        raise InputError(
+            f"{what} is not valid JSON (unreadable text or a number too long)"
+        ) from None
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only, within int64
 
 
 def _form_value(key: str, value: str) -> Any:
     if key in _INTEGER_FIELDS:
         text = value.strip()
-        if not text.lstrip("-").isdigit():
+        if not _INTEGER.fullmatch(text):
             raise ServiceError(
                 422, "invalid_field", f"{key}: must be a whole number, not {value[:20]!r}"
             )
@@ -66,7 +87,7 @@ def _form_value(key: str, value: str) -> Any:
     if key in _JSON_FIELDS:
         if not value.strip():
             return None
-        return parse_json(value.encode())
+        return parse_json(value.encode(), f"form field {key}")
     return value or None
 
 

@@ -25,7 +25,7 @@ from accelkit.images.service.errors import ServiceError, error_body
 
 PUBLIC_PATHS = {"/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"}
 METHODS = {"GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"}
-REJECT_REASONS = ("unauthorized", "overloaded", "body_too_large", "decode_budget")
+REJECT_REASONS = ("unauthorized", "overloaded", "body_too_large", "body_too_slow", "decode_budget")
 
 
 def api_key_ok(authorization: str, api_key: str) -> bool:
@@ -41,24 +41,47 @@ def method_label(method: str) -> str:
 
 
 class BodyTooLarge(Exception):
-    pass
+    """The body passed `max_body_bytes`."""
+
+
+class BodyTooSlow(Exception):
+    """The body did not arrive within `body_timeout_s` (it would hold an admission slot)."""
+
+
+def is_body_refusal(exc: BaseException) -> bool:
+    """BodyTooLarge/BodyTooSlow, also inside an ExceptionGroup from a task group."""
+    if isinstance(exc, (BodyTooLarge, BodyTooSlow)):
+        return True
+    return any(is_body_refusal(e) for e in getattr(exc, "exceptions", ()))
 
 
 class BodyLimit:
-    """ASGI wrapper: 413 for a request body over `limit` bytes, declared or streamed."""
+    """ASGI wrapper: 413 for a request body over `limit` bytes (declared or streamed), 408 for a
+    body that has not arrived in full `timeout` seconds after the request started."""
 
-    def __init__(self, app: Any, limit: int, on_reject: Callable[[], None] | None = None):
-        self.app, self.limit, self.on_reject = app, limit, on_reject
+    def __init__(
+        self,
+        app: Any,
+        limit: int,
+        on_reject: Callable[[str], None] | None = None,
+        timeout: float = 60.0,
+    ):
+        self.app, self.limit, self.on_reject, self.timeout = app, limit, on_reject, timeout
 
-    async def _reject(self, send) -> None:
+    async def _reject(self, send, reason: str) -> None:
         if self.on_reject:
-            self.on_reject()
-        message = f"request body is larger than the limit of {self.limit:,} bytes; send fewer or smaller images"
-        body = json.dumps(error_body(413, "body_too_large", message)).encode()
+            self.on_reject(reason)
+        if reason == "body_too_slow":
+            status = 408
+            message = f"the request body did not arrive within {self.timeout:g} s; send it at once"
+        else:
+            status = 413
+            message = f"request body is larger than the limit of {self.limit:,} bytes; send fewer or smaller images"
+        body = json.dumps(error_body(status, reason, message)).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
@@ -74,34 +97,44 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(send)
+            await self._reject(send, "body_too_large")
             return
         received = 0
-        state = {"too_large": False, "started": False}
+        state = {"refused": "", "started": False, "complete": False}
+        deadline = asyncio.get_running_loop().time() + self.timeout
 
         async def limited_receive():
             nonlocal received
-            message = await receive()
+            if state["complete"]:  # after the body: only the disconnect message is left to wait for
+                return await receive()
+            try:
+                message = await asyncio.wait_for(
+                    receive(), max(deadline - asyncio.get_running_loop().time(), 0.001)
+                )
+            except TimeoutError:
+                state["refused"] = "body_too_slow"
+                raise BodyTooSlow from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
-                    state["too_large"] = True
+                    state["refused"] = "body_too_large"
                     raise BodyTooLarge
+                state["complete"] = not message.get("more_body", False)
             return message
 
         async def guarded_send(message):
-            if state["too_large"]:
-                return  # the app's answer to the aborted read (a 500) is replaced by the 413 below
+            if state["refused"]:
+                return  # the app's answer to the aborted read is replaced by the refusal below
             state["started"] = True
             await send(message)
 
         try:
             await self.app(scope, limited_receive, guarded_send)
-        except Exception:  # BodyTooLarge, possibly inside an ExceptionGroup from a task group
-            if not state["too_large"]:
+        except Exception as exc:
+            if not (state["refused"] and is_body_refusal(exc)):
                 raise
-        if state["too_large"] and not state["started"]:
-            await self._reject(send)
+        if state["refused"] and not state["started"]:
+            await self._reject(send, state["refused"])
 
 
 class Metrics:
