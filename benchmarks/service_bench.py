@@ -630,28 +630,9 @@ def main() -> None:
         },
         "insert_vs_baseline_lists": best_insert / store["baseline_insert_lists_vectors_per_s"],
     }
-    import milvus_lite
-    import pymilvus
-
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-        ).stdout.strip()
-    except OSError:
-        commit = None
     payload = {
         "schema": SCHEMA,
-        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "pymilvus": pymilvus.__version__,
-            "milvus_lite": getattr(milvus_lite, "__version__", "?"),
-            "load_avg_start": load_start,
-            "load_avg_end": os.getloadavg(),
-        },
+        **environment(load_start),
         "quick": args.quick,
         "targets": TARGETS,
         "store": store,

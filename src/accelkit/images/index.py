@@ -155,6 +155,7 @@ class LocalIndex:
         self.embed = embed
         self.default_collection = default_collection
         self.dim = dim
+        self.model_info: dict[str, Any] = {}
         self._on_close: list[Callable[[], None]] = []
 
     @classmethod
@@ -174,6 +175,7 @@ class LocalIndex:
             return loaded[0].embed_items(items)
 
         index = cls(store, embed, config.store.collection_name, config.model.embedding_dim)
+        index.model_info = {"name": config.model.name, "backend": config.model.backend}
         index._on_close.append(lambda: loaded and loaded[0].close())
         index._on_close.append(store.close)
         return index
@@ -337,8 +339,24 @@ class LocalIndex:
         return self.store.rebuild_index(self._name(name), **spec)
 
     def health(self) -> dict[str, Any]:
+        """The store's status, and the model's: it embeds a plain 64×64 test image."""
         store = self.store.ping()
-        return {"status": "ok" if store["ok"] else "degraded", "store": store}
+        store.pop("uri", None)
+        model: dict[str, Any] = dict(self.model_info)
+        try:
+            (result,) = self.embed([np.full((64, 64, 3), 128, np.uint8)])
+            model.update(
+                {
+                    "ok": result.error is None,
+                    "dim": None if result.vector is None else int(result.vector.shape[0]),
+                }
+            )
+            if result.error is not None:
+                model["error"] = result.error
+        except AccelkitError as exc:
+            model.update({"ok": False, "error": str(exc)})
+        healthy = store["ok"] and model["ok"]
+        return {"status": "ok" if healthy else "unhealthy", "model": model, "store": store}
 
     def close(self) -> None:
         for close in self._on_close:

@@ -29,6 +29,7 @@ Why the details below exist:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -166,9 +167,49 @@ def is_local_uri(uri: str) -> bool:
     return "://" not in uri
 
 
+class _NotMilvusLite(logging.Filter):
+    """milvus_lite logs to the root logger (e.g. "Open x.db failed ..." before our own one-line
+    error); its records are shown only at debug level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "milvus_lite" not in record.pathname or logging.getLogger().level <= logging.DEBUG
+
+
+_FILTER = _NotMilvusLite()
+
+
 def _quiet_pymilvus() -> None:
     for name in ("pymilvus", "milvus_lite"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    root = logging.getLogger()
+    if _FILTER not in root.filters:
+        root.addFilter(_FILTER)
+
+
+@contextlib.contextmanager
+def _engine_output_to(log_path: str):
+    """Milvus Lite's engine is a child process that writes its C++ logs (a parse error, a
+    retry) to our stderr: started inside this block, it writes to `log_path` instead, unless
+    debug logging is on."""
+    if logging.getLogger().level <= logging.DEBUG:
+        yield
+        return
+    try:
+        target = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        import sys
+
+        sys.stderr.flush()
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 class StoreTimeoutError(StoreError):
@@ -223,20 +264,30 @@ class VectorStore:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 if is_local_uri(uri):
                     require("milvus_lite", "images")
+                    # Checked first: a refused Milvus Lite start deletes the holder's lock file,
+                    # after which a third process could open the same database.
+                    holder = lite_lock_holder(uri)
+                    if holder is not None:
+                        raise _held_by(uri, holder)
+                    db = os.path.abspath(uri)
+                    log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
+                    with _engine_output_to(log_path):
+                        return MilvusClient(
+                            uri=uri, token=self.config.token or "", timeout=self.config.timeout
+                        )
                 return MilvusClient(
                     uri=uri,
                     token=self.config.token or "",
                     db_name=self.config.db_name,
                     timeout=self.config.timeout,
                 )
+        except AccelkitError:
+            raise
         except Exception as exc:
             if is_local_uri(uri):
                 holder = lite_lock_holder(uri)
                 if holder is not None:
-                    raise StoreError(
-                        f"cannot open the Milvus Lite database {uri}: process {holder} holds it "
-                        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
-                    ) from exc
+                    raise _held_by(uri, holder) from exc
                 raise StoreError(
                     f"cannot open the Milvus Lite database {uri}: {_reason(exc)}"
                 ) from exc
@@ -864,7 +915,7 @@ class FilterError(InputError):
         shown = filter_expr if len(filter_expr) <= 80 else filter_expr[:77] + "..."
         super().__init__(
             f"filter {shown!r} was refused: {_filter_reason(str(cause))}; "
-            'write it like metadata["album"] == "2026" (see docs/images.md, Filters)'
+            'write it like metadata["album"] == "2026" (docs/images.md: What the store accepts)'
         )
 
 
@@ -897,6 +948,13 @@ def _filter_reason(text: str) -> str:
 def _timed_out(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}".lower()
     return "deadline" in text or "timeout" in text or "timed out" in text
+
+
+def _held_by(uri: str, pid: int) -> StoreError:
+    return StoreError(
+        f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
+        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
+    )
 
 
 def lite_lock_holder(uri: str) -> int | None:
