@@ -98,7 +98,7 @@ def setup(tmp_path_factory, onnx_path, photos, store_settings):
         f"store:\n{store_yaml(store_settings, base)}"
         f"server:\n  api_key: {KEY}\n  allowed_roots: [{allowed}]\n  max_body_bytes: 2000000\n"
         f"  max_concurrency: 2\n  max_queue: 2\n  batch_max_wait_ms: 10\n  max_items_per_request: 16\n"
-        f"  body_timeout_s: 3\n  header_timeout_s: 3\n"
+        f"  body_timeout_s: 5\n  header_timeout_s: 5\n"
         f"log_level: WARNING\n"
     )
     os.mkfifo(allowed / "pipe.jpg")  # a FIFO that never gets a writer
@@ -714,7 +714,7 @@ def test_sources_under_their_limits(server, setup):
 
 
 def test_slow_bodies_and_headers_are_cut_off(server):
-    """A body that does not arrive in body_timeout_s (3 s here) is answered 408 and frees its
+    """A body that does not arrive in body_timeout_s (5 s here) is answered 408 and frees its
     admission slot; a connection that never finishes its headers is closed after header_timeout_s.
     The sockets' own 60 s timeouts only guard the test: without the limits they would fire."""
     import socket as sockets
