@@ -55,6 +55,10 @@ def reference_scores(metric, data, query):
 def test_search_matches_numpy(store, index_type, metric):
     if index_type not in index_types(store):
         pytest.skip("Milvus Lite builds FLAT and IVF_FLAT only (HNSW is tested on the server)")
+    if store.is_server and index_type != "FLAT" and metric != "COSINE":
+        pytest.skip(
+            "on the server every metric runs on FLAT, the indexes on COSINE (each index waits ~15 s for its hand-off)"
+        )
     rng = np.random.default_rng(len(index_type) * 7 + len(metric))
     name = f"s_{index_type}_{metric}".lower()
     data = rng.standard_normal((300, 24)).astype(
@@ -449,7 +453,7 @@ def test_delete_by_filter_flush_and_reindex(store):
     assert store.delete_matching("bulk", 'metadata["even"] == true') == 100
     assert store.count("bulk") == 100
     with pytest.raises(FilterError):
-        store.delete_matching("bulk", "metadata[")
+        store.delete_matching("bulk", 'metadata["even"] = true')
     assert store.count("bulk") == 100
     if not store.is_server:
         with pytest.raises(ConfigError, match="cannot change a collection's index"):

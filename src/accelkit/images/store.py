@@ -796,8 +796,8 @@ class VectorStore:
         }
 
     def serving_rows(self, name: str) -> int | None:
-        """Rows in sealed segments that the query nodes have loaded with their index (what a
-        search uses); None where the store cannot say (Milvus Lite)."""
+        """Rows in sealed segments that the query nodes serve (with their index, where the
+        segment is large enough to get one); None where the store cannot say (Milvus Lite)."""
         try:
             segments = self._call(
                 f"listing the loaded segments of {name!r}", self._client.list_loaded_segments, name
@@ -806,12 +806,9 @@ class VectorStore:
             raise
         except StoreError:
             return None
-        brute_force = self._spec(name).index_type == "FLAT"  # sealed FLAT segments have no index
-        return sum(
-            int(seg.num_rows)
-            for seg in segments or []
-            if brute_force or getattr(seg, "index_name", "")
-        )
+        # Sealed segments appear here once their index is loaded (and small ones, which Milvus
+        # does not index, once loaded at all); growing segments are not listed.
+        return sum(int(seg.num_rows) for seg in segments or [])
 
     def wait_for_index(
         self,
