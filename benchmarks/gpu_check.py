@@ -77,7 +77,7 @@ def part_stats(rows: int, platform: str = "gpu") -> dict:
     data = rng.standard_normal((rows, 32), dtype=np.float32)
     data[:, 0] = data[:, 0] * 0.01 + 1000.0  # |mean| >> std
     data[:, 1] = np.round(data[:, 1])  # ties
-    batches = [{"x": data[i:i + 500_000]} for i in range(0, rows, 500_000)]
+    batches = [{"x": data[i : i + 500_000]} for i in range(0, rows, 500_000)]
     levels = [0.01, 0.5, 0.99]
 
     def run(platform):
@@ -87,14 +87,25 @@ def part_stats(rows: int, platform: str = "gpu") -> dict:
     want = np.quantile(data.astype(np.float64), levels, axis=0)
     got = np.stack([gpu.stats["x"].quantiles[q] for q in levels])
     exact = bool(np.array_equal(got, want)) and all(
-        np.array_equal(gpu.stats["x"].quantiles[q], cpu.stats["x"].quantiles[q]) for q in levels)
+        np.array_equal(gpu.stats["x"].quantiles[q], cpu.stats["x"].quantiles[q]) for q in levels
+    )
     return {
         "status": "ok" if exact else "failed",
         "rows": rows,
         "device": str(jax.devices(platform)[0]),
         "quantiles_equal_numpy": bool(np.array_equal(got, want)),
-        "gpu_equals_cpu": bool(all(np.array_equal(gpu.stats["x"].quantiles[q], cpu.stats["x"].quantiles[q]) for q in levels)),
-        "std_max_rel_err": float(np.max(np.abs(gpu.stats["x"].std - data.astype(np.float64).std(axis=0)) / data.astype(np.float64).std(axis=0))),
+        "gpu_equals_cpu": bool(
+            all(
+                np.array_equal(gpu.stats["x"].quantiles[q], cpu.stats["x"].quantiles[q])
+                for q in levels
+            )
+        ),
+        "std_max_rel_err": float(
+            np.max(
+                np.abs(gpu.stats["x"].std - data.astype(np.float64).std(axis=0))
+                / data.astype(np.float64).std(axis=0)
+            )
+        ),
         "gpu_rows_per_s": rows / timed(lambda: run(platform)),
         "cpu_rows_per_s": rows / timed(lambda: run("cpu")),
     }
@@ -110,20 +121,50 @@ def part_images(platform: str = "gpu") -> dict:
     rng = np.random.default_rng(1)
     sizes = [(512, 512), (480, 640), (1080, 1920), (333, 517), (224, 224), (100, 3000)]
     images = [rng.integers(0, 256, (*sizes[i % len(sizes)], 3), dtype=np.uint8) for i in range(64)]
-    gpu = JAXImagePreprocessor(jax_platform=platform, cache_compiled=False, max_batch=32, reducing_gap=None, data_format="NHWC")
-    cpu = JAXImagePreprocessor(jax_platform="cpu", cache_compiled=False, max_batch=32, reducing_gap=None, data_format="NHWC")
+    gpu = JAXImagePreprocessor(
+        jax_platform=platform,
+        cache_compiled=False,
+        max_batch=32,
+        reducing_gap=None,
+        data_format="NHWC",
+    )
+    cpu = JAXImagePreprocessor(
+        jax_platform="cpu",
+        cache_compiled=False,
+        max_batch=32,
+        reducing_gap=None,
+        data_format="NHWC",
+    )
     mean, std = np.array(gpu.mean), np.array(gpu.std)
     out = np.asarray(gpu.preprocess_batch(images), np.float64)
     levels = (out * std + mean) * 255.0
-    reference = np.stack([np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR)) for a in images])
+    reference = np.stack(
+        [
+            np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR))
+            for a in images
+        ]
+    )
     worst = float(np.abs(levels - reference).max())
 
     def pil_numpy():
-        return np.stack([(np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR), np.float32) / 255.0 - mean) / std
-                         for a in images])
+        return np.stack(
+            [
+                (
+                    np.asarray(
+                        Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR), np.float32
+                    )
+                    / 255.0
+                    - mean
+                )
+                / std
+                for a in images
+            ]
+        )
 
     return {
-        "status": "ok" if worst <= 1.0 else "failed",  # the bound: within 1 uint8 level of PIL
+        "status": "ok"
+        if worst <= 1.0
+        else "failed",  # the bound: within 1 uint8 level of PIL
         "device": str(gpu.device),
         "max_level_diff_vs_pil": worst,
         "compile_count": gpu.compile_count,
@@ -137,10 +178,17 @@ def part_quant(out_dir: Path) -> dict:
     if not torch_cuda():
         return {"status": "skipped", "why": "PyTorch has no CUDA GPU"}
     target = out_dir / "quant_cuda_graphs.json"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "quant_cuda_graphs.py"), "--out", str(target)],
-                          capture_output=True, text=True, timeout=1200)
-    result = {"status": "ok" if done.returncode == 0 else "failed", "returncode": done.returncode,
-              "tail": (done.stdout + done.stderr)[-2000:]}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "quant_cuda_graphs.py"), "--out", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    result = {
+        "status": "ok" if done.returncode == 0 else "failed",
+        "returncode": done.returncode,
+        "tail": (done.stdout + done.stderr)[-2000:],
+    }
     if target.exists():
         result["report"] = json.loads(target.read_text())
     return result
@@ -149,10 +197,31 @@ def part_quant(out_dir: Path) -> dict:
 def part_bench(out_dir: Path) -> dict:
     modes = ",".join(m for m, ok in (("jax", bool(jax_gpu())), ("pytorch", torch_cuda())) if ok)
     target = out_dir / "bench_xla_gpu.json"
-    done = subprocess.run([sys.executable, "-m", "accelkit", "bench", "xla", modes, "--matrix-size", "5000",
-                           "--dtype", "float32", "--json", str(target)], capture_output=True, text=True, timeout=1200)
-    result = {"status": "ok" if done.returncode == 0 else "failed", "modes": modes, "returncode": done.returncode,
-              "tail": (done.stdout + done.stderr)[-2000:]}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelkit",
+            "bench",
+            "xla",
+            modes,
+            "--matrix-size",
+            "5000",
+            "--dtype",
+            "float32",
+            "--json",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    result = {
+        "status": "ok" if done.returncode == 0 else "failed",
+        "modes": modes,
+        "returncode": done.returncode,
+        "tail": (done.stdout + done.stderr)[-2000:],
+    }
     if target.exists():
         result["report"] = json.loads(target.read_text())
     return result
@@ -160,7 +229,9 @@ def part_bench(out_dir: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_check.json")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_check.json"
+    )
     parser.add_argument("--rows", type=int, default=4_000_000)
     args = parser.parse_args()
     if not jax_gpu() and not torch_cuda():
@@ -179,8 +250,11 @@ def main() -> int:
         try:
             report["parts"][name] = run()
         except Exception as exc:  # one part failing must not hide the others
-            report["parts"][name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                     "traceback": traceback.format_exc()[-3000:]}
+            report["parts"][name] = {
+                "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-3000:],
+            }
         report["parts"][name]["seconds"] = time.perf_counter() - start
         print(f"gpu_check: {name}: {report['parts'][name].get('status', 'ok')}", flush=True)
     sys.path.insert(0, str(REPO / "src"))
@@ -188,7 +262,11 @@ def main() -> int:
 
     write_json_atomic(args.out, report, trailing_newline=True)
     print(f"wrote {args.out}")
-    return 0 if all(p.get("status", "ok") in ("ok", "skipped") for p in report["parts"].values()) else 1
+    return (
+        0
+        if all(p.get("status", "ok") in ("ok", "skipped") for p in report["parts"].values())
+        else 1
+    )
 
 
 if __name__ == "__main__":

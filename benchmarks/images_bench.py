@@ -53,13 +53,37 @@ def real_photos() -> list[np.ndarray]:
     from sklearn.datasets import load_sample_images
 
     def rgb(a):
-        return np.repeat(a[:, :, None], 3, axis=2) if a.ndim == 2 else np.ascontiguousarray(a[:, :, :3])
+        return (
+            np.repeat(a[:, :, None], 3, axis=2)
+            if a.ndim == 2
+            else np.ascontiguousarray(a[:, :, :3])
+        )
 
-    names = ("astronaut", "camera", "chelsea", "coffee", "coins", "hubble_deep_field", "immunohistochemistry",
-             "moon", "retina", "rocket", "page", "text", "clock", "brick", "grass")
+    names = (
+        "astronaut",
+        "camera",
+        "chelsea",
+        "coffee",
+        "coins",
+        "hubble_deep_field",
+        "immunohistochemistry",
+        "moon",
+        "retina",
+        "rocket",
+        "page",
+        "text",
+        "clock",
+        "brick",
+        "grass",
+    )
     photos = [rgb(getattr(data, n)()) for n in names] + [rgb(data.stereo_motorcycle()[0])]
     photos += [np.ascontiguousarray(p) for p in load_sample_images().images]
-    photos += [photos[0][20:220, 140:340], photos[-2][:, :320], photos[-1][100:350, 150:500], photos[8][300:900, 300:900]]
+    photos += [
+        photos[0][20:220, 140:340],
+        photos[-2][:, :320],
+        photos[-1][100:350, 150:500],
+        photos[8][300:900, 300:900],
+    ]
     return photos
 
 
@@ -82,7 +106,9 @@ def pil_draft_numpy(blobs, size=(224, 224)):
     for i, b in enumerate(blobs):
         image = Image.open(io.BytesIO(b))
         image.draft("RGB", size[::-1])
-        r = np.asarray(image.convert("RGB").resize(size[::-1], Image.Resampling.BILINEAR), np.float32)
+        r = np.asarray(
+            image.convert("RGB").resize(size[::-1], Image.Resampling.BILINEAR), np.float32
+        )
         out[i] = ((r * (1 / 255.0) - MEAN) / STD).transpose(2, 0, 1)
     return out
 
@@ -109,7 +135,10 @@ def cv2_method(interpolation):
 def cv2_decode(blobs):
     import cv2
 
-    return [cv2.cvtColor(cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB) for b in blobs]
+    return [
+        cv2.cvtColor(cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        for b in blobs
+    ]
 
 
 def to_levels(batch):
@@ -121,7 +150,9 @@ def interleaved(runs: dict, rounds: int) -> dict[str, list[float]]:
     names = list(runs)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the start: no position bias
+        for name in (
+            names[r % len(names) :] + names[: r % len(names)]
+        ):  # rotate the start: no position bias
             start = time.perf_counter()
             runs[name]()
             times[name].append(time.perf_counter() - start)
@@ -131,11 +162,18 @@ def interleaved(runs: dict, rounds: int) -> dict[str, list[float]]:
 def round_ratios(times: dict[str, list[float]], ours: str, baseline: str) -> dict:
     """ours/baseline speed per round (baseline seconds / our seconds): median, min, max."""
     ratios = [b / a for a, b in zip(times[ours], times[baseline], strict=True)]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "rounds": ratios}
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "rounds": ratios,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=64, help="images in the 512x512 workloads")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--e2e-images", type=int, default=128)
@@ -144,7 +182,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.n, args.rounds, args.e2e_images = 16, 2, 32
-    out_path = args.out or REPO / "benchmarks" / "results" / ("images_bench_quick.json" if args.quick else "images_bench.json")
+    out_path = args.out or REPO / "benchmarks" / "results" / (
+        "images_bench_quick.json" if args.quick else "images_bench.json"
+    )
 
     import cv2
     import jax
@@ -154,7 +194,12 @@ def main() -> None:
     from accelkit.images.preprocess import JAXImagePreprocessor
 
     photos = real_photos()
-    square = [np.asarray(Image.fromarray(photos[i % len(photos)]).resize((512, 512), Image.Resampling.BILINEAR)) for i in range(args.n)]
+    square = [
+        np.asarray(
+            Image.fromarray(photos[i % len(photos)]).resize((512, 512), Image.Resampling.BILINEAR)
+        )
+        for i in range(args.n)
+    ]
     blobs = []
     for a in square:
         buffer = io.BytesIO()
@@ -163,8 +208,12 @@ def main() -> None:
     mixed = photos
 
     # reducing_gap=None: PIL-equal output (no host box reduction of big photos) for the main comparison.
-    pre = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=None)
-    gap = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=3.0)
+    pre = JAXImagePreprocessor(
+        cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=None
+    )
+    gap = JAXImagePreprocessor(
+        cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=3.0
+    )
     methods = {
         "accelkit": lambda ims: np.asarray(pre.preprocess_batch(ims)),
         "accelkit_reducing_gap3": lambda ims: np.asarray(gap.preprocess_batch(ims)),
@@ -172,52 +221,100 @@ def main() -> None:
         "cv2_area": cv2_method(cv2.INTER_AREA),
         "cv2_linear": cv2_method(cv2.INTER_LINEAR),
     }
-    decoders = {"accelkit": None, "accelkit_reducing_gap3": None, "pil_numpy": pil_decode, "cv2_area": cv2_decode, "cv2_linear": cv2_decode}
+    decoders = {
+        "accelkit": None,
+        "accelkit_reducing_gap3": None,
+        "pil_numpy": pil_decode,
+        "cv2_area": cv2_decode,
+        "cv2_linear": cv2_decode,
+    }
     workloads = {"square_512": square, "mixed_real": mixed}
     results: dict = {"workloads": {}, "round_ratios": {}}
     for wname, images in workloads.items():
-        reference = [np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR)) for a in images]
-        entry = {"images": len(images), "sizes": sorted({a.shape[:2] for a in images})[:40], "methods": {}}
+        reference = [
+            np.asarray(Image.fromarray(a).resize((224, 224), Image.Resampling.BILINEAR))
+            for a in images
+        ]
+        entry = {
+            "images": len(images),
+            "sizes": sorted({a.shape[:2] for a in images})[:40],
+            "methods": {},
+        }
         for name, fn in methods.items():
             first = time.perf_counter()
             batch = fn(images)
             first = time.perf_counter() - first
             diff = np.abs(to_levels(batch) - np.stack(reference))
-            entry["methods"][name] = {"first_run_s": first, "max_level_diff_vs_pil": float(diff.max()),
-                                      "mean_level_diff_vs_pil": float(diff.mean())}
-        times = interleaved({name: (lambda fn=fn, images=images: fn(images)) for name, fn in methods.items()}, args.rounds)
+            entry["methods"][name] = {
+                "first_run_s": first,
+                "max_level_diff_vs_pil": float(diff.max()),
+                "mean_level_diff_vs_pil": float(diff.mean()),
+            }
+        times = interleaved(
+            {name: (lambda fn=fn, images=images: fn(images)) for name, fn in methods.items()},
+            args.rounds,
+        )
         for name, seconds in times.items():
             entry["methods"][name]["images_per_s"] = len(images) / statistics.median(seconds)
         entry["compile_count"] = pre.compile_count
         results["workloads"][wname] = entry
-        results["round_ratios"][f"{wname}_accelkit_vs_pil_numpy"] = round_ratios(times, "accelkit", "pil_numpy")
+        results["round_ratios"][f"{wname}_accelkit_vs_pil_numpy"] = round_ratios(
+            times, "accelkit", "pil_numpy"
+        )
     # decode + preprocess from JPEG bytes
     fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
     runs = {}
     for name, fn in methods.items():
         decode = decoders[name]
-        runs[name] = (lambda fn=fn: fn(blobs)) if decode is None else (lambda fn=fn, decode=decode: fn(decode(blobs)))
+        runs[name] = (
+            (lambda fn=fn: fn(blobs))
+            if decode is None
+            else (lambda fn=fn, decode=decode: fn(decode(blobs)))
+        )
     runs["accelkit_reduced_jpeg_decode"] = lambda: fast.preprocess_batch(blobs)
     runs["pil_draft_numpy"] = lambda: pil_draft_numpy(blobs)
     # quality against full-size PIL decode + PIL resize (reduced decodes are not PIL-equal)
-    reference = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR))
-                          for b in blobs])
+    reference = np.stack(
+        [
+            np.asarray(
+                Image.open(io.BytesIO(b))
+                .convert("RGB")
+                .resize((224, 224), Image.Resampling.BILINEAR)
+            )
+            for b in blobs
+        ]
+    )
     diffs = {name: np.abs(to_levels(run()) - reference) for name, run in runs.items()}
     times = interleaved(runs, args.rounds)
-    results["workloads"]["jpeg_512"] = {"images": len(blobs), "methods": {
-        name: {"images_per_s": len(blobs) / statistics.median(seconds), "max_level_diff_vs_pil": float(diffs[name].max()),
-               "mean_level_diff_vs_pil": float(diffs[name].mean())} for name, seconds in times.items()}}
-    results["round_ratios"]["jpeg_512_accelkit_vs_pil_numpy"] = round_ratios(times, "accelkit", "pil_numpy")
+    results["workloads"]["jpeg_512"] = {
+        "images": len(blobs),
+        "methods": {
+            name: {
+                "images_per_s": len(blobs) / statistics.median(seconds),
+                "max_level_diff_vs_pil": float(diffs[name].max()),
+                "mean_level_diff_vs_pil": float(diffs[name].mean()),
+            }
+            for name, seconds in times.items()
+        },
+    }
+    results["round_ratios"]["jpeg_512_accelkit_vs_pil_numpy"] = round_ratios(
+        times, "accelkit", "pil_numpy"
+    )
     results["round_ratios"]["jpeg_512_accelkit_reduced_vs_pil_numpy"] = round_ratios(
-        times, "accelkit_reduced_jpeg_decode", "pil_numpy")
+        times, "accelkit_reduced_jpeg_decode", "pil_numpy"
+    )
     results["round_ratios"]["jpeg_512_accelkit_reduced_vs_pil_draft_numpy"] = round_ratios(
-        times, "accelkit_reduced_jpeg_decode", "pil_draft_numpy")
+        times, "accelkit_reduced_jpeg_decode", "pil_draft_numpy"
+    )
 
     # end to end vs model only
     config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 32})
     e2e_blobs = (blobs * (args.e2e_images // len(blobs) + 1))[: args.e2e_images]
     with ImageEmbeddingPipeline(config) as pipeline:
-        batches = [np.asarray(pipeline.preprocessor.preprocess_batch(e2e_blobs[i:i + 32])) for i in range(0, len(e2e_blobs), 32)]
+        batches = [
+            np.asarray(pipeline.preprocessor.preprocess_batch(e2e_blobs[i : i + 32]))
+            for i in range(0, len(e2e_blobs), 32)
+        ]
         pipeline.embed(e2e_blobs[:32])
         for b in batches[:1]:
             pipeline.backend.embed(b)
@@ -234,21 +331,39 @@ def main() -> None:
         model_rate = len(e2e_blobs) / statistics.median(model_rounds)
         e2e_rate = len(e2e_blobs) / statistics.median(e2e_rounds)
     results["round_ratios"]["end_to_end_vs_model_only"] = round_ratios(
-        {"e2e": e2e_rounds, "model": model_rounds}, "e2e", "model")
-    results["end_to_end"] = {"images": len(e2e_blobs), "model_only_images_per_s": model_rate,
-                             "end_to_end_images_per_s": e2e_rate, "ratio": e2e_rate / model_rate}
+        {"e2e": e2e_rounds, "model": model_rounds}, "e2e", "model"
+    )
+    results["end_to_end"] = {
+        "images": len(e2e_blobs),
+        "model_only_images_per_s": model_rate,
+        "end_to_end_images_per_s": e2e_rate,
+        "ratio": e2e_rate / model_rate,
+    }
 
     # headline ratios: medians of the per-round ratios (min and max under round_ratios)
     results["ratios"] = {name: r["median"] for name, r in results["round_ratios"].items()}
     results["targets"] = TARGETS
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip()
     except OSError:
         commit = None
-    payload = {"schema": SCHEMA, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit,
-               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
-                           "jax": jax.__version__, "device": str(pre.device), "load_avg_start": os.getloadavg()},
-               "quick": args.quick, **results}
+    payload = {
+        "schema": SCHEMA,
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "jax": jax.__version__,
+            "device": str(pre.device),
+            "load_avg_start": os.getloadavg(),
+        },
+        "quick": args.quick,
+        **results,
+    }
     sys.path.insert(0, str(REPO / "src"))
     from accelkit.runtime.files import write_json_atomic
 
@@ -261,11 +376,26 @@ def main() -> None:
         table.add_column(col)
     for wname, entry in results["workloads"].items():
         for name, m in entry["methods"].items():
-            table.add_row(wname, name, f"{m['images_per_s']:.0f}", f"{m.get('max_level_diff_vs_pil', float('nan')):.2f}")
+            table.add_row(
+                wname,
+                name,
+                f"{m['images_per_s']:.0f}",
+                f"{m.get('max_level_diff_vs_pil', float('nan')):.2f}",
+            )
     e = results["end_to_end"]
-    table.add_row("end_to_end", "model only / pipeline", f"{e['model_only_images_per_s']:.0f} / {e['end_to_end_images_per_s']:.0f}", "")
+    table.add_row(
+        "end_to_end",
+        "model only / pipeline",
+        f"{e['model_only_images_per_s']:.0f} / {e['end_to_end_images_per_s']:.0f}",
+        "",
+    )
     Console().print(table)
-    Console().print({k: f"{r['median']:.2f} (rounds {r['min']:.2f}-{r['max']:.2f})" for k, r in results["round_ratios"].items()})
+    Console().print(
+        {
+            k: f"{r['median']:.2f} (rounds {r['min']:.2f}-{r['max']:.2f})"
+            for k, r in results["round_ratios"].items()
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -39,11 +39,18 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     pairs = eval_pairs(n_pairs)
     data = batches(tok, [a for a, _ in pairs] + [b for _, b in pairs])
     ref = embed(fp32, data)
-    ours = quantize(copy.deepcopy(fp32), QuantConfig(method="rtn", wbits=4, abits=8, weight_clip=1.0, act_clip=1.0),
-                    batches(tok, calibration_sentences(), 32))
+    ours = quantize(
+        copy.deepcopy(fp32),
+        QuantConfig(method="rtn", wbits=4, abits=8, weight_clip=1.0, act_clip=1.0),
+        batches(tok, calibration_sentences(), 32),
+    )
     ao = copy.deepcopy(fp32)
-    cfg = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerAxis(0),
-                                                weight_mapping_type=MappingType.ASYMMETRIC, act_mapping_type=MappingType.ASYMMETRIC)
+    cfg = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4,
+        weight_granularity=PerAxis(0),
+        weight_mapping_type=MappingType.ASYMMETRIC,
+        act_mapping_type=MappingType.ASYMMETRIC,
+    )
     quantize_(ao, cfg)
     e_ours, e_ao = embed(ours, data), embed(ao, data)
     # one layer, same input: how far apart are the two W4A8 implementations, relative to their error?
@@ -84,7 +91,11 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
     single = batches(tok, [pairs[0][0]], batch_size=1)[0]  # one sentence: latency-bound inference
     models = {"fp32": fp32}
     for method in ("rtn", "duquant"):
-        models[f"{method}/w4a8"] = quantize(copy.deepcopy(fp32), QuantConfig(method=method, wbits=4, abits=8, weight_group_size=group_size), calib)
+        models[f"{method}/w4a8"] = quantize(
+            copy.deepcopy(fp32),
+            QuantConfig(method=method, wbits=4, abits=8, weight_group_size=group_size),
+            calib,
+        )
     torch._dynamo.reset()
     compiled = {name: compile_model(m) for name, m in models.items()}
     times: dict[str, list[float]] = {name: [] for name in models}
@@ -104,10 +115,17 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
                     times_single[name].append(1e3 * (time.perf_counter() - t0))
     med = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
     med1 = {name: sorted(v)[len(v) // 2] for name, v in times_single.items()}
-    return {"batch": list(batch["input_ids"].shape), "median_ms": med,
-            "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med}, "all_ms": times,
-            "single": {"batch": list(single["input_ids"].shape), "median_ms": med1,
-                       "ratio_vs_fp32": {name: med1[name] / med1["fp32"] for name in med1}}}
+    return {
+        "batch": list(batch["input_ids"].shape),
+        "median_ms": med,
+        "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med},
+        "all_ms": times,
+        "single": {
+            "batch": list(single["input_ids"].shape),
+            "median_ms": med1,
+            "ratio_vs_fp32": {name: med1[name] / med1["fp32"] for name in med1},
+        },
+    }
 
 
 def main() -> None:
@@ -115,13 +133,31 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300)
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--compile-rows", default="",
-                        help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)")
-    parser.add_argument("--group-size", type=int, default=64, help="weight group size for every method (0 = per channel)")
+    parser.add_argument(
+        "--compile-rows",
+        default="",
+        help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=64,
+        help="weight group size for every method (0 = per channel)",
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
-    rows = run_eval(["fp32", "rtn", "smoothquant", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs,
-                    compiled=False if args.no_compile else True if args.compile_rows == "all" else set(filter(None, args.compile_rows.split(","))), config_overrides={"weight_group_size": args.group_size or None}, progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True))
+    rows = run_eval(
+        ["fp32", "rtn", "smoothquant", "duquant"],
+        ["w4a8", "w4a4"],
+        n_pairs=args.pairs,
+        compiled=False
+        if args.no_compile
+        else True
+        if args.compile_rows == "all"
+        else set(filter(None, args.compile_rows.split(","))),
+        config_overrides={"weight_group_size": args.group_size or None},
+        progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True),
+    )
     fp = rows[0]
     table = [asdict(r) for r in rows]
     for r in table:
@@ -132,25 +168,51 @@ def main() -> None:
         r["size_vs_fp32"] = r["quant_layers_mb"] / r["fp32_layers_mb"]
     # per output channel (the QuantConfig default): the int8-GEMM path on CPU; fidelity and latency
     print(f"[{time.perf_counter() - t0:6.0f}s] per-channel fidelity", flush=True)
-    per_channel = [asdict(r) for r in run_eval(["fp32", "rtn", "duquant"], ["w4a8", "w4a4"], n_pairs=args.pairs, compiled=False,
-                                               config_overrides={"weight_group_size": None})]
+    per_channel = [
+        asdict(r)
+        for r in run_eval(
+            ["fp32", "rtn", "duquant"],
+            ["w4a8", "w4a4"],
+            n_pairs=args.pairs,
+            compiled=False,
+            config_overrides={"weight_group_size": None},
+        )
+    ]
     print(f"[{time.perf_counter() - t0:6.0f}s] interleaved compiled latency", flush=True)
     inter = {"per_channel": interleaved_latency(None)}
     if args.group_size:
         inter[f"group_{args.group_size}"] = interleaved_latency(args.group_size)
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
-    payload = {"machine": platform.platform(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "pairs": args.pairs, "weight_group_size": args.group_size or None, "rows": table, "rows_per_channel": per_channel, "compiled_latency_interleaved": inter, "torchao_crosscheck": cross, "wall_s": time.perf_counter() - t0}
+    payload = {
+        "machine": platform.platform(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "pairs": args.pairs,
+        "weight_group_size": args.group_size or None,
+        "rows": table,
+        "rows_per_channel": per_channel,
+        "compiled_latency_interleaved": inter,
+        "torchao_crosscheck": cross,
+        "wall_s": time.perf_counter() - t0,
+    }
     write_json_atomic(args.out, payload)
     for r in table:
-        print(f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "
-              f"size {r['size_vs_fp32']:.3f}x eager {r['eager_ms'] or 0:.1f}ms compiled {r['compiled_ms'] or 0:.1f}ms")
+        print(
+            f"{r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f} "
+            f"size {r['size_vs_fp32']:.3f}x eager {r['eager_ms'] or 0:.1f}ms compiled {r['compiled_ms'] or 0:.1f}ms"
+        )
     for r in per_channel:
-        print(f"per channel  {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f}")
+        print(
+            f"per channel  {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f}"
+        )
     for name, lat in inter.items():
         print(f"compiled latency (interleaved, {name}):", lat["median_ms"], lat["ratio_vs_fp32"])
-        print(f"  one sentence {lat['single']['batch']}:", lat["single"]["median_ms"], lat["single"]["ratio_vs_fp32"])
+        print(
+            f"  one sentence {lat['single']['batch']}:",
+            lat["single"]["median_ms"],
+            lat["single"]["ratio_vs_fp32"],
+        )
     print("torchao:", {k: v for k, v in cross.items() if not isinstance(v, dict)})
     print(f"wrote {args.out}")
 

@@ -27,7 +27,9 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results/quant_cuda_graphs.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("quant_cuda_graphs: no CUDA GPU here; this check needs one (CUDA graphs exist only on GPU). Nothing was run.")
+        print(
+            "quant_cuda_graphs: no CUDA GPU here; this check needs one (CUDA graphs exist only on GPU). Nothing was run."
+        )
         return 3
     from accelkit.quant.apply import QuantConfig, quantize
     from accelkit.quant.evaluate import batches, load_minilm
@@ -35,7 +37,11 @@ def main() -> int:
     from accelkit.runtime.files import write_json_atomic
 
     fp32, tok = load_minilm()
-    model = quantize(copy.deepcopy(fp32), QuantConfig(method="duquant", wbits=4, abits=8), batches(tok, calibration_sentences(), 32))
+    model = quantize(
+        copy.deepcopy(fp32),
+        QuantConfig(method="duquant", wbits=4, abits=8),
+        batches(tok, calibration_sentences(), 32),
+    )
     dev = torch.device("cuda")
     model = model.to(dev).eval()
     snapshot = {k: v.clone() for k, v in model.named_buffers()}
@@ -67,9 +73,15 @@ def main() -> int:
         fresh_ok = bool(torch.allclose(fresh, model(**data[0]), atol=1e-3))
     unchanged = all(torch.equal(snapshot[k], v) for k, v in model.named_buffers())
     result = {
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "calls": args.calls,
-        "completed_calls": len(held), "errors": errors, "max_abs_diff_vs_eager": worst,
-        "fresh_output_ok": fresh_ok, "buffers_unchanged": unchanged, "wall_s": wall,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "calls": args.calls,
+        "completed_calls": len(held),
+        "errors": errors,
+        "max_abs_diff_vs_eager": worst,
+        "fresh_output_ok": fresh_ok,
+        "buffers_unchanged": unchanged,
+        "wall_s": wall,
         "ok": not errors and len(held) == args.calls and worst < 1e-2 and unchanged and fresh_ok,
     }
     write_json_atomic(args.out, result)

@@ -72,7 +72,15 @@ def column_kinds(dim: int) -> list[str]:
     kinds = []
     for d in range(dim):
         f = d / dim
-        kinds.append("gaussian" if f < 0.5 else "heavy_tailed" if f < 0.75 else "gripper" if f < 0.875 else "offset")
+        kinds.append(
+            "gaussian"
+            if f < 0.5
+            else "heavy_tailed"
+            if f < 0.75
+            else "gripper"
+            if f < 0.875
+            else "offset"
+        )
     return kinds
 
 
@@ -112,7 +120,9 @@ class GeneratedBatches:
             yield {"state": x}
 
 
-def ensure_parquet_dataset(data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14) -> tuple[Path, dict]:
+def ensure_parquet_dataset(
+    data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14
+) -> tuple[Path, dict]:
     """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size)."""
     from accelkit.stats.sample import write_sample_dataset
 
@@ -130,7 +140,14 @@ def ensure_parquet_dataset(data_dir: Path, frames: int, frames_per_episode: int,
     # the true count is checked below
     episodes = math.ceil(frames / frames_per_episode * 1.03) + 2
     started = time.perf_counter()
-    write_sample_dataset(root, episodes=episodes, frames_per_episode=frames_per_episode, dim=dim, layout="v2.1", seed=0)
+    write_sample_dataset(
+        root,
+        episodes=episodes,
+        frames_per_episode=frames_per_episode,
+        dim=dim,
+        layout="v2.1",
+        seed=0,
+    )
     meta = json.loads((root / "meta" / "info.json").read_text())
     info = {
         "path": str(root),
@@ -142,7 +159,9 @@ def ensure_parquet_dataset(data_dir: Path, frames: int, frames_per_episode: int,
         "generation_s": time.perf_counter() - started,
     }
     if info["frames"] < frames:
-        raise SystemExit(f"generated dataset has {info['frames']} frames < {frames}; raise the episode margin")
+        raise SystemExit(
+            f"generated dataset has {info['frames']} frames < {frames}; raise the episode margin"
+        )
     marker.write_text(json.dumps(info, indent=2))
     info["generated_now"] = True
     return root, info
@@ -157,7 +176,10 @@ def baseline_a_arrays(arrays: dict[str, np.ndarray]) -> dict:
         q = np.quantile(x, list(QUANTILES), axis=0)
         out[key] = {
             "quantiles": {QUANTILES[i]: q[i] for i in range(len(QUANTILES))},
-            "mean": x.mean(axis=0), "std": x.std(axis=0), "min": x.min(axis=0), "max": x.max(axis=0),
+            "mean": x.mean(axis=0),
+            "std": x.std(axis=0),
+            "min": x.min(axis=0),
+            "max": x.max(axis=0),
         }
     return out
 
@@ -205,7 +227,10 @@ class ReferenceRunningStats:
             self.min = batch.min(axis=0)
             self.max = batch.max(axis=0)
             self.hist = [np.zeros(self.BINS) for _ in range(dim)]
-            self.edges = [np.linspace(self.min[d] - 1e-10, self.max[d] + 1e-10, self.BINS + 1) for d in range(dim)]
+            self.edges = [
+                np.linspace(self.min[d] - 1e-10, self.max[d] + 1e-10, self.BINS + 1)
+                for d in range(dim)
+            ]
         else:
             new_min, new_max = batch.min(axis=0), batch.max(axis=0)
             grew = bool(np.any(new_min < self.min) or np.any(new_max > self.max))
@@ -214,7 +239,9 @@ class ReferenceRunningStats:
             if grew:
                 for d in range(dim):
                     edges = np.linspace(self.min[d], self.max[d], self.BINS + 1)
-                    self.hist[d], _ = np.histogram(self.edges[d][:-1], bins=edges, weights=self.hist[d])
+                    self.hist[d], _ = np.histogram(
+                        self.edges[d][:-1], bins=edges, weights=self.hist[d]
+                    )
                     self.edges[d] = edges
         self.count += n
         self.mean += (batch.mean(axis=0) - self.mean) * (n / self.count)
@@ -228,14 +255,19 @@ class ReferenceRunningStats:
         qs = {}
         for q in QUANTILES:
             target = q * self.count
-            qs[q] = np.array([e[np.searchsorted(np.cumsum(h), target)] for h, e in zip(self.hist, self.edges, strict=True)])
+            qs[q] = np.array(
+                [
+                    e[np.searchsorted(np.cumsum(h), target)]
+                    for h, e in zip(self.hist, self.edges, strict=True)
+                ]
+            )
         return {"quantiles": qs, "mean": self.mean, "std": std, "min": self.min, "max": self.max}
 
 
 def baseline_b(x: np.ndarray, batch: int = 256) -> dict:
     stats = ReferenceRunningStats()
     for start in range(0, len(x), batch):
-        stats.update(x[start:start + batch])
+        stats.update(x[start : start + batch])
     return {"state": stats.result()}
 
 
@@ -245,7 +277,13 @@ def accelkit_stats(data, fast: bool):
     result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
     out = {}
     for key, s in result.stats.items():
-        out[key] = {"quantiles": dict(s.quantiles), "mean": s.mean, "std": s.std, "min": s.min, "max": s.max}
+        out[key] = {
+            "quantiles": dict(s.quantiles),
+            "mean": s.mean,
+            "std": s.std,
+            "min": s.min,
+            "max": s.max,
+        }
     return out, result.summary
 
 
@@ -268,7 +306,11 @@ class Method:
         cpu, wall = time.process_time(), time.perf_counter()
         self.value = self.fn()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        if isinstance(self.value, tuple) and len(self.value) == 2 and hasattr(self.value[1], "pass_seconds"):
+        if (
+            isinstance(self.value, tuple)
+            and len(self.value) == 2
+            and hasattr(self.value[1], "pass_seconds")
+        ):
             self.summaries.append(self.value[1])
         return wall, cpu
 
@@ -304,7 +346,10 @@ def timed_group(methods: list[Method], repeats: int, label: str) -> dict[str, Me
         if m.summaries:
             s = m.summaries[-1]
             rec["passes"], rec["batch_size"], rec["compiles"] = s.passes, s.batch_size, s.compiles
-            rec["pass_seconds_median"] = [statistics.median(p) for p in zip(*[x.pass_seconds for x in m.summaries], strict=True)]
+            rec["pass_seconds_median"] = [
+                statistics.median(p)
+                for p in zip(*[x.pass_seconds for x in m.summaries], strict=True)
+            ]
             rec["internal_seconds_median"] = statistics.median(x.seconds for x in m.summaries)
     return {m.name: m for m in methods}
 
@@ -331,14 +376,25 @@ def accuracy(result: dict, reference: dict, key: str, truth: dict | None = None)
     scale = np.where(std > 0, std, 1.0)
     out = {}
     for q in QUANTILES:
-        err = np.abs(np.asarray(result[key]["quantiles"][q], np.float64) - np.asarray(ref["quantiles"][q], np.float64)) / scale
+        err = (
+            np.abs(
+                np.asarray(result[key]["quantiles"][q], np.float64)
+                - np.asarray(ref["quantiles"][q], np.float64)
+            )
+            / scale
+        )
         out[f"q{q:g}_max_err_over_std"] = float(err.max())
         out[f"q{q:g}_worst_dim"] = int(err.argmax())
     out["max_err_over_std"] = max(out[f"q{q:g}_max_err_over_std"] for q in QUANTILES)
     rel = np.abs(np.asarray(result[key]["std"], np.float64) - std) / scale
     out["std_max_rel_err"] = float(rel.max())
     out["std_worst_dim"] = int(rel.argmax())
-    mean_err = np.abs(np.asarray(result[key]["mean"], np.float64) - np.asarray(moments["mean"], np.float64)) / scale
+    mean_err = (
+        np.abs(
+            np.asarray(result[key]["mean"], np.float64) - np.asarray(moments["mean"], np.float64)
+        )
+        / scale
+    )
     out["mean_max_err_over_std"] = float(mean_err.max())
     out["mean_worst_dim"] = int(mean_err.argmax())
     return out
@@ -372,24 +428,47 @@ def memory_child(rows: int, dim: int, fast: bool) -> None:
     result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
     seconds = time.perf_counter() - t
     s = result.stats["state"]
-    print(json.dumps({
-        "rows": rows, "dim": dim, "mode": "fast" if fast else "exact",
-        "peak_rss_bytes": vm_hwm_bytes(), "rss_after_imports_bytes": before,
-        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "summary_peak_rss_bytes": result.summary.peak_rss_bytes,
-        "seconds": seconds, "rows_per_s": rows / seconds, "passes": result.summary.passes,
-        "pass_seconds": result.summary.pass_seconds, "batch_size": result.summary.batch_size,
-        "count_ok": bool(np.all(s.count == rows)), "data_bytes_if_in_memory": rows * dim * 4,
-    }))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "dim": dim,
+                "mode": "fast" if fast else "exact",
+                "peak_rss_bytes": vm_hwm_bytes(),
+                "rss_after_imports_bytes": before,
+                "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "summary_peak_rss_bytes": result.summary.peak_rss_bytes,
+                "seconds": seconds,
+                "rows_per_s": rows / seconds,
+                "passes": result.summary.passes,
+                "pass_seconds": result.summary.pass_seconds,
+                "batch_size": result.summary.batch_size,
+                "count_ok": bool(np.all(s.count == rows)),
+                "data_bytes_if_in_memory": rows * dim * 4,
+            }
+        )
+    )
 
 
 def run_memory(rows: int, dim: int, fast: bool) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-child", str(rows), "--dim", str(dim)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--memory-child",
+        str(rows),
+        "--dim",
+        str(dim),
+    ]
     if fast:
         cmd.append("--fast")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        return {"rows": rows, "dim": dim, "mode": "fast" if fast else "exact", "error": proc.stderr[-2000:]}
+        return {
+            "rows": rows,
+            "dim": dim,
+            "mode": "fast" if fast else "exact",
+            "error": proc.stderr[-2000:],
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -415,8 +494,14 @@ def environment() -> dict:
     except ImportError:
         mem = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True).stdout.strip())
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True
+            ).stdout.strip()
+        )
     except OSError:
         commit, dirty = None, None
     package = Path(accelkit.__file__).resolve().parent
@@ -458,17 +543,31 @@ def log(msg: str) -> None:
 def bench_in_memory(args) -> dict:
     log(f"in_memory: generating {args.rows} x {args.dim}")
     x = make_in_memory(args.rows, args.dim)
-    batches = [{"state": x[i:i + IN_MEMORY_BATCH]} for i in range(0, len(x), IN_MEMORY_BATCH)]
-    w: dict = {"rows": args.rows, "dim": args.dim, "batch_rows": IN_MEMORY_BATCH, "column_kinds": column_kinds(args.dim), "methods": {}}
+    batches = [{"state": x[i : i + IN_MEMORY_BATCH]} for i in range(0, len(x), IN_MEMORY_BATCH)]
+    w: dict = {
+        "rows": args.rows,
+        "dim": args.dim,
+        "batch_rows": IN_MEMORY_BATCH,
+        "column_kinds": column_kinds(args.dim),
+        "methods": {},
+    }
     nb = min(args.baseline_b_rows, args.rows)
-    group = timed_group([
-        Method("exact", lambda: accelkit_stats(batches, fast=False), args.rows),
-        Method("fast", lambda: accelkit_stats(batches, fast=True), args.rows),
-        Method("baseline_a", lambda: baseline_a_in_memory(batches), args.rows),
-        Method("baseline_b", lambda: baseline_b(x[:nb]), nb, warmup=False),
-    ], args.repeats, "in_memory")
+    group = timed_group(
+        [
+            Method("exact", lambda: accelkit_stats(batches, fast=False), args.rows),
+            Method("fast", lambda: accelkit_stats(batches, fast=True), args.rows),
+            Method("baseline_a", lambda: baseline_a_in_memory(batches), args.rows),
+            Method("baseline_b", lambda: baseline_b(x[:nb]), nb, warmup=False),
+        ],
+        args.repeats,
+        "in_memory",
+    )
     w["methods"] = {name: m.record for name, m in group.items()}
-    exact_res, fast_res, ref = group["exact"].value[0], group["fast"].value[0], group["baseline_a"].value
+    exact_res, fast_res, ref = (
+        group["exact"].value[0],
+        group["fast"].value[0],
+        group["baseline_a"].value,
+    )
     w["methods"]["baseline_b"]["timed_on_subset"] = nb < args.rows
     w["methods"]["baseline_b"]["note"] = (
         f"timed on the first {nb} of {args.rows} rows (pure-Python per-dimension loop; far too slow for the full set)"
@@ -503,24 +602,39 @@ def bench_in_memory(args) -> dict:
 def bench_parquet(args) -> dict:
     from accelkit.stats.sources import open_source
 
-    log(f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}")
+    log(
+        f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}"
+    )
     args.data_dir.mkdir(parents=True, exist_ok=True)
     root, info = ensure_parquet_dataset(args.data_dir, args.parquet_frames, args.frames_per_episode)
     frames = info["frames"]
-    p: dict = {"dataset": info, "keys": {"state": "observation.state", "actions": "action"}, "dim_per_key": 14, "methods": {}}
-    group = timed_group([
-        Method("exact", lambda: accelkit_stats(open_source(root), fast=False), frames),
-        Method("fast", lambda: accelkit_stats(open_source(root), fast=True), frames),
-        Method("baseline_a", lambda: baseline_a_parquet(root), frames),
-        Method("read_only", lambda: read_only(open_source(root)), frames),
-    ], args.repeats, "parquet")
+    p: dict = {
+        "dataset": info,
+        "keys": {"state": "observation.state", "actions": "action"},
+        "dim_per_key": 14,
+        "methods": {},
+    }
+    group = timed_group(
+        [
+            Method("exact", lambda: accelkit_stats(open_source(root), fast=False), frames),
+            Method("fast", lambda: accelkit_stats(open_source(root), fast=True), frames),
+            Method("baseline_a", lambda: baseline_a_parquet(root), frames),
+            Method("read_only", lambda: read_only(open_source(root)), frames),
+        ],
+        args.repeats,
+        "parquet",
+    )
     p["methods"] = {name: m.record for name, m in group.items()}
     p["methods"]["read_only"]["note"] = (
         "diagnostic, not a competitor: one pass of accelkit's parquet reader (open_source(...).chunks()) with no statistics"
     )
     pe, pref = group["exact"].value[0], group["baseline_a"].value
-    p["accuracy"] = {"exact_max_err_over_std": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}}
-    p["note"] = "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
+    p["accuracy"] = {
+        "exact_max_err_over_std": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}
+    }
+    p["note"] = (
+        "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
+    )
     return p
 
 
@@ -530,13 +644,19 @@ def bench_memory(args) -> dict:
     for repeat in range(args.memory_repeats):
         for fast in (False, True) if args.memory_fast else (False,):
             for n in sizes:
-                log(f"memory: {'fast' if fast else 'exact'} at {n} x {args.dim} in a subprocess ({repeat + 1}/{args.memory_repeats})")
+                log(
+                    f"memory: {'fast' if fast else 'exact'} at {n} x {args.dim} in a subprocess ({repeat + 1}/{args.memory_repeats})"
+                )
                 mem["runs"].append({**run_memory(n, args.dim, fast), "repeat": repeat})
     peaks: dict = {}
     for r in mem["runs"]:
         if "error" not in r:
-            peaks.setdefault(r["mode"], {}).setdefault(str(r["rows"]), []).append(r["peak_rss_bytes"])
-    mem["peak_rss_max_bytes"] = {mode: {n: max(v) for n, v in by.items()} for mode, by in peaks.items()}
+            peaks.setdefault(r["mode"], {}).setdefault(str(r["rows"]), []).append(
+                r["peak_rss_bytes"]
+            )
+    mem["peak_rss_max_bytes"] = {
+        mode: {n: max(v) for n, v in by.items()} for mode, by in peaks.items()
+    }
     mem["note"] = (
         "peak RSS is the whole process (Python + JAX runtime + accelkit) in a fresh subprocess, read from "
         "VmHWM (/proc/self/status); ru_maxrss_bytes and summary_peak_rss_bytes (accelkit's own, from "
@@ -546,21 +666,47 @@ def bench_memory(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the in-memory workload")
-    parser.add_argument("--dim", type=int, default=32, help="dimensions of the in-memory and memory workloads")
-    parser.add_argument("--parquet-frames", type=int, default=2_000_000, help="minimum frames of the parquet dataset")
-    parser.add_argument("--frames-per-episode", type=int, default=1000, help="mean episode length (one file each)")
-    parser.add_argument("--baseline-b-rows", type=int, default=100_000, help="subset on which baseline_b is timed")
-    parser.add_argument("--memory-rows", default="1000000,10000000", help="comma-separated sizes for peak RSS")
-    parser.add_argument("--memory-repeats", type=int, default=3, help="subprocess runs per size (the max is used)")
-    parser.add_argument("--memory-fast", action="store_true", help="also measure fast mode's peak RSS")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="rows of the in-memory workload"
+    )
+    parser.add_argument(
+        "--dim", type=int, default=32, help="dimensions of the in-memory and memory workloads"
+    )
+    parser.add_argument(
+        "--parquet-frames",
+        type=int,
+        default=2_000_000,
+        help="minimum frames of the parquet dataset",
+    )
+    parser.add_argument(
+        "--frames-per-episode", type=int, default=1000, help="mean episode length (one file each)"
+    )
+    parser.add_argument(
+        "--baseline-b-rows", type=int, default=100_000, help="subset on which baseline_b is timed"
+    )
+    parser.add_argument(
+        "--memory-rows", default="1000000,10000000", help="comma-separated sizes for peak RSS"
+    )
+    parser.add_argument(
+        "--memory-repeats", type=int, default=3, help="subprocess runs per size (the max is used)"
+    )
+    parser.add_argument(
+        "--memory-fast", action="store_true", help="also measure fast mode's peak RSS"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "stats_bench.json")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "stats_bench.json"
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke sizes (< 1 minute)")
-    parser.add_argument("--no-baseline-b-full", action="store_true",
-                        help="skip the single full-size baseline_b run used for its accuracy")
+    parser.add_argument(
+        "--no-baseline-b-full",
+        action="store_true",
+        help="skip the single full-size baseline_b run used for its accuracy",
+    )
     parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -587,7 +733,11 @@ def main(argv: list[str] | None = None) -> int:
         "schema": SCHEMA,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("memory_child", "fast")},
+        "args": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k not in ("memory_child", "fast")
+        },
         "quantiles": list(QUANTILES),
         "environment": env,
         "workloads": {},
@@ -608,16 +758,20 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {
         "exact_vs_baseline_b": m["exact"]["rows_per_s"] / m["baseline_b"]["rows_per_s"],
         "exact_vs_baseline_b_full_run": (
-            m["exact"]["rows_per_s"] / m["baseline_b"]["full_run_rows_per_s"] if "full_run_rows_per_s" in m["baseline_b"] else None
+            m["exact"]["rows_per_s"] / m["baseline_b"]["full_run_rows_per_s"]
+            if "full_run_rows_per_s" in m["baseline_b"]
+            else None
         ),
         "exact_vs_baseline_a": m["exact"]["rows_per_s"] / m["baseline_a"]["rows_per_s"],
-        "exact_vs_baseline_a_per_cpu_s": m["exact"]["rows_per_cpu_s"] / m["baseline_a"]["rows_per_cpu_s"],
+        "exact_vs_baseline_a_per_cpu_s": m["exact"]["rows_per_cpu_s"]
+        / m["baseline_a"]["rows_per_cpu_s"],
         "fast_vs_exact": m["fast"]["rows_per_s"] / m["exact"]["rows_per_s"],
         "fast_vs_baseline_a": m["fast"]["rows_per_s"] / m["baseline_a"]["rows_per_s"],
         "parquet_exact_frames_per_s": p["methods"]["exact"]["rows_per_s"],
         "parquet_fast_frames_per_s": p["methods"]["fast"]["rows_per_s"],
         "parquet_baseline_a_frames_per_s": p["methods"]["baseline_a"]["rows_per_s"],
-        "parquet_exact_vs_baseline_a": p["methods"]["exact"]["rows_per_s"] / p["methods"]["baseline_a"]["rows_per_s"],
+        "parquet_exact_vs_baseline_a": p["methods"]["exact"]["rows_per_s"]
+        / p["methods"]["baseline_a"]["rows_per_s"],
         "peak_rss_largest_bytes": largest,
         "peak_rss_size_ratio": largest / smallest if largest else None,
     }
@@ -626,7 +780,10 @@ def main(argv: list[str] | None = None) -> int:
     def per_round(workload: dict, a: str, b: str) -> list[float]:
         """rows/s of `a` over rows/s of `b` within each round: robust to load that changes between rounds."""
         ma, mb = workload["methods"][a], workload["methods"][b]
-        return [(ma["rows"] / ta) / (mb["rows"] / tb) for ta, tb in zip(ma["times_s"], mb["times_s"], strict=True)]
+        return [
+            (ma["rows"] / ta) / (mb["rows"] / tb)
+            for ta, tb in zip(ma["times_s"], mb["times_s"], strict=True)
+        ]
 
     report["ratios_per_round"] = {
         "exact_vs_baseline_b": per_round(w, "exact", "baseline_b"),
@@ -639,19 +796,70 @@ def main(argv: list[str] | None = None) -> int:
 
     def target(name, value, threshold, op, what):
         met = None if value is None else (value >= threshold if op == ">=" else value <= threshold)
-        return {"name": name, "what": what, "value": value, "op": op, "threshold": threshold, "met": met}
+        return {
+            "name": name,
+            "what": what,
+            "value": value,
+            "op": op,
+            "threshold": threshold,
+            "met": met,
+        }
 
     report["targets"] = [
-        target("exact_vs_baseline_b", ratios["exact_vs_baseline_b"], TARGETS["exact_vs_baseline_b"], ">=", "exact rows/s / baseline_b rows/s (in_memory)"),
-        target("exact_vs_baseline_a", ratios["exact_vs_baseline_a"], TARGETS["exact_vs_baseline_a"], ">=", "exact rows/s / baseline_a rows/s (in_memory)"),
-        target("fast_vs_exact", ratios["fast_vs_exact"], TARGETS["fast_vs_exact"], ">=", "fast rows/s / exact rows/s (in_memory)"),
-        target("parquet_exact_frames_per_s", ratios["parquet_exact_frames_per_s"], TARGETS["parquet_frames_per_s"], ">=", "exact mode, parquet end to end, frames/s"),
-        target("parquet_fast_frames_per_s", ratios["parquet_fast_frames_per_s"], TARGETS["parquet_frames_per_s"], ">=", "fast mode, parquet end to end, frames/s"),
-        target("peak_rss_largest", ratios["peak_rss_largest_bytes"], TARGETS["peak_rss_10m_bytes"], "<=", f"peak RSS (max of {args.memory_repeats} runs), exact, {biggest} x {args.dim} generated"),
-        target("peak_rss_size_ratio", ratios["peak_rss_size_ratio"], TARGETS["peak_rss_size_ratio"], "<=", f"peak RSS at {biggest} rows / at {min(sizes)} rows"),
+        target(
+            "exact_vs_baseline_b",
+            ratios["exact_vs_baseline_b"],
+            TARGETS["exact_vs_baseline_b"],
+            ">=",
+            "exact rows/s / baseline_b rows/s (in_memory)",
+        ),
+        target(
+            "exact_vs_baseline_a",
+            ratios["exact_vs_baseline_a"],
+            TARGETS["exact_vs_baseline_a"],
+            ">=",
+            "exact rows/s / baseline_a rows/s (in_memory)",
+        ),
+        target(
+            "fast_vs_exact",
+            ratios["fast_vs_exact"],
+            TARGETS["fast_vs_exact"],
+            ">=",
+            "fast rows/s / exact rows/s (in_memory)",
+        ),
+        target(
+            "parquet_exact_frames_per_s",
+            ratios["parquet_exact_frames_per_s"],
+            TARGETS["parquet_frames_per_s"],
+            ">=",
+            "exact mode, parquet end to end, frames/s",
+        ),
+        target(
+            "parquet_fast_frames_per_s",
+            ratios["parquet_fast_frames_per_s"],
+            TARGETS["parquet_frames_per_s"],
+            ">=",
+            "fast mode, parquet end to end, frames/s",
+        ),
+        target(
+            "peak_rss_largest",
+            ratios["peak_rss_largest_bytes"],
+            TARGETS["peak_rss_10m_bytes"],
+            "<=",
+            f"peak RSS (max of {args.memory_repeats} runs), exact, {biggest} x {args.dim} generated",
+        ),
+        target(
+            "peak_rss_size_ratio",
+            ratios["peak_rss_size_ratio"],
+            TARGETS["peak_rss_size_ratio"],
+            "<=",
+            f"peak RSS at {biggest} rows / at {min(sizes)} rows",
+        ),
     ]
     if args.quick:
-        report["notes"].append("--quick: smoke sizes; the numbers are not comparable to the targets")
+        report["notes"].append(
+            "--quick: smoke sizes; the numbers are not comparable to the targets"
+        )
     env["loadavg_end"] = list(os.getloadavg())
     report["total_s"] = time.perf_counter() - started
 
@@ -678,50 +886,81 @@ def _rate(v: float) -> str:
 
 def print_table(report: dict) -> None:
     env = report["environment"]
-    print(f"\naccelkit stats benchmark  {report['created_utc']}  {env['cpu_model']}  "
-          f"{env['cpu_count']} cpus  load {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}")
+    print(
+        f"\naccelkit stats benchmark  {report['created_utc']}  {env['cpu_model']}  "
+        f"{env['cpu_count']} cpus  load {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}"
+    )
     commit = env.get("accelkit_commit") or "unknown commit"
     dirty = " + uncommitted changes" if env.get("accelkit_src_dirty") else ""
-    print(f"accelkit {commit[:10]}{dirty} from {env.get('accelkit_path')} (sha256 {env.get('accelkit_source_sha256', '')[:12]})")
+    print(
+        f"accelkit {commit[:10]}{dirty} from {env.get('accelkit_path')} (sha256 {env.get('accelkit_source_sha256', '')[:12]})"
+    )
     w = report["workloads"]["in_memory"]
     print(f"\n(i) in memory: {w['rows']} x {w['dim']} float32")
-    print(f"  {'method':<12}{'rows':>10}{'median s':>10}{'rows/s':>10}{'cpu s':>8}{'first s':>9}  {'|q-np|/std':>10}{'std relerr':>11}  passes s")
+    print(
+        f"  {'method':<12}{'rows':>10}{'median s':>10}{'rows/s':>10}{'cpu s':>8}{'first s':>9}  {'|q-np|/std':>10}{'std relerr':>11}  passes s"
+    )
     for name in ("exact", "fast", "baseline_a", "baseline_b"):
         r = w["methods"][name]
         first = f"{r['first_run_s']:.2f}" if "first_run_s" in r else "-"
         passes = " ".join(f"{s:.2f}" for s in r.get("pass_seconds_median", []))
-        print(f"  {name:<12}{r['rows']:>10}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}{first:>9}  "
-              f"{w['accuracy'][name]['max_err_over_std']:>10.3g}{w['accuracy'][name]['std_max_rel_err']:>11.3g}  {passes}")
+        print(
+            f"  {name:<12}{r['rows']:>10}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}{first:>9}  "
+            f"{w['accuracy'][name]['max_err_over_std']:>10.3g}{w['accuracy'][name]['std_max_rel_err']:>11.3g}  {passes}"
+        )
     p = report["workloads"]["parquet"]
-    print(f"\n(ii) parquet: LeRobot v2.1, {p['dataset']['frames']} frames, {p['dataset']['files']} files, state 14 + action 14")
+    print(
+        f"\n(ii) parquet: LeRobot v2.1, {p['dataset']['frames']} frames, {p['dataset']['files']} files, state 14 + action 14"
+    )
     print(f"  {'method':<12}{'median s':>10}{'frames/s':>10}{'cpu s':>8}{'first s':>9}  passes s")
     for name in ("exact", "fast", "baseline_a", "read_only"):
         r = p["methods"][name]
         passes = " ".join(f"{s:.2f}" for s in r.get("pass_seconds_median", []))
-        print(f"  {name:<12}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}{r['first_run_s']:>9.2f}  {passes}")
+        print(
+            f"  {name:<12}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}{r['first_run_s']:>9.2f}  {passes}"
+        )
     mem = report["workloads"]["memory"]
     print(f"\n(iii) memory (subprocess per run, data generated on the fly, dim {mem['dim']})")
     for r in mem["runs"]:
         if "error" in r:
             print(f"  {r['mode']:<6}{r['rows']:>10}  ERROR {r['error'][-200:]}")
             continue
-        print(f"  {r['mode']:<6}{r['rows']:>10} rows  peak RSS {r['peak_rss_bytes'] / MIB:7.0f} MiB  "
-              f"(after imports {r['rss_after_imports_bytes'] / MIB:.0f} MiB; data would be {r['data_bytes_if_in_memory'] / MIB:.0f} MiB)  "
-              f"{_rate(r['rows_per_s'])} rows/s")
+        print(
+            f"  {r['mode']:<6}{r['rows']:>10} rows  peak RSS {r['peak_rss_bytes'] / MIB:7.0f} MiB  "
+            f"(after imports {r['rss_after_imports_bytes'] / MIB:.0f} MiB; data would be {r['data_bytes_if_in_memory'] / MIB:.0f} MiB)  "
+            f"{_rate(r['rows_per_s'])} rows/s"
+        )
     r = report["ratios"]
     full_b = r["exact_vs_baseline_b_full_run"]
     print("\nratios (wall time, same run)")
-    print(f"  exact/baseline_b {r['exact_vs_baseline_b']:.1f}x (subset rate)"
-          + (f", {full_b:.1f}x against baseline_b's one full-size run" if full_b else "")
-          + f";  exact/baseline_a {r['exact_vs_baseline_a']:.2f}x (per CPU-second {r['exact_vs_baseline_a_per_cpu_s']:.2f}x)"
-          + f";  fast/exact {r['fast_vs_exact']:.2f}x;  parquet exact/baseline_a {r['parquet_exact_vs_baseline_a']:.2f}x")
-    print("  per round: " + ";  ".join(
-        f"{k} " + " ".join(f"{v:.2f}" for v in vals) for k, vals in report["ratios_per_round"].items()))
+    print(
+        f"  exact/baseline_b {r['exact_vs_baseline_b']:.1f}x (subset rate)"
+        + (f", {full_b:.1f}x against baseline_b's one full-size run" if full_b else "")
+        + f";  exact/baseline_a {r['exact_vs_baseline_a']:.2f}x (per CPU-second {r['exact_vs_baseline_a_per_cpu_s']:.2f}x)"
+        + f";  fast/exact {r['fast_vs_exact']:.2f}x;  parquet exact/baseline_a {r['parquet_exact_vs_baseline_a']:.2f}x"
+    )
+    print(
+        "  per round: "
+        + ";  ".join(
+            f"{k} " + " ".join(f"{v:.2f}" for v in vals)
+            for k, vals in report["ratios_per_round"].items()
+        )
+    )
     print("\ntargets")
     for t in report["targets"]:
         v = t["value"]
-        shown = "n/a" if v is None else f"{v / MIB:.0f} MiB" if "rss_largest" in t["name"] else f"{v:,.2f}"
-        thr = f"{t['threshold'] / MIB:.0f} MiB" if "rss_largest" in t["name"] else f"{t['threshold']:,.2f}"
+        shown = (
+            "n/a"
+            if v is None
+            else f"{v / MIB:.0f} MiB"
+            if "rss_largest" in t["name"]
+            else f"{v:,.2f}"
+        )
+        thr = (
+            f"{t['threshold'] / MIB:.0f} MiB"
+            if "rss_largest" in t["name"]
+            else f"{t['threshold']:,.2f}"
+        )
         status = "n/a" if t["met"] is None else "MET" if t["met"] else "MISSED"
         print(f"  {status:<7}{t['name']:<28}{shown:>14} {t['op']} {thr:<12} {t['what']}")
 

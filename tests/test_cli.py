@@ -21,20 +21,40 @@ def run_cli(args, capsys):
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    return write_sample_dataset(tmp_path_factory.mktemp("cli") / "ds", episodes=6, frames_per_episode=200, dim=4, layout="v3.0",
-                                episodes_per_file=2)
+    return write_sample_dataset(
+        tmp_path_factory.mktemp("cli") / "ds",
+        episodes=6,
+        frames_per_episode=200,
+        dim=4,
+        layout="v3.0",
+        episodes_per_file=2,
+    )
 
 
 def test_version_help_and_devices_in_a_fresh_process():
     env = {**os.environ, "XLA_FLAGS": ""}
-    version = subprocess.run([sys.executable, "-m", "accelkit", "--version"], capture_output=True, text=True, env=env)
+    version = subprocess.run(
+        [sys.executable, "-m", "accelkit", "--version"], capture_output=True, text=True, env=env
+    )
     assert version.returncode == 0 and version.stdout.startswith("accelkit ")
-    helped = subprocess.run([sys.executable, "-m", "accelkit", "--help"], capture_output=True, text=True, env=env)
+    helped = subprocess.run(
+        [sys.executable, "-m", "accelkit", "--help"], capture_output=True, text=True, env=env
+    )
     assert helped.returncode == 0 and "stats" in helped.stdout and "devices" in helped.stdout
     # --help must not pay for heavy imports
     probe = "import sys; from accelkit import cli; print(sorted(m for m in ('jax', 'torch', 'pyarrow') if m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env).stdout.strip() == "[]"
-    devices = subprocess.run([sys.executable, "-m", "accelkit", "devices", "--json"], capture_output=True, text=True, env=env)
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env
+        ).stdout.strip()
+        == "[]"
+    )
+    devices = subprocess.run(
+        [sys.executable, "-m", "accelkit", "devices", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     info = json.loads(devices.stdout)
     assert info["jax"]["chosen"] == "cpu" and info["jax"]["backends"]["cpu"]
     assert info["torch"]["chosen"] == "cpu" or "error" in info["torch"]
@@ -42,7 +62,9 @@ def test_version_help_and_devices_in_a_fresh_process():
 
 def test_stats_end_to_end_openpi(dataset, tmp_path, capsys):
     out_path = tmp_path / "assets" / "norm_stats.json"
-    code, out, err = run_cli(["stats", str(dataset), "--output", str(out_path), "--no-progress"], capsys)
+    code, out, err = run_cli(
+        ["stats", str(dataset), "--output", str(out_path), "--no-progress"], capsys
+    )
     assert code == 0, err
     assert "exact (2 passes" in out and str(out_path) in out
     stats = json.loads(out_path.read_text())["norm_stats"]
@@ -51,9 +73,28 @@ def test_stats_end_to_end_openpi(dataset, tmp_path, capsys):
 
 def test_stats_fast_alias_lerobot_format(dataset, tmp_path, capsys):
     out_path = tmp_path / "stats.json"
-    code, out, _ = run_cli(["stats", str(dataset), "--use-fast-stats", "--format", "lerobot", "-o", str(out_path), "--no-progress"], capsys)
+    code, out, _ = run_cli(
+        [
+            "stats",
+            str(dataset),
+            "--use-fast-stats",
+            "--format",
+            "lerobot",
+            "-o",
+            str(out_path),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0 and "fast (1 pass" in out and "rank error bound" in out
-    assert set(json.loads(out_path.read_text())["action"]) >= {"q01", "q10", "q50", "q90", "q99", "count"}
+    assert set(json.loads(out_path.read_text())["action"]) >= {
+        "q01",
+        "q10",
+        "q50",
+        "q90",
+        "q99",
+        "count",
+    }
 
 
 def test_config_name_picks_an_entry_and_flags_override(dataset, tmp_path, capsys):
@@ -62,17 +103,44 @@ def test_config_name_picks_an_entry_and_flags_override(dataset, tmp_path, capsys
         f"aloha:\n  dataset: {dataset}\n  keys: {{actions: action}}\n  action_horizon: 5\n  chunk_end: clamp\n"
         f"  output: {tmp_path / 'from_config.json'}\n  quantiles: [0.05, 0.95]\n"
     )
-    code, _, err = run_cli(["stats", "--config", str(config), "--config-name", "aloha", "--quantiles", "0.01,0.99", "--no-progress"], capsys)
+    code, _, err = run_cli(
+        [
+            "stats",
+            "--config",
+            str(config),
+            "--config-name",
+            "aloha",
+            "--quantiles",
+            "0.01,0.99",
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, err
     stats = json.loads((tmp_path / "from_config.json").read_text())["norm_stats"]
-    assert set(stats) == {"actions"} and stats["actions"]["q01"] is not None and "q05" not in stats["actions"]
+    assert (
+        set(stats) == {"actions"}
+        and stats["actions"]["q01"] is not None
+        and "q05" not in stats["actions"]
+    )
     code, _, err = run_cli(["stats", "--config", str(config), "--config-name", "nope"], capsys)
     assert code == 2 and err.strip().startswith("error:") and "no entry named 'nope'" in err
 
 
 def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
     out_path = tmp_path / "partial.json"
-    code, _out, err = run_cli(["stats", str(dataset), "--max-time-minutes", "0.000001", "-o", str(out_path), "--no-progress"], capsys)
+    code, _out, err = run_cli(
+        [
+            "stats",
+            str(dataset),
+            "--max-time-minutes",
+            "0.000001",
+            "-o",
+            str(out_path),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, err
     payload = json.loads(out_path.read_text())
     assert payload["partial"] is True and "partial" in err
@@ -93,7 +161,10 @@ def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
         (["stats", "{ds}", "--action-horizon", "0"], "--action-horizon must be positive"),
         (["stats", "{ds}", "--max-time-minutes", "nan"], "--max-time-minutes must be positive"),
         (["stats", "{ds}", "--seed", "-1"], "--seed must be 0 or more"),
-        (["stats", "{ds}", "--keys", "a=action,a=observation.state"], "names the output key 'a' twice"),
+        (
+            ["stats", "{ds}", "--keys", "a=action,a=observation.state"],
+            "names the output key 'a' twice",
+        ),
         (["stats", "{ds}", "--quantiles", "0.5,nan"], "every level must lie in [0, 1]"),
         (["stats", "{ds}", "--quantiles", "0.5,0.50000000000001"], "both write the entry 'q50'"),
         (["stats"], "no dataset given"),
@@ -104,7 +175,9 @@ def test_bad_input_is_one_line_and_exit_code_2(dataset, tmp_path, capsys, args, 
     args = [a.replace("{ds}", str(dataset)) for a in args] + ["-o", str(tmp_path / "never.json")]
     code, _, err = run_cli(args, capsys)
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], err
+    assert (
+        code == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    ), err
     assert not (tmp_path / "never.json").exists()
 
 
@@ -112,15 +185,29 @@ def test_nonfinite_data_exit_2_then_skip(tmp_path, capsys):
     data = np.ones((50, 2), np.float32)
     data[10, 1] = np.nan
     np.savez(tmp_path / "d.npz", state=data)
-    code, _, err = run_cli(["stats", str(tmp_path / "d.npz"), "-o", str(tmp_path / "o.json")], capsys)
+    code, _, err = run_cli(
+        ["stats", str(tmp_path / "d.npz"), "-o", str(tmp_path / "o.json")], capsys
+    )
     assert code == 2 and "dimension 1 holds NaN or Inf" in err and "row 10" in err
-    code, out, _ = run_cli(["stats", str(tmp_path / "d.npz"), "-o", str(tmp_path / "o.json"), "--skip-nonfinite", "--no-progress"], capsys)
+    code, out, _ = run_cli(
+        [
+            "stats",
+            str(tmp_path / "d.npz"),
+            "-o",
+            str(tmp_path / "o.json"),
+            "--skip-nonfinite",
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0 and "skipped 1 non-finite" in out
     assert json.loads((tmp_path / "o.json").read_text())["norm_stats"]["state"]["std"] == [0.0, 0.0]
 
 
 def test_sample_dataset_command(tmp_path, capsys):
-    code, _out, _ = run_cli(["sample-dataset", str(tmp_path / "s"), "--episodes", "2", "--frames", "20"], capsys)
+    code, _out, _ = run_cli(
+        ["sample-dataset", str(tmp_path / "s"), "--episodes", "2", "--frames", "20"], capsys
+    )
     assert code == 0 and (tmp_path / "s" / "meta" / "info.json").is_file()
     code, _, err = run_cli(["sample-dataset", str(tmp_path / "s")], capsys)
     assert code == 2 and "not empty" in err
@@ -128,6 +215,8 @@ def test_sample_dataset_command(tmp_path, capsys):
 
 def test_output_path_that_is_a_folder_is_exit_2(dataset, tmp_path, capsys):
     (tmp_path / "out").mkdir()
-    code, _, err = run_cli(["stats", str(dataset), "-o", str(tmp_path / "out"), "--no-progress"], capsys)
+    code, _, err = run_cli(
+        ["stats", str(dataset), "-o", str(tmp_path / "out"), "--no-progress"], capsys
+    )
     assert code == 2 and "is a folder" in err
     assert list((tmp_path / "out").iterdir()) == []

@@ -11,5 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is installed by the test extra")
 def test_ruff_check_passes():
-    result = subprocess.run(["ruff", "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        ["ruff", "check", "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -36,20 +36,31 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show informational logs.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show informational logs.")
+    ] = False,
 ) -> None:
     _state["debug"] = debug
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    logging.basicConfig(
+        level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True
+    )
     for noisy in ("jax._src", "absl"):  # JAX's own INFO chatter is not ours to show
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 
 @app.command()
 def devices(
-    platform: Annotated[str | None, typer.Option("--platform", help="Ask for cpu or gpu, as a command would.")] = None,
+    platform: Annotated[
+        str | None, typer.Option("--platform", help="Ask for cpu or gpu, as a command would.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """What JAX and PyTorch see, and which platform accelkit would choose and why."""
@@ -72,8 +83,12 @@ def devices(
     if "error" in jax_info:
         table.add_row("jax", jax_info["error"], "-")
     else:
-        seen = "; ".join(f"{p}: {', '.join(d) if d else 'none'}" for p, d in jax_info["backends"].items())
-        table.add_row(f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})")
+        seen = "; ".join(
+            f"{p}: {', '.join(d) if d else 'none'}" for p, d in jax_info["backends"].items()
+        )
+        table.add_row(
+            f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})"
+        )
     if "error" in torch_info:
         table.add_row("torch", torch_info["error"], "-")
     else:
@@ -131,7 +146,9 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `accelkit`: show the help, as --help does
+        if (
+            type(exc).__name__ == "NoArgsIsHelpError"
+        ):  # bare `accelkit`: show the help, as --help does
             typer.echo(exc.format_message())
             sys.exit(0)
         if _is_usage_error(exc):
@@ -139,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
         if debug:
             raise
-        typer.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        typer.echo(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            err=True,
+        )
         sys.exit(1)
     sys.exit(0)

@@ -40,8 +40,24 @@ def test_bad_inputs_exit_2_with_one_line(args, needle, capsys):
 
 def test_xla_writes_valid_json_and_png(tmp_path, capsys):
     out, png = tmp_path / "xla.json", tmp_path / "xla.png"
-    code, stdout, _ = run_cli(["bench", "xla", "numpy,pytorch", "--matrix-size", "40", "--repeats", "3", "--threads", "1",
-                               "--json", str(out), "--plot", str(png)], capsys)
+    code, stdout, _ = run_cli(
+        [
+            "bench",
+            "xla",
+            "numpy,pytorch",
+            "--matrix-size",
+            "40",
+            "--repeats",
+            "3",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out.read_text())
     validate(doc)
@@ -56,8 +72,23 @@ def test_xla_writes_valid_json_and_png(tmp_path, capsys):
 
 def test_one_process_per_backend_interleaved(tmp_path, capsys):
     out = tmp_path / "chain.json"
-    code, _, _ = run_cli(["bench", "chain", "numpy,jax-jit", "--matrix-size", "24", "--repeats", "2", "--processes",
-                          "--rounds", "2", "--json", str(out)], capsys)
+    code, _, _ = run_cli(
+        [
+            "bench",
+            "chain",
+            "numpy,jax-jit",
+            "--matrix-size",
+            "24",
+            "--repeats",
+            "2",
+            "--processes",
+            "--rounds",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out.read_text())
     validate(doc)
@@ -69,7 +100,9 @@ def test_one_process_per_backend_interleaved(tmp_path, capsys):
 
 def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     report, out = tmp_path / "REPORT.md", tmp_path / "all.json"
-    code, _, err = run_cli(["bench", "all", "--quick", "--report", str(report), "--json", str(out)], capsys)
+    code, _, err = run_cli(
+        ["bench", "all", "--quick", "--report", str(report), "--json", str(out)], capsys
+    )
     assert code == 0, err
     doc = json.loads(out.read_text())
     validate(doc)

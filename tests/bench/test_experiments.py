@@ -38,8 +38,10 @@ def test_chain_counts_cse_and_agrees_across_backends():
 def test_count_matmuls_reads_dots_and_gemm_calls():
     from accelkit.bench.experiments.chain import count_matmuls
 
-    text = ('%a = f32[4,4] dot(%p, %q)\n%b = f32[4,4]{1,0} dot(%a, %q), lhs_contracting_dims={1}\n'
-            '%c = custom-call(%a), custom_call_target="__cublas$gemm"\n%d = f32[4] add(%x, %y)')
+    text = (
+        "%a = f32[4,4] dot(%p, %q)\n%b = f32[4,4]{1,0} dot(%a, %q), lhs_contracting_dims={1}\n"
+        '%c = custom-call(%a), custom_call_target="__cublas$gemm"\n%d = f32[4] add(%x, %y)'
+    )
     assert count_matmuls(text) == 3
 
 
@@ -75,7 +77,12 @@ def test_autograd_value_at_3_and_agreement():
     result = autograd.run(autograd.MODES, points=50, loops=2, protocol=TINY)
     assert result.passed, _failed(result)
     names = {t.name for t in result.timings}
-    assert {"per-element backward ×2", "vectorized backward ×2", "vmap(grad) ×2", "jit(vmap(grad)) ×2"} <= names
+    assert {
+        "per-element backward ×2",
+        "vectorized backward ×2",
+        "vmap(grad) ×2",
+        "jit(vmap(grad)) ×2",
+    } <= names
 
 
 def test_mnist5k_and_idx_loaders(tmp_path):
@@ -86,13 +93,17 @@ def test_mnist5k_and_idx_loaders(tmp_path):
 
     data = mnist.load_data("mnist5k")
     assert data.x_train.shape == (4000, 28, 28) and data.x_test.shape == (1000, 28, 28)
-    assert np.bincount(data.y_test).tolist() == [100] * 10  # stratified: 500 per class, 20 % to test
+    assert (
+        np.bincount(data.y_test).tolist() == [100] * 10
+    )  # stratified: 500 per class, 20 % to test
     # IDX: write the standard four files from the same images and read them back
     raw = np.loadtxt(mnist.mnist5k_path(), delimiter=",", dtype=np.float32, max_rows=30)
     images, labels = raw[:, :-1].reshape(-1, 28, 28).astype(np.uint8), raw[:, -1].astype(np.uint8)
 
     def idx(array, path):
-        header = bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(
+            int(d).to_bytes(4, "big") for d in array.shape
+        )
         with gzip.open(path, "wb") as handle:
             handle.write(header + array.tobytes())
 
@@ -103,7 +114,9 @@ def test_mnist5k_and_idx_loaders(tmp_path):
     loaded = mnist.load_data(str(tmp_path))
     assert loaded.name == "idx" and loaded.x_train.shape == (20, 28, 28)
     np.testing.assert_array_equal(loaded.y_test, labels[20:])
-    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x09ab"))
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(
+        gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x09ab")
+    )
     with pytest.raises(DataError, match="truncated"):
         mnist.load_data(str(tmp_path))
 
@@ -116,8 +129,14 @@ def test_mnist_same_model_same_batches_tiny():
     assert result.passed, _failed(result)
     assert result.facts["parameters (pytorch)"] == result.facts["parameters (flax)"] == 1_199_882
     # one DataLoader pipeline: both collates see the same labels in the same order
-    torch_batches = [y.numpy() for _, y in mnist.make_loader(data.x_train, data.y_train, 64, mnist.torch_collate, 0)]
-    jax_batches = [np.asarray(y) for _, y in mnist.make_loader(data.x_train, data.y_train, 64, mnist.jax_collate, 0)]
+    torch_batches = [
+        y.numpy()
+        for _, y in mnist.make_loader(data.x_train, data.y_train, 64, mnist.torch_collate, 0)
+    ]
+    jax_batches = [
+        np.asarray(y)
+        for _, y in mnist.make_loader(data.x_train, data.y_train, 64, mnist.jax_collate, 0)
+    ]
     assert all(np.array_equal(a, b) for a, b in zip(torch_batches, jax_batches, strict=True))
 
 
@@ -126,10 +145,18 @@ def test_mnist_digits_reaches_98_percent_in_both_frameworks():
     from accelkit.bench.experiments import mnist
 
     data = mnist.load_data("digits")
-    result = mnist.run(mnist.MODES, data, epochs=mnist.DEFAULT_EPOCHS["digits"],
-                       batch_size=mnist.DEFAULT_BATCH["digits"], target=98.0)
+    result = mnist.run(
+        mnist.MODES,
+        data,
+        epochs=mnist.DEFAULT_EPOCHS["digits"],
+        batch_size=mnist.DEFAULT_BATCH["digits"],
+        target=98.0,
+    )
     assert result.passed, _failed(result)
-    assert result.facts["pytorch: final test accuracy %"] >= 98.0 and result.facts["flax: final test accuracy %"] >= 98.0
+    assert (
+        result.facts["pytorch: final test accuracy %"] >= 98.0
+        and result.facts["flax: final test accuracy %"] >= 98.0
+    )
 
 
 def test_parallel_runs_on_8_devices_in_a_child_process():
@@ -142,7 +169,11 @@ def test_parallel_runs_on_8_devices_in_a_child_process():
     assert result.passed, _failed(result)
     assert "CPU 7" in result.facts["visualize_array_sharding, 64×64 over mesh (x, y)"]
     assert result.facts["all-reduce ops XLA inserted in the data-parallel step"] >= 1
-    assert {t.name for t in result.timings} >= {"pmap + psum", "shard_map + psum", "jit on a sharded array"}
+    assert {t.name for t in result.timings} >= {
+        "pmap + psum",
+        "shard_map + psum",
+        "jit on a sharded array",
+    }
     assert len(jax.devices()) == before  # the parent process is untouched
     env = parallel.child_env(4)
     assert env["XLA_FLAGS"].count("device_count") == 1 and env["XLA_FLAGS"].endswith("=4")

@@ -23,7 +23,9 @@ from accelkit.bench.harness import (
 from accelkit.bench.schema import SchemaError, validate
 
 
-@pytest.mark.parametrize("values", [[1.0], [3.0, 1.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.linspace(0, 1, 10) ** 2)])
+@pytest.mark.parametrize(
+    "values", [[1.0], [3.0, 1.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.linspace(0, 1, 10) ** 2)]
+)
 def test_iqr_matches_numpy(values):
     want = 0.0 if len(values) < 2 else float(np.percentile(values, 75) - np.percentile(values, 25))
     assert iqr(values) == pytest.approx(want)
@@ -60,11 +62,15 @@ def test_threads_fixed_and_recorded():
 def _doc():
     result = Result("demo", {"n": 3})
     result.timings.append(Timing("op", "numpy", "cpu", 0.5, (0.1, 0.3, 0.2), 3, None))
-    result.timings.append(Timing("op", "jax", "cpu", float("nan"), (0.001,), 3, None, synchronized=False))
+    result.timings.append(
+        Timing("op", "jax", "cpu", float("nan"), (0.001,), 3, None, synchronized=False)
+    )
     result.checks.append(check_close("close", 1.0, 1.05, 0.1))
     result.checks.append(check_below("small", 1e-9, 1e-6))
     result.facts["ratio"] = float("inf")
-    result.series.append({"label": "s", "x": [1, 2], "y": [0.5, 0.25], "xlabel": "n", "ylabel": "t"})
+    result.series.append(
+        {"label": "s", "x": [1, 2], "y": [0.5, 0.25], "xlabel": "n", "ylabel": "t"}
+    )
     return document([result], environment("float64"))
 
 
@@ -73,7 +79,10 @@ def test_document_is_valid_json_with_the_schema():
     validate(doc)
     timing = doc["results"][0]["timings"][0]
     assert timing["median_s"] == 0.2 and timing["min_s"] == 0.1 and timing["repeats"] == 3
-    assert doc["results"][0]["timings"][1]["first_s"] is None and doc["results"][0]["facts"]["ratio"] is None
+    assert (
+        doc["results"][0]["timings"][1]["first_s"] is None
+        and doc["results"][0]["facts"]["ratio"] is None
+    )
     back = Result.from_json(doc["results"][0])
     assert back.timings[0].times_s == (0.1, 0.3, 0.2) and back.passed
 

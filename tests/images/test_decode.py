@@ -29,7 +29,9 @@ def test_jpeg_fast_path_matches_pil(smooth):
     reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
     assert fast.shape == slow.shape == smooth.shape
     assert np.array_equal(slow, reference)
-    assert np.abs(fast.astype(int) - reference).max() <= 2  # both libjpeg-turbo; upsampling may differ by rounding
+    assert (
+        np.abs(fast.astype(int) - reference).max() <= 2
+    )  # both libjpeg-turbo; upsampling may differ by rounding
 
 
 def test_jpeg_reduced_size_decode_keeps_margin():
@@ -56,11 +58,16 @@ def test_exif_orientation_matches_pil(smooth, fmt, orientation):
     exif[0x0112] = orientation
     buffer = io.BytesIO()
     image.save(buffer, format=fmt, exif=exif, **({"quality": 95} if fmt == "JPEG" else {}))
-    reference = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))).convert("RGB"))
+    reference = np.asarray(
+        ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))).convert("RGB")
+    )
     out = decode_image(buffer.getvalue())
     assert out.shape == reference.shape
     assert np.abs(out.astype(int) - reference).max() <= (0 if fmt == "PNG" else 2)
-    assert np.array_equal(apply_orientation(np.asarray(image), orientation), np.asarray(ImageOps.exif_transpose(_with_orientation(image, orientation))))
+    assert np.array_equal(
+        apply_orientation(np.asarray(image), orientation),
+        np.asarray(ImageOps.exif_transpose(_with_orientation(image, orientation))),
+    )
 
 
 def _with_orientation(image, orientation):
@@ -73,7 +80,9 @@ def _with_orientation(image, orientation):
 
 def test_modes_convert_to_rgb(smooth):
     gray = smooth[:, :, 0]
-    assert np.array_equal(decode_image(Image.fromarray(gray)), np.repeat(gray[:, :, None], 3, axis=2))
+    assert np.array_equal(
+        decode_image(Image.fromarray(gray)), np.repeat(gray[:, :, None], 3, axis=2)
+    )
     palette = Image.fromarray(smooth).quantize(64)
     assert np.array_equal(decode_image(_png(palette)), np.asarray(palette.convert("RGB")))
     rgba = np.dstack([smooth, np.full(smooth.shape[:2], 255, np.uint8)])
@@ -137,4 +146,6 @@ def test_decompression_bomb_is_stopped_before_decoding():
     with pytest.raises(ImageDecodeError, match="exceeds the limit"):
         decode_image(bomb, DecodeOptions(max_pixels=10_000_000))
     with pytest.raises(ImageDecodeError, match="exceeds the limit"):
-        decode_image(encode(np.zeros((400, 300, 3), np.uint8), "JPEG"), DecodeOptions(max_pixels=100_000))
+        decode_image(
+            encode(np.zeros((400, 300, 3), np.uint8), "JPEG"), DecodeOptions(max_pixels=100_000)
+        )

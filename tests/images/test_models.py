@@ -14,7 +14,9 @@ COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug
 @pytest.fixture(scope="module")
 def batch(photos):
     pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
-    return np.asarray(pp.preprocess_batch([photos[n] for n in ("chelsea", "coffee", "astronaut", "rocket")]))
+    return np.asarray(
+        pp.preprocess_batch([photos[n] for n in ("chelsea", "coffee", "astronaut", "rocket")])
+    )
 
 
 def test_onnxruntime_matches_pytorch(onnx_path, torch_model, batch):
@@ -25,7 +27,9 @@ def test_onnxruntime_matches_pytorch(onnx_path, torch_model, batch):
     assert np.abs(ort_embedding - torch_embedding).max() < 1e-4
     assert np.abs(ort_logits - torch_logits).max() < 1e-4 * max(1.0, np.abs(torch_logits).max())
     assert backend.layout == "NCHW"
-    assert np.abs(backend.embed(batch.transpose(0, 2, 3, 1)) - ort_embedding).max() < 1e-5  # NHWC batches are rearranged
+    assert (
+        np.abs(backend.embed(batch.transpose(0, 2, 3, 1)) - ort_embedding).max() < 1e-5
+    )  # NHWC batches are rearranged
     unit = models.l2_normalize(backend.embed(batch))
     assert np.allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-6)
     assert np.abs(unit - models.l2_normalize(torch_embedding)).max() < 1e-4
@@ -81,10 +85,22 @@ def test_triton_backend_config_and_errors():
     with pytest.raises(ConfigError, match="http or grpc"):
         models.TritonBackend("localhost:8000", "m", None, None, protocol="ws")
     for protocol in ("http", "grpc"):
-        config = ModelConfig(backend="triton", triton_url="127.0.0.1:9", triton_protocol=protocol, triton_max_retries=1,
-                             triton_retry_delay=0.0, triton_timeout=2.0, input_name="in0", output_name="out0")
+        config = ModelConfig(
+            backend="triton",
+            triton_url="127.0.0.1:9",
+            triton_protocol=protocol,
+            triton_max_retries=1,
+            triton_retry_delay=0.0,
+            triton_timeout=2.0,
+            input_name="in0",
+            output_name="out0",
+        )
         backend = models.make_backend(config)
-        assert (backend.input_name, backend.output_name, backend.model_name) == ("in0", "out0", "efficientnet_lite0")
+        assert (backend.input_name, backend.output_name, backend.model_name) == (
+            "in0",
+            "out0",
+            "efficientnet_lite0",
+        )
         with pytest.raises(InputError, match="failed after 2 attempts"):
             backend.embed(np.zeros((1, 3, 224, 224), np.float32))
         backend.close()

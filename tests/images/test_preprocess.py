@@ -11,8 +11,24 @@ from tests.images.conftest import encode
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])
 # (height, width): down- and upscaling, extreme aspect ratios, odd sizes, PIL's vertical-first rule.
-SIZES = [(1, 1), (2, 3), (17, 5), (224, 224), (300, 500), (500, 300), (600, 80), (80, 600), (999, 1000),
-         (37, 501), (5, 900), (223, 225), (448, 448), (100, 100), (301, 300), (1411, 700)]
+SIZES = [
+    (1, 1),
+    (2, 3),
+    (17, 5),
+    (224, 224),
+    (300, 500),
+    (500, 300),
+    (600, 80),
+    (80, 600),
+    (999, 1000),
+    (37, 501),
+    (5, 900),
+    (223, 225),
+    (448, 448),
+    (100, 100),
+    (301, 300),
+    (1411, 700),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +40,22 @@ def inputs(photos):
         src = sources[i % len(sources)]
         if h <= src.shape[0] and w <= src.shape[1]:
             y, x = rng.integers(0, src.shape[0] - h + 1), rng.integers(0, src.shape[1] - w + 1)
-            out.append(np.ascontiguousarray(src[y:y + h, x:x + w]))
+            out.append(np.ascontiguousarray(src[y : y + h, x : x + w]))
         else:
             out.append(np.asarray(Image.fromarray(src).resize((w, h))))
-    out.append(rng.integers(0, 256, (333, 257, 3), dtype=np.uint8))  # noise: worst case for rounding
+    out.append(
+        rng.integers(0, 256, (333, 257, 3), dtype=np.uint8)
+    )  # noise: worst case for rounding
     return out
 
 
 @pytest.fixture(scope="module")
 def preprocessors():
     # reducing_gap=None: no host-side box reduction, so the result must be PIL's plain resize.
-    return {fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, max_batch=8, reducing_gap=None) for fit in ("stretch", "center-crop", "letterbox")}
+    return {
+        fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, max_batch=8, reducing_gap=None)
+        for fit in ("stretch", "center-crop", "letterbox")
+    }
 
 
 def to_uint8_space(batch_nchw):
@@ -53,7 +74,9 @@ def test_matches_pil_bilinear_within_one_level(preprocessors, inputs, fit):
         mismatched += int((diff > 0.5).sum())
         # padding (letterbox only) is exactly 0 after normalization, i.e. the mean colour
         assert np.allclose(got[~mask], MEAN * 255.0, atol=1e-3)
-    assert mismatched / out[..., 0].size < 1e-4  # in practice bit-exact: PIL's fixed-point arithmetic is replicated
+    assert (
+        mismatched / out[..., 0].size < 1e-4
+    )  # in practice bit-exact: PIL's fixed-point arithmetic is replicated
 
 
 def test_fit_geometry(preprocessors):
@@ -61,9 +84,13 @@ def test_fit_geometry(preprocessors):
     _, mask = pil_reference(wide, (224, 224), "letterbox")
     rows = np.flatnonzero(mask.any(axis=1))
     assert mask.all(axis=0).all() is np.False_ or mask[:, 0].any()
-    assert rows.size == 56 and rows[0] == 84  # 400x100 -> 224x56, centred: letterbox keeps everything
+    assert (
+        rows.size == 56 and rows[0] == 84
+    )  # 400x100 -> 224x56, centred: letterbox keeps everything
     out = to_uint8_space(preprocessors["letterbox"].preprocess_batch([wide]))[0]
-    assert np.allclose(out[rows], 200, atol=1e-3)  # content is not zeroed (the original service's defect)
+    assert np.allclose(
+        out[rows], 200, atol=1e-3
+    )  # content is not zeroed (the original service's defect)
     # center-crop of a wide image drops the sides: a red left edge disappears, a green centre fills
     img = np.zeros((100, 400, 3), np.uint8)
     img[:, :100] = (255, 0, 0)
@@ -75,18 +102,25 @@ def test_fit_geometry(preprocessors):
 
 
 def test_reducing_gap_on_huge_photos(photos):
-    big = np.asarray(Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR))
+    big = np.asarray(
+        Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR)
+    )
     pp = JAXImagePreprocessor(cache_compiled=False, max_batch=2)  # default reducing_gap=3
     plan = plan_image(big, (224, 224), "stretch", 3.0)
     assert plan.pixels.shape[:2] == (950, 700)  # scales 8.5 and 9.4 -> factors 2 and 3
     got = to_uint8_space(pp.preprocess_batch([big]))[0]
     # exactly PIL's reduce (box average) followed by PIL's resize
-    composed = np.asarray(Image.fromarray(big).reduce((3, 2)).resize((224, 224), Image.Resampling.BILINEAR))
+    composed = np.asarray(
+        Image.fromarray(big).reduce((3, 2)).resize((224, 224), Image.Resampling.BILINEAR)
+    )
     assert np.abs(got - composed).max() <= 1.0 + 1e-3
     # and close to a plain full-resolution PIL resize (what reducing_gap trades away)
     plain = np.asarray(Image.fromarray(big).resize((224, 224), Image.Resampling.BILINEAR))
     assert np.abs(got - plain).mean() < 1.5
-    assert pp.group_limit((8192, 8192, 4, 4, False)) == 1 and pp.group_limit((512, 512, 8, 8, False)) == 2
+    assert (
+        pp.group_limit((8192, 8192, 4, 4, False)) == 1
+        and pp.group_limit((512, 512, 8, 8, False)) == 2
+    )
 
 
 def test_layouts_and_dtypes(inputs):
@@ -99,7 +133,9 @@ def test_layouts_and_dtypes(inputs):
     assert a.shape == (5, 3, 224, 224) and b.shape == (5, 224, 224, 3)
     assert np.array_equal(a.transpose(0, 2, 3, 1), b)
     assert str(c.dtype) == "bfloat16"
-    assert np.abs(np.asarray(c, np.float32) - a).max() <= 2.7 * 2.0**-8  # bf16 rounding of |x| <= 2.7
+    assert (
+        np.abs(np.asarray(c, np.float32) - a).max() <= 2.7 * 2.0**-8
+    )  # bf16 rounding of |x| <= 2.7
 
 
 def test_mixed_input_kinds(tmp_path, photos):
@@ -107,7 +143,9 @@ def test_mixed_input_kinds(tmp_path, photos):
     path = tmp_path / "cat.png"
     path.write_bytes(encode(photo, "PNG"))
     pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
-    out = np.asarray(pp.preprocess_batch([str(path), path.read_bytes(), Image.fromarray(photo), photo, path]))
+    out = np.asarray(
+        pp.preprocess_batch([str(path), path.read_bytes(), Image.fromarray(photo), photo, path])
+    )
     for row in out[1:]:
         assert np.array_equal(row, out[0])
     assert pp.device.platform == "cpu"
@@ -117,12 +155,23 @@ def test_bad_items_fail_alone(tmp_path, photos):
     pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
     tall = np.zeros((20000, 100, 3), np.uint8)
     tall[:10000] = 255
-    result = pp.preprocess([photos["coffee"], str(tmp_path / "nope.jpg"), b"", np.zeros((1, 1, 3), np.uint8), tall, b"GIF89a junk"])
+    result = pp.preprocess(
+        [
+            photos["coffee"],
+            str(tmp_path / "nope.jpg"),
+            b"",
+            np.zeros((1, 1, 3), np.uint8),
+            tall,
+            b"GIF89a junk",
+        ]
+    )
     assert result.indices == [0, 3, 4]
     assert sorted(result.failures) == [1, 2, 5]
     assert "no such file" in str(result.failures[1]) and "empty" in str(result.failures[2])
     tall_row = to_uint8_space(np.asarray(result.array)[2:3])[0]
-    assert tall_row[:100].min() > 254 and tall_row[-100:].max() < 1  # top white, bottom black survives the host reduce
+    assert (
+        tall_row[:100].min() > 254 and tall_row[-100:].max() < 1
+    )  # top white, bottom black survives the host reduce
     with pytest.raises(ImageDecodeError, match=r"nope\.jpg"):
         pp.preprocess_batch([photos["coffee"], str(tmp_path / "nope.jpg")])
 
@@ -139,7 +188,9 @@ def test_compile_count_bounded_over_many_sizes(photos):
     assert first <= len(keys) * len(pp.batch_sizes) and first < len(sizes)
     more = [(int(h), int(w)) for h, w in rng.integers(390, 512, (12, 2))]
     pp.preprocess_batch([np.ascontiguousarray(photos["astronaut"][:h, :w]) for h, w in more])
-    assert pp.compile_count <= len(keys) * len(pp.batch_sizes)  # new sizes, same buckets: nothing or little new
+    assert pp.compile_count <= len(keys) * len(
+        pp.batch_sizes
+    )  # new sizes, same buckets: nothing or little new
     assert all(len(shape) == 6 for shape in pp.compiled_shapes)
 
 
@@ -156,9 +207,15 @@ def test_gpu_request_falls_back_to_cpu_with_one_warning(monkeypatch, caplog):
     explicit = JAXImagePreprocessor(use_gpu=True, jax_platform="cpu", cache_compiled=False)
     assert not explicit.platform_choice.fell_back  # jax_platform beats use_gpu
     monkeypatch.setenv("JAX_USE_GPU", "1")
-    assert JAXImagePreprocessor(cache_compiled=False).platform_choice.source == "environment JAX_USE_GPU"
+    assert (
+        JAXImagePreprocessor(cache_compiled=False).platform_choice.source
+        == "environment JAX_USE_GPU"
+    )
     monkeypatch.setenv("JAX_PLATFORM", "cpu")
-    assert JAXImagePreprocessor(cache_compiled=False).platform_choice.source == "environment JAX_PLATFORM"
+    assert (
+        JAXImagePreprocessor(cache_compiled=False).platform_choice.source
+        == "environment JAX_PLATFORM"
+    )
 
 
 def test_cache_compiled_warms_up_and_writes_the_persistent_cache(tmp_path):
@@ -171,8 +228,13 @@ def test_cache_compiled_warms_up_and_writes_the_persistent_cache(tmp_path):
         f"p = P(cache_compiled=True, cache_dir={str(tmp_path / 'jax')!r}, max_batch=2);"
         "print(p.compile_count, p.cache_dir)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", str(tmp_path / "jax")]
     assert any((tmp_path / "jax").iterdir())
@@ -181,6 +243,12 @@ def test_cache_compiled_warms_up_and_writes_the_persistent_cache(tmp_path):
 def test_config_errors():
     from accelkit.errors import ConfigError
 
-    for kwargs in ({"fit": "zoom"}, {"data_format": "CHW"}, {"dtype": "float16"}, {"image_size": 0}, {"std": (0, 1, 1)}):
+    for kwargs in (
+        {"fit": "zoom"},
+        {"data_format": "CHW"},
+        {"dtype": "float16"},
+        {"image_size": 0},
+        {"std": (0, 1, 1)},
+    ):
         with pytest.raises(ConfigError):
             JAXImagePreprocessor(cache_compiled=False, **kwargs)

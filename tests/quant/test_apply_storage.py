@@ -45,9 +45,13 @@ SMALL = {"block_size": 64, "rotation_steps": 16}
 
 
 def test_selection_globs_and_indivisible_layer_is_reported():
-    model, report = quantize_with_report(make_net(), QuantConfig(**SMALL, exclude=["odd"]), batches())
+    model, report = quantize_with_report(
+        make_net(), QuantConfig(**SMALL, exclude=["odd"]), batches()
+    )
     assert set(report.quantized) == {"encoder.q", "encoder.up", "down"}
-    assert "narrow" in report.skipped and "not divisible by block_size 64" in report.skipped["narrow"]
+    assert (
+        "narrow" in report.skipped and "not divisible by block_size 64" in report.skipped["narrow"]
+    )
     assert type(model.odd) is nn.Linear and type(model.narrow) is nn.Linear
     with pytest.raises(ConfigError, match="narrow"):
         quantize(make_net(), QuantConfig(**SMALL, indivisible="error"), batches())
@@ -83,13 +87,21 @@ def test_bad_inputs_name_the_problem():
 
 def test_openpi_env_aliases_and_precedence():
     env = {
-        "OPENPI_DUQUANT_WBITS": "8", "OPENPI_DUQUANT_ABITS": "16", "OPENPI_DUQUANT_BLOCK": "64",
-        "OPENPI_DUQUANT_SCOPE": "encoder.", "OPENPI_DUQUANT_INCLUDE": "encoder.q, encoder.up",
-        "OPENPI_DUQUANT_EXCLUDE": "*.up", "OPENPI_DISABLE_TORCH_COMPILE": "1",
+        "OPENPI_DUQUANT_WBITS": "8",
+        "OPENPI_DUQUANT_ABITS": "16",
+        "OPENPI_DUQUANT_BLOCK": "64",
+        "OPENPI_DUQUANT_SCOPE": "encoder.",
+        "OPENPI_DUQUANT_INCLUDE": "encoder.q, encoder.up",
+        "OPENPI_DUQUANT_EXCLUDE": "*.up",
+        "OPENPI_DISABLE_TORCH_COMPILE": "1",
     }
     cfg = load_config(env=env)
     assert (cfg.wbits, cfg.abits, cfg.block_size, cfg.scope) == (8, 16, 64, "encoder.")
-    assert cfg.include == ["encoder.q", "encoder.up"] and cfg.exclude == ["*.up"] and cfg.disable_compile
+    assert (
+        cfg.include == ["encoder.q", "encoder.up"]
+        and cfg.exclude == ["*.up"]
+        and cfg.disable_compile
+    )
     assert load_config(env={**env, "ACCELKIT_QUANT_WBITS": "3"}).wbits == 3
     assert load_config(env=env, wbits=2).wbits == 2
     _, report = quantize_with_report(make_net(), load_config(env=env, rotation_steps=8), batches())
@@ -100,7 +112,9 @@ def test_openpi_env_aliases_and_precedence():
 
 @pytest.mark.parametrize("method", ["duquant", "rtn"])
 def test_save_load_bit_exact_and_small(tmp_path, method):
-    cfg = QuantConfig(method=method, wbits=4, abits=8, weight_group_size=None, exclude=["narrow", "odd"], **SMALL)
+    cfg = QuantConfig(
+        method=method, wbits=4, abits=8, weight_group_size=None, exclude=["narrow", "odd"], **SMALL
+    )
     model = quantize(make_net(), cfg, batches())
     path = save_quantized(model, tmp_path / "q.safetensors")
     loaded = load_quantized(path, make_net)
@@ -108,14 +122,26 @@ def test_save_load_bit_exact_and_small(tmp_path, method):
     x = batches(1)[0]
     with torch.no_grad():
         assert torch.equal(model(x), loaded(x))
-    for (ka, va), (kb, vb) in zip(sorted(model.state_dict().items()), sorted(loaded.state_dict().items()), strict=True):
+    for (ka, va), (kb, vb) in zip(
+        sorted(model.state_dict().items()), sorted(loaded.state_dict().items()), strict=True
+    ):
         assert ka == kb and torch.equal(va, vb)
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
-        q_bytes = sum(f.get_tensor(k).numel() * f.get_tensor(k).element_size() for k in f.keys() if k.startswith("quant/"))  # noqa: SIM118
-        assert f.get_tensor("quant/down/qweight").shape == (128, 128)  # 256 int4 codes per row, two per byte
-    fp_bytes = 4 * sum(m.weight.numel() + m.bias.numel() for m in (make_net().encoder["q"], make_net().encoder["up"], make_net().down))
+        q_bytes = sum(
+            f.get_tensor(k).numel() * f.get_tensor(k).element_size()
+            for k in f.keys()  # noqa: SIM118 - a safetensors handle, not a dict
+            if k.startswith("quant/")
+        )
+        assert f.get_tensor("quant/down/qweight").shape == (
+            128,
+            128,
+        )  # 256 int4 codes per row, two per byte
+    fp_bytes = 4 * sum(
+        m.weight.numel() + m.bias.numel()
+        for m in (make_net().encoder["q"], make_net().encoder["up"], make_net().down)
+    )
     assert q_bytes <= 0.2 * fp_bytes
 
 

@@ -28,7 +28,21 @@ def test_bad_inputs_exit_2(args, needle, capsys):
 def test_small_eval_writes_json(tmp_path, capsys):
     out = tmp_path / "eval.json"
     try:
-        main(["quant", "eval", "--methods", "fp32,rtn", "--bits", "w4a8", "--pairs", "16", "--no-latency", "--json", str(out)])
+        main(
+            [
+                "quant",
+                "eval",
+                "--methods",
+                "fp32,rtn",
+                "--bits",
+                "w4a8",
+                "--pairs",
+                "16",
+                "--no-latency",
+                "--json",
+                str(out),
+            ]
+        )
     except SystemExit as exc:  # typer may end a successful command with exit code 0
         assert exc.code in (0, None)
     rows = json.loads(out.read_text())["rows"]

@@ -40,7 +40,14 @@ def calib_batches():
 def qmodel(request):
     torch.manual_seed(0)
     model = TinyBlock().eval()
-    cfg = QuantConfig(method="duquant", wbits=4, abits=8, block_size=32, rotation_steps=16, act_granularity=request.param)
+    cfg = QuantConfig(
+        method="duquant",
+        wbits=4,
+        abits=8,
+        block_size=32,
+        rotation_steps=16,
+        act_granularity=request.param,
+    )
     return quantize(model, cfg, calib_batches())
 
 
@@ -71,7 +78,9 @@ def test_one_graph_no_recompiles_across_batch_sizes(qmodel):
 
 def test_inductor_matches_eager_and_reduce_overhead_runs():
     torch.manual_seed(0)
-    model = quantize(TinyBlock().eval(), QuantConfig(block_size=32, rotation_steps=16), calib_batches())
+    model = quantize(
+        TinyBlock().eval(), QuantConfig(block_size=32, rotation_steps=16), calib_batches()
+    )
     before = buffers_of(model)
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead", dynamic=False)
@@ -118,9 +127,17 @@ def test_abits16_and_wbits16_switches():
     base = TinyBlock().eval()
     x = calib_batches()[0]
     ref = base(x)
-    exact = quantize(copy.deepcopy(base), QuantConfig(wbits=16, abits=16, block_size=32, rotation_steps=16), calib_batches())
+    exact = quantize(
+        copy.deepcopy(base),
+        QuantConfig(wbits=16, abits=16, block_size=32, rotation_steps=16),
+        calib_batches(),
+    )
     # both off: only the equivalent transform remains, so the output equals FP32 to float32 rounding
     assert torch.allclose(exact(x), ref, atol=1e-4)
-    w_only = quantize(copy.deepcopy(base), QuantConfig(wbits=4, abits=16, block_size=32, rotation_steps=16), calib_batches())
+    w_only = quantize(
+        copy.deepcopy(base),
+        QuantConfig(wbits=4, abits=16, block_size=32, rotation_steps=16),
+        calib_batches(),
+    )
     assert not any(k.startswith("act_") for k, _ in w_only.named_buffers())
     assert not torch.allclose(w_only(x), ref, atol=1e-4)

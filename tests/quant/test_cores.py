@@ -59,10 +59,14 @@ def test_per_token_activation_quant_matches_numpy():
 
 def test_static_activation_quant():
     x = torch.linspace(-3, 5, 101, dtype=torch.float64)
-    scale, zero = qz.asym_params(torch.tensor(-3.0, dtype=torch.float64), torch.tensor(5.0, dtype=torch.float64), 8)
+    scale, zero = qz.asym_params(
+        torch.tensor(-3.0, dtype=torch.float64), torch.tensor(5.0, dtype=torch.float64), 8
+    )
     got = qz.fake_quant_static(x, scale, zero, 8)
     assert float((got - x).abs().max()) <= float(scale) / 2 + 1e-12
-    assert float(qz.fake_quant_static(torch.tensor([100.0], dtype=torch.float64), scale, zero, 8)) == pytest.approx((255 - float(zero)) * float(scale))
+    assert float(
+        qz.fake_quant_static(torch.tensor([100.0], dtype=torch.float64), scale, zero, 8)
+    ) == pytest.approx((255 - float(zero)) * float(scale))
 
 
 def test_clip_search_is_per_row_optimum():
@@ -78,7 +82,9 @@ def test_clip_search_is_per_row_optimum():
 
 
 def test_int4_pack_round_trip_and_layout():
-    codes = torch.randint(0, 16, (5, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    codes = torch.randint(
+        0, 16, (5, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
     packed = qz.pack_int4(codes)
     assert packed.shape == (5, 32) and packed.dtype == torch.uint8
     assert torch.equal(qz.unpack_int4(packed), codes)
@@ -150,7 +156,9 @@ def test_greedy_rotation_spreads_the_outlier_channel():
 def test_zigzag_is_a_permutation_and_balances_block_maxima():
     g = torch.Generator().manual_seed(0)
     cmax = torch.rand(256, generator=g, dtype=torch.float64)
-    cmax[:8] = torch.tensor([100.0, 90, 80, 70, 60, 50, 40, 30], dtype=torch.float64)  # all outliers in block 0
+    cmax[:8] = torch.tensor(
+        [100.0, 90, 80, 70, 60, 50, 40, 30], dtype=torch.float64
+    )  # all outliers in block 0
     perm = zigzag_permutation(cmax, 64)
     assert sorted(perm.tolist()) == list(range(256))
     before = cmax.reshape(4, 64)
@@ -178,9 +186,20 @@ def test_quantlinear_input_transform_both_forms_match_float64(blocks):
     x[:, 3] *= 40.0  # an outlier channel, so rotations and the permutation are non-trivial
     w = torch.randn(24, n, dtype=torch.float64, generator=gen)
     t = fit_transform(x, w, method="duquant", alpha=0.6, block=b, steps=8, permutation=True)
-    spec = LayerSpec(in_features=n, out_features=24, bias=False, wbits=16, abits=16, group_size=None,
-                     act_granularity="per-token-dynamic", act_clip=1.0, smooth=True, block=b,
-                     permutation=True, rotation_steps=8)
+    spec = LayerSpec(
+        in_features=n,
+        out_features=24,
+        bias=False,
+        wbits=16,
+        abits=16,
+        group_size=None,
+        act_granularity="per-token-dynamic",
+        act_clip=1.0,
+        smooth=True,
+        block=b,
+        permutation=True,
+        rotation_steps=8,
+    )
     layer = QuantLinear(spec)
     layer.load_from_float(w, None, t, x, clip=1.0, act_range=None)
     assert spec.dense_transform == (blocks <= 4)
@@ -194,10 +213,16 @@ def test_quantlinear_input_transform_both_forms_match_float64(blocks):
 
 @pytest.mark.parametrize(
     ("wbits", "abits", "in_features", "granularity", "group_size"),
-    [(4, 8, 96, "per-token-dynamic", None), (4, 8, 96, "per-tensor-static", None), (7, 8, 33, "per-token-dynamic", None),
-     (3, 4, 50, "per-token-dynamic", None)],
+    [
+        (4, 8, 96, "per-token-dynamic", None),
+        (4, 8, 96, "per-tensor-static", None),
+        (7, 8, 33, "per-token-dynamic", None),
+        (3, 4, 50, "per-token-dynamic", None),
+    ],
 )
-def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, in_features, granularity, group_size):
+def test_integer_matmul_equals_the_dequantized_product_in_float64(
+    wbits, abits, in_features, granularity, group_size
+):
     """The int8 GEMM path computes exactly dequant(quant(x))·dequant(W)ᵀ: checked against float64
     arithmetic on the same codes, on tokens with an outlier, a constant token and an all-zero token."""
     gen = torch.Generator().manual_seed(wbits * 100 + in_features)
@@ -211,23 +236,41 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(wbits, abits, 
     codes, w_scale, w_zero = qz.quantize_weight(w, wbits, group_size)
     rows = x.reshape(-1, in_features)
     if granularity == "per-tensor-static":
-        x_scale, x_zero = qz.asym_params(rows.min().reshape(1) * 0.9, rows.max().reshape(1) * 0.9, abits)
+        x_scale, x_zero = qz.asym_params(
+            rows.min().reshape(1) * 0.9, rows.max().reshape(1) * 0.9, abits
+        )
     else:
         x_scale, x_zero = qz.per_token_params(rows, abits, 0.9)
-    x_hat = qz.dequantize_asym(qz.quantize_asym(rows, x_scale, x_zero, abits), x_scale, x_zero).to(torch.float64)
+    x_hat = qz.dequantize_asym(qz.quantize_asym(rows, x_scale, x_zero, abits), x_scale, x_zero).to(
+        torch.float64
+    )
     want = x_hat @ qz.dequantize_weight(codes, w_scale, w_zero).T
-    if qz.int8_gemm_is_exact():  # else this CPU's int8 GEMM saturates and the layer keeps the float path
+    if (
+        qz.int8_gemm_is_exact()
+    ):  # else this CPU's int8 GEMM saturates and the layer keeps the float path
         b, rowsum = qz.int8_weight(codes, w_zero.float())
         got = qz.integer_linear(rows, x_scale, x_zero, abits, b, rowsum, w_scale.float())
         assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
 
     from accelkit.quant.layers import LayerSpec, QuantLinear
 
-    spec = LayerSpec(in_features=in_features, out_features=out_features, bias=True, wbits=wbits, abits=abits,
-                     group_size=group_size, act_granularity=granularity, act_clip=0.9, smooth=False, block=None,
-                     permutation=False)
+    spec = LayerSpec(
+        in_features=in_features,
+        out_features=out_features,
+        bias=True,
+        wbits=wbits,
+        abits=abits,
+        group_size=group_size,
+        act_granularity=granularity,
+        act_clip=0.9,
+        smooth=False,
+        block=None,
+        permutation=False,
+    )
     assert spec.integer_matmul
-    assert not LayerSpec(**{**spec.to_dict(), "group_size": 16}).integer_matmul  # groups: the float path
+    assert not LayerSpec(
+        **{**spec.to_dict(), "group_size": 16}
+    ).integer_matmul  # groups: the float path
     layer = QuantLinear(spec)
     assert layer.integer_gemm == qz.int8_gemm_is_exact()
     with torch.no_grad():
@@ -253,10 +296,23 @@ def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
     a = torch.full((17, 64), 127, dtype=torch.int8)
     b = torch.full((9, 64), -128, dtype=torch.int8)
     if machine_exact:  # the extreme case oneDNN gets wrong without VNNI
-        assert torch.equal(torch._int_mm(a, b.t()), torch.full((17, 9), 127 * -128 * 64, dtype=torch.int32))
+        assert torch.equal(
+            torch._int_mm(a, b.t()), torch.full((17, 9), 127 * -128 * 64, dtype=torch.int32)
+        )
     gen = torch.Generator().manual_seed(3)
-    spec = LayerSpec(in_features=64, out_features=9, bias=False, wbits=4, abits=8, group_size=None,
-                     act_granularity="per-token-dynamic", act_clip=1.0, smooth=False, block=None, permutation=False)
+    spec = LayerSpec(
+        in_features=64,
+        out_features=9,
+        bias=False,
+        wbits=4,
+        abits=8,
+        group_size=None,
+        act_granularity="per-token-dynamic",
+        act_clip=1.0,
+        smooth=False,
+        block=None,
+        permutation=False,
+    )
     codes = torch.randint(0, 16, (9, 64), dtype=torch.uint8, generator=gen)
     x = torch.randn(5, 64, generator=gen)
     outputs = {}
@@ -273,7 +329,13 @@ def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
             continue  # this CPU cannot run the integer path correctly; only the fallback is checked
         outputs[exact] = layer(x)
     x_hat = qz.fake_quant_per_token(x.double(), 8, 1.0)
-    want = x_hat @ qz.dequantize_weight(codes, torch.full((9, 1), 0.01, dtype=torch.float64),
-                                         torch.full((9, 1), 7.0, dtype=torch.float64)).T
+    want = (
+        x_hat
+        @ qz.dequantize_weight(
+            codes,
+            torch.full((9, 1), 0.01, dtype=torch.float64),
+            torch.full((9, 1), 7.0, dtype=torch.float64),
+        ).T
+    )
     for got in outputs.values():
         assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6

@@ -27,7 +27,10 @@ def test_shipped_sets_are_fixed_large_and_disjoint():
     pairs = eval_pairs()
     sentences = {s for pair in pairs for s in pair}
     assert len(sentences) == 600
-    assert pairs[0] == ("A tourist sold the wooden table during the storm.", "While the storm raged, a traveller traded away the timber desk.")
+    assert pairs[0] == (
+        "A tourist sold the wooden table during the storm.",
+        "While the storm raged, a traveller traded away the timber desk.",
+    )
     assert not sentences & set(calibration_sentences())
 
 
@@ -41,14 +44,26 @@ def test_fp32_reference_embeddings_are_sane(minilm):
 
 def test_duquant_lowers_outlier_ratio_on_the_outlier_layer(minilm):
     model, _, calib, _ = minilm
-    downs = {n: m for n, m in model.named_modules() if n.endswith("output.dense") and "attention" not in n}
+    downs = {
+        n: m
+        for n, m in model.named_modules()
+        if n.endswith("output.dense") and "attention" not in n
+    }
     inputs = collect_inputs(model, downs, calib, max_rows=512)
     ratio = {n: float(e.absmax.max() / e.absmax.median()) for n, e in inputs.items()}
     name = max(ratio, key=ratio.get)
     assert ratio[name] > 20  # MiniLM's known FFN outlier channel
     x = inputs[name].sample().to(torch.float64)
-    t = fit_transform(x, downs[name].weight.detach(), method="duquant", alpha=0.6, block=128, steps=64,
-                      permutation=True, act_absmax=inputs[name].absmax)
+    t = fit_transform(
+        x,
+        downs[name].weight.detach(),
+        method="duquant",
+        alpha=0.6,
+        block=128,
+        steps=64,
+        permutation=True,
+        act_absmax=inputs[name].absmax,
+    )
 
     def max_over_mean(z):
         return float(z.abs().amax() / z.abs().mean())
@@ -63,7 +78,9 @@ def test_ci_fidelity_duquant_beats_rtn_at_w4a8_and_w4a4(minilm):
     fast = {"rotation_steps": 16, "calibration_rows": 512, "weight_group_size": 64}
     scores = {}
     for method, abits in (("rtn", 4), ("duquant", 4), ("duquant", 8)):
-        q = quantize(copy.deepcopy(model), QuantConfig(method=method, wbits=4, abits=abits, **fast), calib)
+        q = quantize(
+            copy.deepcopy(model), QuantConfig(method=method, wbits=4, abits=abits, **fast), calib
+        )
         scores[method, abits] = fidelity(embed(q, data), ref, PAIRS)["mean_cosine"]
     assert scores["duquant", 4] > scores["rtn", 4] + 0.02
     assert scores["duquant", 4] >= 0.94

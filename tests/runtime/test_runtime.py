@@ -15,9 +15,21 @@ from accelkit.runtime.devices import choose_platform, platform_request
         ("cpu", "gpu", {"JAX_PLATFORM": "gpu"}, "cpu", "argument"),
         (None, "gpu", {"JAX_PLATFORM": "cpu"}, "gpu", "config file"),
         (None, None, {"JAX_PLATFORM": "cuda"}, "gpu", "environment JAX_PLATFORM"),
-        (None, None, {"ACCELKIT_PLATFORM": "cpu", "JAX_PLATFORM": "gpu"}, "cpu", "environment ACCELKIT_PLATFORM"),
+        (
+            None,
+            None,
+            {"ACCELKIT_PLATFORM": "cpu", "JAX_PLATFORM": "gpu"},
+            "cpu",
+            "environment ACCELKIT_PLATFORM",
+        ),
         (None, None, {"JAX_USE_GPU": "true"}, "gpu", "environment JAX_USE_GPU"),
-        (None, None, {"JAX_USE_GPU": "0", "JAX_PLATFORMS": "gpu"}, "cpu", "environment JAX_USE_GPU"),
+        (
+            None,
+            None,
+            {"JAX_USE_GPU": "0", "JAX_PLATFORMS": "gpu"},
+            "cpu",
+            "environment JAX_USE_GPU",
+        ),
         (None, None, {"JAX_PLATFORMS": "cuda,cpu"}, "gpu", "environment JAX_PLATFORMS"),
         (None, None, {}, None, "auto"),
     ],
@@ -52,7 +64,9 @@ def test_settings_layering(tmp_path):
     file = tmp_path / "c.yaml"
     file.write_text("a:\n  size: 3\n  ratio: 0.25\nb:\n  size: 9\n")
     env = {"ACCELKIT_JOB_SIZE": "5", "ACCELKIT_JOB_NAME": "from-env"}
-    job = load_settings(Job, yaml_path=file, section="a", env_prefix="ACCELKIT_JOB_", env=env, ratio=0.75)
+    job = load_settings(
+        Job, yaml_path=file, section="a", env_prefix="ACCELKIT_JOB_", env=env, ratio=0.75
+    )
     assert (job.name, job.size, job.ratio) == ("from-env", 3, 0.75)
 
 

@@ -21,17 +21,21 @@ def numpy_reference(x: np.ndarray, levels) -> dict:
 def stats_of(x: np.ndarray, levels, *, split: int | None = None, **kwargs):
     """accelkit's stats of `x` fed as dict batches of `split` rows (one batch by default)."""
     split = split or max(1, len(x))
-    batches = [{"x": x[i:i + split]} for i in range(0, len(x), split)]
+    batches = [{"x": x[i : i + split]} for i in range(0, len(x), split)]
     return compute_stats(batches, quantiles=levels, **kwargs).stats["x"]
 
 
 def assert_matches_numpy(stats, x: np.ndarray, levels, rtol: float = 1e-10) -> None:
     ref = numpy_reference(x, levels)
     got = np.stack([stats.quantiles[float(q)] for q in levels])
-    np.testing.assert_array_equal(got, ref["quantiles"], err_msg="exact quantiles differ from numpy.quantile")
+    np.testing.assert_array_equal(
+        got, ref["quantiles"], err_msg="exact quantiles differ from numpy.quantile"
+    )
     np.testing.assert_array_equal(stats.count, ref["count"])
     np.testing.assert_array_equal(stats.min, ref["min"])
     np.testing.assert_array_equal(stats.max, ref["max"])
     scale = np.maximum(np.abs(ref["mean"]), ref["std"])
-    np.testing.assert_allclose(stats.mean, ref["mean"], rtol=rtol, atol=rtol * scale.max(initial=0) + 1e-300)
+    np.testing.assert_allclose(
+        stats.mean, ref["mean"], rtol=rtol, atol=rtol * scale.max(initial=0) + 1e-300
+    )
     np.testing.assert_allclose(stats.std, ref["std"], rtol=1e-7, atol=1e-12 * scale.max(initial=0))

@@ -44,7 +44,9 @@ def test_exact_quantiles_equal_numpy_on_adversarial_columns(rng, n):
 
 def test_std_accurate_when_mean_much_larger_than_std(rng):
     # N(3, 0.05^2) scaled: the reference tool's float32 E[x^2]-E[x]^2 loses 0.4-2 % of the std here.
-    x = np.stack([3 + 0.05 * rng.standard_normal(500_000), 1e5 + 1e-3 * rng.standard_normal(500_000)], 1).astype(np.float32)
+    x = np.stack(
+        [3 + 0.05 * rng.standard_normal(500_000), 1e5 + 1e-3 * rng.standard_normal(500_000)], 1
+    ).astype(np.float32)
     stats = stats_of(x, [0.5], split=70_001)
     ref = x.astype(np.float64).std(axis=0)
     np.testing.assert_allclose(stats.std, ref, rtol=1e-9)
@@ -58,7 +60,9 @@ def test_constant_dimension_has_zero_std_and_exact_quantiles():
 
 
 def test_keys_preserve_order_for_every_kind_of_float(rng):
-    special = np.array([-np.inf, -3.4e38, -1.0, -1e-45, 0.0, 1e-45, 1e-38, 1.0, 3.4e38, np.inf], np.float32)
+    special = np.array(
+        [-np.inf, -3.4e38, -1.0, -1e-45, 0.0, 1e-45, 1e-38, 1.0, 3.4e38, np.inf], np.float32
+    )
     values = np.sort(np.concatenate([special, rng.standard_normal(1000).astype(np.float32)]))
     keys = np.asarray(float_keys(values)).astype(np.int64)
     assert np.all(np.diff(keys) >= 0)
@@ -103,8 +107,10 @@ def test_batch_splitting_and_merge_order_never_change_results(data, cuts, seed):
 
 
 def test_eight_devices_equal_one_device(rng, one_device, eight_devices):
-    x = np.stack([rng.standard_normal(50_001), rng.standard_cauchy(50_001), (rng.random(50_001) > 0.5)], 1).astype(np.float32)
-    batches = [{"x": x[i:i + 7_777]} for i in range(0, len(x), 7_777)]
+    x = np.stack(
+        [rng.standard_normal(50_001), rng.standard_cauchy(50_001), (rng.random(50_001) > 0.5)], 1
+    ).astype(np.float32)
+    batches = [{"x": x[i : i + 7_777]} for i in range(0, len(x), 7_777)]
     one = compute_stats(batches, quantiles=LEVELS, devices=one_device, batch_size=4096)
     eight = compute_stats(batches, quantiles=LEVELS, devices=eight_devices, batch_size=4096)
     assert eight.summary.devices != one.summary.devices and len(eight.summary.devices) == 8
@@ -121,17 +127,25 @@ def test_eight_devices_equal_one_device(rng, one_device, eight_devices):
 
 def test_eight_devices_equal_one_device_in_fast_mode(rng, one_device, eight_devices):
     x = rng.standard_normal((30_000, 2)).astype(np.float32)
-    one = compute_stats([{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=one_device, batch_size=2048).stats["x"]
-    eight = compute_stats([{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=eight_devices, batch_size=2048).stats["x"]
+    one = compute_stats(
+        [{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=one_device, batch_size=2048
+    ).stats["x"]
+    eight = compute_stats(
+        [{"x": x}], quantiles=[0.01, 0.99], fast=True, devices=eight_devices, batch_size=2048
+    ).stats["x"]
     for q in (0.01, 0.99):
         np.testing.assert_array_equal(one.quantiles[q], eight.quantiles[q])
 
 
-def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(rng, one_device, monkeypatch, caplog):
+def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(
+    rng, one_device, monkeypatch, caplog
+):
     from accelkit.stats import passes
 
     x = rng.standard_normal((20_000, 3)).astype(np.float32)
-    expected = compute_stats([{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192).stats["x"]
+    expected = compute_stats(
+        [{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192
+    ).stats["x"]
     real = passes.sharded_update
 
     def limited(state, values, *args, **kwargs):
@@ -141,7 +155,9 @@ def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(rng, one_devic
 
     monkeypatch.setattr(passes, "sharded_update", limited)
     with caplog.at_level("WARNING"):
-        result = compute_stats([{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192)
+        result = compute_stats(
+            [{"x": x}], quantiles=[0.01, 0.99], devices=one_device, batch_size=8192
+        )
     assert result.summary.batch_size == 2048
     assert any("out of device memory" in r.message for r in caplog.records)
     for q in (0.01, 0.99):
@@ -185,10 +201,15 @@ def test_data_changing_between_passes_is_an_error_not_a_wrong_answer(rng):
 def test_all_nan_dimension_under_skip_gets_null_statistics(caplog):
     x = np.stack([np.arange(10, dtype=np.float32), np.full(10, np.nan, np.float32)], 1)
     for fast in (False, True):
-        stats = compute_stats([{"x": x}], quantiles=[0.5], skip_nonfinite=True, fast=fast).stats["x"]
+        stats = compute_stats([{"x": x}], quantiles=[0.5], skip_nonfinite=True, fast=fast).stats[
+            "x"
+        ]
         assert stats.count.tolist() == [10, 0] and 4 <= stats.quantiles[0.5][0] <= 5
         assert fast or stats.quantiles[0.5][0] == np.float32(4.5)
-        assert all(np.isnan(v[1]) for v in (stats.mean, stats.std, stats.min, stats.max, stats.quantiles[0.5]))
+        assert all(
+            np.isnan(v[1])
+            for v in (stats.mean, stats.std, stats.min, stats.max, stats.quantiles[0.5])
+        )
     assert "hold no finite values" in caplog.text
 
 

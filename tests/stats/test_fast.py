@@ -18,7 +18,15 @@ def rank_error(sorted_values: np.ndarray, estimate: float, q: float) -> float:
 
 @pytest.mark.parametrize(
     "name",
-    ["gaussian", "uniform01", "offset_uniform", "narrow_far_from_zero", "lognormal", "drifting", "student_t3"],
+    [
+        "gaussian",
+        "uniform01",
+        "offset_uniform",
+        "narrow_far_from_zero",
+        "lognormal",
+        "drifting",
+        "student_t3",
+    ],
 )
 def test_fast_mode_rank_error_at_most_1e3_and_within_its_bound(rng, name):
     n = 200_000
@@ -32,14 +40,18 @@ def test_fast_mode_rank_error_at_most_1e3_and_within_its_bound(rng, name):
         "student_t3": rng.standard_t(3, n),
     }[name]
     x = column.astype(np.float32)[:, None]
-    result = compute_stats([{"x": x[i:i + 50_000]} for i in range(0, n, 50_000)], quantiles=LEVELS, fast=True)
+    result = compute_stats(
+        [{"x": x[i : i + 50_000]} for i in range(0, n, 50_000)], quantiles=LEVELS, fast=True
+    )
     assert result.summary.passes == 1
     stats = result.stats["x"]
     ordered = np.sort(x[:, 0])
     for q in LEVELS:
         err = rank_error(ordered, stats.quantiles[q][0], q)
         assert err <= 1e-3, f"{name} q={q}: rank error {err:.2e}"
-        assert err <= stats.rank_error_bound[q][0] + 1.0 / n, f"{name} q={q}: error {err:.2e} above reported bound"
+        assert err <= stats.rank_error_bound[q][0] + 1.0 / n, (
+            f"{name} q={q}: error {err:.2e} above reported bound"
+        )
         # the reported bound is the bucket's whole share, looser than the error itself
         assert stats.rank_error_bound[q][0] <= 1.5e-3, f"{name} q={q}: bound"
 
@@ -61,9 +73,17 @@ def test_fast_mode_moments_are_exact_as_in_exact_mode(rng):
 
 def test_fast_mode_point_mass_at_the_center_is_exact(rng):
     # the first chunk is all zeros, so the center is 0 and half the data sits exactly on it
-    gripper = np.concatenate([np.zeros(10_000), (rng.random(90_000) > 0.5)]).astype(np.float32)[:, None]
-    stats = compute_stats([{"x": gripper[:10_000]}, {"x": gripper[10_000:]}], quantiles=[0.01, 0.3, 0.99], fast=True).stats["x"]
-    assert stats.quantiles[0.01][0] == 0.0 and stats.quantiles[0.3][0] == 0.0 and stats.quantiles[0.99][0] == 1.0
+    gripper = np.concatenate([np.zeros(10_000), (rng.random(90_000) > 0.5)]).astype(np.float32)[
+        :, None
+    ]
+    stats = compute_stats(
+        [{"x": gripper[:10_000]}, {"x": gripper[10_000:]}], quantiles=[0.01, 0.3, 0.99], fast=True
+    ).stats["x"]
+    assert (
+        stats.quantiles[0.01][0] == 0.0
+        and stats.quantiles[0.3][0] == 0.0
+        and stats.quantiles[0.99][0] == 1.0
+    )
     assert max(float(b[0]) for b in stats.rank_error_bound.values()) == 0.0
 
 
@@ -78,11 +98,15 @@ def test_fast_mode_extremes_are_min_and_max_with_bound_zero(rng):
 def test_fast_mode_does_not_claim_exactness_for_tiny_values_around_zero(rng):
     # Denormal offsets from a center at 0 flush to 0 in XLA's CPU arithmetic; they must not be
     # mistaken for the point mass at the center, and the bound must cover the true rank error.
-    x = np.concatenate([np.zeros(1000), rng.standard_normal(1000) * 1e-40]).astype(np.float32)[:, None]
+    x = np.concatenate([np.zeros(1000), rng.standard_normal(1000) * 1e-40]).astype(np.float32)[
+        :, None
+    ]
     levels = [0.1, 0.25, 0.5, 0.75, 0.9]
     stats = compute_stats([{"x": x}], quantiles=levels, fast=True).stats["x"]
     ordered = np.sort(x[:, 0])
     for q in levels:
-        assert rank_error(ordered, stats.quantiles[q][0], q) <= stats.rank_error_bound[q][0] + 1 / len(x)
+        assert rank_error(ordered, stats.quantiles[q][0], q) <= stats.rank_error_bound[q][
+            0
+        ] + 1 / len(x)
     assert stats.rank_error_bound[0.1][0] > 0 and stats.rank_error_bound[0.9][0] > 0
     assert stats.quantiles[0.5][0] == 0.0

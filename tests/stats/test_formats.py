@@ -14,12 +14,25 @@ from accelkit.stats.formats import quantile_name, read_norm_stats, write_stats
 def result(rng):
     state = rng.standard_normal((2000, 3)).astype(np.float32)
     actions = np.stack([rng.random(2000) > 0.5, rng.standard_normal(2000)], 1).astype(np.float32)
-    return compute_stats([{"state": state, "actions": actions}], quantiles=[0.01, 0.1, 0.5, 0.9, 0.99]), state, actions
+    return (
+        compute_stats(
+            [{"state": state, "actions": actions}], quantiles=[0.01, 0.1, 0.5, 0.9, 0.99]
+        ),
+        state,
+        actions,
+    )
 
 
 def test_quantile_names():
     assert [quantile_name(q) for q in (0.01, 0.1, 0.5, 0.99, 0.995, 0.001, 1.0)] == [
-        "q01", "q10", "q50", "q99", "q99.5", "q00.1", "q100"]
+        "q01",
+        "q10",
+        "q50",
+        "q99",
+        "q99.5",
+        "q00.1",
+        "q100",
+    ]
 
 
 def test_openpi_round_trip_and_layout(tmp_path, result):
@@ -37,16 +50,28 @@ def test_openpi_round_trip_and_layout(tmp_path, result):
 
 
 def test_openpi_missing_quantile_is_null(tmp_path, rng):
-    res = compute_stats([{"state": rng.standard_normal((50, 2)).astype(np.float32)}], quantiles=[0.5])
-    raw = json.loads(write_stats(tmp_path / "n.json", res.stats, "openpi", {}, partial=True).read_text())
-    assert raw["norm_stats"]["state"]["q01"] is None and raw["norm_stats"]["state"]["q50"] is not None
+    res = compute_stats(
+        [{"state": rng.standard_normal((50, 2)).astype(np.float32)}], quantiles=[0.5]
+    )
+    raw = json.loads(
+        write_stats(tmp_path / "n.json", res.stats, "openpi", {}, partial=True).read_text()
+    )
+    assert (
+        raw["norm_stats"]["state"]["q01"] is None and raw["norm_stats"]["state"]["q50"] is not None
+    )
     assert raw["partial"] is True
 
 
 def test_lerobot_layout_uses_column_names(tmp_path, result):
     res, _, actions = result
-    raw = json.loads(write_stats(tmp_path / "stats.json", res.stats, "lerobot",
-                                 {"state": "observation.state", "actions": "action"}).read_text())
+    raw = json.loads(
+        write_stats(
+            tmp_path / "stats.json",
+            res.stats,
+            "lerobot",
+            {"state": "observation.state", "actions": "action"},
+        ).read_text()
+    )
     assert set(raw) == {"observation.state", "action"}
     entry = raw["action"]
     assert set(entry) == {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}

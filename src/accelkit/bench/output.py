@@ -30,17 +30,43 @@ def fmt_num(x) -> str:
     return f"{x:.3e}"
 
 
-TIMING_COLUMNS = ("operation", "backend", "device", "size", "first call s", "median s", "min s", "IQR s", "n")
+TIMING_COLUMNS = (
+    "operation",
+    "backend",
+    "device",
+    "size",
+    "first call s",
+    "median s",
+    "min s",
+    "IQR s",
+    "n",
+)
 
 
 def timing_row(t: Timing) -> tuple[str, ...]:
     name = t.name if t.synchronized else f"{t.name} (UNSYNCED)"
-    return (name, t.backend, t.device, "-" if t.size is None else str(t.size), fmt_s(t.first_s),
-            fmt_s(t.median_s), fmt_s(t.min_s), fmt_s(t.iqr_s), str(len(t.times_s)))
+    return (
+        name,
+        t.backend,
+        t.device,
+        "-" if t.size is None else str(t.size),
+        fmt_s(t.first_s),
+        fmt_s(t.median_s),
+        fmt_s(t.min_s),
+        fmt_s(t.iqr_s),
+        str(len(t.times_s)),
+    )
 
 
 def check_row(c) -> tuple[str, ...]:
-    return (c.name, fmt_num(c.value), fmt_num(c.expected), fmt_num(c.tolerance), "ok" if c.passed else "FAIL", c.detail)
+    return (
+        c.name,
+        fmt_num(c.value),
+        fmt_num(c.expected),
+        fmt_num(c.tolerance),
+        "ok" if c.passed else "FAIL",
+        c.detail,
+    )
 
 
 def print_result(result: Result, console=None) -> None:
@@ -53,7 +79,9 @@ def print_result(result: Result, console=None) -> None:
     if result.timings:
         table = Table(title=f"accelkit bench {result.experiment} — {params}")
         for col in TIMING_COLUMNS:
-            table.add_column(col, justify="left" if col in ("operation", "backend", "device") else "right")
+            table.add_column(
+                col, justify="left" if col in ("operation", "backend", "device") else "right"
+            )
         for t in result.timings:
             table.add_row(*timing_row(t))
         console.print(table)
@@ -99,7 +127,7 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
     cols = min(2, max(1, len(panels)))
     rows = max(1, math.ceil(len(panels) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows), squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, result in zip(axes.flat, panels, strict=False):
         if result.series:
@@ -119,12 +147,16 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
             for b_index, backend in enumerate(backends):
                 xs, ys = [], []
                 for n_index, name in enumerate(names):
-                    match = [t for t in timed if t.name == name and f"{t.backend}@{t.device}" == backend]
+                    match = [
+                        t for t in timed if t.name == name and f"{t.backend}@{t.device}" == backend
+                    ]
                     if match:
                         xs.append(n_index + b_index * width)
                         ys.append(match[0].median_s)
                 ax.bar(xs, ys, width=width, label=backend)
-            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, rotation=20, ha="right")
+            ax.set_xticks(
+                [i + 0.4 - width / 2 for i in range(len(names))], names, rotation=20, ha="right"
+            )
             ax.set_ylabel("median seconds (log)")
             ax.set_yscale("log")
         ax.set_title(f"bench {result.experiment}")
@@ -140,37 +172,72 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
 
 def _md_table(header, rows) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
+    lines += [
+        "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |"
+        for row in rows
+    ]
     return lines
 
 
-def markdown_report(results: list[Result], env: dict, figure: str | None = None, title: str = "accelkit bench report") -> str:
+def markdown_report(
+    results: list[Result],
+    env: dict,
+    figure: str | None = None,
+    title: str = "accelkit bench report",
+) -> str:
     """The report: environment, then per experiment its timings, checks, facts and notes."""
     versions = ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items() if v)
-    lines = [f"# {title}", "",
-             f"Generated {env.get('time_utc')} on {env.get('platform')} ({env.get('machine')}), "
-             f"{env.get('cpu_count')} CPUs, load average {env.get('load_average')}; Python {env.get('python')}; {versions}.",
-             f"JAX devices: {', '.join(env.get('jax_devices', [])) or '-'}; torch CUDA: {env.get('torch_cuda') or 'none'}; "
-             f"threads: {env.get('threads')}.", "",
-             "Times are seconds (`m` = milliseconds, `µ` = microseconds). *first call* includes tracing and "
-             "compilation; *median*, *min* and *IQR* are over synchronized steady-state repeats. Rows marked "
-             "UNSYNCED stop the clock before the work is done — shown only to explain published numbers.", "",
-             "| experiment | checks |", "|---|---|"]
-    lines += [f"| {r.experiment} | {sum(c.passed for c in r.checks)}/{len(r.checks)} passed |" for r in results]
+    lines = [
+        f"# {title}",
+        "",
+        f"Generated {env.get('time_utc')} on {env.get('platform')} ({env.get('machine')}), "
+        f"{env.get('cpu_count')} CPUs, load average {env.get('load_average')}; Python {env.get('python')}; {versions}.",
+        f"JAX devices: {', '.join(env.get('jax_devices', [])) or '-'}; torch CUDA: {env.get('torch_cuda') or 'none'}; "
+        f"threads: {env.get('threads')}.",
+        "",
+        "Times are seconds (`m` = milliseconds, `µ` = microseconds). *first call* includes tracing and "
+        "compilation; *median*, *min* and *IQR* are over synchronized steady-state repeats. Rows marked "
+        "UNSYNCED stop the clock before the work is done — shown only to explain published numbers.",
+        "",
+        "| experiment | checks |",
+        "|---|---|",
+    ]
+    lines += [
+        f"| {r.experiment} | {sum(c.passed for c in r.checks)}/{len(r.checks)} passed |"
+        for r in results
+    ]
     lines.append("")
     if figure:
         lines += [f"![timings]({figure})", ""]
     for r in results:
-        lines += [f"## {r.experiment}", "", "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in r.params.items()), ""]
+        lines += [
+            f"## {r.experiment}",
+            "",
+            "Parameters: " + ", ".join(f"`{k}={v}`" for k, v in r.params.items()),
+            "",
+        ]
         if r.timings:
             lines += [*_md_table(TIMING_COLUMNS, [timing_row(t) for t in r.timings]), ""]
         if r.checks:
-            lines += [*_md_table(("check", "value", "expected", "tolerance", "result", "detail"),
-                                 [check_row(c) for c in r.checks]), ""]
+            lines += [
+                *_md_table(
+                    ("check", "value", "expected", "tolerance", "result", "detail"),
+                    [check_row(c) for c in r.checks],
+                ),
+                "",
+            ]
         plain = {k: v for k, v in r.facts.items() if not (isinstance(v, str) and "\n" in v)}
         if plain:
-            lines += [*_md_table(("fact", "value"), [(k, fmt_num(v) if isinstance(v, int | float) else v)
-                                                     for k, v in plain.items()]), ""]
+            lines += [
+                *_md_table(
+                    ("fact", "value"),
+                    [
+                        (k, fmt_num(v) if isinstance(v, int | float) else v)
+                        for k, v in plain.items()
+                    ],
+                ),
+                "",
+            ]
         for k, v in r.facts.items():
             if isinstance(v, str) and "\n" in v:
                 lines += [f"{k}:", "", "```", v.rstrip(), "```", ""]

@@ -24,14 +24,49 @@ from accelkit.bench.harness import SCHEMA
 _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
 
-ENVIRONMENT = {"time_utc": str, "python": str, "platform": str, "machine": str, "cpu_count": int,
-               "load_average": (list, type(None)), "dtype": (str, type(None)), "versions": dict, "threads": dict}
-RESULT = {"experiment": str, "params": dict, "passed": bool, "timings": list, "checks": list, "facts": dict,
-          "notes": list, "series": list}
-TIMING = {"name": str, "backend": str, "device": str, "size": (int, type(None)), "synchronized": bool,
-          "compile_s": _OPT_NUM, "first_s": _OPT_NUM, "median_s": _NUM, "min_s": _NUM, "iqr_s": _NUM,
-          "repeats": int, "times_s": list}
-CHECK = {"name": str, "value": _OPT_NUM, "expected": _OPT_NUM, "tolerance": _OPT_NUM, "passed": bool, "detail": str}
+ENVIRONMENT = {
+    "time_utc": str,
+    "python": str,
+    "platform": str,
+    "machine": str,
+    "cpu_count": int,
+    "load_average": (list, type(None)),
+    "dtype": (str, type(None)),
+    "versions": dict,
+    "threads": dict,
+}
+RESULT = {
+    "experiment": str,
+    "params": dict,
+    "passed": bool,
+    "timings": list,
+    "checks": list,
+    "facts": dict,
+    "notes": list,
+    "series": list,
+}
+TIMING = {
+    "name": str,
+    "backend": str,
+    "device": str,
+    "size": (int, type(None)),
+    "synchronized": bool,
+    "compile_s": _OPT_NUM,
+    "first_s": _OPT_NUM,
+    "median_s": _NUM,
+    "min_s": _NUM,
+    "iqr_s": _NUM,
+    "repeats": int,
+    "times_s": list,
+}
+CHECK = {
+    "name": str,
+    "value": _OPT_NUM,
+    "expected": _OPT_NUM,
+    "tolerance": _OPT_NUM,
+    "passed": bool,
+    "detail": str,
+}
 SERIES = {"label": str, "x": list, "y": list, "xlabel": str, "ylabel": str}
 
 
@@ -64,8 +99,14 @@ def validate(doc) -> None:
         for j, timing in enumerate(result["timings"]):
             _fields(timing, TIMING, f"{where}.timings[{j}]")
             times = timing["times_s"]
-            if len(times) != timing["repeats"] or not times or not all(isinstance(t, _NUM) and t >= 0 for t in times):
-                raise SchemaError(f"{where}.timings[{j}].times_s: expected {timing['repeats']} non-negative numbers")
+            if (
+                len(times) != timing["repeats"]
+                or not times
+                or not all(isinstance(t, _NUM) and t >= 0 for t in times)
+            ):
+                raise SchemaError(
+                    f"{where}.timings[{j}].times_s: expected {timing['repeats']} non-negative numbers"
+                )
             if not min(times) <= timing["median_s"] <= max(times) or timing["min_s"] != min(times):
                 raise SchemaError(f"{where}.timings[{j}]: median_s/min_s disagree with times_s")
         for j, check in enumerate(result["checks"]):

@@ -9,14 +9,34 @@ from accelkit.bench.harness import Protocol, Result
 
 # CI sizes: every experiment in seconds to a minute on 2 cores; quick: a smoke test in seconds
 SIZES = {
-    "full": {"xla": 500, "chain": 300, "jit_scale": 0.02, "scipy": 10_000, "points": 1000, "loops": 10,
-             "protocol": Protocol(3, 1), "mnist_limit": None, "mnist_epochs": None},
-    "quick": {"xla": 64, "chain": 48, "jit_scale": 0.0005, "scipy": 500, "points": 100, "loops": 2,
-              "protocol": Protocol(2, 0), "mnist_limit": 512, "mnist_epochs": 3},
+    "full": {
+        "xla": 500,
+        "chain": 300,
+        "jit_scale": 0.02,
+        "scipy": 10_000,
+        "points": 1000,
+        "loops": 10,
+        "protocol": Protocol(3, 1),
+        "mnist_limit": None,
+        "mnist_epochs": None,
+    },
+    "quick": {
+        "xla": 64,
+        "chain": 48,
+        "jit_scale": 0.0005,
+        "scipy": 500,
+        "points": 100,
+        "loops": 2,
+        "protocol": Protocol(2, 0),
+        "mnist_limit": 512,
+        "mnist_epochs": 3,
+    },
 }
 
 
-def run_all(quick: bool = False, progress: Callable[[str], None] = lambda name: None) -> list[Result]:
+def run_all(
+    quick: bool = False, progress: Callable[[str], None] = lambda name: None
+) -> list[Result]:
     from accelkit.bench.experiments import autograd, chain, jit, mnist, parallel, scipy_opt, xla
 
     size = SIZES["quick" if quick else "full"]
@@ -25,19 +45,31 @@ def run_all(quick: bool = False, progress: Callable[[str], None] = lambda name: 
     progress("xla")
     results.append(xla.run(xla.MODES, matrix_size=size["xla"], dtype="float64", protocol=protocol))
     progress("chain")
-    chain_modes = [m for m in chain.MODES if not (quick and m == "pytorch-compile")]  # inductor compiles for ~10 s
+    chain_modes = [
+        m for m in chain.MODES if not (quick and m == "pytorch-compile")
+    ]  # inductor compiles for ~10 s
     results.append(chain.run(chain_modes, matrix_size=size["chain"], protocol=protocol))
     progress("jit")
     results.append(jit.run(scale=size["jit_scale"], protocol=protocol))
     progress("scipy")
     results.append(scipy_opt.run(scipy_opt.MODES, array_length=size["scipy"], protocol=protocol))
     progress("autograd")
-    results.append(autograd.run(autograd.MODES, points=size["points"], loops=size["loops"], protocol=protocol))
+    results.append(
+        autograd.run(autograd.MODES, points=size["points"], loops=size["loops"], protocol=protocol)
+    )
     progress("mnist")
     data = mnist.load_data("digits", limit=size["mnist_limit"])
     epochs = size["mnist_epochs"] or mnist.DEFAULT_EPOCHS["digits"]
     target = None if quick else mnist.TARGETS["digits"]
-    results.append(mnist.run(mnist.MODES, data, epochs=epochs, batch_size=mnist.DEFAULT_BATCH["digits"], target=target))
+    results.append(
+        mnist.run(
+            mnist.MODES,
+            data,
+            epochs=epochs,
+            batch_size=mnist.DEFAULT_BATCH["digits"],
+            target=target,
+        )
+    )
     progress("parallel")
     results.append(parallel.run_in_subprocess(devices=8, protocol=protocol))
     return results

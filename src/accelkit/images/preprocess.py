@@ -52,7 +52,9 @@ _PRECISION_BITS = 32 - 8 - 2  # PIL's Resample.c fixed-point precision for 8-bit
 # --------------------------------------------------------------------------- pure host-side core
 
 
-def pil_taps(in_size: int, out_size: int, box0: float, box1: float) -> tuple[np.ndarray, np.ndarray]:
+def pil_taps(
+    in_size: int, out_size: int, box0: float, box1: float
+) -> tuple[np.ndarray, np.ndarray]:
     """PIL's bilinear resampling taps for one axis: (first source index [out], weights [out, K]).
 
     A transcription of `precompute_coeffs` in Pillow's Resample.c, vectorized over outputs. The
@@ -73,7 +75,11 @@ def pil_taps(in_size: int, out_size: int, box0: float, box1: float) -> tuple[np.
     weights[taps[None, :] >= xmax[:, None]] = 0.0
     total = weights.sum(axis=1, keepdims=True)
     weights = np.divide(weights, total, out=np.zeros_like(weights), where=total != 0)
-    fixed = np.where(weights < 0, np.trunc(weights * (1 << _PRECISION_BITS) - 0.5), np.trunc(weights * (1 << _PRECISION_BITS) + 0.5))
+    fixed = np.where(
+        weights < 0,
+        np.trunc(weights * (1 << _PRECISION_BITS) - 0.5),
+        np.trunc(weights * (1 << _PRECISION_BITS) + 0.5),
+    )
     return xmin, fixed.astype(np.int32)
 
 
@@ -108,7 +114,9 @@ class AxisPlan:
     valid: np.ndarray
 
 
-def _axis_plan(in_size: int, out_size: int, box0: float, box1: float, content: int, offset: int) -> AxisPlan:
+def _axis_plan(
+    in_size: int, out_size: int, box0: float, box1: float, content: int, offset: int
+) -> AxisPlan:
     """Taps for an output axis of `out_size` whose [offset, offset+content) part shows the source
     box [box0, box1) resampled to `content` pixels; the rest is padding."""
     start, weights = pil_taps(in_size, content, box0, box1)
@@ -120,9 +128,9 @@ def _axis_plan(in_size: int, out_size: int, box0: float, box1: float, content: i
     weight = np.zeros((out_size, k), np.int32)
     valid = np.zeros(out_size, bool)
     idx = np.minimum(start[:, None] + np.arange(k)[None, :], in_size - 1)
-    index[offset:offset + content] = idx
-    weight[offset:offset + content] = weights
-    valid[offset:offset + content] = True
+    index[offset : offset + content] = idx
+    weight[offset : offset + content] = weights
+    valid[offset : offset + content] = True
     return AxisPlan(index, weight, valid)
 
 
@@ -149,7 +157,9 @@ def fit_geometry(height: int, width: int, out_h: int, out_w: int, fit: str):
     raise ConfigError(f"fit={fit!r} is not one of {', '.join(FITS)}")
 
 
-def pil_reference(image: np.ndarray, size: tuple[int, int], fit: str) -> tuple[np.ndarray, np.ndarray]:
+def pil_reference(
+    image: np.ndarray, size: tuple[int, int], fit: str
+) -> tuple[np.ndarray, np.ndarray]:
     """What PIL produces for this fit mode: (uint8 H×W×3 image, bool H×W content mask).
 
     The independent reference the tests compare against: stretch is `resize(BILINEAR)`,
@@ -160,12 +170,14 @@ def pil_reference(image: np.ndarray, size: tuple[int, int], fit: str) -> tuple[n
 
     out_h, out_w = size
     pil = Image.fromarray(image)
-    (y0, y1, ch, oy), (x0, x1, cw, ox) = fit_geometry(image.shape[0], image.shape[1], out_h, out_w, fit)
+    (y0, y1, ch, oy), (x0, x1, cw, ox) = fit_geometry(
+        image.shape[0], image.shape[1], out_h, out_w, fit
+    )
     resized = np.asarray(pil.resize((cw, ch), Image.Resampling.BILINEAR, box=(x0, y0, x1, y1)))
     canvas = np.zeros((out_h, out_w, 3), np.uint8)
     mask = np.zeros((out_h, out_w), bool)
-    canvas[oy:oy + ch, ox:ox + cw] = resized
-    mask[oy:oy + ch, ox:ox + cw] = True
+    canvas[oy : oy + ch, ox : ox + cw] = resized
+    mask[oy : oy + ch, ox : ox + cw] = True
     return canvas, mask
 
 
@@ -181,13 +193,17 @@ class ImagePlan:
     @property
     def key(self) -> tuple[int, int, int, int, bool]:
         return (
-            bucket_side(self.pixels.shape[0]), bucket_side(self.pixels.shape[1]),
-            tap_bucket(self.rows.weight.shape[1]), tap_bucket(self.cols.weight.shape[1]),
+            bucket_side(self.pixels.shape[0]),
+            bucket_side(self.pixels.shape[1]),
+            tap_bucket(self.rows.weight.shape[1]),
+            tap_bucket(self.cols.weight.shape[1]),
             self.vertical_first,
         )
 
 
-def host_reduce_factors(height: int, width: int, size: tuple[int, int], fit: str, reducing_gap: float | None) -> tuple[int, int]:
+def host_reduce_factors(
+    height: int, width: int, size: tuple[int, int], fit: str, reducing_gap: float | None
+) -> tuple[int, int]:
     """Integer (y, x) factors to box-reduce a source by on the host before the device resize.
 
     Sides above the largest bucket are always reduced. With `reducing_gap` g, a side whose
@@ -212,15 +228,21 @@ def _host_reduce(pixels: np.ndarray, factors: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(pixels).reduce((factors[1], factors[0])))
 
 
-def plan_image(pixels: np.ndarray, size: tuple[int, int], fit: str, reducing_gap: float | None = None) -> ImagePlan:
+def plan_image(
+    pixels: np.ndarray, size: tuple[int, int], fit: str, reducing_gap: float | None = None
+) -> ImagePlan:
     """Decide the taps for one decoded image; pure, host-side, cheap (a few small arrays)."""
-    pixels = _host_reduce(pixels, host_reduce_factors(pixels.shape[0], pixels.shape[1], size, fit, reducing_gap))
+    pixels = _host_reduce(
+        pixels, host_reduce_factors(pixels.shape[0], pixels.shape[1], size, fit, reducing_gap)
+    )
     rows, cols, vertical_first = _geometry_taps(pixels.shape[0], pixels.shape[1], tuple(size), fit)
     return ImagePlan(pixels, rows, cols, vertical_first)
 
 
 @lru_cache(maxsize=1024)
-def _geometry_taps(height: int, width: int, size: tuple[int, int], fit: str) -> tuple[AxisPlan, AxisPlan, bool]:
+def _geometry_taps(
+    height: int, width: int, size: tuple[int, int], fit: str
+) -> tuple[AxisPlan, AxisPlan, bool]:
     """The taps depend only on the geometry; photos come in few sizes, so they are computed once
     per size (the arrays are shared and never written)."""
     (y0, y1, ch, oy), (x0, x1, cw, ox) = fit_geometry(height, width, size[0], size[1], fit)
@@ -239,7 +261,9 @@ def _pad_taps(plan: AxisPlan, k: int) -> AxisPlan:
     if extra == 0:
         return plan
     return AxisPlan(
-        np.pad(plan.index, ((0, 0), (0, extra))), np.pad(plan.weight, ((0, 0), (0, extra))), plan.valid
+        np.pad(plan.index, ((0, 0), (0, extra))),
+        np.pad(plan.weight, ((0, 0), (0, extra))),
+        plan.valid,
     )
 
 
@@ -263,9 +287,13 @@ def resample_pass(pixels, index, weight, *, axis: int):
         out, k = index.shape
         taken = jnp.take(image, index.reshape(-1), axis=axis - 1).astype(jnp.int32)
         if axis == 1:
-            total = jnp.sum(taken.reshape(out, k, *image.shape[1:]) * weight[:, :, None, None], axis=1)
+            total = jnp.sum(
+                taken.reshape(out, k, *image.shape[1:]) * weight[:, :, None, None], axis=1
+            )
         else:
-            total = jnp.sum(taken.reshape(image.shape[0], out, k, 3) * weight[None, :, :, None], axis=2)
+            total = jnp.sum(
+                taken.reshape(image.shape[0], out, k, 3) * weight[None, :, :, None], axis=2
+            )
         return jnp.clip((total + half) >> _PRECISION_BITS, 0, 255).astype(jnp.uint8)
 
     return jax.vmap(one)(pixels, index, weight)
@@ -334,9 +362,15 @@ class JAXImagePreprocessor:
         cache_dir: str | None = None,
         reducing_gap: float | None = 3.0,
     ):
-        size = (image_size, image_size) if isinstance(image_size, int) else tuple(int(s) for s in image_size)
+        size = (
+            (image_size, image_size)
+            if isinstance(image_size, int)
+            else tuple(int(s) for s in image_size)
+        )
         if len(size) != 2 or min(size) < 1 or max(size) > 4096:
-            raise ConfigError(f"image_size={image_size!r} must be one or two positive sides up to 4096")
+            raise ConfigError(
+                f"image_size={image_size!r} must be one or two positive sides up to 4096"
+            )
         if data_format not in ("NCHW", "NHWC"):
             raise ConfigError(f"data_format={data_format!r} must be NCHW or NHWC")
         if dtype not in ("float32", "bfloat16"):
@@ -344,7 +378,9 @@ class JAXImagePreprocessor:
         if fit not in FITS:
             raise ConfigError(f"fit={fit!r} must be one of {', '.join(FITS)}")
         if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
-            raise ConfigError("mean and std need three values each (R, G, B) and std must be positive")
+            raise ConfigError(
+                "mean and std need three values each (R, G, B) and std must be positive"
+            )
         if max_batch < 1 or num_workers < 1:
             raise ConfigError("max_batch and num_workers must be at least 1")
         self.image_size = size
@@ -354,7 +390,9 @@ class JAXImagePreprocessor:
         self.dtype = dtype
         self.fit = fit
         if reducing_gap is not None and reducing_gap < 1:
-            raise ConfigError(f"reducing_gap={reducing_gap!r} must be at least 1 (or None for no host reduction)")
+            raise ConfigError(
+                f"reducing_gap={reducing_gap!r} must be at least 1 (or None for no host reduction)"
+            )
         self.reducing_gap = reducing_gap
         self.max_batch = int(max_batch)
         self.batch_sizes = _batch_ladder(self.max_batch)
@@ -363,7 +401,9 @@ class JAXImagePreprocessor:
             # Reduced-size JPEG decoding only helps modes that read the whole image downscaled.
             min_size=size if fast_jpeg_downscale else None,
         )
-        self._executor = ThreadPoolExecutor(max_workers=int(num_workers), thread_name_prefix="accelkit-decode")
+        self._executor = ThreadPoolExecutor(
+            max_workers=int(num_workers), thread_name_prefix="accelkit-decode"
+        )
         self._lock = threading.Lock()
         self._compiled: set[tuple] = set()
 
@@ -476,10 +516,17 @@ class JAXImagePreprocessor:
         """Images per dispatch for a bucket: large buckets get smaller batches, which bounds the
         device memory (~2**24 source pixels per batch) whatever the photos' sizes."""
         limit = max(1, (1 << 24) // (key[0] * key[1]))
-        return max(b for b in self.batch_sizes if b <= limit) if limit < self.max_batch else self.max_batch
+        return (
+            max(b for b in self.batch_sizes if b <= limit)
+            if limit < self.max_batch
+            else self.max_batch
+        )
 
     def iter_groups(
-        self, inputs: Iterable[Any], failures: dict[int, ImageDecodeError], prefetch: int | None = None
+        self,
+        inputs: Iterable[Any],
+        failures: dict[int, ImageDecodeError],
+        prefetch: int | None = None,
     ) -> Iterator[tuple[list[int], Any]]:
         """Stream over `inputs`: yields (input positions, device array) per dispatched bucket
         group; the array may have padding rows beyond `len(positions)`. Decoding runs `prefetch`
@@ -511,7 +558,9 @@ class JAXImagePreprocessor:
                 failures[index] = exc
                 continue
             except Exception as exc:  # an unexpected decoder failure still fails only this item
-                failures[index] = ImageDecodeError(f"{describe_input(item)}: {type(exc).__name__}: {exc}")
+                failures[index] = ImageDecodeError(
+                    f"{describe_input(item)}: {type(exc).__name__}: {exc}"
+                )
                 continue
             group = groups.setdefault(plan.key, [])
             group.append((index, plan))
@@ -535,7 +584,9 @@ class JAXImagePreprocessor:
         if not parts:
             shape = (3, *self.image_size) if self.data_format == "NCHW" else (*self.image_size, 3)
             empty = np.zeros((0, *shape), np.float32)
-            return PreprocessResult(jax.device_put(empty, self._device).astype(self._out_dtype), [], failures)
+            return PreprocessResult(
+                jax.device_put(empty, self._device).astype(self._out_dtype), [], failures
+            )
         # Assembled on the device: the groups never make a round trip through host memory.
         stacked = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
         order = np.argsort(np.asarray(indices), kind="stable")
@@ -552,6 +603,8 @@ class JAXImagePreprocessor:
         if result.failures:
             first = min(result.failures)
             more = len(result.failures) - 1
-            message = str(result.failures[first]) + (f" (and {more} more bad inputs)" if more else "")
+            message = str(result.failures[first]) + (
+                f" (and {more} more bad inputs)" if more else ""
+            )
             raise ImageDecodeError(message)
         return result.array

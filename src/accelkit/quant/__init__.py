@@ -7,9 +7,15 @@ does not import torch.
 from importlib import import_module
 
 _WHERE = {
-    "QuantConfig": "apply", "QuantReport": "apply", "load_config": "apply", "quantize": "apply",
-    "quantize_with_report": "apply", "LayerSpec": "layers", "QuantLinear": "layers",
-    "load_quantized": "storage", "save_quantized": "storage",
+    "QuantConfig": "apply",
+    "QuantReport": "apply",
+    "load_config": "apply",
+    "quantize": "apply",
+    "quantize_with_report": "apply",
+    "LayerSpec": "layers",
+    "QuantLinear": "layers",
+    "load_quantized": "storage",
+    "save_quantized": "storage",
 }
 __all__ = sorted(_WHERE)
 

@@ -114,12 +114,14 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
     """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords."""
     from accelkit.runtime.config import build, env_values, read_yaml
 
-    layers = [("environment OPENPI_DUQUANT_*", openpi_env(env)), (f"environment {ENV_PREFIX}*", env_values(QuantConfig, ENV_PREFIX, env))]
+    layers = [
+        ("environment OPENPI_DUQUANT_*", openpi_env(env)),
+        (f"environment {ENV_PREFIX}*", env_values(QuantConfig, ENV_PREFIX, env)),
+    ]
     if yaml_path is not None:
         layers.append((str(yaml_path), read_yaml(yaml_path)))
     layers.append(("arguments", {k: v for k, v in keywords.items() if v is not None}))
     return build(QuantConfig, *layers)
-
 
 
 @dataclass
@@ -130,14 +132,18 @@ class QuantReport:
     def summary(self) -> str:
         text = f"quantized {len(self.quantized)} Linear layers"
         if self.skipped:
-            text += "; left in float: " + ", ".join(f"{n} ({why})" for n, why in self.skipped.items())
+            text += "; left in float: " + ", ".join(
+                f"{n} ({why})" for n, why in self.skipped.items()
+            )
         return text
 
 
 def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
     """Linear layers whose qualified name starts with `scope`, matches an include glob and no exclude glob."""
     if any(isinstance(m, QuantLinear) for m in model.modules()):
-        raise InputError("the model is already quantized (it holds QuantLinear layers); quantize the float model instead")
+        raise InputError(
+            "the model is already quantized (it holds QuantLinear layers); quantize the float model instead"
+        )
     linears = {n: m for n, m in model.named_modules() if type(m) is nn.Linear}
     chosen = {
         name: mod
@@ -193,20 +199,32 @@ def quantize_with_report(
         if config.method == "duquant" and n % config.block_size:
             why = f"input width {n} is not divisible by block_size {config.block_size}"
         elif config.weight_group_size and config.wbits < 16 and n % config.weight_group_size:
-            why = f"input width {n} is not divisible by weight_group_size {config.weight_group_size}"
+            why = (
+                f"input width {n} is not divisible by weight_group_size {config.weight_group_size}"
+            )
         if why:
             if config.indivisible == "error":
-                raise ConfigError(f"layer {name!r}: {why}; pick a divisor, exclude the layer, or set indivisible='skip'")
+                raise ConfigError(
+                    f"layer {name!r}: {why}; pick a divisor, exclude the layer, or set indivisible='skip'"
+                )
             report.skipped[name] = why
             log.warning("quant: leaving %s in float: %s", name, why)
         else:
             usable[name] = lin
     if not usable:
         raise InputError(f"no selected layer can be quantized: {report.summary()}")
-    needs_data = config.method != "rtn" or config.weight_clip == "search" or (
-        config.abits < 16 and config.act_granularity == "per-tensor-static"
+    needs_data = (
+        config.method != "rtn"
+        or config.weight_clip == "search"
+        or (config.abits < 16 and config.act_granularity == "per-tensor-static")
     )
-    inputs = collect_inputs(model, usable, calibration_batches, max_rows=config.calibration_rows, seed=config.seed) if needs_data else {}
+    inputs = (
+        collect_inputs(
+            model, usable, calibration_batches, max_rows=config.calibration_rows, seed=config.seed
+        )
+        if needs_data
+        else {}
+    )
     for name, lin in usable.items():
         entry = inputs.get(name)
         sample = entry.sample() if entry is not None else None
@@ -228,7 +246,12 @@ def quantize_with_report(
             xt = transform.activations(sample.to(torch.float64))
             act_range = (xt.amin(), xt.amax())
         qlin.load_from_float(
-            lin.weight.detach(), None if lin.bias is None else lin.bias.detach(), transform, sample, config.weight_clip, act_range
+            lin.weight.detach(),
+            None if lin.bias is None else lin.bias.detach(),
+            transform,
+            sample,
+            config.weight_clip,
+            act_range,
         )
         qlin.to(lin.weight.device)
         _set_module(model, name, qlin)
@@ -238,6 +261,8 @@ def quantize_with_report(
     return model, report
 
 
-def quantize(model: nn.Module, config: QuantConfig | None = None, calibration_batches: Iterable = ()) -> nn.Module:
+def quantize(
+    model: nn.Module, config: QuantConfig | None = None, calibration_batches: Iterable = ()
+) -> nn.Module:
     """Replace the selected nn.Linear layers of `model` by QuantLinear (in place) and return it."""
     return quantize_with_report(model, config or QuantConfig(), calibration_batches)[0]

@@ -93,10 +93,14 @@ def collect_inputs(
             h.remove()
         model.train(was_training)
     if seen == 0:
-        raise DataError("calibration data is empty; pass at least one batch (a tensor, tuple or dict of tensors)")
+        raise DataError(
+            "calibration data is empty; pass at least one batch (a tensor, tuple or dict of tensors)"
+        )
     for name, entry in found.items():
         if entry.absmax is None:
-            raise DataError(f"layer {name!r} never ran during calibration; exclude it or use data that reaches it")
+            raise DataError(
+                f"layer {name!r} never ran during calibration; exclude it or use data that reaches it"
+            )
         if entry.rows > max_rows:
             _thin(entry, max_rows, generator)
     return found

@@ -33,14 +33,31 @@ def _split(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list
 
 @quant_app.command("eval")
 def eval_command(
-    model: Annotated[str, typer.Option(help="Model to evaluate (offline, from an installed package).")] = "minilm",
-    methods: Annotated[str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")] = "fp32,rtn,smoothquant,duquant",
-    bits: Annotated[str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")] = "w4a8,w4a4",
-    json_path: Annotated[str | None, typer.Option("--json", help="Also write the table as JSON here.")] = None,
-    pairs: Annotated[int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")] = 300,
-    group_size: Annotated[int, typer.Option(help="Weight group size for every method (0 = per output channel).")] = 64,
+    model: Annotated[
+        str, typer.Option(help="Model to evaluate (offline, from an installed package).")
+    ] = "minilm",
+    methods: Annotated[
+        str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")
+    ] = "fp32,rtn,smoothquant,duquant",
+    bits: Annotated[
+        str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")
+    ] = "w4a8,w4a4",
+    json_path: Annotated[
+        str | None, typer.Option("--json", help="Also write the table as JSON here.")
+    ] = None,
+    pairs: Annotated[
+        int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
+    ] = 300,
+    group_size: Annotated[
+        int, typer.Option(help="Weight group size for every method (0 = per output channel).")
+    ] = 64,
     latency: Annotated[bool, typer.Option(help="Measure eager and compiled latency.")] = True,
-    compiled: Annotated[bool, typer.Option("--compile/--no-compile", help="Also time torch.compile (slow first compile).")] = True,
+    compiled: Annotated[
+        bool,
+        typer.Option(
+            "--compile/--no-compile", help="Also time torch.compile (slow first compile)."
+        ),
+    ] = True,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.errors import ConfigError
@@ -57,7 +74,9 @@ def eval_command(
         parse_bits(b)
     env_cfg = load_config()
     if group_size < 0:
-        raise ConfigError(f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths")
+        raise ConfigError(
+            f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths"
+        )
     overrides = {"weight_group_size": group_size or None}
     if env_cfg.disable_compile:
         compiled = False
@@ -66,25 +85,51 @@ def eval_command(
 
     console = Console(stderr=True)
     with console.status("quantizing and evaluating…") as status:
-        rows = run_eval(method_list, bit_list, n_pairs=pairs, latency=latency, compiled=compiled,
-                        config_overrides=overrides, progress=lambda s: status.update(f"{s}…"))
+        rows = run_eval(
+            method_list,
+            bit_list,
+            n_pairs=pairs,
+            latency=latency,
+            compiled=compiled,
+            config_overrides=overrides,
+            progress=lambda s: status.update(f"{s}…"),
+        )
     table = Table(title=f"accelkit quant eval — {model}, {2 * pairs} sentences, fidelity vs FP32")
-    for col in ("method", "bits", "mean cos", "min cos", "top-1 agree", "layers MB", "eager ms", "compiled ms"):
+    for col in (
+        "method",
+        "bits",
+        "mean cos",
+        "min cos",
+        "top-1 agree",
+        "layers MB",
+        "eager ms",
+        "compiled ms",
+    ):
         table.add_column(col, justify="right")
 
     def fmt(v, spec=".2f"):
         return "-" if v is None else format(v, spec)
 
     for r in rows:
-        table.add_row(r.method, r.bits, fmt(r.mean_cosine, ".4f"), fmt(r.min_cosine, ".4f"), fmt(r.top1_agreement, ".3f"),
-                      fmt(r.quant_layers_mb), fmt(r.eager_ms), fmt(r.compiled_ms))
+        table.add_row(
+            r.method,
+            r.bits,
+            fmt(r.mean_cosine, ".4f"),
+            fmt(r.min_cosine, ".4f"),
+            fmt(r.top1_agreement, ".3f"),
+            fmt(r.quant_layers_mb),
+            fmt(r.eager_ms),
+            fmt(r.compiled_ms),
+        )
     Console().print(table)
     if json_path:
         from dataclasses import asdict
 
         from accelkit.runtime.files import write_json_atomic
 
-        write_json_atomic(json_path, {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]})
+        write_json_atomic(
+            json_path, {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]}
+        )
 
 
 @quant_app.command("apply")
@@ -94,7 +139,9 @@ def apply_command(
     method: Annotated[str | None, typer.Option(help="duquant | smoothquant | rtn.")] = None,
     wbits: Annotated[int | None, typer.Option(help="Weight bits (2..8, 16 = off).")] = None,
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
-    group_size: Annotated[int | None, typer.Option(help="Weight group size (default: per output channel).")] = None,
+    group_size: Annotated[
+        int | None, typer.Option(help="Weight group size (default: per output channel).")
+    ] = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
 ) -> None:
     """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
@@ -106,8 +153,12 @@ def apply_command(
     model_factory(model)
     cfg = load_config(config, method=method, wbits=wbits, abits=abits, weight_group_size=group_size)
     float_model, tokenizer = load_minilm()
-    qmodel, report = quantize_with_report(float_model, cfg, batches(tokenizer, calibration_sentences(), 32))
+    qmodel, report = quantize_with_report(
+        float_model, cfg, batches(tokenizer, calibration_sentences(), 32)
+    )
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
-    typer.echo(f"{report.summary()}; quantized layers {q_bytes / 2**20:.2f} MB vs {fp_bytes / 2**20:.2f} MB FP32 "
-               f"({q_bytes / fp_bytes:.3f}x); wrote {path}")
+    typer.echo(
+        f"{report.summary()}; quantized layers {q_bytes / 2**20:.2f} MB vs {fp_bytes / 2**20:.2f} MB FP32 "
+        f"({q_bytes / fp_bytes:.3f}x); wrote {path}"
+    )

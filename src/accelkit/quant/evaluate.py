@@ -47,7 +47,9 @@ def load_minilm() -> tuple[SentenceEncoder, object]:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     transformers = require("transformers", "quant")
     path = minilm_path()
-    bert = transformers.AutoModel.from_pretrained(str(path), add_pooling_layer=False, attn_implementation="eager")
+    bert = transformers.AutoModel.from_pretrained(
+        str(path), add_pooling_layer=False, attn_implementation="eager"
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
     return SentenceEncoder(bert).eval(), tokenizer
 
@@ -59,12 +61,17 @@ def model_factory(name: str):
 
 
 def tokenize(tokenizer, sentences: list[str]) -> dict[str, torch.Tensor]:
-    enc = tokenizer(sentences, padding="max_length", truncation=True, max_length=SEQ_LEN, return_tensors="pt")
+    enc = tokenizer(
+        sentences, padding="max_length", truncation=True, max_length=SEQ_LEN, return_tensors="pt"
+    )
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
 def batches(tokenizer, sentences: list[str], batch_size: int = 64) -> list[dict[str, torch.Tensor]]:
-    return [tokenize(tokenizer, sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)]
+    return [
+        tokenize(tokenizer, sentences[i : i + batch_size])
+        for i in range(0, len(sentences), batch_size)
+    ]
 
 
 @torch.no_grad()
@@ -96,7 +103,9 @@ def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
     for mod in model.modules():
         if isinstance(mod, QuantLinear):
             q_bytes += sum(t.numel() * t.element_size() for t in compact_tensors(mod).values())
-            fp_bytes += 4 * (mod.in_features * mod.out_features + (mod.out_features if mod.spec.bias else 0))
+            fp_bytes += 4 * (
+                mod.in_features * mod.out_features + (mod.out_features if mod.spec.bias else 0)
+            )
     return q_bytes, fp_bytes
 
 
@@ -188,7 +197,11 @@ def run_eval(
             if meth == "fp32":
                 model, q_bytes, fp_bytes, took = fp32, None, None, None
                 n_lin = sum(isinstance(m, nn.Linear) for m in fp32.modules())
-                fp_bytes = sum(4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0) for m in fp32.modules() if isinstance(m, nn.Linear))
+                fp_bytes = sum(
+                    4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0)
+                    for m in fp32.modules()
+                    if isinstance(m, nn.Linear)
+                )
                 q_bytes = fp_bytes
                 del n_lin
             else:
@@ -201,6 +214,16 @@ def run_eval(
             emb = embed(model, data)
             fid = fidelity(emb, ref, n_pairs)
             eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
-            rows.append(EvalRow(meth, b, **fid, quant_layers_mb=q_bytes / 2**20, fp32_layers_mb=fp_bytes / 2**20,
-                                eager_ms=eager, compiled_ms=comp, quantize_s=took))
+            rows.append(
+                EvalRow(
+                    meth,
+                    b,
+                    **fid,
+                    quant_layers_mb=q_bytes / 2**20,
+                    fp32_layers_mb=fp_bytes / 2**20,
+                    eager_ms=eager,
+                    compiled_ms=comp,
+                    quantize_s=took,
+                )
+            )
     return rows

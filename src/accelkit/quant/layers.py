@@ -45,7 +45,9 @@ class LayerSpec:
         the two block products and the gather; at n = 12 blocks it ran 1.75× slower (n² vs 2·n·b
         multiply-adds), so wide layers keep the block form.
         """
-        return self.block is not None and self.in_features <= DENSE_TRANSFORM_MAX_BLOCKS * self.block
+        return (
+            self.block is not None and self.in_features <= DENSE_TRANSFORM_MAX_BLOCKS * self.block
+        )
 
     @property
     def integer_matmul(self) -> bool:
@@ -90,8 +92,12 @@ class QuantLinear(nn.Module):
                 # derived by `refresh_derived` (never stored): unpacking int4 and summing rows on
                 # every call cost more than the GEMM at small batches (32 rows: 392 vs 76 µs per
                 # 384×384 layer), for 0.25× the FP32 weight bytes resident beside the packed codes
-                self.register_buffer("weight_int8", torch.zeros(m, n, dtype=torch.int8), persistent=False)
-                self.register_buffer("weight_rowsum", torch.zeros(m, dtype=torch.int32), persistent=False)
+                self.register_buffer(
+                    "weight_int8", torch.zeros(m, n, dtype=torch.int8), persistent=False
+                )
+                self.register_buffer(
+                    "weight_rowsum", torch.zeros(m, dtype=torch.int32), persistent=False
+                )
         if spec.bias:
             self.register_buffer("bias", torch.zeros(m, dtype=f32))
         else:
@@ -106,8 +112,12 @@ class QuantLinear(nn.Module):
                 self.register_buffer("perm", torch.arange(n))
             # the greedy choices that rebuild rot1/rot2 (storage keeps these, not the matrices);
             # forward never reads them
-            self.register_buffer("steps1", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
-            self.register_buffer("steps2", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16))
+            self.register_buffer(
+                "steps1", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16)
+            )
+            self.register_buffer(
+                "steps2", torch.full((k, spec.rotation_steps), -1, dtype=torch.int16)
+            )
             if spec.dense_transform:
                 # derived from the buffers above by `refresh_derived`; never stored
                 self.register_buffer("transform", torch.eye(n, dtype=f32))
@@ -130,10 +140,14 @@ class QuantLinear(nn.Module):
         if spec.block is not None:
             k, b = self.in_features // spec.block, spec.block
             lead = x.shape[:-1]
-            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot1.to(x.dtype)).reshape(*lead, k * b)
+            x = torch.einsum(
+                "...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot1.to(x.dtype)
+            ).reshape(*lead, k * b)
             if spec.permutation:
                 x = x[..., self.perm]
-            x = torch.einsum("...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot2.to(x.dtype)).reshape(*lead, k * b)
+            x = torch.einsum(
+                "...kb,kbc->...kc", x.reshape(*lead, k, b), self.rot2.to(x.dtype)
+            ).reshape(*lead, k * b)
         return x
 
     @torch.no_grad()
@@ -178,7 +192,9 @@ class QuantLinear(nn.Module):
             scale, zero = self.act_scale, self.act_zero
         else:
             scale, zero = qz.per_token_params(rows, spec.abits, spec.act_clip)
-        y = qz.integer_linear(rows, scale, zero, spec.abits, self.weight_int8, self.weight_rowsum, self.w_scale)
+        y = qz.integer_linear(
+            rows, scale, zero, spec.abits, self.weight_int8, self.weight_rowsum, self.w_scale
+        )
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)

@@ -13,14 +13,18 @@ import functools
 import torch
 
 VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
-SCALE_FLOOR = 1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
+SCALE_FLOOR = (
+    1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
+)
 
 
 def check_bits(bits: int, what: str) -> int:
     from accelkit.errors import ConfigError
 
     if isinstance(bits, bool) or not isinstance(bits, int) or bits not in VALID_BITS:
-        raise ConfigError(f"{what}={bits!r} is not supported; use an integer in 2..8, or 16 to turn {what} quantization off")
+        raise ConfigError(
+            f"{what}={bits!r} is not supported; use an integer in 2..8, or 16 to turn {what} quantization off"
+        )
     return bits
 
 
@@ -34,7 +38,9 @@ def asym_params(lo: torch.Tensor, hi: torch.Tensor, bits: int) -> tuple[torch.Te
     return scale, zero
 
 
-def quantize_asym(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
+def quantize_asym(
+    x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int
+) -> torch.Tensor:
     """Integer codes (in x's float dtype) of x on the grid (scale, zero)."""
     return torch.clamp(torch.round(x / scale) + zero, 0, 2**bits - 1)
 
@@ -53,20 +59,28 @@ def _grouped(w: torch.Tensor, group_size: int | None) -> torch.Tensor:
     if n % g:
         from accelkit.errors import ConfigError
 
-        raise ConfigError(f"weight_group_size={group_size} does not divide the input width {n}; pick a divisor of {n}")
+        raise ConfigError(
+            f"weight_group_size={group_size} does not divide the input width {n}; pick a divisor of {n}"
+        )
     return w.reshape(m, n // g, g)
 
 
-def weight_quant_params(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0):
+def weight_quant_params(
+    w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0
+):
     """Scale and zero of shape (m, groups) for weight w (m, n); clip (scalar or per row) shrinks the range."""
     wg = _grouped(w, group_size)
-    clip_t = torch.as_tensor(clip, dtype=w.dtype).reshape(-1, 1) if torch.as_tensor(clip).ndim else clip
+    clip_t = (
+        torch.as_tensor(clip, dtype=w.dtype).reshape(-1, 1) if torch.as_tensor(clip).ndim else clip
+    )
     lo = wg.amin(dim=-1) * clip_t
     hi = wg.amax(dim=-1) * clip_t
     return asym_params(lo, hi, bits)
 
 
-def quantize_weight(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0):
+def quantize_weight(
+    w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0
+):
     """Codes (m, n) uint8 and scale, zero (m, groups) in w's dtype."""
     scale, zero = weight_quant_params(w, bits, group_size, clip)
     q = quantize_asym(_grouped(w, group_size), scale[..., None], zero[..., None], bits)
@@ -81,7 +95,9 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) 
     return ((qg - zero[..., None]) * scale[..., None]).reshape(m, n)
 
 
-def fake_quant_weight(w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0) -> torch.Tensor:
+def fake_quant_weight(
+    w: torch.Tensor, bits: int, group_size: int | None, clip: torch.Tensor | float = 1.0
+) -> torch.Tensor:
     q, scale, zero = quantize_weight(w, bits, group_size, clip)
     return dequantize_weight(q, scale, zero)
 
@@ -115,7 +131,9 @@ def search_weight_clip(
 
 def per_token_params(x: torch.Tensor, bits: int, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Scale and zero per token (over the last dim, kept as a size-1 dim) of the clipped range."""
-    return asym_params(x.amin(dim=-1, keepdim=True) * clip, x.amax(dim=-1, keepdim=True) * clip, bits)
+    return asym_params(
+        x.amin(dim=-1, keepdim=True) * clip, x.amax(dim=-1, keepdim=True) * clip, bits
+    )
 
 
 def fake_quant_per_token(x: torch.Tensor, bits: int, clip: float) -> torch.Tensor:
@@ -142,7 +160,10 @@ def int8_gemm_is_exact() -> bool:
         rng = torch.Generator().manual_seed(0)
         c = torch.randint(-128, 128, (33, 384), dtype=torch.int8, generator=rng)
         d = torch.randint(-128, 128, (40, 384), dtype=torch.int8, generator=rng)
-        return all(torch.equal(torch._int_mm(x, y.t()).long(), x.long() @ y.long().t()) for x, y in ((a, b), (c, d)))
+        return all(
+            torch.equal(torch._int_mm(x, y.t()).long(), x.long() @ y.long().t())
+            for x, y in ((a, b), (c, d))
+        )
     except RuntimeError:  # no CPU kernel in this build
         return False
 
@@ -176,7 +197,9 @@ def integer_linear(
     return exact.to(x.dtype) * (x_scale * w_scale.reshape(1, -1))
 
 
-def fake_quant_static(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> torch.Tensor:
+def fake_quant_static(
+    x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int
+) -> torch.Tensor:
     """Per-tensor static fake quantization with calibrated (scale, zero) buffers."""
     return dequantize_asym(quantize_asym(x, scale, zero, bits), scale, zero)
 

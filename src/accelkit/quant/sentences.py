@@ -11,22 +11,60 @@ from __future__ import annotations
 
 import random
 
-_PEOPLE = [("the chef", "the cook"), ("a child", "a young kid"), ("the doctor", "the physician"),
-           ("my neighbour", "the person next door"), ("the pilot", "the aviator"), ("a student", "a pupil"),
-           ("the farmer", "the grower"), ("an old man", "an elderly gentleman"), ("the teacher", "the instructor"),
-           ("a tourist", "a traveller"), ("the robot", "the machine"), ("the driver", "the motorist")]
-_ACTIONS = [("bought", "purchased"), ("repaired", "fixed"), ("painted", "coloured"), ("lost", "misplaced"),
-            ("found", "discovered"), ("carried", "transported"), ("cleaned", "washed"), ("sold", "traded away"),
-            ("opened", "unlocked"), ("broke", "damaged"), ("picked up", "lifted"), ("hid", "concealed")]
-_THINGS = [("a red bicycle", "a crimson bike"), ("the wooden table", "the timber desk"), ("an old camera", "a vintage camera"),
-           ("the blue door", "the azure entrance"), ("a heavy box", "a weighty crate"), ("the small boat", "the little vessel"),
-           ("a silver watch", "a steel wristwatch"), ("the kitchen window", "the window of the kitchen"),
-           ("a leather bag", "a hide satchel"), ("the garden gate", "the yard gate"), ("a paper map", "a printed chart"),
-           ("the coffee machine", "the espresso maker")]
-_PLACES = [("in the morning", "early in the day"), ("at the market", "at the bazaar"), ("near the river", "by the stream"),
-           ("after lunch", "following the midday meal"), ("during the storm", "while the storm raged"),
-           ("in the city", "downtown"), ("last winter", "during the previous winter"), ("at the station", "at the depot"),
-           ("before dinner", "prior to the evening meal"), ("on the hill", "up on the slope")]
+_PEOPLE = [
+    ("the chef", "the cook"),
+    ("a child", "a young kid"),
+    ("the doctor", "the physician"),
+    ("my neighbour", "the person next door"),
+    ("the pilot", "the aviator"),
+    ("a student", "a pupil"),
+    ("the farmer", "the grower"),
+    ("an old man", "an elderly gentleman"),
+    ("the teacher", "the instructor"),
+    ("a tourist", "a traveller"),
+    ("the robot", "the machine"),
+    ("the driver", "the motorist"),
+]
+_ACTIONS = [
+    ("bought", "purchased"),
+    ("repaired", "fixed"),
+    ("painted", "coloured"),
+    ("lost", "misplaced"),
+    ("found", "discovered"),
+    ("carried", "transported"),
+    ("cleaned", "washed"),
+    ("sold", "traded away"),
+    ("opened", "unlocked"),
+    ("broke", "damaged"),
+    ("picked up", "lifted"),
+    ("hid", "concealed"),
+]
+_THINGS = [
+    ("a red bicycle", "a crimson bike"),
+    ("the wooden table", "the timber desk"),
+    ("an old camera", "a vintage camera"),
+    ("the blue door", "the azure entrance"),
+    ("a heavy box", "a weighty crate"),
+    ("the small boat", "the little vessel"),
+    ("a silver watch", "a steel wristwatch"),
+    ("the kitchen window", "the window of the kitchen"),
+    ("a leather bag", "a hide satchel"),
+    ("the garden gate", "the yard gate"),
+    ("a paper map", "a printed chart"),
+    ("the coffee machine", "the espresso maker"),
+]
+_PLACES = [
+    ("in the morning", "early in the day"),
+    ("at the market", "at the bazaar"),
+    ("near the river", "by the stream"),
+    ("after lunch", "following the midday meal"),
+    ("during the storm", "while the storm raged"),
+    ("in the city", "downtown"),
+    ("last winter", "during the previous winter"),
+    ("at the station", "at the depot"),
+    ("before dinner", "prior to the evening meal"),
+    ("on the hill", "up on the slope"),
+]
 
 
 def eval_pairs(n_pairs: int = 300, seed: int = 20240605) -> list[tuple[str, str]]:
@@ -35,7 +73,9 @@ def eval_pairs(n_pairs: int = 300, seed: int = 20240605) -> list[tuple[str, str]
     pairs: list[tuple[str, str]] = []
     seen: set[str] = set()
     while len(pairs) < n_pairs:
-        who, act, what, where = (rng.choice(words) for words in (_PEOPLE, _ACTIONS, _THINGS, _PLACES))
+        who, act, what, where = (
+            rng.choice(words) for words in (_PEOPLE, _ACTIONS, _THINGS, _PLACES)
+        )
         a = f"{who[0].capitalize()} {act[0]} {what[0]} {where[0]}."
         if a in seen:
             continue
@@ -45,14 +85,44 @@ def eval_pairs(n_pairs: int = 300, seed: int = 20240605) -> list[tuple[str, str]
     return pairs
 
 
-_VERBS = ["Check", "Measure", "Describe", "Compare", "Label", "Sort", "Store", "Inspect", "Record", "Move"]
-_OBJECTS = ["the sensor readings", "every joint angle", "the gripper force", "the camera image", "the arm trajectory",
-            "the battery level", "each grasp attempt", "the conveyor speed", "the object pose", "the motor current"]
-_PURPOSES = ["before the next episode starts", "so the policy can learn from it", "and report any anomaly",
-             "with a timestamp", "for the nightly evaluation", "unless the robot is idle", "once per second",
-             "while the lights are off"]
+_VERBS = [
+    "Check",
+    "Measure",
+    "Describe",
+    "Compare",
+    "Label",
+    "Sort",
+    "Store",
+    "Inspect",
+    "Record",
+    "Move",
+]
+_OBJECTS = [
+    "the sensor readings",
+    "every joint angle",
+    "the gripper force",
+    "the camera image",
+    "the arm trajectory",
+    "the battery level",
+    "each grasp attempt",
+    "the conveyor speed",
+    "the object pose",
+    "the motor current",
+]
+_PURPOSES = [
+    "before the next episode starts",
+    "so the policy can learn from it",
+    "and report any anomaly",
+    "with a timestamp",
+    "for the nightly evaluation",
+    "unless the robot is idle",
+    "once per second",
+    "while the lights are off",
+]
 
 
 def calibration_sentences(n: int = 128, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
-    return [f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_PURPOSES)}." for _ in range(n)]
+    return [
+        f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_PURPOSES)}." for _ in range(n)
+    ]

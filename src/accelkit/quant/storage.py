@@ -24,7 +24,13 @@ from accelkit.quant.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
 FORMAT = "accelkit-quant/1"
-DERIVED = ("rot1", "rot2", "transform", "weight_int8", "weight_rowsum")  # rebuilt from the others on load
+DERIVED = (
+    "rot1",
+    "rot2",
+    "transform",
+    "weight_int8",
+    "weight_rowsum",
+)  # rebuilt from the others on load
 
 
 def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
@@ -54,7 +60,9 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
     st = require("safetensors.torch", "quant")
     quant = {name: mod for name, mod in model.named_modules() if isinstance(mod, QuantLinear)}
     if not quant:
-        raise InputError("save_quantized: the model holds no QuantLinear layer; run quantize() first")
+        raise InputError(
+            "save_quantized: the model holds no QuantLinear layer; run quantize() first"
+        )
     tensors: dict[str, torch.Tensor] = {}
     for name, mod in quant.items():
         for key, t in compact_tensors(mod).items():
@@ -63,7 +71,10 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
     for key, t in model.state_dict().items():
         if not key.startswith(prefixes):
             tensors[f"float/{key}"] = t.detach().cpu().contiguous()
-    meta = {"format": FORMAT, "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()})}
+    meta = {
+        "format": FORMAT,
+        "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()}),
+    }
     data = st.save(tensors, metadata=meta)
     with atomic_open(path, "wb") as handle:
         handle.write(data)
@@ -74,22 +85,30 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
     st = require("safetensors", "quant")
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"{file} does not exist; give the path written by save_quantized / `accelkit quant apply`")
+        raise InputError(
+            f"{file} does not exist; give the path written by save_quantized / `accelkit quant apply`"
+        )
     try:
         with st.safe_open(str(file), framework="pt") as handle:
             meta = handle.metadata() or {}
             tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
     except Exception as exc:
-        raise InputError(f"{file} is not a readable safetensors file ({exc}); re-create it with `accelkit quant apply`") from exc
+        raise InputError(
+            f"{file} is not a readable safetensors file ({exc}); re-create it with `accelkit quant apply`"
+        ) from exc
     if meta.get("format") != FORMAT:
-        raise InputError(f"{file} is not an accelkit quantized model (format {meta.get('format')!r}, expected {FORMAT!r})")
+        raise InputError(
+            f"{file} is not an accelkit quantized model (format {meta.get('format')!r}, expected {FORMAT!r})"
+        )
     specs = json.loads(meta["layers"])
     model = model_factory()
     for name, spec_dict in specs.items():
         try:
             old = model.get_submodule(name)
         except AttributeError as exc:
-            raise InputError(f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized") from exc
+            raise InputError(
+                f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized"
+            ) from exc
         layer = QuantLinear(LayerSpec(**spec_dict))
         with torch.no_grad():
             for key, buf in layer.named_buffers(recurse=False):
@@ -98,10 +117,16 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
                 buf.copy_(tensors[f"quant/{name}/{key}"].to(buf.dtype))
         rebuild_derived(layer)
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, child, layer.to(next(old.buffers(), next(old.parameters())).device))
-    rest = {k[len("float/"):]: v for k, v in tensors.items() if k.startswith("float/")}
+        setattr(
+            model.get_submodule(parent) if parent else model,
+            child,
+            layer.to(next(old.buffers(), next(old.parameters())).device),
+        )
+    rest = {k[len("float/") :]: v for k, v in tensors.items() if k.startswith("float/")}
     missing, unexpected = model.load_state_dict(rest, strict=False)
     bad_missing = [k for k in missing if not k.startswith(tuple(f"{n}." for n in specs))]
     if bad_missing or unexpected:
-        raise InputError(f"{file} does not fit the model from model_factory (missing {bad_missing[:3]}, unexpected {unexpected[:3]})")
+        raise InputError(
+            f"{file} does not fit the model from model_factory (missing {bad_missing[:3]}, unexpected {unexpected[:3]})"
+        )
     return model.eval()

@@ -68,7 +68,9 @@ def rotation_from_steps(base: torch.Tensor, channels: torch.Tensor) -> torch.Ten
     return rot
 
 
-def greedy_rotation(x: torch.Tensor, base: torch.Tensor, steps: int, patience: int = 32) -> torch.Tensor:
+def greedy_rotation(
+    x: torch.Tensor, base: torch.Tensor, steps: int, patience: int = 32
+) -> torch.Tensor:
     """Greedy block rotation (DuQuant R₁/R₂) fitted on activation rows x (T, n).
 
     Returns the chosen outlier channel of every step per block, (K, steps) with -1 after the kept
@@ -191,7 +193,9 @@ def fit_transform(
     base = block_base(block, seed)
     z = x / smooth
     if z.shape[0] > rotation_rows:  # the greedy search sees a fixed, seeded subset of token rows
-        keep = torch.randperm(z.shape[0], generator=torch.Generator().manual_seed(seed))[:rotation_rows]
+        keep = torch.randperm(z.shape[0], generator=torch.Generator().manual_seed(seed))[
+            :rotation_rows
+        ]
         z = z[keep.sort().values]
     steps1 = greedy_rotation(z, base, steps)
     rot1 = rotation_from_steps(base, steps1)

@@ -34,15 +34,21 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {file} is not valid YAML: {exc}".replace("\n", " ")) from exc
+        raise ConfigError(
+            f"config file {file} is not valid YAML: {exc}".replace("\n", " ")
+        ) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {file} must hold a mapping at the top level, not {type(data).__name__}")
+        raise ConfigError(
+            f"config file {file} must hold a mapping at the top level, not {type(data).__name__}"
+        )
     return data
 
 
-def env_values(model: type[BaseModel], prefix: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+def env_values(
+    model: type[BaseModel], prefix: str, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Values for `model`'s fields from variables named `<prefix><FIELD>` (upper case)."""
     env = os.environ if env is None else env
     found = {}
@@ -79,7 +85,9 @@ def build(model: type[Model], *layers: tuple[str, Mapping[str, Any]]) -> Model:
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_describe_validation(exc, " + ".join(s for s, _ in layers) or model.__name__)) from exc
+        raise ConfigError(
+            _describe_validation(exc, " + ".join(s for s, _ in layers) or model.__name__)
+        ) from exc
 
 
 def load_settings(

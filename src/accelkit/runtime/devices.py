@@ -46,9 +46,7 @@ class PlatformChoice:
 def normalize_platform(name: str, source: str) -> str:
     key = name.strip().lower()
     if key not in PLATFORM_ALIASES:
-        raise ConfigError(
-            f"{source}: unknown platform {name!r}; use one of cpu, gpu (cuda), tpu"
-        )
+        raise ConfigError(f"{source}: unknown platform {name!r}; use one of cpu, gpu (cuda), tpu")
     return PLATFORM_ALIASES[key]
 
 
@@ -70,13 +68,17 @@ def platform_request(
     if use_gpu in _TRUE:
         return PlatformRequest("gpu", "environment JAX_USE_GPU")
     if use_gpu and use_gpu not in _FALSE:
-        raise ConfigError(f"JAX_USE_GPU={env['JAX_USE_GPU']!r} is not a boolean; use 1/0 or true/false")
+        raise ConfigError(
+            f"JAX_USE_GPU={env['JAX_USE_GPU']!r} is not a boolean; use 1/0 or true/false"
+        )
     if use_gpu in _FALSE and "JAX_USE_GPU" in env and env["JAX_USE_GPU"].strip():
         return PlatformRequest("cpu", "environment JAX_USE_GPU")
     platforms = env.get("JAX_PLATFORMS", "").strip()
     if platforms:
         first = platforms.split(",")[0]
-        return PlatformRequest(normalize_platform(first, "JAX_PLATFORMS"), "environment JAX_PLATFORMS")
+        return PlatformRequest(
+            normalize_platform(first, "JAX_PLATFORMS"), "environment JAX_PLATFORMS"
+        )
     return PlatformRequest(None, "auto")
 
 
@@ -102,7 +104,10 @@ def choose_platform(
         return PlatformChoice("cpu", None, "auto", False, "auto: JAX sees no GPU, using CPU")
     if request.platform == "cpu" or _available_devices(request.platform):
         return PlatformChoice(
-            request.platform, request.platform, request.source, False,
+            request.platform,
+            request.platform,
+            request.source,
+            False,
             f"{request.source} asks for {request.platform}",
         )
     message = (
@@ -195,7 +200,11 @@ def describe_devices(explicit: str | None = None) -> dict:
         info["torch"] = {
             "version": torch.__version__,
             "cuda_available": cuda,
-            "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+            "cuda_devices": [
+                torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+            ]
+            if cuda
+            else [],
             "chosen": "cuda" if cuda else "cpu",
         }
     except ImportError:

@@ -27,13 +27,17 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create folder {target.parent}: {exc.strerror}; choose another output path") from exc
+        raise InputError(
+            f"cannot create folder {target.parent}: {exc.strerror}; choose another output path"
+        ) from exc
     if target.is_dir():
         raise InputError(f"{target} is a folder; give a file path to write to")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
-        raise InputError(f"cannot write in {target.parent}: {exc.strerror}; choose another output path") from exc
+        raise InputError(
+            f"cannot write in {target.parent}: {exc.strerror}; choose another output path"
+        ) from exc
     try:
         # mkstemp creates 0600; the result should carry the permissions a plain open() would give
         # (or keep those of the file it replaces), so others can read a shared norm_stats.json.
@@ -45,7 +49,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
         try:
             os.replace(tmp_name, target)
         except OSError as exc:
-            raise InputError(f"cannot replace {target}: {exc.strerror}; choose another output path") from exc
+            raise InputError(
+                f"cannot replace {target}: {exc.strerror}; choose another output path"
+            ) from exc
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
@@ -69,7 +75,9 @@ def _current_umask() -> int:
     return previous
 
 
-def write_json_atomic(path: str | os.PathLike, payload: Any, *, indent: int = 2, trailing_newline: bool = False) -> Path:
+def write_json_atomic(
+    path: str | os.PathLike, payload: Any, *, indent: int = 2, trailing_newline: bool = False
+) -> Path:
     """Serialize first (so a serialization error never touches the file), then write atomically."""
     text = json.dumps(payload, indent=indent, allow_nan=False)
     if trailing_newline:

@@ -33,16 +33,20 @@ class StatsSettings(Settings):
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
-    """"state=observation.state,actions=action" -> {"state": "observation.state", "actions": "action"}."""
+    """ "state=observation.state,actions=action" -> {"state": "observation.state", "actions": "action"}."""
     if not text:
         return None
     keys = {}
     for part in text.split(","):
         out, sep, column = part.partition("=")
         if not sep or not out.strip() or not column.strip():
-            raise ConfigError(f"--keys entry {part!r} is not out=column; e.g. --keys state=observation.state,actions=action")
+            raise ConfigError(
+                f"--keys entry {part!r} is not out=column; e.g. --keys state=observation.state,actions=action"
+            )
         if out.strip() in keys:
-            raise ConfigError(f"--keys names the output key {out.strip()!r} twice; give each output key once")
+            raise ConfigError(
+                f"--keys names the output key {out.strip()!r} twice; give each output key once"
+            )
         keys[out.strip()] = column.strip()
     return keys
 
@@ -53,7 +57,9 @@ def parse_quantiles(text: str | None) -> list[float] | None:
     try:
         levels = [float(part) for part in text.split(",") if part.strip()]
     except ValueError as exc:
-        raise ConfigError(f"--quantiles {text!r} is not a comma-separated list of numbers; e.g. 0.01,0.99") from exc
+        raise ConfigError(
+            f"--quantiles {text!r} is not a comma-separated list of numbers; e.g. 0.01,0.99"
+        ) from exc
     bad = [q for q in levels if not 0.0 <= q <= 1.0]
     if bad or not levels:
         raise ConfigError(f"--quantiles {text!r}: every level must lie in [0, 1]")
@@ -79,10 +85,19 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     run.add_column("what")
     run.add_column("value")
     run.add_row("mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)")
-    run.add_row("devices", f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})")
-    run.add_row("batch size", f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)")
+    run.add_row(
+        "devices",
+        f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
+    )
+    run.add_row(
+        "batch size",
+        f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
+    )
     run.add_row("rows", f"{s.rows:,}")
-    run.add_row("time", f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})")
+    run.add_row(
+        "time",
+        f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
+    )
     memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
     if s.peak_device_bytes is not None:
         memory += f", {s.peak_device_bytes / 2**20:,.0f} MiB device"
@@ -97,37 +112,116 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
             table.add_column(name, justify="right")
         shown = min(stats.dim, 16)
         for d in range(shown):
-            cells = [stats.mean[d], stats.std[d], stats.min[d], stats.max[d], *(stats.quantiles[q][d] for q in levels)]
+            cells = [
+                stats.mean[d],
+                stats.std[d],
+                stats.min[d],
+                stats.max[d],
+                *(stats.quantiles[q][d] for q in levels),
+            ]
             table.add_row(str(d), *(f"{float(v):.5g}" for v in cells))
         if stats.dim > shown:
             table.caption = f"{stats.dim - shown} more dimensions in {output}"
         console.print(table)
         if stats.rank_error_bound is not None:
             worst = max(float(np.max(b)) for b in stats.rank_error_bound.values())
-            console.print(f"  fast-mode rank error bound for {key}: {worst:.2e} of the rows (exact mode: 0)")
+            console.print(
+                f"  fast-mode rank error bound for {key}: {worst:.2e} of the rows (exact mode: 0)"
+            )
         if int(stats.nonfinite.sum()):
-            console.print(f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})")
+            console.print(
+                f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})"
+            )
     console.print(f"wrote {output} ({fmt}{', partial' if s.partial else ''})", soft_wrap=True)
 
 
 def stats_command(
-    dataset: Annotated[str | None, typer.Argument(help="LeRobot dataset folder (v2.1 or v3.0), a .parquet/.npz/.npy file, or a folder of them.")] = None,
-    keys: Annotated[str | None, typer.Option("--keys", help="Output keys and their columns: state=observation.state,actions=action")] = None,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Where to write (default: ./norm_stats.json or ./stats.json).")] = None,
-    fmt: Annotated[str | None, typer.Option("--format", help="openpi (norm_stats.json) or lerobot (stats.json).")] = None,
-    fast: Annotated[bool, typer.Option("--fast", "--use-fast-stats", help="One pass with a quantile sketch (rank error reported) instead of exact quantiles.")] = False,
-    quantiles: Annotated[str | None, typer.Option("--quantiles", help="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9).")] = None,
-    max_frames: Annotated[int | None, typer.Option("--max-frames", help="Use a seeded uniform sample of this many frames.")] = None,
-    max_time_minutes: Annotated[float | None, typer.Option("--max-time-minutes", help="Stop cleanly after this long; results are marked partial.")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Rows per batch, split across devices (default: from free memory and row width).")] = None,
-    platform: Annotated[str | None, typer.Option("--platform", help="cpu or gpu (default: gpu if JAX has one).")] = None,
-    action_horizon: Annotated[int | None, typer.Option("--action-horizon", help="Statistics of H-step action chunks, as openpi trains on.")] = None,
-    chunk_end: Annotated[str | None, typer.Option("--chunk-end", help="Action chunks past an episode's end: truncate (default) or clamp (openpi's loader).")] = None,
-    skip_nonfinite: Annotated[bool, typer.Option("--skip-nonfinite", help="Exclude NaN/Inf values (counted per dimension) instead of failing.")] = False,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the --max-frames sample.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML file of named stats jobs.")] = None,
-    config_name: Annotated[str | None, typer.Option("--config-name", help="The job to run from --config.")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Hide the progress bar.")] = False,
+    dataset: Annotated[
+        str | None,
+        typer.Argument(
+            help="LeRobot dataset folder (v2.1 or v3.0), a .parquet/.npz/.npy file, or a folder of them."
+        ),
+    ] = None,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="Output keys and their columns: state=observation.state,actions=action"
+        ),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", "-o", help="Where to write (default: ./norm_stats.json or ./stats.json)."
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", help="openpi (norm_stats.json) or lerobot (stats.json)."),
+    ] = None,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            "--fast",
+            "--use-fast-stats",
+            help="One pass with a quantile sketch (rank error reported) instead of exact quantiles.",
+        ),
+    ] = False,
+    quantiles: Annotated[
+        str | None,
+        typer.Option("--quantiles", help="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9)."),
+    ] = None,
+    max_frames: Annotated[
+        int | None,
+        typer.Option("--max-frames", help="Use a seeded uniform sample of this many frames."),
+    ] = None,
+    max_time_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--max-time-minutes", help="Stop cleanly after this long; results are marked partial."
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            help="Rows per batch, split across devices (default: from free memory and row width).",
+        ),
+    ] = None,
+    platform: Annotated[
+        str | None, typer.Option("--platform", help="cpu or gpu (default: gpu if JAX has one).")
+    ] = None,
+    action_horizon: Annotated[
+        int | None,
+        typer.Option(
+            "--action-horizon", help="Statistics of H-step action chunks, as openpi trains on."
+        ),
+    ] = None,
+    chunk_end: Annotated[
+        str | None,
+        typer.Option(
+            "--chunk-end",
+            help="Action chunks past an episode's end: truncate (default) or clamp (openpi's loader).",
+        ),
+    ] = None,
+    skip_nonfinite: Annotated[
+        bool,
+        typer.Option(
+            "--skip-nonfinite",
+            help="Exclude NaN/Inf values (counted per dimension) instead of failing.",
+        ),
+    ] = False,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed of the --max-frames sample.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="YAML file of named stats jobs.")
+    ] = None,
+    config_name: Annotated[
+        str | None, typer.Option("--config-name", help="The job to run from --config.")
+    ] = None,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Hide the progress bar.")
+    ] = False,
 ) -> None:
     """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets."""
     if config_name and config is None:
@@ -168,16 +262,24 @@ def run_stats(settings: StatsSettings, progress: bool = True):
     from accelkit.stats.sources import open_source
 
     if not settings.dataset:
-        raise ConfigError("no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry")
-    for flag, value in (("--max-time-minutes", settings.max_time_minutes), ("--batch-size", settings.batch_size),
-                        ("--action-horizon", settings.action_horizon), ("--max-frames", settings.max_frames)):
+        raise ConfigError(
+            "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
+        )
+    for flag, value in (
+        ("--max-time-minutes", settings.max_time_minutes),
+        ("--batch-size", settings.batch_size),
+        ("--action-horizon", settings.action_horizon),
+        ("--max-frames", settings.max_frames),
+    ):
         if value is not None and not value > 0:  # `not >` also rejects NaN
             raise ConfigError(f"{flag} must be positive, not {value}")
     if settings.seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {settings.seed}")
     if settings.quantiles is not None and not settings.quantiles:
         raise ConfigError("quantiles is an empty list; give at least one level, e.g. [0.01, 0.99]")
-    levels = settings.quantiles or list(LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED)
+    levels = settings.quantiles or list(
+        LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED
+    )
     bad = [q for q in levels if not 0.0 <= q <= 1.0]
     if bad:
         raise ConfigError(f"quantile levels must lie in [0, 1]; got {bad}")
@@ -215,7 +317,12 @@ def sample_dataset_command(
     dim: Annotated[int, typer.Option("--dim", help="State and action width.")] = 14,
     layout: Annotated[str, typer.Option("--layout", help="LeRobot layout: v2.1 or v3.0.")] = "v2.1",
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    exist_ok: Annotated[bool, typer.Option("--exist-ok", help="Keep an existing LeRobot dataset at PATH instead of failing.")] = False,
+    exist_ok: Annotated[
+        bool,
+        typer.Option(
+            "--exist-ok", help="Keep an existing LeRobot dataset at PATH instead of failing."
+        ),
+    ] = False,
 ) -> None:
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
     from accelkit.stats.sample import write_sample_dataset
@@ -225,7 +332,9 @@ def sample_dataset_command(
     if exist_ok and (path / "meta" / "info.json").is_file():
         typer.echo(f"keeping the dataset already at {path}")
         return
-    root = write_sample_dataset(path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed)
+    root = write_sample_dataset(
+        path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed
+    )
     typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
 
 

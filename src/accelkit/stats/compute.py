@@ -81,7 +81,11 @@ class BatchStream(Stream):
     Every leading axis is flattened, so action chunks (B, H, D) count each of their H actions.
     """
 
-    def __init__(self, batches: Iterable[Mapping[str, object]] | Callable[[], Iterable], keys: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        batches: Iterable[Mapping[str, object]] | Callable[[], Iterable],
+        keys: Mapping[str, str] | None = None,
+    ):
         if isinstance(batches, Iterator):
             raise DataError(
                 "batches is a one-shot iterator, but statistics read the data more than once; "
@@ -101,10 +105,14 @@ class BatchStream(Stream):
             rows = None
             for out, name in keys.items():
                 if name not in batch:
-                    raise DataError(f"batch {index} has no key {name!r}; keys present: {', '.join(map(str, batch))}")
+                    raise DataError(
+                        f"batch {index} has no key {name!r}; keys present: {', '.join(map(str, batch))}"
+                    )
                 values = as_rows(batch[name], f"batch {index} key {name!r}")
                 rows = len(values)
-                chunk[out] = Column(values, np.ones(rows, np.int32), np.arange(row, row + rows, dtype=np.int64))
+                chunk[out] = Column(
+                    values, np.ones(rows, np.int32), np.arange(row, row + rows, dtype=np.int64)
+                )
             row += rows or 0
             yield chunk
 
@@ -117,8 +125,12 @@ def as_rows(array: object, what: str) -> np.ndarray:
     try:
         values = np.asarray(array)
     except Exception as exc:  # ragged python lists, objects numpy cannot stack
-        raise DataError(f"{what} cannot be read as a numeric array ({exc}); rows must all have the same width") from exc
-    if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or values.dtype == bool):
+        raise DataError(
+            f"{what} cannot be read as a numeric array ({exc}); rows must all have the same width"
+        ) from exc
+    if values.dtype == object or not (
+        np.issubdtype(values.dtype, np.number) or values.dtype == bool
+    ):
         raise DataError(f"{what} holds {values.dtype} values, not numbers; choose a numeric column")
     if values.ndim == 0:
         raise DataError(f"{what} is a scalar, not rows of values")
@@ -210,8 +222,8 @@ class Batcher:
                 continue
             take = min(size - self.filled, total - start)
             end = self.filled + take
-            self.values[self.filled:end] = column.values[start:start + take]
-            self.weight[self.filled:end] = column.weight[start:start + take]
+            self.values[self.filled : end] = column.values[start : start + take]
+            self.weight[self.filled : end] = column.weight[start : start + take]
             self.filled, start = end, start + take
             if self.filled == size:
                 yield self.values, self.weight
@@ -219,13 +231,15 @@ class Batcher:
 
     def flush(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if self.filled:
-            self.values[self.filled:] = 0
-            self.weight[self.filled:] = 0
+            self.values[self.filled :] = 0
+            self.weight[self.filled :] = 0
             yield self.values, self.weight
             self._new_buffers()
 
 
-def default_batch_size(dim: int, devices, override: int | None = None, total_rows: int | None = None) -> int:
+def default_batch_size(
+    dim: int, devices, override: int | None = None, total_rows: int | None = None
+) -> int:
     """Rows per batch: from the device's free memory and the row width, a multiple of the device count.
 
     About 64 bytes of working memory per value (keys, weights, float64 moments, matches) within a
@@ -261,7 +275,9 @@ class PassOutcome:
 class Runner:
     """Runs passes of the kernel over a stream on a mesh; owns batch size and compile counting."""
 
-    def __init__(self, stream: Stream, devices, batch_size: int | None, progress: bool, skip_nonfinite: bool):
+    def __init__(
+        self, stream: Stream, devices, batch_size: int | None, progress: bool, skip_nonfinite: bool
+    ):
         from accelkit.stats import passes
 
         self.passes = passes
@@ -276,7 +292,9 @@ class Runner:
 
     def batch_size(self, key: str, dim: int) -> int:
         if key not in self.batch_sizes:
-            self.batch_sizes[key] = default_batch_size(dim, self.devices, self.batch_override, self.stream.total_rows)
+            self.batch_sizes[key] = default_batch_size(
+                dim, self.devices, self.batch_override, self.stream.total_rows
+            )
         return self.batch_sizes[key]
 
     def run_pass(
@@ -297,7 +315,9 @@ class Runner:
                     raise
                 shrunk = False
                 for key, size in self.batch_sizes.items():
-                    half = max(len(self.devices), (size // 2 // len(self.devices)) * len(self.devices))
+                    half = max(
+                        len(self.devices), (size // 2 // len(self.devices)) * len(self.devices)
+                    )
                     if half < size:
                         self.batch_sizes[key], shrunk = half, True
                 if not shrunk or min(self.batch_sizes.values()) < 256:
@@ -305,7 +325,11 @@ class Runner:
                         f"out of device memory even at batch size {min(self.batch_sizes.values())}; "
                         "use --platform cpu or free device memory"
                     ) from exc
-                log.warning("out of device memory during %s; retrying the pass with batch sizes %s", label, self.batch_sizes)
+                log.warning(
+                    "out of device memory during %s; retrying the pass with batch sizes %s",
+                    label,
+                    self.batch_sizes,
+                )
 
     def _run_pass_once(self, label, make_spec, make_init, chunk_limit, budget) -> PassOutcome:
         import jax
@@ -359,13 +383,19 @@ class Runner:
                     if key not in states:
                         dim = column.values.shape[1]
                         if dim == 0:
-                            raise DataError(f"column {self.stream.column_name(key)!r} has rows of width 0; choose a column that holds values")
+                            raise DataError(
+                                f"column {self.stream.column_name(key)!r} has rows of width 0; choose a column that holds values"
+                            )
                         specs[key] = make_spec(key, dim)
                         init_state = make_init(key, specs[key], column)
                         states[key] = passes.replicate_per_device(init_state, self.mesh)
                         batchers[key] = Batcher(self.batch_size(key, dim), dim, key)
                         weight_since_flush[key] = 0
-                    where = self.stream.describe_row(key, int(column.row_id[0])) if len(column.row_id) else key
+                    where = (
+                        self.stream.describe_row(key, int(column.row_id[0]))
+                        if len(column.row_id)
+                        else key
+                    )
                     for batch in batchers[key].push(column, where):
                         run_batch(key, *batch)
                     chunk_rows = max(chunk_rows, len(column.weight))
@@ -406,7 +436,9 @@ def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
                     f"{stream.describe_row(key, int(column.row_id[row]))} ({int(states[key].nonfinite.sum())} non-finite "
                     "values in all); fix the data or pass --skip-nonfinite to exclude them"
                 )
-    raise DataError("the data held NaN or Inf on the first pass but not when re-read; is it changing while being read?")
+    raise DataError(
+        "the data held NaN or Inf on the first pass but not when re-read; is it changing while being read?"
+    )
 
 
 def _center_of(column: Column) -> np.ndarray:
@@ -414,7 +446,9 @@ def _center_of(column: Column) -> np.ndarray:
 
     It shifts the moments' sums (so |mean| >> std costs no precision) and centers fast mode's keys.
     """
-    values = np.where(np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan)
+    values = np.where(
+        np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan
+    )
     with np.errstate(all="ignore"):
         import warnings
 
@@ -464,7 +498,11 @@ def compute_stats(
         else:
             stats, rows, pass_times, partial = _exact(runner, stream, levels, budget)
     if partial:
-        log.warning("time budget of %s minutes ran out: results cover %d rows and are marked partial", max_time_minutes, rows)
+        log.warning(
+            "time budget of %s minutes ran out: results cover %d rows and are marked partial",
+            max_time_minutes,
+            rows,
+        )
     seconds = time.perf_counter() - started
     summary = RunSummary(
         mode="fast" if fast else "exact",
@@ -489,10 +527,15 @@ def _require_rows(stream: Stream, states: dict) -> None:
     for key, state in states.items():
         count = np.asarray(state.moments.count)
         if int(np.max(count, initial=0)) == 0:
-            raise DataError(f"column {stream.column_name(key)!r} has no finite values to compute statistics from")
+            raise DataError(
+                f"column {stream.column_name(key)!r} has no finite values to compute statistics from"
+            )
         if np.any(count == 0):
-            log.warning("column %r dimensions %s hold no finite values: their statistics are null",
-                        stream.column_name(key), np.flatnonzero(count == 0).tolist())
+            log.warning(
+                "column %r dimensions %s hold no finite values: their statistics are null",
+                stream.column_name(key),
+                np.flatnonzero(count == 0).tolist(),
+            )
 
 
 def _key_stats(state, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
@@ -500,21 +543,31 @@ def _key_stats(state, levels, values: np.ndarray, bound: np.ndarray | None) -> K
 
     base = mom.finalize(state.moments)
     return KeyStats(
-        count=base["count"], mean=base["mean"], std=base["std"], min=base["min"], max=base["max"],
+        count=base["count"],
+        mean=base["mean"],
+        std=base["std"],
+        min=base["min"],
+        max=base["max"],
         quantiles={float(q): values[:, i] for i, q in enumerate(levels)},
         nonfinite=np.asarray(state.nonfinite, np.int64),
-        rank_error_bound=None if bound is None else {float(q): bound[:, i] for i, q in enumerate(levels)},
+        rank_error_bound=None
+        if bound is None
+        else {float(q): bound[:, i] for i, q in enumerate(levels)},
     )
 
 
 def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     from accelkit.stats.passes import PassSpec, init
 
-    first_budget = None if budget.seconds is None else TimeBudget(budget.seconds / 2, budget.started)
+    first_budget = (
+        None if budget.seconds is None else TimeBudget(budget.seconds / 2, budget.started)
+    )
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
         lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True),
-        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)),
+        lambda key, spec, column: init(
+            spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)
+        ),
         budget=first_budget,
     )
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)
@@ -523,7 +576,9 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     plans, targets = {}, {}
     for key, state in first.states.items():
         plans[key], targets[key] = qt.start_plan(state.moments.count, levels)
-        plans[key] = qt.advance_plan(plans[key], state.counts, np.zeros_like(plans[key].ranks), EXACT_FIRST_DIGIT)
+        plans[key] = qt.advance_plan(
+            plans[key], state.counts, np.zeros_like(plans[key].ranks), EXACT_FIRST_DIGIT
+        )
     pass_times = [first.seconds]
     while any(plan.prefix_bits < qt.KEY_BITS for plan in plans.values()):
         groups = {key: qt.group_prefixes(plan) for key, plan in plans.items()}
@@ -538,7 +593,12 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         def init_for(key, spec, column, groups=groups):
             return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
 
-        outcome = runner.run_pass(f"pass {len(pass_times) + 1} (exact select)", spec_for, init_for, chunk_limit=chunk_limit)
+        outcome = runner.run_pass(
+            f"pass {len(pass_times) + 1} (exact select)",
+            spec_for,
+            init_for,
+            chunk_limit=chunk_limit,
+        )
         pass_times.append(outcome.seconds)
         for key, state in outcome.states.items():
             plans[key] = qt.advance_plan(plans[key], state.counts, groups[key][1], digit)
@@ -561,7 +621,9 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     outcome = runner.run_pass(
         "fast pass",
         spec_for,
-        lambda key, spec, column: init(spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)),
+        lambda key, spec, column: init(
+            spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)
+        ),
         budget=budget,
     )
     _check_nonfinite(stream, outcome.states, runner.skip_nonfinite)
@@ -570,8 +632,12 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     for key, state in outcome.states.items():
         m = state.moments
         est, bound = qt.sketch_quantiles(
-            state.counts, np.asarray(state.center, np.float64), np.asarray(m.count),
-            qt.keys_to_floats(m.min_key).astype(np.float64), qt.keys_to_floats(m.max_key).astype(np.float64), levels,
+            state.counts,
+            np.asarray(state.center, np.float64),
+            np.asarray(m.count),
+            qt.keys_to_floats(m.min_key).astype(np.float64),
+            qt.keys_to_floats(m.max_key).astype(np.float64),
+            levels,
         )
         stats[key] = _key_stats(state, levels, est, bound)
     return stats, outcome.rows, [outcome.seconds], outcome.stopped_early

@@ -40,12 +40,16 @@ def check_quantile_names(levels) -> None:
     for q in levels:
         name = quantile_name(q)
         if name in names and names[name] != q:
-            raise InputError(f"quantile levels {names[name]} and {q} both write the entry {name!r}; drop one of them")
+            raise InputError(
+                f"quantile levels {names[name]} and {q} both write the entry {name!r}; drop one of them"
+            )
         names[name] = q
 
 
 def _floats(values) -> list[float | None]:
-    return [None if not math.isfinite(v) else float(v) for v in np.asarray(values, np.float64).tolist()]
+    return [
+        None if not math.isfinite(v) else float(v) for v in np.asarray(values, np.float64).tolist()
+    ]
 
 
 def openpi_payload(stats: Mapping[str, KeyStats], partial: bool = False) -> dict:
@@ -64,11 +68,18 @@ def openpi_payload(stats: Mapping[str, KeyStats], partial: bool = False) -> dict
     return payload
 
 
-def lerobot_payload(stats: Mapping[str, KeyStats], column_names: Mapping[str, str], partial: bool = False) -> dict:
+def lerobot_payload(
+    stats: Mapping[str, KeyStats], column_names: Mapping[str, str], partial: bool = False
+) -> dict:
     payload: dict = {}
     for key, s in stats.items():
-        entry = {"min": _floats(s.min), "max": _floats(s.max), "mean": _floats(s.mean), "std": _floats(s.std),
-                 "count": [int(s.count.max(initial=0))]}
+        entry = {
+            "min": _floats(s.min),
+            "max": _floats(s.max),
+            "mean": _floats(s.mean),
+            "std": _floats(s.std),
+            "count": [int(s.count.max(initial=0))],
+        }
         for q, values in sorted(s.quantiles.items()):
             entry[quantile_name(q)] = _floats(values)
         payload[column_names.get(key, key)] = entry
@@ -77,12 +88,22 @@ def lerobot_payload(stats: Mapping[str, KeyStats], column_names: Mapping[str, st
     return payload
 
 
-def write_stats(path: str | Path, stats: Mapping[str, KeyStats], fmt: str, column_names: Mapping[str, str], partial: bool = False) -> Path:
+def write_stats(
+    path: str | Path,
+    stats: Mapping[str, KeyStats],
+    fmt: str,
+    column_names: Mapping[str, str],
+    partial: bool = False,
+) -> Path:
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
     for s in stats.values():
         check_quantile_names(s.quantiles)
-    payload = openpi_payload(stats, partial) if fmt == "openpi" else lerobot_payload(stats, column_names, partial)
+    payload = (
+        openpi_payload(stats, partial)
+        if fmt == "openpi"
+        else lerobot_payload(stats, column_names, partial)
+    )
     return write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
 
 

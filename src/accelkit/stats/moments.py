@@ -74,7 +74,9 @@ def merge(a: Moments, b: Moments) -> Moments:
     mean = xp.where(a.count == 0, b.mean, xp.where(b.count == 0, a.mean, a.mean + delta * (nb / n)))
     m2 = a.m2 + b.m2 + delta * delta * (na * nb / n)
     m2 = xp.where((a.count == 0) | (b.count == 0), a.m2 + b.m2, m2)
-    return Moments(count, mean, m2, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key))
+    return Moments(
+        count, mean, m2, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key)
+    )
 
 
 def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray) -> Moments:

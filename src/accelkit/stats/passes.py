@@ -39,7 +39,9 @@ class PassState(NamedTuple):
     counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
     prefixes: jnp.ndarray  # uint32 [D, U]
     center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
-    nonfinite: jnp.ndarray  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    nonfinite: (
+        jnp.ndarray
+    )  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
 
 
 def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
@@ -65,7 +67,9 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: Pass
     counts = digit_histogram_update(
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
-    moments = mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
+    moments = (
+        mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
+    )
     return PassState(moments, counts, state.prefixes, state.center, nonfinite)
 
 
@@ -112,11 +116,15 @@ def replicate_per_device(state: PassState, mesh: Mesh) -> PassState:
     """Stack one copy of `state` per device along a new leading axis, sharded over the mesh."""
     n = mesh.devices.size
     sharding = NamedSharding(mesh, P("data"))
-    return jax.tree.map(lambda leaf: jax.device_put(jnp.broadcast_to(leaf, (n, *leaf.shape)), sharding), state)
+    return jax.tree.map(
+        lambda leaf: jax.device_put(jnp.broadcast_to(leaf, (n, *leaf.shape)), sharding), state
+    )
 
 
 @partial(jax.jit, static_argnames=("spec", "mesh"), donate_argnums=(0,))
-def sharded_update(state: PassState, x, row_weight, *, spec: PassSpec, mesh: Mesh) -> tuple[PassState, jnp.ndarray]:
+def sharded_update(
+    state: PassState, x, row_weight, *, spec: PassSpec, mesh: Mesh
+) -> tuple[PassState, jnp.ndarray]:
     """Each device updates its own partial state with its rows of the batch.
 
     Also returns a small token computed from the new state: the state itself is donated to the next

@@ -143,12 +143,16 @@ def group_prefixes(plan: RadixPlan) -> tuple[np.ndarray, np.ndarray]:
     dims, _ = plan.prefixes.shape
     uniques = [np.unique(plan.prefixes[d]) for d in range(dims)]
     width = max(len(u) for u in uniques)
-    table = np.stack([np.concatenate([u, np.full(width - len(u), NO_PREFIX, np.uint32)]) for u in uniques])
+    table = np.stack(
+        [np.concatenate([u, np.full(width - len(u), NO_PREFIX, np.uint32)]) for u in uniques]
+    )
     group = np.stack([np.searchsorted(uniques[d], plan.prefixes[d]) for d in range(dims)])
     return table.astype(np.uint32), group.astype(np.int64)
 
 
-def advance_plan(plan: RadixPlan, counts: np.ndarray, group: np.ndarray, digit_bits: int) -> RadixPlan:
+def advance_plan(
+    plan: RadixPlan, counts: np.ndarray, group: np.ndarray, digit_bits: int
+) -> RadixPlan:
     """Given a pass's histograms [D, U, 2**digit_bits], fix the next digit of every target."""
     cumulative = np.cumsum(counts, axis=-1, dtype=np.int64)  # [D, U, K]
     dims, targets = plan.ranks.shape
@@ -167,11 +171,19 @@ def advance_plan(plan: RadixPlan, counts: np.ndarray, group: np.ndarray, digit_b
         for t in range(targets):
             digit[d, t] = np.searchsorted(per_target[d, t], within[d, t], side="right")
     digit = np.minimum(digit, counts.shape[-1] - 1)
-    before = np.where(digit > 0, np.take_along_axis(per_target, np.maximum(digit - 1, 0)[..., None], -1)[..., 0], 0)
+    before = np.where(
+        digit > 0,
+        np.take_along_axis(per_target, np.maximum(digit - 1, 0)[..., None], -1)[..., 0],
+        0,
+    )
     through = np.take_along_axis(per_target, digit[..., None], -1)[..., 0]
     prefixes = (plan.prefixes.astype(np.uint64) << np.uint64(digit_bits)) | digit.astype(np.uint64)
     return RadixPlan(
-        plan.ranks, prefixes.astype(np.uint32), plan.below + before, through - before, plan.prefix_bits + digit_bits
+        plan.ranks,
+        prefixes.astype(np.uint32),
+        plan.below + before,
+        through - before,
+        plan.prefix_bits + digit_bits,
     )
 
 

@@ -45,15 +45,17 @@ def _table(state, action, episode_index, first_index, fps):
     def vectors(values):
         return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), dim)
 
-    return pa.table({
-        "observation.state": vectors(state),
-        "action": vectors(action),
-        "timestamp": pa.array((frame / fps).astype(np.float32)),
-        "frame_index": pa.array(frame),
-        "episode_index": pa.array(np.full(length, episode_index, np.int64)),
-        "index": pa.array(first_index + frame),
-        "task_index": pa.array(np.zeros(length, np.int64)),
-    })
+    return pa.table(
+        {
+            "observation.state": vectors(state),
+            "action": vectors(action),
+            "timestamp": pa.array((frame / fps).astype(np.float32)),
+            "frame_index": pa.array(frame),
+            "episode_index": pa.array(np.full(length, episode_index, np.int64)),
+            "index": pa.array(first_index + frame),
+            "task_index": pa.array(np.zeros(length, np.int64)),
+        }
+    )
 
 
 def write_sample_dataset(
@@ -77,7 +79,9 @@ def write_sample_dataset(
     if root.exists() and any(root.iterdir()):
         raise InputError(f"{root} already exists and is not empty; choose a new folder")
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(max(2, frames_per_episode // 2), frames_per_episode * 3 // 2 + 1, size=episodes)
+    lengths = rng.integers(
+        max(2, frames_per_episode // 2), frames_per_episode * 3 // 2 + 1, size=episodes
+    )
     total = int(lengths.sum())
     names = [f"joint_{i}" for i in range(dim)]
     features = {
@@ -90,8 +94,13 @@ def write_sample_dataset(
         "task_index": {"dtype": "int64", "shape": [1], "names": None},
     }
     info = {
-        "codebase_version": layout, "robot_type": "synthetic_bimanual", "fps": fps,
-        "total_episodes": episodes, "total_frames": total, "total_tasks": 1, "chunks_size": 1000,
+        "codebase_version": layout,
+        "robot_type": "synthetic_bimanual",
+        "fps": fps,
+        "total_episodes": episodes,
+        "total_frames": total,
+        "total_tasks": 1,
+        "chunks_size": 1000,
         "features": features,
     }
     (root / "meta").mkdir(parents=True, exist_ok=True)
@@ -99,7 +108,8 @@ def write_sample_dataset(
     if layout == "v2.1":
         info.update(
             data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            video_path=None, total_chunks=(episodes + 999) // 1000,
+            video_path=None,
+            total_chunks=(episodes + 999) // 1000,
         )
         with atomic_open(root / "meta" / "episodes.jsonl") as handle:
             for e, length in enumerate(lengths):
@@ -107,14 +117,18 @@ def write_sample_dataset(
                 path = root / "data" / f"chunk-{e // 1000:03d}" / f"episode_{e:06d}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 pq.write_table(_table(state, action, e, first, fps), path)
-                handle.write(json.dumps({"episode_index": e, "tasks": ["move"], "length": int(length)}) + "\n")
+                handle.write(
+                    json.dumps({"episode_index": e, "tasks": ["move"], "length": int(length)})
+                    + "\n"
+                )
                 first += int(length)
         with atomic_open(root / "meta" / "tasks.jsonl") as handle:
             handle.write(json.dumps({"task_index": 0, "task": "move"}) + "\n")
     else:
         info.update(
             data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-            video_path=None, data_files_size_in_mb=100,
+            video_path=None,
+            data_files_size_in_mb=100,
         )
         rows = []
         for start in range(0, episodes, episodes_per_file):
@@ -123,9 +137,16 @@ def write_sample_dataset(
             for e in range(start, min(episodes, start + episodes_per_file)):
                 state, action = _episode(rng, int(lengths[e]), dim)
                 tables.append(_table(state, action, e, first, fps))
-                rows.append({"episode_index": e, "length": int(lengths[e]), "dataset_from_index": first,
-                             "dataset_to_index": first + int(lengths[e]), "data/chunk_index": 0,
-                             "data/file_index": file_index})
+                rows.append(
+                    {
+                        "episode_index": e,
+                        "length": int(lengths[e]),
+                        "dataset_from_index": first,
+                        "dataset_to_index": first + int(lengths[e]),
+                        "data/chunk_index": 0,
+                        "data/file_index": file_index,
+                    }
+                )
                 first += int(lengths[e])
             path = root / "data" / "chunk-000" / f"file-{file_index:03d}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +154,8 @@ def write_sample_dataset(
         episodes_dir = root / "meta" / "episodes" / "chunk-000"
         episodes_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), episodes_dir / "file-000.parquet")
-        pq.write_table(pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet")
+        pq.write_table(
+            pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet"
+        )
     write_json_atomic(root / "meta" / "info.json", info, indent=4)
     return root

@@ -54,7 +54,9 @@ def _parquet_names(path: Path) -> list[str]:
     try:
         return list(pq.read_schema(path).names)
     except Exception as exc:
-        raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+        raise DataError(
+            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+        ) from exc
 
 
 def _parquet_rows(path: Path) -> int:
@@ -63,7 +65,9 @@ def _parquet_rows(path: Path) -> int:
     try:
         return pq.ParquetFile(path).metadata.num_rows
     except Exception as exc:
-        raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+        raise DataError(
+            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+        ) from exc
 
 
 def arrow_column_rows(column, where: str) -> np.ndarray:
@@ -92,12 +96,20 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
     else:
         width, values = 1, array
     if values.null_count:
-        raise DataError(f"{where} holds null values inside its rows; fill them before computing statistics")
+        raise DataError(
+            f"{where} holds null values inside its rows; fill them before computing statistics"
+        )
     inner = values.type
-    if not (pa.types.is_floating(inner) or pa.types.is_integer(inner) or pa.types.is_boolean(inner)):
+    if not (
+        pa.types.is_floating(inner) or pa.types.is_integer(inner) or pa.types.is_boolean(inner)
+    ):
         raise DataError(f"{where} holds {inner} values, not numbers; choose a numeric column")
     flat = values.to_numpy(zero_copy_only=False)
-    if flat.dtype == np.float64 and len(flat) and not np.array_equal(flat.astype(np.float32).astype(np.float64), flat, equal_nan=True):
+    if (
+        flat.dtype == np.float64
+        and len(flat)
+        and not np.array_equal(flat.astype(np.float32).astype(np.float64), flat, equal_nan=True)
+    ):
         log.warning("%s is float64; statistics are computed on its float32 rounding", where)
     return np.ascontiguousarray(flat, dtype=np.float32).reshape(-1, max(width, 1))
 
@@ -123,14 +135,22 @@ class FileReader:
                 with np.load(path) as archive:
                     return list(archive.files)
             except Exception as exc:
-                raise DataError(f"{path} is not a readable .npz file ({exc}); re-export or remove it") from exc
+                raise DataError(
+                    f"{path} is not a readable .npz file ({exc}); re-export or remove it"
+                ) from exc
         return [path.stem]
 
     def num_rows(self, path: Path, first_name: str) -> int:
         if path.suffix == ".parquet":
             return _parquet_rows(path)
         array = self._numpy_array(path, first_name)
-        return 1 if array.ndim == 0 else int(np.prod(array.shape[:-1])) if array.ndim > 1 else len(array)
+        return (
+            1
+            if array.ndim == 0
+            else int(np.prod(array.shape[:-1]))
+            if array.ndim > 1
+            else len(array)
+        )
 
     def _numpy_array(self, path: Path, name: str) -> np.ndarray:
         try:
@@ -139,9 +159,13 @@ class FileReader:
             with np.load(path) as archive:
                 return archive[name]
         except Exception as exc:
-            raise DataError(f"{path} is not a readable {path.suffix} file ({exc}); re-export or remove it") from exc
+            raise DataError(
+                f"{path} is not a readable {path.suffix} file ({exc}); re-export or remove it"
+            ) from exc
 
-    def read(self, path: Path, columns: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    def read(
+        self, path: Path, columns: list[str]
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -152,11 +176,19 @@ class FileReader:
                 wanted = [c for c in columns if c in names]
                 with_episodes = "episode_index" in names
                 # threads off: files are already read in parallel by the stream's prefetch pool
-                table = parquet.read(columns=wanted + (["episode_index"] if with_episodes else []), use_threads=False)
+                table = parquet.read(
+                    columns=wanted + (["episode_index"] if with_episodes else []), use_threads=False
+                )
             except Exception as exc:
-                raise DataError(f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it") from exc
+                raise DataError(
+                    f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+                ) from exc
             out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
-            episodes = np.asarray(table.column("episode_index").to_numpy(), np.int64) if with_episodes else None
+            episodes = (
+                np.asarray(table.column("episode_index").to_numpy(), np.int64)
+                if with_episodes
+                else None
+            )
             return out, episodes
         if path.suffix == ".npy":
             return {path.stem: _numpy_rows(self._numpy_array(path, path.stem), f"{path}")}, None
@@ -182,7 +214,9 @@ def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: s
     for a, b in zip(starts, stops, strict=True):
         s = sampled[a:b].astype(np.int64)
         cumulative = np.cumsum(s)
-        lagged = np.r_[np.zeros(min(horizon, b - a), np.int64), cumulative[: max(0, b - a - horizon)]]
+        lagged = np.r_[
+            np.zeros(min(horizon, b - a), np.int64), cumulative[: max(0, b - a - horizon)]
+        ]
         w = cumulative - lagged  # sampled frames t with j - H < t <= j
         if end == "clamp":
             length = b - a
@@ -214,7 +248,9 @@ class FileStream(Stream):
         shuffle: bool = False,
     ):
         if chunk_end not in CHUNK_ENDS:
-            raise InputError(f"chunk end rule {chunk_end!r} is unknown; use one of {', '.join(CHUNK_ENDS)}")
+            raise InputError(
+                f"chunk end rule {chunk_end!r} is unknown; use one of {', '.join(CHUNK_ENDS)}"
+            )
         self.name = name
         self.fragments = fragments
         self.keys = dict(keys)
@@ -266,19 +302,33 @@ class FileStream(Stream):
             pending = deque()
             order = iter(self.order)
             for index in order:
-                pending.append((index, pool.submit(self.reader.read, self.fragments[index].path, columns_wanted)))
+                pending.append(
+                    (
+                        index,
+                        pool.submit(self.reader.read, self.fragments[index].path, columns_wanted),
+                    )
+                )
                 if len(pending) >= PREFETCH:
                     break
             while pending:
                 index, future = pending.popleft()
                 next_index = next(order, None)
                 if next_index is not None:
-                    pending.append((next_index, pool.submit(self.reader.read, self.fragments[next_index].path, columns_wanted)))
+                    pending.append(
+                        (
+                            next_index,
+                            pool.submit(
+                                self.reader.read, self.fragments[next_index].path, columns_wanted
+                            ),
+                        )
+                    )
                 yield self._chunk(index, *future.result(), seen_episodes)
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _chunk(self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict) -> dict[str, Column]:
+    def _chunk(
+        self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict
+    ) -> dict[str, Column]:
         fragment = self.fragments[index]
         sampled = self._sampled(fragment)
         if episodes is None:
@@ -294,13 +344,23 @@ class FileStream(Stream):
         chunk = {}
         for out, name in self.keys.items():
             if name not in columns:
-                raise DataError(f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}")
+                raise DataError(
+                    f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}"
+                )
             values = columns[name]
             if len(values) != fragment.num_rows:
-                raise DataError(f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}")
+                raise DataError(
+                    f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}"
+                )
             horizon = self.horizons.get(out)
-            weight = chunk_weights(episodes, sampled, horizon, self.chunk_end) if horizon else sampled.astype(np.int32)
-            row_id = np.arange(fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64)
+            weight = (
+                chunk_weights(episodes, sampled, horizon, self.chunk_end)
+                if horizon
+                else sampled.astype(np.int32)
+            )
+            row_id = np.arange(
+                fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64
+            )
             keep = weight > 0
             if not keep.all():  # rows outside the sample cost nothing downstream
                 values, weight, row_id = values[keep], weight[keep], row_id[keep]
@@ -316,28 +376,41 @@ def _lerobot_files(root: Path, info: dict) -> list[Path]:
     files = sorted(data.rglob("*.parquet")) if data.is_dir() else []
     version = str(info.get("codebase_version", "?"))
     if not files:
-        raise DataError(f"{root} is a LeRobot dataset ({version}) but {data} holds no parquet files; is the download complete?")
+        raise DataError(
+            f"{root} is a LeRobot dataset ({version}) but {data} holds no parquet files; is the download complete?"
+        )
     return files
 
 
-def _resolve_keys(available: list[str], keys: Mapping[str, str] | None, where: str, features: Mapping | None = None) -> dict[str, str]:
+def _resolve_keys(
+    available: list[str],
+    keys: Mapping[str, str] | None,
+    where: str,
+    features: Mapping | None = None,
+) -> dict[str, str]:
     listing = ", ".join(available)
     if keys:
         for out, name in keys.items():
             if name not in available:
-                raise DataError(f"{where} has no column {name!r} (for key {out!r}); available: {listing}")
+                raise DataError(
+                    f"{where} has no column {name!r} (for key {out!r}); available: {listing}"
+                )
         if features is not None:
             for name in keys.values():
                 dtype = str(features.get(name, {}).get("dtype", "float32"))
                 if dtype in ("video", "image", "string"):
-                    raise DataError(f"{where} column {name!r} is a {dtype} feature, not a numeric vector")
+                    raise DataError(
+                        f"{where} column {name!r} is a {dtype} feature, not a numeric vector"
+                    )
         return dict(keys)
     chosen = {out: name for out, name in DEFAULT_KEYS.items() if name in available}
     if not chosen:
         chosen = {out: out for out in DEFAULT_KEYS if out in available}
     if not chosen:
-        raise DataError(f"{where} has none of the default columns {', '.join(DEFAULT_KEYS.values())}; "
-                        f"name them with --keys out=column (available: {listing})")
+        raise DataError(
+            f"{where} has none of the default columns {', '.join(DEFAULT_KEYS.values())}; "
+            f"name them with --keys out=column (available: {listing})"
+        )
     return chosen
 
 
@@ -363,7 +436,9 @@ def open_source(
         try:
             info = json.loads(info_file.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(f"{info_file} is not valid JSON ({exc}); the dataset's metadata is damaged") from exc
+            raise DataError(
+                f"{info_file} is not valid JSON ({exc}); the dataset's metadata is damaged"
+            ) from exc
         files = _lerobot_files(root, info)
         features = info.get("features", {})
         available = list(features) or _parquet_names(files[0])
@@ -371,10 +446,14 @@ def open_source(
     elif root.is_dir():
         files = sorted(p for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
         if not files:
-            raise DataError(f"{root} holds no data files (.parquet, .npz, .npy) and no LeRobot meta/info.json")
+            raise DataError(
+                f"{root} holds no data files (.parquet, .npz, .npy) and no LeRobot meta/info.json"
+            )
         kinds = {p.suffix for p in files}
         if len(kinds) > 1:
-            raise DataError(f"{root} mixes {', '.join(sorted(kinds))} files; point at a folder of one kind")
+            raise DataError(
+                f"{root} mixes {', '.join(sorted(kinds))} files; point at a folder of one kind"
+            )
         available = sorted({p.stem for p in files}) if kinds == {".npy"} else reader.names(files[0])
         name = f"folder {root}"
     else:
@@ -386,7 +465,9 @@ def open_source(
     chosen = _resolve_keys(available, keys, name, features)
     if files[0].suffix == ".npy":
         if len(set(chosen.values())) > 1 and len(files) > 1:
-            raise DataError(f"{name}: .npy files hold one array each; compute one key at a time from a folder of .npy files")
+            raise DataError(
+                f"{name}: .npy files hold one array each; compute one key at a time from a folder of .npy files"
+            )
         files = [p for p in files if p.stem in set(chosen.values())]
     fragments, offset = [], 0
     first_name = next(iter(chosen.values()))
@@ -396,8 +477,21 @@ def open_source(
         offset += rows
     if offset == 0:
         raise DataError(f"{name} holds no rows")
-    horizons = {key: action_horizon for key in horizon_keys if key in chosen} if action_horizon else None
+    horizons = (
+        {key: action_horizon for key in horizon_keys if key in chosen} if action_horizon else None
+    )
     if action_horizon and not horizons:
-        raise InputError(f"--action-horizon applies to keys {', '.join(horizon_keys)}, which {name} does not compute")
-    return FileStream(name, fragments, chosen, reader=reader, horizons=horizons, chunk_end=chunk_end,
-                      max_frames=max_frames, seed=seed, shuffle=shuffle)
+        raise InputError(
+            f"--action-horizon applies to keys {', '.join(horizon_keys)}, which {name} does not compute"
+        )
+    return FileStream(
+        name,
+        fragments,
+        chosen,
+        reader=reader,
+        horizons=horizons,
+        chunk_end=chunk_end,
+        max_frames=max_frames,
+        seed=seed,
+        shuffle=shuffle,
+    )

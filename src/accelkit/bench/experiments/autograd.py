@@ -33,9 +33,20 @@ def df(x):
     return 0.2 + np.cos(x) - 2 * np.sin(2 * x)
 
 
-def run(modes, *, points: int = 1000, loops: int = 10, protocol: Protocol = DEFAULT_PROTOCOL) -> Result:
-    result = Result("autograd", {"modes": list(modes), "points": points, "loops": loops, "dtype": "float32",
-                                 "repeats": protocol.repeats, "warmup": protocol.warmup})
+def run(
+    modes, *, points: int = 1000, loops: int = 10, protocol: Protocol = DEFAULT_PROTOCOL
+) -> Result:
+    result = Result(
+        "autograd",
+        {
+            "modes": list(modes),
+            "points": points,
+            "loops": loops,
+            "dtype": "float32",
+            "repeats": protocol.repeats,
+            "warmup": protocol.warmup,
+        },
+    )
     grid20 = np.linspace(0, 4 * np.pi, 20, dtype=np.float32)
     want20 = df(grid20.astype(np.float64))
     xs = np.linspace(0, 4 * np.pi, points, dtype=np.float32)
@@ -46,13 +57,25 @@ def run(modes, *, points: int = 1000, loops: int = 10, protocol: Protocol = DEFA
     if "pytorch" in modes:
         grads20["pytorch"] = _run_torch(result, xs, want, grid20, protocol, loops)
     for mode, g in grads20.items():
-        result.checks.append(check_below(f"{mode}: grad over 20 points vs analytic (max abs err)",
-                                         np.max(np.abs(g - want20)), 1e-5))
+        result.checks.append(
+            check_below(
+                f"{mode}: grad over 20 points vs analytic (max abs err)",
+                np.max(np.abs(g - want20)),
+                1e-5,
+            )
+        )
     if len(grads20) == 2:
-        result.checks.append(check_below("jax and pytorch grads over 20 points agree (max abs diff)",
-                                         np.max(np.abs(grads20["jax"] - grads20["pytorch"])), 1e-5))
-    result.notes.append("published (GPU / CPU): jax no-jit 0.874 / 0.0987 s, jit 0.188 / 0.0077 s; "
-                        "torch per-element 3.96 / 1.69 s.")
+        result.checks.append(
+            check_below(
+                "jax and pytorch grads over 20 points agree (max abs diff)",
+                np.max(np.abs(grads20["jax"] - grads20["pytorch"])),
+                1e-5,
+            )
+        )
+    result.notes.append(
+        "published (GPU / CPU): jax no-jit 0.874 / 0.0987 s, jit 0.188 / 0.0077 s; "
+        "torch per-element 3.96 / 1.69 s."
+    )
     return result
 
 
@@ -61,7 +84,9 @@ def _run_jax(result: Result, xs, want, grid20, protocol: Protocol, loops: int) -
     import jax.numpy as jnp
 
     grad_f = jax.grad(lambda x: f(x, jnp))
-    result.checks.append(check_close("jax: grad f(3.0) = −0.23116", float(grad_f(jnp.float32(3.0))), GRAD_AT_3, 1e-5))
+    result.checks.append(
+        check_close("jax: grad f(3.0) = −0.23116", float(grad_f(jnp.float32(3.0))), GRAD_AT_3, 1e-5)
+    )
     vgrad = jax.vmap(grad_f)
     vgrad_jit = jax.jit(vgrad)
     x = jnp.asarray(xs)
@@ -73,13 +98,26 @@ def _run_jax(result: Result, xs, want, grid20, protocol: Protocol, loops: int) -
             out = fn(x)
         return out
 
-    t_eager, out_eager = measure(f"vmap(grad) ×{loops}", "jax", lambda: loop(vgrad), protocol, device=device, size=len(xs))
-    t_jit, out_jit = measure(f"jit(vmap(grad)) ×{loops}", "jax", lambda: loop(vgrad_jit), protocol, device=device,
-                             size=len(xs))
+    t_eager, out_eager = measure(
+        f"vmap(grad) ×{loops}", "jax", lambda: loop(vgrad), protocol, device=device, size=len(xs)
+    )
+    t_jit, out_jit = measure(
+        f"jit(vmap(grad)) ×{loops}",
+        "jax",
+        lambda: loop(vgrad_jit),
+        protocol,
+        device=device,
+        size=len(xs),
+    )
     result.timings += [t_eager, t_jit]
     for label, out in (("no jit", out_eager), ("jit", out_jit)):
-        result.checks.append(check_below(f"jax {label}: grads over {len(xs)} points vs analytic (max abs err)",
-                                         np.max(np.abs(np.asarray(out, np.float64) - want)), 1e-5))
+        result.checks.append(
+            check_below(
+                f"jax {label}: grads over {len(xs)} points vs analytic (max abs err)",
+                np.max(np.abs(np.asarray(out, np.float64) - want)),
+                1e-5,
+            )
+        )
     return np.asarray(vgrad_jit(jnp.asarray(grid20)), dtype=np.float64)
 
 
@@ -88,7 +126,9 @@ def _run_torch(result: Result, xs, want, grid20, protocol: Protocol, loops: int)
 
     x3 = torch.tensor(3.0, requires_grad=True)
     f(x3, torch).backward()
-    result.checks.append(check_close("pytorch: grad f(3.0) = −0.23116", float(x3.grad), GRAD_AT_3, 1e-5))
+    result.checks.append(
+        check_close("pytorch: grad f(3.0) = −0.23116", float(x3.grad), GRAD_AT_3, 1e-5)
+    )
 
     def per_element(values):
         """The published method: one graph and one backward per scalar."""
@@ -112,12 +152,23 @@ def _run_torch(result: Result, xs, want, grid20, protocol: Protocol, loops: int)
             out = fn(xs)
         return out
 
-    t_elem, out_elem = measure(f"per-element backward ×{loops}", "pytorch", lambda: loop(per_element), protocol,
-                               size=len(xs))
-    t_vec, out_vec = measure(f"vectorized backward ×{loops}", "pytorch", lambda: loop(vectorized), protocol,
-                             size=len(xs))
+    t_elem, out_elem = measure(
+        f"per-element backward ×{loops}",
+        "pytorch",
+        lambda: loop(per_element),
+        protocol,
+        size=len(xs),
+    )
+    t_vec, out_vec = measure(
+        f"vectorized backward ×{loops}", "pytorch", lambda: loop(vectorized), protocol, size=len(xs)
+    )
     result.timings += [t_elem, t_vec]
     for label, out in (("per-element", out_elem), ("vectorized", np.asarray(out_vec))):
-        result.checks.append(check_below(f"pytorch {label}: grads over {len(xs)} points vs analytic (max abs err)",
-                                         np.max(np.abs(np.asarray(out, np.float64) - want)), 1e-5))
+        result.checks.append(
+            check_below(
+                f"pytorch {label}: grads over {len(xs)} points vs analytic (max abs err)",
+                np.max(np.abs(np.asarray(out, np.float64) - want)),
+                1e-5,
+            )
+        )
     return np.asarray(vectorized(grid20), dtype=np.float64)

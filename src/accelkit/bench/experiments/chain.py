@@ -73,9 +73,13 @@ def jax_matmul_counts(n: int) -> dict:
 
     x = jax.ShapeDtypeStruct((n, n), jnp.float32)
     xs = jax.ShapeDtypeStruct((5, n, n), jnp.float32)
-    return {"jit(f) compiled matmuls": count_matmuls(jax.jit(f).lower(x).compile().as_text()),
-            "jit(f_distinct) compiled matmuls": count_matmuls(jax.jit(f_distinct).lower(xs).compile().as_text()),
-            "matmuls as written (each)": 5 * (FACTORS - 1)}
+    return {
+        "jit(f) compiled matmuls": count_matmuls(jax.jit(f).lower(x).compile().as_text()),
+        "jit(f_distinct) compiled matmuls": count_matmuls(
+            jax.jit(f_distinct).lower(xs).compile().as_text()
+        ),
+        "matmuls as written (each)": 5 * (FACTORS - 1),
+    }
 
 
 def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None):
@@ -94,7 +98,13 @@ def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None)
         start = time.perf_counter()  # ahead-of-time compilation, timed apart from the calls
         f_c = jax.jit(f).lower(jx).compile()
         fd_c = jax.jit(f_distinct).lower(jxs).compile()
-        return (lambda: f_c(jx)), (lambda: fd_c(jxs)), np.asarray, device, time.perf_counter() - start
+        return (
+            (lambda: f_c(jx)),
+            (lambda: fd_c(jxs)),
+            np.asarray,
+            device,
+            time.perf_counter() - start,
+        )
     import torch
 
     from accelkit.bench.harness import torch_device as pick
@@ -102,39 +112,85 @@ def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None)
     dev = pick(torch_device)
     tx, txs = torch.from_numpy(x).to(dev), torch.from_numpy(xs).to(dev)
     if mode == "pytorch":
-        return (lambda: f(tx)), (lambda: f_distinct(txs)), (lambda t: t.cpu().numpy()), dev.type, None
+        return (
+            (lambda: f(tx)),
+            (lambda: f_distinct(txs)),
+            (lambda t: t.cpu().numpy()),
+            dev.type,
+            None,
+        )
     f_c, fd_c = torch.compile(f), torch.compile(f_distinct)
     return (lambda: f_c(tx)), (lambda: fd_c(txs)), (lambda t: t.cpu().numpy()), dev.type, None
 
 
-def run(modes, *, matrix_size: int = 1000, protocol: Protocol = DEFAULT_PROTOCOL, torch_device: str | None = None) -> Result:
+def run(
+    modes,
+    *,
+    matrix_size: int = 1000,
+    protocol: Protocol = DEFAULT_PROTOCOL,
+    torch_device: str | None = None,
+) -> Result:
     n = matrix_size
-    result = Result("chain", {"modes": list(modes), "matrix_size": n, "dtype": "float32", "factors": FACTORS,
-                              "repeats": protocol.repeats, "warmup": protocol.warmup})
+    result = Result(
+        "chain",
+        {
+            "modes": list(modes),
+            "matrix_size": n,
+            "dtype": "float32",
+            "factors": FACTORS,
+            "repeats": protocol.repeats,
+            "warmup": protocol.warmup,
+        },
+    )
     x, xs = inputs(n)
     want, want_distinct = reference(x, xs)
     for mode in modes:
         run_f, run_fd, to_np, device, compile_s = _backend(mode, x, xs, torch_device)
         backend = mode
-        t, out = measure("f (5 identical g)", backend, run_f, protocol, device=device, size=n, compile_s=compile_s)
+        t, out = measure(
+            "f (5 identical g)",
+            backend,
+            run_f,
+            protocol,
+            device=device,
+            size=n,
+            compile_s=compile_s,
+        )
         result.timings.append(t)
-        td, out_d = measure("f_distinct (5 different g)", backend, run_fd, protocol, device=device, size=n)
+        td, out_d = measure(
+            "f_distinct (5 different g)", backend, run_fd, protocol, device=device, size=n
+        )
         result.timings.append(td)
         for label, got, ref in (("f", out, want), ("f_distinct", out_d, want_distinct)):
             rel = float(np.max(np.abs(to_np(got) - ref)) / np.max(np.abs(ref)))
             # float32 through 10 chained products of size n: error grows like FACTORS·sqrt(n)·eps
-            result.checks.append(check_below(f"{mode}: {label} vs NumPy float64 (max rel err)", rel,
-                                             FACTORS * 8 * np.sqrt(n) * np.finfo(np.float32).eps))
+            result.checks.append(
+                check_below(
+                    f"{mode}: {label} vs NumPy float64 (max rel err)",
+                    rel,
+                    FACTORS * 8 * np.sqrt(n) * np.finfo(np.float32).eps,
+                )
+            )
         result.facts[f"{mode}: f_distinct / f time"] = td.median_s / t.median_s
     if any(m.startswith("jax") for m in modes):
         counts = jax_matmul_counts(n)
         result.facts.update(counts)
-        result.checks.append(check_true("jit(f) merges the 5 identical g calls (10 matmuls)",
-                                        counts["jit(f) compiled matmuls"] == FACTORS - 1,
-                                        f"{counts['jit(f) compiled matmuls']} compiled"))
-        result.checks.append(check_true("jit(f_distinct) keeps all 50 matmuls",
-                                        counts["jit(f_distinct) compiled matmuls"] == 5 * (FACTORS - 1),
-                                        f"{counts['jit(f_distinct) compiled matmuls']} compiled"))
-    result.notes.append("tutorial numbers (1000×1000): numpy 0.91 s, jax 0.41 s, jax jit 0.034 s, torch 0.058 s; "
-                        "jit's 10 matmuls against eager's 50 explain most of that gap — compare f_distinct.")
+        result.checks.append(
+            check_true(
+                "jit(f) merges the 5 identical g calls (10 matmuls)",
+                counts["jit(f) compiled matmuls"] == FACTORS - 1,
+                f"{counts['jit(f) compiled matmuls']} compiled",
+            )
+        )
+        result.checks.append(
+            check_true(
+                "jit(f_distinct) keeps all 50 matmuls",
+                counts["jit(f_distinct) compiled matmuls"] == 5 * (FACTORS - 1),
+                f"{counts['jit(f_distinct) compiled matmuls']} compiled",
+            )
+        )
+    result.notes.append(
+        "tutorial numbers (1000×1000): numpy 0.91 s, jax 0.41 s, jax jit 0.034 s, torch 0.058 s; "
+        "jit's 10 matmuls against eager's 50 explain most of that gap — compare f_distinct."
+    )
     return result

@@ -71,7 +71,9 @@ def _standardize(name, x_train, y_train, x_test, y_test, limit) -> Dataset:
         x_train, y_train = x_train[:limit], y_train[:limit]
     mean, std = float(x_train.mean()), float(x_train.std())
     norm = lambda x: ((x - mean) / std).astype(np.float32)  # noqa: E731
-    return Dataset(name, norm(x_train), y_train.astype(np.int64), norm(x_test), y_test.astype(np.int64))
+    return Dataset(
+        name, norm(x_train), y_train.astype(np.int64), norm(x_test), y_test.astype(np.int64)
+    )
 
 
 def mnist5k_path() -> Path:
@@ -95,20 +97,29 @@ def _read_idx(path: Path) -> np.ndarray:
     if len(raw) < 8 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
         raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
     dims = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims))
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims))
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
     if data.size != int(np.prod(shape)):
-        raise DataError(f"{path}: header says {shape} but holds {data.size} bytes; the file is truncated")
+        raise DataError(
+            f"{path}: header says {shape} but holds {data.size} bytes; the file is truncated"
+        )
     return data.reshape(shape)
 
 
 def _find_idx(folder: Path, stem: str) -> Path:
     from accelkit.errors import DataError
 
-    for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
+    for name in (
+        stem,
+        stem + ".gz",
+        stem.replace("-idx", ".idx"),
+        stem.replace("-idx", ".idx") + ".gz",
+    ):
         if (folder / name).is_file():
             return folder / name
-    raise DataError(f"{folder} has no {stem}[.gz]; give a folder with the four standard MNIST IDX files")
+    raise DataError(
+        f"{folder} has no {stem}[.gz]; give a folder with the four standard MNIST IDX files"
+    )
 
 
 def load_data(spec: str, limit: int | None = None) -> Dataset:
@@ -127,12 +138,27 @@ def load_data(spec: str, limit: int | None = None) -> Dataset:
         return _standardize("mnist5k", *_split(x, y, 0.2), limit)
     folder = Path(spec)
     if not folder.is_dir():
-        raise InputError(f"--data {spec!r} is neither digits, mnist5k nor a folder of MNIST IDX files")
-    parts = [_read_idx(_find_idx(folder, stem)) for stem in
-             ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")]
+        raise InputError(
+            f"--data {spec!r} is neither digits, mnist5k nor a folder of MNIST IDX files"
+        )
+    parts = [
+        _read_idx(_find_idx(folder, stem))
+        for stem in (
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        )
+    ]
     x_train, y_train, x_test, y_test = parts
-    return _standardize("idx", x_train.astype(np.float32) / 255.0, y_train, x_test.astype(np.float32) / 255.0,
-                        y_test, limit)
+    return _standardize(
+        "idx",
+        x_train.astype(np.float32) / 255.0,
+        y_train,
+        x_test.astype(np.float32) / 255.0,
+        y_test,
+        limit,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +203,13 @@ def make_loader(x, y, batch_size: int, collate, seed: int, shuffle: bool = True)
     from torch.utils.data import DataLoader
 
     generator = torch.Generator().manual_seed(seed)
-    return DataLoader(ArrayDataset(x, y), batch_size=batch_size, shuffle=shuffle, generator=generator,
-                      collate_fn=collate)
+    return DataLoader(
+        ArrayDataset(x, y),
+        batch_size=batch_size,
+        shuffle=shuffle,
+        generator=generator,
+        collate_fn=collate,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,8 +326,13 @@ def train_torch(net, data: Dataset, epochs: int, batch_size: int, lr: float, see
         net.eval()
         with torch.no_grad():
             predicted = net(test_x).argmax(1).numpy()
-        history.append({"loss": float(np.mean(losses)), "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
-                        "seconds": seconds})
+        history.append(
+            {
+                "loss": float(np.mean(losses)),
+                "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
+                "seconds": seconds,
+            }
+        )
     return history
 
 
@@ -316,8 +352,12 @@ def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, s
     @jax.jit
     def train_step(state, x, y):
         def loss_fn(params):
-            logits = state.apply_fn({"params": params}, x, train=True,
-                                    rngs={"dropout": jax.random.fold_in(dropout_key, state.step)})
+            logits = state.apply_fn(
+                {"params": params},
+                x,
+                train=True,
+                rngs={"dropout": jax.random.fold_in(dropout_key, state.step)},
+            )
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
@@ -338,40 +378,85 @@ def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, s
         losses = [float(v) for v in jax.block_until_ready(losses)]
         seconds = time.perf_counter() - start
         predicted = np.asarray(predict(state.params, test_x))
-        history.append({"loss": float(np.mean(losses)), "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
-                        "seconds": seconds})
+        history.append(
+            {
+                "loss": float(np.mean(losses)),
+                "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
+                "seconds": seconds,
+            }
+        )
     return history
 
 
-def run(modes, data: Dataset, *, epochs: int, batch_size: int = 128, lr: float | None = None, seed: int = 0,
-        target: float | None = None) -> Result:
+def run(
+    modes,
+    data: Dataset,
+    *,
+    epochs: int,
+    batch_size: int = 128,
+    lr: float | None = None,
+    seed: int = 0,
+    target: float | None = None,
+) -> Result:
     import jax
     import jax.numpy as jnp
     import torch
 
     lr = DEFAULT_LR.get(data.name, 0.01) if lr is None else lr
 
-    result = Result("mnist", {"modes": list(modes), "data": data.name, "train": len(data.y_train),
-                              "test": len(data.y_test), "side": data.side, "epochs": epochs, "batch_size": batch_size,
-                              "lr": lr, "momentum": 0.9, "target_accuracy": target})
+    result = Result(
+        "mnist",
+        {
+            "modes": list(modes),
+            "data": data.name,
+            "train": len(data.y_train),
+            "test": len(data.y_test),
+            "side": data.side,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "momentum": 0.9,
+            "target_accuracy": target,
+        },
+    )
     torch.manual_seed(seed)
     net = torch_model(data.side)
     params = torch_to_flax_params(net, data.side)
     n_torch, n_copied = count_params(net), count_params(params)
     # the flax module must define exactly the parameters we copied in: initialize it and compare shapes
-    fresh = flax_model().init(jax.random.key(seed), jnp.zeros((1, data.side, data.side, 1)), train=False)["params"]
+    fresh = flax_model().init(
+        jax.random.key(seed), jnp.zeros((1, data.side, data.side, 1)), train=False
+    )["params"]
     shapes_match = jax.tree.map(lambda a: a.shape, fresh) == jax.tree.map(lambda a: a.shape, params)
     result.facts["parameters (pytorch)"] = n_torch
     result.facts["parameters (flax)"] = count_params(fresh)
-    result.checks.append(check_true("same parameter count and shapes", shapes_match and n_torch == n_copied == count_params(fresh),
-                                    f"{n_torch} vs {count_params(fresh)}"))
+    result.checks.append(
+        check_true(
+            "same parameter count and shapes",
+            shapes_match and n_torch == n_copied == count_params(fresh),
+            f"{n_torch} vs {count_params(fresh)}",
+        )
+    )
     net.eval()
     with torch.no_grad():
         torch_logits = net(torch.from_numpy(data.x_test[:64, None])).numpy()
-    flax_logits = np.asarray(flax_model().apply({"params": params}, jnp.asarray(data.x_test[:64, ..., None]), train=False))
-    result.checks.append(check_below("identical start: flax logits = pytorch logits (max abs diff)",
-                                     np.max(np.abs(flax_logits - torch_logits)), 1e-4))
-    initial_loss = float(np.mean(np.log(np.sum(np.exp(torch_logits), 1)) - torch_logits[np.arange(64), data.y_test[:64]]))
+    flax_logits = np.asarray(
+        flax_model().apply(
+            {"params": params}, jnp.asarray(data.x_test[:64, ..., None]), train=False
+        )
+    )
+    result.checks.append(
+        check_below(
+            "identical start: flax logits = pytorch logits (max abs diff)",
+            np.max(np.abs(flax_logits - torch_logits)),
+            1e-4,
+        )
+    )
+    initial_loss = float(
+        np.mean(
+            np.log(np.sum(np.exp(torch_logits), 1)) - torch_logits[np.arange(64), data.y_test[:64]]
+        )
+    )
     for mode in modes:
         if mode == "pytorch":
             history = train_torch(net, data, epochs, batch_size, lr, seed)
@@ -379,20 +464,50 @@ def run(modes, data: Dataset, *, epochs: int, batch_size: int = 128, lr: float |
             history = train_flax(params, data, epochs, batch_size, lr, seed)
         seconds = [h["seconds"] for h in history]
         device = "cpu" if mode == "pytorch" else jax.devices()[0].platform
-        result.timings.append(Timing("train epoch", mode, device, seconds[0], tuple(seconds[1:] or seconds[:1]),
-                                     len(data.y_train)))
+        result.timings.append(
+            Timing(
+                "train epoch",
+                mode,
+                device,
+                seconds[0],
+                tuple(seconds[1:] or seconds[:1]),
+                len(data.y_train),
+            )
+        )
         for i, h in enumerate(history, 1):
-            result.facts[f"{mode} epoch {i}: loss / test acc %"] = f"{h['loss']:.4f} / {h['accuracy']:.2f}"
+            result.facts[f"{mode} epoch {i}: loss / test acc %"] = (
+                f"{h['loss']:.4f} / {h['accuracy']:.2f}"
+            )
         final = history[-1]["accuracy"]
         result.facts[f"{mode}: final test accuracy %"] = final
-        result.checks.append(check_true(f"{mode}: training loss fell below the initial loss",
-                                        history[-1]["loss"] < initial_loss,
-                                        f"{initial_loss:.3f} → {history[-1]['loss']:.3f}"))
+        result.checks.append(
+            check_true(
+                f"{mode}: training loss fell below the initial loss",
+                history[-1]["loss"] < initial_loss,
+                f"{initial_loss:.3f} → {history[-1]['loss']:.3f}",
+            )
+        )
         if target is not None:
-            result.checks.append(check_close(f"{mode}: test accuracy ≥ {target:g} %", final, (100 + target) / 2,
-                                             (100 - target) / 2, f"{final:.2f} % on {len(data.y_test)} test images"))
-        result.series.append({"label": mode, "x": list(range(1, epochs + 1)), "y": [h["accuracy"] for h in history],
-                              "xlabel": "epoch", "ylabel": "test accuracy %"})
-    result.notes.append("published after epoch 2 on full MNIST: PyTorch 98.43 %, Flax 98.64 % (different models: "
-                        "VALID vs SAME padding); no times were published.")
+            result.checks.append(
+                check_close(
+                    f"{mode}: test accuracy ≥ {target:g} %",
+                    final,
+                    (100 + target) / 2,
+                    (100 - target) / 2,
+                    f"{final:.2f} % on {len(data.y_test)} test images",
+                )
+            )
+        result.series.append(
+            {
+                "label": mode,
+                "x": list(range(1, epochs + 1)),
+                "y": [h["accuracy"] for h in history],
+                "xlabel": "epoch",
+                "ylabel": "test accuracy %",
+            }
+        )
+    result.notes.append(
+        "published after epoch 2 on full MNIST: PyTorch 98.43 %, Flax 98.64 % (different models: "
+        "VALID vs SAME padding); no times were published."
+    )
     return result

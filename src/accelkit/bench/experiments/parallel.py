@@ -49,18 +49,35 @@ def child_env(devices: int) -> dict:
     return env
 
 
-def run_in_subprocess(*, devices: int = 8, protocol: Protocol = DEFAULT_PROTOCOL, timeout: float = 600) -> Result:
+def run_in_subprocess(
+    *, devices: int = 8, protocol: Protocol = DEFAULT_PROTOCOL, timeout: float = 600
+) -> Result:
     from accelkit.errors import AccelkitError
 
     with tempfile.TemporaryDirectory(prefix="accelkit-parallel-") as tmp:
         out = Path(tmp) / "parallel.json"
-        argv = [sys.executable, "-m", "accelkit.bench.experiments.parallel", str(devices), str(protocol.repeats),
-                str(protocol.warmup), str(out)]
-        done = subprocess.run(argv, env=child_env(devices), capture_output=True, text=True, timeout=timeout)
+        argv = [
+            sys.executable,
+            "-m",
+            "accelkit.bench.experiments.parallel",
+            str(devices),
+            str(protocol.repeats),
+            str(protocol.warmup),
+            str(out),
+        ]
+        done = subprocess.run(
+            argv, env=child_env(devices), capture_output=True, text=True, timeout=timeout
+        )
         if done.returncode != 0 or not out.exists():
-            lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip() and not ln.startswith(("For simplicity", "---"))]
+            lines = [
+                ln
+                for ln in done.stderr.strip().splitlines()
+                if ln.strip() and not ln.startswith(("For simplicity", "---"))
+            ]
             tail = (lines or ["no output"])[-1]
-            raise AccelkitError(f"bench parallel child process failed (exit {done.returncode}): {tail}")
+            raise AccelkitError(
+                f"bench parallel child process failed (exit {done.returncode}): {tail}"
+            )
         return Result.from_json(json.loads(out.read_text())["results"][0])
 
 
@@ -68,9 +85,16 @@ def run(devices: int, protocol: Protocol) -> Result:
     import jax
 
     found = jax.devices("cpu")
-    result = Result("parallel", {"devices": devices, "repeats": protocol.repeats, "warmup": protocol.warmup})
-    result.checks.append(check_true(f"child process sees {devices} CPU devices", len(found) == devices,
-                                    f"{len(found)} devices"))
+    result = Result(
+        "parallel", {"devices": devices, "repeats": protocol.repeats, "warmup": protocol.warmup}
+    )
+    result.checks.append(
+        check_true(
+            f"child process sees {devices} CPU devices",
+            len(found) == devices,
+            f"{len(found)} devices",
+        )
+    )
     _vmap(result, protocol)
     _pytree_grads(result)
     _sharding(result, found)
@@ -93,15 +117,25 @@ def _vmap(result: Result, protocol: Protocol) -> None:
 
     batched = jax.vmap(predict, in_axes=(None, 0))
     batched_jit = jax.jit(batched)
-    t_loop, out_loop = measure("python loop over 256 examples", "jax", lambda: jnp.stack([predict(jw, x) for x in jxs]),
-                               protocol, size=256)
+    t_loop, out_loop = measure(
+        "python loop over 256 examples",
+        "jax",
+        lambda: jnp.stack([predict(jw, x) for x in jxs]),
+        protocol,
+        size=256,
+    )
     t_vmap, out_vmap = measure("vmap", "jax", lambda: batched(jw, jxs), protocol, size=256)
     t_jit, out_jit = measure("jit(vmap)", "jax", lambda: batched_jit(jw, jxs), protocol, size=256)
     result.timings += [t_loop, t_vmap, t_jit]
     want = np.tanh(xs.astype(np.float64) @ w.astype(np.float64).T)
     for label, out in (("loop", out_loop), ("vmap", out_vmap), ("jit(vmap)", out_jit)):
-        result.checks.append(check_below(f"{label} vs NumPy float64 (max abs err)",
-                                         np.max(np.abs(np.asarray(out, np.float64) - want)), 1e-5))
+        result.checks.append(
+            check_below(
+                f"{label} vs NumPy float64 (max abs err)",
+                np.max(np.abs(np.asarray(out, np.float64) - want)),
+                1e-5,
+            )
+        )
     result.facts["vmap speed-up over the loop"] = t_loop.median_s / t_vmap.median_s
 
 
@@ -115,6 +149,7 @@ def _pytree_grads(result: Result) -> None:
     params = {"w": np.array([0.1, 0.2, 0.3]), "b": np.array(0.0)}
 
     with jax.enable_x64(True):
+
         def loss(p, x, y):
             return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
 
@@ -124,15 +159,35 @@ def _pytree_grads(result: Result) -> None:
         hess = jax.hessian(loss)(jp, x, y)
     r = x @ params["w"] + params["b"] - y
     want = {"w": 2 * x.T @ r / len(y), "b": 2 * r.mean()}
-    worst = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - b))), grads, want)))
-    same = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))),
-                                            grads, plain)))
-    result.checks.append(check_below("value_and_grad on a pytree vs analytic (max abs err)", worst, 1e-12))
+    worst = max(
+        jax.tree.leaves(
+            jax.tree.map(lambda a, b: float(np.max(np.abs(np.asarray(a) - b))), grads, want)
+        )
+    )
+    same = max(
+        jax.tree.leaves(
+            jax.tree.map(
+                lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))), grads, plain
+            )
+        )
+    )
+    result.checks.append(
+        check_below("value_and_grad on a pytree vs analytic (max abs err)", worst, 1e-12)
+    )
     result.checks.append(check_below("grad equals value_and_grad's gradient", same, 0.0))
-    result.checks.append(check_below("loss value vs NumPy", abs(float(value) - float(np.mean(r ** 2))), 1e-12))
-    result.checks.append(check_below("hessian['w']['w'] = 2·XᵀX/n (max abs err)",
-                                     np.max(np.abs(np.asarray(hess["w"]["w"]) - 2 * x.T @ x / len(y))), 1e-12))
-    result.checks.append(check_below("hessian['b']['b'] = 2", abs(float(hess["b"]["b"]) - 2.0), 1e-12))
+    result.checks.append(
+        check_below("loss value vs NumPy", abs(float(value) - float(np.mean(r**2))), 1e-12)
+    )
+    result.checks.append(
+        check_below(
+            "hessian['w']['w'] = 2·XᵀX/n (max abs err)",
+            np.max(np.abs(np.asarray(hess["w"]["w"]) - 2 * x.T @ x / len(y))),
+            1e-12,
+        )
+    )
+    result.checks.append(
+        check_below("hessian['b']['b'] = 2", abs(float(hess["b"]["b"]) - 2.0), 1e-12)
+    )
 
 
 def _sharding(result: Result, devices) -> None:
@@ -143,8 +198,12 @@ def _sharding(result: Result, devices) -> None:
 
     # device_put onto each device in turn
     placed = [jax.device_put(jnp.arange(4.0), d) for d in devices]
-    result.checks.append(check_true("device_put places one array on each device",
-                                    [next(iter(a.devices())) for a in placed] == list(devices)))
+    result.checks.append(
+        check_true(
+            "device_put places one array on each device",
+            [next(iter(a.devices())) for a in placed] == list(devices),
+        )
+    )
     # a 2-D mesh (Auto axes: a @ a.T is allowed; jax.make_mesh would default to Explicit ones)
     rows = 4 if len(devices) % 4 == 0 else len(devices)
     mesh = Mesh(np.array(devices).reshape(rows, len(devices) // rows), ("x", "y"))
@@ -155,18 +214,33 @@ def _sharding(result: Result, devices) -> None:
         jax.debug.visualize_array_sharding(sharded, use_color=False)
     result.facts["visualize_array_sharding, 64×64 over mesh (x, y)"] = picture.getvalue()
     shard_shapes = {s.data.shape for s in sharded.addressable_shards}
-    result.checks.append(check_true("each device holds one block of the 2-D sharding",
-                                    shard_shapes == {(64 // rows, 64 // (len(devices) // rows))} and
-                                    len(sharded.addressable_shards) == len(devices), f"shard shapes {shard_shapes}"))
+    result.checks.append(
+        check_true(
+            "each device holds one block of the 2-D sharding",
+            shard_shapes == {(64 // rows, 64 // (len(devices) // rows))}
+            and len(sharded.addressable_shards) == len(devices),
+            f"shard shapes {shard_shapes}",
+        )
+    )
     in_sharding = NamedSharding(mesh, P("x", None))
     out_sharding = NamedSharding(mesh, P(None, "y"))
     fn = jax.jit(lambda a: jnp.sin(a) @ a.T, in_shardings=in_sharding, out_shardings=out_sharding)
     out = fn(jax.device_put(data, in_sharding))
-    result.checks.append(check_true("jit honours out_shardings", out.sharding.is_equivalent_to(out_sharding, 2),
-                                    str(out.sharding.spec)))
+    result.checks.append(
+        check_true(
+            "jit honours out_shardings",
+            out.sharding.is_equivalent_to(out_sharding, 2),
+            str(out.sharding.spec),
+        )
+    )
     want = np.sin(data.astype(np.float64)) @ data.T.astype(np.float64)
-    result.checks.append(check_below("sharded jit result vs NumPy float64 (max rel err)",
-                                     np.max(np.abs(np.asarray(out) - want)) / np.max(np.abs(want)), 1e-5))
+    result.checks.append(
+        check_below(
+            "sharded jit result vs NumPy float64 (max rel err)",
+            np.max(np.abs(np.asarray(out) - want)) / np.max(np.abs(want)),
+            1e-5,
+        )
+    )
 
 
 def _three_ways(result: Result, devices, protocol: Protocol) -> None:
@@ -184,18 +258,36 @@ def _three_ways(result: Result, devices, protocol: Protocol) -> None:
     mesh = Mesh(np.array(devices), ("i",))
     jw = jnp.asarray(w)
 
-    pmapped = jax.pmap(lambda xb: jax.lax.psum(jnp.sum(jnp.tanh(xb @ jw)), "i"), axis_name="i", devices=devices)
-    x_pmap = jax.device_put_sharded(list(x.reshape(n, 64, 256)), devices) if hasattr(jax, "device_put_sharded") \
+    pmapped = jax.pmap(
+        lambda xb: jax.lax.psum(jnp.sum(jnp.tanh(xb @ jw)), "i"), axis_name="i", devices=devices
+    )
+    x_pmap = (
+        jax.device_put_sharded(list(x.reshape(n, 64, 256)), devices)
+        if hasattr(jax, "device_put_sharded")
         else x.reshape(n, 64, 256)
-    shard_mapped = jax.jit(jax.shard_map(lambda xb: jax.lax.psum(jnp.sum(jnp.tanh(xb @ jw)), "i"), mesh=mesh,
-                                         in_specs=P("i"), out_specs=P()))
+    )
+    shard_mapped = jax.jit(
+        jax.shard_map(
+            lambda xb: jax.lax.psum(jnp.sum(jnp.tanh(xb @ jw)), "i"),
+            mesh=mesh,
+            in_specs=P("i"),
+            out_specs=P(),
+        )
+    )
     sharded_jit = jax.jit(lambda xs: jnp.sum(jnp.tanh(xs @ jw)))
     x_sharded = jax.device_put(x, NamedSharding(mesh, P("i")))
-    for name, call in (("pmap + psum", lambda: pmapped(x_pmap)[0]), ("shard_map + psum", lambda: shard_mapped(x_sharded)),
-                       ("jit on a sharded array", lambda: sharded_jit(x_sharded))):
+    for name, call in (
+        ("pmap + psum", lambda: pmapped(x_pmap)[0]),
+        ("shard_map + psum", lambda: shard_mapped(x_sharded)),
+        ("jit on a sharded array", lambda: sharded_jit(x_sharded)),
+    ):
         timing, out = measure(name, "jax", call, protocol, device=f"{n}×cpu", size=x.shape[0])
         result.timings.append(timing)
-        result.checks.append(check_below(f"{name} vs NumPy float64 (rel err)", abs(float(out) - want) / abs(want), 1e-4))
+        result.checks.append(
+            check_below(
+                f"{name} vs NumPy float64 (rel err)", abs(float(out) - want) / abs(want), 1e-4
+            )
+        )
 
 
 def _mlp_torch(sizes):
@@ -221,9 +313,13 @@ def _data_parallel(result: Result, devices, protocol: Protocol) -> None:
     y = rng.integers(0, sizes[2], batch)
     torch.manual_seed(0)
     net = _mlp_torch(sizes)
-    params = {f"Dense_{i}": {"kernel": jnp.asarray(layer.weight.detach().numpy().T),
-                             "bias": jnp.asarray(layer.bias.detach().numpy())}
-              for i, layer in enumerate([net[0], net[2]])}
+    params = {
+        f"Dense_{i}": {
+            "kernel": jnp.asarray(layer.weight.detach().numpy().T),
+            "bias": jnp.asarray(layer.bias.detach().numpy()),
+        }
+        for i, layer in enumerate([net[0], net[2]])
+    }
 
     class MLP(fnn.Module):
         @fnn.compact
@@ -245,7 +341,11 @@ def _data_parallel(result: Result, devices, protocol: Protocol) -> None:
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         return state.apply_gradients(grads=grads), loss
 
-    step = jax.jit(train_step, in_shardings=(replicated, by_batch, by_batch), out_shardings=(replicated, replicated))
+    step = jax.jit(
+        train_step,
+        in_shardings=(replicated, by_batch, by_batch),
+        out_shardings=(replicated, replicated),
+    )
     hlo = step.lower(state, jx, jy).compile().as_text()
     result.facts["all-reduce ops XLA inserted in the data-parallel step"] = hlo.count("all-reduce(")
     new_state, loss = step(state, jx, jy)
@@ -255,15 +355,34 @@ def _data_parallel(result: Result, devices, protocol: Protocol) -> None:
     torch_loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y))
     torch_loss.backward()
     opt.step()
-    result.checks.append(check_below("data-parallel flax loss = pytorch loss", abs(float(loss) - torch_loss.item()), 1e-5))
+    result.checks.append(
+        check_below(
+            "data-parallel flax loss = pytorch loss", abs(float(loss) - torch_loss.item()), 1e-5
+        )
+    )
     got = np.asarray(new_state.params["Dense_0"]["kernel"]).T
-    result.checks.append(check_below("updated weights: flax (8 shards) = pytorch (max abs diff)",
-                                     np.max(np.abs(got - net[0].weight.detach().numpy())), 1e-5))
-    result.checks.append(check_true("parameters stay replicated after the step",
-                                    new_state.params["Dense_0"]["kernel"].sharding.is_equivalent_to(replicated, 2)))
+    result.checks.append(
+        check_below(
+            "updated weights: flax (8 shards) = pytorch (max abs diff)",
+            np.max(np.abs(got - net[0].weight.detach().numpy())),
+            1e-5,
+        )
+    )
+    result.checks.append(
+        check_true(
+            "parameters stay replicated after the step",
+            new_state.params["Dense_0"]["kernel"].sharding.is_equivalent_to(replicated, 2),
+        )
+    )
 
-    t_jax, _ = measure("train step, flax data-parallel", "flax", lambda: step(state, jx, jy), protocol,
-                       device=f"{len(devices)}×cpu", size=batch)
+    t_jax, _ = measure(
+        "train step, flax data-parallel",
+        "flax",
+        lambda: step(state, jx, jy),
+        protocol,
+        device=f"{len(devices)}×cpu",
+        size=batch,
+    )
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
 
     def torch_step():

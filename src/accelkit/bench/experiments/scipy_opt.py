@@ -47,8 +47,16 @@ def _tolerances(n: int) -> tuple[float, float]:
 
 
 def run(modes, *, array_length: int = 10_000, protocol: Protocol = DEFAULT_PROTOCOL) -> Result:
-    result = Result("scipy", {"modes": list(modes), "array_length": array_length, "dtype": "float64",
-                              "repeats": protocol.repeats, "warmup": protocol.warmup})
+    result = Result(
+        "scipy",
+        {
+            "modes": list(modes),
+            "array_length": array_length,
+            "dtype": "float64",
+            "repeats": protocol.repeats,
+            "warmup": protocol.warmup,
+        },
+    )
     a, b = make_data(array_length)
     slope_tol, offset_tol = _tolerances(array_length)
     x0 = np.array([1.0, 0.0])
@@ -56,8 +64,13 @@ def run(modes, *, array_length: int = 10_000, protocol: Protocol = DEFAULT_PROTO
     if "numpy" in modes:
         from scipy.optimize import minimize
 
-        t, res = measure("BFGS", "scipy", lambda: minimize(rmse_with_calibration, x0, args=(a, b), method="BFGS", tol=1e-4),
-                         protocol, size=array_length)
+        t, res = measure(
+            "BFGS",
+            "scipy",
+            lambda: minimize(rmse_with_calibration, x0, args=(a, b), method="BFGS", tol=1e-4),
+            protocol,
+            size=array_length,
+        )
         result.timings.append(t)
         found["numpy"] = res.x
         result.facts["scipy: iterations"] = int(res.nit)
@@ -71,8 +84,12 @@ def run(modes, *, array_length: int = 10_000, protocol: Protocol = DEFAULT_PROTO
     exact = exact_optimum(a, b)
     result.facts["closed-form optimum (slope, offset)"] = f"({exact[0]:.5f}, {exact[1]:.5f})"
     for mode, x in found.items():
-        result.checks.append(check_close(f"{mode}: slope = closed-form optimum", x[0], exact[0], 1e-3))
-        result.checks.append(check_close(f"{mode}: offset = closed-form optimum", x[1], exact[1], 1e-2))
+        result.checks.append(
+            check_close(f"{mode}: slope = closed-form optimum", x[0], exact[0], 1e-3)
+        )
+        result.checks.append(
+            check_close(f"{mode}: offset = closed-form optimum", x[1], exact[1], 1e-2)
+        )
     return result
 
 
@@ -100,11 +117,23 @@ def _run_jax(result: Result, a, b, x0, protocol: Protocol):
 
         # eager: every call re-traces the BFGS while_loop; one call shows the cost
         once = Protocol(repeats=1, warmup=0)
-        t_eager, _ = measure("BFGS eager (re-traces per call)", "jax", lambda: solve(jx0, ja, jb).x, once,
-                             device=device, size=len(a))
+        t_eager, _ = measure(
+            "BFGS eager (re-traces per call)",
+            "jax",
+            lambda: solve(jx0, ja, jb).x,
+            once,
+            device=device,
+            size=len(a),
+        )
         solve_jit = jax.jit(solve)
-        t_jit, res = measure("BFGS inside jax.jit", "jax", lambda: solve_jit(jx0, ja, jb), protocol,
-                             device=device, size=len(a))
+        t_jit, res = measure(
+            "BFGS inside jax.jit",
+            "jax",
+            lambda: solve_jit(jx0, ja, jb),
+            protocol,
+            device=device,
+            size=len(a),
+        )
         result.timings += [t_eager, t_jit]
         result.facts["jax: success flag"] = bool(res.success)
         result.facts["jax: iterations"] = int(res.nit)
@@ -119,11 +148,22 @@ def _run_jax(result: Result, a, b, x0, protocol: Protocol):
         counted_jit = jax.jit(counted)
         values = []
         for size in (2, 3, 4, 2, 3, 4):
-            x = jnp.concatenate([jx0, jnp.zeros(size - 2)]) + jnp.array([0.5, 3.0] + [0.0] * (size - 2))
+            x = jnp.concatenate([jx0, jnp.zeros(size - 2)]) + jnp.array(
+                [0.5, 3.0] + [0.0] * (size - 2)
+            )
             values.append(float(counted_jit(x, ja, jb)))
         result.facts["jax: traces for shapes (2,),(3,),(4,) then again"] = len(traces)
-        result.checks.append(check_true("jit compiles once per new shape (3 traces for 6 calls)", len(traces) == 3,
-                                        f"traced shapes {traces}"))
+        result.checks.append(
+            check_true(
+                "jit compiles once per new shape (3 traces for 6 calls)",
+                len(traces) == 3,
+                f"traced shapes {traces}",
+            )
+        )
         want = float(rmse_with_calibration(np.array([1.5, 3.0]), a, b))
-        result.checks.append(check_close("jitted objective equals NumPy at x=(1.5, 3)", values[0], want, 1e-12 * max(1, want)))
+        result.checks.append(
+            check_close(
+                "jitted objective equals NumPy at x=(1.5, 3)", values[0], want, 1e-12 * max(1, want)
+            )
+        )
         return np.asarray(res.x)
