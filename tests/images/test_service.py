@@ -748,6 +748,56 @@ def test_slow_bodies_and_headers_are_cut_off(server):
     assert 'accelkit_images_rejected_total{reason="body_too_slow"} 4.0' in metrics
 
 
+def test_remote_index_is_the_same_interface(server, setup, photos, tmp_path):
+    """RemoteIndex (the CLI's --server) does through HTTP what LocalIndex does in process."""
+    from accelkit.images.index import ImageIndex, ImageInput
+    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.store import CollectionExistsError, CollectionNotFoundError
+
+    cat = tmp_path / "cat.png"
+    Image.fromarray(photos["chelsea"]).save(cat)
+    index = RemoteIndex(server.url, KEY)
+    try:
+        assert isinstance(index, ImageIndex)
+        info = index.create_collection("remote", description="over http")
+        assert (info["name"], info["dim"], info["count"]) == ("remote", 1280, 0)
+        with pytest.raises(CollectionExistsError):
+            index.create_collection("remote")
+        result = index.insert(
+            [
+                ImageInput(str(cat), "cat", {"kind": "pet"}, "cat.png"),
+                ImageInput(photos["rocket"], "rocket"),
+                ImageInput(b"not an image", "junk"),
+                ImageInput(str(tmp_path / "missing.png"), "gone"),
+                ImageInput(photos["coffee"], "Bob's photo"),
+            ],
+            "remote",
+        )
+        assert result.ids == ["cat", "rocket"] and result.indices == [0, 1]
+        assert set(result.failures) == {2, 3, 4} and "cannot read" in result.failures[3]
+        assert "ids are 1-256 characters" in result.failures[4]
+        hits = index.search(ImageInput(str(cat)), 2, collection="remote")
+        assert hits[0].id == "cat" and hits[0].metadata == {"kind": "pet", "source": "cat.png"}
+        vector_hits = index.search(np.ones(1280, np.float32), 2, 'id == "rocket"', "remote")
+        assert [h.id for h in vector_hits] == ["rocket"]
+        assert [g["id"] for g in index.get(["cat", "nope"], "remote")] == ["cat"]
+        assert index.describe("remote")["count"] == 2
+        assert index.flush("remote")["collection"] == "remote"
+        assert index.index_progress("remote", wait=True)["pending_rows"] == 0
+        assert index.delete(filter='metadata["kind"] == "pet"', collection="remote") == 1
+        assert index.delete(["rocket", "nope"], collection="remote") == 1
+        assert index.describe("remote")["count"] == 0
+        assert "remote" in index.list_collections()
+        assert index.health()["status"] == "ok"
+        index.drop_collection("remote")
+        with pytest.raises(CollectionNotFoundError):
+            index.describe("remote")
+        with pytest.raises(CollectionNotFoundError):
+            index.insert([ImageInput(str(cat))], "remote")
+    finally:
+        index.close()
+
+
 def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, setup, photos):
     """8 clients x 50 mixed requests: only 200 or 429 (+ Retry-After); every acknowledged insert
     is stored; a graceful stop drains an in-flight insert; a restarted service has everything."""
