@@ -326,6 +326,45 @@ def test_malformed_fields_are_4xx_naming_the_field(server, setup):
             url + "/search", headers=AUTH, files={"file": ("q.png", b"x")}, data={"topk": odd}
         )
         assert form.status_code == 422 and "topk" in error_of(form)["message"], (odd, form.text)
+    for raw in (  # an unpaired surrogate cannot even be written back as UTF-8: refused
+        b'{"name": "d1", "description": "a\\ud800b"}',
+        b'{"collection": "forms", "items": [{"image_base64": "eA==", "id": "\\ud800"}]}',
+    ):
+        path = "/collections/create" if b'"name"' in raw else "/insert"
+        surrogate = httpx.post(
+            url + path, headers={**AUTH, "content-type": "application/json"}, content=raw
+        )
+        assert surrogate.status_code == 400 and "surrogate" in error_of(surrogate)["message"], (
+            surrogate.text
+        )
+    both = httpx.post(
+        url + "/search",
+        headers=AUTH,
+        json={"vector": [0.1] * 1280, "filter": 'id == "a"', "filter_expr": 'id == "b"'},
+    )
+    assert (
+        both.status_code == 422
+        and "given twice (as filter and filter_expr)" in error_of(both)["message"]
+    )
+    twice = httpx.get(
+        url + "/items",
+        headers=AUTH,
+        params=[("ids", "a"), ("collection", "a"), ("collection", "b")],
+    )
+    assert twice.status_code == 422 and "collection: given 2 times" in error_of(twice)["message"]
+    for deadly in (
+        "id like 1",
+        'id != "zzz" (metadata["k"] == 1)',
+        'metadata["k"] >= 0 AND id == "a"',
+    ):
+        refused_filter = httpx.post(
+            url + "/delete", headers=AUTH, json={"collection": "forms", "filter": deadly}
+        )
+        assert (
+            refused_filter.status_code == 422
+            and "not one expression" in error_of(refused_filter)["message"]
+        )
+    assert httpx.get(url + "/health").json() == {"status": "ok"}  # the engine is alive
     deep = "[" * 100_000 + "]" * 100_000
     nested = httpx.post(
         url + "/search", headers={**AUTH, "content-type": "application/json"}, content=deep
@@ -445,7 +484,7 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
     bad_filter = httpx.post(
         url + "/search",
         headers=AUTH,
-        json={"collection_name": "forms", "vector": [0.1] * 1280, "filter_expr": "nosuch > 1"},
+        json={"collection_name": "forms", "vector": [0.1] * 1280, "filter_expr": "id == 1"},
     )
     assert bad_filter.status_code == 400 and error_of(bad_filter)["code"] == "invalid_filter"
     assert "was refused" in error_of(bad_filter)["message"]
@@ -737,15 +776,25 @@ def test_slow_bodies_and_headers_are_cut_off(server):
         assert answer.startswith("HTTP/1.1 408") and "body_too_slow" in answer, answer
         conn.close()
     after = httpx.post(
-        server.url + "/search", headers=AUTH, json={"collection": "forms", "vector": [0.1] * 1280}
+        server.url + "/collections/create", headers=AUTH, json={"name": "slow", "exist_ok": True}
     )
-    assert after.status_code == 200  # the slots are free again
+    assert after.status_code == 200  # the admission slots are free again
     half = sockets.create_connection((host, port), timeout=60)
     half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
     assert half.recv(4096) == b""  # closed by the server
     half.close()
     metrics = httpx.get(server.url + "/metrics", headers=AUTH).text
     assert 'accelkit_images_rejected_total{reason="body_too_slow"} 4.0' in metrics
+    cut = sockets.create_connection((host, port), timeout=60)  # a client that leaves mid-body
+    cut.sendall(
+        b"POST /insert HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + b'\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"items'
+    )
+    cut.close()
+    assert httpx.get(server.url + "/health").status_code == 200
+    log = server.log.read_text(errors="replace")
+    assert "Traceback" not in log and "internal error" not in log, log[-3000:]
 
 
 def test_remote_index_is_the_same_interface(server, setup, photos, tmp_path):

@@ -210,7 +210,7 @@ class ServerConfig(Settings):
     allow_urls: bool = False
     fetch_max_bytes: int = 20_000_000  # one image from a URL or an allowed server path
     fetch_timeout_s: float = 10.0
-    max_body_bytes: int = 64_000_000
+    max_body_bytes: int = 32_000_000  # x max_concurrency bodies may be in memory at once
     max_items_per_request: int = 256
     max_concurrency: int = 4
     max_queue: int = 32
@@ -227,7 +227,8 @@ class ServerConfig(Settings):
     decode_wait_s: float = 30.0  # how long a request may wait for room in the in-flight budget
     body_timeout_s: float = 60.0  # a request body must arrive within this (else 408)
     header_timeout_s: float = 10.0  # a connection must send a request's headers within this
-    max_connections: int = 1024  # open connections at once (each holds a file descriptor)
+    send_timeout_s: float = 30.0  # a client must read some of a buffered answer within this
+    max_connections: int = 256  # open connections at once (each holds a file descriptor)
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -259,6 +260,7 @@ class ServerConfig(Settings):
         "decode_wait_s",
         "body_timeout_s",
         "header_timeout_s",
+        "send_timeout_s",
         "shutdown_timeout_s",
     )
     @classmethod

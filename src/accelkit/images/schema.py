@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from accelkit.errors import DataError, InputError
+from accelkit.images.filters import FilterSyntaxError, check_syntax
 
 ID_CHARACTERS = "A-Z a-z 0-9 . _ - : / @ + = ~"
 MAX_ID_CHARS = 256
@@ -86,46 +87,10 @@ def check_collection_name(name: Any, where: str = "collection") -> str:
     return name
 
 
-_CLOSE = {")": "(", "]": "["}
-
-
-def _filter_shape_error(expr: str) -> str | None:
-    """Why `expr` cannot be one well-formed expression, judged outside its string literals.
-
-    Milvus (2.3 and Lite 2.5) stops parsing at an unbalanced `)` or `]` and applies only the part
-    before it: `id != "x") and (metadata["tag"] == "drop"` deleted every item. `{`/`}` are
-    template placeholders that its parser retries for the whole timeout. A `;` starts nothing."""
-    stack: list[str] = []
-    quote = ""
-    escaped = False
-    for position, ch in enumerate(expr):
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-            continue
-        if ch in "\"'":
-            quote = ch
-        elif ch in "([":
-            stack.append(ch)
-        elif ch in ")]":
-            if not stack or stack.pop() != _CLOSE[ch]:
-                return f"its {ch!r} at character {position + 1} closes nothing"
-        elif ch in "{};":
-            return f"it contains {ch!r} outside a string"
-    if quote:
-        return f"a string opened with {quote} is never closed"
-    if stack:
-        return f"a {stack[-1]!r} is never closed"
-    return None
-
-
 def check_filter(expr: Any, where: str = "filter") -> str | None:
-    """A filter expression, bounded, printable and well-formed (balanced brackets, closed strings,
-    no placeholders); None or "" means no filter."""
+    """A filter expression, bounded, printable, and one whole expression of the grammar in
+    `accelkit.images.filters` (Milvus silently drops what follows a complete expression);
+    None or "" means no filter."""
     if expr is None or expr == "":
         return None
     if not isinstance(expr, str):
@@ -137,9 +102,10 @@ def check_filter(expr: Any, where: str = "filter") -> str | None:
         )
     if _CONTROL.search(expr):
         raise InputError(f"{where} contains a control character; send a plain one-line expression")
-    problem = _filter_shape_error(expr)
-    if problem:
-        raise InputError(f"{where} {_shown(expr, 60)} is not one expression: {problem}")
+    try:
+        check_syntax(expr)
+    except FilterSyntaxError as exc:
+        raise InputError(f"{where} {_shown(expr, 60)} is not one expression: {exc}") from None
     return expr
 
 

@@ -188,9 +188,9 @@ def _quiet_pymilvus() -> None:
 
 @contextlib.contextmanager
 def _engine_output_to(log_path: str):
-    """Milvus Lite's engine is a child process that writes its C++ logs (a parse error, a
-    retry) to our stderr: started inside this block, it writes to `log_path` instead, unless
-    debug logging is on."""
+    """Milvus Lite's engine is a child process that writes its C++ logs and assertion messages
+    (a parse error, a type check) to our stdout and stderr: started inside this block, it writes
+    to `log_path` instead, unless debug logging is on."""
     if logging.getLogger().level <= logging.DEBUG:
         yield
         return
@@ -199,16 +199,19 @@ def _engine_output_to(log_path: str):
     except OSError:
         yield
         return
-    saved = os.dup(2)
-    try:
-        import sys
+    import sys
 
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    try:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(target, 2)
+        for fd in saved:
+            os.dup2(target, fd)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
         os.close(target)
 
 
@@ -989,9 +992,9 @@ def lite_lock_holder(uri: str) -> int | None:
                 continue
             if target == db:
                 owner = parent(pid)
-                if owner == me:
-                    break  # our own engine
-                return owner if owner > 1 else pid
+                if owner in (me, 0, 1):  # our own engine, or an orphan whose owner died: it is
+                    break  # stopping, and its lock is already released
+                return owner
     return None
 
 
@@ -1000,5 +1003,7 @@ def _reason(exc: BaseException) -> str:
     text = str(exc)
     found = re.search(r"message=(.*)\)>?$", text, re.S)
     text = found.group(1) if found else text
-    text = re.sub(r"\s+at /\S+", "", text)
+    text = re.sub(r"\s+at /\S+", "", text)  # C++ source locations
+    text = re.sub(r"unix:[^\s,]+", "the Milvus Lite engine", text)  # its socket: a temporary path
+    text = re.sub(r"(?<![\w.])/(?:[\w.-]+/)+[\w.-]*", "<path>", text)  # this machine's paths
     return " ".join(text.split()) or type(exc).__name__

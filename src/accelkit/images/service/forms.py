@@ -27,12 +27,22 @@ _JSON_FIELDS = {"ids", "metadata", "inputs", "images_base64", "vector", "index_p
 
 def validate(model: type[Model], data: Any) -> Model:
     """`model` from `data`, or a 422 naming every bad field."""
+    if isinstance(data, dict):  # `collection` and `collection_name` are one field: not both
+        for name, field in model.model_fields.items():
+            choices = getattr(field.validation_alias, "choices", None) or ()
+            given = [c for c in choices if isinstance(c, str) and c in data]
+            if len(given) > 1:
+                raise ServiceError(
+                    422,
+                    "invalid_field",
+                    f"{name}: given twice (as {' and '.join(given)}); send one",
+                )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         parts = []
         for error in exc.errors(include_url=False)[:5]:
-            where = ".".join(str(p) for p in error["loc"]) or "body"
+            where = ".".join(str(p)[:40] for p in error["loc"]) or "body"
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "extra_forbidden":
                 message = f"unknown field; allowed: {', '.join(sorted(model.model_fields))}"
@@ -51,9 +61,29 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """A string holding half of a UTF-16 pair (JSON "\\ud800"): it cannot be stored or even
+    written back as UTF-8."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_lone_surrogate(v) for v in value)
+    return False
+
+
 def parse_json(raw: bytes, what: str = "request body") -> Any:
     try:
-        return json.loads(raw or b"{}", object_pairs_hook=_no_duplicate_keys)
+        value = json.loads(raw or b"{}", object_pairs_hook=_no_duplicate_keys)
+        if _lone_surrogate(value):
+            raise InputError(
+                f"{what} holds an unpaired UTF-16 surrogate (\\ud800-\\udfff); send valid Unicode"
+            )
+        return value
     except RecursionError:
         raise InputError(f"{what} is nested too deeply to be a request") from None
     except json.JSONDecodeError as exc:

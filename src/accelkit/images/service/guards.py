@@ -48,11 +48,21 @@ class BodyTooSlow(Exception):
     """The body did not arrive within `body_timeout_s` (it would hold an admission slot)."""
 
 
-def is_body_refusal(exc: BaseException) -> bool:
-    """BodyTooLarge/BodyTooSlow, also inside an ExceptionGroup from a task group."""
-    if isinstance(exc, (BodyTooLarge, BodyTooSlow)):
+def contains(exc: BaseException, kinds: type | tuple[type, ...]) -> bool:
+    """`exc` is one of `kinds`, or an ExceptionGroup (from a task group) holding one."""
+    if isinstance(exc, kinds):
         return True
-    return any(is_body_refusal(e) for e in getattr(exc, "exceptions", ()))
+    return any(contains(e, kinds) for e in getattr(exc, "exceptions", ()))
+
+
+def is_body_refusal(exc: BaseException) -> bool:
+    return contains(exc, (BodyTooLarge, BodyTooSlow))
+
+
+def is_client_gone(exc: BaseException) -> bool:
+    from starlette.requests import ClientDisconnect
+
+    return contains(exc, ClientDisconnect)
 
 
 class BodyLimit:
@@ -131,7 +141,9 @@ class BodyLimit:
         try:
             await self.app(scope, limited_receive, guarded_send)
         except Exception as exc:
-            if not (state["refused"] and is_body_refusal(exc)):
+            # Starlette re-raises after its error handler answered; refusals and clients that
+            # left mid-body are answered (or have nobody to answer) and are not internal errors.
+            if not ((state["refused"] and is_body_refusal(exc)) or is_client_gone(exc)):
                 raise
         if state["refused"] and not state["started"]:
             await self._reject(send, state["refused"])

@@ -1,0 +1,82 @@
+"""The filter grammar: what it accepts is one whole Milvus expression; what Milvus would read
+only in part (and so filter or delete more than written) is refused with the position."""
+
+import pytest
+
+from accelkit.images.filters import FilterSyntaxError, check_syntax, tokenize
+
+ACCEPTED = [
+    'metadata["k"] == 1',
+    'id in ["a", "b"]',
+    'id not in ["a"]',
+    'metadata["a"]["b"] > 2 and metadata["c"] < 1.5',
+    'metadata["year"] > 2020 and metadata["tag"] in ["a", "b"]',
+    'not (metadata["x"] == 1) || id == "q"',
+    'json_contains(metadata["tags"], "a")',
+    'json_contains_any(metadata["tags"], ["a", "b"])',
+    'id like "ab%"',
+    'metadata["s"] like "a_c%"',
+    'metadata["s"] == "a) or (b ] {x} ; \\"q\\""',
+    'metadata["arr"][0] == -3',
+    "metadata['k'] != 'x'",
+    'metadata["n"] + 1 == 3',
+    'metadata["n"] % 2 == 0 && metadata["m"] * 2 >= 1e3',
+    'metadata["even"] == true',
+    "(((id == 'x')))",
+    'metadata["x"] == .5 or metadata["x"] == 0.25 or metadata["x"] == 0',
+]
+
+REFUSED = [
+    # Milvus would read these only up to the point shown, silently
+    ('id != "zzz" (metadata["tag"] == "drop")', "expected the end of the filter"),
+    ('metadata["n"] >= 0 AND metadata["tag"] == "drop"', "expected the end of the filter"),
+    ('id == "x" id == "q"', "expected the end of the filter"),
+    ('id != "zzz") and (metadata["tag"] == "drop"', "expected the end of the filter"),
+    ('metadata["n"] > 0x10', "expected the end of the filter"),
+    ('metadata["a"] == 08', "leading zero"),
+    ('metadata ["a"] == 1', 'as in metadata["album"]'),
+    ('metadata["a"] == 1; DROP TABLE c', "';' at character 19"),
+    # read differently by Milvus, or fatal to its engine
+    ('not metadata["a"] == 1', "after not"),
+    ('1 < metadata["a"] < 3', "expected the end of the filter"),
+    ('metadata["a"] ** 2 == 4', "expected a value"),
+    ("id like 1", "quoted pattern after like"),
+    ("id like true", "quoted pattern after like"),
+    ("{a}", "'{' at character 1"),
+    ("id IN ['a']", "expected the end of the filter"),
+    ("ID == 'a'", "is not a field"),
+    ("nosuch > 1", "'nosuch' at character 1 is not a field"),
+    ("exists metadata['a']", "is not a field"),
+    ("metadata['a'] is null", "expected the end of the filter"),
+    ('metadata["n"] > 99999999999999999999', "beyond 64-bit integers"),
+    ('json_contains(metadata["t"])', "expected ','"),
+    ('r"x" == id', "'r' at character 1 is not a field"),
+    ('"a\nb" == id', "never closed"),
+    ('id == "open', "never closed"),
+    ("metadata[", 'as in metadata["album"]'),
+    ("(" * 3000 + "id == 'a'" + ")" * 3000, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("expr", ACCEPTED)
+def test_whole_expressions_pass(expr):
+    check_syntax(expr)
+
+
+@pytest.mark.parametrize(("expr", "why"), REFUSED)
+def test_partial_or_dangerous_expressions_are_refused(expr, why):
+    with pytest.raises(
+        FilterSyntaxError, match=why.replace("(", r"\(").replace("[", r"\[").replace("*", r"\*")
+    ):
+        check_syntax(expr)
+
+
+def test_metadata_keys_are_one_token_as_milvus_lexes_them():
+    kinds = [(t.kind, t.text) for t in tokenize('metadata["a b"][12] >= -1.5e3')]
+    assert kinds == [
+        ("json", 'metadata["a b"][12]'),
+        ("op", ">="),
+        ("op", "-"),
+        ("number", "1.5e3"),
+        ("end", ""),
+    ]
