@@ -11,19 +11,20 @@ ACCEPTED = [
     'id not in ["a"]',
     'metadata["a"]["b"] > 2 and metadata["c"] < 1.5',
     'metadata["year"] > 2020 and metadata["tag"] in ["a", "b"]',
-    'not (metadata["x"] == 1) || id == "q"',
+    'not (metadata["x"] == 0) || id == "q"',
     'json_contains(metadata["tags"], "a")',
     'json_contains_any(metadata["tags"], ["a", "b"])',
     'id like "ab%"',
-    'metadata["s"] like "a_c%"',
+    'metadata["s"] like "ax%"',
     'metadata["s"] == "a) or (b ] {x} ; \\"q\\""',
     'metadata["arr"][0] == -3',
     "metadata['k'] != 'x'",
-    'metadata["n"] + 1 == 3',
-    'metadata["n"] % 2 == 0 && metadata["m"] * 2 >= 1e3',
+    'metadata["n"] >= 0 && metadata["m"] <= 500',
     'metadata["even"] == true',
     "(((id == 'x')))",
     'metadata["x"] == .5 or metadata["x"] == 0.25 or metadata["x"] == 0',
+    'metadata["sp key"] == "it\'s"',
+    "id == 'q' or id == \"a\\\\b\"",
 ]
 
 REFUSED = [
@@ -32,17 +33,33 @@ REFUSED = [
     ('metadata["n"] >= 0 AND metadata["tag"] == "drop"', "expected the end of the filter"),
     ('id == "x" id == "q"', "expected the end of the filter"),
     ('id != "zzz") and (metadata["tag"] == "drop"', "expected the end of the filter"),
+    ('id != "nothing" and["k"] == ["j"]', "directly followed by '\\['"),
+    ('id in["i3"]', "directly followed by '\\['"),
     ('metadata["n"] > 0x10', "expected the end of the filter"),
     ('metadata["a"] == 08', "leading zero"),
-    ('metadata ["a"] == 1', 'as in metadata["album"]'),
+    ('metadata ["a"] == 1', 'as in metadata\\["album"\\]'),
     ('metadata["a"] == 1; DROP TABLE c', "';' at character 19"),
+    # escapes Milvus skips or does not decode
+    ('id == "\\z\'d0\' or id != " or id == "nothing"', "never closed"),
+    ('metadata["s"] == "\\x41"', "never closed"),
+    ('metadata["s"] == "a\\nb"', "never closed"),
+    ('id like "i\\_%"', "never closed"),
+    # keys Milvus splits or misses
+    ('metadata["x][y"] == 1', "write keys as"),
+    ('metadata["k\'k"] == 1', "write keys as"),
+    # arithmetic: wraps at 64 bits, and a division by zero kills Milvus Lite
+    ('metadata["n"] == 1 / 0', "no arithmetic"),
+    ('metadata["n"] == 1 % 0', "no arithmetic"),
+    ('metadata["n"] > 9223372036854775807 + 1', "no arithmetic"),
+    ('metadata["a"] ** 2 == 4', "no arithmetic"),
     # read differently by Milvus, or fatal to its engine
     ('not metadata["a"] == 1', "after not"),
     ('1 < metadata["a"] < 3', "expected the end of the filter"),
-    ('metadata["a"] ** 2 == 4', "expected a value"),
-    ("id like 1", "quoted pattern after like"),
-    ("id like true", "quoted pattern after like"),
-    ("{a}", "'{' at character 1"),
+    ("id like 1", "prefix pattern after like"),
+    ("id like true", "prefix pattern after like"),
+    ('id like "d_"', "prefix pattern after like"),
+    ('id like "%d%"', "prefix pattern after like"),
+    ("{a}", "'\\{' at character 1"),
     ("id IN ['a']", "expected the end of the filter"),
     ("ID == 'a'", "is not a field"),
     ("nosuch > 1", "'nosuch' at character 1 is not a field"),
@@ -50,10 +67,12 @@ REFUSED = [
     ("metadata['a'] is null", "expected the end of the filter"),
     ('metadata["n"] > 99999999999999999999', "beyond 64-bit integers"),
     ('json_contains(metadata["t"])', "expected ','"),
+    ('json_contains("a", metadata["t"])', "a field as the first argument"),
     ('r"x" == id', "'r' at character 1 is not a field"),
     ('"a\nb" == id', "never closed"),
     ('id == "open', "never closed"),
-    ("metadata[", 'as in metadata["album"]'),
+    ("metadata[", "write keys as"),
+    ("- - 1 == metadata['n']", "a number after '-'"),
     ("(" * 3000 + "id == 'a'" + ")" * 3000, "nested too deeply"),
 ]
 
@@ -65,9 +84,7 @@ def test_whole_expressions_pass(expr):
 
 @pytest.mark.parametrize(("expr", "why"), REFUSED)
 def test_partial_or_dangerous_expressions_are_refused(expr, why):
-    with pytest.raises(
-        FilterSyntaxError, match=why.replace("(", r"\(").replace("[", r"\[").replace("*", r"\*")
-    ):
+    with pytest.raises(FilterSyntaxError, match=why):
         check_syntax(expr)
 
 

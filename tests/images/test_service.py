@@ -354,8 +354,12 @@ def test_malformed_fields_are_4xx_naming_the_field(server, setup):
     assert twice.status_code == 422 and "collection: given 2 times" in error_of(twice)["message"]
     for deadly in (
         "id like 1",
+        'id like "i\\_%"',
         'id != "zzz" (metadata["k"] == 1)',
         'metadata["k"] >= 0 AND id == "a"',
+        'id == "\\z\'d0\' or id != " or id == "nothing"',
+        'id != "nothing" and["k"] == ["j"]',
+        'metadata["n"] == 1 / 0',
     ):
         refused_filter = httpx.post(
             url + "/delete", headers=AUTH, json={"collection": "forms", "filter": deadly}

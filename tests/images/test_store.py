@@ -322,7 +322,7 @@ def test_filters_are_bounded_and_errors_are_one_clean_line(store):
     # Milvus applies only the first complete expression of a filter (and ignores the rest),
     # retries {placeholders} until the timeout, and `id like 1` kills Milvus Lite: refused here
     for bad, why in (
-        ("metadata[", "name a key"),
+        ("metadata[", "write keys as"),
         ('id != "zzz") and (metadata["k"] == 1', "expected the end"),
         ('id != "zzz" (metadata["k"] == 1)', "expected the end"),
         ('metadata["k"] >= 0 AND metadata["k"] == 2', "expected the end"),
@@ -330,7 +330,10 @@ def test_filters_are_bounded_and_errors_are_one_clean_line(store):
         ('metadata["k"] == 1; DROP TABLE c', "';' at character 19"),
         ("{a}", "'{' at character 1"),
         ('id == "f0', "never closed"),
-        ("id like 1", "quoted pattern"),  # killed the Milvus Lite engine until restart
+        ("id like 1", "prefix pattern"),  # killed the Milvus Lite engine until restart
+        ('id == "\\z\'f0\' or id != " or id == "none"', "never closed"),  # a skipped escape
+        ('id != "none" and["k"] == ["j"]', "directly followed by"),  # and[...] is a field to Milvus
+        ('metadata["k"] == 1 / 0', "no arithmetic"),  # killed the Milvus Lite engine
     ):
         with pytest.raises(InputError, match=why):
             store.search("filters", query, filter_expr=bad)
@@ -372,6 +375,7 @@ def test_accepted_filters_are_read_whole_by_the_engine(store):
             "n": i,
             "m": 600 - 50 * i,
             "even": i % 2 == 0,
+            "sp key": ["it's", "x"][i % 2],
         }
         for i in range(12)
     ]

@@ -1,35 +1,40 @@
-"""Filter expressions, checked before Milvus sees them: a strict subset of Milvus' grammar that
-must be read as one expression from the first character to the last.
+"""Filter expressions, checked before Milvus sees them: a small, strict subset of Milvus' grammar
+that Milvus must read exactly as written, from the first character to the last.
 
-Why a parser of our own: Milvus (2.3 and Lite 2.5) parses a filter as "an expression" and
-silently ignores whatever follows the first complete one. Found by attacking our own service:
-`id != "zzz" (metadata["tag"] == "drop")` and `metadata["n"] >= 0 AND metadata["tag"] == "drop"`
-(upper-case AND is an identifier there) both filtered on their first half only, and a delete by
-either emptied the collection. `id like 1` killed the Milvus Lite engine until restart, and
-`{placeholders}` made its parser retry until the call timed out.
+Why a parser of our own. Three rounds of attacks on our own service found that Milvus (2.3, and
+Lite 2.5 above all) reads many filters differently from their text, and says nothing:
+* it parses "an expression" and drops whatever follows the first complete one:
+  `id != "zzz" (metadata["tag"] == "drop")`, `… AND …` (upper-case AND is a field name to 2.3)
+  and `… and["k"] == …` (a word followed by `[` is lexed as a JSON field) each filtered on their
+  first half, so a delete by any of them emptied the collection;
+* its lexer skips an unknown string escape together with the text before it, so
+  `id == "\\z'd0' or id != " or id == "nothing"` matched everything; known escapes (`\\x41`, `\\n`)
+  are not decoded either: they match the letters after the backslash;
+* `08` is lexed as `0` then `8`; integer arithmetic on constants wraps at 64 bits, and a
+  division by zero (`1 / 0`, `1 % 0`) or `id like 1` kills the Lite engine until a restart;
+* `like` is a prefix match whatever the pattern says (`"d_"` deleted d0, d10 and d20), and keys
+  holding `][` or quotes are split or missed.
 
 So a filter passes only if every token belongs to this grammar and the whole text is consumed:
 
-    expr       := and ("or" | "||") and ...
+    expr       := and (("or" | "||") and)*
     and        := comparison (("and" | "&&") comparison)*
-    comparison := sum [ ("==" | "!=" | "<" | "<=" | ">" | ">=") sum | ["not"] "in" list ]
-    sum        := product (("+" | "-") product)*
-    product    := unary (("*" | "/" | "%") unary)*
-    unary      := ("+" | "-") unary | ("not" | "!") "(" expr ")" | atom
-    atom       := NUMBER | STRING | "true" | "false" | list | "(" expr ")"
-                | field ["like" STRING] | FUNCTION "(" expr "," expr ")"
+    comparison := operand [ ("==" | "!=" | "<" | "<=" | ">" | ">=") operand
+                          | ["not"] "in" list ]
+                | ("not" | "!") "(" expr ")"
+                | field "like" PREFIX
+                | FUNCTION "(" field "," operand ")"
+    operand    := ["-"] NUMBER | STRING | "true" | "false" | list | field | "(" expr ")"
     field      := "id" | METADATA
-    list       := "[" [expr ("," expr)*] "]"
+    list       := "[" [operand ("," operand)*] "]"
 
-It is a strict subset of Milvus' `Plan.g4` with the same precedence wherever both accept a
-sentence, and it leaves out what reads differently there or is a trap: `not` only before
-parentheses (Milvus binds `not a == b` as `(not a) == b`), one comparison per operand (no
-`a < b < c`), no `**`, keywords in lower case (Milvus 2.3 reads `AND` as a field name), `like`
-only between a field and a string (anything else killed the Lite engine). METADATA is one
-token, as Milvus lexes it: `metadata["key"]` or `metadata["a"][0]` with no spaces. Numbers are
-decimal without leading zeros (Milvus lexes `08` as `0` followed by `8`), integers within int64;
-strings are single- or double-quoted with backslash escapes and no raw line breaks. FUNCTION is
-json_contains, json_contains_all or json_contains_any, with two arguments.
+Lexical rules, each closing one of the gaps above: keywords (`and or not in like true false`)
+are lower case and never directly followed by `[`; METADATA is one token as Milvus lexes it,
+`metadata["key"]` or `metadata["a"][0]`, keys without quotes, brackets, backslashes or control
+characters; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'` and no
+line breaks; PREFIX is a string of plain characters ending in one `%` (`"2026-%"`); numbers are
+decimal without leading zeros, integers within int64, and there is no arithmetic. FUNCTION is
+json_contains, json_contains_all or json_contains_any.
 """
 
 from __future__ import annotations
@@ -39,18 +44,21 @@ from dataclasses import dataclass
 
 FUNCTIONS = ("json_contains", "json_contains_all", "json_contains_any")
 KEYWORDS = ("and", "or", "not", "in", "like", "true", "false")
-_STRING = r"""(?:"(?:[^"\\\r\n]|\\[^\r\n])*"|'(?:[^'\\\r\n]|\\[^\r\n])*')"""
+_ESCAPE = r"\\[\\\"']"  # the only escapes Milvus reads as written
+_STRING = rf"""(?:"(?:[^"\\\r\n]|{_ESCAPE})*"|'(?:[^'\\\r\n]|{_ESCAPE})*')"""
+_KEY = r"""(?:"[^"'\\\[\]\x00-\x1f\x7f]+"|'[^"'\\\[\]\x00-\x1f\x7f]+')"""
 _TOKEN = re.compile(
     rf"""
     (?P<space>[ \t\r\n]+)
   | (?P<string>{_STRING})
-  | (?P<json>metadata(?:\[(?:{_STRING}|0|[1-9][0-9]*)\])+)
+  | (?P<json>metadata(?:\[(?:{_KEY}|0|[1-9][0-9]*)\])+)
   | (?P<number>(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|0|[1-9][0-9]*)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>==|!=|<=|>=|&&|\|\||[-+*/%<>!()\[\],])
+  | (?P<op>==|!=|<=|>=|&&|\|\||[-<>!()\[\],])
     """,
     re.VERBOSE,
 )
+_PREFIX = re.compile(r"""(?:"[^"%_\\]*%"|'[^'%_\\]*%')""")
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 
 
@@ -60,9 +68,26 @@ class FilterSyntaxError(ValueError):
 
 @dataclass(frozen=True)
 class Token:
-    kind: str  # string, number, name, op, end
+    kind: str  # string, json, number, name, op, end
     text: str
     position: int  # 1-based character
+
+
+def _lex_error(expr: str, position: int) -> FilterSyntaxError:
+    ch, where = expr[position], f"at character {position + 1}"
+    if ch in "\"'":
+        return FilterSyntaxError(
+            f"the string {where} is never closed, holds a line break, or has an escape other than"
+            " \\\\, \\\" or \\'"
+        )
+    if expr.startswith("metadata", position):
+        return FilterSyntaxError(
+            f'metadata {where}: write keys as metadata["key"], with no spaces, and keys without'
+            " quotes, brackets or backslashes"
+        )
+    if ch in "+*/%":
+        return FilterSyntaxError(f"{ch!r} {where}: filters have no arithmetic")
+    return FilterSyntaxError(f"{ch!r} {where} is not part of a filter")
 
 
 def tokenize(expr: str) -> list[Token]:
@@ -70,25 +95,23 @@ def tokenize(expr: str) -> list[Token]:
     while position < len(expr):
         found = _TOKEN.match(expr, position)
         if found is None:
-            ch = expr[position]
-            if ch in "\"'":
-                raise FilterSyntaxError(
-                    f"the string at character {position + 1} is never closed (or holds a line break)"
-                )
-            if expr.startswith("metadata", position):
-                raise FilterSyntaxError(
-                    f'metadata at character {position + 1}: write keys as metadata["key"], '
-                    "with no spaces and a quoted key or a plain index"
-                )
-            raise FilterSyntaxError(f"{ch!r} at character {position + 1} is not part of a filter")
-        kind = found.lastgroup
-        if kind == "number" and found.end() < len(expr) and expr[found.end()].isdigit():
+            raise _lex_error(expr, position)
+        kind, end = found.lastgroup, found.end()
+        following = expr[end : end + 1]
+        if kind == "number" and following.isdigit():
             raise FilterSyntaxError(
                 f"the number at character {position + 1} has a leading zero; write it without"
             )
+        if kind == "name" and found.group() == "metadata" and following == "[":
+            raise _lex_error(expr, position)  # a key this grammar does not take
+        if kind == "name" and following == "[":  # Milvus lexes `and[...]` as one field name
+            raise FilterSyntaxError(
+                f"{found.group()!r} at character {position + 1} is directly followed by '[';"
+                " put a space between them"
+            )
         if kind != "space":
             tokens.append(Token(kind, found.group(), position + 1))
-        position = found.end()
+        position = end
     tokens.append(Token("end", "", len(expr) + 1))
     return tokens
 
@@ -116,6 +139,9 @@ class _Parser:
             raise self._fail(" or ".join(repr(t) for t in texts))
         self.at += 1
 
+    def _is_field(self) -> bool:
+        return self.token.kind == "json" or (self.token.kind == "name" and self.token.text == "id")
+
     def whole(self) -> None:
         self.expr()
         if self.token.kind != "end":
@@ -134,55 +160,53 @@ class _Parser:
             self._comparison()
 
     def _comparison(self) -> None:
-        self._sum()
-        if self._is("==", "!=", "<", "<=", ">", ">="):
+        if self._is("not", "!"):
             self.at += 1
-            self._sum()
+            if not self._is("("):
+                raise self._fail("'(' after not: write not (condition)")
+            self._operand()
+            return
+        if self.token.kind == "name" and self.token.text in FUNCTIONS:
+            self.at += 1
+            self._take("(")
+            if not self._is_field():
+                raise self._fail(
+                    f'a field as the first argument, as in {FUNCTIONS[0]}(metadata["tags"], "a")'
+                )
+            self.at += 1
+            self._take(",")
+            self._operand()
+            self._take(")")
+            return
+        if self._is_field() and self.tokens[self.at + 1].text == "like":
+            self.at += 2
+            if not (self.token.kind == "string" and _PREFIX.fullmatch(self.token.text)):
+                raise self._fail('a prefix pattern after like, as in "2026-%" (no _ or other %)')
+            self.at += 1
+            return
+        self._operand()
+        if self._is(*_COMPARE):
+            self.at += 1
+            self._operand()
         elif self._is("in") or (self._is("not") and self.tokens[self.at + 1].text == "in"):
             self.at += 2 if self._is("not") else 1
             self._list()
 
-    def _sum(self) -> None:
-        self._product()
-        while self._is("+", "-"):
-            self.at += 1
-            self._product()
-
-    def _product(self) -> None:
-        self._unary()
-        while self._is("*", "/", "%"):
-            self.at += 1
-            self._unary()
-
-    def _unary(self) -> None:
-        if self._is("+", "-"):
-            self.at += 1
-            self._unary()
-        elif self._is("not", "!"):
-            self.at += 1
-            if not self._is("("):
-                raise self._fail("'(' after not: write not (condition)")
-            self._atom()
-        else:
-            self._atom()
-
-    def _atom(self) -> None:
+    def _operand(self) -> None:
         token = self.token
+        if self._is("-"):
+            self.at += 1
+            if self.token.kind != "number":
+                raise self._fail("a number after '-'")
+            token = self.token
         if token.kind == "number":
             if token.text.isdigit() and int(token.text) >= 2**63:
                 raise FilterSyntaxError(
                     f"the number at character {token.position} is beyond 64-bit integers"
                 )
             self.at += 1
-        elif token.kind == "string":
+        elif token.kind == "string" or self._is_field() or self._is("true", "false"):
             self.at += 1
-        elif token.kind == "json" or (token.kind == "name" and token.text == "id"):
-            self.at += 1
-            if self._is("like"):
-                self.at += 1
-                if self.token.kind != "string":
-                    raise self._fail("a quoted pattern after like")
-                self.at += 1
         elif self._is("("):
             self.at += 1
             self.expr()
@@ -190,42 +214,32 @@ class _Parser:
         elif self._is("["):
             self._list()
         elif token.kind == "name":
-            self._name(token)
+            raise self._unknown(token)
         else:
             raise self._fail("a value, a field or '('")
 
-    def _name(self, token: Token) -> None:
-        if token.text in ("true", "false"):
-            self.at += 1
-        elif token.text in FUNCTIONS:
-            self.at += 1
-            self._take("(")
-            self.expr()
-            self._take(",")
-            self.expr()
-            self._take(")")
-        elif token.text.lower() in KEYWORDS or token.text.lower() in FUNCTIONS:
-            raise FilterSyntaxError(
+    def _unknown(self, token: Token) -> FilterSyntaxError:
+        if token.text.lower() in KEYWORDS or token.text.lower() in FUNCTIONS:
+            return FilterSyntaxError(
                 f"{token.text!r} at character {token.position}: write keywords and functions in"
-                " lower case (and, or, not, in, like, true, false, json_contains)"
+                " lower case, in their place (and, or, not, in, like, true, false, json_contains)"
             )
-        elif token.text == "metadata":
-            raise FilterSyntaxError(
+        if token.text == "metadata":
+            return FilterSyntaxError(
                 f'metadata at character {token.position}: name a key, as in metadata["album"]'
             )
-        else:
-            raise FilterSyntaxError(
-                f"{token.text[:30]!r} at character {token.position} is not a field; the fields are "
-                'id and metadata["key"] (functions: ' + ", ".join(FUNCTIONS) + ")"
-            )
+        return FilterSyntaxError(
+            f"{token.text[:30]!r} at character {token.position} is not a field; the fields are "
+            'id and metadata["key"] (functions: ' + ", ".join(FUNCTIONS) + ")"
+        )
 
     def _list(self) -> None:
         self._take("[")
         if not self._is("]"):
-            self.expr()
+            self._operand()
             while self._is(","):
                 self.at += 1
-                self.expr()
+                self._operand()
         self._take("]")
 
 

@@ -690,7 +690,7 @@ class VectorStore:
         except StoreTimeoutError:
             raise
         except StoreError as exc:
-            if filter_expr:
+            if filter_expr and not _unreachable(exc):
                 raise FilterError(filter_expr, exc) from exc
             raise
         return [
@@ -770,6 +770,8 @@ class VectorStore:
         except StoreTimeoutError:
             raise
         except StoreError as exc:
+            if _unreachable(exc):
+                raise
             raise FilterError(filter_expr, exc) from exc
         return int(rows[0]["count(*)"])
 
@@ -943,6 +945,12 @@ def _filter_reason(text: str) -> str:
             groups = [g.strip() for g in found.groups()]
             return phrase.format(*groups)
     return "Milvus could not parse or evaluate it"
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The store itself is down (not the filter's fault): its error must stay a 503."""
+    text = str(exc).lower()
+    return "fail connecting" in text or "unavailable" in text or "is closed" in text
 
 
 def _timed_out(exc: BaseException) -> bool:
