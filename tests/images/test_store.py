@@ -312,7 +312,7 @@ def test_filters_are_bounded_and_errors_are_one_clean_line(store):
         )
     with pytest.raises(InputError, match="control character"):
         store.search("filters", query, filter_expr='metadata["k"] == 1\x00')
-    for bad in ("1", 'json_contains(id, "a")', "id == 1", 'metadata["k"] == 1 and 1', '"a" == "a"'):
+    for bad in ('json_contains(id, "a")', "id == 1", 'metadata["k"] in [1, "a"]', "id < [1]"):
         with pytest.raises(FilterError) as caught:
             store.search("filters", query, filter_expr=bad)
         message = str(caught.value)

@@ -15,38 +15,46 @@ Lite 2.5 above all) reads many filters differently from their text, and says not
 * `like` is a prefix match whatever the pattern says (`"d_"` deleted d0, d10 and d20), and keys
   holding `][` or quotes are split or missed.
 
-So a filter passes only if every token belongs to this grammar and the whole text is consumed:
+A fourth round found Lite flipping `"i3" == id` into `id != "i3"`, dying on a constant before
+`in`, wrapping array indexes modulo 2^64, matching nothing with `like "%"`, and comparing long
+numbers as rounded doubles. So a filter passes only if every token belongs to this grammar and
+the whole text is consumed:
 
-    expr       := and (("or" | "||") and)*
-    and        := comparison (("and" | "&&") comparison)*
-    comparison := operand [ ("==" | "!=" | "<" | "<=" | ">" | ">=") operand
-                          | ["not"] "in" list ]
-                | ("not" | "!") "(" expr ")"
-                | field "like" PREFIX
-                | FUNCTION "(" field "," operand ")"
-    operand    := ["-"] NUMBER | STRING | "true" | "false" | list | field | "(" expr ")"
-    field      := "id" | METADATA
-    list       := "[" [operand ("," operand)*] "]"
+    expr      := and (("or" | "||") and)*
+    and       := condition (("and" | "&&") condition)*
+    condition := "(" expr ")" | ("not" | "!") "(" expr ")"
+               | field ("==" | "!=" | "<" | "<=" | ">" | ">=") value
+               | field ["not"] "in" list
+               | field "like" PREFIX
+               | FUNCTION "(" field "," value ")"
+    value     := ["-"] NUMBER | STRING | "true" | "false" | list
+    list      := "[" [value ("," value)*] "]"
+    field     := "id" | METADATA
 
-Lexical rules, each closing one of the gaps above: keywords (`and or not in like true false`)
-are lower case and never directly followed by `[`; METADATA is one token as Milvus lexes it,
-`metadata["key"]` or `metadata["a"][0]`, keys without quotes, brackets, backslashes or control
-characters; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'` and no
-line breaks; PREFIX is a string of plain characters ending in one `%` (`"2026-%"`); numbers are
-decimal without leading zeros, integers within int64, and there is no arithmetic. FUNCTION is
-json_contains, json_contains_all or json_contains_any.
+A condition always reads field, operator, literal. Lexical rules, each closing one of the gaps
+above: keywords (`and or not in like true false`) are lower case and never directly followed by
+`[`; METADATA is one token as Milvus lexes it, `metadata["key"]` or `metadata["a"][0]`, keys
+without quotes, brackets, backslashes or control characters, indexes (and all-digit keys) of at
+most 6 digits; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'`
+and no line breaks; PREFIX is a string of at least one plain character ending in one `%`
+(`"2026-%"`); numbers are decimal without leading zeros, integers within ±2^53 (where a double is
+exact), other numbers exactly a double's shortest decimal (no more digits than a double holds).
+FUNCTION is json_contains, json_contains_all or json_contains_any.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 FUNCTIONS = ("json_contains", "json_contains_all", "json_contains_any")
 KEYWORDS = ("and", "or", "not", "in", "like", "true", "false")
 _ESCAPE = r"\\[\\\"']"  # the only escapes Milvus reads as written
 _STRING = rf"""(?:"(?:[^"\\\r\n]|{_ESCAPE})*"|'(?:[^'\\\r\n]|{_ESCAPE})*')"""
 _KEY = r"""(?:"[^"'\\\[\]\x00-\x1f\x7f]+"|'[^"'\\\[\]\x00-\x1f\x7f]+')"""
+_INDEX_LIMIT = 6  # digits: Milvus Lite wraps longer indexes modulo 2^64
 _TOKEN = re.compile(
     rf"""
     (?P<space>[ \t\r\n]+)
@@ -58,7 +66,8 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
-_PREFIX = re.compile(r"""(?:"[^"%_\\]*%"|'[^'%_\\]*%')""")
+_PREFIX = re.compile(r"""(?:"[^"%_\\]+%"|'[^'%_\\]+%')""")
+_SUBSCRIPT = re.compile(r"""\[(?:"([^"]*)"|'([^']*)'|([0-9]+))\]""")
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 
 
@@ -90,6 +99,33 @@ def _lex_error(expr: str, position: int) -> FilterSyntaxError:
     return FilterSyntaxError(f"{ch!r} {where} is not part of a filter")
 
 
+def _check_number(text: str, position: int) -> None:
+    """Numbers Milvus compares as written: integers within ±2^53 (beyond, it compares them as
+    rounded doubles), other numbers exactly a double's shortest decimal (5.0000000000000001
+    matched 5, 1e-400 matched 0)."""
+    where = f"the number at character {position}"
+    if text.isdigit():
+        if int(text) > 2**53:
+            raise FilterSyntaxError(f"{where} is beyond 2^53, where Milvus compares it rounded")
+        return
+    value = float(text)
+    if not math.isfinite(value) or Decimal(text) != Decimal(repr(value)):
+        raise FilterSyntaxError(
+            f"{where} is not exactly a double; write it with at most the digits a double holds"
+            f" (e.g. {value!r})"
+        )
+
+
+def _check_field(text: str, position: int) -> None:
+    for quoted, single, index in _SUBSCRIPT.findall(text[len("metadata") :]):
+        key = quoted or single or index
+        if key.isdigit() and len(key) > _INDEX_LIMIT:
+            raise FilterSyntaxError(
+                f"the index {key[:20]} in the field at character {position} has more than"
+                f" {_INDEX_LIMIT} digits"
+            )
+
+
 def tokenize(expr: str) -> list[Token]:
     tokens, position = [], 0
     while position < len(expr):
@@ -109,6 +145,10 @@ def tokenize(expr: str) -> list[Token]:
                 f"{found.group()!r} at character {position + 1} is directly followed by '[';"
                 " put a space between them"
             )
+        if kind == "number":
+            _check_number(found.group(), position + 1)
+        if kind == "json":
+            _check_field(found.group(), position + 1)
         if kind != "space":
             tokens.append(Token(kind, found.group(), position + 1))
         position = end
@@ -154,69 +194,65 @@ class _Parser:
             self._and()
 
     def _and(self) -> None:
-        self._comparison()
+        self._condition()
         while self._is("and", "&&"):
             self.at += 1
-            self._comparison()
+            self._condition()
 
-    def _comparison(self) -> None:
+    def _condition(self) -> None:
         if self._is("not", "!"):
             self.at += 1
             if not self._is("("):
                 raise self._fail("'(' after not: write not (condition)")
-            self._operand()
+        if self._is("("):
+            self.at += 1
+            self.expr()
+            self._take(")")
             return
         if self.token.kind == "name" and self.token.text in FUNCTIONS:
             self.at += 1
             self._take("(")
-            if not self._is_field():
-                raise self._fail(
-                    f'a field as the first argument, as in {FUNCTIONS[0]}(metadata["tags"], "a")'
-                )
-            self.at += 1
+            self._field(f'a field first, as in {FUNCTIONS[0]}(metadata["tags"], "a")')
             self._take(",")
-            self._operand()
+            self._value()
             self._take(")")
             return
-        if self._is_field() and self.tokens[self.at + 1].text == "like":
-            self.at += 2
-            if not (self.token.kind == "string" and _PREFIX.fullmatch(self.token.text)):
-                raise self._fail('a prefix pattern after like, as in "2026-%" (no _ or other %)')
+        self._field('a field first: id or metadata["key"] (then the operator, then the value)')
+        if self._is("==", "!=", "<", "<=", ">", ">="):
             self.at += 1
-            return
-        self._operand()
-        if self._is(*_COMPARE):
-            self.at += 1
-            self._operand()
+            self._value()
         elif self._is("in") or (self._is("not") and self.tokens[self.at + 1].text == "in"):
             self.at += 2 if self._is("not") else 1
             self._list()
+        elif self._is("like"):
+            self.at += 1
+            if not (self.token.kind == "string" and _PREFIX.fullmatch(self.token.text)):
+                raise self._fail('a prefix pattern after like, as in "2026-%" (no _ or other %)')
+            self.at += 1
+        else:
+            raise self._fail("a comparison (== != < <= > >=), in, not in or like")
 
-    def _operand(self) -> None:
-        token = self.token
+    def _field(self, what: str) -> None:
+        if self._is_field():
+            self.at += 1
+            return
+        if self.token.kind == "name" and self.token.text not in ("true", "false"):
+            raise self._unknown(self.token)
+        raise self._fail(what)
+
+    def _value(self) -> None:
         if self._is("-"):
             self.at += 1
             if self.token.kind != "number":
                 raise self._fail("a number after '-'")
-            token = self.token
-        if token.kind == "number":
-            if token.text.isdigit() and int(token.text) >= 2**63:
-                raise FilterSyntaxError(
-                    f"the number at character {token.position} is beyond 64-bit integers"
-                )
+        if self.token.kind in ("number", "string") or self._is("true", "false"):
             self.at += 1
-        elif token.kind == "string" or self._is_field() or self._is("true", "false"):
-            self.at += 1
-        elif self._is("("):
-            self.at += 1
-            self.expr()
-            self._take(")")
         elif self._is("["):
             self._list()
-        elif token.kind == "name":
-            raise self._unknown(token)
+        elif self.token.kind == "name" and self.token.text != "id":
+            raise self._unknown(self.token)
         else:
-            raise self._fail("a value, a field or '('")
+            raise self._fail("a value: a number, a quoted string, true, false or a [list]")
 
     def _unknown(self, token: Token) -> FilterSyntaxError:
         if token.text.lower() in KEYWORDS or token.text.lower() in FUNCTIONS:
@@ -236,10 +272,10 @@ class _Parser:
     def _list(self) -> None:
         self._take("[")
         if not self._is("]"):
-            self._operand()
+            self._value()
             while self._is(","):
                 self.at += 1
-                self._operand()
+                self._value()
         self._take("]")
 
 
