@@ -267,6 +267,9 @@ def main() -> None:
         reason = unavailable()
         if reason:
             sys.exit(f"error: {reason}")
+        # Ctrl-C, or SIGTERM (a background job ignores SIGINT): leave through stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with MilvusServer(args.data_dir) as server:
             print(f"Milvus at {server.uri} (namespace {server.netns}); Ctrl-C stops it", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
