@@ -220,3 +220,30 @@ def test_output_path_that_is_a_folder_is_exit_2(dataset, tmp_path, capsys):
     )
     assert code == 2 and "is a folder" in err
     assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "fast"),
+    [
+        ("--use-fast-stats", True),
+        ("--use-fast-stats=True", True),
+        ("--use-fast-stats=true", True),
+        ("--use-fast-stats=False", False),
+        ("--no-use-fast-stats", False),
+        ("--fast", True),
+        ("--no-fast", False),
+    ],
+)
+def test_openpi_fast_stats_spellings(dataset, tmp_path, capsys, flag, fast):
+    """openpi's compute_norm_stats takes --use-fast-stats=True|False (tyro); every spelling works."""
+    out_path = tmp_path / "norm.json"
+    code, out, _ = run_cli(
+        ["stats", str(dataset), flag, "-o", str(out_path), "--no-progress"], capsys
+    )
+    assert code == 0, out
+    assert ("fast (1 pass" in out) is fast and ("rank error bound" in out) is fast
+
+
+def test_openpi_fast_stats_bad_value(dataset, capsys):
+    code, _, err = run_cli(["stats", str(dataset), "--use-fast-stats=maybe"], capsys)
+    assert code == 2 and err.strip() == "error: --use-fast-stats takes True or False, not 'maybe'"

@@ -125,8 +125,30 @@ def _is_usage_error(exc: BaseException) -> bool:
     return hasattr(exc, "format_message") and hasattr(exc, "exit_code")
 
 
+# Boolean flags that the tools people come from spell with a value (openpi's tyro:
+# `--use-fast-stats=True`); each becomes --flag or --no-flag.
+VALUED_BOOLEAN_FLAGS = ("--use-fast-stats",)
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _boolean_flags(args: list[str]) -> list[str]:
+    out = []
+    for arg in args:
+        flag, sep, value = arg.partition("=")
+        if sep and flag in VALUED_BOOLEAN_FLAGS:
+            if value.strip().lower() in _TRUE:
+                arg = flag
+            elif value.strip().lower() in _FALSE:
+                arg = "--no-" + flag[2:]
+            else:
+                typer.echo(f"error: {flag} takes True or False, not {value!r}", err=True)
+                sys.exit(2)
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    args = _boolean_flags(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
         app(args=args, prog_name="accelkit", standalone_mode=False)

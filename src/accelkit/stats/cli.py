@@ -159,13 +159,14 @@ def stats_command(
         typer.Option("--format", help="openpi (norm_stats.json) or lerobot (stats.json)."),
     ] = None,
     fast: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--fast",
-            "--use-fast-stats",
-            help="One pass with a quantile sketch (rank error reported) instead of exact quantiles.",
+            "--fast/--no-fast",
+            "--use-fast-stats/--no-use-fast-stats",
+            help="One pass with a quantile sketch (rank error reported) instead of exact quantiles;"
+            " openpi's --use-fast-stats=True|False works too.",
         ),
-    ] = False,
+    ] = None,
     quantiles: Annotated[
         str | None,
         typer.Option("--quantiles", help="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9)."),
@@ -235,7 +236,7 @@ def stats_command(
         keys=parse_keys(keys),
         output=output,
         format=fmt,
-        fast=fast or None,
+        fast=fast,
         quantiles=parse_quantiles(quantiles),
         max_frames=max_frames,
         max_time_minutes=max_time_minutes,
