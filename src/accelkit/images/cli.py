@@ -4,6 +4,7 @@ service); run the HTTP service."""
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
@@ -385,7 +386,7 @@ def insert_command(
         for i in keep
     ]
     settings, index = open_index(config, server)
-    with index_closing(index), rows_progress(progress and len(inputs) > 1, "images") as bar:
+    with closing(index), rows_progress(progress and len(inputs) > 1, "images") as bar:
         task = bar.add_task("inserting", total=len(inputs))
         result = insert_in_chunks(
             index,
@@ -425,12 +426,6 @@ def insert_command(
         )
 
 
-def index_closing(index):
-    import contextlib
-
-    return contextlib.closing(index)
-
-
 @images_app.command("search")
 def search_command(
     query: Annotated[str, typer.Argument(help="Query image file.")],
@@ -458,7 +453,7 @@ def search_command(
     if missing:
         raise DataError(missing[0])
     settings, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         hits = [h.to_dict() for h in index.search(ImageInput(query), topk, filter_expr, collection)]
     name = collection or settings.store.collection_name
     if as_json:
@@ -493,7 +488,7 @@ def collection_list(
 ) -> None:
     """Collections and their sizes."""
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         infos = [index.describe(n) for n in index.list_collections()]
     if as_json:
         _print_json({"collections": infos})
@@ -537,7 +532,7 @@ def collection_create(
 ) -> None:
     """Create a collection."""
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         info = index.create_collection(
             name, dim, description, index_type=index_type, metric_type=metric_type
         )
@@ -553,7 +548,7 @@ def collection_stats(
 ) -> None:
     """Size, dimension, index and metric of a collection."""
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         info = index.describe(name)
     _print_info(f"collection {info['name']}", info, as_json)
 
@@ -567,7 +562,7 @@ def collection_flush(
 ) -> None:
     """Seal inserted rows so a server's index covers them (bulk inserts do this by themselves)."""
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         info = index.flush(name)
     _print_info(f"flushed {name}", info, as_json)
 
@@ -614,7 +609,7 @@ def collection_index(
     if (metric_type or spec) and not index_type:
         raise InputError("--metric and --params go with --index-type (which rebuilds the index)")
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         if index_type:
             index.rebuild_index(
                 name, index_type=index_type, metric_type=metric_type, index_params=spec
@@ -632,7 +627,7 @@ def collection_delete(
 ) -> None:
     """Delete a collection and everything in it."""
     _, index = open_index(config, server)
-    with index_closing(index):
+    with closing(index):
         index.drop_collection(name)
     if as_json:
         _print_json({"dropped": name})
@@ -652,7 +647,7 @@ def health_command(
     except AccelkitError as exc:  # the store cannot be opened: that is the answer
         report = {"status": "unhealthy", "store": {"ok": False, "error": str(exc)}}
     else:
-        with index_closing(index):
+        with closing(index):
             report = index.health()
     if as_json:
         _print_json(report)

@@ -31,7 +31,7 @@ from accelkit.images.schema import (
     check_ids,
     check_metadata,
 )
-from accelkit.images.store import Hit
+from accelkit.images.store import CollectionNotFoundError, Hit
 
 
 @dataclass(frozen=True)
@@ -195,9 +195,13 @@ class LocalIndex:
         the call returns only after the store has accepted every stored item."""
         name = self._name(collection)
         items = list(items)
-        exists = self.store.has_collection(name)
-        if not exists and not create_collection:
-            self.store.describe_dim(name)  # the not-found error, before any embedding
+        try:  # cached after the first call: no round trip per insert
+            self.store.describe_dim(name)
+            exists = True
+        except CollectionNotFoundError:
+            if not create_collection:
+                raise  # before any embedding
+            exists = False
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
         labels = [item.label or f"item #{i}" for i, item in enumerate(items)]

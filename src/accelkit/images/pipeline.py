@@ -10,6 +10,7 @@ On top of `embed`, the vector-store API of the original service: `create_collect
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import deque
@@ -201,7 +202,7 @@ class ImageEmbeddingPipeline:
             self._store = VectorStore(self.config.store)
         return self._store
 
-    @property
+    @functools.cached_property
     def index(self) -> LocalIndex:
         """The application layer over this pipeline's model and store."""
         return LocalIndex(
