@@ -106,23 +106,49 @@ def test_batch_splitting_and_merge_order_never_change_results(data, cuts, seed):
     np.testing.assert_allclose(split.std, ref.std(0), rtol=1e-6, atol=1e-9 * scale)
 
 
-def test_eight_devices_equal_one_device(rng, one_device, eight_devices):
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+def test_any_device_count_and_batch_size_give_identical_bytes(rng, eight_devices, tmp_path, fast):
+    """1, 2, 3 and 8 devices x three batch sizes: the written files are byte for byte the same."""
+    from accelkit.stats.formats import write_stats
+
+    n = 50_001
     x = np.stack(
-        [rng.standard_normal(50_001), rng.standard_cauchy(50_001), (rng.random(50_001) > 0.5)], 1
+        [
+            1e4 + 0.01 * rng.standard_normal(n),  # |mean| >> std: the sums' low bits matter
+            rng.standard_cauchy(n),
+            rng.random(n) > 0.5,
+            rng.standard_normal(n) * np.exp(rng.uniform(-20, 20, n)),
+        ],
+        1,
     ).astype(np.float32)
-    batches = [{"x": x[i : i + 7_777]} for i in range(0, len(x), 7_777)]
-    one = compute_stats(batches, quantiles=LEVELS, devices=one_device, batch_size=4096)
-    eight = compute_stats(batches, quantiles=LEVELS, devices=eight_devices, batch_size=4096)
-    assert eight.summary.devices != one.summary.devices and len(eight.summary.devices) == 8
-    a, b = one.stats["x"], eight.stats["x"]
-    for q in LEVELS:
-        np.testing.assert_array_equal(a.quantiles[q], b.quantiles[q])
-    np.testing.assert_array_equal(a.count, b.count)
-    np.testing.assert_array_equal(a.min, b.min)
-    np.testing.assert_array_equal(a.max, b.max)
-    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-13)
-    np.testing.assert_allclose(a.std, b.std, rtol=1e-12)
-    assert_matches_numpy(b, x, LEVELS)
+    x[::97, 3] = np.nan  # non-finite values excluded per element
+    weights_of_rows = [{"x": x[i : i + 7_777]} for i in range(0, n, 7_777)]
+    outputs = {}
+    for count in (1, 2, 3, 8):
+        for batch in (768, 3_000, 24_576):
+            result = compute_stats(
+                weights_of_rows,
+                quantiles=LEVELS,
+                devices=eight_devices[:count],
+                batch_size=batch,
+                fast=fast,
+                skip_nonfinite=True,
+            )
+            assert len(result.summary.devices) == count
+            path = write_stats(tmp_path / f"{count}-{batch}.json", result.stats, "lerobot", {})
+            outputs[(count, batch)] = path.read_bytes()
+    first = outputs[(1, 768)]
+    different = [k for k, v in outputs.items() if v != first]
+    assert not different, f"outputs differ from 1 device, batch 768: {different}"
+    if not fast:
+        finite = x[:, :3]
+        stats = result.stats["x"]
+        ref = finite.astype(np.float64)
+        np.testing.assert_allclose(stats.mean[:3], ref.mean(0), rtol=1e-13)
+        np.testing.assert_allclose(stats.std[:3], ref.std(0), rtol=1e-9)
+        expected = np.quantile(finite, np.asarray(LEVELS, np.float64), axis=0)
+        for i, q in enumerate(LEVELS):
+            np.testing.assert_array_equal(stats.quantiles[q][:3], expected[i])
 
 
 def test_eight_devices_equal_one_device_in_fast_mode(rng, one_device, eight_devices):
@@ -162,6 +188,8 @@ def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(
     assert any("out of device memory" in r.message for r in caplog.records)
     for q in (0.01, 0.99):
         np.testing.assert_array_equal(result.stats["x"].quantiles[q], expected.quantiles[q])
+    np.testing.assert_array_equal(result.stats["x"].mean, expected.mean)
+    np.testing.assert_array_equal(result.stats["x"].std, expected.std)
 
 
 def test_weighted_rows_equal_repeated_rows(rng):

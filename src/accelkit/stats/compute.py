@@ -240,15 +240,19 @@ class Batcher:
 def default_batch_size(
     dim: int, devices, override: int | None = None, total_rows: int | None = None
 ) -> int:
-    """Rows per batch: from the device's free memory and the row width, a multiple of the device count.
+    """Rows per batch: from the device's free memory and the row width; whole moment blocks per device.
 
-    About 64 bytes of working memory per value (keys, weights, float64 moments, matches) within a
+    A batch is a multiple of `device count x moments.BLOCK_ROWS` (an override is rounded up to one),
+    so every device holds whole blocks and results do not depend on either. About 64 bytes of working memory per value (keys, weights, float64 moments, matches) within a
     quarter of free memory, capped at 2**17 rows per device on CPU (cache-sized batches run fastest
     there) and 2**21 on accelerators.
     """
+    from accelkit.stats.moments import BLOCK_ROWS
+
     n = len(devices)
     if override:
-        return max(n, math.ceil(override / n) * n)
+        unit = n * BLOCK_ROWS
+        return max(unit, math.ceil(override / unit) * unit)
     free = min(free_memory_bytes(d) for d in devices)
     cap = (1 << 17) if devices[0].platform == "cpu" else (1 << 21)
     rows = int(free * 0.25 / (64 * max(dim, 1)))
@@ -266,6 +270,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 @dataclass
 class PassOutcome:
     states: dict  # key -> merged host PassState
+    sums: dict  # key -> moments.Sums folded in row order (passes with moments)
     rows: int
     chunks_seen: int
     stopped_early: bool
@@ -313,11 +318,11 @@ class Runner:
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
-                shrunk = False
+                from accelkit.stats.moments import BLOCK_ROWS
+
+                shrunk, unit = False, len(self.devices) * BLOCK_ROWS
                 for key, size in self.batch_sizes.items():
-                    half = max(
-                        len(self.devices), (size // 2 // len(self.devices)) * len(self.devices)
-                    )
+                    half = max(unit, (size // 2 // unit) * unit)
                     if half < size:
                         self.batch_sizes[key], shrunk = half, True
                 if not shrunk or min(self.batch_sizes.values()) < 256:
@@ -338,7 +343,9 @@ class Runner:
 
         passes = self.passes
         sharding = NamedSharding(self.mesh, P("data"))
-        specs, states, batchers, host_acc, weight_since_flush = {}, {}, {}, {}, {}
+        from accelkit.stats import moments as mom
+
+        specs, states, batchers, host_acc, weight_since_flush, sums = {}, {}, {}, {}, {}, {}
         rows = chunks_seen = 0
         stopped_early = False
         started = time.perf_counter()
@@ -351,7 +358,7 @@ class Runner:
             batch_weight = int(weight.sum())
             if weight_since_flush[key] + batch_weight > INT32_SAFE:
                 flush(key)
-            states[key], token = passes.sharded_update(
+            states[key], blocks, token = passes.sharded_update(
                 states[key],
                 jax.device_put(values, sharding),
                 jax.device_put(weight, sharding),
@@ -361,10 +368,16 @@ class Runner:
             # Dispatch is asynchronous: without a bound the loop runs ahead of the device and every
             # queued batch keeps its host buffer alive. Waiting on the batch before last keeps two in
             # flight: the device stays busy and memory stays flat.
-            in_flight.append(token)
+            in_flight.append((key, token, blocks))
             if len(in_flight) > MAX_IN_FLIGHT:
-                in_flight.popleft().block_until_ready()
+                settle(*in_flight.popleft())
             weight_since_flush[key] += batch_weight
+
+        def settle(key, token, blocks):
+            token.block_until_ready()
+            if blocks is not None:  # batches of a key settle in dispatch order: the fold is ordered
+                s1, s2 = jax.device_get(blocks)
+                sums[key] = mom.fold(sums.get(key) or mom.empty_sums(s1.shape[1]), s1, s2)
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator
@@ -410,11 +423,15 @@ class Runner:
             for key, batcher in batchers.items():
                 for batch in batcher.flush():
                     run_batch(key, *batch)
+            while in_flight:
+                settle(*in_flight.popleft())
         merged = {}
         for key in states:
             part = passes.gather_and_merge(states[key])
             merged[key] = part if key not in host_acc else passes.merge(host_acc[key], part)
-        return PassOutcome(merged, rows, chunks_seen, stopped_early, time.perf_counter() - started)
+        return PassOutcome(
+            merged, sums, rows, chunks_seen, stopped_early, time.perf_counter() - started
+        )
 
 
 def _check_nonfinite(stream: Stream, states: dict, skip: bool) -> None:
@@ -525,7 +542,7 @@ def _require_rows(stream: Stream, states: dict) -> None:
     if not states:
         raise DataError("the dataset holds no rows; check the path and --max-frames")
     for key, state in states.items():
-        count = np.asarray(state.moments.count)
+        count = np.asarray(state.extremes.count)
         if int(np.max(count, initial=0)) == 0:
             raise DataError(
                 f"column {stream.column_name(key)!r} has no finite values to compute statistics from"
@@ -538,10 +555,10 @@ def _require_rows(stream: Stream, states: dict) -> None:
             )
 
 
-def _key_stats(state, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
+def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
     from accelkit.stats import moments as mom
 
-    base = mom.finalize(state.moments)
+    base = mom.finalize(state.extremes, sums, state.center)
     return KeyStats(
         count=base["count"],
         mean=base["mean"],
@@ -575,7 +592,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     chunk_limit = first.chunks_seen if first.stopped_early else None
     plans, targets = {}, {}
     for key, state in first.states.items():
-        plans[key], targets[key] = qt.start_plan(state.moments.count, levels)
+        plans[key], targets[key] = qt.start_plan(state.extremes.count, levels)
         plans[key] = qt.advance_plan(
             plans[key], state.counts, np.zeros_like(plans[key].ranks), EXACT_FIRST_DIGIT
         )
@@ -603,7 +620,9 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         for key, state in outcome.states.items():
             plans[key] = qt.advance_plan(plans[key], state.counts, groups[key][1], digit)
     stats = {
-        key: _key_stats(state, levels, qt.finish_plan(plans[key], targets[key]), None)
+        key: _key_stats(
+            state, first.sums[key], levels, qt.finish_plan(plans[key], targets[key]), None
+        )
         for key, state in first.states.items()
     }
     return stats, first.rows, pass_times, first.stopped_early
@@ -630,7 +649,7 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
     _require_rows(stream, outcome.states)
     stats = {}
     for key, state in outcome.states.items():
-        m = state.moments
+        m = state.extremes
         est, bound = qt.sketch_quantiles(
             state.counts,
             np.asarray(state.center, np.float64),
@@ -639,5 +658,5 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
             qt.keys_to_floats(m.max_key).astype(np.float64),
             levels,
         )
-        stats[key] = _key_stats(state, levels, est, bound)
+        stats[key] = _key_stats(state, outcome.sums[key], levels, est, bound)
     return stats, outcome.rows, [outcome.seconds], outcome.stopped_early

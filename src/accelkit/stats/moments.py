@@ -1,10 +1,20 @@
-"""Streaming per-dimension moments: count, mean, M2 (sum of squared deviations), min, max.
+"""Streaming per-dimension moments, reproducible to the bit: count, shifted sums, min, max.
 
-A pure `init` / `update` / `merge` / `finalize` quartet over an immutable NamedTuple, in the shape of
-optax's states. Accumulators are float64 (call under `jax.enable_x64(True)`); each batch is reduced
-about a shift near the data and combined with Chan et al.'s parallel formula, so the standard
-deviation stays accurate when |mean| >> std (the float32 E[x^2] - E[x]^2 of the reference tool does
-not).
+Two parts with different merge rules:
+
+* `Extremes` (count, min key, max key) are integers: they merge exactly in any order, so each device
+  keeps its own partial state and the partial states are merged at the end of a pass.
+* `Sums` (sum of w(x - shift), sum of w(x - shift)^2, float64) round, so their bits depend on the
+  order of additions. They are summed over **fixed row blocks** of `BLOCK_ROWS` consecutive rows of
+  the stream, each by the same fixed order of additions (`block_sums`), and the block sums are folded
+  on the host one after another in stream order (`fold`). Neither the batch size (a multiple of the
+  block) nor the number of devices (each holds whole blocks) changes any addition, so results are
+  identical bytes for any device count and batch size.
+
+The shift is a value near the data (the first chunk's median): sums of deviations from it carry no
+large offset, so the std stays accurate when |mean| >> std (the float32 E[x^2] - E[x]^2 of openpi's
+RunningStats does not). Float64 throughout: float32 inputs cannot overflow their squares, and the
+float32 -> float64 convert keeps denormals that float32 arithmetic on XLA CPU would flush to zero.
 
 Weights are integer counts per element: 0 excludes an element (padding, non-finite values, frames not
 sampled), k > 1 counts it k times (an action that appears in k action chunks).
@@ -14,85 +24,119 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from accelkit.stats.keys import EMPTY_MAX_KEY, EMPTY_MIN_KEY, float_keys, keys_to_floats
 
+BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole blocks per device
 
-class Moments(NamedTuple):
+
+class Extremes(NamedTuple):
     count: jnp.ndarray  # int64 [D]: total weight
-    mean: jnp.ndarray  # float64 [D]
-    m2: jnp.ndarray  # float64 [D]: sum of weight * (x - mean)^2
     min_key: jnp.ndarray  # uint32 [D]: order key of the minimum (see `keys`); integer, so exact
     max_key: jnp.ndarray  # uint32 [D]
 
 
-def init(dim: int) -> Moments:
-    return Moments(
+class Sums(NamedTuple):
+    s1: np.ndarray  # float64 [D]: sum of w * (x - shift)
+    s2: np.ndarray  # float64 [D]: sum of w * (x - shift)^2
+
+
+def init(dim: int) -> Extremes:
+    return Extremes(
         count=jnp.zeros(dim, jnp.int64),
-        mean=jnp.zeros(dim, jnp.float64),
-        m2=jnp.zeros(dim, jnp.float64),
         min_key=jnp.full(dim, EMPTY_MIN_KEY, jnp.uint32),
         max_key=jnp.full(dim, EMPTY_MAX_KEY, jnp.uint32),
     )
 
 
-def of_batch(x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray) -> Moments:
-    """Moments of one batch `x` [B, D] (float32) with integer element weights [B, D].
-
-    `shift` [D] is any value near the data (the driver uses the first chunk's median). Sums of
-    deviations from a fixed shift need one reduction pass, not two, and carry no large offset, so
-    the std stays accurate when |mean| >> std. Float64 throughout: float32 inputs cannot overflow
-    their squares, and the float32 -> float64 convert keeps denormals that float32 arithmetic on
-    XLA CPU would flush to zero.
-    """
+def update(state: Extremes, x: jnp.ndarray, weight: jnp.ndarray) -> Extremes:
+    """Add a batch `x` [B, D] (the raw float32 input: keys are taken of its bits) with int weights [B, D]."""
     keys = float_keys(x)
     present = weight > 0
+    return merge(
+        state,
+        Extremes(
+            count=weight.sum(axis=0, dtype=jnp.int64),
+            min_key=jnp.where(present, keys, EMPTY_MIN_KEY).min(axis=0),
+            max_key=jnp.where(present, keys, EMPTY_MAX_KEY).max(axis=0),
+        ),
+    )
+
+
+def merge(a: Extremes, b: Extremes) -> Extremes:
+    """Exact in any order; host or device."""
+    xp = np if isinstance(a.count, np.ndarray) else jnp
+    return Extremes(
+        a.count + b.count, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key)
+    )
+
+
+def block_sums(
+    x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray, block_rows: int = BLOCK_ROWS
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Per-block sums of w(x - shift) and w(x - shift)^2: two float64 arrays [B / block_rows, D].
+
+    Each block is summed in the same written-out order whatever the number of blocks: the additions,
+    and so the bits, depend only on the block's rows. The products are
+    materialized behind an optimization barrier so no compiler can fuse a multiply into an add (an
+    FMA rounds once, not twice) differently for different shapes.
+    """
+    rows = x.shape[0]
+    if rows % block_rows or block_rows % min(16, block_rows):
+        raise ValueError(f"{rows} rows are not whole blocks of {block_rows} (a multiple of 16)")
     w = weight.astype(jnp.float64)
-    d = jnp.where(present, x.astype(jnp.float64) - shift.astype(jnp.float64), 0.0)
-    count = weight.sum(axis=0, dtype=jnp.int64)
-    s1 = (w * d).sum(axis=0)
-    s2 = (w * d * d).sum(axis=0)
-    n = jnp.maximum(count, 1).astype(jnp.float64)
-    return Moments(
-        count=count,
-        mean=shift.astype(jnp.float64) + s1 / n,
-        m2=jnp.maximum(s2 - s1 * s1 / n, 0.0),
-        min_key=jnp.where(present, keys, EMPTY_MIN_KEY).min(axis=0),
-        max_key=jnp.where(present, keys, EMPTY_MAX_KEY).max(axis=0),
-    )
+    d = jnp.where(weight > 0, x.astype(jnp.float64) - shift.astype(jnp.float64), 0.0)
+    wd = w * d
+    wdd = wd * d
+    wd, wdd = jax.lax.optimization_barrier((wd, wdd))
+    return _in_order(wd, block_rows), _in_order(wdd, block_rows)
 
 
-def merge(a: Moments, b: Moments) -> Moments:
-    """Chan's parallel combination; exact in count/min/max, float64-rounded in mean/m2."""
-    xp = np if isinstance(a.mean, np.ndarray) else jnp  # the same formula merges host-side results
-    count = a.count + b.count
-    n = xp.maximum(count, 1).astype(xp.float64)
-    na, nb = a.count.astype(xp.float64), b.count.astype(xp.float64)
-    delta = b.mean - a.mean
-    mean = xp.where(a.count == 0, b.mean, xp.where(b.count == 0, a.mean, a.mean + delta * (nb / n)))
-    m2 = a.m2 + b.m2 + delta * delta * (na * nb / n)
-    m2 = xp.where((a.count == 0) | (b.count == 0), a.m2 + b.m2, m2)
-    return Moments(
-        count, mean, m2, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key)
-    )
+def _in_order(values: jnp.ndarray, block_rows: int) -> jnp.ndarray:
+    """Sums of each block of rows as written-out additions: runs of 16 rows left to right, then the
+    runs left to right. Explicit adds are never reordered, and XLA fuses them into one loop (2-3x
+    faster on CPU than a halving tree or a reduce, whose order is the backend's choice)."""
+    rows, dim = values.shape
+    run = min(16, block_rows)
+    v = values.reshape(rows // block_rows, block_rows // run, run, dim)
+    runs = v[:, :, 0]
+    for i in range(1, run):
+        runs = runs + v[:, :, i]
+    total = runs[:, 0]
+    for i in range(1, block_rows // run):
+        total = total + runs[:, i]
+    return total
 
 
-def update(state: Moments, x: jnp.ndarray, weight: jnp.ndarray, shift: jnp.ndarray) -> Moments:
-    # (x must be the raw float32 input: min/max keys are taken of its bits)
-    return merge(state, of_batch(x, weight, shift))
+def empty_sums(dim: int) -> Sums:
+    return Sums(np.zeros(dim, np.float64), np.zeros(dim, np.float64))
 
 
-def finalize(state: Moments) -> dict[str, np.ndarray]:
+def fold(sums: Sums, s1_blocks: np.ndarray, s2_blocks: np.ndarray) -> Sums:
+    """Add block sums [N, D] to the running sums one block after another, in order (host)."""
+
+    def sequential(total, blocks):
+        stacked = np.concatenate([total[None], np.asarray(blocks, np.float64)])
+        return np.add.accumulate(stacked, axis=0)[-1]  # strictly left to right
+
+    return Sums(sequential(sums.s1, s1_blocks), sequential(sums.s2, s2_blocks))
+
+
+def finalize(extremes: Extremes, sums: Sums, shift: np.ndarray) -> dict[str, np.ndarray]:
     """Host-side results: count, mean, population std (ddof 0, as openpi), min, max."""
-    count = np.asarray(state.count, np.int64)
-    m2 = np.asarray(state.m2, np.float64)
-    std = np.sqrt(np.where(count > 0, m2 / np.maximum(count, 1), np.nan))
+    count = np.asarray(extremes.count, np.int64)
+    n = np.maximum(count, 1).astype(np.float64)
+    s1, s2 = np.asarray(sums.s1, np.float64), np.asarray(sums.s2, np.float64)
+    mean = np.asarray(shift, np.float32).astype(np.float64) + s1 / n
+    m2 = np.maximum(s2 - s1 * s1 / n, 0.0)
+    present = count > 0
     return {
         "count": count,
-        "mean": np.where(count > 0, np.asarray(state.mean, np.float64), np.nan),
-        "std": std,
-        "min": np.where(count > 0, keys_to_floats(state.min_key), np.nan).astype(np.float32),
-        "max": np.where(count > 0, keys_to_floats(state.max_key), np.nan).astype(np.float32),
+        "mean": np.where(present, mean, np.nan),
+        "std": np.sqrt(np.where(present, m2 / n, np.nan)),
+        "min": np.where(present, keys_to_floats(extremes.min_key), np.nan).astype(np.float32),
+        "max": np.where(present, keys_to_floats(extremes.max_key), np.nan).astype(np.float32),
     }

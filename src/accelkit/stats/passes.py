@@ -1,11 +1,13 @@
 """One data pass as a pure state machine: `init`, `update`, `merge` over a `PassState` pytree.
 
 A pass sees batches `x` [B, D] float32 with integer row weights [B]. It histograms one key digit
-(see `quantiles`), and on the first pass also counts non-finite values and accumulates `Moments`.
+(see `quantiles`), and on the first pass also counts non-finite values, tracks `Extremes` and returns
+the moment sums of every fixed row block of the batch (see `moments`).
 
 `sharded_update` runs `update` under `jax.shard_map` on a 1-D mesh: each device keeps its own
-partial state for its slice of every batch, and the partial states are merged once at the end of the
-pass. One code path serves one device and many.
+partial state for its slice of every batch (integers: they merge exactly at the end of the pass), and
+the block sums of all devices come back in row order for the host to fold. One code path serves one
+device and many, with identical results.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class PassSpec(NamedTuple):
 
 
 class PassState(NamedTuple):
-    moments: mom.Moments
+    extremes: mom.Extremes  # count, min, max (first pass and fast mode only)
     counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
     prefixes: jnp.ndarray  # uint32 [D, U]
     center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
@@ -46,7 +48,7 @@ class PassState(NamedTuple):
 
 def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
     return PassState(
-        moments=mom.init(spec.dim),
+        extremes=mom.init(spec.dim),
         counts=jnp.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), jnp.int32),
         prefixes=jnp.asarray(prefixes, jnp.uint32),
         center=jnp.asarray(center, jnp.float32),
@@ -54,7 +56,10 @@ def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
     )
 
 
-def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: PassSpec) -> PassState:
+def update(
+    state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: PassSpec
+) -> tuple[PassState, tuple[jnp.ndarray, jnp.ndarray] | None]:
+    """The new state and, when the pass computes moments, the batch's block sums."""
     finite = jnp.isfinite(x)
     weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
     nonfinite = state.nonfinite
@@ -67,10 +72,11 @@ def update(state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: Pass
     counts = digit_histogram_update(
         state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
-    moments = (
-        mom.update(state.moments, x, weight, state.center) if spec.with_moments else state.moments
-    )
-    return PassState(moments, counts, state.prefixes, state.center, nonfinite)
+    if not spec.with_moments:
+        return PassState(state.extremes, counts, state.prefixes, state.center, nonfinite), None
+    extremes = mom.update(state.extremes, x, weight)
+    blocks = mom.block_sums(x, weight, state.center)
+    return PassState(extremes, counts, state.prefixes, state.center, nonfinite), blocks
 
 
 def centered_offsets(x: jnp.ndarray, center: jnp.ndarray) -> jnp.ndarray:
@@ -97,7 +103,7 @@ def centered_offsets(x: jnp.ndarray, center: jnp.ndarray) -> jnp.ndarray:
 def merge(a: PassState, b: PassState) -> PassState:
     """Combine two partial states of the same pass (same prefixes and center); host or device."""
     return PassState(
-        moments=mom.merge(a.moments, b.moments),
+        extremes=mom.merge(a.extremes, b.extremes),
         counts=a.counts + b.counts,
         prefixes=a.prefixes,
         center=a.center,
@@ -122,27 +128,27 @@ def replicate_per_device(state: PassState, mesh: Mesh) -> PassState:
 
 
 @partial(jax.jit, static_argnames=("spec", "mesh"), donate_argnums=(0,))
-def sharded_update(
-    state: PassState, x, row_weight, *, spec: PassSpec, mesh: Mesh
-) -> tuple[PassState, jnp.ndarray]:
+def sharded_update(state: PassState, x, row_weight, *, spec: PassSpec, mesh: Mesh):
     """Each device updates its own partial state with its rows of the batch.
 
-    Also returns a small token computed from the new state: the state itself is donated to the next
-    call, so the driver waits on tokens to bound how far dispatch runs ahead of the device.
+    Returns (new state, block sums or None, token). Block sums [B / BLOCK_ROWS, D] are in row order
+    (device i's blocks follow device i-1's). The token is a small value computed from the new state:
+    the state itself is donated to the next call, so the driver waits on tokens to bound how far
+    dispatch runs ahead of the device.
     """
 
     def local(state, x, row_weight):
         squeezed = jax.tree.map(lambda leaf: leaf[0], state)
-        new = update(squeezed, x, row_weight, spec)
-        return jax.tree.map(lambda leaf: leaf[None], new)
+        new, blocks = update(squeezed, x, row_weight, spec)
+        return jax.tree.map(lambda leaf: leaf[None], new), blocks
 
-    new_state = jax.shard_map(
+    new_state, blocks = jax.shard_map(
         local,
         mesh=mesh,
         in_specs=(P("data"), P("data"), P("data")),
-        out_specs=P("data"),
+        out_specs=(P("data"), None if not spec.with_moments else (P("data"), P("data"))),
     )(state, x, row_weight)
-    return new_state, new_state.nonfinite.sum()
+    return new_state, blocks, new_state.nonfinite.sum()
 
 
 def gather_and_merge(state: PassState) -> PassState:
