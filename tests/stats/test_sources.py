@@ -280,7 +280,15 @@ def test_damaged_info_json(tmp_path):
 def test_lerobot_without_data_files(tmp_path):
     (tmp_path / "meta").mkdir()
     (tmp_path / "meta" / "info.json").write_text(
-        json.dumps({"codebase_version": "v3.0", "features": {}})
+        json.dumps(
+            {
+                "codebase_version": "v3.0",
+                "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+                "features": {},
+            }
+        )
     )
-    with pytest.raises(DataError, match="holds no parquet files"):
+    with pytest.raises(DataError, match="without episode metadata"):
         open_source(tmp_path)
+    with pytest.raises(DataError, match="holds no parquet files"):
+        open_source(tmp_path, trust_files=True)

@@ -30,6 +30,7 @@ class StatsSettings(Settings):
     chunk_end: Literal["truncate", "clamp"] = "truncate"
     skip_nonfinite: bool = False
     seed: int = 0
+    trust_files: bool = False
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
@@ -214,6 +215,14 @@ def stats_command(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed of the --max-frames sample.")
     ] = None,
+    trust_files: Annotated[
+        bool,
+        typer.Option(
+            "--trust-files",
+            help="LeRobot datasets: read the parquet files under data/ even where the dataset's"
+            " metadata (episodes, total_frames) disagrees with them (default: metadata decides).",
+        ),
+    ] = False,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file of named stats jobs.")
     ] = None,
@@ -246,6 +255,7 @@ def stats_command(
         chunk_end=chunk_end,
         skip_nonfinite=skip_nonfinite or None,
         seed=seed,
+        trust_files=trust_files or None,
     )
     run_stats(settings, progress=not no_progress)
 
@@ -294,6 +304,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         max_frames=settings.max_frames,
         seed=settings.seed,
         shuffle=settings.max_time_minutes is not None,
+        trust_files=settings.trust_files,
     )
     result = compute_stats(
         stream,

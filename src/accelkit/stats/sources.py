@@ -17,7 +17,6 @@ End-of-episode rule:
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -27,7 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError, InputError
+from accelkit.stats import lerobot
 from accelkit.stats.compute import Column, Stream
+from accelkit.stats.lerobot import check_feature
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +124,27 @@ def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
     return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
 
+def arrow_value_dtype(kind) -> str:
+    """numpy dtype name of the values of a scalar or (fixed-size) list arrow type."""
+    import pyarrow as pa
+
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        kind = kind.value_type
+    try:
+        return np.dtype(kind.to_pandas_dtype()).name
+    except (NotImplementedError, TypeError):
+        return str(kind)
+
+
 class FileReader:
-    """Reads named columns (and `episode_index` where present) from one file of a known kind."""
+    """Reads named columns (and `episode_index` where present) from one file of a known kind.
+
+    `features` (a LeRobot info.json's) are checked against every parquet column read: dtype and
+    values per row must be what the metadata declares.
+    """
+
+    def __init__(self, features: Mapping[str, dict] | None = None):
+        self.features = dict(features or {})
 
     def names(self, path: Path) -> list[str]:
         suffix = path.suffix
@@ -184,6 +204,15 @@ class FileReader:
                     f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
                 ) from exc
             out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
+            for c in wanted:
+                if c in self.features:
+                    check_feature(
+                        c,
+                        self.features[c],
+                        arrow_value_dtype(table.schema.field(c).type),
+                        out[c].shape[1],
+                        str(path),
+                    )
             episodes = (
                 np.asarray(table.column("episode_index").to_numpy(), np.int64)
                 if with_episodes
@@ -371,15 +400,21 @@ class FileStream(Stream):
 # --- opening a path ---------------------------------------------------------------------------
 
 
-def _lerobot_files(root: Path, info: dict) -> list[Path]:
-    data = root / "data"
-    files = sorted(data.rglob("*.parquet")) if data.is_dir() else []
-    version = str(info.get("codebase_version", "?"))
-    if not files:
-        raise DataError(
-            f"{root} is a LeRobot dataset ({version}) but {data} holds no parquet files; is the download complete?"
-        )
-    return files
+def _lerobot_files(root: Path, info: dict, info_file: Path, trust_files: bool):
+    """The dataset's data files (from its metadata, or what is on disk with `trust_files`)."""
+    if trust_files:
+        files = lerobot.files_on_disk(root)
+        if not files:
+            version = str(info.get("codebase_version", "?"))
+            raise DataError(
+                f"{root} is a LeRobot dataset ({version}) but {root / 'data'} holds no parquet files; "
+                "is the download complete?"
+            )
+        return files, None
+    layout = lerobot.read_layout(root, info, info_file)
+    lerobot.check_missing(layout)
+    lerobot.warn_strays(root, layout)
+    return layout.files, layout
 
 
 def _resolve_keys(
@@ -424,23 +459,28 @@ def open_source(
     max_frames: int | None = None,
     seed: int = 0,
     shuffle: bool = False,
+    trust_files: bool = False,
 ) -> FileStream:
-    """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`."""
+    """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`.
+
+    A LeRobot dataset is read as its metadata describes it (see `accelkit.stats.lerobot`);
+    `trust_files=True` reads the parquet files under its data/ folder instead.
+    """
     root = Path(path).expanduser()
     if not root.exists():
         raise InputError(f"dataset path {root} does not exist; check the path")
     reader = FileReader()
     features = None
+    layout = None
+    info = None
     info_file = root / "meta" / "info.json"
     if root.is_dir() and info_file.is_file():
-        try:
-            info = json.loads(info_file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DataError(
-                f"{info_file} is not valid JSON ({exc}); the dataset's metadata is damaged"
-            ) from exc
-        files = _lerobot_files(root, info)
+        info = lerobot.read_json(info_file)
+        files, layout = _lerobot_files(root, info, info_file, trust_files)
         features = info.get("features", {})
+        if not isinstance(features, dict):
+            raise DataError(f"{info_file}: features is not a mapping; the metadata is damaged")
+        reader = FileReader(features)
         available = list(features) or _parquet_names(files[0])
         name = f"LeRobot {info.get('codebase_version', '?')} dataset {root}"
     elif root.is_dir():
@@ -473,10 +513,20 @@ def open_source(
     first_name = next(iter(chosen.values()))
     for file in files:
         rows = reader.num_rows(file, first_name)
+        if layout is not None:
+            lerobot.check_file_rows(layout, file, rows)
         fragments.append(Fragment(file, rows, offset))
         offset += rows
     if offset == 0:
         raise DataError(f"{name} holds no rows")
+    total = info.get("total_frames") if info is not None else None
+    if layout is None and isinstance(total, int) and total != offset:
+        log.warning(
+            "%s holds %d frames but meta/info.json says total_frames is %d (read as it is: --trust-files)",
+            name,
+            offset,
+            total,
+        )
     horizons = (
         {key: action_horizon for key in horizon_keys if key in chosen} if action_horizon else None
     )

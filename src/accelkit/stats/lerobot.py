@@ -1,0 +1,235 @@
+"""A LeRobot dataset's own metadata as the contract for what is read.
+
+`meta/info.json` names the data files (`data_path` with `chunks_size`) and the total frame count; the
+episode metadata (v2.1 `meta/episodes.jsonl`, v3.0 `meta/episodes/**/*.parquet`) gives every
+episode's length and, in v3.0, the data file that holds it. `read_layout` turns those into the list
+of data files in dataset order with the rows each must hold. Parquet files under `data/` that the
+metadata does not name (a backup copy, a half-written download) are named in a warning and not read;
+a file the metadata names but that is missing, or holds another number of rows, is an error naming
+both numbers. `trust_files=True` reads whatever parquet files are under `data/` instead (warning on
+each disagreement), for datasets whose metadata is known to be stale.
+
+`check_feature` compares a feature's declared dtype and shape with the column actually read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from accelkit.errors import DataError
+
+log = logging.getLogger(__name__)
+
+SHOWN = 5  # stray files named in the warning; the rest are counted
+
+
+@dataclass(frozen=True)
+class Episode:
+    index: int
+    length: int
+    file: Path
+
+
+@dataclass
+class Layout:
+    version: str
+    files: list[Path]  # in dataset order
+    rows_per_file: dict[Path, int]  # what the metadata says each file holds
+    total_frames: int | None
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not valid JSON ({exc}); the dataset's metadata is damaged") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path} is not a JSON object; the dataset's metadata is damaged")
+    return data
+
+
+def _format_path(root: Path, template: str, where: Path, **fields) -> Path:
+    try:
+        relative = template.format(**fields)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise DataError(
+            f"{where}: data_path {template!r} does not take {', '.join(fields)} ({exc}); "
+            "the dataset's metadata is damaged"
+        ) from exc
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise DataError(f"{where}: data_path {template!r} points outside the dataset ({relative})")
+    return root / relative
+
+
+def _int(value, what: str, where: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise DataError(f"{where}: {what} is {value!r}, not a count; the metadata is damaged")
+    return int(value)
+
+
+def _episodes_v21(root: Path, info: dict, info_file: Path) -> list[tuple[int, int]]:
+    path = root / "meta" / "episodes.jsonl"
+    if not path.is_file():
+        raise DataError(
+            f"{root} is a LeRobot v2.1 dataset without {path}; restore it, or pass --trust-files "
+            "to read the parquet files under data/"
+        )
+    episodes = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            episodes.append((int(entry["episode_index"]), _int(entry["length"], "length", path)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{path} line {number} is not an episode entry ({exc})") from exc
+    return sorted(episodes)
+
+
+def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
+    import pyarrow.parquet as pq
+
+    folder = root / "meta" / "episodes"
+    files = sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+    if not files:
+        raise DataError(
+            f"{root} is a LeRobot v3.0 dataset without episode metadata in {folder}; restore it, or "
+            "pass --trust-files to read the parquet files under data/"
+        )
+    wanted = ["episode_index", "length", "data/chunk_index", "data/file_index"]
+    rows = []
+    for path in files:
+        try:
+            table = pq.read_table(path, columns=wanted)
+        except Exception as exc:
+            raise DataError(
+                f"{path} is not readable episode metadata with columns {', '.join(wanted)} "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        columns = [table.column(c).to_pylist() for c in wanted]
+        rows.extend(zip(*columns, strict=True))
+    return sorted((int(e), int(n), int(c), int(f)) for e, n, c, f in rows)
+
+
+def read_layout(root: Path, info: dict, info_file: Path) -> Layout:
+    """The data files of a LeRobot v2.x / v3.x dataset, from its metadata, in dataset order."""
+    version = str(info.get("codebase_version", "?"))
+    template = info.get("data_path")
+    if not isinstance(template, str):
+        raise DataError(f"{info_file} has no data_path; is this a LeRobot v2.1 or v3.0 dataset?")
+    total = info.get("total_frames")
+    total = None if total is None else _int(total, "total_frames", info_file)
+    episodes: list[Episode] = []
+    if version.startswith("v2"):
+        chunk = _int(info.get("chunks_size", 1000), "chunks_size", info_file) or 1
+        for index, length in _episodes_v21(root, info, info_file):
+            path = _format_path(
+                root, template, info_file, episode_chunk=index // chunk, episode_index=index
+            )
+            episodes.append(Episode(index, length, path))
+    else:
+        for index, length, chunk_index, file_index in _episodes_v30(root):
+            path = _format_path(
+                root, template, info_file, chunk_index=chunk_index, file_index=file_index
+            )
+            episodes.append(Episode(index, length, path))
+    rows: dict[Path, int] = {}
+    for episode in episodes:
+        rows[episode.file] = rows.get(episode.file, 0) + episode.length
+    if not rows:
+        raise DataError(f"{root}: the episode metadata lists no episodes")
+    layout = Layout(version, list(rows), rows, total, episodes)
+    listed = sum(rows.values())
+    if total is not None and listed != total:
+        raise DataError(
+            f"{root}: the episodes' lengths add up to {listed:,} frames but {info_file} says "
+            f"total_frames is {total:,}; repair the metadata, or pass --trust-files to read the files as they are"
+        )
+    return layout
+
+
+def files_on_disk(root: Path) -> list[Path]:
+    data = root / "data"
+    return sorted(data.rglob("*.parquet")) if data.is_dir() else []
+
+
+def warn_strays(root: Path, layout: Layout) -> None:
+    """Name parquet files under data/ that the metadata does not list (they are not read)."""
+    listed = {p.resolve() for p in layout.files}
+    strays = [p for p in files_on_disk(root) if p.resolve() not in listed]
+    if strays:
+        shown = ", ".join(str(p.relative_to(root)) for p in strays[:SHOWN])
+        more = f" and {len(strays) - SHOWN} more" if len(strays) > SHOWN else ""
+        log.warning(
+            "%s: %d parquet file%s under data/ not part of the dataset (not in its episode metadata) "
+            "and not read: %s%s",
+            root,
+            len(strays),
+            "s" if len(strays) != 1 else "",
+            shown,
+            more,
+        )
+
+
+def check_file_rows(layout: Layout, path: Path, rows: int) -> None:
+    expected = layout.rows_per_file[path]
+    if rows != expected:
+        raise DataError(
+            f"{path} holds {rows:,} rows but the episode metadata says {expected:,}; repair the "
+            "dataset, or pass --trust-files to read the files as they are"
+        )
+
+
+def check_missing(layout: Layout) -> None:
+    missing = [p for p in layout.files if not p.is_file()]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise DataError(
+            f"{missing[0]} is listed by the episode metadata but missing{more}; is the download "
+            "complete? (--trust-files reads the files that are there)"
+        )
+
+
+# --- declared features against the data -----------------------------------------------------
+
+
+NUMERIC_DTYPES = {
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+}
+
+
+def check_feature(name: str, feature: dict, dtype: str, width: int, where: str) -> None:
+    """The data of feature `name` is `dtype` with `width` values per row: does info.json agree?"""
+    declared = str(feature.get("dtype", ""))
+    if declared in NUMERIC_DTYPES and declared != dtype:
+        raise DataError(
+            f"{where}: column {name!r} holds {dtype} values but meta/info.json declares {declared}; "
+            "repair the metadata or the data"
+        )
+    shape = feature.get("shape")
+    if isinstance(shape, (list, tuple)) and all(isinstance(s, int) for s in shape):
+        size = math.prod(shape) if shape else 1
+        if size != width:
+            raise DataError(
+                f"{where}: column {name!r} has {width} values per row but meta/info.json declares "
+                f"shape {list(shape)}; repair the metadata or the data"
+            )

@@ -1,0 +1,198 @@
+"""Datasets written by LeRobot's own code (tests/stats/fixtures): exact statistics, and the dataset's
+metadata as the contract for what is read (stray files, missing files, wrong counts, wrong features)."""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from accelkit.errors import DataError
+from accelkit.stats.compute import compute_stats
+from accelkit.stats.sources import open_source
+
+from .helpers import assert_matches_numpy
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VERSIONS = ["lerobot_v21", "lerobot_v30"]
+LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
+FRAMES = 216  # 7 episodes: 5, 60, 1, 33, 47, 12, 58
+
+
+def listed_files(root: Path) -> list[Path]:
+    """The data files by the metadata, read independently of accelkit (LeRobot's conventions)."""
+    info = json.loads((root / "meta" / "info.json").read_text())
+    if info["codebase_version"] == "v2.1":
+        lines = (root / "meta" / "episodes.jsonl").read_text().splitlines()
+        indexes = sorted(json.loads(line)["episode_index"] for line in lines)
+        return [
+            root / info["data_path"].format(episode_chunk=e // info["chunks_size"], episode_index=e)
+            for e in indexes
+        ]
+    episodes = pa.concat_tables(
+        [pq.read_table(p) for p in sorted((root / "meta" / "episodes").rglob("*.parquet"))]
+    )
+    pairs = sorted(
+        set(
+            zip(
+                episodes.column("data/chunk_index").to_pylist(),
+                episodes.column("data/file_index").to_pylist(),
+                strict=True,
+            )
+        )
+    )
+    return [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in pairs]
+
+
+def column_of(root: Path, column: str) -> np.ndarray:
+    tables = [pq.read_table(f, columns=[column]) for f in listed_files(root)]
+    values = [np.asarray(t.column(column).to_pylist()) for t in tables]
+    rows = np.concatenate(values)
+    return rows.reshape(len(rows), -1)
+
+
+@pytest.fixture
+def copy_of(tmp_path):
+    def make(version: str) -> Path:
+        return Path(shutil.copytree(FIXTURES / version, tmp_path / version))
+
+    return make
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lerobot_written_datasets_match_numpy(version):
+    root = FIXTURES / version
+    keys = {"state": "observation.state", "actions": "action"}
+    result = compute_stats(open_source(root, keys=keys), quantiles=LEVELS)
+    assert result.summary.rows == FRAMES
+    for key, column in keys.items():
+        x = column_of(root, column).astype(np.float32)
+        assert x.shape[0] == FRAMES
+        assert_matches_numpy(result.stats[key], x, LEVELS)
+
+
+def test_both_versions_hold_the_same_frames():
+    keys = {"state": "observation.state"}
+    a = compute_stats(open_source(FIXTURES / VERSIONS[0], keys=keys), quantiles=LEVELS)
+    b = compute_stats(open_source(FIXTURES / VERSIONS[1], keys=keys), quantiles=LEVELS)
+    for q in LEVELS:
+        np.testing.assert_array_equal(a.stats["state"].quantiles[q], b.stats["state"].quantiles[q])
+    np.testing.assert_array_equal(a.stats["state"].mean, b.stats["state"].mean)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stray_parquet_file_is_named_and_not_read(version, copy_of, caplog):
+    root = copy_of(version)
+    first = listed_files(root)[1]
+    shutil.copy(first, root / "data" / "backup_copy.parquet")
+    shutil.copy(first, first.parent / "old-download.parquet")
+    with caplog.at_level(logging.WARNING):
+        result = compute_stats(open_source(root, keys={"actions": "action"}), quantiles=LEVELS)
+    assert result.summary.rows == FRAMES
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "2 parquet files under data/ not part of the dataset" in warning
+    assert "backup_copy.parquet" in warning and "old-download.parquet" in warning
+    clean = compute_stats(
+        open_source(FIXTURES / version, keys={"actions": "action"}), quantiles=LEVELS
+    )
+    np.testing.assert_array_equal(result.stats["actions"].mean, clean.stats["actions"].mean)
+    # --trust-files reads what is there, and says that it disagrees with total_frames
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        trusted = open_source(root, keys={"actions": "action"}, trust_files=True)
+    assert trusted.total_rows > FRAMES
+    assert f"total_frames is {FRAMES}" in " ".join(r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_missing_data_file_is_an_error(version, copy_of):
+    root = copy_of(version)
+    gone = listed_files(root)[-1]
+    gone.unlink()
+    with pytest.raises(
+        DataError, match=f"{gone.name} is listed by the episode metadata but missing"
+    ):
+        open_source(root)
+    assert open_source(root, trust_files=True).total_rows < FRAMES
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_file_with_other_row_count_is_an_error_naming_both(version, copy_of):
+    root = copy_of(version)
+    target = listed_files(root)[1]
+    table = pq.read_table(target)
+    pq.write_table(table.slice(0, table.num_rows - 3), target)
+    with pytest.raises(DataError) as caught:
+        open_source(root)
+    message = str(caught.value)
+    assert (
+        f"holds {table.num_rows - 3:,} rows but the episode metadata says {table.num_rows:,}"
+        in message
+    )
+    assert target.name in message and "--trust-files" in message
+    assert open_source(root, trust_files=True).total_rows == FRAMES - 3
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_total_frames_disagreeing_with_episodes_is_an_error(version, copy_of):
+    root = copy_of(version)
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["total_frames"] = 101_584
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(
+        DataError, match=f"add up to {FRAMES} frames but .* total_frames is 101,584"
+    ):
+        open_source(root)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"shape": [20]}, "has 4 values per row but meta/info.json declares shape \\[20\\]"),
+        ({"dtype": "int64"}, "holds float32 values but meta/info.json declares int64"),
+    ],
+)
+def test_feature_disagreeing_with_info_json_is_an_error(version, copy_of, change, message):
+    root = copy_of(version)
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["features"]["action"].update(change)
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(DataError, match=f"column 'action' {message}"):
+        compute_stats(open_source(root, keys={"actions": "action"}))
+
+
+def test_data_path_outside_the_dataset_is_refused(copy_of):
+    root = copy_of("lerobot_v21")
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["data_path"] = "../../elsewhere/episode_{episode_index:06d}.parquet"
+    info_file.write_text(json.dumps(info))
+    with pytest.raises(DataError, match="points outside the dataset"):
+        open_source(root)
+
+
+def test_cli_exits_2_on_a_metadata_disagreement(copy_of, tmp_path, capsys):
+    from accelkit.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["stats", str(root), "-o", str(out), "--no-progress", *args])
+        return exit_info.value.code, capsys.readouterr().err
+
+    root = copy_of("lerobot_v30")
+    target = listed_files(root)[0]
+    pq.write_table(pq.read_table(target).slice(0, 2), target)
+    out = tmp_path / "stats.json"
+    code, err = run()
+    assert code == 2 and "holds 2 rows but the episode metadata says 5" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    code, err = run("--trust-files")
+    assert code == 0, err
+    assert out.exists()
