@@ -143,7 +143,9 @@ def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
     )
     assert code == 0, err
     payload = json.loads(out_path.read_text())
-    assert payload["partial"] is True and "partial" in err
+    assert set(payload) == {"norm_stats"} and "partial" in err
+    facts = json.loads((tmp_path / "partial.run.json").read_text())
+    assert facts["partial"] is True and facts["rows"] < 1200
     assert max(payload["norm_stats"]["state"]["count"]) < 1200
 
 
@@ -186,7 +188,8 @@ def test_nonfinite_data_exit_2_then_skip(tmp_path, capsys):
     data[10, 1] = np.nan
     np.savez(tmp_path / "d.npz", state=data)
     code, _, err = run_cli(
-        ["stats", str(tmp_path / "d.npz"), "-o", str(tmp_path / "o.json")], capsys
+        ["stats", str(tmp_path / "d.npz"), "-o", str(tmp_path / "o.json"), "--keys", "state=state"],
+        capsys,
     )
     assert code == 2 and "dimension 1 holds NaN or Inf" in err and "row 10" in err
     code, out, _ = run_cli(
@@ -197,6 +200,8 @@ def test_nonfinite_data_exit_2_then_skip(tmp_path, capsys):
             str(tmp_path / "o.json"),
             "--skip-nonfinite",
             "--no-progress",
+            "--keys",
+            "state=state",
         ],
         capsys,
     )

@@ -49,17 +49,60 @@ def test_openpi_round_trip_and_layout(tmp_path, result):
     assert raw["norm_stats"]["actions"]["count"] == [2000, 2000]
 
 
-def test_openpi_missing_quantile_is_null(tmp_path, rng):
+def test_openpi_without_q01_q99_is_refused_unless_allowed(tmp_path, rng):
+    from accelkit.errors import InputError
+
     res = compute_stats(
         [{"state": rng.standard_normal((50, 2)).astype(np.float32)}], quantiles=[0.5]
     )
+    with pytest.raises(InputError, match=r"lacks q01 and q99.*--allow-missing-quantiles"):
+        write_stats(tmp_path / "n.json", res.stats, "openpi", {})
+    assert not (tmp_path / "n.json").exists()
     raw = json.loads(
-        write_stats(tmp_path / "n.json", res.stats, "openpi", {}, partial=True).read_text()
+        write_stats(
+            tmp_path / "n.json", res.stats, "openpi", {}, allow_missing_quantiles=True
+        ).read_text()
     )
     assert (
         raw["norm_stats"]["state"]["q01"] is None and raw["norm_stats"]["state"]["q50"] is not None
     )
-    assert raw["partial"] is True
+    assert set(raw) == {"norm_stats"}
+
+
+@pytest.mark.parametrize("fmt", ["openpi", "lerobot"])
+def test_dimension_without_finite_values_is_an_error_unless_filled(tmp_path, fmt):
+    from accelkit.errors import DataError
+
+    x = np.ones((40, 3), np.float32)
+    x[:, 1] = np.nan
+    res = compute_stats([{"state": x}], quantiles=[0.01, 0.99], skip_nonfinite=True)
+    names = {"state": "observation.state"}
+    with pytest.raises(DataError, match=r"dimensions \[1\] hold no finite values.*--fill-empty"):
+        write_stats(tmp_path / "s.json", res.stats, fmt, names)
+    path = write_stats(tmp_path / "s.json", res.stats, fmt, names, fill_empty=0.0, run={"rows": 40})
+    text = path.read_text()
+    assert "null" not in text and "NaN" not in text
+    raw = json.loads(text)
+    entry = raw["norm_stats"]["state"] if fmt == "openpi" else raw["observation.state"]
+    assert entry["mean"] == [1.0, 0.0, 1.0] and entry["std"] == [0.0, 0.0, 0.0]
+    assert entry["q99"] == [1.0, 0.0, 1.0]
+    facts = json.loads((tmp_path / "s.run.json").read_text())
+    key = "state" if fmt == "openpi" else "observation.state"
+    assert facts["filled"] == {"value": 0.0, "dimensions": {key: [1]}} and facts["rows"] == 40
+
+
+def test_run_facts_go_to_a_sidecar_never_into_the_output(tmp_path, result):
+    res, _, _ = result
+    path = write_stats(
+        tmp_path / "stats.json",
+        res.stats,
+        "lerobot",
+        {"state": "observation.state", "actions": "action"},
+        run={"partial": True, "rows": 2000},
+    )
+    assert set(json.loads(path.read_text())) == {"observation.state", "action"}
+    facts = json.loads((tmp_path / "stats.run.json").read_text())
+    assert facts["partial"] is True and facts["output"] == "stats.json"
 
 
 def test_lerobot_layout_uses_column_names(tmp_path, result):

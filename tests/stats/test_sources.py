@@ -160,8 +160,15 @@ def test_numpy_files_and_folders(tmp_path, rng):
             ),
             parts / f"part-{i}.parquet",
         )
-    got = compute_stats(open_source(parts), quantiles=LEVELS).stats
+    with pytest.raises(
+        DataError, match=r"has state but not actions \(available: state\).*--keys state=state"
+    ):
+        open_source(parts)
+    got = compute_stats(open_source(parts, keys={"state": "state"}), quantiles=LEVELS).stats
     assert_matches_numpy(got["state"], state, LEVELS)
+    np.savez(tmp_path / "other.npz", state=state, act=actions)
+    with pytest.raises(DataError, match=r"has state but not actions \(available: state, act\)"):
+        open_source(tmp_path / "other.npz")
 
 
 def test_dict_batches_from_a_loader_with_action_chunks(rng):

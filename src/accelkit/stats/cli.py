@@ -31,6 +31,8 @@ class StatsSettings(Settings):
     skip_nonfinite: bool = False
     seed: int = 0
     trust_files: bool = False
+    fill_empty: float | None = None
+    allow_missing_quantiles: bool = False
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
@@ -78,7 +80,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from accelkit.stats.formats import quantile_name
+    from accelkit.stats.formats import quantile_name, sidecar_path
 
     console = Console(width=None if sys.stdout.isatty() else 140)  # logs and pipes get whole lines
     s = result.summary
@@ -133,7 +135,10 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
             console.print(
                 f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})"
             )
-    console.print(f"wrote {output} ({fmt}{', partial' if s.partial else ''})", soft_wrap=True)
+    console.print(
+        f"wrote {output} ({fmt}{', partial' if s.partial else ''}); run facts in {sidecar_path(output)}",
+        soft_wrap=True,
+    )
 
 
 def stats_command(
@@ -215,6 +220,21 @@ def stats_command(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed of the --max-frames sample.")
     ] = None,
+    fill_empty: Annotated[
+        float | None,
+        typer.Option(
+            "--fill-empty",
+            help="Write this value for every statistic of a dimension without finite values"
+            " (default: such a dimension is an error; outputs never hold nulls).",
+        ),
+    ] = None,
+    allow_missing_quantiles: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-quantiles",
+            help="openpi format: allow --quantiles without 0.01/0.99 (q01/q99 are then null).",
+        ),
+    ] = False,
     trust_files: Annotated[
         bool,
         typer.Option(
@@ -256,6 +276,8 @@ def stats_command(
         skip_nonfinite=skip_nonfinite or None,
         seed=seed,
         trust_files=trust_files or None,
+        fill_empty=fill_empty,
+        allow_missing_quantiles=allow_missing_quantiles or None,
     )
     run_stats(settings, progress=not no_progress)
 
@@ -267,6 +289,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         DEFAULT_OUTPUT,
         LEROBOT_QUANTILES,
         OPENPI_REQUIRED,
+        check_openpi_quantiles,
         check_quantile_names,
         write_stats,
     )
@@ -295,6 +318,8 @@ def run_stats(settings: StatsSettings, progress: bool = True):
     if bad:
         raise ConfigError(f"quantile levels must lie in [0, 1]; got {bad}")
     check_quantile_names(levels)
+    if settings.format == "openpi":
+        check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     enable_compilation_cache()
     stream = open_source(
         settings.dataset,
@@ -317,9 +342,43 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         progress=progress,
     )
     output = Path(settings.output or DEFAULT_OUTPUT[settings.format])
-    write_stats(output, result.stats, settings.format, stream.keys, partial=result.summary.partial)
+    write_stats(
+        output,
+        result.stats,
+        settings.format,
+        stream.keys,
+        fill_empty=settings.fill_empty,
+        allow_missing_quantiles=settings.allow_missing_quantiles,
+        run=run_facts(settings, result, stream, levels),
+    )
     print_report(result, output, settings.format, stream.name)
     return result
+
+
+def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
+    """What a reader of the output may need to know about the run (the sidecar's content)."""
+    from accelkit import __version__
+
+    s = result.summary
+    return {
+        "accelkit": __version__,
+        "dataset": str(settings.dataset),
+        "source": stream.name,
+        "keys": dict(stream.keys),
+        "mode": s.mode,
+        "quantiles": [float(q) for q in levels],
+        "rows": s.rows,
+        "partial": s.partial,
+        "max_frames": settings.max_frames,
+        "seed": settings.seed,
+        "action_horizon": settings.action_horizon,
+        "chunk_end": settings.chunk_end if settings.action_horizon else None,
+        "nonfinite_skipped": {
+            stream.column_name(k): int(v.nonfinite.sum()) for k, v in result.stats.items()
+        },
+        "devices": len(s.devices),
+        "platform": s.platform,
+    }
 
 
 def sample_dataset_command(

@@ -549,7 +549,7 @@ def _require_rows(stream: Stream, states: dict) -> None:
             )
         if np.any(count == 0):
             log.warning(
-                "column %r dimensions %s hold no finite values: their statistics are null",
+                "column %r dimensions %s hold no finite values: their statistics are NaN",
                 stream.column_name(key),
                 np.flatnonzero(count == 0).tolist(),
             )

@@ -1,15 +1,21 @@
 """Output formats: openpi `norm_stats.json` and LeRobot `stats.json`, written atomically.
 
 openpi: `{"norm_stats": {key: {"mean", "std", "q01", "q99", ...}}}` with 2-space indent and no
-trailing newline, as openpi writes it; a quantile that was not computed is `null`; extra keys (min,
-max, count, other quantiles) are ignored by openpi's loader. LeRobot: `{feature: {"min", "max",
-"mean", "std", "count": [n], "q01", ...}}`, keyed by the dataset's column names.
-A run stopped by its time budget adds `"partial": true` at the top level.
+trailing newline, as openpi writes it; extra keys (min, max, count, other quantiles) are ignored by
+openpi's loader. LeRobot: `{feature: {"min", "max", "mean", "std", "count": [n], "q01", ...}}`,
+keyed by the dataset's column names and nothing else (LeRobot's `aggregate_stats` treats every
+top-level key as a feature).
+
+Both always load: no nulls (a dimension without finite values is an error unless a fill value is
+given), and openpi's q01/q99 are required unless explicitly waived (then they are null, which only
+openpi's quantile normalization reads). Facts about the run (partial, rows, levels, fills) go to a
+sidecar `<name>.run.json` next to the output, never into it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +30,8 @@ FORMATS = ("openpi", "lerobot")
 OPENPI_REQUIRED = (0.01, 0.99)
 LEROBOT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 DEFAULT_OUTPUT = {"openpi": "norm_stats.json", "lerobot": "stats.json"}
+
+log = logging.getLogger(__name__)
 
 
 def quantile_name(q: float) -> str:
@@ -52,7 +60,42 @@ def _floats(values) -> list[float | None]:
     ]
 
 
-def openpi_payload(stats: Mapping[str, KeyStats], partial: bool = False) -> dict:
+def empty_dimensions(stats: Mapping[str, KeyStats]) -> dict[str, list[int]]:
+    """Dimensions without a single finite value, per key."""
+    out = {}
+    for key, s in stats.items():
+        empty = np.flatnonzero(np.asarray(s.count) == 0)
+        if len(empty):
+            out[key] = empty.tolist()
+    return out
+
+
+def fill_empty_dimensions(stats: Mapping[str, KeyStats], value: float) -> dict[str, KeyStats]:
+    """Every statistic of a dimension without finite values set to `value` (count stays 0)."""
+    import dataclasses
+
+    out = {}
+    for key, s in stats.items():
+        empty = np.asarray(s.count) == 0
+        if not empty.any():
+            out[key] = s
+            continue
+
+        def filled(values, dtype, empty=empty):
+            return np.where(empty, value, values).astype(dtype)
+
+        out[key] = dataclasses.replace(
+            s,
+            mean=filled(s.mean, np.float64),
+            std=filled(s.std, np.float64),
+            min=filled(s.min, np.float32),
+            max=filled(s.max, np.float32),
+            quantiles={q: filled(v, np.asarray(v).dtype) for q, v in s.quantiles.items()},
+        )
+    return out
+
+
+def openpi_payload(stats: Mapping[str, KeyStats]) -> dict:
     norm = {}
     for key, s in stats.items():
         entry: dict = {"mean": _floats(s.mean), "std": _floats(s.std)}
@@ -62,15 +105,10 @@ def openpi_payload(stats: Mapping[str, KeyStats], partial: bool = False) -> dict
             entry.setdefault(quantile_name(q), _floats(values))
         entry.update(min=_floats(s.min), max=_floats(s.max), count=[int(c) for c in s.count])
         norm[key] = entry
-    payload: dict = {"norm_stats": norm}
-    if partial:
-        payload["partial"] = True
-    return payload
+    return {"norm_stats": norm}
 
 
-def lerobot_payload(
-    stats: Mapping[str, KeyStats], column_names: Mapping[str, str], partial: bool = False
-) -> dict:
+def lerobot_payload(stats: Mapping[str, KeyStats], column_names: Mapping[str, str]) -> dict:
     payload: dict = {}
     for key, s in stats.items():
         entry = {
@@ -83,9 +121,22 @@ def lerobot_payload(
         for q, values in sorted(s.quantiles.items()):
             entry[quantile_name(q)] = _floats(values)
         payload[column_names.get(key, key)] = entry
-    if partial:
-        payload["partial"] = True
     return payload
+
+
+def check_openpi_quantiles(levels, allow_missing: bool) -> None:
+    missing = [quantile_name(q) for q in OPENPI_REQUIRED if q not in {float(v) for v in levels}]
+    if missing and not allow_missing:
+        raise InputError(
+            f"--quantiles lacks {' and '.join(missing)}, which openpi's norm_stats.json carries for "
+            "quantile normalization; add 0.01,0.99, or pass --allow-missing-quantiles to write them as null"
+        )
+
+
+def sidecar_path(path: str | Path) -> Path:
+    """stats.json -> stats.run.json"""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.run.json")
 
 
 def write_stats(
@@ -93,18 +144,49 @@ def write_stats(
     stats: Mapping[str, KeyStats],
     fmt: str,
     column_names: Mapping[str, str],
-    partial: bool = False,
+    *,
+    fill_empty: float | None = None,
+    allow_missing_quantiles: bool = False,
+    run: Mapping | None = None,
 ) -> Path:
+    """Write `stats` in `fmt`, atomically; with `run`, also the sidecar of run facts.
+
+    Raises `DataError` for a dimension without finite values unless `fill_empty` gives its value,
+    and `InputError` for openpi without q01/q99 unless `allow_missing_quantiles`.
+    """
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
     for s in stats.values():
         check_quantile_names(s.quantiles)
-    payload = (
-        openpi_payload(stats, partial)
-        if fmt == "openpi"
-        else lerobot_payload(stats, column_names, partial)
-    )
-    return write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
+        if fmt == "openpi":
+            check_openpi_quantiles(s.quantiles, allow_missing_quantiles)
+    empty = empty_dimensions(stats)
+    if empty:
+        where = "; ".join(f"{column_names.get(k, k)!r} dimensions {d}" for k, d in empty.items())
+        if fill_empty is None:
+            raise DataError(
+                f"{where} hold no finite values, so they have no statistics and the output would hold "
+                "nulls its readers reject; fix the data, or pass --fill-empty VALUE to write VALUE for them"
+            )
+        if not math.isfinite(fill_empty):
+            raise InputError(f"--fill-empty must be a finite number, not {fill_empty}")
+        log.warning("%s hold no finite values: every statistic written as %s", where, fill_empty)
+        stats = fill_empty_dimensions(stats, fill_empty)
+    payload = openpi_payload(stats) if fmt == "openpi" else lerobot_payload(stats, column_names)
+    written = write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
+    if run is not None:
+        facts = dict(run)
+        facts["output"] = written.name
+        facts["format"] = fmt
+        if empty:
+            facts["filled"] = {
+                "value": fill_empty,
+                "dimensions": {
+                    (k if fmt == "openpi" else column_names.get(k, k)): d for k, d in empty.items()
+                },
+            }
+        write_json_atomic(sidecar_path(written), facts, indent=2)
+    return written
 
 
 def read_norm_stats(path: str | Path) -> dict[str, dict[str, np.ndarray | None]]:

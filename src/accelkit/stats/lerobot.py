@@ -49,7 +49,9 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not valid JSON ({exc}); the dataset's metadata is damaged") from exc
+        raise DataError(
+            f"{path} is not valid JSON ({exc}); the dataset's metadata is damaged"
+        ) from exc
     if not isinstance(data, dict):
         raise DataError(f"{path} is not a JSON object; the dataset's metadata is damaged")
     return data

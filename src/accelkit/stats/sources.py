@@ -128,7 +128,9 @@ def arrow_value_dtype(kind) -> str:
     """numpy dtype name of the values of a scalar or (fixed-size) list arrow type."""
     import pyarrow as pa
 
-    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+    while (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
         kind = kind.value_type
     try:
         return np.dtype(kind.to_pandas_dtype()).name
@@ -445,6 +447,18 @@ def _resolve_keys(
         raise DataError(
             f"{where} has none of the default columns {', '.join(DEFAULT_KEYS.values())}; "
             f"name them with --keys out=column (available: {listing})"
+        )
+    if len(chosen) < len(DEFAULT_KEYS):  # half a match would silently leave a key out
+        wanted = (
+            DEFAULT_KEYS
+            if set(chosen.values()) <= set(DEFAULT_KEYS.values())
+            else {out: out for out in DEFAULT_KEYS}
+        )
+        missing = [name for out, name in wanted.items() if out not in chosen]
+        example = ",".join(f"{out}={name}" for out, name in chosen.items())
+        raise DataError(
+            f"{where} has {', '.join(chosen.values())} but not {', '.join(missing)} (available: "
+            f"{listing}); name every key to compute with --keys, e.g. --keys {example}"
         )
     return chosen
 
