@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from accelkit.errors import ConfigError
+from accelkit.errors import ConfigError, DataError
 from accelkit.runtime.config import Settings, load_settings
 
 ENV_PREFIX = "ACCELKIT_STATS_"
@@ -33,6 +33,8 @@ class StatsSettings(Settings):
     trust_files: bool = False
     fill_empty: float | None = None
     allow_missing_quantiles: bool = False
+    per_episode: bool = False
+    write_into: str | None = None
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
@@ -235,6 +237,23 @@ def stats_command(
             help="openpi format: allow --quantiles without 0.01/0.99 (q01/q99 are then null).",
         ),
     ] = False,
+    per_episode: Annotated[
+        bool,
+        typer.Option(
+            "--per-episode",
+            help="Also every episode's exact statistics, where the dataset's version keeps them"
+            " (v2.1 episodes_stats.jsonl, v3.0 meta/episodes/ stats columns), beside --output.",
+        ),
+    ] = False,
+    write_into: Annotated[
+        str | None,
+        typer.Option(
+            "--write-into",
+            help="Write stats.json (and with --per-episode the per-episode files) into this"
+            " dataset's meta/ folder (the dataset being read); replaced files are backed up"
+            " under meta/.accelkit-backup/.",
+        ),
+    ] = None,
     trust_files: Annotated[
         bool,
         typer.Option(
@@ -278,6 +297,8 @@ def stats_command(
         trust_files=trust_files or None,
         fill_empty=fill_empty,
         allow_missing_quantiles=allow_missing_quantiles or None,
+        per_episode=per_episode or None,
+        write_into=write_into,
     )
     run_stats(settings, progress=not no_progress)
 
@@ -320,6 +341,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
     check_quantile_names(levels)
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
+    check_episode_options(settings)
     enable_compilation_cache()
     stream = open_source(
         settings.dataset,
@@ -331,6 +353,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         shuffle=settings.max_time_minutes is not None,
         trust_files=settings.trust_files,
     )
+    target = dataset_target(settings, stream)
     result = compute_stats(
         stream,
         quantiles=levels,
@@ -340,8 +363,13 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         platform=settings.platform,
         max_time_minutes=settings.max_time_minutes,
         progress=progress,
+        per_episode=settings.per_episode,
     )
     output = Path(settings.output or DEFAULT_OUTPUT[settings.format])
+    if target is not None:
+        output = target / "meta" / "stats.json"
+    episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
+    backup = back_up_dataset_files(settings, stream, output) if target is not None else None
     write_stats(
         output,
         result.stats,
@@ -351,8 +379,128 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         allow_missing_quantiles=settings.allow_missing_quantiles,
         run=run_facts(settings, result, stream, levels),
     )
+    if episodes is not None:
+        write_episode_outputs(stream, result, episodes, output, into=target is not None)
     print_report(result, output, settings.format, stream.name)
+    if backup is not None:
+        print(f"previous files kept in {backup}")
     return result
+
+
+def check_episode_options(settings: StatsSettings) -> None:
+    wanted = [
+        flag
+        for flag, on in (
+            ("--per-episode", settings.per_episode),
+            ("--write-into", settings.write_into),
+        )
+        if on
+    ]
+    if not wanted:
+        return
+    if settings.format != "lerobot":
+        raise ConfigError(f"{wanted[0]} writes LeRobot's files; add --format lerobot")
+    for flag, value in (
+        ("--max-frames", settings.max_frames),
+        ("--max-time-minutes", settings.max_time_minutes),
+        ("--action-horizon", settings.action_horizon),
+    ):
+        if value is not None:
+            raise ConfigError(
+                f"{wanted[0]} writes statistics of every frame of the dataset; drop {flag}"
+            )
+    if settings.write_into and settings.output:
+        raise ConfigError(
+            "--write-into writes DATASET/meta/stats.json; drop --output or --write-into"
+        )
+
+
+def dataset_target(settings: StatsSettings, stream) -> Path | None:
+    """The dataset folder to write into (--write-into), checked to be the one being read."""
+    if not settings.per_episode and not settings.write_into:
+        return None
+    source = getattr(stream, "lerobot", None)
+    if source is None:
+        raise ConfigError(
+            f"--per-episode and --write-into need a LeRobot dataset (with meta/info.json); {stream.name} is not one"
+        )
+    if source.layout is None and settings.per_episode:
+        raise ConfigError(
+            "--per-episode follows the dataset's episode metadata; drop --trust-files"
+        )
+    if not settings.write_into:
+        return None
+    target = Path(settings.write_into).expanduser()
+    if target.resolve() != source.root.resolve():
+        raise ConfigError(
+            f"--write-into {target} is not the dataset being read ({source.root}); statistics go "
+            "into the dataset they were computed from"
+        )
+    return source.root
+
+
+def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
+    """Per-episode results ready to write (empty dimensions filled or refused), or None."""
+    from accelkit.stats.formats import empty_dimensions, fill_empty_dimensions
+
+    if not settings.per_episode:
+        return None
+    names = dict(stream.keys)
+    for episode in result.episodes or []:
+        empty = empty_dimensions(episode.stats)
+        if empty and settings.fill_empty is None:
+            key, dims = next(iter(empty.items()))
+            raise DataError(
+                f"episode {episode.index}: {names.get(key, key)!r} dimensions {dims} hold no "
+                "finite values; fix the data, or pass --fill-empty VALUE to write VALUE for them"
+            )
+        if empty:
+            episode.stats = fill_empty_dimensions(episode.stats, settings.fill_empty)
+    return result.episodes or []
+
+
+def back_up_dataset_files(settings: StatsSettings, stream, output: Path) -> Path | None:
+    """Copies of the dataset files --write-into replaces, under meta/.accelkit-backup/<time>/."""
+    import time
+
+    from accelkit.stats import lerobot
+    from accelkit.stats.formats import sidecar_path
+
+    source = stream.lerobot
+    replaced = [output, sidecar_path(output)]
+    if settings.per_episode:
+        replaced += (
+            [source.root / lerobot.EPISODES_JSONL]
+            if source.version.startswith("v2")
+            else lerobot.episode_meta_files(source.root)
+        )
+    return lerobot.backup(source.root, replaced, time.strftime("%Y%m%dT%H%M%S"))
+
+
+def write_episode_outputs(stream, result, episodes: list, output: Path, into: bool) -> list[Path]:
+    """Per-episode statistics where the dataset's version keeps them: in its meta/ folder (`into`),
+    or beside `output` (v2.1 episodes_stats.jsonl, v3.0 an episodes/ folder of its meta files)."""
+    from accelkit.stats import lerobot
+    from accelkit.stats.formats import quantile_name
+
+    source = stream.lerobot
+    names = dict(stream.keys)
+    levels = next(iter(result.stats.values())).quantiles
+    quantile_names = {float(q): quantile_name(q) for q in levels}
+    meta = source.root / "meta" if into else output.parent
+    if source.version.startswith("v2"):
+        path = lerobot.write_episodes_v21(
+            source.root,
+            meta / "episodes_stats.jsonl",
+            episodes,
+            names,
+            source.features,
+            quantile_names,
+        )
+        return [path]
+    return lerobot.write_episodes_v30(
+        source.root, meta / "episodes", episodes, names, source.features, quantile_names
+    )
 
 
 def run_facts(settings: StatsSettings, result, stream, levels) -> dict:

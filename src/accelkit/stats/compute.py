@@ -50,11 +50,13 @@ MAX_IN_FLIGHT = 2
 
 @dataclass
 class Column:
-    """Rows of one output key within a chunk: values [R, D], integer weights [R], global row ids [R]."""
+    """Rows of one output key within a chunk: values [R, D], integer weights [R], global row ids [R],
+    and each row's episode index [R] where the source knows it."""
 
     values: np.ndarray
     weight: np.ndarray
     row_id: np.ndarray
+    episode: np.ndarray | None = None
 
 
 Chunk = Mapping[str, Column]
@@ -185,6 +187,7 @@ class RunSummary:
 class StatsResult:
     stats: dict[str, KeyStats]
     summary: RunSummary
+    episodes: list | None = None  # [episodes.EpisodeResult] when asked for per-episode statistics
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -275,6 +278,7 @@ class PassOutcome:
     chunks_seen: int
     stopped_early: bool
     seconds: float
+    observed: object = None  # what the pass's observer collected (per-episode statistics)
 
 
 class Runner:
@@ -310,11 +314,18 @@ class Runner:
         *,
         chunk_limit: int | None = None,
         budget: TimeBudget | None = None,
+        observer: Callable[[], object] | None = None,
     ) -> PassOutcome:
-        """One pass over the stream, retried from the start with half the batch on out-of-memory."""
+        """One pass over the stream, retried from the start with half the batch on out-of-memory.
+
+        `observer` makes a fresh object (per attempt) whose `add(chunk)` sees every chunk and whose
+        `finish()` result comes back as `PassOutcome.observed`.
+        """
         while True:
             try:
-                return self._run_pass_once(label, make_spec, make_init, chunk_limit, budget)
+                return self._run_pass_once(
+                    label, make_spec, make_init, chunk_limit, budget, observer
+                )
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
@@ -336,7 +347,9 @@ class Runner:
                     self.batch_sizes,
                 )
 
-    def _run_pass_once(self, label, make_spec, make_init, chunk_limit, budget) -> PassOutcome:
+    def _run_pass_once(
+        self, label, make_spec, make_init, chunk_limit, budget, observer
+    ) -> PassOutcome:
         import jax
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
@@ -351,6 +364,7 @@ class Runner:
         started = time.perf_counter()
 
         in_flight: deque = deque()
+        watcher = observer() if observer is not None else None
 
         def run_batch(key, values, weight):
             spec = specs[key]
@@ -392,6 +406,8 @@ class Runner:
             task = bar.add_task(label, total=self.stream.total_rows)
             for chunk in chunks:
                 chunk_rows = 0
+                if watcher is not None:
+                    watcher.add(chunk)
                 for key, column in chunk.items():
                     if key not in states:
                         dim = column.values.shape[1]
@@ -430,7 +446,13 @@ class Runner:
             part = passes.gather_and_merge(states[key])
             merged[key] = part if key not in host_acc else passes.merge(host_acc[key], part)
         return PassOutcome(
-            merged, sums, rows, chunks_seen, stopped_early, time.perf_counter() - started
+            merged,
+            sums,
+            rows,
+            chunks_seen,
+            stopped_early,
+            time.perf_counter() - started,
+            watcher.finish() if watcher is not None else None,
         )
 
 
@@ -487,12 +509,15 @@ def compute_stats(
     devices=None,
     max_time_minutes: float | None = None,
     progress: bool = False,
+    per_episode: bool = False,
 ) -> StatsResult:
     """Per-dimension count, mean, std, min, max and quantiles of every key of `data`.
 
     `data` is a `Stream` (see `accelkit.stats.sources.open_source`) or a re-iterable of dict batches.
     Exact mode returns exactly `numpy.quantile(all_rows, q, axis=0)`; `fast=True` makes one pass and
     reports each estimate's rank-error bound. `devices` (a list of JAX devices) overrides `platform`.
+    `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),
+    computed from the same reads; the source must give each row's episode (LeRobot datasets do).
     """
     import jax
 
@@ -506,14 +531,30 @@ def compute_stats(
         choice = choose_platform(platform)
         devices = devices_for(choice)
     budget = TimeBudget.minutes(max_time_minutes)
+    if per_episode and max_time_minutes is not None:
+        raise DataError(
+            "per-episode statistics need every frame; drop --max-time-minutes (a partial run "
+            "would leave episodes out)"
+        )
+    observer = None
+    if per_episode:
+        from accelkit.stats.episodes import EpisodeCollector
+
+        def observer():
+            return EpisodeCollector(levels, skip_nonfinite)
+
     started = time.perf_counter()
 
     with jax.enable_x64(True):
         runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
         if fast:
-            stats, rows, pass_times, partial = _fast(runner, stream, levels, budget)
+            stats, rows, pass_times, partial, episodes = _fast(
+                runner, stream, levels, budget, observer
+            )
         else:
-            stats, rows, pass_times, partial = _exact(runner, stream, levels, budget)
+            stats, rows, pass_times, partial, episodes = _exact(
+                runner, stream, levels, budget, observer
+            )
     if partial:
         log.warning(
             "time budget of %s minutes ran out: results cover %d rows and are marked partial",
@@ -535,7 +576,7 @@ def compute_stats(
         compiles=len(runner.compiled),
         pass_seconds=pass_times,
     )
-    return StatsResult(stats, summary)
+    return StatsResult(stats, summary, episodes)
 
 
 def _require_rows(stream: Stream, states: dict) -> None:
@@ -573,7 +614,7 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
     )
 
 
-def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
+def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
     from accelkit.stats.passes import PassSpec, init
 
     first_budget = (
@@ -586,6 +627,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
             spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)
         ),
         budget=first_budget,
+        observer=observer,
     )
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)
     _require_rows(stream, first.states)
@@ -625,10 +667,10 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget):
         )
         for key, state in first.states.items()
     }
-    return stats, first.rows, pass_times, first.stopped_early
+    return stats, first.rows, pass_times, first.stopped_early, first.observed
 
 
-def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
+def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
     from accelkit.stats.passes import PassSpec, init
 
     def spec_for(key, dim):
@@ -644,6 +686,7 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
             spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)
         ),
         budget=budget,
+        observer=observer,
     )
     _check_nonfinite(stream, outcome.states, runner.skip_nonfinite)
     _require_rows(stream, outcome.states)
@@ -659,4 +702,4 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget):
             levels,
         )
         stats[key] = _key_stats(state, outcome.sums[key], levels, est, bound)
-    return stats, outcome.rows, [outcome.seconds], outcome.stopped_early
+    return stats, outcome.rows, [outcome.seconds], outcome.stopped_early, outcome.observed

@@ -45,6 +45,16 @@ class Layout:
     episodes: list[Episode] = field(default_factory=list)
 
 
+@dataclass
+class Source:
+    """What a stream opened from a LeRobot dataset knows about it."""
+
+    root: Path
+    version: str
+    features: dict
+    layout: Layout | None  # None when read with trust_files
+
+
 def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -235,3 +245,147 @@ def check_feature(name: str, feature: dict, dtype: str, width: int, where: str) 
                 f"{where}: column {name!r} has {width} values per row but meta/info.json declares "
                 f"shape {list(shape)}; repair the metadata or the data"
             )
+
+
+# --- writing per-episode statistics where the dataset's version keeps them -----------------------
+
+
+V21_STATS = ("min", "max", "mean", "std", "count")  # what LeRobot 0.3 writes per episode (v2.1)
+EPISODES_JSONL = Path("meta") / "episodes_stats.jsonl"
+BACKUP_FOLDER = Path("meta") / ".accelkit-backup"
+
+
+def _typed(values, dtype: str) -> list:
+    """min/max in the feature's own type, as LeRobot writes them (ints as ints, bools as bools)."""
+    array = np.asarray(values)
+    if dtype == "bool":
+        return [bool(v) for v in array.tolist()]
+    if dtype.startswith(("int", "uint")):
+        return [int(v) for v in array.tolist()]
+    return [float(v) for v in np.asarray(array, np.float64).tolist()]
+
+
+def episode_entry(
+    stats, dtype: str, quantile_names: dict[float, str], with_quantiles: bool
+) -> dict:
+    """One feature's statistics for one episode, in LeRobot's per-episode shape."""
+    entry = {
+        "min": _typed(stats.min, dtype),
+        "max": _typed(stats.max, dtype),
+        "mean": np.asarray(stats.mean, np.float64).tolist(),
+        "std": np.asarray(stats.std, np.float64).tolist(),
+        "count": [int(np.max(stats.count, initial=0))],
+    }
+    if with_quantiles:
+        for q, values in sorted(stats.quantiles.items()):
+            entry[quantile_names[q]] = np.asarray(values, np.float64).tolist()
+    return entry
+
+
+def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
+    """Copy each existing file to meta/.accelkit-backup/<stamp>/<its path in the dataset>."""
+    import shutil
+
+    folder = root / BACKUP_FOLDER / stamp
+    copied = False
+    for path in paths:
+        if path.is_file():
+            target = folder / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied = True
+    return folder if copied else None
+
+
+def write_episodes_v21(
+    source_root: Path,
+    destination: Path,
+    episodes,
+    names: dict[str, str],
+    features: dict,
+    quantile_names,
+) -> Path:
+    """`episodes_stats.jsonl` with our features' statistics, keeping the dataset's other features."""
+    from accelkit.runtime.files import atomic_open
+
+    existing: dict[int, dict] = {}
+    current = source_root / EPISODES_JSONL
+    if current.is_file():
+        for line in current.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                existing[int(entry["episode_index"])] = entry.get("stats", {})
+    with atomic_open(destination) as handle:
+        for result in episodes:
+            stats = dict(existing.get(result.index, {}))
+            for key, s in result.stats.items():
+                column = names.get(key, key)
+                dtype = str(features.get(column, {}).get("dtype", "float32"))
+                stats[column] = episode_entry(s, dtype, quantile_names, with_quantiles=False)
+            handle.write(json.dumps({"episode_index": result.index, "stats": stats}) + "\n")
+    return destination
+
+
+def episode_meta_files(root: Path) -> list[Path]:
+    folder = root / "meta" / "episodes"
+    return sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+
+
+def write_episodes_v30(
+    source_root: Path,
+    destination: Path,
+    episodes,
+    names: dict[str, str],
+    features: dict,
+    quantile_names,
+) -> list[Path]:
+    """Copies of `meta/episodes/**.parquet` under `destination` with our `stats/<feature>/<stat>`
+    columns (LeRobot's types: min/max in the feature's type, the rest float64, count int64);
+    every other column as it was."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from accelkit.runtime.files import atomic_open
+
+    by_index = {r.index: r for r in episodes}
+    written = []
+    for path in episode_meta_files(source_root):
+        table = pq.read_table(path)
+        order = [int(e) for e in table.column("episode_index").to_pylist()]
+        missing = [e for e in order if e not in by_index]
+        if missing:
+            raise DataError(f"{path} lists episode {missing[0]}, which the data does not hold")
+        for key in episodes[0].stats:
+            column = names.get(key, key)
+            dtype = str(features.get(column, {}).get("dtype", "float32"))
+            entries = [
+                episode_entry(by_index[e].stats[key], dtype, quantile_names, with_quantiles=True)
+                for e in order
+            ]
+            for stat in entries[0]:
+                values = [entry[stat] for entry in entries]
+                if stat in ("min", "max"):
+                    kind = (
+                        pa.bool_()
+                        if dtype == "bool"
+                        else pa.int64()
+                        if dtype.startswith(("int", "uint"))
+                        else pa.float64()
+                    )
+                elif stat == "count":
+                    kind = pa.int64()
+                else:
+                    kind = pa.float64()
+                array = pa.array(values, pa.list_(kind))
+                name = f"stats/{column}/{stat}"
+                index = table.schema.get_field_index(name)
+                table = (
+                    table.set_column(index, name, array)
+                    if index >= 0
+                    else table.append_column(name, array)
+                )
+        target = destination / path.relative_to(source_root / "meta" / "episodes")
+        with atomic_open(target, "wb") as handle:
+            pq.write_table(table, handle)
+        written.append(target)
+    return written

@@ -3,7 +3,9 @@
 Each episode is a smooth random walk of joint positions with a 0/1 gripper per arm; actions lead
 the state by one step with noise, so the columns have the shapes real robot data has: drifting,
 bounded, point masses. Files follow LeRobot's layout (meta/info.json, data/chunk-*/...parquet) and
-its column types (fixed-size float32 lists; int64 indices; float32 timestamp). No videos.
+its column types (fixed-size float32 lists; int64 indices; float32 timestamp). No videos. A v2.1
+dataset carries `meta/episodes_stats.jsonl` (every feature of every episode, as LeRobot 0.3 writes
+it), which LeRobot needs to open a v2.1 dataset.
 """
 
 from __future__ import annotations
@@ -56,6 +58,25 @@ def _table(state, action, episode_index, first_index, fps):
             "task_index": pa.array(np.zeros(length, np.int64)),
         }
     )
+
+
+def _episode_stats(table, features: dict) -> dict:
+    """LeRobot's per-episode entry for every feature of one episode's table (exact, numpy)."""
+    from accelkit.stats.episodes import episode_stats
+    from accelkit.stats.lerobot import episode_entry
+
+    out = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        values = (
+            column.flatten().to_numpy().reshape(len(column), -1)
+            if hasattr(column, "flatten")
+            else column.to_numpy()
+        )
+        out[name] = episode_entry(
+            episode_stats(values, []), features[name]["dtype"], {}, with_quantiles=False
+        )
+    return out
 
 
 def write_sample_dataset(
@@ -111,14 +132,22 @@ def write_sample_dataset(
             video_path=None,
             total_chunks=(episodes + 999) // 1000,
         )
-        with atomic_open(root / "meta" / "episodes.jsonl") as handle:
+        with (
+            atomic_open(root / "meta" / "episodes.jsonl") as handle,
+            atomic_open(root / "meta" / "episodes_stats.jsonl") as stats_handle,
+        ):
             for e, length in enumerate(lengths):
                 state, action = _episode(rng, int(length), dim)
                 path = root / "data" / f"chunk-{e // 1000:03d}" / f"episode_{e:06d}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                pq.write_table(_table(state, action, e, first, fps), path)
+                table = _table(state, action, e, first, fps)
+                pq.write_table(table, path)
                 handle.write(
                     json.dumps({"episode_index": e, "tasks": ["move"], "length": int(length)})
+                    + "\n"
+                )
+                stats_handle.write(
+                    json.dumps({"episode_index": e, "stats": _episode_stats(table, features)})
                     + "\n"
                 )
                 first += int(length)

@@ -283,6 +283,7 @@ class FileStream(Stream):
                 f"chunk end rule {chunk_end!r} is unknown; use one of {', '.join(CHUNK_ENDS)}"
             )
         self.name = name
+        self.lerobot: lerobot.Source | None = None  # set when opened from a LeRobot dataset
         self.fragments = fragments
         self.keys = dict(keys)
         self.reader = reader or FileReader()
@@ -362,6 +363,7 @@ class FileStream(Stream):
     ) -> dict[str, Column]:
         fragment = self.fragments[index]
         sampled = self._sampled(fragment)
+        known_episodes = episodes is not None
         if episodes is None:
             episodes = np.full(fragment.num_rows, -1 - index, np.int64)  # the file is one episode
         elif self.horizons:
@@ -392,10 +394,12 @@ class FileStream(Stream):
             row_id = np.arange(
                 fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64
             )
+            episode = episodes if known_episodes else None
             keep = weight > 0
             if not keep.all():  # rows outside the sample cost nothing downstream
                 values, weight, row_id = values[keep], weight[keep], row_id[keep]
-            chunk[out] = Column(values, weight, row_id)
+                episode = None if episode is None else episode[keep]
+            chunk[out] = Column(values, weight, row_id, episode)
         return chunk
 
 
@@ -548,7 +552,7 @@ def open_source(
         raise InputError(
             f"--action-horizon applies to keys {', '.join(horizon_keys)}, which {name} does not compute"
         )
-    return FileStream(
+    stream = FileStream(
         name,
         fragments,
         chosen,
@@ -559,3 +563,8 @@ def open_source(
         seed=seed,
         shuffle=shuffle,
     )
+    if info is not None:
+        stream.lerobot = lerobot.Source(
+            root, str(info.get("codebase_version", "?")), features or {}, layout
+        )
+    return stream
