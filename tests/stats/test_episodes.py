@@ -249,3 +249,25 @@ def test_episode_appearing_twice_is_an_error():
     with pytest.raises(DataError, match="episode 0 appears again"):
         for e in (0, 1, 0):
             collector.add({"x": Column(x, np.ones(2, np.int32), np.arange(2), np.array([e, e]))})
+
+
+def test_per_episode_int64_feature_is_exact(tmp_path, capsys):
+    from accelkit.cli import main
+
+    root = FIXTURES / "lerobot_v21"
+    code, _, err = run(
+        main, capsys, root, "--format", "lerobot", "--per-episode", "--keys",
+        "i=observation.int_big", "-o", tmp_path / "stats.json",
+    )  # fmt: skip
+    assert code == 0, err
+    truth = episodes_of(root, "observation.int_big")
+    for line in (tmp_path / "episodes_stats.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        rows = truth[entry["episode_index"]]
+        stats = entry["stats"]["observation.int_big"]
+        assert stats["min"] == rows.min(0).tolist() and stats["max"] == rows.max(0).tolist()
+        assert all(isinstance(v, int) for v in stats["min"] + stats["max"])
+        np.testing.assert_array_equal(stats["mean"], rows.astype(np.float64).mean(0))
+    saved = json.loads((tmp_path / "stats.json").read_text())["observation.int_big"]
+    every = np.concatenate(list(truth.values()))
+    assert saved["max"] == every.max(0).tolist() and saved["max"][1] == 123_456_789

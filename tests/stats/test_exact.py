@@ -259,3 +259,52 @@ def test_torch_tensors_needing_grad_and_bfloat16_are_read():
     got = compute_stats([{"x": x, "b": b}], quantiles=[0.1, 0.9]).stats
     assert_matches_numpy(got["x"], x.detach().numpy(), [0.1, 0.9])
     assert_matches_numpy(got["b"], b.float().numpy(), [0.1, 0.9])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng, n: 16_777_217 + rng.integers(0, 10, n),  # just above float32's exact range
+        lambda rng, n: rng.integers(-(2**62), 2**62, n),  # 62 bits of range: 4 passes
+        lambda rng, n: rng.integers(-5, 5, n) * 1_000_000_007,  # ties far apart, negatives
+        lambda rng, n: rng.integers(0, 2**32, n).astype(np.uint32),
+        lambda rng, n: np.full(n, -(2**63)),  # int64's minimum, constant
+    ],
+    ids=["above-2^24", "62-bit", "ties", "uint32", "int64-min"],
+)
+def test_integer_columns_are_exact(rng, make):
+    n = 10_007
+    x = np.stack([make(rng, n), make(rng, n)[::-1]], 1)
+    levels = np.asarray(LEVELS, np.float64)
+    result = compute_stats([{"x": x[:5000]}, {"x": x[5000:]}], quantiles=LEVELS).stats["x"]
+    assert result.min.dtype == np.int64 and result.max.dtype == np.int64
+    np.testing.assert_array_equal(result.min, x.min(0))
+    np.testing.assert_array_equal(result.max, x.max(0))
+    expected = np.quantile(x.astype(np.int64), levels, axis=0)
+    for i, q in enumerate(LEVELS):
+        np.testing.assert_array_equal(result.quantiles[q], expected[i])
+    ref = x.astype(np.int64).astype(np.float64)
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(result.mean, ref.mean(0), rtol=1e-15, atol=1e-15 * scale)
+    np.testing.assert_allclose(result.std, ref.std(0), rtol=1e-12, atol=1e-12 * scale)
+    fast = compute_stats([{"x": x}], quantiles=LEVELS, fast=True).stats["x"]
+    np.testing.assert_array_equal(fast.min, x.min(0))  # fast mode's min/max are exact too
+    np.testing.assert_array_equal(fast.max, x.max(0))
+
+
+def test_integer_and_float_keys_in_one_run_on_any_device_count(rng, eight_devices, tmp_path):
+    from accelkit.stats.formats import write_stats
+
+    n = 9_000
+    big = (2**40 + rng.integers(-1000, 1000, (n, 2))).astype(np.int64)
+    state = rng.standard_normal((n, 3)).astype(np.float32)
+    batches = [{"i": big[a : a + 1000], "s": state[a : a + 1000]} for a in range(0, n, 1000)]
+    outputs = set()
+    for count in (1, 3, 8):
+        result = compute_stats(batches, quantiles=LEVELS, devices=eight_devices[:count])
+        path = write_stats(tmp_path / f"{count}.json", result.stats, "lerobot", {})
+        outputs.add(path.read_bytes())
+    assert len(outputs) == 1
+    written = __import__("json").loads(outputs.pop())
+    assert written["i"]["min"] == big.min(0).tolist()  # JSON ints, every digit
+    assert written["i"]["max"] == big.max(0).tolist()

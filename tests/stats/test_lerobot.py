@@ -196,3 +196,19 @@ def test_cli_exits_2_on_a_metadata_disagreement(copy_of, tmp_path, capsys):
     code, err = run("--trust-files")
     assert code == 0, err
     assert out.exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_int64_feature_above_2_24_is_exact(version):
+    root = FIXTURES / version
+    x = column_of(root, "observation.int_big")
+    assert x.dtype == np.int64 and x.max() == 123_456_789
+    result = compute_stats(open_source(root, keys={"i": "observation.int_big"}), quantiles=LEVELS)
+    got = result.stats["i"]
+    np.testing.assert_array_equal(got.min, x.min(0))
+    np.testing.assert_array_equal(got.max, x.max(0))
+    expected = np.quantile(x, np.asarray(LEVELS), axis=0)
+    for i, q in enumerate(LEVELS):
+        np.testing.assert_array_equal(got.quantiles[q], expected[i])
+    np.testing.assert_allclose(got.mean, x.astype(np.float64).mean(0), rtol=1e-15)
+    np.testing.assert_allclose(got.std, x.astype(np.float64).std(0), rtol=1e-12)

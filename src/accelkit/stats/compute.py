@@ -119,8 +119,27 @@ class BatchStream(Stream):
             yield chunk
 
 
+def row_dtype(dtype: np.dtype, what: str) -> np.dtype:
+    """The type statistics are computed in: int64 for integers wider than 16 bits (exact beyond
+    float32's 2**24), float32 for everything else (bool and small integers are exact in it)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and dtype.itemsize > 2:
+        return np.dtype(np.int64)
+    return np.dtype(np.float32)
+
+
+def integer_rows(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` as int64, refusing uint64 values that int64 cannot hold."""
+    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        raise DataError(
+            f"{what} holds unsigned values above 2**63 - 1, which accelkit cannot compute exactly"
+        )
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
 def as_rows(array: object, what: str) -> np.ndarray:
-    """A float32 [rows, D] view of an array-like: leading axes flattened, scalars per row -> D=1."""
+    """A float32 (or int64, see `row_dtype`) [rows, D] array of an array-like: leading axes
+    flattened, scalars per row -> D=1."""
     if hasattr(array, "detach"):  # torch tensors: may need grad, live on a GPU, or be bfloat16
         tensor = array.detach().cpu()
         array = (tensor.float() if tensor.is_floating_point() else tensor).numpy()
@@ -139,6 +158,8 @@ def as_rows(array: object, what: str) -> np.ndarray:
     if values.shape[-1] == 0 and values.ndim > 1:
         raise DataError(f"{what} has rows of width 0; choose a column that holds values")
     values = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(-1, values.shape[-1])
+    if row_dtype(values.dtype, what) == np.int64:
+        return integer_rows(values, what)
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
@@ -201,12 +222,12 @@ class Batcher:
     `device_put` may alias host memory and the computation runs asynchronously.
     """
 
-    def __init__(self, batch_size: int, dim: int, key: str):
-        self.batch_size, self.dim, self.key = batch_size, dim, key
+    def __init__(self, batch_size: int, dim: int, key: str, dtype=np.float32):
+        self.batch_size, self.dim, self.key, self.dtype = batch_size, dim, key, np.dtype(dtype)
         self._new_buffers()
 
     def _new_buffers(self) -> None:
-        self.values = np.empty((self.batch_size, self.dim), np.float32)
+        self.values = np.empty((self.batch_size, self.dim), self.dtype)
         self.weight = np.empty(self.batch_size, np.int32)
         self.filled = 0
 
@@ -215,6 +236,11 @@ class Batcher:
             raise DataError(
                 f"{where}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
                 "every row of a column must have the same width"
+            )
+        if column.values.dtype != self.dtype:
+            raise DataError(
+                f"{where}: key {self.key!r} holds {column.values.dtype} values, but earlier rows were "
+                f"{self.dtype}; every file must store the column with one type"
             )
         size, start, total = self.batch_size, 0, len(column.weight)
         while start < total:
@@ -309,7 +335,7 @@ class Runner:
     def run_pass(
         self,
         label: str,
-        make_spec: Callable[[str, int], object],
+        make_spec: Callable[[str, int, bool], object],
         make_init: Callable[[str, object, Column], object],
         *,
         chunk_limit: int | None = None,
@@ -365,6 +391,7 @@ class Runner:
 
         in_flight: deque = deque()
         watcher = observer() if observer is not None else None
+        skipped: set = set()
 
         def run_batch(key, values, weight):
             spec = specs[key]
@@ -409,16 +436,24 @@ class Runner:
                 if watcher is not None:
                     watcher.add(chunk)
                 for key, column in chunk.items():
+                    if key in skipped:
+                        continue
                     if key not in states:
                         dim = column.values.shape[1]
                         if dim == 0:
                             raise DataError(
                                 f"column {self.stream.column_name(key)!r} has rows of width 0; choose a column that holds values"
                             )
-                        specs[key] = make_spec(key, dim)
+                        integer = column.values.dtype == np.int64
+                        specs[key] = make_spec(key, dim, integer)
+                        if specs[key] is None:  # this pass has nothing to do for the key
+                            skipped.add(key)
+                            continue
                         init_state = make_init(key, specs[key], column)
                         states[key] = passes.replicate_per_device(init_state, self.mesh)
-                        batchers[key] = Batcher(self.batch_size(key, dim), dim, key)
+                        batchers[key] = Batcher(
+                            self.batch_size(key, dim), dim, key, column.values.dtype
+                        )
                         weight_since_flush[key] = 0
                     where = (
                         self.stream.describe_row(key, int(column.row_id[0]))
@@ -622,9 +657,9 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
     )
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
-        lambda key, dim: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True),
+        lambda key, dim, integer: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True, integer=integer),
         lambda key, spec, column: init(
-            spec, np.zeros((spec.dim, 1), np.uint32), _center_of(column)
+            spec, np.zeros((spec.dim, 1), np.uint64), _center_of(column)
         ),
         budget=first_budget,
         observer=observer,
@@ -634,20 +669,37 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
     chunk_limit = first.chunks_seen if first.stopped_early else None
     plans, targets = {}, {}
     for key, state in first.states.items():
-        plans[key], targets[key] = qt.start_plan(state.extremes.count, levels)
+        key_bits = 64 if state.extremes.min_key.dtype == np.uint64 else 32
+        plans[key], targets[key] = qt.start_plan(state.extremes.count, levels, key_bits)
         plans[key] = qt.advance_plan(
             plans[key], state.counts, np.zeros_like(plans[key].ranks), EXACT_FIRST_DIGIT
         )
+        plans[key] = qt.skip_common_prefix(
+            plans[key], state.extremes.min_key, state.extremes.max_key
+        )
     pass_times = [first.seconds]
-    while any(plan.prefix_bits < qt.KEY_BITS for plan in plans.values()):
-        groups = {key: qt.group_prefixes(plan) for key, plan in plans.items()}
-        remaining = qt.KEY_BITS - next(iter(plans.values())).prefix_bits
-        widest = max(table.shape[0] * table.shape[1] for table, _ in groups.values())
-        digit = remaining if widest * (4 << remaining) <= TABLE_BUDGET_BYTES else min(8, remaining)
-        prefix_bits = next(iter(plans.values())).prefix_bits
+    while any(plan.prefix_bits < plan.key_bits for plan in plans.values()):
+        # each unfinished key fixes its next digit (16 bits, or 8 where tables would be too big)
+        groups, digits = {}, {}
+        for key, plan in plans.items():
+            if plan.prefix_bits < plan.key_bits:
+                groups[key] = qt.group_prefixes(plan)
+                remaining = plan.key_bits - plan.prefix_bits
+                width = groups[key][0].shape[0] * groups[key][0].shape[1]
+                digit = min(remaining, EXACT_FIRST_DIGIT)
+                digits[key] = digit if width * (4 << digit) <= TABLE_BUDGET_BYTES else min(8, digit)
 
-        def spec_for(key, dim, digit=digit, prefix_bits=prefix_bits, groups=groups):
-            return PassSpec(dim, groups[key][0].shape[1], prefix_bits, digit, False)
+        def spec_for(key, dim, integer, groups=groups, digits=digits):
+            if key not in groups:
+                return None
+            return PassSpec(
+                dim,
+                groups[key][0].shape[1],
+                plans[key].prefix_bits,
+                digits[key],
+                False,
+                integer=integer,
+            )
 
         def init_for(key, spec, column, groups=groups):
             return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
@@ -660,7 +712,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
         )
         pass_times.append(outcome.seconds)
         for key, state in outcome.states.items():
-            plans[key] = qt.advance_plan(plans[key], state.counts, groups[key][1], digit)
+            plans[key] = qt.advance_plan(plans[key], state.counts, groups[key][1], digits[key])
     stats = {
         key: _key_stats(
             state, first.sums[key], levels, qt.finish_plan(plans[key], targets[key]), None
@@ -673,11 +725,11 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
 def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
     from accelkit.stats.passes import PassSpec, init
 
-    def spec_for(key, dim):
+    def spec_for(key, dim, integer):
         bits = qt.FAST_DIGIT_BITS
         while bits > 12 and dim * (4 << bits) > TABLE_BUDGET_BYTES:
             bits -= 1
-        return PassSpec(dim, 1, 0, bits, True, centered=True)
+        return PassSpec(dim, 1, 0, bits, True, centered=True, integer=integer)
 
     outcome = runner.run_pass(
         "fast pass",
@@ -697,8 +749,8 @@ def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=N
             state.counts,
             np.asarray(state.center, np.float64),
             np.asarray(m.count),
-            qt.keys_to_floats(m.min_key).astype(np.float64),
-            qt.keys_to_floats(m.max_key).astype(np.float64),
+            qt.keys_to_values(m.min_key).astype(np.float64),
+            qt.keys_to_values(m.max_key).astype(np.float64),
             levels,
         )
         stats[key] = _key_stats(state, outcome.sums[key], levels, est, bound)

@@ -95,6 +95,12 @@ def fill_empty_dimensions(stats: Mapping[str, KeyStats], value: float) -> dict[s
     return out
 
 
+def _extreme(values) -> list:
+    """min/max as LeRobot writes them: ints for integer data (every digit kept), floats otherwise."""
+    values = np.asarray(values)
+    return [int(v) for v in values.tolist()] if values.dtype == np.int64 else _floats(values)
+
+
 def openpi_payload(stats: Mapping[str, KeyStats]) -> dict:
     norm = {}
     for key, s in stats.items():
@@ -112,8 +118,8 @@ def lerobot_payload(stats: Mapping[str, KeyStats], column_names: Mapping[str, st
     payload: dict = {}
     for key, s in stats.items():
         entry = {
-            "min": _floats(s.min),
-            "max": _floats(s.max),
+            "min": _extreme(s.min),
+            "max": _extreme(s.max),
             "mean": _floats(s.mean),
             "std": _floats(s.std),
             "count": [int(s.count.max(initial=0))],

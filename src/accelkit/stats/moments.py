@@ -28,15 +28,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from accelkit.stats.keys import EMPTY_MAX_KEY, EMPTY_MIN_KEY, float_keys, keys_to_floats
+from accelkit.stats.keys import empty_keys, keys_of, keys_to_values
 
 BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole blocks per device
 
 
 class Extremes(NamedTuple):
     count: jnp.ndarray  # int64 [D]: total weight
-    min_key: jnp.ndarray  # uint32 [D]: order key of the minimum (see `keys`); integer, so exact
-    max_key: jnp.ndarray  # uint32 [D]
+    min_key: jnp.ndarray  # uint32 [D] (uint64 for int64 data): order key of the minimum (`keys`)
+    max_key: jnp.ndarray
 
 
 class Sums(NamedTuple):
@@ -44,24 +44,27 @@ class Sums(NamedTuple):
     s2: np.ndarray  # float64 [D]: sum of w * (x - shift)^2
 
 
-def init(dim: int) -> Extremes:
+def init(dim: int, integer: bool = False) -> Extremes:
+    lowest, highest = empty_keys(integer)
     return Extremes(
         count=jnp.zeros(dim, jnp.int64),
-        min_key=jnp.full(dim, EMPTY_MIN_KEY, jnp.uint32),
-        max_key=jnp.full(dim, EMPTY_MAX_KEY, jnp.uint32),
+        min_key=jnp.full(dim, lowest, lowest.dtype),
+        max_key=jnp.full(dim, highest, highest.dtype),
     )
 
 
 def update(state: Extremes, x: jnp.ndarray, weight: jnp.ndarray) -> Extremes:
-    """Add a batch `x` [B, D] (the raw float32 input: keys are taken of its bits) with int weights [B, D]."""
-    keys = float_keys(x)
+    """Add a batch `x` [B, D] (the raw float32 or int64 input: keys are taken of its bits) with int
+    weights [B, D]."""
+    keys = keys_of(x)
+    lowest, highest = empty_keys(keys.dtype == jnp.uint64)
     present = weight > 0
     return merge(
         state,
         Extremes(
             count=weight.sum(axis=0, dtype=jnp.int64),
-            min_key=jnp.where(present, keys, EMPTY_MIN_KEY).min(axis=0),
-            max_key=jnp.where(present, keys, EMPTY_MAX_KEY).max(axis=0),
+            min_key=jnp.where(present, keys, lowest).min(axis=0),
+            max_key=jnp.where(present, keys, highest).max(axis=0),
         ),
     )
 
@@ -126,7 +129,8 @@ def fold(sums: Sums, s1_blocks: np.ndarray, s2_blocks: np.ndarray) -> Sums:
 
 
 def finalize(extremes: Extremes, sums: Sums, shift: np.ndarray) -> dict[str, np.ndarray]:
-    """Host-side results: count, mean, population std (ddof 0, as openpi), min, max."""
+    """Host-side results: count, mean, population std (ddof 0, as openpi), min, max (float32, or
+    int64 for integer data)."""
     count = np.asarray(extremes.count, np.int64)
     n = np.maximum(count, 1).astype(np.float64)
     s1, s2 = np.asarray(sums.s1, np.float64), np.asarray(sums.s2, np.float64)
@@ -137,6 +141,13 @@ def finalize(extremes: Extremes, sums: Sums, shift: np.ndarray) -> dict[str, np.
         "count": count,
         "mean": np.where(present, mean, np.nan),
         "std": np.sqrt(np.where(present, m2 / n, np.nan)),
-        "min": np.where(present, keys_to_floats(extremes.min_key), np.nan).astype(np.float32),
-        "max": np.where(present, keys_to_floats(extremes.max_key), np.nan).astype(np.float32),
+        "min": _values(extremes.min_key, present),
+        "max": _values(extremes.max_key, present),
     }
+
+
+def _values(keys, present: np.ndarray) -> np.ndarray:
+    values = keys_to_values(keys)
+    if values.dtype == np.int64:
+        return values if present.all() else np.where(present, values, np.nan)
+    return np.where(present, values, np.nan).astype(np.float32)

@@ -22,7 +22,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from accelkit.stats import moments as mom
-from accelkit.stats.quantiles import digit_histogram_update, float_keys
+from accelkit.stats.keys import float_keys, key_dtype, keys_of
+from accelkit.stats.quantiles import digit_histogram_update
 
 
 class PassSpec(NamedTuple):
@@ -34,12 +35,13 @@ class PassSpec(NamedTuple):
     digit_bits: int
     with_moments: bool
     centered: bool = False  # fast mode: keys of x - center
+    integer: bool = False  # int64 data: 64-bit keys, exact beyond float32's 2**24
 
 
 class PassState(NamedTuple):
     extremes: mom.Extremes  # count, min, max (first pass and fast mode only)
     counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
-    prefixes: jnp.ndarray  # uint32 [D, U]
+    prefixes: jnp.ndarray  # uint32 [D, U] (uint64 for integer data)
     center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
     nonfinite: (
         jnp.ndarray
@@ -48,9 +50,9 @@ class PassState(NamedTuple):
 
 def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
     return PassState(
-        extremes=mom.init(spec.dim),
+        extremes=mom.init(spec.dim, spec.integer),
         counts=jnp.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), jnp.int32),
-        prefixes=jnp.asarray(prefixes, jnp.uint32),
+        prefixes=jnp.asarray(prefixes, key_dtype(spec.integer)),
         center=jnp.asarray(center, jnp.float32),
         nonfinite=jnp.zeros(spec.dim, jnp.int64),
     )
@@ -65,12 +67,16 @@ def update(
     nonfinite = state.nonfinite
     if spec.with_moments:  # later passes see the same values; counting them once is enough
         nonfinite = nonfinite + ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int64)
-    x = jnp.where(finite, x, 0.0)
+    x = jnp.where(finite, x, jnp.zeros_like(x))
     # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU runs
     # with flush-to-zero) and the selected order statistic would no longer be a data value.
-    y = centered_offsets(x, state.center) if spec.centered else x
+    if spec.centered:  # fast mode sketches float32 offsets from the center, also for integers
+        y = centered_offsets(x, state.center) if not spec.integer else integer_offsets(x, state)
+        keys = float_keys(y)
+    else:
+        keys = keys_of(x)
     counts = digit_histogram_update(
-        state.counts, float_keys(y), weight, state.prefixes, spec.prefix_bits, spec.digit_bits
+        state.counts, keys, weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
     if not spec.with_moments:
         return PassState(state.extremes, counts, state.prefixes, state.center, nonfinite), None
@@ -98,6 +104,12 @@ def centered_offsets(x: jnp.ndarray, center: jnp.ndarray) -> jnp.ndarray:
     equal = (x_key == c_key) | (is_zero(x_key) & is_zero(c_key))
     tiny = jnp.finfo(jnp.float32).tiny
     return jnp.where((y == 0) & ~equal, jnp.where(x_key > c_key, tiny, -tiny), y)
+
+
+def integer_offsets(x: jnp.ndarray, state: PassState) -> jnp.ndarray:
+    """float32 offsets of int64 values from the center (exact in float64, then rounded); 0 only
+    where x equals the rounded center."""
+    return (x.astype(jnp.float64) - state.center.astype(jnp.float64)).astype(jnp.float32)
 
 
 def merge(a: PassState, b: PassState) -> PassState:

@@ -27,7 +27,7 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.stats import lerobot
-from accelkit.stats.compute import Column, Stream
+from accelkit.stats.compute import Column, Stream, integer_rows, row_dtype
 from accelkit.stats.lerobot import check_feature
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def _parquet_rows(path: Path) -> int:
 
 
 def arrow_column_rows(column, where: str) -> np.ndarray:
-    """A pyarrow column of fixed-size lists, lists or scalars as a float32 [rows, D] array."""
+    """A pyarrow column of fixed-size lists, lists or scalars as a [rows, D] array: int64 for
+    integers wider than 16 bits (kept exact), float32 otherwise."""
     import pyarrow as pa
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -106,6 +107,8 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
     ):
         raise DataError(f"{where} holds {inner} values, not numbers; choose a numeric column")
     flat = values.to_numpy(zero_copy_only=False)
+    if row_dtype(flat.dtype, where) == np.int64:
+        return integer_rows(flat, where).reshape(-1, max(width, 1))
     if (
         flat.dtype == np.float64
         and len(flat)
@@ -121,6 +124,8 @@ def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
     if array.ndim == 0:
         raise DataError(f"{where} is a scalar, not rows of values")
     rows = array.reshape(-1, 1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
+    if row_dtype(rows.dtype, where) == np.int64:
+        return integer_rows(rows, where)
     return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
 
