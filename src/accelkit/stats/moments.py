@@ -45,11 +45,12 @@ class Sums(NamedTuple):
 
 
 def init(dim: int, integer: bool = False) -> Extremes:
+    """Host (numpy) arrays: placing them on devices needs no compiled program."""
     lowest, highest = empty_keys(integer)
     return Extremes(
-        count=jnp.zeros(dim, jnp.int64),
-        min_key=jnp.full(dim, lowest, lowest.dtype),
-        max_key=jnp.full(dim, highest, highest.dtype),
+        count=np.zeros(dim, np.int64),
+        min_key=np.full(dim, lowest, lowest.dtype),
+        max_key=np.full(dim, highest, highest.dtype),
     )
 
 

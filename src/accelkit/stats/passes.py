@@ -49,12 +49,13 @@ class PassState(NamedTuple):
 
 
 def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
+    """A fresh state as host (numpy) arrays; `replicate_per_device` places it."""
     return PassState(
         extremes=mom.init(spec.dim, spec.integer),
-        counts=jnp.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), jnp.int32),
-        prefixes=jnp.asarray(prefixes, key_dtype(spec.integer)),
-        center=jnp.asarray(center, jnp.float32),
-        nonfinite=jnp.zeros(spec.dim, jnp.int64),
+        counts=np.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), np.int32),
+        prefixes=np.asarray(prefixes, key_dtype(spec.integer)),
+        center=np.asarray(center, np.float32),
+        nonfinite=np.zeros(spec.dim, np.int64),
     )
 
 
@@ -134,8 +135,12 @@ def replicate_per_device(state: PassState, mesh: Mesh) -> PassState:
     """Stack one copy of `state` per device along a new leading axis, sharded over the mesh."""
     n = mesh.devices.size
     sharding = NamedSharding(mesh, P("data"))
+    # numpy broadcast + device_put: no compiled program (a jnp op here costs a compile per shape)
     return jax.tree.map(
-        lambda leaf: jax.device_put(jnp.broadcast_to(leaf, (n, *leaf.shape)), sharding), state
+        lambda leaf: jax.device_put(
+            np.ascontiguousarray(np.broadcast_to(np.asarray(leaf), (n, *np.shape(leaf)))), sharding
+        ),
+        state,
     )
 
 

@@ -71,6 +71,24 @@ def _parquet_rows(path: Path) -> int:
         ) from exc
 
 
+def arrow_values(array) -> np.ndarray:
+    """A null-free numeric or boolean pyarrow array as numpy, read from its buffers.
+
+    (`Array.to_numpy` imports pandas, a tenth of a second at every start of the command.)
+    """
+    import pyarrow as pa
+
+    kind = array.type
+    data = array.buffers()[1]
+    if data is None or not len(array):
+        return np.zeros(0, np.bool_ if pa.types.is_boolean(kind) else arrow_value_dtype(kind))
+    if pa.types.is_boolean(kind):
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
+        return bits[array.offset : array.offset + len(array)].astype(np.bool_)
+    dtype = np.dtype(arrow_value_dtype(kind))
+    return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
 def arrow_column_rows(column, where: str) -> np.ndarray:
     """A pyarrow column of fixed-size lists, lists or scalars as a [rows, D] array: int64 for
     integers wider than 16 bits (kept exact), float32 otherwise."""
@@ -106,7 +124,7 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
         pa.types.is_floating(inner) or pa.types.is_integer(inner) or pa.types.is_boolean(inner)
     ):
         raise DataError(f"{where} holds {inner} values, not numbers; choose a numeric column")
-    flat = values.to_numpy(zero_copy_only=False)
+    flat = arrow_values(values)
     if row_dtype(flat.dtype, where) == np.int64:
         return integer_rows(flat, where).reshape(-1, max(width, 1))
     if (
@@ -221,7 +239,7 @@ class FileReader:
                         str(path),
                     )
             episodes = (
-                np.asarray(table.column("episode_index").to_numpy(), np.int64)
+                np.asarray(arrow_values(table.column("episode_index").combine_chunks()), np.int64)
                 if with_episodes
                 else None
             )
