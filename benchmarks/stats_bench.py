@@ -14,6 +14,10 @@ Workloads
               given to accelkit as a list of dict batches of 65536 rows
   parquet     a LeRobot v2.1 dataset (state 14 + action 14) of >= --parquet-frames frames, generated
               once into --data-dir and read end to end (accelkit via open_source, baseline_a via pyarrow)
+  many_files  a LeRobot v2.1 dataset of >= --many-frames frames in one file per episode (>= 4,000
+              files at the defaults): accelkit exact against numpy load-everything and pyarrow alone
+  startup     the whole `accelkit stats` process on the v2.1 sample dataset against
+              `python -c "import numpy, pyarrow"` (subprocesses, interleaved; compile cache warm)
   memory      peak RSS of accelkit at --memory-rows x --dim, data generated on the fly (never held in
               memory); each size in its own subprocess, peak RSS read from VmHWM (see vm_hwm_bytes)
 
@@ -61,6 +65,9 @@ TARGETS = {
     "parquet_frames_per_s": 1_000_000.0,
     "peak_rss_10m_bytes": float(GIB),
     "peak_rss_size_ratio": 1.10,  # peak(largest) / peak(smallest): "independent of size"
+    "parquet_exact_vs_pyarrow_read": 0.8,  # issue 12: exact end to end vs pyarrow reading alone
+    "many_files_exact_vs_baseline_a": 3.0,  # issue 12: >= 4M frames in >= 4,000 files
+    "startup_overhead_s": 1.5,  # issue 12: whole `accelkit stats` on the sample minus bare imports
 }
 
 
@@ -354,6 +361,20 @@ def timed_group(methods: list[Method], repeats: int, label: str) -> dict[str, Me
     return {m.name: m for m in methods}
 
 
+def pyarrow_read(root: Path) -> int:
+    """Baseline: pyarrow alone reading both columns of every file into numpy (nothing computed)."""
+    import pyarrow.parquet as pq
+
+    rows = 0
+    for path in sorted((root / "data").rglob("*.parquet")):
+        table = pq.read_table(path, columns=["observation.state", "action"])
+        for name in ("observation.state", "action"):
+            col = table.column(name).combine_chunks()
+            values = col.flatten().to_numpy().reshape(-1, col.type.list_size)
+        rows += len(values)
+    return rows
+
+
 def read_only(stream) -> int:
     """Diagnostic: iterate a stream's chunks (read + decode + weights) without computing anything."""
     rows = 0
@@ -620,11 +641,15 @@ def bench_parquet(args) -> dict:
             Method("fast", lambda: accelkit_stats(open_source(root), fast=True), frames),
             Method("baseline_a", lambda: baseline_a_parquet(root), frames),
             Method("read_only", lambda: read_only(open_source(root)), frames),
+            Method("pyarrow_read", lambda: pyarrow_read(root), frames),
         ],
         args.repeats,
         "parquet",
     )
     p["methods"] = {name: m.record for name, m in group.items()}
+    p["methods"]["pyarrow_read"]["note"] = (
+        "baseline: pq.read_table of the two columns of every file, to numpy, nothing computed"
+    )
     p["methods"]["read_only"]["note"] = (
         "diagnostic, not a competitor: one pass of accelkit's parquet reader (open_source(...).chunks()) with no statistics"
     )
@@ -636,6 +661,71 @@ def bench_parquet(args) -> dict:
         "files are read from the page cache after the warm-up run (the dataset is far smaller than RAM)"
     )
     return p
+
+
+def bench_many_files(args) -> dict:
+    from accelkit.stats.sources import open_source
+
+    log(
+        f"many_files: ensuring a >= {args.many_frames}-frame LeRobot v2.1 dataset in {args.data_dir}"
+    )
+    root, info = ensure_parquet_dataset(args.data_dir, args.many_frames, args.frames_per_episode)
+    frames = info["frames"]
+    group = timed_group(
+        [
+            Method("exact", lambda: accelkit_stats(open_source(root), fast=False), frames),
+            Method("baseline_a", lambda: baseline_a_parquet(root), frames),
+            Method("pyarrow_read", lambda: pyarrow_read(root), frames),
+        ],
+        max(1, args.repeats - 1),
+        "many_files",
+    )
+    out = {"dataset": info, "methods": {name: m.record for name, m in group.items()}}
+    pe, pref = group["exact"].value[0], group["baseline_a"].value
+    out["accuracy"] = {
+        "exact_max_err_over_std": {k: accuracy(pe, pref, k)["max_err_over_std"] for k in pref}
+    }
+    return out
+
+
+def bench_startup(args) -> dict:
+    """The whole `accelkit stats` process on the v2.1 sample dataset vs bare numpy + pyarrow imports."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from accelkit.stats.sample import write_sample_dataset
+
+    sample = args.data_dir / "startup_sample_v21"
+    if not (sample / "meta" / "info.json").is_file():
+        write_sample_dataset(sample)
+    out = Path(tempfile.mkdtemp()) / "norm_stats.json"
+    commands = {
+        "accelkit_stats": [
+            sys.executable, "-m", "accelkit", "stats", str(sample), "--no-progress", "-o", str(out),
+        ],
+        "import_numpy_pyarrow": [sys.executable, "-c", "import numpy, pyarrow"],
+    }  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for command in commands.values():  # warm-up: page cache, compiled-program cache
+        subprocess.run(command, check=True, capture_output=True)
+    for r in range(args.startup_repeats):
+        for name, command in commands.items():
+            log(f"startup: {name} ({r + 1}/{args.startup_repeats})")
+            t = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - t)
+    medians = {name: statistics.median(v) for name, v in times.items()}
+    return {
+        "dataset": str(sample),
+        "times_s": times,
+        "median_s": medians,
+        "overhead_s": medians["accelkit_stats"] - medians["import_numpy_pyarrow"],
+        "overhead_per_round_s": [
+            a - b
+            for a, b in zip(times["accelkit_stats"], times["import_numpy_pyarrow"], strict=True)
+        ],
+    }
 
 
 def bench_memory(args) -> dict:
@@ -685,6 +775,13 @@ def main(argv: list[str] | None = None) -> int:
         "--frames-per-episode", type=int, default=1000, help="mean episode length (one file each)"
     )
     parser.add_argument(
+        "--many-frames",
+        type=int,
+        default=4_000_000,
+        help="minimum frames of the many-files dataset (one file per episode)",
+    )
+    parser.add_argument("--startup-repeats", type=int, default=7)
+    parser.add_argument(
         "--baseline-b-rows", type=int, default=100_000, help="subset on which baseline_b is timed"
     )
     parser.add_argument(
@@ -716,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.rows, args.parquet_frames, args.frames_per_episode = 100_000, 100_000, 500
+        args.many_frames, args.startup_repeats = 200_000, 3
         args.baseline_b_rows, args.memory_rows, args.memory_repeats = 10_000, "100000,1000000", 1
         if args.out == parser.get_default("out"):
             args.out = args.out.with_name("stats_bench_quick.json")
@@ -746,6 +844,8 @@ def main(argv: list[str] | None = None) -> int:
 
     report["workloads"]["in_memory"] = bench_in_memory(args)
     report["workloads"]["parquet"] = bench_parquet(args)
+    report["workloads"]["many_files"] = bench_many_files(args)
+    report["workloads"]["startup"] = bench_startup(args)
     report["workloads"]["memory"] = bench_memory(args)
     w, p, mem = (report["workloads"][k] for k in ("in_memory", "parquet", "memory"))
     sizes = sorted(int(s) for s in args.memory_rows.split(","))
@@ -774,6 +874,13 @@ def main(argv: list[str] | None = None) -> int:
         / p["methods"]["baseline_a"]["rows_per_s"],
         "peak_rss_largest_bytes": largest,
         "peak_rss_size_ratio": largest / smallest if largest else None,
+        "parquet_exact_vs_pyarrow_read": p["methods"]["exact"]["rows_per_s"]
+        / p["methods"]["pyarrow_read"]["rows_per_s"],
+        "many_files_exact_vs_baseline_a": report["workloads"]["many_files"]["methods"]["exact"][
+            "rows_per_s"
+        ]
+        / report["workloads"]["many_files"]["methods"]["baseline_a"]["rows_per_s"],
+        "startup_overhead_s": report["workloads"]["startup"]["overhead_s"],
     }
     report["ratios"] = ratios
 
@@ -791,6 +898,10 @@ def main(argv: list[str] | None = None) -> int:
         "fast_vs_exact": per_round(w, "fast", "exact"),
         "parquet_exact_vs_baseline_a": per_round(p, "exact", "baseline_a"),
         "parquet_fast_vs_exact": per_round(p, "fast", "exact"),
+        "parquet_exact_vs_pyarrow_read": per_round(p, "exact", "pyarrow_read"),
+        "many_files_exact_vs_baseline_a": per_round(
+            report["workloads"]["many_files"], "exact", "baseline_a"
+        ),
     }
     biggest = max(sizes)
 
@@ -847,6 +958,27 @@ def main(argv: list[str] | None = None) -> int:
             TARGETS["peak_rss_10m_bytes"],
             "<=",
             f"peak RSS (max of {args.memory_repeats} runs), exact, {biggest} x {args.dim} generated",
+        ),
+        target(
+            "parquet_exact_vs_pyarrow_read",
+            ratios["parquet_exact_vs_pyarrow_read"],
+            TARGETS["parquet_exact_vs_pyarrow_read"],
+            ">=",
+            "exact end to end frames/s / pyarrow reading alone (parquet, 2M frames)",
+        ),
+        target(
+            "many_files_exact_vs_baseline_a",
+            ratios["many_files_exact_vs_baseline_a"],
+            TARGETS["many_files_exact_vs_baseline_a"],
+            ">=",
+            "exact frames/s / numpy load-everything (many_files)",
+        ),
+        target(
+            "startup_overhead_s",
+            ratios["startup_overhead_s"],
+            TARGETS["startup_overhead_s"],
+            "<=",
+            "accelkit stats on the v2.1 sample minus python -c 'import numpy, pyarrow' (median s)",
         ),
         target(
             "peak_rss_size_ratio",
@@ -913,14 +1045,28 @@ def print_table(report: dict) -> None:
         f"\n(ii) parquet: LeRobot v2.1, {p['dataset']['frames']} frames, {p['dataset']['files']} files, state 14 + action 14"
     )
     print(f"  {'method':<12}{'median s':>10}{'frames/s':>10}{'cpu s':>8}{'first s':>9}  passes s")
-    for name in ("exact", "fast", "baseline_a", "read_only"):
+    for name in ("exact", "fast", "baseline_a", "read_only", "pyarrow_read"):
         r = p["methods"][name]
         passes = " ".join(f"{s:.2f}" for s in r.get("pass_seconds_median", []))
         print(
             f"  {name:<12}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}{r['first_run_s']:>9.2f}  {passes}"
         )
+    many = report["workloads"]["many_files"]
+    print(
+        f"\n(iii) many files: LeRobot v2.1, {many['dataset']['frames']} frames, {many['dataset']['files']} files"
+    )
+    for name in ("exact", "baseline_a", "pyarrow_read"):
+        r = many["methods"][name]
+        print(
+            f"  {name:<12}{r['median_s']:>10.3f}{_rate(r['rows_per_s']):>10}{r['median_cpu_s']:>8.2f}"
+        )
+    st = report["workloads"]["startup"]
+    print(
+        f"\n(iv) startup: accelkit stats on the sample {st['median_s']['accelkit_stats']:.2f} s, "
+        f"import numpy+pyarrow {st['median_s']['import_numpy_pyarrow']:.2f} s, overhead {st['overhead_s']:.2f} s"
+    )
     mem = report["workloads"]["memory"]
-    print(f"\n(iii) memory (subprocess per run, data generated on the fly, dim {mem['dim']})")
+    print(f"\n(v) memory (subprocess per run, data generated on the fly, dim {mem['dim']})")
     for r in mem["runs"]:
         if "error" in r:
             print(f"  {r['mode']:<6}{r['rows']:>10}  ERROR {r['error'][-200:]}")

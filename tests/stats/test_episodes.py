@@ -138,6 +138,7 @@ def test_per_episode_comes_from_the_same_reads(monkeypatch):
     result = compute_stats(stream, quantiles=LEVELS, per_episode=True)
     assert len(reads) == without  # no extra read for the episodes
     assert len(result.episodes) == 7 and plain == 4
+    assert without == plain  # exact mode's two passes decode each file once
 
 
 def test_write_into_replaces_meta_files_and_keeps_backups(tmp_path, capsys):

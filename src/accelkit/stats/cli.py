@@ -35,6 +35,7 @@ class StatsSettings(Settings):
     allow_missing_quantiles: bool = False
     per_episode: bool = False
     write_into: str | None = None
+    cache_mb: float | None = None
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
@@ -254,6 +255,14 @@ def stats_command(
             " under meta/.accelkit-backup/.",
         ),
     ] = None,
+    cache_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--cache-mb",
+            help="Exact mode keeps pass 1's decoded data for pass 2 in this much memory, the rest"
+            " in a temporary file (default: a quarter of free memory, at most 512).",
+        ),
+    ] = None,
     trust_files: Annotated[
         bool,
         typer.Option(
@@ -299,6 +308,7 @@ def stats_command(
         allow_missing_quantiles=allow_missing_quantiles or None,
         per_episode=per_episode or None,
         write_into=write_into,
+        cache_mb=cache_mb,
     )
     run_stats(settings, progress=not no_progress)
 
@@ -328,6 +338,8 @@ def run_stats(settings: StatsSettings, progress: bool = True):
     ):
         if value is not None and not value > 0:  # `not >` also rejects NaN
             raise ConfigError(f"{flag} must be positive, not {value}")
+    if settings.cache_mb is not None and not settings.cache_mb >= 0:
+        raise ConfigError(f"--cache-mb must be 0 or more, not {settings.cache_mb}")
     if settings.seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {settings.seed}")
     if settings.quantiles is not None and not settings.quantiles:
@@ -364,6 +376,7 @@ def run_stats(settings: StatsSettings, progress: bool = True):
         max_time_minutes=settings.max_time_minutes,
         progress=progress,
         per_episode=settings.per_episode,
+        cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),
     )
     output = Path(settings.output or DEFAULT_OUTPUT[settings.format])
     if target is not None:

@@ -341,16 +341,18 @@ class Runner:
         chunk_limit: int | None = None,
         budget: TimeBudget | None = None,
         observer: Callable[[], object] | None = None,
+        stream: Stream | None = None,
     ) -> PassOutcome:
         """One pass over the stream, retried from the start with half the batch on out-of-memory.
 
         `observer` makes a fresh object (per attempt) whose `add(chunk)` sees every chunk and whose
-        `finish()` result comes back as `PassOutcome.observed`.
+        `finish()` result comes back as `PassOutcome.observed`. `stream` replaces the runner's
+        stream for this pass (exact mode's recording of pass 1).
         """
         while True:
             try:
                 return self._run_pass_once(
-                    label, make_spec, make_init, chunk_limit, budget, observer
+                    label, make_spec, make_init, chunk_limit, budget, observer, stream or self.stream
                 )
             except Exception as exc:
                 if not is_out_of_memory(exc):
@@ -374,7 +376,7 @@ class Runner:
                 )
 
     def _run_pass_once(
-        self, label, make_spec, make_init, chunk_limit, budget, observer
+        self, label, make_spec, make_init, chunk_limit, budget, observer, stream
     ) -> PassOutcome:
         import jax
         from jax.sharding import NamedSharding
@@ -429,8 +431,8 @@ class Runner:
             states[key] = passes.replicate_per_device(fresh, self.mesh)
             weight_since_flush[key] = 0
 
-        with rows_progress(self.progress) as bar, closing(self.stream.chunks()) as chunks:
-            task = bar.add_task(label, total=self.stream.total_rows)
+        with rows_progress(self.progress) as bar, closing(stream.chunks()) as chunks:
+            task = bar.add_task(label, total=stream.total_rows)
             for chunk in chunks:
                 chunk_rows = 0
                 if watcher is not None:
@@ -442,7 +444,7 @@ class Runner:
                         dim = column.values.shape[1]
                         if dim == 0:
                             raise DataError(
-                                f"column {self.stream.column_name(key)!r} has rows of width 0; choose a column that holds values"
+                                f"column {stream.column_name(key)!r} has rows of width 0; choose a column that holds values"
                             )
                         integer = column.values.dtype == np.int64
                         specs[key] = make_spec(key, dim, integer)
@@ -456,7 +458,7 @@ class Runner:
                         )
                         weight_since_flush[key] = 0
                     where = (
-                        self.stream.describe_row(key, int(column.row_id[0]))
+                        stream.describe_row(key, int(column.row_id[0]))
                         if len(column.row_id)
                         else key
                     )
@@ -545,6 +547,7 @@ def compute_stats(
     max_time_minutes: float | None = None,
     progress: bool = False,
     per_episode: bool = False,
+    cache_bytes: int | None = None,
 ) -> StatsResult:
     """Per-dimension count, mean, std, min, max and quantiles of every key of `data`.
 
@@ -553,6 +556,9 @@ def compute_stats(
     reports each estimate's rank-error bound. `devices` (a list of JAX devices) overrides `platform`.
     `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),
     computed from the same reads; the source must give each row's episode (LeRobot datasets do).
+    Exact mode decodes the data once: later passes replay pass 1's chunks, kept in memory up to
+    `cache_bytes` (default: a quarter of available memory, at most 4 GiB) and beyond it in a
+    temporary file (see `accelkit.stats.replay`).
     """
     import jax
 
@@ -588,7 +594,7 @@ def compute_stats(
             )
         else:
             stats, rows, pass_times, partial, episodes = _exact(
-                runner, stream, levels, budget, observer
+                runner, stream, levels, budget, observer, cache_bytes
             )
     if partial:
         log.warning(
@@ -649,7 +655,25 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
     )
 
 
-def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
+def _exact(
+    runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None, cache_bytes=None
+):
+    from accelkit.stats.replay import Recording
+
+    recording = Recording(stream, cache_bytes)
+    try:
+        return _exact_passes(runner, recording, levels, budget, observer)
+    finally:
+        if recording.spilled_bytes:
+            log.info(
+                "kept %.0f MiB of decoded data in memory and %.0f MiB in a temporary file",
+                recording.memory_bytes / 2**20,
+                recording.spilled_bytes / 2**20,
+            )
+        recording.close()
+
+
+def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer):
     from accelkit.stats.passes import PassSpec, init
 
     first_budget = (
@@ -663,7 +687,9 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
         ),
         budget=first_budget,
         observer=observer,
+        stream=stream,
     )
+    stream.freeze()  # later passes (and the search for a NaN) replay what pass 1 decoded
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)
     _require_rows(stream, first.states)
     chunk_limit = first.chunks_seen if first.stopped_early else None
@@ -709,6 +735,7 @@ def _exact(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=
             spec_for,
             init_for,
             chunk_limit=chunk_limit,
+            stream=stream,
         )
         pass_times.append(outcome.seconds)
         for key, state in outcome.states.items():
