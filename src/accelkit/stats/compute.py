@@ -352,7 +352,13 @@ class Runner:
         while True:
             try:
                 return self._run_pass_once(
-                    label, make_spec, make_init, chunk_limit, budget, observer, stream or self.stream
+                    label,
+                    make_spec,
+                    make_init,
+                    chunk_limit,
+                    budget,
+                    observer,
+                    stream or self.stream,
                 )
             except Exception as exc:
                 if not is_out_of_memory(exc):

@@ -54,18 +54,25 @@ def init(dim: int, integer: bool = False) -> Extremes:
     )
 
 
-def update(state: Extremes, x: jnp.ndarray, weight: jnp.ndarray) -> Extremes:
-    """Add a batch `x` [B, D] (the raw float32 or int64 input: keys are taken of its bits) with int
-    weights [B, D]."""
-    keys = keys_of(x)
+def update(
+    state: Extremes, x: jnp.ndarray, weight: jnp.ndarray, keys: jnp.ndarray | None = None
+) -> Extremes:
+    """Add a batch `x` [B, D] (the raw float32 or int64 input: keys are taken of its bits, or
+    given as `keys`) with int weights [B, D]."""
+    keys = keys_of(x) if keys is None else keys
     lowest, highest = empty_keys(keys.dtype == jnp.uint64)
     present = weight > 0
+    rows = x.shape[0]
+    # Reduced in two steps (runs of rows by written-out element-wise ops, then a small reduce):
+    # XLA CPU turns one big column reduction into a slow reduce-window beside the other work.
+    block = BLOCK_ROWS if rows % BLOCK_ROWS == 0 else rows
     return merge(
         state,
         Extremes(
-            count=weight.sum(axis=0, dtype=jnp.int64),
-            min_key=jnp.where(present, keys, lowest).min(axis=0),
-            max_key=jnp.where(present, keys, highest).max(axis=0),
+            # int32 within a block (the driver keeps weights per flush below 2**31), int64 after
+            count=_in_order(weight, block, jnp.add).astype(jnp.int64).sum(axis=0),
+            min_key=_in_order(jnp.where(present, keys, lowest), block, jnp.minimum).min(axis=0),
+            max_key=_in_order(jnp.where(present, keys, highest), block, jnp.maximum).max(axis=0),
         ),
     )
 
@@ -99,19 +106,20 @@ def block_sums(
     return _in_order(wd, block_rows), _in_order(wdd, block_rows)
 
 
-def _in_order(values: jnp.ndarray, block_rows: int) -> jnp.ndarray:
-    """Sums of each block of rows as written-out additions: runs of 16 rows left to right, then the
-    runs left to right. Explicit adds are never reordered, and XLA fuses them into one loop (2-3x
-    faster on CPU than a halving tree or a reduce, whose order is the backend's choice)."""
+def _in_order(values: jnp.ndarray, block_rows: int, op=jnp.add) -> jnp.ndarray:
+    """`op` (add, minimum, maximum) over each block of rows as written-out element-wise ops: runs of
+    16 rows left to right, then the runs left to right. Explicit ops are never reordered, and XLA
+    fuses them into one loop (2-3x faster on CPU than a halving tree or a reduce, whose order is
+    the backend's choice)."""
     rows, dim = values.shape
-    run = min(16, block_rows)
+    run = 16 if block_rows % 16 == 0 else 1
     v = values.reshape(rows // block_rows, block_rows // run, run, dim)
     runs = v[:, :, 0]
     for i in range(1, run):
-        runs = runs + v[:, :, i]
+        runs = op(runs, v[:, :, i])
     total = runs[:, 0]
     for i in range(1, block_rows // run):
-        total = total + runs[:, i]
+        total = op(total, runs[:, i])
     return total
 
 

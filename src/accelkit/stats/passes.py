@@ -67,7 +67,8 @@ def update(
     weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
     nonfinite = state.nonfinite
     if spec.with_moments:  # later passes see the same values; counting them once is enough
-        nonfinite = nonfinite + ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int64)
+        bad = ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int32)
+        nonfinite = nonfinite + bad.astype(jnp.int64)
     x = jnp.where(finite, x, jnp.zeros_like(x))
     # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU runs
     # with flush-to-zero) and the selected order statistic would no longer be a data value.
@@ -76,13 +77,18 @@ def update(
         keys = float_keys(y)
     else:
         keys = keys_of(x)
+    extremes, blocks = state.extremes, None
+    if spec.with_moments:
+        extremes = mom.update(state.extremes, x, weight, None if spec.centered else keys)
+        blocks = mom.block_sums(x, weight, state.center)
+        # The moments are finished before the histogram starts: fused into the scatter's loop,
+        # XLA CPU made pass 1 five times slower than the histogram and the moments apart.
+        extremes, blocks, keys, weight = jax.lax.optimization_barrier(
+            (extremes, blocks, keys, weight)
+        )
     counts = digit_histogram_update(
         state.counts, keys, weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
-    if not spec.with_moments:
-        return PassState(state.extremes, counts, state.prefixes, state.center, nonfinite), None
-    extremes = mom.update(state.extremes, x, weight)
-    blocks = mom.block_sums(x, weight, state.center)
     return PassState(extremes, counts, state.prefixes, state.center, nonfinite), blocks
 
 
