@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit.errors import DataError
-from accelkit.stats.compute import Column, compute_stats
+from accelkit.stats.compute import compute_stats
 from accelkit.stats.episodes import EpisodeCollector
 from accelkit.stats.sources import open_source
+from accelkit.stats.types import Column
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]

@@ -194,7 +194,7 @@ def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(
 
 def test_weighted_rows_equal_repeated_rows(rng):
     # Action-chunk multiplicities are weights; they must act exactly like repeated rows.
-    from accelkit.stats.compute import Column, Stream
+    from accelkit.stats.types import Column, Stream
 
     x = rng.standard_normal((500, 2)).astype(np.float32)
     w = rng.integers(0, 5, 500).astype(np.int32)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accelkit.errors import DataError
-from accelkit.stats.compute import Column, KeyStats
+from accelkit.stats.types import Column, KeyStats
 
 
 def episode_stats(values: np.ndarray, levels, skip_nonfinite: bool = False) -> KeyStats:

@@ -24,7 +24,7 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.runtime.files import write_json_atomic
-from accelkit.stats.compute import KeyStats
+from accelkit.stats.types import KeyStats
 
 FORMATS = ("openpi", "lerobot")
 OPENPI_REQUIRED = (0.01, 0.99)

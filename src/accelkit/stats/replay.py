@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from accelkit.stats.compute import Column, Stream
+from accelkit.stats.types import Column, Stream
 
 DEFAULT_BUDGET_FRACTION = 0.25  # of the memory available when the run starts
 MAX_BUDGET_BYTES = 128 << 20

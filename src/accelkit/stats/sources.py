@@ -27,8 +27,8 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.stats import lerobot
-from accelkit.stats.compute import Column, Stream, integer_rows, row_dtype
 from accelkit.stats.lerobot import check_feature
+from accelkit.stats.types import Column, Stream, integer_rows, row_dtype
 
 log = logging.getLogger(__name__)
 
