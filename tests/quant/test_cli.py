@@ -51,3 +51,33 @@ def test_small_eval_writes_json(tmp_path, capsys):
     assert 0.8 < rows[1]["mean_cosine"] < 0.9999
     assert rows[1]["quant_layers_mb"] < 0.2 * rows[1]["fp32_layers_mb"]
     assert "rtn" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "expected"),
+    [
+        ({}, [], True),
+        ({"OPENPI_DISABLE_TORCH_COMPILE": "1"}, [], False),
+        ({"OPENPI_DISABLE_TORCH_COMPILE": "1"}, ["--compile"], True),
+        ({}, ["--no-compile"], False),
+    ],
+)
+def test_compile_flag_beats_the_environment(monkeypatch, env, flag, expected):
+    import typer
+
+    from accelkit.quant import evaluate
+
+    seen = []
+
+    def record(*args, compiled, **kwargs):  # stands in for the slow eval: only the choice matters
+        seen.append(compiled)
+        raise typer.Exit(0)
+
+    for name in ("OPENPI_DISABLE_TORCH_COMPILE", "ACCELKIT_QUANT_DISABLE_COMPILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(evaluate, "run_eval", record)
+    with pytest.raises(SystemExit):
+        main(["quant", "eval", "--methods", "fp32", "--bits", "w4a8", *flag])
+    assert seen == [expected]

@@ -53,11 +53,13 @@ def eval_command(
     ] = 64,
     latency: Annotated[bool, typer.Option(help="Measure eager and compiled latency.")] = True,
     compiled: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--compile/--no-compile", help="Also time torch.compile (slow first compile)."
+            "--compile/--no-compile",
+            help="Also time torch.compile (slow first compile). Default: on, unless"
+            " OPENPI_DISABLE_TORCH_COMPILE / ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
-    ] = True,
+    ] = None,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.errors import ConfigError
@@ -78,8 +80,8 @@ def eval_command(
             f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths"
         )
     overrides = {"weight_group_size": group_size or None}
-    if env_cfg.disable_compile:
-        compiled = False
+    if compiled is None:  # an explicit flag beats the environment (defaults < env < flags)
+        compiled = not env_cfg.disable_compile
     from rich.console import Console
     from rich.table import Table
 
