@@ -25,8 +25,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_state = {"debug": False}
-
 
 def _version(value: bool) -> None:
     if value:
@@ -47,7 +45,6 @@ def root(
         bool, typer.Option("--verbose", "-v", help="Show informational logs.")
     ] = False,
 ) -> None:
-    _state["debug"] = debug
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(
         level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True
@@ -108,13 +105,7 @@ def _mount_capabilities() -> None:
     import importlib
 
     for name in CAPABILITIES:
-        try:
-            module = importlib.import_module(f"accelkit.{name}.cli")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"accelkit.{name}" and exc.name != f"accelkit.{name}.cli":
-                raise
-            continue  # capability not built yet
-        module.register(app)
+        importlib.import_module(f"accelkit.{name}.cli").register(app)
 
 
 _mount_capabilities()

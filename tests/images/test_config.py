@@ -36,7 +36,7 @@ def original(tmp_path):
 
 
 def test_original_config_must_choose_its_backend(original):
-    """The original service always ran Triton: its config must now say which backend it means."""
+    """EmbeddingTrident always ran Triton: its config must now say which backend it means."""
     with pytest.raises(
         ConfigError, match=r"triton: section but no model\.backend; set model\.backend: triton"
     ):

@@ -90,7 +90,7 @@ def test_fit_geometry(preprocessors):
     out = to_uint8_space(preprocessors["letterbox"].preprocess_batch([wide]))[0]
     assert np.allclose(
         out[rows], 200, atol=1e-3
-    )  # content is not zeroed (the original service's defect)
+    )  # content is not zeroed (EmbeddingTrident's defect)
     # center-crop of a wide image drops the sides: a red left edge disappears, a green centre fills
     img = np.zeros((100, 400, 3), np.uint8)
     img[:, :100] = (255, 0, 0)

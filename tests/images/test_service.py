@@ -416,7 +416,7 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
     assert multipart.status_code == 200, multipart.text
     report = multipart.json()
     assert report["ids"] == names and report["inserted"] == 4
-    assert report["inserted_ids"] == names and report["count"] == 4  # the original's fields
+    assert report["inserted_ids"] == names and report["count"] == 4  # EmbeddingTrident's fields
     assert [f["index"] for f in report["failures"]] == [4] and "not a recognised image" in report[
         "failures"
     ][0]["error"]
@@ -447,7 +447,7 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
     )
     assert original_form.json()["ids"] == [cat_id]
     assert httpx.get(url + "/collections/forms", headers=AUTH).json()["count"] == 6
-    # search: multipart, base64, the original `query` form; every result is itself at rank 1
+    # search: multipart, base64, EmbeddingTrident's `query` form; every result is itself at rank 1
     query = httpx.post(
         url + "/search",
         headers=AUTH,

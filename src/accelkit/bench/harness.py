@@ -160,7 +160,7 @@ def measure_unsynchronized(
     device: str = "cpu",
     size: int | None = None,
 ) -> Timing:
-    """What the original analysis measured: the clock stops before the work is done.
+    """What the capability analysis measured: the clock stops before the work is done.
 
     The result is drained after the clock stops so one repeat's work does not spill into the next.
     """

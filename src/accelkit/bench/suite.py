@@ -1,4 +1,4 @@
-"""`bench all`: every experiment at CI sizes, and the markdown report the original left as TODO."""
+"""`bench all`: every experiment at CI sizes, and the markdown report the capability analysis left as TODO."""
 
 from __future__ import annotations
 

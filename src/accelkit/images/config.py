@@ -1,10 +1,10 @@
 """Settings for `accelkit images`: preprocessing, the embedding model, the service that holds both.
 
 Each loads from keywords > YAML > environment > defaults. Every field has an `ACCELKIT_<SECTION>_<FIELD>`
-variable (e.g. `ACCELKIT_PREPROCESS_BATCH_SIZE`, `ACCELKIT_MODEL_BACKEND`); the original service's
+variable (e.g. `ACCELKIT_PREPROCESS_BATCH_SIZE`, `ACCELKIT_MODEL_BACKEND`); EmbeddingTrident's
 `JAX_USE_GPU`, `JAX_PLATFORM`, `TRITON_URL`, `TRITON_MODEL_NAME`, `TRITON_INPUT_NAME` and
-`TRITON_OUTPUT_NAME` are honoured too. The original service's `preprocess:` YAML section loads
-unchanged. Part 2 adds `store` (the vector store; the original `milvus:` section maps onto it, and
+`TRITON_OUTPUT_NAME` are honoured too. EmbeddingTrident's `preprocess:` YAML section loads
+unchanged. Part 2 adds `store` (the vector store; EmbeddingTrident's `milvus:` section maps onto it, and
 `MILVUS_HOST`/`MILVUS_PORT`/`MILVUS_EMBEDDING_DIM` are honoured) and `server` (the HTTP service).
 """
 
@@ -24,7 +24,7 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 class PreprocessConfig(Settings):
-    """How images become model inputs; the first eight fields are the original service's."""
+    """How images become model inputs; the first eight fields are EmbeddingTrident's."""
 
     image_size: tuple[int, int] = (224, 224)
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
@@ -279,7 +279,7 @@ class ServerConfig(Settings):
 
 class ServiceConfig(Settings):
     """Everything `ImageEmbeddingPipeline` and the service need; YAML sections `preprocess`,
-    `model`, `store`, `server`, plus the original service's `triton` (mapped onto `model`) and
+    `model`, `store`, `server`, plus EmbeddingTrident's `triton` (mapped onto `model`) and
     `milvus` (mapped onto `store`)."""
 
     preprocess: PreprocessConfig = PreprocessConfig()
@@ -338,7 +338,7 @@ _MILVUS_KEYS = {
 
 
 def milvus_uri(host: str, port: Any) -> str:
-    """The original service's MILVUS_HOST/MILVUS_PORT as a server URI."""
+    """EmbeddingTrident's MILVUS_HOST/MILVUS_PORT as a server URI."""
     host = host.strip()
     if "://" in host:
         return f"{host}:{port}" if port and host.count(":") == 1 else host
@@ -363,7 +363,7 @@ def _milvus_section(section: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 def _store_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    # The original service's variables, below our own ACCELKIT_STORE_ ones.
+    # EmbeddingTrident's variables, below our own ACCELKIT_STORE_ ones.
     if env.get("MILVUS_HOST", "").strip() or env.get("MILVUS_PORT", "").strip():
         values["uri"] = milvus_uri(
             env.get("MILVUS_HOST", "").strip() or "localhost",
@@ -377,7 +377,7 @@ def _store_env(env: Mapping[str, str]) -> dict[str, Any]:
 
 def _preprocess_env(env: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = dict(env_values(PreprocessConfig, "ACCELKIT_PREPROCESS_", env))
-    # The original service's variables, below our own ACCELKIT_ ones.
+    # EmbeddingTrident's variables, below our own ACCELKIT_ ones.
     if env.get("JAX_PLATFORM", "").strip() and "jax_platform" not in values:
         values["jax_platform"] = env["JAX_PLATFORM"].strip()
     raw = env.get("JAX_USE_GPU", "").strip().lower()
@@ -427,7 +427,7 @@ def load_service_config(
         if not isinstance(value, dict):
             raise ConfigError(f"{source} [{name}] must be a mapping of settings")
         sections[name] = value
-    # The original service always ran Triton: a config of it (a triton: section, no backend)
+    # EmbeddingTrident always ran Triton: a config of it (a triton: section, no backend)
     # must say which backend it means rather than silently run the local model.
     backend_unchosen = bool(sections["triton"]) and not any(
         "backend" in layer

@@ -3,7 +3,7 @@
 Three stages run at once: decoding in the preprocessor's thread pool, resizing on the JAX device
 (asynchronous dispatch), and inference in one worker thread (ONNX Runtime and tritonclient release
 the GIL). A bad image fails only itself: its position and reason land in `EmbeddingResult.failures`.
-On top of `embed`, the vector-store API of the original service: `create_collection`,
+On top of `embed`, the vector-store API of EmbeddingTrident: `create_collection`,
 `insert_images` (idempotent upserts; ids given or derived from the image bytes), `search_images`,
 `delete`, `list_collections`, `collection_stats`. The store opens on first use.
 """
@@ -189,7 +189,7 @@ class ImageEmbeddingPipeline:
         result = self.embed(items)
         return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
 
-    # vector store: a facade over `LocalIndex`, with the original service's method names ------
+    # vector store: a facade over `LocalIndex`, with EmbeddingTrident's method names ------
 
     @property
     def store(self):

@@ -193,7 +193,7 @@ MetricType = Literal["COSINE", "IP", "L2"]
 
 _COLLECTION = AliasChoices(
     "collection", "collection_name"
-)  # one name everywhere; the original's kept
+)  # one name everywhere; EmbeddingTrident's kept
 _FILTER = AliasChoices("filter", "filter_expr")
 
 
@@ -205,14 +205,14 @@ class Body(BaseModel):
 
 class ImageItem(Body):
     """One image: exactly one of `image_base64`, `path` (server-side, under allowed roots) or
-    `url` (only with `allow_urls`); `input` is the original service's path-or-URL."""
+    `url` (only with `allow_urls`); `input` is EmbeddingTrident's path-or-URL."""
 
     image_base64: str | None = Field(
         None, description="image file bytes, base64 (a data: URL works too)"
     )
     path: str | None = Field(None, description="server-side path under server.allowed_roots")
     url: str | None = Field(None, description="http(s) URL, only with server.allow_urls")
-    input: str | None = Field(None, description="the original service's form: a server path or URL")
+    input: str | None = Field(None, description="EmbeddingTrident's form: a server path or URL")
     # ids and metadata are checked per item (a bad one fails its own item, not the request)
     id: str | None = Field(
         None,
@@ -232,7 +232,7 @@ class InsertRequest(Body):
     create_collection: StrictBool = False
     items: list[ImageItem] | None = None
     inputs: list[str] | None = Field(
-        None, description="the original service's form: server paths or URLs"
+        None, description="EmbeddingTrident's form: server paths or URLs"
     )
     images_base64: list[str] | None = None
     ids: list[str | None] | None = Field(
@@ -244,7 +244,7 @@ class InsertRequest(Body):
     batch_size: StrictInt | None = Field(
         None,
         ge=1,
-        description="accepted from the original service's clients; batching is automatic",
+        description="accepted from EmbeddingTrident's clients; batching is automatic",
     )
 
 
@@ -254,7 +254,7 @@ class SearchRequest(Body):
     path: str | None = None
     url: str | None = None
     input: str | None = None
-    query: str | None = Field(None, description="the original service's form: a server path or URL")
+    query: str | None = Field(None, description="EmbeddingTrident's form: a server path or URL")
     query_input: str | None = None
     vector: list[float] | None = None
     topk: StrictInt = Field(10, ge=1)
@@ -272,7 +272,7 @@ class DeleteRequest(Body):
     filter: FilterExpr = Field(
         None,
         validation_alias=_FILTER,
-        description="delete every item that matches (the original service's form)",
+        description="delete every item that matches (EmbeddingTrident's form)",
     )
 
 
@@ -288,7 +288,7 @@ class CreateCollectionRequest(Body):
 
 
 class EmbedRequest(Body):
-    """The original service's POST /embed."""
+    """EmbeddingTrident's POST /embed."""
 
     inputs: list[str] | None = None
     images_base64: list[str] | None = None

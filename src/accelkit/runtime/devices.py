@@ -1,6 +1,6 @@
 """One place decides the device.
 
-Precedence: explicit argument > config file > environment (`JAX_PLATFORMS`, the original service's
+Precedence: explicit argument > config file > environment (`JAX_PLATFORMS`, EmbeddingTrident's
 `JAX_PLATFORM` / `JAX_USE_GPU`, `ACCELKIT_PLATFORM`) > auto (GPU if JAX can start one, else CPU).
 A requested platform that JAX cannot start falls back to CPU with one warning line: JAX raises
 `RuntimeError` for a missing backend, and we never export a platform JAX cannot start, so the rest

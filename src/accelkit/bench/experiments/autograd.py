@@ -1,7 +1,7 @@
 """`bench autograd`: derivatives of f(x) = 0.2x + sin x + cos 2x in JAX and PyTorch.
 
 The analytic derivative f'(x) = 0.2 + cos x − 2 sin 2x is the independent reference:
-f'(3) = −0.23116…. Timing follows the original: `points` values × `loops` loops, JAX grad
+f'(3) = −0.23116…. Timing follows the capability analysis: `points` values × `loops` loops, JAX grad
 vectorized with vmap, with and without jit; PyTorch one backward per element (the published
 method, one autograd graph per scalar) and the vectorized way (one backward of the sum).
 """

@@ -64,7 +64,7 @@ def run(*, scale: float = 0.25, sizes=SIZES, protocol: Protocol = DEFAULT_PROTOC
     eager = lambda x: f(x, jnp)  # noqa: E731 - the same function, dispatched op by op
     jitted = jax.jit(eager)
 
-    # sanity check first, as the original: 6 float16 points against NumPy float64
+    # sanity check first, as the capability analysis did: 6 float16 points against NumPy float64
     x16 = jnp.linspace(0, 4 * np.pi, 6, dtype=jnp.float16)
     want16 = f(np.asarray(x16, dtype=np.float64))
     result.checks.append(

@@ -1,6 +1,6 @@
 """`bench xla`: generate two uniform N×N matrices, mean and sum, product, inverse.
 
-Each backend generates with its own random generator, as the original did, so the checks are
+Each backend generates with its own random generator, as the capability analysis did, so the checks are
 statistical (mean ≈ 0.5, sum ≈ N²/2, mean(C) ≈ N/4) plus exact ones against NumPy float64:
 sampled entries of C = A@B recomputed from the rows and columns of A and B, and the inverse's
 normalized residual ‖C·C⁻¹ − I‖_F / (‖C‖_F ‖C⁻¹‖_F), which a backward-stable inverse keeps near
@@ -96,7 +96,7 @@ def run_jax(result: Result, n: int, dtype: str, protocol: Protocol) -> None:
                 next(keys), (n, n), dt
             )
 
-        # eager jnp calls, as the original: each op compiles once on first use (the first-call column)
+        # eager jnp calls, as the capability analysis did: each op compiles once on first use (the first-call column)
         device = str(jax.devices()[0].platform)
         t, (a, b) = measure("generate", "jax", generate, protocol, size=n, device=device)
         result.timings.append(t)

@@ -4,7 +4,7 @@ batcher (the images of concurrent requests share model batches).
 Endpoints: GET /health, GET /collections, POST /collections/create, GET|DELETE
 /collections/{name}, GET /collections/{name}/stats, POST /collections/{name}/flush,
 GET|POST /collections/{name}/index, POST /insert, POST /search, GET /items, DELETE /items,
-POST /delete and POST /embed (the original service's), GET /metrics, OpenAPI at /docs.
+POST /delete and POST /embed (EmbeddingTrident's), GET /metrics, OpenAPI at /docs.
 Request bodies are the models of `accelkit.images.schema` (JSON, or multipart with files), so
 the OpenAPI schema is theirs. Images come as uploads or base64; server-side paths only under
 `server.allowed_roots` (none by default → 403); http(s) URLs only with `allow_urls`.
@@ -419,9 +419,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     async def describe_collection(name: str):
         return await state.run(state.index.describe, check_collection_name(name))
 
-    @app.get(
-        "/collections/{name}/stats", summary="Describe a collection (the original service's form)"
-    )
+    @app.get("/collections/{name}/stats", summary="Describe a collection (EmbeddingTrident's form)")
     async def collection_stats(name: str):
         info = await state.run(state.index.describe, check_collection_name(name))
         return {**info, "num_entities": info["count"]}
@@ -508,7 +506,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             "ids": ids,
             "indices": indices,
             "failures": report,
-            # the original service's fields
+            # EmbeddingTrident's fields
             "collection_name": name,
             "inserted_ids": ids,
             "count": len(ids),
@@ -554,7 +552,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             "topk": body.topk,
             "results": results,
             "took_ms": took,
-            # the original service's fields
+            # EmbeddingTrident's fields
             "collection_name": name,
             "count": len(results),
             "query_time_ms": took,
@@ -594,12 +592,12 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             "collection_name": name,
         }
 
-    @app.post("/delete", summary="Delete items by ids or by a filter (the original service's form)")
+    @app.post("/delete", summary="Delete items by ids or by a filter (EmbeddingTrident's form)")
     async def delete(request: Request):
         fields, _ = await forms.read_body(request)
         body = forms.validate(DeleteRequest, fields)
         name = check_collection_name(body.collection or config.store.collection_name)
-        if body.ids:  # as the original: ids win when both are given
+        if body.ids:  # as in EmbeddingTrident: ids win when both are given
             deleted = await state.run(state.index.delete, body.ids, None, name)
         elif body.filter:
             deleted = await state.run(state.index.delete, None, body.filter, name)
@@ -608,7 +606,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         return {"collection": name, "deleted": deleted, "message": f"Deleted {deleted} embeddings"}
 
     @app.post(
-        "/embed", summary="Embeddings of images, without storing them (the original service's form)"
+        "/embed", summary="Embeddings of images, without storing them (EmbeddingTrident's form)"
     )
     async def embed(request: Request):
         fields, uploads = await forms.read_body(request)

@@ -163,7 +163,7 @@ def _source(item: ImageItem | dict, where: str) -> Source:
 def insert_sources(
     request: InsertRequest, uploads: list[tuple[str | None, bytes]]
 ) -> list[tuple[Source, Any, Any]]:
-    """(source, id, metadata) per image, from `items`, or from the original service's parallel
+    """(source, id, metadata) per image, from `items`, or from EmbeddingTrident's parallel
     lists (`inputs`/`images_base64`/uploaded files with `ids` and `metadata`)."""
     if request.items is not None:
         if (

@@ -193,7 +193,7 @@ async def load(source: Source, server: ServerConfig, where: str) -> tuple[bytes,
         return value, clean_name(source.name)
     if not isinstance(value, str):
         raise InputError(f"{where}: {kind} must be a string")
-    if kind == "input":  # the original service's form: a server path or a URL
+    if kind == "input":  # EmbeddingTrident's form: a server path or a URL
         kind = "url" if value.lower().startswith(("http://", "https://")) else "path"
     if kind == "image_base64":
         return decode_base64(value, where), None
