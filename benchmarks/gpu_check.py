@@ -209,7 +209,7 @@ def part_bench(out_dir: Path) -> dict:
             "5000",
             "--dtype",
             "float32",
-            "--json",
+            "--output",
             str(target),
         ],
         capture_output=True,

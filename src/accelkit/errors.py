@@ -1,8 +1,8 @@
 """Errors that speak to the user.
 
 Every error a user can fix is an `AccelkitError`: its message names the input, says what is wrong
-and what to do, on one line. The CLI prints it as `error: …` and exits with `exit_code` (2).
-Anything else is an internal failure and exits 1.
+and what to do, on one line. The CLI prints it as `error: …` and exits with `exit_code` (2; 3 for a
+failed check, `CheckFailed`). Anything else is an internal failure and exits 1. See docs/cli.md.
 """
 
 
@@ -26,6 +26,13 @@ class ConfigError(AccelkitError):
 
 class DeviceError(AccelkitError):
     """No usable device for the requested work."""
+
+
+class CheckFailed(AccelkitError):
+    """A check or target the command was asked to verify failed (a correctness check, a health
+    check): exit code 3, so scripts can tell it from bad input (2) and internal errors (1)."""
+
+    exit_code = 3
 
 
 class MissingDependencyError(AccelkitError):

@@ -51,7 +51,7 @@ def test_xla_writes_valid_json_and_png(tmp_path, capsys):
             "3",
             "--threads",
             "1",
-            "--json",
+            "--output",
             str(out),
             "--plot",
             str(png),
@@ -84,7 +84,7 @@ def test_one_process_per_backend_interleaved(tmp_path, capsys):
             "--processes",
             "--rounds",
             "2",
-            "--json",
+            "--output",
             str(out),
         ],
         capsys,
@@ -101,7 +101,7 @@ def test_one_process_per_backend_interleaved(tmp_path, capsys):
 def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     report, out = tmp_path / "REPORT.md", tmp_path / "all.json"
     code, _, err = run_cli(
-        ["bench", "all", "--quick", "--report", str(report), "--json", str(out)], capsys
+        ["bench", "all", "--quick", "--report", str(report), "--output", str(out)], capsys
     )
     assert code == 0, err
     doc = json.loads(out.read_text())
@@ -114,3 +114,25 @@ def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
         assert f"## {name}" in text
     assert "UNSYNCED" in text and "![timings](REPORT.png)" in text and "CPU 7" in text
     assert (tmp_path / "REPORT.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_json_prints_the_document_on_stdout(capsys):
+    code, stdout, _ = run_cli(["bench", "scipy", "numpy", "--repeats", "2", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(stdout)
+    validate(doc)
+    assert doc["results"][0]["experiment"] == "scipy"
+
+
+def test_failed_check_exits_3(capsys):
+    from accelkit.bench import harness
+    from accelkit.bench.cli import emit
+    from accelkit.errors import CheckFailed
+
+    result = harness.Result("scipy", {"modes": ["numpy"]})
+    result.checks.append(harness.check_true("forced failure", False, "a check that fails"))
+    with pytest.raises(
+        CheckFailed, match="1 correctness check\\(s\\) failed: forced failure"
+    ) as caught:
+        emit([result], None, None)
+    assert caught.value.exit_code == 3

@@ -179,3 +179,15 @@ def test_inputs_are_checked_before_the_model_or_store_opens(tmp_path, capsys):
         capsys, "search", str(tmp_path), "--filter", "x\x00", "--config", str(path)
     )
     assert code == 2 and "--filter contains a control character" in err
+
+
+def test_health_of_an_unreachable_server_exits_3(capsys):
+    import socket
+
+    with socket.socket() as probe:  # a port with nothing listening on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out, err = run(capsys, "health", "--server", f"http://127.0.0.1:{port}", "--json")
+    assert code == 3, err
+    assert json.loads(out)["status"] == "unreachable"
+    assert err.startswith("error: unhealthy") and err.count("\n") == 1

@@ -1,8 +1,9 @@
 """`accelkit bench …`: NumPy vs JAX vs PyTorch on the same workloads, timed honestly.
 
 Only typer and the standard library at import time; each command imports its experiment.
-Every command prints rich tables, and can write `--json PATH` (schema `accelkit.bench/1`) and
-`--plot PATH` (PNG). A failed correctness check prints one line and exits 1.
+Every command prints rich tables (or, with `--json`, the results document on stdout), and can write
+`--output PATH` (JSON, schema `accelkit.bench/1`) and `--plot PATH` (PNG). A failed correctness check
+prints one line and exits 3 (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ Threads = Annotated[
     int | None,
     typer.Option("--threads", help="Intra-op threads for PyTorch and BLAS (default: CPU count)."),
 ]
-JsonPath = Annotated[
-    Path | None, typer.Option("--json", help="Write results as JSON (schema accelkit.bench/1).")
+OutputPath = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write results as JSON (schema accelkit.bench/1)."),
+]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print the results as JSON on stdout instead of tables.")
 ]
 PlotPath = Annotated[Path | None, typer.Option("--plot", help="Write a PNG figure of the timings.")]
 Processes = Annotated[
@@ -84,28 +89,41 @@ def _protocol(repeats: int, warmup: int):
     return Protocol(repeats=repeats, warmup=warmup)
 
 
-def emit(results, json_path: Path | None, plot_path: Path | None, dtype: str | None = None) -> None:
-    """Print the tables, write JSON and PNG; exit 1 with one line when a check failed."""
+def emit(
+    results,
+    output: Path | None,
+    plot_path: Path | None,
+    dtype: str | None = None,
+    as_json: bool = False,
+) -> None:
+    """Print the tables (or the JSON document with `as_json`), write JSON and PNG; exit 3 with one
+    line when a check failed (docs/cli.md)."""
     from accelkit.bench.harness import document, environment
     from accelkit.bench.output import plot_results, print_result
     from accelkit.bench.schema import validate
 
-    for result in results:
-        print_result(result)
-    if json_path:
-        from accelkit.runtime.files import write_json_atomic
-
+    doc = None
+    if output or as_json:
         doc = document(results, environment(dtype))
         validate(doc)
-        write_json_atomic(json_path, doc, trailing_newline=True)
+    if as_json:
+        import json
+
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        for result in results:
+            print_result(result)
+    if output:
+        from accelkit.runtime.files import write_json_atomic
+
+        write_json_atomic(output, doc, trailing_newline=True)
     if plot_path:
         plot_results(results, plot_path)
     failed = [c.name for r in results for c in r.checks if not c.passed]
     if failed:
-        typer.echo(
-            f"error: {len(failed)} correctness check(s) failed: {'; '.join(failed)}", err=True
-        )
-        raise typer.Exit(1)
+        from accelkit.errors import CheckFailed
+
+        raise CheckFailed(f"{len(failed)} correctness check(s) failed: {'; '.join(failed)}")
 
 
 def run_in_processes(command: str, modes: list[str], options: dict, rounds: int):
@@ -137,11 +155,11 @@ def run_in_processes(command: str, modes: list[str], options: dict, rounds: int)
                     command,
                     mode,
                     *flags,
-                    "--json",
+                    "--output",
                     str(out),
                 ]
                 done = subprocess.run(argv, capture_output=True, text=True)
-                if done.returncode not in (0, 1) or not out.exists():
+                if done.returncode not in (0, 3) or not out.exists():  # 3: a check failed
                     raise AccelkitError(
                         f"bench {command} {mode} (round {r + 1}) failed: "
                         f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}"
@@ -174,7 +192,8 @@ def xla_command(
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
     processes: Processes = False,
     rounds: Rounds = 2,
@@ -208,7 +227,7 @@ def xla_command(
             mode_list, matrix_size=matrix_size, dtype=dtype, protocol=protocol, torch_device=device
         )
     result.params["threads"] = count
-    emit([result], json_path, plot, dtype)
+    emit([result], output, plot, dtype, as_json=as_json)
 
 
 @bench_app.command("chain")
@@ -223,7 +242,8 @@ def chain_command(
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
     processes: Processes = False,
     rounds: Rounds = 2,
@@ -253,7 +273,7 @@ def chain_command(
             mode_list, matrix_size=matrix_size, protocol=protocol, torch_device=device
         )
     result.params["threads"] = count
-    emit([result], json_path, plot, "float32")
+    emit([result], output, plot, "float32", as_json=as_json)
 
 
 @bench_app.command("jit")
@@ -264,7 +284,8 @@ def jit_command(
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
 ) -> None:
     """f(x) = 0.2x + sin x + cos 2x at n = 1e4…1e7: eager vs jit per platform, plus the unblocked timer."""
@@ -277,7 +298,7 @@ def jit_command(
     count = _threads(threads)
     result = jit.run(scale=scale, protocol=protocol)
     result.params["threads"] = count
-    emit([result], json_path, plot, "float32")
+    emit([result], output, plot, "float32", as_json=as_json)
 
 
 @bench_app.command("scipy")
@@ -289,7 +310,8 @@ def scipy_command(
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
 ) -> None:
     """Sensor calibration by BFGS: scipy.optimize vs jax.scipy.optimize (jitted); recompiles per shape."""
@@ -301,7 +323,7 @@ def scipy_command(
     count = _threads(threads)
     result = scipy_opt.run(mode_list, array_length=array_length, protocol=protocol)
     result.params["threads"] = count
-    emit([result], json_path, plot, "float64")
+    emit([result], output, plot, "float64", as_json=as_json)
 
 
 @bench_app.command("autograd")
@@ -312,7 +334,8 @@ def autograd_command(
     repeats: Repeats = 3,
     warmup: Warmup = 1,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
 ) -> None:
     """grad f(3.0) = −0.23116…, vector gradients vs the analytic derivative; jit and per-element timings."""
@@ -325,7 +348,7 @@ def autograd_command(
     count = _threads(threads)
     result = autograd.run(mode_list, points=points, loops=loops, protocol=protocol)
     result.params["threads"] = count
-    emit([result], json_path, plot, "float32")
+    emit([result], output, plot, "float32", as_json=as_json)
 
 
 @bench_app.command("mnist")
@@ -357,7 +380,8 @@ def mnist_command(
         ),
     ] = None,
     threads: Threads = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
 ) -> None:
     """The same CNN in PyTorch and Flax, fed by one DataLoader: loss, test accuracy, time per epoch."""
@@ -383,7 +407,7 @@ def mnist_command(
         target=target,
     )
     result.params["threads"] = count
-    emit([result], json_path, plot, "float32")
+    emit([result], output, plot, "float32", as_json=as_json)
 
 
 @bench_app.command("parallel")
@@ -393,7 +417,8 @@ def parallel_command(
     ] = 8,
     repeats: Repeats = 3,
     warmup: Warmup = 1,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
 ) -> None:
     """vmap, grad on pytrees, sharding over virtual CPU devices, pmap vs shard_map vs jit, data-parallel training."""
@@ -402,7 +427,7 @@ def parallel_command(
     positive("--devices", devices, 2)
     protocol = _protocol(repeats, warmup)
     result = run_in_subprocess(devices=devices, protocol=protocol)
-    emit([result], json_path, plot, "float32")
+    emit([result], output, plot, "float32", as_json=as_json)
 
 
 @bench_app.command("all")
@@ -411,7 +436,8 @@ def all_command(
         Path | None,
         typer.Option("--report", help="Write a markdown report here (and its figure beside it)."),
     ] = None,
-    json_path: JsonPath = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
     plot: PlotPath = None,
     threads: Threads = None,
     quick: Annotated[
@@ -429,4 +455,4 @@ def all_command(
         r.params["threads"] = count
     if report:
         write_report(results, report)
-    emit(results, json_path, plot)
+    emit(results, output, plot, as_json=as_json)

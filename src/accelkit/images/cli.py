@@ -112,6 +112,10 @@ def embed_command(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")
     ] = True,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print a JSON summary (paths, counts, failures) on stdout."),
+    ] = False,
 ) -> None:
     """Embed images; writes OUTPUT (rows in the order of OUTPUT.inputs.txt) and OUTPUT.failures.json."""
     from accelkit.errors import ConfigError, DataError
@@ -126,10 +130,10 @@ def embed_command(
         raise DataError(
             f"none of the {len(items)} inputs can be read (first: {next(iter(missing.values()))})"
         )
-    run_embed(items, output, config, batch_size, fit, platform, progress)
+    run_embed(items, output, config, batch_size, fit, platform, progress, as_json)
 
 
-def run_embed(items, output, config, batch_size, fit, platform, progress) -> None:
+def run_embed(items, output, config, batch_size, fit, platform, progress, as_json=False) -> None:
     import numpy as np
 
     from accelkit.errors import DataError
@@ -174,6 +178,19 @@ def run_embed(items, output, config, batch_size, fit, platform, progress) -> Non
         handle.write("".join(items[i] + "\n" for i in result.indices))
     write_json_atomic(failures_path, {items[i]: reason for i, reason in result.failures.items()})
     n_ok, n_bad = len(result.indices), len(result.failures)
+    if as_json:
+        _print_json(
+            {
+                "output": str(output),
+                "inputs": str(inputs_path),
+                "failures_file": str(failures_path),
+                "embedded": n_ok,
+                "failed": n_bad,
+                "dim": int(result.embeddings.shape[1]),
+                "failures": {items[i]: reason for i, reason in result.failures.items()},
+            }
+        )
+        return
     typer.echo(
         f"wrote {n_ok} embeddings of dimension {result.embeddings.shape[1]} to {output} "
         f"(inputs: {inputs_path}; {n_bad} failed: {failures_path})"
@@ -639,8 +656,8 @@ def collection_delete(
 def health_command(
     config: ConfigOption = None, server: ServerOption = None, as_json: JsonOption = False
 ) -> None:
-    """Check the model (embeds a test image) and the store, locally or at --server; exit 2 if unhealthy."""
-    from accelkit.errors import AccelkitError, DataError
+    """Check the model (embeds a test image) and the store, locally or at --server; exit 3 if unhealthy."""
+    from accelkit.errors import AccelkitError, CheckFailed
 
     try:
         _, index = open_index(config, server)
@@ -662,6 +679,6 @@ def health_command(
             for s in ("model", "store")
             if (report.get(s) or {}).get("error")
         ]
-        raise DataError(
+        raise CheckFailed(
             f"unhealthy: {'; '.join(problems) or report.get('error') or report['status']}"
         )

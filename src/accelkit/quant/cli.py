@@ -42,9 +42,12 @@ def eval_command(
     bits: Annotated[
         str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")
     ] = "w4a8,w4a4",
-    json_path: Annotated[
-        str | None, typer.Option("--json", help="Also write the table as JSON here.")
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Also write the results as JSON here.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the results as JSON on stdout instead of a table.")
+    ] = False,
     pairs: Annotated[
         int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
     ] = 300,
@@ -123,15 +126,19 @@ def eval_command(
             fmt(r.eager_ms),
             fmt(r.compiled_ms),
         )
-    Console().print(table)
-    if json_path:
-        from dataclasses import asdict
+    from dataclasses import asdict
 
+    document = {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]}
+    if as_json:
+        import json
+
+        print(json.dumps(document, indent=2))
+    else:
+        Console().print(table)
+    if output:
         from accelkit.runtime.files import write_json_atomic
 
-        write_json_atomic(
-            json_path, {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]}
-        )
+        write_json_atomic(output, document)
 
 
 @quant_app.command("apply")
@@ -145,6 +152,10 @@ def apply_command(
         int | None, typer.Option(help="Weight group size (default: per output channel).")
     ] = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the report (layers, sizes, path) as JSON on stdout."),
+    ] = False,
 ) -> None:
     """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
     from accelkit.quant.apply import load_config, quantize_with_report
@@ -160,6 +171,21 @@ def apply_command(
     )
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
+    if as_json:
+        import json
+
+        typer.echo(
+            json.dumps(
+                {
+                    "output": str(path),
+                    "quantized": report.quantized,
+                    "skipped": report.skipped,
+                    "quantized_layers_bytes": q_bytes,
+                    "fp32_layers_bytes": fp_bytes,
+                }
+            )
+        )
+        return
     typer.echo(
         f"{report.summary()}; quantized layers {q_bytes / 2**20:.2f} MB vs {fp_bytes / 2**20:.2f} MB FP32 "
         f"({q_bytes / fp_bytes:.3f}x); wrote {path}"

@@ -280,6 +280,12 @@ def stats_command(
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Hide the progress bar.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the written statistics and the run facts as JSON on stdout."
+        ),
+    ] = False,
 ) -> None:
     """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets."""
     if config_name and config is None:
@@ -310,10 +316,10 @@ def stats_command(
         write_into=write_into,
         cache_mb=cache_mb,
     )
-    run_stats(settings, progress=not no_progress)
+    run_stats(settings, progress=not no_progress, as_json=as_json)
 
 
-def run_stats(settings: StatsSettings, progress: bool = True):
+def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = False):
     from accelkit.runtime.devices import enable_compilation_cache
     from accelkit.stats.compute import compute_stats
     from accelkit.stats.formats import (
@@ -394,6 +400,24 @@ def run_stats(settings: StatsSettings, progress: bool = True):
     )
     if episodes is not None:
         write_episode_outputs(stream, result, episodes, output, into=target is not None)
+    if as_json:
+        import json
+
+        from accelkit.stats.formats import sidecar_path
+
+        print(
+            json.dumps(
+                {
+                    "output": str(output),
+                    "format": settings.format,
+                    "stats": json.loads(output.read_text(encoding="utf-8")),
+                    "run": json.loads(sidecar_path(output).read_text(encoding="utf-8")),
+                    "backup": None if backup is None else str(backup),
+                },
+                indent=2,
+            )
+        )
+        return result
     print_report(result, output, settings.format, stream.name)
     if backup is not None:
         print(f"previous files kept in {backup}")
@@ -555,19 +579,41 @@ def sample_dataset_command(
             "--exist-ok", help="Keep an existing LeRobot dataset at PATH instead of failing."
         ),
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was written (or kept) as JSON on stdout.")
+    ] = False,
 ) -> None:
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
     from accelkit.stats.sample import write_sample_dataset
 
     if seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {seed}")
+    import json
+
     if exist_ok and (path / "meta" / "info.json").is_file():
-        typer.echo(f"keeping the dataset already at {path}")
+        if as_json:
+            typer.echo(json.dumps({"path": str(path), "written": False}))
+        else:
+            typer.echo(f"keeping the dataset already at {path}")
         return
     root = write_sample_dataset(
         path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed
     )
-    typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
+    if as_json:
+        info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
+        typer.echo(
+            json.dumps(
+                {
+                    "path": str(root),
+                    "written": True,
+                    "layout": layout,
+                    "episodes": info["total_episodes"],
+                    "frames": info["total_frames"],
+                }
+            )
+        )
+    else:
+        typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,55 @@
+"""Every command follows docs/cli.md: `--help` works, `--json` is a flag on every command that
+produces a result, `--output` always takes a path, and the exit codes are the documented ones."""
+
+import pytest
+import typer
+
+from accelkit.cli import app, main
+from accelkit.errors import AccelkitError, CheckFailed, ConfigError, DataError
+
+NO_RESULT = {("images", "serve")}  # runs until stopped
+
+
+def commands(command=None, path=()):
+    command = command or typer.main.get_command(app)
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        for name, sub in sorted(subcommands.items()):
+            yield from commands(sub, (*path, name))
+    else:
+        yield path, command
+
+
+ALL = list(commands())
+
+
+def option(command, name):
+    return next((p for p in command.params if name in getattr(p, "opts", ())), None)
+
+
+def test_every_capability_is_mounted():
+    tops = {path[0] for path, _ in ALL}
+    assert {"stats", "images", "quant", "bench", "devices", "sample-dataset"} <= tops
+    assert len(ALL) >= 20
+
+
+@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_conventions(path, command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*path, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip()
+    json_flag = option(command, "--json")
+    if path not in NO_RESULT:
+        assert json_flag is not None, f"{' '.join(path)} has no --json"
+    if json_flag is not None:
+        assert json_flag.is_flag, f"{' '.join(path)}: --json must print to stdout, not take a path"
+    output = option(command, "--output")
+    if output is not None:
+        assert not output.is_flag, f"{' '.join(path)}: --output must take a path"
+
+
+def test_exit_codes_are_the_documented_ones():
+    assert AccelkitError.exit_code == 2
+    assert ConfigError.exit_code == DataError.exit_code == 2
+    assert CheckFailed.exit_code == 3
