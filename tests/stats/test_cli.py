@@ -221,3 +221,15 @@ def test_openpi_fast_stats_spellings(dataset, tmp_path, capsys, flag, fast):
 def test_openpi_fast_stats_bad_value(dataset, capsys):
     code, _, err = run_cli(["stats", str(dataset), "--use-fast-stats=maybe"], capsys)
     assert code == 2 and err.strip() == "error: --use-fast-stats takes True or False, not 'maybe'"
+
+
+def test_bad_values_are_named_by_their_flag_or_variable(dataset, capsys, monkeypatch):
+    code, _, err = run_cli(["stats", str(dataset), "--format", "bogus"], capsys)
+    assert code == 2 and err.startswith("error: --format 'bogus': ") and "arguments" not in err
+    monkeypatch.setenv("ACCELKIT_STATS_SEED", "abc")
+    code, _, err = run_cli(["stats", str(dataset)], capsys)
+    assert code == 2 and err.startswith(
+        "error: ACCELKIT_STATS_SEED 'abc': valid integer".replace(
+            "valid integer", "Input should be a valid integer"
+        )
+    )

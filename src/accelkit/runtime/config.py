@@ -85,9 +85,34 @@ def build(model: type[Model], *layers: tuple[str, Mapping[str, Any]]) -> Model:
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
+        named = _name_the_input(exc, layers)
         raise ConfigError(
-            _describe_validation(exc, " + ".join(s for s, _ in layers) or model.__name__)
+            named or _describe_validation(exc, " + ".join(s for s, _ in layers) or model.__name__)
         ) from exc
+
+
+def _name_the_input(exc: ValidationError, layers) -> str | None:
+    """The error in the user's words: the flag, variable or file entry that gave the bad value
+    (`--format 'bogus': Input should be ...`), not the layering machinery. None when an error is
+    not about one top-level value."""
+    parts = []
+    for err in exc.errors():
+        loc = err["loc"]
+        if len(loc) != 1 or err["type"] == "extra_forbidden":
+            return None
+        field = str(loc[0])
+        given = [(src, vals[field]) for src, vals in layers if vals.get(field) is not None]
+        if not given:
+            return None
+        source, value = given[-1]
+        if source == "arguments":
+            name = f"--{field.replace('_', '-')}"
+        elif source.startswith("environment ") and source.endswith("*"):
+            name = f"{source.removeprefix('environment ').removesuffix('*')}{field.upper()}"
+        else:
+            name = f"{source}: {field}"
+        parts.append(f"{name} {value!r}: {err['msg']}")
+    return "; ".join(parts) or None
 
 
 def load_settings(
