@@ -228,8 +228,5 @@ def test_bad_values_are_named_by_their_flag_or_variable(dataset, capsys, monkeyp
     assert code == 2 and err.startswith("error: --format 'bogus': ") and "arguments" not in err
     monkeypatch.setenv("ACCELKIT_STATS_SEED", "abc")
     code, _, err = run_cli(["stats", str(dataset)], capsys)
-    assert code == 2 and err.startswith(
-        "error: ACCELKIT_STATS_SEED 'abc': valid integer".replace(
-            "valid integer", "Input should be a valid integer"
-        )
-    )
+    assert code == 2
+    assert err.startswith("error: ACCELKIT_STATS_SEED 'abc': Input should be a valid integer")
