@@ -7,7 +7,6 @@ Heavy libraries (jax, torch, pyarrow) are imported inside the commands that need
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Annotated
 
@@ -45,12 +44,9 @@ def root(
         bool, typer.Option("--verbose", "-v", help="Show informational logs.")
     ] = False,
 ) -> None:
-    level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(
-        level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True
-    )
-    for noisy in ("jax._src", "absl"):  # JAX's own INFO chatter is not ours to show
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    from accelkit.runtime import logs
+
+    logs.configure(debug=debug, verbose=verbose)  # third-party chatter hidden unless --debug
 
 
 @app.command()

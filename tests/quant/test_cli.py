@@ -83,3 +83,26 @@ def test_compile_flag_beats_the_environment(monkeypatch, env, flag, expected):
     with pytest.raises(SystemExit):
         main(["quant", "eval", "--methods", "fp32", "--bits", "w4a8", *flag])
     assert seen == [expected]
+
+
+def test_library_chatter_is_hidden_unless_debug():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "accelkit", "quant", "eval", "--methods", "fp32", "--bits", "w4a8",
+         "--pairs", "2", "--no-latency", "--json"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"][0]["method"] == "fp32"
+    for noise in (
+        "Failed to load",
+        "Detected no triton",
+        "LOAD REPORT",
+        "_pytree",
+        "Loading weights",
+    ):
+        assert noise not in done.stderr, done.stderr
