@@ -53,3 +53,29 @@ def test_exit_codes_are_the_documented_ones():
     assert AccelkitError.exit_code == 2
     assert ConfigError.exit_code == DataError.exit_code == 2
     assert CheckFailed.exit_code == 3
+
+
+def test_long_work_says_what_runs_and_quiet_silences_it(capsys):
+    from accelkit.runtime import progress
+
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(["bench", "scipy", "numpy", "--repeats", "2"])
+        assert done.value.code in (0, None)
+        assert "bench scipy: running" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as done:
+            main(["--quiet", "bench", "scipy", "numpy", "--repeats", "2"])
+        assert done.value.code in (0, None)
+        assert "running" not in capsys.readouterr().err
+    finally:
+        progress.set_quiet(False)
+
+
+def test_status_line_in_a_log_is_timed_lines(capsys):
+    from accelkit.runtime.progress import status
+
+    with status("loading…") as update:
+        update("step 1")
+        update("step 2")  # within a second of the last line: held back, then shown at the end
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("] loading…") and err[-1].endswith("] step 2")

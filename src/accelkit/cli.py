@@ -43,10 +43,17 @@ def root(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show informational logs.")
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="No progress bars or status lines (results and errors only)."
+        ),
+    ] = False,
 ) -> None:
-    from accelkit.runtime import logs
+    from accelkit.runtime import logs, progress
 
     logs.configure(debug=debug, verbose=verbose)  # third-party chatter hidden unless --debug
+    progress.set_quiet(quiet)
 
 
 @app.command()

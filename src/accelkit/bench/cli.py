@@ -171,12 +171,23 @@ def run_in_processes(command: str, modes: list[str], options: dict, rounds: int)
     return merged
 
 
-def _threads(threads: int | None) -> int:
+def _threads(threads: int | None, command: str | None = None) -> int:
+    """Fix the thread count; with `command`, say at once (stderr) that it is running: its inputs
+    are checked by now, and an experiment can take minutes before its table."""
     from accelkit.bench.harness import fix_threads
 
     if threads is not None:
         positive("--threads", threads)
-    return fix_threads(threads)
+    count = fix_threads(threads)
+    if command:
+        announce(command)
+    return count
+
+
+def announce(command: str) -> None:
+    from accelkit.runtime.progress import note
+
+    note(f"bench {command}: running (tables follow when it is done)…")
 
 
 @bench_app.command("xla")
@@ -207,7 +218,7 @@ def xla_command(
     if dtype not in ("float64", "float32"):
         raise ConfigError(f"--dtype {dtype!r} is not supported; use float64 or float32")
     protocol = _protocol(repeats, warmup)
-    count = _threads(threads)
+    count = _threads(threads, "xla")
     if processes:
         result = run_in_processes(
             "xla",
@@ -254,7 +265,7 @@ def chain_command(
     mode_list = parse_modes(modes, chain.MODES)
     positive("--matrix-size", matrix_size, 2)
     protocol = _protocol(repeats, warmup)
-    count = _threads(threads)
+    count = _threads(threads, "chain")
     if processes:
         result = run_in_processes(
             "chain",
@@ -295,7 +306,7 @@ def jit_command(
     if not 0 < scale <= 10:
         raise ConfigError(f"--scale {scale} must lie in (0, 10]")
     protocol = _protocol(repeats, warmup)
-    count = _threads(threads)
+    count = _threads(threads, "jit")
     result = jit.run(scale=scale, protocol=protocol)
     result.params["threads"] = count
     emit([result], output, plot, "float32", as_json=as_json)
@@ -320,7 +331,7 @@ def scipy_command(
     mode_list = parse_modes(modes, scipy_opt.MODES)
     positive("--array-length", array_length, 10)
     protocol = _protocol(repeats, warmup)
-    count = _threads(threads)
+    count = _threads(threads, "scipy")
     result = scipy_opt.run(mode_list, array_length=array_length, protocol=protocol)
     result.params["threads"] = count
     emit([result], output, plot, "float64", as_json=as_json)
@@ -345,7 +356,7 @@ def autograd_command(
     positive("--points", points)
     positive("--loops", loops)
     protocol = _protocol(repeats, warmup)
-    count = _threads(threads)
+    count = _threads(threads, "autograd")
     result = autograd.run(mode_list, points=points, loops=loops, protocol=protocol)
     result.params["threads"] = count
     emit([result], output, plot, "float32", as_json=as_json)
@@ -396,6 +407,7 @@ def mnist_command(
         positive("--limit", limit, 10)
     count = _threads(threads)
     dataset = mnist.load_data(data, limit=limit)
+    announce("mnist")
     default_epochs = mnist.DEFAULT_EPOCHS.get(dataset.name, 2)
     if target is None and (epochs is None or epochs >= default_epochs) and limit is None:
         target = mnist.TARGETS.get(dataset.name)
@@ -426,6 +438,7 @@ def parallel_command(
 
     positive("--devices", devices, 2)
     protocol = _protocol(repeats, warmup)
+    announce("parallel")
     result = run_in_subprocess(devices=devices, protocol=protocol)
     emit([result], output, plot, "float32", as_json=as_json)
 
@@ -446,11 +459,10 @@ def all_command(
 ) -> None:
     """Every experiment at CI sizes, one after another; optional markdown report with tables and figures."""
     from accelkit.bench.suite import run_all, write_report
+    from accelkit.runtime.progress import note
 
     count = _threads(threads)
-    results = run_all(
-        quick=quick, progress=lambda name: typer.echo(f"bench all: {name}…", err=True)
-    )
+    results = run_all(quick=quick, progress=lambda name: note(f"bench all: {name}…"))
     for r in results:
         r.params["threads"] = count
     if report:

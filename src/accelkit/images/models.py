@@ -146,13 +146,10 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
         return target
     import time
 
-    from accelkit.runtime.progress import stderr_console
+    from accelkit.runtime.progress import status, stderr_console
 
     started = time.perf_counter()
-    stderr_console.print(
-        f"exporting {MODEL_NAME} to ONNX once (about a minute; cached in {folder})", highlight=False
-    )
-    with stderr_console.status(f"exporting {MODEL_NAME} to ONNX"):
+    with status(f"exporting {MODEL_NAME} to ONNX once (about a minute; cached in {folder})"):
         exported = export_onnx(target)
     stderr_console.print(
         f"exported {MODEL_NAME} in {time.perf_counter() - started:.0f} s", highlight=False

@@ -262,7 +262,11 @@ def quantize_with_report(
 
 
 def quantize(
-    model: nn.Module, config: QuantConfig | None = None, calibration_batches: Iterable = ()
+    model: nn.Module,
+    config: QuantConfig | None = None,
+    calibration_batches: Iterable = (),
+    progress=None,
 ) -> nn.Module:
-    """Replace the selected nn.Linear layers of `model` by QuantLinear (in place) and return it."""
-    return quantize_with_report(model, config or QuantConfig(), calibration_batches)[0]
+    """Replace the selected nn.Linear layers of `model` by QuantLinear (in place) and return it.
+    `progress(layer_name)` is called after each layer."""
+    return quantize_with_report(model, config or QuantConfig(), calibration_batches, progress)[0]

@@ -88,8 +88,9 @@ def eval_command(
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=True)
-    with console.status("quantizing and evaluating…") as status:
+    from accelkit.runtime.progress import status as status_line
+
+    with status_line(f"loading {model} and its evaluation data…") as update:
         rows = run_eval(
             method_list,
             bit_list,
@@ -97,7 +98,7 @@ def eval_command(
             latency=latency,
             compiled=compiled,
             config_overrides=overrides,
-            progress=lambda s: status.update(f"{s}…"),
+            progress=lambda s: update(f"{s}…"),
         )
     table = Table(title=f"accelkit quant eval — {model}, {2 * pairs} sentences, fidelity vs FP32")
     for col in (
@@ -165,10 +166,20 @@ def apply_command(
 
     model_factory(model)
     cfg = load_config(config, method=method, wbits=wbits, abits=abits, weight_group_size=group_size)
-    float_model, tokenizer = load_minilm()
-    qmodel, report = quantize_with_report(
-        float_model, cfg, batches(tokenizer, calibration_sentences(), 32)
-    )
+    from accelkit.runtime.progress import status
+
+    with status(f"loading {model}…") as update:
+        float_model, tokenizer = load_minilm()
+        update(f"calibrating and quantizing ({cfg.method})…")
+        done = []
+
+        def layer_done(name: str) -> None:
+            done.append(name)
+            update(f"quantized {name} ({len(done)} layers)…")
+
+        qmodel, report = quantize_with_report(
+            float_model, cfg, batches(tokenizer, calibration_sentences(), 32), layer_done
+        )
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
     if as_json:

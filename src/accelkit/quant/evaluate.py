@@ -208,11 +208,22 @@ def run_eval(
                 wbits, abits = parse_bits(b)
                 cfg = QuantConfig(method=meth, wbits=wbits, abits=abits, **(config_overrides or {}))
                 t0 = time.perf_counter()
-                model = quantize(copy.deepcopy(fp32), cfg, calib)
+                done = [0]
+
+                def layer_done(name, meth=meth, b=b, done=done):
+                    done[0] += 1
+                    if progress:
+                        progress(f"{meth} {b}: quantized {name} ({done[0]} layers)")
+
+                model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
                 took = time.perf_counter() - t0
                 q_bytes, fp_bytes = quant_layer_bytes(model)
+            if progress:
+                progress(f"{meth} {b}: embedding {2 * n_pairs} sentences")
             emb = embed(model, data)
             fid = fidelity(emb, ref, n_pairs)
+            if progress and latency:
+                progress(f"{meth} {b}: timing")
             eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
             rows.append(
                 EvalRow(

@@ -1,9 +1,11 @@
-"""Progress bars and time budgets for long work."""
+"""Progress bars, status lines and time budgets for long work (one helper each, all on stderr)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -17,6 +19,19 @@ from rich.progress import (
 )
 
 stderr_console = Console(stderr=True)
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """`accelkit --quiet`: no progress bars, status lines or notes (errors and results still show)."""
+    global _quiet
+    _quiet = bool(quiet)
+
+
+def note(text: str) -> None:
+    """One line of progress on stderr (what is running), unless quiet."""
+    if not _quiet:
+        print(text, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -63,6 +78,39 @@ def rows_progress(enabled: bool = True, unit: str = "rows") -> Progress:
         RateColumn(unit),
         TimeElapsedColumn(),
         console=stderr_console,
-        disable=not enabled,
+        disable=not enabled or _quiet,
         transient=not sys.stderr.isatty(),
     )
+
+
+@contextmanager
+def status(first: str, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A status line for work without a known total (quantizing layer by layer, a model export).
+
+    Yields `update(text)`. On a terminal it is a rich spinner; in a log or pipe each new text is
+    one line with the elapsed seconds, at most one line a second (the last one always shows).
+    """
+    if not enabled or _quiet:
+        yield lambda text: None
+        return
+    if stderr_console.is_terminal:
+        with stderr_console.status(first) as spinner:
+            yield lambda text: spinner.update(text)
+        return
+    started = time.perf_counter()
+    last = [0.0, None]
+
+    def update(text: str, force: bool = False) -> None:
+        now = time.perf_counter()
+        if force or now - last[0] >= 1.0:
+            print(f"[{now - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+            last[0], last[1] = now, None
+        else:
+            last[1] = text
+
+    update(first, force=True)
+    try:
+        yield update
+    finally:
+        if last[1] is not None:
+            update(last[1], force=True)
