@@ -41,7 +41,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -481,26 +480,14 @@ def run_memory(rows: int, dim: int, fast: bool) -> dict:
 
 
 def environment() -> dict:
+    """accelkit's run record (`accelkit.runtime.environment.record`) plus which accelkit source was
+    measured (commit, dirty flag, source hash) and the load at the start."""
     import jax
-    import jaxlib
-    import pyarrow
 
     import accelkit
+    from accelkit.runtime.environment import record
 
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import psutil
-
-        mem = psutil.virtual_memory().total
-    except ImportError:
-        mem = None
+    env = record(("numpy", "jax", "jaxlib", "pyarrow"))
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
@@ -517,31 +504,21 @@ def environment() -> dict:
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     in_repo = package.is_relative_to(REPO / "src")
-    return {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "pyarrow": pyarrow.__version__,
-        "accelkit": getattr(accelkit, "__version__", None),
-        "accelkit_path": str(package),
-        # which accelkit was measured: this checkout's src (commit + dirty flag), or another tree
-        # (e.g. `git archive <commit> src` put on PYTHONPATH), labelled by $ACCELKIT_BENCH_COMMIT
-        "accelkit_commit": commit if in_repo else os.environ.get("ACCELKIT_BENCH_COMMIT"),
-        "accelkit_src_dirty": dirty if in_repo else None,
-        "accelkit_source_sha256": digest.hexdigest(),
-        "benchmark_repo_commit": commit,
-        "platform": platform.platform(),
-        "cpu_model": model,
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "memory_bytes": mem,
-        "jax_devices": [str(d) for d in jax.devices()],
-        "loadavg_start": list(os.getloadavg()),
-    }
-
-
-# --- the run ------------------------------------------------------------------------------------
+    env.update(
+        {
+            **env["versions"],
+            "accelkit_path": str(package),
+            # which accelkit was measured: this checkout's src (commit + dirty flag), or another
+            # tree (e.g. `git archive <commit> src` on PYTHONPATH), labelled by $ACCELKIT_BENCH_COMMIT
+            "accelkit_commit": commit if in_repo else os.environ.get("ACCELKIT_BENCH_COMMIT"),
+            "accelkit_src_dirty": dirty if in_repo else None,
+            "accelkit_source_sha256": digest.hexdigest(),
+            "benchmark_repo_commit": commit,
+            "jax_devices": [str(d) for d in jax.devices()],
+            "loadavg_start": list(os.getloadavg()),
+        }
+    )
+    return env
 
 
 def log(msg: str) -> None:

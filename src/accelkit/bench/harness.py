@@ -1,177 +1,30 @@
-"""Honest timing: warm-up, synchronized repeats, robust statistics, recorded circumstances.
+"""What an experiment records: results, correctness checks, threads and the run's circumstances.
 
-Every timed call ends with a synchronization (`block_until_ready` for JAX, `cuda.synchronize` for
-PyTorch on a GPU) *inside* the timer: JAX and CUDA dispatch asynchronously, so an unsynchronized
-timer measures how fast work is queued, not how fast it is done. The first call is timed apart
-(it pays for tracing and compilation) and never enters the steady-state statistics.
+Timing itself (warm-up, synchronized repeats, robust statistics) is `accelkit.runtime.timing`, shared
+with the other capabilities; it is re-exported here for the experiments.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from accelkit.runtime.devices import torch_device  # noqa: F401  (re-exported: one device chooser)
+
+# timing lives in runtime (one helper for every capability); re-exported for the experiments
+from accelkit.runtime.timing import (  # noqa: F401
+    DEFAULT_PROTOCOL,
+    Protocol,
+    Timing,
+    iqr,
+    measure,
+    measure_unsynchronized,
+    synchronize,
+)
 
 SCHEMA = "accelkit.bench/1"
-
-
-# ---------------------------------------------------------------------------------------------
-# synchronization and timing
-
-
-def synchronize(out: Any) -> Any:
-    """Wait until `out` (any pytree of arrays) is computed; a no-op for NumPy values."""
-    if "jax" in sys.modules:
-        import jax
-
-        if any(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(out)):
-            jax.block_until_ready(out)
-    if "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-    return out
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One measured operation: the first call apart, then `times_s` of the synchronized repeats."""
-
-    name: str
-    backend: str
-    device: str
-    first_s: float
-    times_s: tuple[float, ...]
-    size: int | None = None
-    compile_s: float | None = None
-    synchronized: bool = True
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times_s)
-
-    @property
-    def min_s(self) -> float:
-        return min(self.times_s)
-
-    @property
-    def iqr_s(self) -> float:
-        return iqr(self.times_s)
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "backend": self.backend,
-            "device": self.device,
-            "size": self.size,
-            "synchronized": self.synchronized,
-            "compile_s": self.compile_s,
-            "first_s": self.first_s if math.isfinite(self.first_s) else None,
-            "median_s": self.median_s,
-            "min_s": self.min_s,
-            "iqr_s": self.iqr_s,
-            "repeats": len(self.times_s),
-            "times_s": list(self.times_s),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Timing:
-        first = float("nan") if data["first_s"] is None else data["first_s"]
-        return cls(
-            data["name"],
-            data["backend"],
-            data["device"],
-            first,
-            tuple(data["times_s"]),
-            data["size"],
-            data["compile_s"],
-            data["synchronized"],
-        )
-
-
-def iqr(values) -> float:
-    """Interquartile range (linear interpolation, as numpy's default); 0 for fewer than 2 values."""
-    ordered = sorted(values)
-    if len(ordered) < 2:
-        return 0.0
-
-    def quantile(q: float) -> float:
-        pos = q * (len(ordered) - 1)
-        lo = math.floor(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-    return quantile(0.75) - quantile(0.25)
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How many calls to make: `warmup` untimed after the first, then `repeats` timed."""
-
-    repeats: int = 5
-    warmup: int = 1
-
-
-# the experiments' default: three timed calls after one untimed warm-up (each experiment runs in seconds)
-DEFAULT_PROTOCOL = Protocol(3, 1)
-
-
-def measure(
-    name: str,
-    backend: str,
-    fn: Callable[[], Any],
-    protocol: Protocol,
-    *,
-    device: str = "cpu",
-    size: int | None = None,
-    compile_s: float | None = None,
-    sync: Callable[[Any], Any] = synchronize,
-) -> tuple[Timing, Any]:
-    """Time `fn()`: first call alone, `warmup` untimed calls, `repeats` timed calls, each synced.
-
-    Returns the timing and the last output, so the caller can check the numbers it timed.
-    """
-    start = time.perf_counter()
-    out = sync(fn())
-    first = time.perf_counter() - start
-    for _ in range(protocol.warmup):
-        out = sync(fn())
-    times = []
-    for _ in range(protocol.repeats):
-        start = time.perf_counter()
-        out = sync(fn())
-        times.append(time.perf_counter() - start)
-    return Timing(name, backend, device, first, tuple(times), size, compile_s), out
-
-
-def measure_unsynchronized(
-    name: str,
-    backend: str,
-    fn: Callable[[], Any],
-    protocol: Protocol,
-    *,
-    device: str = "cpu",
-    size: int | None = None,
-) -> Timing:
-    """What the capability analysis measured: the clock stops before the work is done.
-
-    The result is drained after the clock stops so one repeat's work does not spill into the next.
-    """
-    synchronize(fn())
-    times = []
-    for _ in range(protocol.repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-        synchronize(out)
-    return Timing(name, backend, device, float("nan"), tuple(times), size, None, synchronized=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,59 +87,14 @@ def thread_info() -> dict:
     return info
 
 
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
 def environment(dtype: str | None = None) -> dict:
-    """Versions, devices, dtype, CPU count, load average and threads: what a number depends on."""
-    import datetime
+    """The run's record (`accelkit.runtime.environment`) plus dtype and threads."""
+    from accelkit.runtime.environment import record
 
-    env: dict = {
-        "time_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()]
-        if hasattr(os, "getloadavg")
-        else None,
-        "dtype": dtype,
-        "versions": {
-            p: _version(p) for p in ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch")
-        },
-        "threads": thread_info(),
-    }
-    if "jax" in sys.modules:
-        import jax
-
-        env["jax_devices"] = [f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()]
-        env["jax_backend"] = jax.default_backend()
-    if "torch" in sys.modules:
-        import torch
-
-        env["torch_cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    env = record(("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch"))
+    env["dtype"] = dtype
+    env["threads"] = thread_info()
     return env
-
-
-def torch_device(requested: str | None = None):
-    """The torch device to use: the requested one, else CUDA when present, else CPU."""
-    import torch
-
-    from accelkit.errors import DeviceError
-
-    if requested in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise DeviceError(
-            f"--device {requested}: PyTorch sees no CUDA device; use --device cpu or auto"
-        )
-    return torch.device(requested)
 
 
 # ---------------------------------------------------------------------------------------------

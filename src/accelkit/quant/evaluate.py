@@ -110,17 +110,15 @@ def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
 
 
 def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 10) -> float:
-    """Median wall time of one forward in ms (after two warm-up calls)."""
+    """Median wall time of one synchronized forward in ms (the first call and one warm-up apart),
+    timed by `accelkit.runtime.timing` like every other measurement."""
+    from accelkit.runtime.timing import Protocol, measure
+
     with torch.no_grad():
-        for _ in range(2):
-            model(**batch)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(**batch)
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    return 1e3 * times[len(times) // 2]
+        timing, _ = measure(
+            "forward", "pytorch", lambda: model(**batch), Protocol(repeats=repeats, warmup=1)
+        )
+    return 1e3 * timing.median_s
 
 
 @dataclass

@@ -236,3 +236,19 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return str(folder)
+
+
+def torch_device(requested: str | None = None):
+    """The torch device to use: the requested one, else CUDA when present, else CPU (the one torch
+    device chooser; `--device` flags pass through it)."""
+    import torch
+
+    from accelkit.errors import DeviceError
+
+    if requested in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceError(
+            f"--device {requested}: PyTorch sees no CUDA device; use --device cpu or auto"
+        )
+    return torch.device(requested)
