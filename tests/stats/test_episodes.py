@@ -157,7 +157,11 @@ def test_write_into_replaces_meta_files_and_keeps_backups(tmp_path, capsys):
         if path.name in ("stats.json",) or "episodes" in path.parts:
             saved = backups[0] / path.relative_to(root)
             assert saved.read_bytes() == content
-    assert json.loads((root / "meta" / "stats.json").read_text())["action"]["count"] == [216]
+    written = json.loads((root / "meta" / "stats.json").read_text())
+    assert written["action"]["count"] == [216]
+    lerobots = json.loads((FIXTURES / "lerobot_v30" / "meta" / "stats.json").read_text())
+    assert set(written) == set(lerobots)  # the features not computed keep LeRobot's entries
+    assert written["timestamp"] == lerobots["timestamp"]
     assert (root / "meta" / "stats.run.json").is_file()
     # the dataset still reads the same after the update (episode metadata intact)
     again = compute_stats(open_source(root, keys={"actions": "action"}), quantiles=LEVELS)

@@ -334,3 +334,11 @@ def test_integer_and_float_keys_in_one_run_on_any_device_count(rng, eight_device
     written = __import__("json").loads(outputs.pop())
     assert written["i"]["min"] == big.min(0).tolist()  # JSON ints, every digit
     assert written["i"]["max"] == big.max(0).tolist()
+
+
+def test_spill_whose_last_arrays_are_small_replays(rng, one_device):
+    """Arrays smaller than the file object's buffer must be readable when replayed."""
+    x = rng.standard_normal((15, 2)).astype(np.float32)
+    batches = [{"x": x[i : i + 5]} for i in range(0, 15, 5)]  # 40-byte arrays
+    got = compute_stats(batches, quantiles=[0.5], devices=one_device, cache_bytes=0).stats["x"]
+    assert_matches_numpy(got, x, [0.5])

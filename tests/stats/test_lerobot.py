@@ -212,3 +212,32 @@ def test_int64_feature_above_2_24_is_exact(version):
         np.testing.assert_array_equal(got.quantiles[q], expected[i])
     np.testing.assert_allclose(got.mean, x.astype(np.float64).mean(0), rtol=1e-15)
     np.testing.assert_allclose(got.std, x.astype(np.float64).std(0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_symlinked_data_folder_is_read(version, tmp_path):
+    """data/ on another disk (or a hub-cache snapshot of symlinks) is still the dataset's data."""
+    root = tmp_path / "ds"
+    (root / "meta").mkdir(parents=True)
+    for path in (FIXTURES / version / "meta").rglob("*"):
+        if path.is_file():
+            target = root / "meta" / path.relative_to(FIXTURES / version / "meta")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(path)
+    (root / "data").symlink_to(FIXTURES / version / "data")
+    result = compute_stats(open_source(root, keys={"actions": "action"}), quantiles=LEVELS)
+    assert result.summary.rows == FRAMES
+
+
+def test_null_in_v30_episode_metadata_is_a_data_error(copy_of):
+    root = copy_of("lerobot_v30")
+    path = sorted((root / "meta" / "episodes").rglob("*.parquet"))[0]
+    table = pq.read_table(path)
+    lengths = table.column("length").to_pylist()
+    lengths[0] = None
+    table = table.set_column(
+        table.schema.get_field_index("length"), "length", pa.array(lengths, pa.int64())
+    )
+    pq.write_table(table, path)
+    with pytest.raises(DataError, match="length is None, not a count"):
+        open_source(root)

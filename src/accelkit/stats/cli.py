@@ -260,7 +260,7 @@ def stats_command(
         typer.Option(
             "--cache-mb",
             help="Exact mode keeps pass 1's decoded data for pass 2 in this much memory, the rest"
-            " in a temporary file (default: a quarter of free memory, at most 512).",
+            " in a temporary file (default: a quarter of free memory, at most 128).",
         ),
     ] = None,
     trust_files: Annotated[
@@ -388,7 +388,10 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if target is not None:
         output = target / "meta" / "stats.json"
     episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
+    keep = existing_stats(output) if target is not None else None
     backup = back_up_dataset_files(settings, stream, output) if target is not None else None
+    if episodes is not None:  # per-episode files first: their checks run before stats.json changes
+        write_episode_outputs(stream, result, episodes, output, into=target is not None)
     write_stats(
         output,
         result.stats,
@@ -397,9 +400,8 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         fill_empty=settings.fill_empty,
         allow_missing_quantiles=settings.allow_missing_quantiles,
         run=run_facts(settings, result, stream, levels),
+        keep=keep,
     )
-    if episodes is not None:
-        write_episode_outputs(stream, result, episodes, output, into=target is not None)
     if as_json:
         import json
 
@@ -474,6 +476,21 @@ def dataset_target(settings: StatsSettings, stream) -> Path | None:
             "into the dataset they were computed from"
         )
     return source.root
+
+
+def existing_stats(path: Path) -> dict | None:
+    """The dataset's current stats.json, whose other features --write-into keeps."""
+    import json
+
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(
+            f"{path} is not readable JSON ({exc}); move it away or repair it before --write-into"
+        ) from exc
+    return data if isinstance(data, dict) else None
 
 
 def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:

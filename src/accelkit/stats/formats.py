@@ -154,11 +154,13 @@ def write_stats(
     fill_empty: float | None = None,
     allow_missing_quantiles: bool = False,
     run: Mapping | None = None,
+    keep: Mapping | None = None,
 ) -> Path:
     """Write `stats` in `fmt`, atomically; with `run`, also the sidecar of run facts.
 
     Raises `DataError` for a dimension without finite values unless `fill_empty` gives its value,
-    and `InputError` for openpi without q01/q99 unless `allow_missing_quantiles`.
+    and `InputError` for openpi without q01/q99 unless `allow_missing_quantiles`. `keep` (LeRobot
+    format): the entries of an existing stats.json, kept for the features not computed here.
     """
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
@@ -179,6 +181,10 @@ def write_stats(
         log.warning("%s hold no finite values: every statistic written as %s", where, fill_empty)
         stats = fill_empty_dimensions(stats, fill_empty)
     payload = openpi_payload(stats) if fmt == "openpi" else lerobot_payload(stats, column_names)
+    if (
+        keep and fmt == "lerobot"
+    ):  # another stats.json's features we did not compute stay as they are
+        payload = {**{k: v for k, v in keep.items()}, **payload}
     written = write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
     if run is not None:
         facts = dict(run)

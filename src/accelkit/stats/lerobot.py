@@ -18,7 +18,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -75,8 +75,9 @@ def _format_path(root: Path, template: str, where: Path, **fields) -> Path:
             f"{where}: data_path {template!r} does not take {', '.join(fields)} ({exc}); "
             "the dataset's metadata is damaged"
         ) from exc
-    path = (root / relative).resolve()
-    if not path.is_relative_to(root.resolve()):
+    # checked as written, not resolved: data/ or each file may be a symlink (a hub-cache snapshot)
+    parts = PurePosixPath(relative).parts
+    if PurePosixPath(relative).is_absolute() or ".." in parts or not parts:
         raise DataError(f"{where}: data_path {template!r} points outside the dataset ({relative})")
     return root / relative
 
@@ -128,7 +129,19 @@ def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
             ) from exc
         columns = [table.column(c).to_pylist() for c in wanted]
         rows.extend(zip(*columns, strict=True))
-    return sorted((int(e), int(n), int(c), int(f)) for e, n, c, f in rows)
+    where = folder
+    try:
+        return sorted(
+            (
+                _int(e, "episode_index", where),
+                _int(n, "length", where),
+                _int(c, "data/chunk_index", where),
+                _int(f, "data/file_index", where),
+            )
+            for e, n, c, f in rows
+        )
+    except TypeError as exc:  # a null in the metadata
+        raise DataError(f"{where}: episode metadata holds a null ({exc}); it is damaged") from exc
 
 
 def read_layout(root: Path, info: dict, info_file: Path) -> Layout:
@@ -349,12 +362,13 @@ def write_episodes_v30(
 
     by_index = {r.index: r for r in episodes}
     written = []
-    for path in episode_meta_files(source_root):
-        table = pq.read_table(path)
-        order = [int(e) for e in table.column("episode_index").to_pylist()]
-        missing = [e for e in order if e not in by_index]
+    tables = {path: pq.read_table(path) for path in episode_meta_files(source_root)}
+    for path, table in tables.items():  # every file checked before any is written
+        missing = [e for e in table.column("episode_index").to_pylist() if e not in by_index]
         if missing:
             raise DataError(f"{path} lists episode {missing[0]}, which the data does not hold")
+    for path, table in tables.items():
+        order = [int(e) for e in table.column("episode_index").to_pylist()]
         for key in episodes[0].stats:
             column = names.get(key, key)
             dtype = str(features.get(column, {}).get("dtype", "float32"))

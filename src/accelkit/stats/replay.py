@@ -54,6 +54,7 @@ class _Spill:
         return offset, array.shape, array.dtype
 
     def get(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        self.handle.flush()  # reads go to the descriptor: nothing may wait in Python's buffer
         out = np.empty(shape, dtype)
         view = memoryview(out).cast("B")
         done = 0
