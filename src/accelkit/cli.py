@@ -64,13 +64,12 @@ def devices(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """What JAX and PyTorch see, and which platform accelkit would choose and why."""
-    import json
-
     from accelkit.runtime.devices import describe_devices
+    from accelkit.runtime.output import print_json
 
     info = describe_devices(platform)
     if as_json:
-        typer.echo(json.dumps(info, indent=2))
+        print_json(info)
         return
     from rich.console import Console
     from rich.table import Table

@@ -107,9 +107,9 @@ def emit(
         doc = document(results, environment(dtype))
         validate(doc)
     if as_json:
-        import json
+        from accelkit.runtime.output import print_json
 
-        print(json.dumps(doc, indent=2, default=str))
+        print_json(doc)
     else:
         for result in results:
             print_result(result)

@@ -6,7 +6,7 @@ Heavy libraries (jax, onnxruntime, torch, pymilvus, fastapi) load on first use, 
 
 from __future__ import annotations
 
-from typing import Any
+from accelkit.runtime.output import lazy_exports
 
 _EXPORTS = {
     "JAXImagePreprocessor": "accelkit.images.preprocess",
@@ -30,11 +30,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'accelkit.images' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -263,9 +263,9 @@ def open_index(config: Path | None, server: str | None):
 
 
 def _print_json(value) -> None:
-    import json
+    from accelkit.runtime.output import print_json
 
-    typer.echo(json.dumps(value, indent=2, default=str))
+    print_json(value)
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:

@@ -131,9 +131,9 @@ def eval_command(
 
     document = {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]}
     if as_json:
-        import json
+        from accelkit.runtime.output import print_json
 
-        print(json.dumps(document, indent=2))
+        print_json(document)
     else:
         Console().print(table)
     if output:
@@ -183,18 +183,16 @@ def apply_command(
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
     if as_json:
-        import json
+        from accelkit.runtime.output import print_json
 
-        typer.echo(
-            json.dumps(
-                {
-                    "output": str(path),
-                    "quantized": report.quantized,
-                    "skipped": report.skipped,
-                    "quantized_layers_bytes": q_bytes,
-                    "fp32_layers_bytes": fp_bytes,
-                }
-            )
+        print_json(
+            {
+                "output": str(path),
+                "quantized": report.quantized,
+                "skipped": report.skipped,
+                "quantized_layers_bytes": q_bytes,
+                "fp32_layers_bytes": fp_bytes,
+            }
         )
         return
     typer.echo(

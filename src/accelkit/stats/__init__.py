@@ -10,7 +10,7 @@ The public API, loaded on first use (importing this package stays cheap):
 
 from __future__ import annotations
 
-from typing import Any
+from accelkit.runtime.output import lazy_exports
 
 _EXPORTS = {
     "compute_stats": "accelkit.stats.compute",
@@ -28,11 +28,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'accelkit.stats' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -405,19 +405,17 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if as_json:
         import json
 
+        from accelkit.runtime.output import print_json
         from accelkit.stats.formats import sidecar_path
 
-        print(
-            json.dumps(
-                {
-                    "output": str(output),
-                    "format": settings.format,
-                    "stats": json.loads(output.read_text(encoding="utf-8")),
-                    "run": json.loads(sidecar_path(output).read_text(encoding="utf-8")),
-                    "backup": None if backup is None else str(backup),
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "output": str(output),
+                "format": settings.format,
+                "stats": json.loads(output.read_text(encoding="utf-8")),  # what the file holds
+                "run": json.loads(sidecar_path(output).read_text(encoding="utf-8")),
+                "backup": None if backup is None else str(backup),
+            }
         )
         return result
     print_report(result, output, settings.format, stream.name)
@@ -607,9 +605,11 @@ def sample_dataset_command(
         raise ConfigError(f"--seed must be 0 or more, not {seed}")
     import json
 
+    from accelkit.runtime.output import print_json
+
     if exist_ok and (path / "meta" / "info.json").is_file():
         if as_json:
-            typer.echo(json.dumps({"path": str(path), "written": False}))
+            print_json({"path": str(path), "written": False})
         else:
             typer.echo(f"keeping the dataset already at {path}")
         return
@@ -618,16 +618,14 @@ def sample_dataset_command(
     )
     if as_json:
         info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
-        typer.echo(
-            json.dumps(
-                {
-                    "path": str(root),
-                    "written": True,
-                    "layout": layout,
-                    "episodes": info["total_episodes"],
-                    "frames": info["total_frames"],
-                }
-            )
+        print_json(
+            {
+                "path": str(root),
+                "written": True,
+                "layout": layout,
+                "episodes": info["total_episodes"],
+                "frames": info["total_frames"],
+            }
         )
     else:
         typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")

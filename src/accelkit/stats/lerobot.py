@@ -129,19 +129,15 @@ def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
             ) from exc
         columns = [table.column(c).to_pylist() for c in wanted]
         rows.extend(zip(*columns, strict=True))
-    where = folder
-    try:
-        return sorted(
-            (
-                _int(e, "episode_index", where),
-                _int(n, "length", where),
-                _int(c, "data/chunk_index", where),
-                _int(f, "data/file_index", where),
-            )
-            for e, n, c, f in rows
+    return sorted(  # `_int` refuses nulls and negatives with a one-line error
+        (
+            _int(e, "episode_index", folder),
+            _int(n, "length", folder),
+            _int(c, "data/chunk_index", folder),
+            _int(f, "data/file_index", folder),
         )
-    except TypeError as exc:  # a null in the metadata
-        raise DataError(f"{where}: episode metadata holds a null ({exc}); it is damaged") from exc
+        for e, n, c, f in rows
+    )
 
 
 def read_layout(root: Path, info: dict, info_file: Path) -> Layout:

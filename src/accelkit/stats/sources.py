@@ -125,7 +125,7 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
     ):
         raise DataError(f"{where} holds {inner} values, not numbers; choose a numeric column")
     flat = arrow_values(values)
-    if row_dtype(flat.dtype, where) == np.int64:
+    if row_dtype(flat.dtype) == np.int64:
         return integer_rows(flat, where).reshape(-1, max(width, 1))
     if (
         flat.dtype == np.float64
@@ -142,7 +142,7 @@ def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
     if array.ndim == 0:
         raise DataError(f"{where} is a scalar, not rows of values")
     rows = array.reshape(-1, 1) if array.ndim == 1 else array.reshape(-1, array.shape[-1])
-    if row_dtype(rows.dtype, where) == np.int64:
+    if row_dtype(rows.dtype) == np.int64:
         return integer_rows(rows, where)
     return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 

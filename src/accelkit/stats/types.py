@@ -86,7 +86,7 @@ class BatchStream(Stream):
             yield chunk
 
 
-def row_dtype(dtype: np.dtype, what: str) -> np.dtype:
+def row_dtype(dtype: np.dtype) -> np.dtype:
     """The type statistics are computed in: int64 for integers wider than 16 bits (exact beyond
     float32's 2**24), float32 for everything else (bool and small integers are exact in it)."""
     dtype = np.dtype(dtype)
@@ -125,7 +125,7 @@ def as_rows(array: object, what: str) -> np.ndarray:
     if values.shape[-1] == 0 and values.ndim > 1:
         raise DataError(f"{what} has rows of width 0; choose a column that holds values")
     values = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(-1, values.shape[-1])
-    if row_dtype(values.dtype, what) == np.int64:
+    if row_dtype(values.dtype) == np.int64:
         return integer_rows(values, what)
     return np.ascontiguousarray(values, dtype=np.float32)
 

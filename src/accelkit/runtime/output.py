@@ -1,0 +1,25 @@
+"""Shared output helpers: what `--json` prints (docs/cli.md), and lazily exported package APIs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def print_json(value: Any) -> None:
+    """`--json`: the command's result as indented JSON on stdout (anything else goes to stderr)."""
+    print(json.dumps(value, indent=2, default=str), flush=True)
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module `__getattr__` that imports `name` from `exports[name]` on first use, so importing
+    a capability's package stays cheap while its public API is listed in one place."""
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(exports[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
