@@ -122,14 +122,14 @@ def part_images(platform: str = "gpu") -> dict:
     sizes = [(512, 512), (480, 640), (1080, 1920), (333, 517), (224, 224), (100, 3000)]
     images = [rng.integers(0, 256, (*sizes[i % len(sizes)], 3), dtype=np.uint8) for i in range(64)]
     gpu = JAXImagePreprocessor(
-        jax_platform=platform,
+        platform=platform,
         cache_compiled=False,
         max_batch=32,
         reducing_gap=None,
         data_format="NHWC",
     )
     cpu = JAXImagePreprocessor(
-        jax_platform="cpu",
+        platform="cpu",
         cache_compiled=False,
         max_batch=32,
         reducing_gap=None,

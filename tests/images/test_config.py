@@ -53,9 +53,8 @@ def test_original_preprocess_section_loads_unchanged(original):
         p.batch_size,
         p.num_workers,
         p.data_format,
-        p.use_gpu,
-        p.jax_platform,
-    ) == ((224, 224), 16, 2, "NHWC", True, None)
+        p.platform,
+    ) == ((224, 224), 16, 2, "NHWC", "gpu")  # EmbeddingTrident's use_gpu: true
     assert p.mean == (0.485, 0.456, 0.406) and p.std == (0.229, 0.224, 0.225)
     m = config.model
     assert (m.triton_url, m.triton_model_name, m.triton_protocol, m.input_name, m.output_name) == (
@@ -89,7 +88,7 @@ def test_precedence_keywords_yaml_env_defaults(original):
     env = {
         "ACCELKIT_PREPROCESS_BATCH_SIZE": "64",
         "ACCELKIT_PREPROCESS_FIT": "letterbox",
-        "JAX_PLATFORM": "cpu",
+        "ACCELKIT_PREPROCESS_PLATFORM": "cpu",
         "ACCELKIT_MODEL_BACKEND": "triton",
         "TRITON_URL": "envhost:1",
         "ACCELKIT_LOG_LEVEL": "DEBUG",
@@ -97,7 +96,8 @@ def test_precedence_keywords_yaml_env_defaults(original):
     config = ServiceConfig.from_yaml(original, env=env, preprocess={"num_workers": 8})
     p = config.preprocess
     assert p.batch_size == 16  # YAML beats environment
-    assert p.fit == "letterbox" and p.jax_platform == "cpu"  # environment beats defaults
+    assert p.fit == "letterbox"  # environment beats defaults
+    assert p.platform == "gpu"  # the file's legacy use_gpu: true beats the environment too
     assert p.num_workers == 8  # keywords beat YAML
     assert config.model.backend == "triton" and config.model.triton_url == "localhost:8001"
     assert config.log_level == "INFO"
@@ -118,8 +118,7 @@ def test_every_field_has_an_env_variable():
             "batch_size": "3",
             "num_workers": "2",
             "data_format": "NHWC",
-            "use_gpu": "true",
-            "jax_platform": "gpu",
+            "platform": "gpu",
             "fit": "center-crop",
             "dtype": "bfloat16",
             "cache_compiled": "false",
@@ -131,13 +130,60 @@ def test_every_field_has_an_env_variable():
         assert getattr(config.preprocess, name) != field.default, name
 
 
-def test_jax_use_gpu_env(original):
-    assert ServiceConfig.from_env(env={"JAX_USE_GPU": "1"}).preprocess.use_gpu is True
-    assert ServiceConfig.from_env(env={"JAX_USE_GPU": "false"}).preprocess.use_gpu is False
-    with pytest.raises(ConfigError, match="JAX_USE_GPU"):
-        ServiceConfig.from_env(env={"JAX_USE_GPU": "maybe"})
-    with pytest.raises(ConfigError, match="batch_size"):
+def test_one_platform_setting(tmp_path):
+    """EmbeddingTrident's use_gpu / jax_platform keys map onto the one `platform`; the platform
+    variables are read once, by runtime/devices, not by the images config."""
+
+    def loaded(text, env=None):
+        path = tmp_path / "p.yaml"
+        path.write_text(text)
+        return ServiceConfig.from_yaml(path, env=env or {}).preprocess.platform
+
+    assert loaded("preprocess:\n  use_gpu: true\n") == "gpu"
+    assert loaded("preprocess:\n  use_gpu: false\n") is None  # asks for nothing: env/auto decide
+    assert loaded("preprocess:\n  use_gpu: true\n  jax_platform: cpu\n") == "cpu"
+    assert loaded("preprocess:\n  jax_platform: cuda\n") == "gpu"
+    assert loaded("preprocess:\n  use_gpu: true\n  platform: cpu\n") == "cpu"  # ours beats legacy
+    assert ServiceConfig.from_env(env={"JAX_USE_GPU": "1"}).preprocess.platform is None
+    with pytest.raises(ConfigError, match=r"p.yaml \[preprocess\]: platform 'quantum'"):
+        loaded("preprocess:\n  platform: quantum\n")
+    with pytest.raises(ConfigError, match="use_gpu 'maybe' must be true or false"):
+        loaded("preprocess:\n  use_gpu: maybe\n")
+    with pytest.raises(ConfigError, match="ACCELKIT_PREPROCESS_BATCH_SIZE '0'"):
         ServiceConfig.from_env(env={"ACCELKIT_PREPROCESS_BATCH_SIZE": "0"})
+    with pytest.raises(ConfigError, match="--batch-size 0"):
+        ServiceConfig.from_env(env={}, preprocess={"batch_size": 0})
+
+
+def test_precedence_defaults_env_file_arguments_for_every_section(tmp_path):
+    """defaults < environment (other tools' names below ours) < file (other tools' sections below
+    ours) < arguments, section by section."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "milvus:\n  host: legacy-file\n  collection_name: legacy\n  embedding_dim: 64\n"
+        "store:\n  collection_name: ours\nserver:\n  port: 9001\nlog_level: INFO\n"
+        "model:\n  backend: onnxruntime\n"
+    )
+    env = {
+        "MILVUS_HOST": "legacy-env",
+        "MILVUS_EMBEDDING_DIM": "32",
+        "ACCELKIT_STORE_TIMEOUT": "5",
+        "ACCELKIT_STORE_NLIST": "7",
+        "ACCELKIT_SERVER_PORT": "9000",
+        "ACCELKIT_SERVER_MAX_TOPK": "10",
+        "ACCELKIT_LOG_LEVEL": "DEBUG",
+    }
+    config = ServiceConfig.from_yaml(path, env=env, store={"nlist": 9}, server={"max_topk": 11})
+    assert config.store.uri == "http://legacy-file:19530"  # file's milvus: beats MILVUS_HOST
+    assert config.store.collection_name == "ours"  # our section beats the legacy one
+    assert config.store.timeout == 5.0 and config.store.nlist == 9  # env > default; args > env
+    assert config.model.embedding_dim == 64  # milvus.embedding_dim is the model's dimension
+    assert (config.server.port, config.server.max_topk) == (9001, 11)
+    assert config.log_level == "INFO"
+    env_only = ServiceConfig.from_env(env=env)
+    assert env_only.store.uri == "http://legacy-env:19530"
+    assert env_only.model.embedding_dim == 32 and env_only.log_level == "DEBUG"
+    assert ServiceConfig.from_env(env={**env, "ACCELKIT_STORE_URI": "./x.db"}).store.uri == "./x.db"
 
 
 def test_shipped_configs_load():

@@ -199,14 +199,14 @@ def test_gpu_request_falls_back_to_cpu_with_one_warning(monkeypatch, caplog):
 
     monkeypatch.setattr(devices, "_warned", set())
     with caplog.at_level(logging.WARNING):
-        a = JAXImagePreprocessor(use_gpu=True, cache_compiled=False)
-        b = JAXImagePreprocessor(use_gpu=True, cache_compiled=False)
+        a = JAXImagePreprocessor(platform="gpu", cache_compiled=False)
+        b = JAXImagePreprocessor(platform="cuda", cache_compiled=False)
     assert a.device.platform == b.device.platform == "cpu"
     assert a.platform_choice.fell_back and a.platform_choice.requested == "gpu"
     assert sum("falling back to CPU" in r.message for r in caplog.records) == 1
-    explicit = JAXImagePreprocessor(use_gpu=True, jax_platform="cpu", cache_compiled=False)
-    assert not explicit.platform_choice.fell_back  # jax_platform beats use_gpu
     monkeypatch.setenv("JAX_USE_GPU", "1")
+    explicit = JAXImagePreprocessor(platform="cpu", cache_compiled=False)
+    assert not explicit.platform_choice.fell_back  # the argument beats the environment
     assert (
         JAXImagePreprocessor(cache_compiled=False).platform_choice.source
         == "environment JAX_USE_GPU"

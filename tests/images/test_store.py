@@ -575,7 +575,7 @@ def test_store_config_sources(tmp_path):
     assert (
         s.uri,
         s.collection_name,
-        s.embedding_dim,
+        config.model.embedding_dim,
         s.index_type,
         s.metric_type,
         s.nlist,
@@ -584,7 +584,7 @@ def test_store_config_sources(tmp_path):
     env = {"MILVUS_HOST": "db", "MILVUS_PORT": "19540", "MILVUS_EMBEDDING_DIM": "256"}
     assert (
         ServiceConfig.from_env(env=env).store.uri,
-        ServiceConfig.from_env(env=env).store.embedding_dim,
+        ServiceConfig.from_env(env=env).model.embedding_dim,
     ) == ("http://db:19540", 256)
     assert ServiceConfig.from_env(env={**env, "ACCELKIT_STORE_URI": "./x.db"}).store.uri == "./x.db"
     assert ServiceConfig.from_env(env={}).store.uri == "./accelkit_images.db"

@@ -144,7 +144,7 @@ def run_embed(items, output, config, batch_size, fit, platform, progress, as_jso
 
     overrides = {
         k: v
-        for k, v in {"batch_size": batch_size, "fit": fit, "jax_platform": platform}.items()
+        for k, v in {"batch_size": batch_size, "fit": fit, "platform": platform}.items()
         if v is not None
     }
     settings = load_service_config(config, preprocess=overrides)

@@ -1,11 +1,14 @@
-"""Settings for `accelkit images`: preprocessing, the embedding model, the service that holds both.
+"""Settings for `accelkit images`: preprocessing, the embedding model, the vector store and the
+HTTP service, declared as `runtime.config.Section`s and loaded by the one config loader.
 
-Each loads from keywords > YAML > environment > defaults. Every field has an `ACCELKIT_<SECTION>_<FIELD>`
-variable (e.g. `ACCELKIT_PREPROCESS_BATCH_SIZE`, `ACCELKIT_MODEL_BACKEND`); EmbeddingTrident's
-`JAX_USE_GPU`, `JAX_PLATFORM`, `TRITON_URL`, `TRITON_MODEL_NAME`, `TRITON_INPUT_NAME` and
-`TRITON_OUTPUT_NAME` are honoured too. EmbeddingTrident's `preprocess:` YAML section loads
-unchanged. Part 2 adds `store` (the vector store; EmbeddingTrident's `milvus:` section maps onto it, and
-`MILVUS_HOST`/`MILVUS_PORT`/`MILVUS_EMBEDDING_DIM` are honoured) and `server` (the HTTP service).
+Every field has an `ACCELKIT_<SECTION>_<FIELD>` variable (e.g. `ACCELKIT_PREPROCESS_BATCH_SIZE`,
+`ACCELKIT_MODEL_BACKEND`). EmbeddingTrident's names are declared as aliases: its `triton:` and
+`milvus:` YAML sections (onto `model` and `store`), `TRITON_URL`, `TRITON_MODEL_NAME`,
+`TRITON_INPUT_NAME`, `TRITON_OUTPUT_NAME`, `MILVUS_HOST`/`MILVUS_PORT` (onto `store.uri`),
+`MILVUS_EMBEDDING_DIM` (onto `model.embedding_dim`), its preprocess keys `use_gpu`/`jax_platform`
+(onto `preprocess.platform`) and its top-level `cache_compiled_functions`. The platform has one
+setting, `preprocess.platform`; when it is unset, `runtime/devices.py` reads `ACCELKIT_PLATFORM`,
+`JAX_PLATFORM`, `JAX_USE_GPU` and `JAX_PLATFORMS`, as for every capability.
 """
 
 from __future__ import annotations
@@ -17,14 +20,11 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
-from accelkit.runtime.config import Settings, build, env_values, read_yaml
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+from accelkit.runtime.config import Section, Settings, load
 
 
 class PreprocessConfig(Settings):
-    """How images become model inputs; the first eight fields are EmbeddingTrident's."""
+    """How images become model inputs; the first six fields are EmbeddingTrident's."""
 
     image_size: tuple[int, int] = (224, 224)
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
@@ -32,14 +32,24 @@ class PreprocessConfig(Settings):
     batch_size: int = 32
     num_workers: int = 4
     data_format: Literal["NCHW", "NHWC"] = "NCHW"
-    use_gpu: bool = False
-    jax_platform: str | None = None
+    platform: str | None = None  # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
     fit: Literal["stretch", "center-crop", "letterbox"] = "stretch"
     dtype: Literal["float32", "bfloat16"] = "float32"
     cache_compiled: bool = True
     max_pixels: int = 64_000_000
     fast_jpeg_downscale: bool = True
     reducing_gap: float | None = 3.0
+
+    @field_validator("platform")
+    @classmethod
+    def _platform(cls, value: str | None) -> str | None:
+        from accelkit.runtime.devices import PLATFORM_ALIASES
+
+        if value is None or not value.strip():
+            return None
+        if value.strip().lower() not in PLATFORM_ALIASES:
+            raise ValueError("use one of cpu, gpu (cuda), tpu, or leave it unset for auto")
+        return PLATFORM_ALIASES[value.strip().lower()]
 
     @field_validator("image_size", mode="before")
     @classmethod
@@ -86,8 +96,7 @@ class PreprocessConfig(Settings):
             "mean": self.mean,
             "std": self.std,
             "data_format": self.data_format,
-            "use_gpu": self.use_gpu,
-            "jax_platform": self.jax_platform,
+            "platform": self.platform,
             "cache_compiled": self.cache_compiled,
             "dtype": self.dtype,
             "fit": self.fit,
@@ -140,7 +149,6 @@ class StoreConfig(Settings):
     token: str | None = None
     db_name: str = ""  # a server's database (Milvus >= 2.2.9); "" is the server's default
     collection_name: str = "images"
-    embedding_dim: int = 1280
     index_type: Literal["FLAT", "IVF_FLAT", "HNSW"] = "FLAT"
     metric_type: Literal["COSINE", "IP", "L2"] = "COSINE"
     nlist: int = 128
@@ -156,7 +164,6 @@ class StoreConfig(Settings):
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
 
     @field_validator(
-        "embedding_dim",
         "nlist",
         "nprobe",
         "M",
@@ -287,7 +294,6 @@ class ServiceConfig(Settings):
     store: StoreConfig = StoreConfig()
     server: ServerConfig = ServerConfig()
     log_level: str = "WARNING"
-    cache_compiled_functions: bool = True
 
     @classmethod
     def from_yaml(
@@ -300,41 +306,10 @@ class ServiceConfig(Settings):
         return load_service_config(None, env=env, **keywords)
 
 
-_TRITON_KEYS = {
-    "url": "triton_url",
-    "model_name": "triton_model_name",
-    "model_version": "triton_model_version",
-    "protocol": "triton_protocol",
-    "timeout": "triton_timeout",
-    "max_retries": "triton_max_retries",
-    "retry_delay": "triton_retry_delay",
-    "input_name": "input_name",
-    "output_name": "output_name",
-}
-_TRITON_ENV = {
-    "TRITON_URL": "triton_url",
-    "TRITON_MODEL_NAME": "triton_model_name",
-    "TRITON_INPUT_NAME": "input_name",
-    "TRITON_OUTPUT_NAME": "output_name",
-}
+class _Top(Settings):
+    """The file's top-level settings."""
 
-
-_MILVUS_KEYS = {
-    "collection_name",
-    "embedding_dim",
-    "db_name",
-    "index_type",
-    "metric_type",
-    "nlist",
-    "nprobe",
-    "M",
-    "efConstruction",
-    "uri",
-    "token",
-    "ef",
-    "insert_batch_size",
-    "timeout",
-}
+    log_level: str = "WARNING"
 
 
 def milvus_uri(host: str, port: Any) -> str:
@@ -345,151 +320,127 @@ def milvus_uri(host: str, port: Any) -> str:
     return f"http://{host}:{str(port).strip() or 19530}"
 
 
-def _milvus_section(section: Mapping[str, Any], source: str) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key, value in section.items():
-        if key in ("host", "port"):
-            continue
-        if key not in _MILVUS_KEYS:
-            allowed = ", ".join(sorted(_MILVUS_KEYS | {"host", "port"}))
-            raise ConfigError(f"{source} [milvus]: unknown key {key!r}; allowed keys: {allowed}")
-        values[key] = value
-    if "host" in section or "port" in section:
-        values.setdefault(
-            "uri", milvus_uri(str(section.get("host") or "localhost"), section.get("port") or 19530)
-        )
+def _host_port_to_uri(values: dict[str, Any]) -> dict[str, Any]:
+    """EmbeddingTrident's `host` and `port` (variables or `milvus:` keys) as one `uri`."""
+    host, port = values.pop("host", None), values.pop("port", None)
+    if (host is not None and str(host).strip()) or (port is not None and str(port).strip()):
+        values.setdefault("uri", milvus_uri(str(host or "").strip() or "localhost", port or 19530))
     return values
 
 
-def _store_env(env: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    # EmbeddingTrident's variables, below our own ACCELKIT_STORE_ ones.
-    if env.get("MILVUS_HOST", "").strip() or env.get("MILVUS_PORT", "").strip():
-        values["uri"] = milvus_uri(
-            env.get("MILVUS_HOST", "").strip() or "localhost",
-            env.get("MILVUS_PORT", "").strip() or 19530,
-        )
-    if env.get("MILVUS_EMBEDDING_DIM", "").strip():
-        values["embedding_dim"] = env["MILVUS_EMBEDDING_DIM"].strip()
-    values.update(env_values(StoreConfig, "ACCELKIT_STORE_", env))
+def _use_gpu_to_platform(values: dict[str, Any]) -> dict[str, Any]:
+    """EmbeddingTrident's preprocess `use_gpu` (true asks for a GPU; false asks for nothing) and
+    `jax_platform` (which beats it) as the one `platform`."""
+    use_gpu = values.pop("use_gpu", None)
+    if values.get("platform") is None and use_gpu is not None:
+        if not isinstance(use_gpu, bool):
+            raise ConfigError(f"use_gpu {use_gpu!r} must be true or false; or set platform: gpu")
+        values["platform"] = "gpu" if use_gpu else None
     return values
 
 
-def _preprocess_env(env: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = dict(env_values(PreprocessConfig, "ACCELKIT_PREPROCESS_", env))
-    # EmbeddingTrident's variables, below our own ACCELKIT_ ones.
-    if env.get("JAX_PLATFORM", "").strip() and "jax_platform" not in values:
-        values["jax_platform"] = env["JAX_PLATFORM"].strip()
-    raw = env.get("JAX_USE_GPU", "").strip().lower()
-    if raw and "use_gpu" not in values:
-        if raw not in _TRUE | _FALSE:
-            raise ConfigError(
-                f"JAX_USE_GPU={env['JAX_USE_GPU']!r} is not a boolean; use 1/0 or true/false"
-            )
-        values["use_gpu"] = raw in _TRUE
-    return values
-
-
-def _model_env(env: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for var, key in _TRITON_ENV.items():
-        if env.get(var, "").strip():
-            values[key] = env[var].strip()
-    values.update(env_values(ModelConfig, "ACCELKIT_MODEL_", env))
-    return values
+# EmbeddingTrident's names, declared onto our fields.
+TRITON_KEYS = {
+    "url": "triton_url",
+    "model_name": "triton_model_name",
+    "model_version": "triton_model_version",
+    "protocol": "triton_protocol",
+    "timeout": "triton_timeout",
+    "max_retries": "triton_max_retries",
+    "retry_delay": "triton_retry_delay",
+    "input_name": "input_name",
+    "output_name": "output_name",
+}
+MILVUS_KEYS = {
+    key: key
+    for key in (
+        "collection_name",
+        "db_name",
+        "index_type",
+        "metric_type",
+        "nlist",
+        "nprobe",
+        "M",
+        "efConstruction",
+        "uri",
+        "token",
+        "ef",
+        "insert_batch_size",
+        "timeout",
+        "host",
+        "port",
+    )
+}
+SECTIONS = (
+    Section(
+        PreprocessConfig,
+        key="preprocess",
+        env_prefix="ACCELKIT_PREPROCESS_",
+        file_aliases={
+            "preprocess": {"use_gpu": "use_gpu", "jax_platform": "platform"},
+            None: {"cache_compiled_functions": "cache_compiled"},
+        },
+        adapt=_use_gpu_to_platform,
+    ),
+    Section(
+        ModelConfig,
+        key="model",
+        env_prefix="ACCELKIT_MODEL_",
+        env_aliases={
+            "TRITON_URL": "triton_url",
+            "TRITON_MODEL_NAME": "triton_model_name",
+            "TRITON_INPUT_NAME": "input_name",
+            "TRITON_OUTPUT_NAME": "output_name",
+            "MILVUS_EMBEDDING_DIM": "embedding_dim",
+        },
+        file_aliases={"triton": TRITON_KEYS, "milvus": {"embedding_dim": "embedding_dim"}},
+    ),
+    Section(
+        StoreConfig,
+        key="store",
+        env_prefix="ACCELKIT_STORE_",
+        env_aliases={"MILVUS_HOST": "host", "MILVUS_PORT": "port"},
+        file_aliases={"milvus": MILVUS_KEYS},
+        adapt=_host_port_to_uri,
+    ),
+    Section(ServerConfig, key="server", env_prefix="ACCELKIT_SERVER_"),
+    Section(_Top, env_prefix="ACCELKIT_"),
+)
 
 
 def load_service_config(
     path: str | os.PathLike | None, env: Mapping[str, str] | None = None, **keywords: Any
 ) -> ServiceConfig:
-    """ServiceConfig from defaults < environment < YAML < keywords (`preprocess={...}`, `model={...}`)."""
-    env = os.environ if env is None else env
-    data = read_yaml(path) if path is not None else {}
-    source = str(path) if path is not None else "config"
-    allowed = {
-        "preprocess",
-        "model",
-        "triton",
-        "store",
-        "milvus",
-        "server",
-        "log_level",
-        "cache_compiled_functions",
-    }
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(
-                f"{source}: unknown key {key!r}; allowed sections: {', '.join(sorted(allowed))}"
-            )
-    sections = {}
-    for name in ("preprocess", "model", "triton", "store", "milvus", "server"):
-        value = data.get(name) or {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source} [{name}] must be a mapping of settings")
-        sections[name] = value
-    # EmbeddingTrident always ran Triton: a config of it (a triton: section, no backend)
-    # must say which backend it means rather than silently run the local model.
-    backend_unchosen = bool(sections["triton"]) and not any(
-        "backend" in layer
-        for layer in (sections["model"], keywords.get("model") or {}, _model_env(env))
-    )
-    triton = {}
-    for key, value in sections["triton"].items():
-        if key not in _TRITON_KEYS:
-            raise ConfigError(
-                f"{source} [triton]: unknown key {key!r}; allowed keys: {', '.join(sorted(_TRITON_KEYS))}"
-            )
-        triton[_TRITON_KEYS[key]] = value
-    preprocess = build(
-        PreprocessConfig,
-        ("environment", _preprocess_env(env)),
-        (f"{source} [preprocess]", sections["preprocess"]),
-        ("arguments [preprocess]", keywords.pop("preprocess", None) or {}),
-    )
-    model = build(
-        ModelConfig,
-        ("environment", _model_env(env)),
-        (f"{source} [triton]", triton),
-        (f"{source} [model]", sections["model"]),
-        ("arguments [model]", keywords.pop("model", None) or {}),
-    )
-    store = build(
-        StoreConfig,
-        ("environment", _store_env(env)),
-        (f"{source} [milvus]", _milvus_section(sections["milvus"], source)),
-        (f"{source} [store]", sections["store"]),
-        ("arguments [store]", keywords.pop("store", None) or {}),
-    )
-    server = build(
-        ServerConfig,
-        ("environment", env_values(ServerConfig, "ACCELKIT_SERVER_", env)),
-        (f"{source} [server]", sections["server"]),
-        ("arguments [server]", keywords.pop("server", None) or {}),
-    )
-    top = {k: v for k, v in data.items() if k in ("log_level", "cache_compiled_functions")}
-    for key in ("log_level", "cache_compiled_functions"):
-        var = f"ACCELKIT_{key.upper()}"
-        if var in env and key not in top:
-            top[key] = env[var]
-    unknown = [k for k in keywords if k not in ("log_level", "cache_compiled_functions")]
+    """ServiceConfig from defaults < environment < YAML < keywords (`preprocess={...}`, `model={...}`).
+
+    A file with a `triton:` section (EmbeddingTrident always ran Triton) must say which backend it
+    means rather than silently run the local model."""
+    names = {section.key for section in SECTIONS if section.key}
+    unknown = [k for k in keywords if k not in names | {"log_level"}]
     if unknown:
         raise ConfigError(
-            f"arguments: unknown key {unknown[0]!r}; allowed: preprocess, model, store, server, log_level, cache_compiled_functions"
+            f"arguments: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(names))}, log_level"
         )
-    top.update({k: v for k, v in keywords.items() if v is not None})
-    config = build(
-        ServiceConfig,
-        (
-            "config",
-            {**top, "preprocess": preprocess, "model": model, "store": store, "server": server},
-        ),
-    )
-    if backend_unchosen:
+    arguments = {key: keywords.get(key) for key in names}
+    arguments[None] = {"log_level": keywords.get("log_level")}
+    loaded = load(SECTIONS, path=path, env=env, arguments=arguments)
+    model = loaded["model"]
+    if "backend" not in model.model_fields_set and _has_triton_section(path):
         raise ConfigError(
-            f"{source} has a triton: section but no model.backend; set model.backend: triton to "
+            f"{path} has a triton: section but no model.backend; set model.backend: triton to "
             "embed on that Triton server, or model.backend: onnxruntime to run EfficientNet-Lite0 "
             "locally (and drop the triton: section)"
         )
-    if not config.cache_compiled_functions and config.preprocess.cache_compiled:
-        config.preprocess.cache_compiled = False
-    return config
+    return ServiceConfig(
+        preprocess=loaded["preprocess"],
+        model=model,
+        store=loaded["store"],
+        server=loaded["server"],
+        log_level=loaded[None].log_level,
+    )
+
+
+def _has_triton_section(path: str | os.PathLike | None) -> bool:
+    from accelkit.runtime.config import read_yaml
+
+    return path is not None and bool(read_yaml(path).get("triton"))

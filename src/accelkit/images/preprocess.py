@@ -337,10 +337,9 @@ class JAXImagePreprocessor:
     `preprocess_batch(inputs)` takes paths, bytes, PIL images and H×W×C uint8 arrays, mixed, and
     returns a `jax.Array` [N, 3, H, W] (NCHW) or [N, H, W, 3] (NHWC) on `.device`.
 
-    Platform: `jax_platform` > `use_gpu=True` > environment (`ACCELKIT_PLATFORM`, `JAX_PLATFORM`,
-    `JAX_USE_GPU`, `JAX_PLATFORMS`) > auto. `use_gpu=False` asks for nothing, so the environment
-    and auto still apply; ask for CPU with `jax_platform="cpu"`. A GPU that JAX cannot start falls
-    back to CPU with one warning.
+    Platform: `platform` ("cpu", "gpu", "tpu") > environment (`ACCELKIT_PLATFORM`, `JAX_PLATFORM`,
+    `JAX_USE_GPU`, `JAX_PLATFORMS`) > auto; EmbeddingTrident's `use_gpu=True` is `platform="gpu"`.
+    A GPU that JAX cannot start falls back to CPU with one warning.
     """
 
     def __init__(
@@ -349,8 +348,7 @@ class JAXImagePreprocessor:
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
         data_format: Literal["NCHW", "NHWC"] = "NCHW",
-        use_gpu: bool = False,
-        jax_platform: str | None = None,
+        platform: str | None = None,
         cache_compiled: bool = True,
         dtype: Literal["float32", "bfloat16"] = "float32",
         fit: Fit = "stretch",
@@ -409,8 +407,7 @@ class JAXImagePreprocessor:
 
         from accelkit.runtime.devices import choose_platform, devices_for, enable_compilation_cache
 
-        explicit = jax_platform or ("gpu" if use_gpu else None)
-        self.platform_choice = choose_platform(explicit)
+        self.platform_choice = choose_platform(platform)
         self._device = devices_for(self.platform_choice, 1)[0]
         if self.platform_choice.platform == "gpu":
             log.info("JAX configured to use GPU: %s", f"gpu:{self._device.id}")

@@ -367,7 +367,7 @@ class VectorStore:
     def create_collection(
         self,
         name: str,
-        dim: int | None = None,
+        dim: int,
         description: str = "",
         *,
         index_type: str | None = None,
@@ -375,11 +375,10 @@ class VectorStore:
         index_params: Mapping[str, Any] | None = None,
         exist_ok: bool = False,
     ) -> dict[str, Any]:
-        """Create `name` with a `dim`-d vector field (default `store.embedding_dim`); returns `describe(name)`.
+        """Create `name` with a `dim`-d vector field; returns `describe(name)`.
         An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim.
         All or nothing: everything is checked first, and a collection whose index or load fails is dropped."""
         check_collection_name(name)
-        dim = self.config.embedding_dim if dim is None else dim
         if not isinstance(dim, int) or isinstance(dim, bool) or not MIN_DIM <= dim <= MAX_DIM:
             raise InputError(f"dim {dim!r} must be a whole number between {MIN_DIM} and {MAX_DIM}")
         check_description(description)

@@ -7,9 +7,9 @@ does not import torch.
 from importlib import import_module
 
 _WHERE = {
-    "QuantConfig": "apply",
+    "QuantConfig": "config",
     "QuantReport": "apply",
-    "load_config": "apply",
+    "load_config": "config",
     "quantize": "apply",
     "quantize_with_report": "apply",
     "LayerSpec": "layers",

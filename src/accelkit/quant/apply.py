@@ -9,119 +9,19 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
-from pydantic import Field, field_validator
 from torch import nn
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.quant.calibrate import collect_inputs
+from accelkit.quant.config import QuantConfig
 from accelkit.quant.layers import LayerSpec, QuantLinear
-from accelkit.quant.quantizers import check_bits
 from accelkit.quant.transforms import fit_transform
-from accelkit.runtime.config import Settings
 
 log = logging.getLogger(__name__)
-
-ENV_PREFIX = "ACCELKIT_QUANT_"
-# openpi's DuQuant fork read these; they are documented aliases of ACCELKIT_QUANT_* fields.
-OPENPI_ALIASES = {
-    "OPENPI_DUQUANT_WBITS": "wbits",
-    "OPENPI_DUQUANT_ABITS": "abits",
-    "OPENPI_DUQUANT_BLOCK": "block_size",
-    "OPENPI_DUQUANT_SCOPE": "scope",
-    "OPENPI_DUQUANT_INCLUDE": "include",
-    "OPENPI_DUQUANT_EXCLUDE": "exclude",
-    "OPENPI_DISABLE_TORCH_COMPILE": "disable_compile",
-}
-
-
-class QuantConfig(Settings):
-    """How to quantize; see docs/quant.md. Loads from keywords, YAML and ACCELKIT_QUANT_* / OPENPI_DUQUANT_*."""
-
-    wbits: int = 4
-    abits: int = 8
-    method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
-    block_size: int = 128
-    rotation_steps: int = 256
-    permutation: bool = True
-    smooth_alpha: float = 0.6
-    weight_group_size: int | None = None
-    weight_clip: float | Literal["search"] = "search"
-    act_clip: float = 0.9
-    act_granularity: Literal["per-token-dynamic", "per-tensor-static"] = "per-token-dynamic"
-    include: list[str] = Field(default_factory=lambda: ["*"])
-    exclude: list[str] = Field(default_factory=list)
-    scope: str = ""
-    indivisible: Literal["skip", "error"] = "skip"
-    calibration_rows: int = 2048
-    seed: int = 0
-    disable_compile: bool = False
-
-    @field_validator("include", "exclude", mode="before")
-    @classmethod
-    def _split(cls, value):
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("wbits", "abits")
-    @classmethod
-    def _bits(cls, value, info):
-        check_bits(value, info.field_name)
-        return value
-
-    @field_validator("block_size", "rotation_steps", "calibration_rows")
-    @classmethod
-    def _positive(cls, value, info):
-        if value < (0 if info.field_name == "rotation_steps" else 1):
-            raise ValueError(f"{info.field_name} must be positive")
-        return value
-
-    @field_validator("weight_group_size")
-    @classmethod
-    def _group(cls, value):
-        if value is not None and value < 2:
-            raise ValueError("weight_group_size must be None or an integer >= 2")
-        return value
-
-    @field_validator("smooth_alpha", "act_clip")
-    @classmethod
-    def _unit(cls, value, info):
-        if not 0.0 < value <= 1.0:
-            raise ValueError(f"{info.field_name} must lie in (0, 1]")
-        return value
-
-    @field_validator("weight_clip")
-    @classmethod
-    def _clip(cls, value):
-        if value != "search" and not 0.0 < float(value) <= 1.0:
-            raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
-        return value
-
-
-def openpi_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """QuantConfig values from the openpi fork's variable names (ACCELKIT_QUANT_* win over these)."""
-    env = os.environ if env is None else env
-    return {field_name: env[var] for var, field_name in OPENPI_ALIASES.items() if var in env}
-
-
-def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords) -> QuantConfig:
-    """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords."""
-    from accelkit.runtime.config import build, env_values, read_yaml
-
-    layers = [
-        ("environment OPENPI_DUQUANT_*", openpi_env(env)),
-        (f"environment {ENV_PREFIX}*", env_values(QuantConfig, ENV_PREFIX, env)),
-    ]
-    if yaml_path is not None:
-        layers.append((str(yaml_path), read_yaml(yaml_path)))
-    layers.append(("arguments", {k: v for k, v in keywords.items() if v is not None}))
-    return build(QuantConfig, *layers)
 
 
 @dataclass

@@ -52,8 +52,15 @@ def eval_command(
         int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
     ] = 300,
     group_size: Annotated[
-        int, typer.Option(help="Weight group size for every method (0 = per output channel).")
-    ] = 64,
+        int | None,
+        typer.Option(
+            help="Weight group size for every method (0 = per output channel; default: the"
+            " config's, per output channel)."
+        ),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(help="YAML file with QuantConfig fields (the base of every row).")
+    ] = None,
     latency: Annotated[bool, typer.Option(help="Measure eager and compiled latency.")] = True,
     compiled: Annotated[
         bool | None,
@@ -66,7 +73,7 @@ def eval_command(
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.errors import ConfigError
-    from accelkit.quant.apply import load_config
+    from accelkit.quant.config import load_config
 
     method_list = _split(methods, "methods", METHODS)
     bit_list = _split(bits, "bits")
@@ -77,14 +84,19 @@ def eval_command(
     model_factory(model)
     for b in bit_list:
         parse_bits(b)
-    env_cfg = load_config()
-    if group_size < 0:
+    if group_size is not None and group_size < 0:
         raise ConfigError(
             f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths"
         )
-    overrides = {"weight_group_size": group_size or None}
-    if compiled is None:  # an explicit flag beats the environment (defaults < env < flags)
-        compiled = not env_cfg.disable_compile
+    base = load_config(
+        config,
+        weight_group_size=None if group_size is None else (group_size or None),
+        disable_compile=None if compiled is None else not compiled,
+    )
+    if group_size == 0:  # 0 asks for per channel even when the file or environment set groups
+        base.weight_group_size = None
+    overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
+    compiled = not base.disable_compile
     from rich.console import Console
     from rich.table import Table
 
@@ -159,7 +171,8 @@ def apply_command(
     ] = False,
 ) -> None:
     """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
-    from accelkit.quant.apply import load_config, quantize_with_report
+    from accelkit.quant.apply import quantize_with_report
+    from accelkit.quant.config import load_config
     from accelkit.quant.evaluate import batches, load_minilm, model_factory, quant_layer_bytes
     from accelkit.quant.sentences import calibration_sentences
     from accelkit.quant.storage import save_quantized

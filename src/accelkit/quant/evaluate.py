@@ -142,7 +142,7 @@ def parse_bits(text: str) -> tuple[int, int]:
     m = re.fullmatch(r"w(\d+)a(\d+)", text.strip().lower())
     if not m:
         raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
-    from accelkit.quant.quantizers import check_bits
+    from accelkit.quant.config import check_bits
 
     return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
 

@@ -12,20 +12,9 @@ import functools
 
 import torch
 
-VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
 SCALE_FLOOR = (
     1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
 )
-
-
-def check_bits(bits: int, what: str) -> int:
-    from accelkit.errors import ConfigError
-
-    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in VALID_BITS:
-        raise ConfigError(
-            f"{what}={bits!r} is not supported; use an integer in 2..8, or 16 to turn {what} quantization off"
-        )
-    return bits
 
 
 def asym_params(lo: torch.Tensor, hi: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,13 +1,23 @@
-"""Config is data: pydantic models loaded from YAML, environment and keywords.
+"""Config is data: pydantic models loaded from a YAML file, the environment and keywords (flags).
 
-Precedence (highest first): keywords > YAML file > environment (`ACCELKIT_<SECTION>_<FIELD>`) >
-defaults. Unknown keys anywhere are an error that names the key and its source.
+One loader for every capability. A capability declares its settings as `Section`s: the model, its
+entry in the config file, its environment prefix and the names other tools gave its fields
+(openpi's `OPENPI_DUQUANT_*`, EmbeddingTrident's `MILVUS_*` / `triton:` section) as data; `load`
+layers them, lowest precedence first:
+
+    defaults < other tools' variables < ACCELKIT_<SECTION>_<FIELD> < other tools' file sections
+             < the section's own file entry < keywords (flags)
+
+(DESIGN.md's order: an explicit argument beats a config file, which beats the environment.)
+Unknown keys anywhere are an error that names the key and where it came from; a bad value is
+reported by the name the user gave it (`--format`, `ACCELKIT_STATS_SEED`, `jobs.yaml [job]: seed`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +32,34 @@ class Settings(BaseModel):
     """Base for every config model: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One settings model, declared: where its values come from and under which names.
+
+    `key` is its entry in the config file (None: the file's top level holds its fields).
+    `env_aliases` maps another tool's variable to a field (or to a legacy key `adapt` turns into
+    fields); `file_aliases` maps another tool's file entry to `{its key: field or legacy key}`
+    (the entry None is the file's top level). `adapt` turns the legacy keys of one source into
+    fields (e.g. MILVUS_HOST + MILVUS_PORT -> uri); it is pure and sees one source at a time.
+    """
+
+    model: type[Settings]
+    key: str | None = None
+    env_prefix: str | None = None
+    env_aliases: Mapping[str, str] = field(default_factory=dict)
+    file_aliases: Mapping[str | None, Mapping[str, str]] = field(default_factory=dict)
+    adapt: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Values from one source; `names` holds how the user wrote each field (for error messages)."""
+
+    source: str
+    values: Mapping[str, Any]
+    names: Mapping[str, str] = field(default_factory=dict)
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -51,68 +89,193 @@ def env_values(
 ) -> dict[str, str]:
     """Values for `model`'s fields from variables named `<prefix><FIELD>` (upper case)."""
     env = os.environ if env is None else env
-    found = {}
-    for name in model.model_fields:
-        var = f"{prefix}{name.upper()}"
-        if var in env:
-            found[name] = env[var]
-    return found
+    return {
+        name: env[f"{prefix}{name.upper()}"]
+        for name in model.model_fields
+        if f"{prefix}{name.upper()}" in env
+    }
 
 
-def _describe_validation(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "<root>"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key {where!r}")
-        else:
-            parts.append(f"{where}: {err['msg']}")
-    return f"{source}: " + "; ".join(parts)
+def build(model: type[Model], *layers: Layer) -> Model:
+    """Merge layers (lowest precedence first) and validate once.
 
-
-def build(model: type[Model], *layers: tuple[str, Mapping[str, Any]]) -> Model:
-    """Merge layers (lowest precedence first; each a (source name, mapping)) and validate.
-
-    Each layer is validated for unknown keys on its own, so the error names the source it came from.
+    Each layer is checked for unknown keys on its own, so the error names the source it came from.
     """
     merged: dict[str, Any] = {}
-    for source, values in layers:
-        unknown = [key for key in values if key not in model.model_fields]
+    for layer in layers:
+        unknown = [key for key in layer.values if key not in model.model_fields]
         if unknown:
             allowed = ", ".join(sorted(model.model_fields))
-            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; allowed keys: {allowed}")
-        merged.update({k: v for k, v in values.items() if v is not None})
+            raise ConfigError(
+                f"{layer.source}: unknown key {unknown[0]!r}; allowed keys: {allowed}"
+            )
+        merged.update({k: v for k, v in layer.values.items() if v is not None})
     try:
         return model.model_validate(merged)
     except ValidationError as exc:
-        named = _name_the_input(exc, layers)
-        raise ConfigError(
-            named or _describe_validation(exc, " + ".join(s for s, _ in layers) or model.__name__)
-        ) from exc
+        raise ConfigError(_name_the_input(exc, layers, model.__name__)) from exc
 
 
-def _name_the_input(exc: ValidationError, layers) -> str | None:
+def _name_the_input(exc: ValidationError, layers: Sequence[Layer], fallback: str) -> str:
     """The error in the user's words: the flag, variable or file entry that gave the bad value
-    (`--format 'bogus': Input should be ...`), not the layering machinery. None when an error is
-    not about one top-level value."""
+    (`--format 'bogus': Input should be ...`), not the layering machinery."""
     parts = []
     for err in exc.errors():
+        msg = err["msg"].removeprefix("Value error, ")
         loc = err["loc"]
-        if len(loc) != 1 or err["type"] == "extra_forbidden":
-            return None
-        field = str(loc[0])
-        given = [(src, vals[field]) for src, vals in layers if vals.get(field) is not None]
+        key = str(loc[0]) if loc else "<root>"
+        given = [layer for layer in layers if layer.values.get(key) is not None]
         if not given:
-            return None
-        source, value = given[-1]
-        if source == "arguments":
-            name = f"--{field.replace('_', '-')}"
-        elif source.startswith("environment ") and source.endswith("*"):
-            name = f"{source.removeprefix('environment ').removesuffix('*')}{field.upper()}"
+            where = ".".join(str(p) for p in loc) or "<root>"
+            parts.append(f"{fallback}: {where}: {msg}")
+            continue
+        layer = given[-1]
+        name = layer.names.get(key, f"{layer.source}: {key}")
+        inner = "".join(f"[{p}]" for p in loc[1:])
+        parts.append(f"{name}{inner} {layer.values[key]!r}: {msg}")
+    return "; ".join(parts)
+
+
+def _aliased(
+    section: Section, values: Mapping[str, Any], aliases: Mapping[str, str], source: str
+) -> Layer:
+    """A layer from another tool's names: rename, check, adapt."""
+    renamed: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for key, value in values.items():
+        renamed[aliases[key]] = value
+        names[aliases[key]] = f"{source}: {key}"
+    if section.adapt is not None:
+        renamed = section.adapt(renamed)
+    return Layer(source, renamed, names)
+
+
+def section_layers(
+    section: Section,
+    data: Mapping[str, Any],
+    source: str,
+    env: Mapping[str, str],
+    arguments: Mapping[str, Any] | None = None,
+    argument_names: Mapping[str, str] | None = None,
+) -> list[Layer]:
+    """The layers of one section, lowest precedence first (see the module docstring)."""
+    layers = []
+    found = {var: env[var] for var in section.env_aliases if str(env.get(var, "")).strip()}
+    if found:
+        renamed = {section.env_aliases[var]: value.strip() for var, value in found.items()}
+        values = section.adapt(renamed) if section.adapt else renamed
+        names = {section.env_aliases[var]: var for var in found}
+        layers.append(Layer("environment", values, names))
+    if section.env_prefix:
+        values = env_values(section.model, section.env_prefix, env)
+        names = {name: f"{section.env_prefix}{name.upper()}" for name in values}
+        layers.append(Layer(f"environment {section.env_prefix}*", values, names))
+    for entry, aliases in section.file_aliases.items():
+        if entry == section.key:
+            continue
+        values = data if entry is None else _entry(data, entry, source)
+        values = {k: v for k, v in values.items() if k in aliases}
+        if values:
+            where = source if entry is None else f"{source} [{entry}]"
+            layers.append(_aliased(section, values, aliases, where))
+    own = _own_entry(section, data, source)
+    if own:
+        where = source if section.key is None else f"{source} [{section.key}]"
+        legacy = section.file_aliases.get(section.key, {})
+        plain = {k: v for k, v in own.items() if k not in legacy}
+        if legacy and len(plain) < len(own):
+            layers.append(
+                _aliased(section, {k: v for k, v in own.items() if k in legacy}, legacy, where)
+            )
+        layers.append(Layer(where, plain, {k: f"{where}: {k}" for k in plain}))
+    arguments = {k: v for k, v in (arguments or {}).items() if v is not None}
+    names = {k: f"--{k.replace('_', '-')}" for k in arguments} | dict(argument_names or {})
+    layers.append(Layer("arguments", arguments, names))
+    return layers
+
+
+def _entry(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source} [{key}] must be a mapping of settings")
+    return value
+
+
+def _own_entry(section: Section, data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    if section.key is None:
+        return {k: v for k, v in data.items() if k in section.model.model_fields}
+    return _entry(data, section.key, source)
+
+
+def _check_alias_entries(sections: Sequence[Section], data: Mapping[str, Any], source: str):
+    """Another tool's file entry may feed several sections; a key none of them takes is unknown."""
+    owned = {section.key for section in sections}
+    taken: dict[str, set[str]] = {}
+    for section in sections:
+        for entry, aliases in section.file_aliases.items():
+            if entry is not None and entry not in owned:
+                taken.setdefault(entry, set()).update(aliases)
+    for entry, keys in taken.items():
+        for key in _entry(data, entry, source):
+            if key not in keys:
+                allowed = ", ".join(sorted(keys))
+                raise ConfigError(
+                    f"{source} [{entry}]: unknown key {key!r}; allowed keys: {allowed}"
+                )
+
+
+def file_keys(sections: Sequence[Section]) -> set[str]:
+    """The top-level keys a config file for these sections may hold."""
+    keys: set[str] = set()
+    for section in sections:
+        if section.key is None:
+            keys |= set(section.model.model_fields)
         else:
-            name = f"{source}: {field}"
-        parts.append(f"{name} {value!r}: {err['msg']}")
-    return "; ".join(parts) or None
+            keys.add(section.key)
+        for entry, aliases in section.file_aliases.items():
+            keys |= set(aliases) if entry is None else {entry}
+    return keys
+
+
+def _check_file_keys(data: Mapping[str, Any], allowed: set[str], source: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                f"{source}: unknown key {key!r}; allowed keys: {', '.join(sorted(allowed))}"
+            )
+
+
+def load(
+    sections: Sequence[Section],
+    *,
+    path: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    arguments: Mapping[str | None, Mapping[str, Any]] | None = None,
+    argument_names: Mapping[str | None, Mapping[str, str]] | None = None,
+) -> dict[str | None, Settings]:
+    """Load every section from defaults, environment, the file at `path` and `arguments`
+    (keyed by section key). Returns the validated models keyed by section key."""
+    env = os.environ if env is None else env
+    data = read_yaml(path) if path is not None else {}
+    source = str(path) if path is not None else "config"
+    _check_file_keys(data, file_keys(sections), source)
+    _check_alias_entries(sections, data, source)
+    arguments = arguments or {}
+    argument_names = argument_names or {}
+    return {
+        section.key: build(
+            section.model,
+            *section_layers(
+                section,
+                data,
+                source,
+                env,
+                arguments.get(section.key),
+                argument_names.get(section.key),
+            ),
+        )
+        for section in sections
+    }
 
 
 def load_settings(
@@ -124,21 +287,14 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     **keywords: Any,
 ) -> Model:
-    """Load `model` from defaults < environment < YAML (optionally one section) < keywords."""
-    layers: list[tuple[str, Mapping[str, Any]]] = []
-    if env_prefix:
-        layers.append((f"environment {env_prefix}*", env_values(model, env_prefix, env)))
-    if yaml_path is not None:
-        data = read_yaml(yaml_path)
-        source = str(yaml_path)
-        if section is not None:
-            if section not in data:
-                names = ", ".join(sorted(map(str, data))) or "none"
-                raise ConfigError(f"{yaml_path}: no entry named {section!r}; entries: {names}")
-            data = data[section]
-            source = f"{yaml_path} [{section}]"
-            if not isinstance(data, dict):
-                raise ConfigError(f"{source} must be a mapping of settings")
-        layers.append((source, data))
-    layers.append(("arguments", {k: v for k, v in keywords.items() if v is not None}))
-    return build(model, *layers)
+    """Load one `model` (optionally from one named entry of the file) by the same rules as `load`."""
+    env = os.environ if env is None else env
+    declared = Section(model, key=section, env_prefix=env_prefix)
+    data = read_yaml(yaml_path) if yaml_path is not None else {}
+    source = str(yaml_path) if yaml_path is not None else "config"
+    if section is not None and yaml_path is not None and section not in data:
+        names = ", ".join(sorted(map(str, data))) or "none"
+        raise ConfigError(f"{yaml_path}: no entry named {section!r}; entries: {names}")
+    if section is None:
+        _check_file_keys(data, file_keys([declared]), source)
+    return build(model, *section_layers(declared, data, source, env, keywords))
