@@ -51,13 +51,11 @@ def torch_cuda() -> bool:
 
 
 def timed(fn, rounds: int = 3) -> float:
-    fn()  # compile / warm up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    """Median seconds of `rounds` synchronized calls after a first (compiling) one."""
+    from accelkit.runtime.timing import Protocol, measure
+
+    timing, _ = measure("gpu_check", "", fn, Protocol(repeats=rounds, warmup=0))
+    return timing.median_s
 
 
 def part_devices() -> dict:

@@ -29,14 +29,8 @@ medians over rounds; each ratio is taken within a round and reported as median, 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import io
-import os
-import platform
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -145,31 +139,6 @@ def to_levels(batch):
     return (np.asarray(batch, np.float64).transpose(0, 2, 3, 1) * STD + MEAN) * 255.0
 
 
-def interleaved(runs: dict, rounds: int) -> dict[str, list[float]]:
-    """Seconds per round for each method; every round runs all methods once, in turn."""
-    names = list(runs)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in (
-            names[r % len(names) :] + names[: r % len(names)]
-        ):  # rotate the start: no position bias
-            start = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def round_ratios(times: dict[str, list[float]], ours: str, baseline: str) -> dict:
-    """ours/baseline speed per round (baseline seconds / our seconds): median, min, max."""
-    ratios = [b / a for a, b in zip(times[ours], times[baseline], strict=True)]
-    return {
-        "median": statistics.median(ratios),
-        "min": min(ratios),
-        "max": max(ratios),
-        "rounds": ratios,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -187,11 +156,12 @@ def main() -> None:
     )
 
     import cv2
-    import jax
     from PIL import Image
 
     from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
     from accelkit.images.preprocess import JAXImagePreprocessor
+    from accelkit.runtime.environment import record
+    from accelkit.runtime.timing import interleaved
 
     photos = real_photos()
     square = [
@@ -240,26 +210,22 @@ def main() -> None:
             "sizes": sorted({a.shape[:2] for a in images})[:40],
             "methods": {},
         }
-        for name, fn in methods.items():
-            first = time.perf_counter()
-            batch = fn(images)
-            first = time.perf_counter() - first
-            diff = np.abs(to_levels(batch) - np.stack(reference))
-            entry["methods"][name] = {
-                "first_run_s": first,
-                "max_level_diff_vs_pil": float(diff.max()),
-                "mean_level_diff_vs_pil": float(diff.mean()),
-            }
-        times = interleaved(
+        timed = interleaved(
             {name: (lambda fn=fn, images=images: fn(images)) for name, fn in methods.items()},
             args.rounds,
         )
-        for name, seconds in times.items():
-            entry["methods"][name]["images_per_s"] = len(images) / statistics.median(seconds)
+        for name, seconds in timed.medians().items():
+            diff = np.abs(to_levels(timed.outputs[name]) - np.stack(reference))
+            entry["methods"][name] = {
+                "first_run_s": timed.first[name],
+                "max_level_diff_vs_pil": float(diff.max()),
+                "mean_level_diff_vs_pil": float(diff.mean()),
+                "images_per_s": len(images) / seconds,
+            }
         entry["compile_count"] = pre.compile_count
         results["workloads"][wname] = entry
-        results["round_ratios"][f"{wname}_accelkit_vs_pil_numpy"] = round_ratios(
-            times, "accelkit", "pil_numpy"
+        results["round_ratios"][f"{wname}_accelkit_vs_pil_numpy"] = timed.ratio(
+            "accelkit", "pil_numpy"
         )
     # decode + preprocess from JPEG bytes
     fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
@@ -284,28 +250,26 @@ def main() -> None:
             for b in blobs
         ]
     )
-    diffs = {name: np.abs(to_levels(run()) - reference) for name, run in runs.items()}
-    times = interleaved(runs, args.rounds)
+    timed = interleaved(runs, args.rounds)
+    diffs = {name: np.abs(to_levels(out) - reference) for name, out in timed.outputs.items()}
     results["workloads"]["jpeg_512"] = {
         "images": len(blobs),
         "methods": {
             name: {
-                "images_per_s": len(blobs) / statistics.median(seconds),
+                "images_per_s": len(blobs) / seconds,
                 "max_level_diff_vs_pil": float(diffs[name].max()),
                 "mean_level_diff_vs_pil": float(diffs[name].mean()),
             }
-            for name, seconds in times.items()
+            for name, seconds in timed.medians().items()
         },
     }
-    results["round_ratios"]["jpeg_512_accelkit_vs_pil_numpy"] = round_ratios(
-        times, "accelkit", "pil_numpy"
-    )
-    results["round_ratios"]["jpeg_512_accelkit_reduced_vs_pil_numpy"] = round_ratios(
-        times, "accelkit_reduced_jpeg_decode", "pil_numpy"
-    )
-    results["round_ratios"]["jpeg_512_accelkit_reduced_vs_pil_draft_numpy"] = round_ratios(
-        times, "accelkit_reduced_jpeg_decode", "pil_draft_numpy"
-    )
+    for ours, baseline in (
+        ("accelkit", "pil_numpy"),
+        ("accelkit_reduced_jpeg_decode", "pil_numpy"),
+        ("accelkit_reduced_jpeg_decode", "pil_draft_numpy"),
+    ):
+        label = ours.replace("_jpeg_decode", "")
+        results["round_ratios"][f"jpeg_512_{label}_vs_{baseline}"] = timed.ratio(ours, baseline)
 
     # end to end vs model only
     config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 32})
@@ -316,23 +280,19 @@ def main() -> None:
             for i in range(0, len(e2e_blobs), 32)
         ]
         pipeline.embed(e2e_blobs[:32])
-        for b in batches[:1]:
-            pipeline.backend.embed(b)
-        model_rounds, e2e_rounds = [], []
-        for _ in range(max(2, args.rounds // 2)):  # interleaved so load changes hit both alike
-            start = time.perf_counter()
-            for b in batches:
-                pipeline.backend.embed(b)
-            model_rounds.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            result = pipeline.embed(e2e_blobs)
-            e2e_rounds.append(time.perf_counter() - start)
-            assert not result.failures
-        model_rate = len(e2e_blobs) / statistics.median(model_rounds)
-        e2e_rate = len(e2e_blobs) / statistics.median(e2e_rounds)
-    results["round_ratios"]["end_to_end_vs_model_only"] = round_ratios(
-        {"e2e": e2e_rounds, "model": model_rounds}, "e2e", "model"
-    )
+        pipeline.backend.embed(batches[0])
+        timed = interleaved(
+            {
+                "model": lambda: [pipeline.backend.embed(b) for b in batches],
+                "e2e": lambda: pipeline.embed(e2e_blobs),
+            },
+            max(2, args.rounds // 2),
+            warmup=False,
+        )
+        assert not timed.outputs["e2e"].failures
+        model_rate = len(e2e_blobs) / timed.medians()["model"]
+        e2e_rate = len(e2e_blobs) / timed.medians()["e2e"]
+    results["round_ratios"]["end_to_end_vs_model_only"] = timed.ratio("e2e", "model")
     results["end_to_end"] = {
         "images": len(e2e_blobs),
         "model_only_images_per_s": model_rate,
@@ -343,24 +303,9 @@ def main() -> None:
     # headline ratios: medians of the per-round ratios (min and max under round_ratios)
     results["ratios"] = {name: r["median"] for name, r in results["round_ratios"].items()}
     results["targets"] = TARGETS
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-        ).stdout.strip()
-    except OSError:
-        commit = None
     payload = {
         "schema": SCHEMA,
-        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "jax": jax.__version__,
-            "device": str(pre.device),
-            "load_avg_start": os.getloadavg(),
-        },
+        "environment": {**record(("numpy", "jax", "jaxlib", "pillow")), "device": str(pre.device)},
         "quick": args.quick,
         **results,
     }

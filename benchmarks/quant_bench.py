@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import platform
+import statistics
 import time
 from dataclasses import asdict
 
@@ -19,7 +19,9 @@ import torch
 
 from accelkit.quant.evaluate import batches, embed, fidelity, latency_ms, load_minilm, run_eval
 from accelkit.quant.sentences import eval_pairs
+from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
+from accelkit.runtime.timing import interleaved
 
 
 def torchao_crosscheck(n_pairs: int) -> dict:
@@ -31,7 +33,8 @@ def torchao_crosscheck(n_pairs: int) -> dict:
         from torchao.quantization.quant_primitives import MappingType
     except Exception as exc:  # torchao missing or broken on this machine
         return {"status": f"torchao unavailable: {exc}"}
-    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.apply import quantize
+    from accelkit.quant.config import QuantConfig
     from accelkit.quant.layers import QuantLinear
     from accelkit.quant.sentences import calibration_sentences
 
@@ -80,7 +83,8 @@ def torchao_crosscheck(n_pairs: int) -> dict:
 def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
-    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.apply import quantize
+    from accelkit.quant.config import QuantConfig
     from accelkit.quant.evaluate import compile_model
     from accelkit.quant.sentences import calibration_sentences
 
@@ -98,28 +102,25 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
         )
     torch._dynamo.reset()
     compiled = {name: compile_model(m) for name, m in models.items()}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    times_single: dict[str, list[float]] = {name: [] for name in models}
     with torch.no_grad():
         for fn in compiled.values():  # compile + warm up, both shapes
             for b in (batch, batch, single, single):
                 fn(**b)
-        for _ in range(rounds):
-            for name, fn in compiled.items():
-                t0 = time.perf_counter()
-                fn(**batch)
-                times[name].append(1e3 * (time.perf_counter() - t0))
-                for _ in range(5):  # single-sentence calls are short: five per round
-                    t0 = time.perf_counter()
-                    fn(**single)
-                    times_single[name].append(1e3 * (time.perf_counter() - t0))
-    med = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
-    med1 = {name: sorted(v)[len(v) // 2] for name, v in times_single.items()}
+        runs = {name: (lambda fn=fn: fn(**batch)) for name, fn in compiled.items()}
+        for name, fn in compiled.items():  # single-sentence calls are short: five per round
+            runs[f"{name}/single"] = lambda fn=fn: [fn(**single) for _ in range(5)]
+        timed = interleaved(runs, rounds, warmup=False)
+    ms = {name: [1e3 * t for t in v] for name, v in timed.wall.items() if "/single" not in name}
+    ms1 = {
+        name: [1e3 * t / 5 for t in timed.wall[f"{name}/single"]] for name in compiled
+    }  # per call
+    med = {name: statistics.median(v) for name, v in ms.items()}
+    med1 = {name: statistics.median(v) for name, v in ms1.items()}
     return {
         "batch": list(batch["input_ids"].shape),
         "median_ms": med,
         "ratio_vs_fp32": {name: med[name] / med["fp32"] for name in med},
-        "all_ms": times,
+        "all_ms": ms,
         "single": {
             "batch": list(single["input_ids"].shape),
             "median_ms": med1,
@@ -185,9 +186,10 @@ def main() -> None:
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     payload = {
-        "machine": platform.platform(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "environment": {
+            **record(("torch", "torchao", "transformers")),
+            "threads": torch.get_num_threads(),
+        },
         "pairs": args.pairs,
         "weight_group_size": args.group_size or None,
         "rows": table,

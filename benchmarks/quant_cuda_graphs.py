@@ -31,7 +31,8 @@ def main() -> int:
             "quant_cuda_graphs: no CUDA GPU here; this check needs one (CUDA graphs exist only on GPU). Nothing was run."
         )
         return 3
-    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.apply import quantize
+    from accelkit.quant.config import QuantConfig
     from accelkit.quant.evaluate import batches, load_minilm
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
     from accelkit.runtime.files import write_json_atomic

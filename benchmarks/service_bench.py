@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime as dt
 import io
 import json
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -130,21 +128,9 @@ def bench_store(
             store.search(name, queries[0], 10)
             entry["first_search_after_insert_ms"] = (time.perf_counter() - first) * 1000
             for expr in (None, FILTER):
-                times, recalls, top1 = [], [], []
-                for q in range(n_queries):
-                    start = time.perf_counter()
-                    hits = store.search(name, queries[q], 10, expr)[0]
-                    times.append((time.perf_counter() - start) * 1000)
-                    recalls.append(len({int(h.id) for h in hits} & exact[expr][q]) / 10)
-                    if expr is None or mask[sources[q]]:
-                        top1.append(int(hits[0].id) == sources[q])
-                entry["search"]["filter" if expr else "no_filter"] = {
-                    "p50_ms": percentile(times, 50),
-                    "p99_ms": percentile(times, 99),
-                    "mean_ms": statistics.fmean(times),
-                    "recall_at_10": statistics.fmean(recalls),
-                    "source_at_rank_1": statistics.fmean(top1) if top1 else None,
-                }
+                entry["search"]["filter" if expr else "no_filter"] = timed_searches(
+                    store, name, queries, n_queries, expr, exact[expr], sources, mask
+                )
             recalls = [
                 len(
                     {int(h.id) for h in store.search(name, random_queries[q], 10)[0]}
@@ -656,27 +642,14 @@ def main() -> None:
 
 
 def environment(load_start) -> dict:
-    import milvus_lite
-    import pymilvus
+    """accelkit's run record, with the load when the benchmark started and Milvus' versions."""
+    from accelkit.runtime.environment import record
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-        ).stdout.strip()
-    except OSError:
-        commit = None
     return {
-        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": commit,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "pymilvus": pymilvus.__version__,
-            "milvus_lite": getattr(milvus_lite, "__version__", "?"),
+        "environment": {
+            **record(("numpy", "pymilvus", "milvus-lite", "milvus")),
             "load_avg_start": load_start,
-            "load_avg_end": os.getloadavg(),
-        },
+        }
     }
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import math
 import os
@@ -304,51 +303,54 @@ class Method:
         self.name, self.fn, self.rows, self.warmup = name, fn, rows, warmup
         self.value = None
         self.record: dict = {"rows": rows}
-        self.times: list[float] = []
-        self.cpu: list[float] = []
         self.load: list[float] = []
         self.summaries: list = []
 
-    def call(self) -> tuple[float, float]:
-        cpu, wall = time.process_time(), time.perf_counter()
+    def call(self):
         self.value = self.fn()
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if (
             isinstance(self.value, tuple)
             and len(self.value) == 2
             and hasattr(self.value[1], "pass_seconds")
         ):
             self.summaries.append(self.value[1])
-        return wall, cpu
+        return self.value
 
 
 def timed_group(methods: list[Method], repeats: int, label: str) -> dict[str, Method]:
     """Warm up every method once (JAX compilation, page cache; reported as first_run_s), then run
-    `repeats` rounds, each calling every method once in turn, so that a change in the machine's load
-    hits all methods alike. Reports medians of wall time and of process CPU time (all threads)."""
+    `repeats` interleaved rounds (`accelkit.runtime.timing.interleaved`), so that a change in the
+    machine's load hits all methods alike. Reports medians of wall time and of process CPU time."""
+    from accelkit.runtime.timing import interleaved
+
+    by_name = {m.name: m for m in methods}
+
+    def before(name: str, r: int) -> None:
+        log(f"{label}: {name} " + ("(warm-up)" if r < 0 else f"(repeat {r + 1}/{repeats})"))
+        if r >= 0:
+            by_name[name].load.append(os.getloadavg()[0])
+
+    timed = interleaved(
+        {m.name: m.call for m in methods},
+        repeats,
+        warmup={m.name for m in methods if m.warmup},
+        before=before,
+    )
     for m in methods:
-        if m.warmup:
-            log(f"{label}: {m.name} (warm-up)")
-            m.record["first_run_s"], m.record["first_run_cpu_s"] = m.call()
-            m.summaries.clear()
-    for r in range(repeats):
-        for m in methods:
-            log(f"{label}: {m.name} (repeat {r + 1}/{repeats})")
-            m.load.append(os.getloadavg()[0])
-            wall, cpu = m.call()
-            m.times.append(wall)
-            m.cpu.append(cpu)
-    for m in methods:
+        if m.warmup and m.summaries:  # the warm-up call's pass summary is not a steady one
+            m.summaries.pop(0)
         rec = m.record
+        times, cpu = timed.wall[m.name], timed.cpu[m.name]
         rec["repeats"] = repeats
-        rec["times_s"] = m.times
-        rec["median_s"] = statistics.median(m.times)
+        rec["times_s"] = times
+        rec["median_s"] = statistics.median(times)
         rec["rows_per_s"] = m.rows / rec["median_s"]
-        rec["cpu_s"] = m.cpu
-        rec["median_cpu_s"] = statistics.median(m.cpu)
+        rec["cpu_s"] = cpu
+        rec["median_cpu_s"] = statistics.median(cpu)
         rec["rows_per_cpu_s"] = m.rows / rec["median_cpu_s"]
         rec["loadavg_1m_at_start"] = m.load
-        if "first_run_s" in rec:
+        if m.name in timed.first:
+            rec["first_run_s"] = timed.first[m.name]
             rec["first_run_overhead_s"] = rec["first_run_s"] - rec["median_s"]
         if m.summaries:
             s = m.summaries[-1]
@@ -358,7 +360,7 @@ def timed_group(methods: list[Method], repeats: int, label: str) -> dict[str, Me
                 for p in zip(*[x.pass_seconds for x in m.summaries], strict=True)
             ]
             rec["internal_seconds_median"] = statistics.median(x.seconds for x in m.summaries)
-    return {m.name: m for m in methods}
+    return by_name
 
 
 def pyarrow_read(root: Path) -> int:
@@ -480,44 +482,14 @@ def run_memory(rows: int, dim: int, fast: bool) -> dict:
 
 
 def environment() -> dict:
-    """accelkit's run record (`accelkit.runtime.environment.record`) plus which accelkit source was
-    measured (commit, dirty flag, source hash) and the load at the start."""
+    """accelkit's run record (`accelkit.runtime.environment.record`: machine, load, versions, which
+    accelkit source was measured) plus the JAX devices."""
     import jax
 
-    import accelkit
     from accelkit.runtime.environment import record
 
     env = record(("numpy", "jax", "jaxlib", "pyarrow"))
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "src"], cwd=REPO, capture_output=True, text=True
-            ).stdout.strip()
-        )
-    except OSError:
-        commit, dirty = None, None
-    package = Path(accelkit.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
-    in_repo = package.is_relative_to(REPO / "src")
-    env.update(
-        {
-            **env["versions"],
-            "accelkit_path": str(package),
-            # which accelkit was measured: this checkout's src (commit + dirty flag), or another
-            # tree (e.g. `git archive <commit> src` on PYTHONPATH), labelled by $ACCELKIT_BENCH_COMMIT
-            "accelkit_commit": commit if in_repo else os.environ.get("ACCELKIT_BENCH_COMMIT"),
-            "accelkit_src_dirty": dirty if in_repo else None,
-            "accelkit_source_sha256": digest.hexdigest(),
-            "benchmark_repo_commit": commit,
-            "jax_devices": [str(d) for d in jax.devices()],
-            "loadavg_start": list(os.getloadavg()),
-        }
-    )
+    env["jax_devices"] = [str(d) for d in jax.devices()]
     return env
 
 
@@ -670,16 +642,17 @@ def bench_startup(args) -> dict:
         ],
         "import_numpy_pyarrow": [sys.executable, "-c", "import numpy, pyarrow"],
     }  # fmt: skip
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for command in commands.values():  # warm-up: page cache, compiled-program cache
-        subprocess.run(command, check=True, capture_output=True)
-    for r in range(args.startup_repeats):
-        for name, command in commands.items():
-            log(f"startup: {name} ({r + 1}/{args.startup_repeats})")
-            t = time.perf_counter()
-            subprocess.run(command, check=True, capture_output=True)
-            times[name].append(time.perf_counter() - t)
-    medians = {name: statistics.median(v) for name, v in times.items()}
+    from accelkit.runtime.timing import interleaved
+
+    timed = interleaved(  # warm-up: page cache, compiled-program cache
+        {
+            name: (lambda command=command: subprocess.run(command, check=True, capture_output=True))
+            for name, command in commands.items()
+        },
+        args.startup_repeats,
+        before=lambda name, r: log(f"startup: {name} ({r + 1}/{args.startup_repeats})"),
+    )
+    times, medians = timed.wall, timed.medians()
     return {
         "dataset": str(sample),
         "times_s": times,
@@ -1014,10 +987,10 @@ def print_table(report: dict) -> None:
     env = report["environment"]
     print(
         f"\naccelkit stats benchmark  {report['created_utc']}  {env['cpu_model']}  "
-        f"{env['cpu_count']} cpus  load {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}"
+        f"{env['cpu_count']} cpus  load {env['load_average'][0]:.2f} -> {env['loadavg_end'][0]:.2f}"
     )
-    commit = env.get("accelkit_commit") or "unknown commit"
-    dirty = " + uncommitted changes" if env.get("accelkit_src_dirty") else ""
+    commit = env["accelkit_source"]["commit"] or "unknown commit"
+    dirty = " + uncommitted changes" if env["accelkit_source"]["src_dirty"] else ""
     print(
         f"accelkit {commit[:10]}{dirty} from {env.get('accelkit_path')} (sha256 {env.get('accelkit_source_sha256', '')[:12]})"
     )

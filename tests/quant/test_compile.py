@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from accelkit.quant.apply import QuantConfig, quantize
+from accelkit.quant.apply import quantize
+from accelkit.quant.config import QuantConfig
 
 
 class TinyBlock(nn.Module):

@@ -5,8 +5,9 @@ import copy
 import pytest
 import torch
 
-from accelkit.quant.apply import QuantConfig, quantize
+from accelkit.quant.apply import quantize
 from accelkit.quant.calibrate import collect_inputs
+from accelkit.quant.config import QuantConfig
 from accelkit.quant.evaluate import batches, embed, fidelity, load_minilm
 from accelkit.quant.sentences import calibration_sentences, eval_pairs
 from accelkit.quant.transforms import fit_transform

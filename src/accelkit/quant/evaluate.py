@@ -163,7 +163,8 @@ def run_eval(
     progress=None,
 ) -> list[EvalRow]:
     """Quantize MiniLM with each method × bits and measure fidelity, size and latency against FP32."""
-    from accelkit.quant.apply import QuantConfig, quantize
+    from accelkit.quant.apply import quantize
+    from accelkit.quant.config import QuantConfig
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
 
     fp32, tokenizer = load_minilm()

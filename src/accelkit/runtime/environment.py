@@ -4,8 +4,10 @@ versions, devices). Benchmarks and `accelkit bench` add their own fields to it."
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +38,38 @@ def memory_bytes() -> int | None:
         return None
 
 
+def source() -> dict:
+    """Which accelkit was measured: where it was imported from, a hash of its sources, and, when
+    that is a git checkout's `src/`, the commit and whether `src/` has uncommitted changes (another
+    tree, e.g. `git archive <commit> src` on PYTHONPATH, is labelled by $ACCELKIT_BENCH_COMMIT)."""
+    import accelkit
+
+    package = Path(accelkit.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    checkout = package.parent.parent
+    commit = dirty = None
+    if package.parent.name == "src" and (checkout / ".git").exists():
+        try:
+            git = ["git", "-C", str(checkout)]
+            commit = subprocess.run(
+                [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            status = [*git, "status", "--porcelain", "src"]
+            dirty = bool(
+                subprocess.run(status, capture_output=True, text=True, timeout=10).stdout.strip()
+            )
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return {
+        "path": str(package),
+        "commit": commit or os.environ.get("ACCELKIT_BENCH_COMMIT"),
+        "src_dirty": dirty,
+        "sha256": digest.hexdigest(),
+    }
+
+
 def record(packages: tuple[str, ...] = ("numpy", "jax", "jaxlib", "torch")) -> dict:
     """Time, Python, platform, CPU (model, count, affinity), memory, load average, the versions of
     `packages` (and accelkit), and the JAX devices / CUDA device where those libraries are loaded."""
@@ -54,6 +88,7 @@ def record(packages: tuple[str, ...] = ("numpy", "jax", "jaxlib", "torch")) -> d
         if hasattr(os, "getloadavg")
         else None,
         "accelkit": __version__,
+        "accelkit_source": source(),
         "versions": {p: package_version(p) for p in packages},
     }
     if "jax" in sys.modules:

@@ -165,3 +165,69 @@ def measure_unsynchronized(
         times.append(time.perf_counter() - start)
         synchronize(out)
     return Timing(name, backend, device, float("nan"), tuple(times), size, None, synchronized=False)
+
+
+@dataclass
+class Rounds:
+    """Seconds per round for each named run (wall clock and this process's CPU time, all threads),
+    the first call's seconds when there was a warm-up, and each run's last output."""
+
+    wall: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+    first: dict[str, float]
+    outputs: dict[str, Any]
+
+    def medians(self) -> dict[str, float]:
+        return {name: statistics.median(times) for name, times in self.wall.items()}
+
+    def ratio(self, ours: str, baseline: str) -> dict:
+        """How many times faster `ours` ran than `baseline`, taken within each round (so load that
+        changes between rounds cancels): median, min, max and every round's."""
+        ratios = [b / a for a, b in zip(self.wall[ours], self.wall[baseline], strict=True)]
+        return {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "rounds": ratios,
+        }
+
+
+def interleaved(
+    runs: dict[str, Callable[[], Any]],
+    rounds: int,
+    *,
+    warmup: bool | set[str] = True,
+    sync: Callable[[Any], Any] = synchronize,
+    before: Callable[[str, int], None] | None = None,
+) -> Rounds:
+    """Time several runs of the same work against each other on a noisy machine: an optional
+    warm-up call each (timed apart, in `first`), then `rounds` rounds that call every run once,
+    synchronized, the starting run rotating each round so no run always goes first and load from
+    other processes hits all alike (`warmup` may name the runs that get one). `before(name, round)` is called before each timed call (round
+    -1 for the warm-up), e.g. to log progress."""
+    names = list(runs)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    first: dict[str, float] = {}
+    outputs: dict[str, Any] = {}
+
+    def call(name: str) -> tuple[float, float]:
+        c, w = time.process_time(), time.perf_counter()
+        outputs[name] = sync(runs[name]())
+        return time.perf_counter() - w, time.process_time() - c
+
+    warm = set(names) if warmup is True else set(warmup or ())
+    for name in names:
+        if name in warm:
+            if before:
+                before(name, -1)
+            first[name] = call(name)[0]
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            if before:
+                before(name, r)
+            w, c = call(name)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return Rounds(wall, cpu, first, outputs)
