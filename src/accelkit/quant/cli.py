@@ -31,6 +31,17 @@ def _split(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list
     return items
 
 
+def load_quant_config(path: str | None, group_size: int | None, **flags):
+    """The config from defaults < environment < file < flags; `--group-size 0` asks for per
+    output channel even when the file or the environment set groups."""
+    from accelkit.quant.config import load_config
+
+    config = load_config(path, weight_group_size=group_size or None, **flags)
+    if group_size == 0:
+        config.weight_group_size = None
+    return config
+
+
 @quant_app.command("eval")
 def eval_command(
     model: Annotated[
@@ -73,7 +84,6 @@ def eval_command(
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.errors import ConfigError
-    from accelkit.quant.config import load_config
 
     method_list = _split(methods, "methods", METHODS)
     bit_list = _split(bits, "bits")
@@ -84,17 +94,9 @@ def eval_command(
     model_factory(model)
     for b in bit_list:
         parse_bits(b)
-    if group_size is not None and group_size < 0:
-        raise ConfigError(
-            f"--group-size {group_size} must be 0 (per output channel) or a positive divisor of the layer widths"
-        )
-    base = load_config(
-        config,
-        weight_group_size=None if group_size is None else (group_size or None),
-        disable_compile=None if compiled is None else not compiled,
+    base = load_quant_config(
+        config, group_size, disable_compile=None if compiled is None else not compiled
     )
-    if group_size == 0:  # 0 asks for per channel even when the file or environment set groups
-        base.weight_group_size = None
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     compiled = not base.disable_compile
     from rich.console import Console
@@ -162,7 +164,8 @@ def apply_command(
     wbits: Annotated[int | None, typer.Option(help="Weight bits (2..8, 16 = off).")] = None,
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
     group_size: Annotated[
-        int | None, typer.Option(help="Weight group size (default: per output channel).")
+        int | None,
+        typer.Option(help="Weight group size (0 or default: per output channel)."),
     ] = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
     as_json: Annotated[
@@ -172,13 +175,12 @@ def apply_command(
 ) -> None:
     """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
     from accelkit.quant.apply import quantize_with_report
-    from accelkit.quant.config import load_config
     from accelkit.quant.evaluate import batches, load_minilm, model_factory, quant_layer_bytes
     from accelkit.quant.sentences import calibration_sentences
     from accelkit.quant.storage import save_quantized
 
     model_factory(model)
-    cfg = load_config(config, method=method, wbits=wbits, abits=abits, weight_group_size=group_size)
+    cfg = load_quant_config(config, group_size, method=method, wbits=wbits, abits=abits)
     from accelkit.runtime.progress import status
 
     with status(f"loading {model}…") as update:

@@ -84,7 +84,9 @@ class QuantConfig(Settings):
     @classmethod
     def _group(cls, value):
         if value is not None and value < 2:
-            raise ValueError("weight_group_size must be None or an integer >= 2")
+            raise ValueError(
+                "must be None (per output channel; --group-size 0) or a group size >= 2"
+            )
         return value
 
     @field_validator("smooth_alpha", "act_clip")
@@ -105,6 +107,16 @@ class QuantConfig(Settings):
 SECTION = Section(QuantConfig, env_prefix=ENV_PREFIX, env_aliases=OPENPI_ALIASES)
 
 
+# the CLI flags whose names differ from their fields (errors name what the user typed)
+FLAG_NAMES = {"weight_group_size": "--group-size", "disable_compile": "--compile/--no-compile"}
+
+
 def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords) -> QuantConfig:
     """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords (runtime/config.py)."""
-    return load([SECTION], path=yaml_path, env=env, arguments={None: keywords})[None]
+    return load(
+        [SECTION],
+        path=yaml_path,
+        env=env,
+        arguments={None: keywords},
+        argument_names={None: FLAG_NAMES},
+    )[None]

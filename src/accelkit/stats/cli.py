@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from pydantic import field_validator
 
-from accelkit.errors import ConfigError, DataError
+from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.runtime.config import Settings, load_settings
 
 ENV_PREFIX = "ACCELKIT_STATS_"
@@ -36,6 +37,40 @@ class StatsSettings(Settings):
     per_episode: bool = False
     write_into: str | None = None
     cache_mb: float | None = None
+
+    # Each value is checked here, once, whichever source gave it (flag, environment, file); the
+    # error names that source (`--max-frames 0: must be positive`). compute_stats and open_source
+    # check their own arguments for Python callers.
+    @field_validator("max_frames", "max_time_minutes", "batch_size", "action_horizon")
+    @classmethod
+    def _positive(cls, value):
+        if value is not None and not value > 0:  # `not >` also rejects NaN
+            raise ValueError("must be positive")
+        return value
+
+    @field_validator("cache_mb", "seed")
+    @classmethod
+    def _not_negative(cls, value):
+        if value is not None and not value >= 0:
+            raise ValueError("must be 0 or more")
+        return value
+
+    @field_validator("quantiles")
+    @classmethod
+    def _levels(cls, value):
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("give at least one level, e.g. 0.01,0.99")
+        if not all(0.0 <= q <= 1.0 for q in value):  # also rejects NaN
+            raise ValueError("every level must lie in [0, 1]")
+        from accelkit.stats.formats import check_quantile_names
+
+        try:
+            check_quantile_names(value)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 def parse_keys(text: str | None) -> dict[str, str] | None:
@@ -66,9 +101,6 @@ def parse_quantiles(text: str | None) -> list[float] | None:
         raise ConfigError(
             f"--quantiles {text!r} is not a comma-separated list of numbers; e.g. 0.01,0.99"
         ) from exc
-    bad = [q for q in levels if not 0.0 <= q <= 1.0]
-    if bad or not levels:
-        raise ConfigError(f"--quantiles {text!r}: every level must lie in [0, 1]")
     return levels
 
 
@@ -327,7 +359,6 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         LEROBOT_QUANTILES,
         OPENPI_REQUIRED,
         check_openpi_quantiles,
-        check_quantile_names,
         write_stats,
     )
     from accelkit.stats.sources import open_source
@@ -336,27 +367,9 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         raise ConfigError(
             "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
         )
-    for flag, value in (
-        ("--max-time-minutes", settings.max_time_minutes),
-        ("--batch-size", settings.batch_size),
-        ("--action-horizon", settings.action_horizon),
-        ("--max-frames", settings.max_frames),
-    ):
-        if value is not None and not value > 0:  # `not >` also rejects NaN
-            raise ConfigError(f"{flag} must be positive, not {value}")
-    if settings.cache_mb is not None and not settings.cache_mb >= 0:
-        raise ConfigError(f"--cache-mb must be 0 or more, not {settings.cache_mb}")
-    if settings.seed < 0:
-        raise ConfigError(f"--seed must be 0 or more, not {settings.seed}")
-    if settings.quantiles is not None and not settings.quantiles:
-        raise ConfigError("quantiles is an empty list; give at least one level, e.g. [0.01, 0.99]")
     levels = settings.quantiles or list(
         LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED
     )
-    bad = [q for q in levels if not 0.0 <= q <= 1.0]
-    if bad:
-        raise ConfigError(f"quantile levels must lie in [0, 1]; got {bad}")
-    check_quantile_names(levels)
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)

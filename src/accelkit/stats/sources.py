@@ -316,7 +316,7 @@ class FileStream(Stream):
         self.sample = None
         if max_frames is not None and max_frames < self.all_rows:
             if max_frames <= 0:
-                raise InputError(f"--max-frames must be positive, not {max_frames}")
+                raise InputError(f"max_frames must be positive, not {max_frames}")
             rng = np.random.default_rng(seed)
             self.sample = np.sort(rng.choice(self.all_rows, size=max_frames, replace=False))
         self.total_rows = self.all_rows
