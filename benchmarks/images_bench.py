@@ -43,42 +43,10 @@ TARGETS = {"preprocess_vs_pil_numpy": 2.0, "end_to_end_vs_model_only": 0.8}
 
 
 def real_photos() -> list[np.ndarray]:
-    import skimage.data as data
-    from sklearn.datasets import load_sample_images
+    """The sample photos (accelkit.images.samples: scikit-image's and scikit-learn's, with crops)."""
+    from accelkit.images.samples import photos
 
-    def rgb(a):
-        return (
-            np.repeat(a[:, :, None], 3, axis=2)
-            if a.ndim == 2
-            else np.ascontiguousarray(a[:, :, :3])
-        )
-
-    names = (
-        "astronaut",
-        "camera",
-        "chelsea",
-        "coffee",
-        "coins",
-        "hubble_deep_field",
-        "immunohistochemistry",
-        "moon",
-        "retina",
-        "rocket",
-        "page",
-        "text",
-        "clock",
-        "brick",
-        "grass",
-    )
-    photos = [rgb(getattr(data, n)()) for n in names] + [rgb(data.stereo_motorcycle()[0])]
-    photos += [np.ascontiguousarray(p) for p in load_sample_images().images]
-    photos += [
-        photos[0][20:220, 140:340],
-        photos[-2][:, :320],
-        photos[-1][100:350, 150:500],
-        photos[8][300:900, 300:900],
-    ]
-    return photos
+    return list(photos().values())
 
 
 def pil_numpy(images, size=(224, 224)):

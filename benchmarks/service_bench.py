@@ -395,32 +395,14 @@ def server_verdict(server: dict) -> dict:
     }
 
 
+SKIMAGE_CHELSEA = 2  # real_photos()[2]: scikit-image's cat
+
+
 def real_photos() -> list[np.ndarray]:
-    import skimage.data as data
-    from sklearn.datasets import load_sample_images
+    """The sample photos (accelkit.images.samples: scikit-image's and scikit-learn's, with crops)."""
+    from accelkit.images.samples import photos
 
-    def rgb(a):
-        return (
-            np.repeat(a[:, :, None], 3, axis=2)
-            if a.ndim == 2
-            else np.ascontiguousarray(a[:, :, :3])
-        )
-
-    names = (
-        "astronaut",
-        "camera",
-        "chelsea",
-        "coffee",
-        "coins",
-        "hubble_deep_field",
-        "immunohistochemistry",
-        "moon",
-        "retina",
-        "rocket",
-    )
-    return [rgb(getattr(data, n)()) for n in names] + [
-        np.ascontiguousarray(p) for p in load_sample_images().images
-    ]
+    return list(photos().values())
 
 
 def jpeg(array: np.ndarray) -> bytes:
@@ -498,7 +480,7 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
-        image = base64.b64encode(jpeg(real_photos()[2])).decode()
+        image = base64.b64encode(jpeg(real_photos()[SKIMAGE_CHELSEA])).decode()
         results = {}
         for kind in ("vector", "image"):
             latencies: list[float] = []

@@ -14,14 +14,11 @@ import typer
 
 from accelkit import __version__
 from accelkit.errors import AccelkitError
+from accelkit.runtime.output import command_group
 
-app = typer.Typer(
-    name="accelkit",
-    help="Fast, exact ML pipeline tools for accelerators, correct on a plain CPU.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+app = command_group(
+    "accelkit",
+    "Fast, exact ML pipeline tools for accelerators, correct on a plain CPU.",
 )
 
 

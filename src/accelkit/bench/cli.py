@@ -14,13 +14,11 @@ from typing import Annotated
 
 import typer
 
-bench_app = typer.Typer(
-    name="bench",
-    help="NumPy vs JAX vs PyTorch capability analysis: warm-up, synchronized repeats, correctness checks.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+from accelkit.runtime.output import command_group
+
+bench_app = command_group(
+    "bench",
+    "NumPy vs JAX vs PyTorch capability analysis: warm-up, synchronized repeats, correctness checks.",
 )
 
 

@@ -10,13 +10,11 @@ from typing import Annotated
 
 import typer
 
-images_app = typer.Typer(
-    name="images",
-    help="Image preprocessing (PIL-exact, on JAX), embeddings (EfficientNet-Lite0 via ONNX Runtime), vector search (Milvus) and an HTTP service.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+from accelkit.runtime.output import command_group
+
+images_app = command_group(
+    "images",
+    "Image preprocessing (PIL-exact, on JAX), embeddings (EfficientNet-Lite0 via ONNX Runtime), vector search (Milvus) and an HTTP service.",
 )
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
@@ -231,13 +229,9 @@ CollectionOption = Annotated[
     ),
 ]
 
-collection_app = typer.Typer(
-    name="collection",
-    help="List, create, describe, flush, index and delete collections.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+collection_app = command_group(
+    "collection",
+    "List, create, describe, flush, index and delete collections.",
 )
 images_app.add_typer(collection_app, name="collection")
 

@@ -6,9 +6,11 @@ from typing import Annotated
 
 import typer
 
-quant_app = typer.Typer(
-    help="DuQuant / SmoothQuant / RTN quantization of PyTorch Linear layers that stays pure under torch.compile.",
-    no_args_is_help=True,
+from accelkit.runtime.output import command_group
+
+quant_app = command_group(
+    "quant",
+    "DuQuant / SmoothQuant / RTN quantization of PyTorch Linear layers that stays pure under torch.compile.",
 )
 
 METHODS = ("fp32", "rtn", "smoothquant", "duquant")

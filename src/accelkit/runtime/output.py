@@ -23,3 +23,18 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], An
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def command_group(name: str, help: str):
+    """A typer group with the settings every accelkit command shares: help without arguments, no
+    shell-completion options, our own one-line errors instead of typer's tracebacks, plain help."""
+    import typer
+
+    return typer.Typer(
+        name=name,
+        help=help,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
