@@ -93,14 +93,6 @@ def test_int4_pack_round_trip_and_layout():
         qz.pack_int4(torch.full((2, 2), 16, dtype=torch.uint8))
 
 
-def test_check_bits():
-    from accelkit.errors import ConfigError
-
-    for bad in (1, 9, 32, 0, True):
-        with pytest.raises(ConfigError, match=r"2\.\.8, or 16"):
-            qz.check_bits(bad, "wbits")
-
-
 # ---- transforms ----
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
-from accelkit.runtime.config import Section, Settings, load
+from accelkit.runtime.config import Section, Settings, load, read_yaml
 
 
 class PreprocessConfig(Settings):
@@ -423,9 +423,10 @@ def load_service_config(
         )
     arguments = {key: keywords.get(key) for key in names}
     arguments[None] = {"log_level": keywords.get("log_level")}
-    loaded = load(SECTIONS, path=path, env=env, arguments=arguments)
+    data = read_yaml(path) if path is not None else {}
+    loaded = load(SECTIONS, path=path, data=data, env=env, arguments=arguments)
     model = loaded["model"]
-    if "backend" not in model.model_fields_set and _has_triton_section(path):
+    if "backend" not in model.model_fields_set and data.get("triton"):
         raise ConfigError(
             f"{path} has a triton: section but no model.backend; set model.backend: triton to "
             "embed on that Triton server, or model.backend: onnxruntime to run EfficientNet-Lite0 "
@@ -438,9 +439,3 @@ def load_service_config(
         server=loaded["server"],
         log_level=loaded[None].log_level,
     )
-
-
-def _has_triton_section(path: str | os.PathLike | None) -> bool:
-    from accelkit.runtime.config import read_yaml
-
-    return path is not None and bool(read_yaml(path).get("triton"))

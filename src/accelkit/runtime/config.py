@@ -252,11 +252,13 @@ def load(
     env: Mapping[str, str] | None = None,
     arguments: Mapping[str | None, Mapping[str, Any]] | None = None,
     argument_names: Mapping[str | None, Mapping[str, str]] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str | None, Settings]:
-    """Load every section from defaults, environment, the file at `path` and `arguments`
-    (keyed by section key). Returns the validated models keyed by section key."""
+    """Load every section from defaults, environment, the file at `path` (or its already read
+    `data`) and `arguments` (keyed by section key). Returns the validated models by section key."""
     env = os.environ if env is None else env
-    data = read_yaml(path) if path is not None else {}
+    if data is None:
+        data = read_yaml(path) if path is not None else {}
     source = str(path) if path is not None else "config"
     _check_file_keys(data, file_keys(sections), source)
     _check_alias_entries(sections, data, source)
