@@ -197,7 +197,9 @@ def jax_collate(batch):
     return jnp.asarray(x[..., None]), jnp.asarray(y)  # NHWC
 
 
-def make_loader(x, y, batch_size: int, collate, seed: int, shuffle: bool = True):
+def make_loader(
+    x, y, batch_size: int, collate, seed: int, shuffle: bool = True, drop_last: bool = False
+):
     """The one pipeline: a seeded sampler gives both frameworks the same batches in the same order."""
     import torch
     from torch.utils.data import DataLoader
@@ -209,6 +211,7 @@ def make_loader(x, y, batch_size: int, collate, seed: int, shuffle: bool = True)
         shuffle=shuffle,
         generator=generator,
         collate_fn=collate,
+        drop_last=drop_last,
     )
 
 
