@@ -422,6 +422,89 @@ def mnist_command(
     emit([result], output, plot, "float32", as_json=as_json)
 
 
+@bench_app.command("train")
+def train_command(
+    modes: Annotated[
+        str, typer.Argument(help="pytorch, flax, keras-jax, keras-torch (comma-separated).")
+    ] = "pytorch,flax,keras-jax,keras-torch",
+    samples: Annotated[
+        int, typer.Option("--samples", help="Generated examples (80 % train, 20 % test).")
+    ] = 10_000,
+    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 10,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Mini-batch size.")] = 64,
+    learning_rate: Annotated[
+        float, typer.Option("--learning-rate", help="SGD learning rate (constant).")
+    ] = 0.01,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = 0.9,
+    dropout: Annotated[
+        float, typer.Option("--dropout", help="Dropout rate after each BatchNorm.")
+    ] = 0.2,
+    checkpoint_epoch: Annotated[
+        int | None,
+        typer.Option("--checkpoint-epoch", help="Save after this many epochs (default: half)."),
+    ] = None,
+    devices: Annotated[
+        int, typer.Option("--devices", help="Virtual CPU devices for the multi-device eval.")
+    ] = 8,
+    repeats: Repeats = 3,
+    warmup: Warmup = 1,
+    threads: Threads = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
+    plot: PlotPath = None,
+) -> None:
+    """The tutorial's MLP (BatchNorm, Dropout) in PyTorch, Flax and Keras 3: same start, lockstep
+    BatchNorm statistics, FLOPs, checkpoint resume, multi-device eval, loss and time per epoch."""
+    from accelkit.bench.experiments import train
+    from accelkit.errors import ConfigError, MissingDependencyError
+    from accelkit.runtime.progress import note
+
+    mode_list = parse_modes(modes, train.MODES)
+    positive("--epochs", epochs)
+    positive("--batch-size", batch_size, 2)
+    positive("--devices", devices, 2)
+    if samples < 5 * batch_size:
+        raise ConfigError(
+            f"--samples {samples} is too few for --batch-size {batch_size}: "
+            f"give at least {5 * batch_size} (four batches to train on, one to test)"
+        )
+    if not learning_rate > 0:
+        raise ConfigError(f"--learning-rate {learning_rate} must be positive")
+    if not 0 <= momentum < 1:
+        raise ConfigError(f"--momentum {momentum} must lie in [0, 1)")
+    if not 0 <= dropout < 1:
+        raise ConfigError(f"--dropout {dropout} must lie in [0, 1)")
+    if checkpoint_epoch is not None and not 1 <= checkpoint_epoch < epochs:
+        raise ConfigError(f"--checkpoint-epoch {checkpoint_epoch} must lie in [1, --epochs)")
+    import importlib.util
+
+    needed = [("orbax.checkpoint", "flax" in mode_list), ("keras", "keras" in modes)]
+    for module, wanted in needed:  # found, not imported: keras fixes its backend at import
+        if wanted and importlib.util.find_spec(module) is None:
+            raise MissingDependencyError(module, "bench")
+    protocol = _protocol(repeats, warmup)
+    count = _threads(threads, "train")
+    setup = train.Setup(
+        samples=samples,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=learning_rate,
+        momentum=momentum,
+        dropout=dropout,
+        checkpoint_epoch=checkpoint_epoch,
+    )
+    result = train.run(
+        mode_list,
+        setup,
+        devices=devices,
+        protocol=protocol,
+        threads=count,
+        progress=lambda step: note(f"bench train: {step}…"),
+    )
+    result.params["threads"] = count
+    emit([result], output, plot, "float32", as_json=as_json)
+
+
 @bench_app.command("parallel")
 def parallel_command(
     devices: Annotated[

@@ -91,7 +91,9 @@ def environment(dtype: str | None = None) -> dict:
     """The run's record (`accelkit.runtime.environment`) plus dtype and threads."""
     from accelkit.runtime.environment import record
 
-    env = record(("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch"))
+    env = record(
+        ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "keras", "torch")
+    )
     env["dtype"] = dtype
     env["threads"] = thread_info()
     return env

@@ -816,6 +816,7 @@ def run(
                         "y": [float(np.mean(h["losses"])) for h in history],
                         "xlabel": "epoch",
                         "ylabel": "training loss",
+                        "linestyle": "dashed",
                     }
                 )
         if "flax" in modes:
