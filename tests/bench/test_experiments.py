@@ -140,6 +140,34 @@ def test_mnist_same_model_same_batches_tiny():
     assert all(np.array_equal(a, b) for a, b in zip(torch_batches, jax_batches, strict=True))
 
 
+def test_mnist_flags_validation_batches_momentum_and_dry_run():
+    import torch
+
+    from accelkit.bench.experiments import mnist
+
+    data = mnist.load_data("digits", limit=200)
+    runs = {}
+    for key, momentum, eval_batch in (("a", 0.9, None), ("b", 0.9, 37), ("c", 0.0, None)):
+        torch.manual_seed(0)
+        net = mnist.torch_model(data.side)
+        runs[key] = mnist.train_torch(
+            net, data, 1, 32, 0.02, 0, momentum=momentum, eval_batch_size=eval_batch
+        )
+    # validation in batches of 37 (the last one short) predicts exactly what one batch does
+    assert runs["a"][0]["accuracy"] == runs["b"][0]["accuracy"]
+    assert runs["a"][0]["validated"] == runs["b"][0]["validated"] == len(data.y_test)
+    assert runs["a"][0]["loss"] == runs["b"][0]["loss"]
+    assert runs["a"][0]["loss"] != runs["c"][0]["loss"]  # momentum reaches the optimizer
+    result = mnist.run(
+        mnist.MODES, data, epochs=5, batch_size=32, lr=0.05, eval_batch_size=20, dry_run=True
+    )
+    assert result.passed, _failed(result)
+    assert result.params["epochs"] == 1 and result.params["lr"] == 0.05
+    names = [c.name for c in result.checks]
+    assert "flax: dry run, one training step and one validation batch" in names
+    assert all("accuracy ≥" not in n and "fell below" not in n for n in names)
+
+
 @pytest.mark.slow
 def test_mnist_digits_reaches_98_percent_in_both_frameworks():
     from accelkit.bench.experiments import mnist

@@ -81,6 +81,17 @@ def positive(name: str, value, minimum=1) -> None:
         raise ConfigError(f"{name} {value} must be at least {minimum}")
 
 
+def training_rates(learning_rate: float | None, momentum: float, dropout: float = 0.0) -> None:
+    """One check for the SGD flags both training commands take."""
+    from accelkit.errors import ConfigError
+
+    if learning_rate is not None and not learning_rate > 0:
+        raise ConfigError(f"--learning-rate {learning_rate} must be positive")
+    for name, value in (("--momentum", momentum), ("--dropout", dropout)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"{name} {value} must lie in [0, 1)")
+
+
 def _protocol(repeats: int, warmup: int):
     from accelkit.bench.harness import Protocol
 
@@ -390,6 +401,28 @@ def mnist_command(
             help="Required test accuracy in % (default: 98 digits, 96 mnist5k, at default epochs).",
         ),
     ] = None,
+    learning_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--learning-rate",
+            help="Peak SGD learning rate, cosine-decayed (default 0.02 digits, else 0.01).",
+        ),
+    ] = None,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = 0.9,
+    batch_size_validation: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size-validation",
+            help="Evaluate the test set in batches of this size (default: all).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="One training batch and one validation batch per framework (install check).",
+        ),
+    ] = False,
     threads: Threads = None,
     output: OutputPath = None,
     as_json: JsonFlag = False,
@@ -405,6 +438,9 @@ def mnist_command(
         positive("--epochs", epochs)
     if limit is not None:
         positive("--limit", limit, 10)
+    if batch_size_validation is not None:
+        positive("--batch-size-validation", batch_size_validation)
+    training_rates(learning_rate, momentum)
     count = _threads(threads)
     dataset = mnist.load_data(data, limit=limit)
     announce("mnist")
@@ -416,6 +452,10 @@ def mnist_command(
         dataset,
         epochs=epochs or default_epochs,
         batch_size=batch_size or mnist.DEFAULT_BATCH.get(dataset.name, 128),
+        lr=learning_rate,
+        momentum=momentum,
+        eval_batch_size=batch_size_validation,
+        dry_run=dry_run,
         target=target,
     )
     result.params["threads"] = count
@@ -468,12 +508,7 @@ def train_command(
             f"--samples {samples} is too few for --batch-size {batch_size}: "
             f"give at least {5 * batch_size} (four batches to train on, one to test)"
         )
-    if not learning_rate > 0:
-        raise ConfigError(f"--learning-rate {learning_rate} must be positive")
-    if not 0 <= momentum < 1:
-        raise ConfigError(f"--momentum {momentum} must lie in [0, 1)")
-    if not 0 <= dropout < 1:
-        raise ConfigError(f"--dropout {dropout} must lie in [0, 1)")
+    training_rates(learning_rate, momentum, dropout)
     if checkpoint_epoch is not None and not 1 <= checkpoint_epoch < epochs:
         raise ConfigError(f"--checkpoint-epoch {checkpoint_epoch} must lie in [1, --epochs)")
     import importlib.util
