@@ -114,12 +114,14 @@ def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     doc = json.loads(out.read_text())
     validate(doc)
     names = [r["experiment"] for r in doc["results"]]
-    assert names == ["xla", "chain", "jit", "scipy", "autograd", "mnist", "parallel"]
+    assert names == ["xla", "chain", "jit", "scipy", "autograd", "mnist", "train", "parallel"]
     assert all(r["passed"] for r in doc["results"])
     text = report.read_text()
     for name in names:
         assert f"## {name}" in text
     assert "UNSYNCED" in text and "![timings](REPORT.png)" in text and "CPU 7" in text
+    assert "resumed in a fresh process" in text and "pmap + pmean" in text and ".at[].set" in text
+    assert "vjp_flops" in text  # the flax tabulate table, as a code block
     assert (tmp_path / "REPORT.png").read_bytes()[:4] == b"\x89PNG"
 
 
