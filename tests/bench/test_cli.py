@@ -125,6 +125,22 @@ def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     assert (tmp_path / "REPORT.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_train_pytorch_alone_json(capsys):
+    code, stdout, err = run_cli(
+        ["bench", "train", "pytorch", "--samples", "400", "--epochs", "2", "--json"], capsys
+    )
+    assert code == 0, err
+    doc = json.loads(stdout)
+    validate(doc)
+    result = doc["results"][0]
+    assert result["passed"] and result["params"]["checkpoint_epoch"] == 1
+    names = [c["name"] for c in result["checks"]]
+    assert any(n.startswith("pytorch: resumed in a fresh process") for n in names)
+    assert not any("flax" in n or "keras" in n for n in names)  # only what was asked for
+    assert [s["label"] for s in result["series"]] == ["pytorch", "pytorch (resumed at epoch 1)"]
+    assert "bench train: resume from checkpoints" in err
+
+
 def test_json_prints_the_document_on_stdout(capsys):
     code, stdout, _ = run_cli(["bench", "scipy", "numpy", "--repeats", "2", "--json"], capsys)
     assert code == 0

@@ -772,10 +772,7 @@ def run(
         for mode in (m for m in modes if m.startswith("keras")):
             progress(f"{mode} (child process)")
             backend = mode.split("-")[1]
-            env = {**os.environ, "KERAS_BACKEND": backend}
-            if backend == "jax":
-                env["JAX_PLATFORMS"] = os.environ.get("JAX_PLATFORMS", "") or jax.default_backend()
-            out = run_child("keras", args, env)
+            out = run_child("keras", args, {**os.environ, "KERAS_BACKEND": backend})
             result.checks.append(
                 check_true(f"{mode}: child ran on the {backend} backend", out["backend"] == backend)
             )
@@ -826,6 +823,10 @@ def run(
                         "linestyle": "dashed",
                     }
                 )
+        if not resume:
+            result.notes.append(
+                f"no checkpoint-resume check: it needs a checkpoint epoch in [1, {setup.epochs})"
+            )
         if "flax" in modes:
             progress(f"evaluation on {devices} virtual devices (child process)")
             out = run_child(
