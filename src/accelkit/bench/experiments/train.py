@@ -236,6 +236,18 @@ def bn_stats_flax(batch_stats) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def full_precision():
+    """float32 matrix products at full precision in JAX for the lockstep comparison (on GPUs
+    XLA's default may use TF32); a no-op where JAX is not loaded (the Keras-PyTorch child)."""
+    import contextlib
+
+    if "jax" not in sys.modules:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.default_matmul_precision("highest")
+
+
 def accuracy(logits, y) -> float:
     return 100.0 * float(np.mean((np.asarray(logits).reshape(-1) > 0) == (y > 0.5)))
 
@@ -719,16 +731,17 @@ def run(
         }
         if "flax" in modes:
             state = flax_state(setup, weights, dropout=0.0)
-            logits = np.asarray(flax_steps(setup.seed)[1](state, x_test)).reshape(-1)
+            with full_precision():
+                logits = np.asarray(flax_steps(setup.seed)[1](state, x_test)).reshape(-1)
+                steps, state, _ = flax_run(
+                    state, setup, data, range(setup.epochs), steps=LOCKSTEP_STEPS
+                )
             result.checks.append(
                 check_below(
                     "flax: identical start, eval-mode logits = pytorch's (max abs diff)",
                     np.max(np.abs(logits - start_logits)),
                     1e-4,
                 )
-            )
-            steps, state, _ = flax_run(
-                state, setup, data, range(setup.epochs), steps=LOCKSTEP_STEPS
             )
             mean, var = bn_stats_flax(state.batch_stats)
             got = {"losses": [v for h in steps for v in h["losses"]], "mean": mean, "var": var}
@@ -797,6 +810,8 @@ def run(
             progress("resume from checkpoints (child process)")
             resumed = run_child("resume", args, dict(os.environ))
             for mode, history in resumed.items():
+                # CPU programs are deterministic: bit-equal; GPU reductions need not be
+                exact = mode == "pytorch" or jax.default_backend() == "cpu"
                 tail = [v for h in histories[mode][setup.resume_at :] for v in h["losses"]]
                 again = [v for h in history for v in h["losses"]]
                 diff = (
@@ -807,9 +822,9 @@ def run(
                 result.checks.append(
                     check_below(
                         f"{mode}: resumed in a fresh process, losses = uninterrupted run's "
-                        f"(bit-equal, {len(again)} steps)",
+                        f"({'bit-equal' if exact else 'max abs diff'}, {len(again)} steps)",
                         diff,
-                        0.0,
+                        0.0 if exact else 1e-5,
                         "torch.save" if mode == "pytorch" else "orbax-checkpoint",
                     )
                 )
@@ -935,7 +950,10 @@ def child_main(task: str, args: dict) -> dict:
     if task == "keras":
         import keras
 
-        steps, _, means, variances = keras_run(setup, data, weights, LOCKSTEP_STEPS, dropout=0.0)
+        with full_precision():
+            steps, _, means, variances = keras_run(
+                setup, data, weights, LOCKSTEP_STEPS, dropout=0.0
+            )
         history, start_logits, _, _ = keras_run(setup, data, weights)
         return {
             "backend": keras.backend.backend(),
