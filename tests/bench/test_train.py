@@ -6,6 +6,8 @@ import pytest
 
 from accelkit.bench.harness import Protocol
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so the training fixture runs once
+pytestmark = pytest.mark.xdist_group("bench-train")
 TINY = Protocol(repeats=2, warmup=0)
 # 1990 samples: 398 test rows, not a multiple of 8, so the multi-device eval pads and masks
 CI = dict(samples=1990, epochs=3, batch_size=64)
