@@ -28,6 +28,13 @@ def run_cli(args, capsys):
         (["autograd", ","], "MODES"),
         (["mnist", "--data", "/no/such/folder"], "/no/such/folder"),
         (["mnist", "--epochs", "0"], "--epochs"),
+        (["mnist", "--momentum", "1.5"], "--momentum"),
+        (["mnist", "--learning-rate", "0"], "--learning-rate"),
+        (["mnist", "--batch-size-validation", "0"], "--batch-size-validation"),
+        (["train", "tensorflow"], "tensorflow"),
+        (["train", "--samples", "100"], "--samples"),
+        (["train", "--dropout", "1"], "--dropout"),
+        (["train", "--epochs", "3", "--checkpoint-epoch", "3"], "--checkpoint-epoch"),
         (["parallel", "--devices", "1"], "--devices"),
         (["xla", "--matrix-size", "abc"], "--matrix-size"),
     ],
@@ -107,13 +114,31 @@ def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     doc = json.loads(out.read_text())
     validate(doc)
     names = [r["experiment"] for r in doc["results"]]
-    assert names == ["xla", "chain", "jit", "scipy", "autograd", "mnist", "parallel"]
+    assert names == ["xla", "chain", "jit", "scipy", "autograd", "mnist", "train", "parallel"]
     assert all(r["passed"] for r in doc["results"])
     text = report.read_text()
     for name in names:
         assert f"## {name}" in text
     assert "UNSYNCED" in text and "![timings](REPORT.png)" in text and "CPU 7" in text
+    assert "resumed in a fresh process" in text and "pmap + pmean" in text and ".at[].set" in text
+    assert "vjp_flops" in text  # the flax tabulate table, as a code block
     assert (tmp_path / "REPORT.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_train_pytorch_alone_json(capsys):
+    code, stdout, err = run_cli(
+        ["bench", "train", "pytorch", "--samples", "400", "--epochs", "2", "--json"], capsys
+    )
+    assert code == 0, err
+    doc = json.loads(stdout)
+    validate(doc)
+    result = doc["results"][0]
+    assert result["passed"] and result["params"]["checkpoint_epoch"] == 1
+    names = [c["name"] for c in result["checks"]]
+    assert any(n.startswith("pytorch: resumed in a fresh process") for n in names)
+    assert not any("flax" in n or "keras" in n for n in names)  # only what was asked for
+    assert [s["label"] for s in result["series"]] == ["pytorch", "pytorch (resumed at epoch 1)"]
+    assert "bench train: resume from checkpoints" in err
 
 
 def test_json_prints_the_document_on_stdout(capsys):

@@ -29,10 +29,37 @@ def test_chain_counts_cse_and_agrees_across_backends():
     assert result.passed, _failed(result)
     assert result.facts["jit(f) compiled matmuls"] == 10
     assert result.facts["jit(f_distinct) compiled matmuls"] == 50
+    # the .at[].set section: five ways, the same array, the donated jit in place
+    at_set = [t for t in result.timings if "writes:" in t.name]
+    assert {t.backend for t in at_set} == {"numpy", "pytorch", "jax", "jax-jit"} and len(
+        at_set
+    ) == 5
+    assert len([c for c in result.checks if c.name.startswith(".at[].set section")]) == 5
     # the function itself: f(x) = 2 g(x) up to rounding, and g is 10 products
     x, _ = chain.inputs(16)
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(chain.f(x64), 2 * np.linalg.matrix_power(x64, 11), rtol=1e-12)
+
+
+def test_at_set_checks_fail_on_a_wrong_result(monkeypatch):
+    """The equality checks compare with NumPy's result: a backend writing elsewhere fails."""
+    import jax
+
+    from accelkit.bench.experiments import chain
+    from accelkit.bench.harness import Result
+
+    result = Result("chain", {})
+    real_fori = jax.lax.fori_loop
+    # jit's loop now skips its last write: both jit rows must fail, the others pass
+    monkeypatch.setattr(
+        jax.lax, "fori_loop", lambda lo, hi, body, init: real_fori(lo, hi - 1, body, init)
+    )
+    chain.at_set(result, 500, TINY, writes=10)
+    failed = {c.name for c in result.checks if not c.passed}
+    assert failed == {
+        ".at[].set section, jax-jit: x.at[i].set(v), jit (one copy of x) = NumPy result",
+        ".at[].set section, jax-jit: x.at[i].set(v), jit, x donated = NumPy result",
+    }
 
 
 def test_count_matmuls_reads_dots_and_gemm_calls():
@@ -138,6 +165,34 @@ def test_mnist_same_model_same_batches_tiny():
         for _, y in mnist.make_loader(data.x_train, data.y_train, 64, mnist.jax_collate, 0)
     ]
     assert all(np.array_equal(a, b) for a, b in zip(torch_batches, jax_batches, strict=True))
+
+
+def test_mnist_flags_validation_batches_momentum_and_dry_run():
+    import torch
+
+    from accelkit.bench.experiments import mnist
+
+    data = mnist.load_data("digits", limit=200)
+    runs = {}
+    for key, momentum, eval_batch in (("a", 0.9, None), ("b", 0.9, 37), ("c", 0.0, None)):
+        torch.manual_seed(0)
+        net = mnist.torch_model(data.side)
+        runs[key] = mnist.train_torch(
+            net, data, 1, 32, 0.02, 0, momentum=momentum, eval_batch_size=eval_batch
+        )
+    # validation in batches of 37 (the last one short) predicts exactly what one batch does
+    assert runs["a"][0]["accuracy"] == runs["b"][0]["accuracy"]
+    assert runs["a"][0]["validated"] == runs["b"][0]["validated"] == len(data.y_test)
+    assert runs["a"][0]["loss"] == runs["b"][0]["loss"]
+    assert runs["a"][0]["loss"] != runs["c"][0]["loss"]  # momentum reaches the optimizer
+    result = mnist.run(
+        mnist.MODES, data, epochs=5, batch_size=32, lr=0.05, eval_batch_size=20, dry_run=True
+    )
+    assert result.passed, _failed(result)
+    assert result.params["epochs"] == 1 and result.params["lr"] == 0.05
+    names = [c.name for c in result.checks]
+    assert "flax: dry run, one training step and one validation batch" in names
+    assert all("accuracy ≥" not in n and "fell below" not in n for n in names)
 
 
 @pytest.mark.slow

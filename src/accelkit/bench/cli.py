@@ -79,6 +79,17 @@ def positive(name: str, value, minimum=1) -> None:
         raise ConfigError(f"{name} {value} must be at least {minimum}")
 
 
+def training_rates(learning_rate: float | None, momentum: float, dropout: float = 0.0) -> None:
+    """One check for the SGD flags both training commands take."""
+    from accelkit.errors import ConfigError
+
+    if learning_rate is not None and not learning_rate > 0:
+        raise ConfigError(f"--learning-rate {learning_rate} must be positive")
+    for name, value in (("--momentum", momentum), ("--dropout", dropout)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"{name} {value} must lie in [0, 1)")
+
+
 def _protocol(repeats: int, warmup: int):
     from accelkit.bench.harness import Protocol
 
@@ -388,6 +399,28 @@ def mnist_command(
             help="Required test accuracy in % (default: 98 digits, 96 mnist5k, at default epochs).",
         ),
     ] = None,
+    learning_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--learning-rate",
+            help="Peak SGD learning rate, cosine-decayed (default 0.02 digits, else 0.01).",
+        ),
+    ] = None,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = 0.9,
+    batch_size_validation: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size-validation",
+            help="Evaluate the test set in batches of this size (default: all).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="One training batch and one validation batch per framework (install check).",
+        ),
+    ] = False,
     threads: Threads = None,
     output: OutputPath = None,
     as_json: JsonFlag = False,
@@ -403,6 +436,9 @@ def mnist_command(
         positive("--epochs", epochs)
     if limit is not None:
         positive("--limit", limit, 10)
+    if batch_size_validation is not None:
+        positive("--batch-size-validation", batch_size_validation)
+    training_rates(learning_rate, momentum)
     count = _threads(threads)
     dataset = mnist.load_data(data, limit=limit)
     announce("mnist")
@@ -414,7 +450,89 @@ def mnist_command(
         dataset,
         epochs=epochs or default_epochs,
         batch_size=batch_size or mnist.DEFAULT_BATCH.get(dataset.name, 128),
+        lr=learning_rate,
+        momentum=momentum,
+        eval_batch_size=batch_size_validation,
+        dry_run=dry_run,
         target=target,
+    )
+    result.params["threads"] = count
+    emit([result], output, plot, "float32", as_json=as_json)
+
+
+@bench_app.command("train")
+def train_command(
+    modes: Annotated[
+        str, typer.Argument(help="pytorch, flax, keras-jax, keras-torch (comma-separated).")
+    ] = "pytorch,flax,keras-jax,keras-torch",
+    samples: Annotated[
+        int, typer.Option("--samples", help="Generated examples (80 % train, 20 % test).")
+    ] = 10_000,
+    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 10,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Mini-batch size.")] = 64,
+    learning_rate: Annotated[
+        float, typer.Option("--learning-rate", help="SGD learning rate (constant).")
+    ] = 0.01,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = 0.9,
+    dropout: Annotated[
+        float, typer.Option("--dropout", help="Dropout rate after each BatchNorm.")
+    ] = 0.2,
+    checkpoint_epoch: Annotated[
+        int | None,
+        typer.Option("--checkpoint-epoch", help="Save after this many epochs (default: half)."),
+    ] = None,
+    devices: Annotated[
+        int, typer.Option("--devices", help="Virtual CPU devices for the multi-device eval.")
+    ] = 8,
+    repeats: Repeats = 3,
+    warmup: Warmup = 1,
+    threads: Threads = None,
+    output: OutputPath = None,
+    as_json: JsonFlag = False,
+    plot: PlotPath = None,
+) -> None:
+    """The tutorial's MLP (BatchNorm, Dropout) in PyTorch, Flax and Keras 3: same start, lockstep
+    BatchNorm statistics, FLOPs, checkpoint resume, multi-device eval, loss and time per epoch."""
+    from accelkit.bench.experiments import train
+    from accelkit.errors import ConfigError, MissingDependencyError
+    from accelkit.runtime.progress import note
+
+    mode_list = parse_modes(modes, train.MODES)
+    positive("--epochs", epochs)
+    positive("--batch-size", batch_size, 2)
+    positive("--devices", devices, 2)
+    if samples < 5 * batch_size:
+        raise ConfigError(
+            f"--samples {samples} is too few for --batch-size {batch_size}: "
+            f"give at least {5 * batch_size} (four batches to train on, one to test)"
+        )
+    training_rates(learning_rate, momentum, dropout)
+    if checkpoint_epoch is not None and not 1 <= checkpoint_epoch < epochs:
+        raise ConfigError(f"--checkpoint-epoch {checkpoint_epoch} must lie in [1, --epochs)")
+    import importlib.util
+
+    needed = [("orbax.checkpoint", "flax" in mode_list), ("keras", "keras" in modes)]
+    for module, wanted in needed:  # found, not imported: keras fixes its backend at import
+        if wanted and importlib.util.find_spec(module) is None:
+            raise MissingDependencyError(module, "bench")
+    protocol = _protocol(repeats, warmup)
+    count = _threads(threads, "train")
+    setup = train.Setup(
+        samples=samples,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=learning_rate,
+        momentum=momentum,
+        dropout=dropout,
+        checkpoint_epoch=checkpoint_epoch,
+    )
+    result = train.run(
+        mode_list,
+        setup,
+        devices=devices,
+        protocol=protocol,
+        threads=count,
+        progress=lambda step: note(f"bench train: {step}…"),
     )
     result.params["threads"] = count
     emit([result], output, plot, "float32", as_json=as_json)

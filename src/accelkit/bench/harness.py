@@ -91,7 +91,9 @@ def environment(dtype: str | None = None) -> dict:
     """The run's record (`accelkit.runtime.environment`) plus dtype and threads."""
     from accelkit.runtime.environment import record
 
-    env = record(("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "torch"))
+    env = record(
+        ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "keras", "torch")
+    )
     env["dtype"] = dtype
     env["threads"] = thread_info()
     return env
@@ -243,3 +245,31 @@ def merge_results(parts: list[Result]) -> Result:
         merged.series.extend(part.series)
     merged.timings = list(pooled.values())
     return merged
+
+
+# ---------------------------------------------------------------------------------------------
+# child processes (XLA's device count and Keras's backend are fixed when they are imported)
+
+
+def run_child_process(argv: list[str], env: dict, what: str, timeout: float = 600) -> dict:
+    """Run `argv`, whose last argument is the JSON file it writes; return that file's content.
+
+    A failing child raises one line: its exit code and the last meaningful line of its stderr.
+    """
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from accelkit.errors import AccelkitError
+
+    out = Path(argv[-1])
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0 or not out.exists():
+        lines = [
+            ln
+            for ln in done.stderr.strip().splitlines()
+            if ln.strip() and not ln.startswith(("For simplicity", "---"))
+        ]
+        tail = (lines or ["no output"])[-1]
+        raise AccelkitError(f"{what} failed (exit {done.returncode}): {tail}")
+    return json.loads(out.read_text())

@@ -103,7 +103,7 @@ def print_result(result: Result, console=None) -> None:
         console.print(facts)
         for k, v in result.facts.items():
             if isinstance(v, str) and "\n" in v:
-                console.print(f"{k}:\n{v}", highlight=False, markup=False)
+                console.print(f"{k}:\n{v}", highlight=False, markup=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
 
@@ -132,7 +132,14 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
     for ax, result in zip(axes.flat, panels, strict=False):
         if result.series:
             for s in result.series:
-                ax.plot(s["x"], s["y"], marker="o", label=s["label"])
+                dashed = s.get("linestyle") == "dashed"  # optional: a curve drawn over another
+                ax.plot(
+                    s["x"],
+                    s["y"],
+                    marker="x" if dashed else "o",
+                    linestyle="--" if dashed else "-",
+                    label=s["label"],
+                )
             ax.set_xlabel(result.series[0]["xlabel"])
             ax.set_ylabel(result.series[0]["ylabel"])
             if _spans_decades([x for s in result.series for x in s["x"]]):

@@ -14,7 +14,7 @@ is written as null.
                   "checks": [{"name", "value": num|null, "expected": num|null,
                               "tolerance": num|null, "passed": bool, "detail": str}],
                   "facts": {...}, "notes": [str], "series": [{"label", "x": [...], "y": [...],
-                                                              "xlabel", "ylabel"}]}]}
+                                                              "xlabel", "ylabel", optional "linestyle": "dashed"}]}]}
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ SIZES = {
         "protocol": Protocol(3, 1),
         "mnist_limit": None,
         "mnist_epochs": None,
+        "train": {"samples": 4000, "epochs": 6},
+        "train_modes": ("pytorch", "flax", "keras-jax", "keras-torch"),
     },
     "quick": {
         "xla": 64,
@@ -30,6 +32,8 @@ SIZES = {
         "protocol": Protocol(2, 0),
         "mnist_limit": 512,
         "mnist_epochs": 3,
+        "train": {"samples": 1000, "epochs": 2},
+        "train_modes": ("pytorch", "flax"),  # each Keras backend is a child process (~5-10 s)
     },
 }
 
@@ -37,7 +41,16 @@ SIZES = {
 def run_all(
     quick: bool = False, progress: Callable[[str], None] = lambda name: None
 ) -> list[Result]:
-    from accelkit.bench.experiments import autograd, chain, jit, mnist, parallel, scipy_opt, xla
+    from accelkit.bench.experiments import (
+        autograd,
+        chain,
+        jit,
+        mnist,
+        parallel,
+        scipy_opt,
+        train,
+        xla,
+    )
 
     size = SIZES["quick" if quick else "full"]
     protocol = size["protocol"]
@@ -68,6 +81,15 @@ def run_all(
             epochs=epochs,
             batch_size=mnist.DEFAULT_BATCH["digits"],
             target=target,
+        )
+    )
+    progress("train")
+    results.append(
+        train.run(
+            size["train_modes"],
+            train.Setup(**size["train"]),
+            protocol=protocol,
+            progress=lambda step: progress(f"train: {step}"),
         )
     )
     progress("parallel")

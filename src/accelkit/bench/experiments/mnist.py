@@ -197,7 +197,9 @@ def jax_collate(batch):
     return jnp.asarray(x[..., None]), jnp.asarray(y)  # NHWC
 
 
-def make_loader(x, y, batch_size: int, collate, seed: int, shuffle: bool = True):
+def make_loader(
+    x, y, batch_size: int, collate, seed: int, shuffle: bool = True, drop_last: bool = False
+):
     """The one pipeline: a seeded sampler gives both frameworks the same batches in the same order."""
     import torch
     from torch.utils.data import DataLoader
@@ -209,6 +211,7 @@ def make_loader(x, y, batch_size: int, collate, seed: int, shuffle: bool = True)
         shuffle=shuffle,
         generator=generator,
         collate_fn=collate,
+        drop_last=drop_last,
     )
 
 
@@ -301,15 +304,24 @@ def cosine_factor(step, total: int, xp=np):
     return 0.5 * (1 + xp.cos(xp.pi * xp.minimum(step, total) / total))
 
 
-def train_torch(net, data: Dataset, epochs: int, batch_size: int, lr: float, seed: int):
+def train_torch(
+    net,
+    data: Dataset,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    momentum: float = 0.9,
+    eval_batch_size: int | None = None,
+    max_steps: int | None = None,
+):
     import torch
     import torch.nn.functional as F
 
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
     loader = make_loader(data.x_train, data.y_train, batch_size, torch_collate, seed)
     total = epochs * len(loader)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: cosine_factor(step, total))
-    test_x = torch.from_numpy(data.x_test[:, None])
     history = []
     for _ in range(epochs):
         net.train()
@@ -322,21 +334,49 @@ def train_torch(net, data: Dataset, epochs: int, batch_size: int, lr: float, see
             opt.step()
             schedule.step()
             losses.append(loss.item())  # .item() synchronizes
+            if max_steps is not None and len(losses) >= max_steps:
+                break
         seconds = time.perf_counter() - start
         net.eval()
         with torch.no_grad():
-            predicted = net(test_x).argmax(1).numpy()
-        history.append(
-            {
-                "loss": float(np.mean(losses)),
-                "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
-                "seconds": seconds,
-            }
-        )
+            predicted = np.concatenate(
+                [
+                    net(torch.from_numpy(x[:, None])).argmax(1).numpy()
+                    for x, _ in validation_batches(data, eval_batch_size, max_steps)
+                ]
+            )
+        history.append(_epoch_record(losses, predicted, data, seconds))
     return history
 
 
-def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, seed: int):
+def validation_batches(data: Dataset, batch_size: int | None, max_batches: int | None = None):
+    """The test set in batches of `batch_size` (all at once by default), at most `max_batches`."""
+    size = batch_size or len(data.y_test)
+    starts = range(0, len(data.y_test), size)[:max_batches]
+    return [(data.x_test[i : i + size], data.y_test[i : i + size]) for i in starts]
+
+
+def _epoch_record(losses, predicted, data: Dataset, seconds: float) -> dict:
+    return {
+        "loss": float(np.mean(losses)),
+        "accuracy": 100.0 * float(np.mean(predicted == data.y_test[: len(predicted)])),
+        "seconds": seconds,
+        "steps": len(losses),
+        "validated": len(predicted),
+    }
+
+
+def train_flax(
+    params,
+    data: Dataset,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    momentum: float = 0.9,
+    eval_batch_size: int | None = None,
+    max_steps: int | None = None,
+):
     import jax
     import jax.numpy as jnp
     import optax
@@ -345,7 +385,7 @@ def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, s
     model = flax_model()
     loader = make_loader(data.x_train, data.y_train, batch_size, jax_collate, seed)
     total = epochs * len(loader)
-    tx = optax.sgd(lambda step: lr * cosine_factor(step, total, jnp), momentum=0.9)
+    tx = optax.sgd(lambda step: lr * cosine_factor(step, total, jnp), momentum=momentum)
     state = TrainState.create(apply_fn=model.apply, params=params, tx=tx)
     dropout_key = jax.random.key(seed)
 
@@ -367,7 +407,6 @@ def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, s
     def predict(params, x):
         return jnp.argmax(model.apply({"params": params}, x, train=False), axis=-1)
 
-    test_x = jnp.asarray(data.x_test[..., None])
     history = []
     for _ in range(epochs):
         start = time.perf_counter()
@@ -375,16 +414,17 @@ def train_flax(params, data: Dataset, epochs: int, batch_size: int, lr: float, s
         for x, y in loader:
             state, loss = train_step(state, x, y)
             losses.append(loss)
+            if max_steps is not None and len(losses) >= max_steps:
+                break
         losses = [float(v) for v in jax.block_until_ready(losses)]
         seconds = time.perf_counter() - start
-        predicted = np.asarray(predict(state.params, test_x))
-        history.append(
-            {
-                "loss": float(np.mean(losses)),
-                "accuracy": 100.0 * float(np.mean(predicted == data.y_test)),
-                "seconds": seconds,
-            }
+        predicted = np.concatenate(
+            [
+                np.asarray(predict(state.params, jnp.asarray(x[..., None])))
+                for x, _ in validation_batches(data, eval_batch_size, max_steps)
+            ]
         )
+        history.append(_epoch_record(losses, predicted, data, seconds))
     return history
 
 
@@ -395,14 +435,22 @@ def run(
     epochs: int,
     batch_size: int = 128,
     lr: float | None = None,
+    momentum: float = 0.9,
+    eval_batch_size: int | None = None,
+    dry_run: bool = False,
     seed: int = 0,
     target: float | None = None,
 ) -> Result:
+    """Train in each mode. `dry_run`: one epoch of one batch and one validation batch per
+    framework (an install check: every step runs; no accuracy target, no loss check)."""
     import jax
     import jax.numpy as jnp
     import torch
 
     lr = DEFAULT_LR.get(data.name, 0.01) if lr is None else lr
+    max_steps = 1 if dry_run else None
+    if dry_run:
+        epochs, target = 1, None
 
     result = Result(
         "mnist",
@@ -415,7 +463,9 @@ def run(
             "epochs": epochs,
             "batch_size": batch_size,
             "lr": lr,
-            "momentum": 0.9,
+            "momentum": momentum,
+            "batch_size_validation": eval_batch_size or len(data.y_test),
+            "dry_run": dry_run,
             "target_accuracy": target,
         },
     )
@@ -458,10 +508,18 @@ def run(
         )
     )
     for mode in modes:
-        if mode == "pytorch":
-            history = train_torch(net, data, epochs, batch_size, lr, seed)
-        else:
-            history = train_flax(params, data, epochs, batch_size, lr, seed)
+        train = train_torch if mode == "pytorch" else train_flax
+        history = train(
+            net if mode == "pytorch" else params,
+            data,
+            epochs,
+            batch_size,
+            lr,
+            seed,
+            momentum=momentum,
+            eval_batch_size=eval_batch_size,
+            max_steps=max_steps,
+        )
         seconds = [h["seconds"] for h in history]
         device = "cpu" if mode == "pytorch" else jax.devices()[0].platform
         result.timings.append(
@@ -480,13 +538,26 @@ def run(
             )
         final = history[-1]["accuracy"]
         result.facts[f"{mode}: final test accuracy %"] = final
-        result.checks.append(
-            check_true(
-                f"{mode}: training loss fell below the initial loss",
-                history[-1]["loss"] < initial_loss,
-                f"{initial_loss:.3f} → {history[-1]['loss']:.3f}",
+        if dry_run:
+            first = history[0]
+            want_validated = min(eval_batch_size or len(data.y_test), len(data.y_test))
+            result.checks.append(
+                check_true(
+                    f"{mode}: dry run, one training step and one validation batch",
+                    first["steps"] == 1
+                    and first["validated"] == want_validated
+                    and np.isfinite(first["loss"]),
+                    f"loss {first['loss']:.3f}, {first['validated']} images validated",
+                )
             )
-        )
+        else:
+            result.checks.append(
+                check_true(
+                    f"{mode}: training loss fell below the initial loss",
+                    history[-1]["loss"] < initial_loss,
+                    f"{initial_loss:.3f} → {history[-1]['loss']:.3f}",
+                )
+            )
         if target is not None:
             result.checks.append(
                 check_close(

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -52,10 +50,9 @@ def child_env(devices: int) -> dict:
 def run_in_subprocess(
     *, devices: int = 8, protocol: Protocol = DEFAULT_PROTOCOL, timeout: float = 600
 ) -> Result:
-    from accelkit.errors import AccelkitError
+    from accelkit.bench.harness import run_child_process
 
     with tempfile.TemporaryDirectory(prefix="accelkit-parallel-") as tmp:
-        out = Path(tmp) / "parallel.json"
         argv = [
             sys.executable,
             "-m",
@@ -63,22 +60,10 @@ def run_in_subprocess(
             str(devices),
             str(protocol.repeats),
             str(protocol.warmup),
-            str(out),
+            str(Path(tmp) / "parallel.json"),
         ]
-        done = subprocess.run(
-            argv, env=child_env(devices), capture_output=True, text=True, timeout=timeout
-        )
-        if done.returncode != 0 or not out.exists():
-            lines = [
-                ln
-                for ln in done.stderr.strip().splitlines()
-                if ln.strip() and not ln.startswith(("For simplicity", "---"))
-            ]
-            tail = (lines or ["no output"])[-1]
-            raise AccelkitError(
-                f"bench parallel child process failed (exit {done.returncode}): {tail}"
-            )
-        return Result.from_json(json.loads(out.read_text())["results"][0])
+        doc = run_child_process(argv, child_env(devices), "bench parallel child process", timeout)
+        return Result.from_json(doc["results"][0])
 
 
 def run(devices: int, protocol: Protocol) -> Result:
