@@ -86,29 +86,72 @@ def test_bad_inputs_name_the_problem():
         load_config(abits=0)
 
 
-def test_openpi_env_aliases_and_precedence():
+def test_openpi_env_aliases_keep_the_forks_meaning_and_precedence():
+    """The fork's variables mean what they meant there: WBITS_DEFAULT the bits, WBITS bits per
+    layer, INCLUDE/EXCLUDE regexes searched in the name, ABITS=0 off, LS the smoothing strength,
+    DRYRUN a plan only; ACCELKIT_QUANT_* and arguments sit above them."""
     env = {
-        "OPENPI_DUQUANT_WBITS": "8",
-        "OPENPI_DUQUANT_ABITS": "16",
+        "OPENPI_DUQUANT_WBITS_DEFAULT": "8",
+        "OPENPI_DUQUANT_WBITS": "encoder.up:6",
+        "OPENPI_DUQUANT_ABITS": "0",
         "OPENPI_DUQUANT_BLOCK": "64",
         "OPENPI_DUQUANT_SCOPE": "encoder.",
-        "OPENPI_DUQUANT_INCLUDE": "encoder.q, encoder.up",
-        "OPENPI_DUQUANT_EXCLUDE": "*.up",
+        "OPENPI_DUQUANT_INCLUDE": r"\.(q|up)$",
+        "OPENPI_DUQUANT_EXCLUDE": r"^encoder\.q$",
+        "OPENPI_DUQUANT_PERMUTE": "0",
+        "OPENPI_DUQUANT_LS": "0.15",
+        "OPENPI_DUQUANT_ROW_ROT": "disabled",
         "OPENPI_DISABLE_TORCH_COMPILE": "1",
     }
     cfg = load_config(env=env)
     assert (cfg.wbits, cfg.abits, cfg.block_size, cfg.scope) == (8, 16, 64, "encoder.")
-    assert (
-        cfg.include == ["encoder.q", "encoder.up"]
-        and cfg.exclude == ["*.up"]
-        and cfg.disable_compile
-    )
+    assert cfg.layer_wbits == {"encoder.up": 6} and cfg.permutation is False
+    assert cfg.smooth_alpha == 0.15 and cfg.disable_compile and not cfg.dry_run
+    assert load_config(env={**env, "ACCELKIT_QUANT_WBITS_DEFAULT": "3"}).wbits == 8  # not ours
     assert load_config(env={**env, "ACCELKIT_QUANT_WBITS": "3"}).wbits == 3
     assert load_config(env=env, wbits=2).wbits == 2
-    _, report = quantize_with_report(make_net(), load_config(env=env, rotation_steps=8), batches())
-    assert report.quantized == ["encoder.q"]
-    with pytest.raises(ConfigError, match="OPENPI_DUQUANT"):
-        load_config(env={"OPENPI_DUQUANT_WBITS": "five"})
+    model, report = quantize_with_report(
+        make_net(), load_config(env=env, rotation_steps=8), batches()
+    )
+    assert report.quantized == ["encoder.up"]  # the regexes chose it; the glob default is "*"
+    up = model.encoder["up"]
+    assert isinstance(up, QuantLinear) and (up.spec.wbits, up.spec.abits) == (6, 16)
+    plan = load_config(env={**env, "OPENPI_DUQUANT_DRYRUN": "1"})
+    net = make_net()
+    same, report = quantize_with_report(net, plan, batches())
+    assert same is net and report.planned == {"encoder.up": 6} and not report.quantized
+    assert not any(isinstance(m, QuantLinear) for m in net.modules())
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OPENPI_DUQUANT_WBITS_DEFAULT": "five"}, r"^OPENPI_DUQUANT_WBITS_DEFAULT 'five': "),
+        ({"OPENPI_DUQUANT_WBITS": "8"}, r"^OPENPI_DUQUANT_WBITS '8': entry '8' is not name:bits"),
+        ({"OPENPI_DUQUANT_WBITS": "down:9"}, r"wbits of down=9 is not supported"),
+        ({"OPENPI_DUQUANT_INCLUDE": "("}, r"^OPENPI_DUQUANT_INCLUDE '\(': is not a valid regular"),
+        ({"OPENPI_DUQUANT_ROW_ROT": "restore"}, r"no output-side row rotation"),
+        (
+            {"OPENPI_DUQUANT_ACT_PCT": "99.9"},
+            r"^OPENPI_DUQUANT_ACT_PCT is not supported: .*ACT_CLIP",
+        ),
+        ({"OPENPI_DUQUANT_CALIB_STEPS": "8"}, r"CALIBRATION_ROWS"),
+        ({"OPENPI_DUQUANT_PACKDIR": "/tmp/p"}, r"--output FILE"),
+    ],
+)
+def test_openpi_variables_without_a_meaning_here_are_refused(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(env=env)
+
+
+def test_openpi_leftovers_warn_and_bad_layer_names_fail(caplog):
+    with caplog.at_level("WARNING"):
+        load_config(env={"OPENPI_DUQUANT_DEBUG": "1"})
+    assert "ignoring OPENPI_DUQUANT_DEBUG" in caplog.text
+    with pytest.raises(InputError, match=r"per-layer bits name 'encoder\.qq'"):
+        quantize(make_net(), QuantConfig(**SMALL, layer_wbits={"encoder.qq": 8}), batches())
+    with pytest.raises(InputError, match="include_regex='nothing'"):
+        quantize(make_net(), QuantConfig(**SMALL, include_regex="nothing"), batches())
 
 
 @pytest.mark.parametrize("method", ["duquant", "rtn"])

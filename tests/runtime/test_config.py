@@ -83,7 +83,7 @@ def test_images_precedence(tmp_path):
 def test_quant_precedence(tmp_path):
     path = layered(tmp_path, "wbits: 3\nabits: 3\n")
     env = {
-        "OPENPI_DUQUANT_WBITS": "5",
+        "OPENPI_DUQUANT_WBITS_DEFAULT": "5",
         "OPENPI_DUQUANT_BLOCK": "32",
         "ACCELKIT_QUANT_WBITS": "2",
         "ACCELKIT_QUANT_ABITS": "2",
@@ -99,5 +99,5 @@ def test_quant_precedence(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"c.yaml: smooth_alpha 2: smooth_alpha must lie"):
         load_config(layered(tmp_path, "smooth_alpha: 2\n"), env={})
-    with pytest.raises(ConfigError, match=r"^OPENPI_DUQUANT_WBITS 'five': "):
-        load_config(env={"OPENPI_DUQUANT_WBITS": "five"})
+    with pytest.raises(ConfigError, match=r"^OPENPI_DUQUANT_WBITS_DEFAULT 'five': "):
+        load_config(env={"OPENPI_DUQUANT_WBITS_DEFAULT": "five"})

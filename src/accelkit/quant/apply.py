@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 class QuantReport:
     quantized: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    planned: dict[str, int] = field(default_factory=dict)  # dry_run: layer -> weight bits
 
     def summary(self) -> str:
         text = f"quantized {len(self.quantized)} Linear layers"
@@ -39,7 +41,8 @@ class QuantReport:
 
 
 def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
-    """Linear layers whose qualified name starts with `scope`, matches an include glob and no exclude glob."""
+    """Linear layers whose qualified name starts with `scope`, matches an include glob (and the
+    include regex, by re.search) and no exclude glob (nor the exclude regex)."""
     if any(isinstance(m, QuantLinear) for m in model.modules()):
         raise InputError(
             "the model is already quantized (it holds QuantLinear layers); quantize the float model instead"
@@ -51,23 +54,41 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
         if name.startswith(config.scope)
         and any(fnmatch.fnmatchcase(name, pat) for pat in config.include)
         and not any(fnmatch.fnmatchcase(name, pat) for pat in config.exclude)
+        and (config.include_regex is None or re.search(config.include_regex, name))
+        and not (config.exclude_regex and re.search(config.exclude_regex, name))
     }
+    regexes = "".join(
+        f" {what}={value!r}"
+        for what, value in (
+            ("include_regex", config.include_regex),
+            ("exclude_regex", config.exclude_regex),
+        )
+        if value
+    )
     if not chosen:
         names = list(linears)
         shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
         raise InputError(
-            f"no nn.Linear matches scope={config.scope!r} include={config.include} exclude={config.exclude}; "
-            f"candidates: {shown or 'none (the model has no nn.Linear)'}"
+            f"no nn.Linear matches scope={config.scope!r} include={config.include} exclude={config.exclude}"
+            f"{regexes}; candidates: {shown or 'none (the model has no nn.Linear)'}"
+        )
+    unknown = sorted(set(config.layer_wbits) - set(chosen))
+    if unknown:
+        raise InputError(
+            f"per-layer bits name {', '.join(map(repr, unknown))}, which is not among the selected "
+            f"layers ({len(chosen)}: {', '.join(list(chosen)[:6])}{', …' if len(chosen) > 6 else ''})"
         )
     return chosen
 
 
-def layer_spec(linear: nn.Linear, config: QuantConfig, rotate: bool) -> LayerSpec:
+def layer_spec(
+    linear: nn.Linear, config: QuantConfig, rotate: bool, name: str | None = None
+) -> LayerSpec:
     return LayerSpec(
         in_features=linear.in_features,
         out_features=linear.out_features,
         bias=linear.bias is not None,
-        wbits=config.wbits,
+        wbits=config.layer_wbits.get(name, config.wbits),
         abits=config.abits,
         group_size=config.weight_group_size,
         act_granularity=config.act_granularity,
@@ -92,6 +113,9 @@ def quantize_with_report(
     """Quantize in place; returns the model and which layers were quantized or skipped (and why)."""
     layers = select_layers(model, config)
     report = QuantReport()
+    if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
+        report.planned = {name: config.layer_wbits.get(name, config.wbits) for name in layers}
+        return model, report
     usable: dict[str, nn.Linear] = {}
     for name, lin in layers.items():
         n = lin.in_features
@@ -139,7 +163,7 @@ def quantize_with_report(
             seed=config.seed,
             act_absmax=None if entry is None else entry.absmax,
         )
-        spec = layer_spec(lin, config, rotate=config.method == "duquant")
+        spec = layer_spec(lin, config, rotate=config.method == "duquant", name=name)
         qlin = QuantLinear(spec)
         act_range = None
         if sample is not None and spec.abits < 16 and spec.act_granularity == "per-tensor-static":

@@ -197,6 +197,17 @@ def apply_command(
         qmodel, report = quantize_with_report(
             float_model, cfg, batches(tokenizer, calibration_sentences(), 32), layer_done
         )
+    if report.planned:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
+        plan = {"dry_run": True, "planned": report.planned, "skipped": report.skipped}
+        if as_json:
+            from accelkit.runtime.output import print_json
+
+            print_json(plan)
+        else:
+            for name, bits in report.planned.items():
+                typer.echo(f"would quantize {name} (W{bits}A{cfg.abits})")
+            typer.echo(f"dry run: {len(report.planned)} layers; nothing written to {output}")
+        return
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
     if as_json:

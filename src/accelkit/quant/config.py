@@ -26,16 +26,45 @@ def check_bits(bits: int, what: str) -> int:
 
 
 ENV_PREFIX = "ACCELKIT_QUANT_"
-# openpi's DuQuant fork read these; they are documented aliases of ACCELKIT_QUANT_* fields.
+# openpi's DuQuant fork (openpi/models_pytorch/duquant_layers.py) read these; each keeps the
+# fork's meaning as an alias of a QuantConfig field, below the ACCELKIT_QUANT_* variables.
 OPENPI_ALIASES = {
-    "OPENPI_DUQUANT_WBITS": "wbits",
-    "OPENPI_DUQUANT_ABITS": "abits",
+    "OPENPI_DUQUANT_WBITS_DEFAULT": "wbits",
+    "OPENPI_DUQUANT_WBITS": "layer_wbits",  # per layer: "name:bits,name:bits"
+    "OPENPI_DUQUANT_ABITS": "abits",  # 0 = activations not quantized (our 16)
     "OPENPI_DUQUANT_BLOCK": "block_size",
     "OPENPI_DUQUANT_SCOPE": "scope",
-    "OPENPI_DUQUANT_INCLUDE": "include",
-    "OPENPI_DUQUANT_EXCLUDE": "exclude",
+    "OPENPI_DUQUANT_INCLUDE": "include_regex",  # Python regexes, re.search on the layer name
+    "OPENPI_DUQUANT_EXCLUDE": "exclude_regex",
+    "OPENPI_DUQUANT_PERMUTE": "permutation",
+    "OPENPI_DUQUANT_LS": "smooth_alpha",  # the fork's lambda_smooth
+    "OPENPI_DUQUANT_ROW_ROT": "row_rot",  # only "disabled" has a meaning here
+    "OPENPI_DUQUANT_DRYRUN": "dry_run",
     "OPENPI_DISABLE_TORCH_COMPILE": "disable_compile",
 }
+# the fork's variables that have no counterpart: what to use instead
+OPENPI_REFUSED = {
+    "OPENPI_DUQUANT_ACT_PCT": "activations are quantized per token at run time (no calibration "
+    "percentile); unset it, and use ACCELKIT_QUANT_ACT_CLIP (a ratio of each token's range) to clip",
+    "OPENPI_DUQUANT_CALIB_STEPS": "calibration is sized in token rows; unset it and set "
+    "ACCELKIT_QUANT_CALIBRATION_ROWS (default 2048) or pass fewer calibration batches",
+    "OPENPI_DUQUANT_PACKDIR": "the quantized model is one file; unset it and use "
+    "`accelkit quant apply --output FILE` (save_quantized) and load_quantized",
+}
+
+
+def _openpi_values(values: dict) -> dict:
+    """The fork's values in our terms: ABITS=0 is 'off' (16); ROW_ROT other than 'disabled' has
+    no counterpart (we rotate input channels only)."""
+    if str(values.get("abits", "")).strip() == "0":
+        values["abits"] = 16
+    row_rot = values.pop("row_rot", None)
+    if row_rot is not None and str(row_rot).strip().lower() not in ("disabled", "0", "false", ""):
+        raise ConfigError(
+            f"OPENPI_DUQUANT_ROW_ROT={row_rot!r}: accelkit rotates input channels only (no output-side "
+            "row rotation); unset it or set it to disabled"
+        )
+    return values
 
 
 class QuantConfig(Settings):
@@ -59,6 +88,48 @@ class QuantConfig(Settings):
     calibration_rows: int = 2048
     seed: int = 0
     disable_compile: bool = False
+    # openpi fork compatibility: regexes (re.search) on top of the globs, bits per layer, a plan only
+    include_regex: str | None = None
+    exclude_regex: str | None = None
+    layer_wbits: dict[str, int] = Field(default_factory=dict)
+    dry_run: bool = False
+
+    @field_validator("include_regex", "exclude_regex")
+    @classmethod
+    def _regex(cls, value):
+        import re
+
+        if value is None or not value.strip():
+            return None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"is not a valid regular expression ({exc})") from None
+        return value
+
+    @field_validator("layer_wbits", mode="before")
+    @classmethod
+    def _layer_bits(cls, value):
+        if isinstance(value, str):  # the fork's "name:bits,name:bits"
+            pairs = {}
+            for part in (p.strip() for p in value.split(",")):
+                name, sep, bits = part.rpartition(":")
+                if not part:
+                    continue
+                if not sep or not name.strip() or not bits.strip().lstrip("-").isdigit():
+                    raise ValueError(
+                        f"entry {part!r} is not name:bits; e.g. encoder.layer.0.attention.self.query:8"
+                    )
+                pairs[name.strip()] = int(bits)
+            return pairs
+        return value
+
+    @field_validator("layer_wbits")
+    @classmethod
+    def _layer_bits_valid(cls, value):
+        for name, bits in value.items():
+            check_bits(bits, f"wbits of {name}")
+        return value
 
     @field_validator("include", "exclude", mode="before")
     @classmethod
@@ -104,7 +175,9 @@ class QuantConfig(Settings):
         return value
 
 
-SECTION = Section(QuantConfig, env_prefix=ENV_PREFIX, env_aliases=OPENPI_ALIASES)
+SECTION = Section(
+    QuantConfig, env_prefix=ENV_PREFIX, env_aliases=OPENPI_ALIASES, adapt=_openpi_values
+)
 
 
 # the CLI flags whose names differ from their fields (errors name what the user typed)
@@ -112,7 +185,24 @@ FLAG_NAMES = {"weight_group_size": "--group-size", "disable_compile": "--compile
 
 
 def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords) -> QuantConfig:
-    """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords (runtime/config.py)."""
+    """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords (runtime/config.py).
+    The fork's variables without a counterpart are refused with what to use instead; other
+    OPENPI_DUQUANT_* variables get one warning naming them (they change nothing here)."""
+    import logging
+    import os
+
+    env = os.environ if env is None else env
+    for var, instead in OPENPI_REFUSED.items():
+        if str(env.get(var, "")).strip():
+            raise ConfigError(f"{var} is not supported: {instead}")
+    ignored = sorted(
+        var for var in env if var.startswith("OPENPI_DUQUANT_") and var not in OPENPI_ALIASES
+    )
+    if ignored:
+        logging.getLogger(__name__).warning(
+            "quant: ignoring %s (openpi fork variables with no meaning here; see docs/quant.md)",
+            ", ".join(ignored),
+        )
     return load(
         [SECTION],
         path=yaml_path,
