@@ -64,7 +64,9 @@ def test_pi0_style_policy_quantizes_with_fork_variables_and_compiles_fullgraph()
         second = compiled(x).clone()
         eager = policy(x)
         ref = fp32(inputs_embeds=x, use_cache=False).last_hidden_state
-    assert counters["stats"]["unique_graphs"] == 1  # one graph, no recompile for a new input of the same shape
+    assert (
+        counters["stats"]["unique_graphs"] == 1
+    )  # one graph, no recompile for a new input of the same shape
     assert not torch.equal(first, again)
     torch.testing.assert_close(second, first, rtol=0, atol=0)
     torch.testing.assert_close(first, eager, rtol=1e-4, atol=1e-4)

@@ -6,15 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from accelkit.cli import main
 from accelkit.stats.sample import write_sample_dataset
-
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,27 @@ def _split(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list
     return items
 
 
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        help="minilm (shipped, offline) or a local transformers model folder (config.json,"
+        " safetensors, tokenizer): encoders are judged by embeddings, causal LMs by next tokens."
+    ),
+]
+CalibrationOption = Annotated[
+    str | None,
+    typer.Option(
+        "--calibration", help="Text file, one calibration text per line (default: shipped set)."
+    ),
+]
+EvalDataOption = Annotated[
+    str | None,
+    typer.Option(
+        "--eval-data", help="Text file, one evaluation text per line (default: shipped pairs)."
+    ),
+]
+
+
 def load_quant_config(path: str | None, group_size: int | None, **flags):
     """The config from defaults < environment < file < flags; `--group-size 0` asks for per
     output channel even when the file or the environment set groups."""
@@ -46,9 +67,9 @@ def load_quant_config(path: str | None, group_size: int | None, **flags):
 
 @quant_app.command("eval")
 def eval_command(
-    model: Annotated[
-        str, typer.Option(help="Model to evaluate (offline, from an installed package).")
-    ] = "minilm",
+    model: ModelOption = "minilm",
+    calibration: CalibrationOption = None,
+    eval_data: EvalDataOption = None,
     methods: Annotated[
         str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")
     ] = "fp32,rtn,smoothquant,duquant",
@@ -91,9 +112,9 @@ def eval_command(
     bit_list = _split(bits, "bits")
     if not 1 <= pairs <= 300:
         raise ConfigError(f"--pairs {pairs} must lie in 1..300")
-    from accelkit.quant.evaluate import model_factory, parse_bits, run_eval
+    from accelkit.quant.evaluate import check_model, load_subject, parse_bits, run_eval
 
-    model_factory(model)
+    check_model(model)
     for b in bit_list:
         parse_bits(b)
     base = load_quant_config(
@@ -107,6 +128,9 @@ def eval_command(
     from accelkit.runtime.progress import status as status_line
 
     with status_line(f"loading {model} and its evaluation data…") as update:
+        subject = load_subject(
+            model, n_pairs=pairs, calibration_file=calibration, eval_file=eval_data
+        )
         rows = run_eval(
             method_list,
             bit_list,
@@ -115,37 +139,47 @@ def eval_command(
             compiled=compiled,
             config_overrides=overrides,
             progress=lambda s: update(f"{s}…"),
+            subject=subject,
         )
-    table = Table(title=f"accelkit quant eval — {model}, {2 * pairs} sentences, fidelity vs FP32")
-    for col in (
-        "method",
-        "bits",
-        "mean cos",
-        "min cos",
-        "top-1 agree",
-        "layers MB",
-        "eager ms",
-        "compiled ms",
-    ):
-        table.add_column(col, justify="right")
+    texts = sum(len(b["input_ids"]) for b in subject.data)
+    lm = subject.kind == "causal-lm"
+    table = Table(
+        title=f"accelkit quant eval — {model} ({subject.kind}), {texts} texts, fidelity vs FP32"
+    )
+    fidelity_columns = (
+        [("next-token agree", "top1_agreement", ".3f"), ("ppl ratio", "perplexity_ratio", ".4f")]
+        if lm
+        else [
+            ("mean cos", "mean_cosine", ".4f"),
+            ("min cos", "min_cosine", ".4f"),
+            ("top-1 agree", "top1_agreement", ".3f"),
+        ]
+    )
+    columns = [
+        ("method", "method", None),
+        ("bits", "bits", None),
+        *fidelity_columns,
+        ("layers MB", "quant_layers_mb", ".2f"),
+        ("eager ms", "eager_ms", ".2f"),
+        ("compiled ms", "compiled_ms", ".2f"),
+    ]
+    for title, _, _ in columns:
+        table.add_column(title, justify="right")
 
-    def fmt(v, spec=".2f"):
-        return "-" if v is None else format(v, spec)
+    def fmt(v, spec):
+        return "-" if v is None else v if spec is None else format(v, spec)
 
     for r in rows:
-        table.add_row(
-            r.method,
-            r.bits,
-            fmt(r.mean_cosine, ".4f"),
-            fmt(r.min_cosine, ".4f"),
-            fmt(r.top1_agreement, ".3f"),
-            fmt(r.quant_layers_mb),
-            fmt(r.eager_ms),
-            fmt(r.compiled_ms),
-        )
+        table.add_row(*(fmt(getattr(r, key), spec) for _, key, spec in columns))
     from dataclasses import asdict
 
-    document = {"model": model, "pairs": pairs, "rows": [asdict(r) for r in rows]}
+    document = {
+        "model": model,
+        "kind": subject.kind,
+        "texts": texts,
+        "pairs": subject.n_pairs,
+        "rows": [asdict(r) for r in rows],
+    }
     if as_json:
         from accelkit.runtime.output import print_json
 
@@ -161,7 +195,8 @@ def eval_command(
 @quant_app.command("apply")
 def apply_command(
     output: Annotated[str, typer.Option(help="Where to write the quantized model (.safetensors).")],
-    model: Annotated[str, typer.Option(help="Model to quantize.")] = "minilm",
+    model: ModelOption = "minilm",
+    calibration: CalibrationOption = None,
     method: Annotated[str | None, typer.Option(help="duquant | smoothquant | rtn.")] = None,
     wbits: Annotated[int | None, typer.Option(help="Weight bits (2..8, 16 = off).")] = None,
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
@@ -175,18 +210,25 @@ def apply_command(
         typer.Option("--json", help="Print the report (layers, sizes, path) as JSON on stdout."),
     ] = False,
 ) -> None:
-    """Quantize the model with its shipped calibration set and save it (int4 packed safetensors)."""
+    """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
     from accelkit.quant.apply import quantize_with_report
-    from accelkit.quant.evaluate import batches, load_minilm, model_factory, quant_layer_bytes
+    from accelkit.quant.evaluate import (
+        batches,
+        check_model,
+        load_model,
+        quant_layer_bytes,
+        read_texts,
+    )
     from accelkit.quant.sentences import calibration_sentences
     from accelkit.quant.storage import save_quantized
 
-    model_factory(model)
+    check_model(model)
     cfg = load_quant_config(config, group_size, method=method, wbits=wbits, abits=abits)
+    texts = read_texts(calibration, "--calibration") if calibration else None
     from accelkit.runtime.progress import status
 
     with status(f"loading {model}…") as update:
-        float_model, tokenizer = load_minilm()
+        float_model, tokenizer, _ = load_model(model)
         update(f"calibrating and quantizing ({cfg.method})…")
         done = []
 
@@ -195,7 +237,7 @@ def apply_command(
             update(f"quantized {name} ({len(done)} layers)…")
 
         qmodel, report = quantize_with_report(
-            float_model, cfg, batches(tokenizer, calibration_sentences(), 32), layer_done
+            float_model, cfg, batches(tokenizer, texts or calibration_sentences(), 32), layer_done
         )
     if report.planned:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
         plan = {"dry_run": True, "planned": report.planned, "skipped": report.skipped}
