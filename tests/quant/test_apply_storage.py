@@ -1,5 +1,7 @@
 """quantize() selection and bad input, openpi env aliases, save/load bit-exactness and size."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -196,3 +198,60 @@ def test_load_errors(tmp_path):
     junk.write_bytes(b"not a safetensors file")
     with pytest.raises(InputError, match="safetensors"):
         load_quantized(junk, make_net)
+
+
+def quiet_case(calib_rows=512, quiet=True):
+    torch.manual_seed(0)
+    lin = nn.Linear(128, 256)
+    g = torch.Generator().manual_seed(1)
+    calib = torch.randn(calib_rows, 128, generator=g)
+    test = torch.randn(256, 128, generator=g)
+    if quiet:
+        calib[:, 5] = 0.0  # silent during calibration, as loud as the others at inference
+    return lin, calib, test
+
+
+def test_a_channel_quiet_in_calibration_is_not_amplified(caplog):
+    """The issue's case: one input channel zero in calibration. SmoothQuant's own scale for it would
+    be the 1e-5 floor and multiply it ~400x at inference (relative error 0.87 before the fix)."""
+    lin, calib, test = quiet_case()
+    ref = lin(test).detach()
+    errors = {}
+    with caplog.at_level("WARNING"):
+        for method in ("rtn", "smoothquant", "duquant"):
+            q = quantize(
+                nn.Sequential(copy.deepcopy(lin)),
+                QuantConfig(method=method, block_size=64, rotation_steps=32),
+                [calib],
+            )
+            y = q(test).detach()
+            errors[method] = float((y - ref).norm() / ref.norm())
+    assert errors["smoothquant"] <= 1.5 * errors["rtn"], errors
+    assert errors["duquant"] <= 1.5 * errors["rtn"], errors
+    assert "quiet or dead during calibration" in caplog.text and "0 (1: 5)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("calib", "message"),
+    [
+        ([torch.randn(3, 128)], "saw only 3 calibration tokens; duquant .* at least 32"),
+        ([torch.zeros(0, 128)], "saw 0 calibration tokens"),
+    ],
+)
+def test_too_few_calibration_tokens_is_one_clear_error(calib, message):
+    with pytest.raises(DataError, match=message):
+        quantize(nn.Sequential(nn.Linear(128, 64)), QuantConfig(**SMALL), calib)
+
+
+def test_loading_into_the_wrong_model_and_bad_numbers_are_our_errors(tmp_path):
+    q = quantize(nn.Sequential(nn.Linear(128, 64)), QuantConfig(method="rtn"), batches())
+    path = save_quantized(q, tmp_path / "q.safetensors")
+    with pytest.raises(InputError, match=r"layer '0' was quantized as Linear\(128, 64\)"):
+        load_quantized(path, lambda: nn.Sequential(nn.Linear(128, 65)))
+    with pytest.raises(InputError, match="has no layer '0'"):
+        load_quantized(path, lambda: nn.Sequential())
+    with pytest.raises(ConfigError, match=r"QuantConfig: smooth_alpha=3: smooth_alpha must lie"):
+        QuantConfig(smooth_alpha=3)
+    cfg = QuantConfig()
+    with pytest.raises(ConfigError, match="block_size"):
+        cfg.block_size = 0

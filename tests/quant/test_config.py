@@ -15,5 +15,5 @@ def test_check_bits():
 
 
 def test_group_size_message_names_the_per_channel_choice():
-    with pytest.raises(ValueError, match="--group-size 0"):
+    with pytest.raises(ConfigError, match="--group-size 0"):
         QuantConfig(weight_group_size=1)

@@ -10,6 +10,7 @@ from accelkit.quant.transforms import (
     blockwise,
     fit_transform,
     greedy_rotation,
+    quiet_channels,
     rotation_from_steps,
     smooth_scales,
     zigzag_permutation,
@@ -162,10 +163,22 @@ def test_zigzag_is_a_permutation_and_balances_block_maxima():
 
 
 def test_smooth_scales_formula():
-    a = torch.tensor([4.0, 0.0, 9.0], dtype=torch.float64)
-    w = torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64)
+    a = torch.tensor([4.0, 1.0, 9.0, 2.0], dtype=torch.float64)
+    w = torch.tensor([1.0, 2.0, 0.0, 8.0], dtype=torch.float64)
     s = smooth_scales(a, w, 0.5)
-    np.testing.assert_allclose(s.numpy(), [2.0, max(1e-5**0.5 / 2**0.5, 1e-5), 3.0 / 1e-5**0.5])
+    np.testing.assert_allclose(s.numpy(), [2.0, 0.5**0.5, 3.0 / 1e-5**0.5, 0.5])
+
+
+def test_quiet_channels_take_the_median_scale_not_a_tiny_one():
+    a = torch.tensor([4.0, 0.0, 9.0, 1e-4, 2.0], dtype=torch.float64)
+    w = torch.ones(5, dtype=torch.float64)
+    assert quiet_channels(a).tolist() == [1, 3]  # dead, and far below 5 % of the median (3.0)
+    s = smooth_scales(a, w, 0.5)
+    live = torch.tensor([4.0, 9.0, 2.0]) ** 0.5
+    np.testing.assert_allclose(
+        s.numpy(), [2.0, float(live.median()), 3.0, float(live.median()), 2**0.5]
+    )
+    np.testing.assert_array_equal(smooth_scales(torch.zeros(3), torch.ones(3), 0.6).numpy(), 1.0)
 
 
 @pytest.mark.parametrize("blocks", [4, 5])  # 4 blocks: one dense n×n product; 5: block products

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from accelkit.errors import ConfigError, InputError
+from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.quant.calibrate import collect_inputs
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.layers import LayerSpec, QuantLinear
-from accelkit.quant.transforms import fit_transform
+from accelkit.quant.transforms import fit_transform, quiet_channels
+
+# smoothing scales come from per-channel activation maxima: fewer tokens than this give noise
+MIN_CALIBRATION_TOKENS = 32
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,31 @@ def quantize_with_report(
         if needs_data
         else {}
     )
+    quiet: dict[str, list[int]] = {}
+    if config.method in ("smoothquant", "duquant"):
+        for name, entry in inputs.items():
+            if entry.tokens < MIN_CALIBRATION_TOKENS:
+                raise DataError(
+                    f"layer {name!r} saw only {entry.tokens} calibration tokens; {config.method} "
+                    f"fits its smoothing on activation statistics and needs at least "
+                    f"{MIN_CALIBRATION_TOKENS} (pass more or longer calibration batches, or use rtn)"
+                )
+            channels = quiet_channels(entry.absmax)
+            if len(channels):
+                quiet[name] = channels.tolist()
+    if quiet:
+        shown = "; ".join(
+            f"{name} ({len(ch)}: {', '.join(map(str, ch[:8]))}{', …' if len(ch) > 8 else ''})"
+            for name, ch in list(quiet.items())[:6]
+        )
+        more = f"; and {len(quiet) - 6} more layers" if len(quiet) > 6 else ""
+        log.warning(
+            "quant: input channels quiet or dead during calibration get a typical smoothing scale "
+            "instead of their own (which would amplify them at inference): %s%s; calibrate on "
+            "data like the inference inputs",
+            shown,
+            more,
+        )
     for name, lin in usable.items():
         entry = inputs.get(name)
         sample = entry.sample() if entry is not None else None

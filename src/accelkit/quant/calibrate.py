@@ -22,6 +22,7 @@ class LayerInputs:
     absmax: torch.Tensor | None = None
     chunks: list[torch.Tensor] = field(default_factory=list)
     rows: int = 0
+    empty_calls: int = 0
     tokens: int = 0
 
     def sample(self) -> torch.Tensor:
@@ -61,6 +62,9 @@ def collect_inputs(
     def hook_for(name: str):
         def hook(_module, args):
             x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float32)
+            if x.shape[0] == 0:  # an empty batch adds nothing (and has no max)
+                found[name].empty_calls += 1
+                return
             if not bool(torch.isfinite(x).all()):
                 bad.append(name)
                 return
@@ -97,6 +101,11 @@ def collect_inputs(
             "calibration data is empty; pass at least one batch (a tensor, tuple or dict of tensors)"
         )
     for name, entry in found.items():
+        if entry.absmax is None and entry.empty_calls:
+            raise DataError(
+                f"layer {name!r} saw 0 calibration tokens (every batch that reached it was empty); "
+                "pass batches with at least one token"
+            )
         if entry.absmax is None:
             raise DataError(
                 f"layer {name!r} never ran during calibration; exclude it or use data that reaches it"

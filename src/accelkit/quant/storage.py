@@ -109,12 +109,26 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
             raise InputError(
                 f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized"
             ) from exc
-        layer = QuantLinear(LayerSpec(**spec_dict))
+        spec = LayerSpec(**spec_dict)
+        shape = (getattr(old, "in_features", None), getattr(old, "out_features", None))
+        if not isinstance(old, nn.Linear) or shape != (spec.in_features, spec.out_features):
+            raise InputError(
+                f"{file}: layer {name!r} was quantized as Linear({spec.in_features}, "
+                f"{spec.out_features}) but the model from model_factory has {old!r} there; pass the "
+                "factory of the model that was quantized"
+            )
+        layer = QuantLinear(spec)
         with torch.no_grad():
             for key, buf in layer.named_buffers(recurse=False):
                 if key in DERIVED:
                     continue
-                buf.copy_(tensors[f"quant/{name}/{key}"].to(buf.dtype))
+                saved = tensors.get(f"quant/{name}/{key}")
+                if saved is None or saved.shape != buf.shape:
+                    raise InputError(
+                        f"{file}: tensor quant/{name}/{key} is missing or has the wrong shape; "
+                        "the file is damaged, re-create it with `accelkit quant apply`"
+                    )
+                buf.copy_(saved.to(buf.dtype))
         rebuild_derived(layer)
         parent, _, child = name.rpartition(".")
         setattr(
@@ -123,7 +137,14 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
             layer.to(next(old.buffers(), next(old.parameters())).device),
         )
     rest = {k[len("float/") :]: v for k, v in tensors.items() if k.startswith("float/")}
-    missing, unexpected = model.load_state_dict(rest, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(rest, strict=False)
+    except RuntimeError as exc:  # size mismatches
+        first = str(exc).split("\n\t", 2)[1] if "\n\t" in str(exc) else str(exc)
+        raise InputError(
+            f"{file} does not fit the model from model_factory: {first.strip()}; pass the factory of "
+            "the model that was quantized"
+        ) from exc
     bad_missing = [k for k in missing if not k.startswith(tuple(f"{n}." for n in specs))]
     if bad_missing or unexpected:
         raise InputError(

@@ -16,12 +16,38 @@ from dataclasses import dataclass
 
 import torch
 
+# A channel whose largest calibration activation is below this share of the layer's median
+# channel max was quiet (or dead) during calibration: its smoothing scale is not fitted to it.
+QUIET_RATIO = 0.05
+
+
+def quiet_channels(act_absmax: torch.Tensor, ratio: float = QUIET_RATIO) -> torch.Tensor:
+    """Indices of the input channels that were quiet or dead during calibration."""
+    a = act_absmax.to(torch.float64)
+    live = a > 0
+    if not bool(live.any()):
+        return torch.arange(a.numel())
+    return torch.nonzero(a < ratio * a[live].median()).flatten()
+
 
 def smooth_scales(act_absmax: torch.Tensor, w_absmax: torch.Tensor, alpha: float) -> torch.Tensor:
-    """SmoothQuant: s_j = max|X_j|^α / max|W_:,j|^(1−α), clamped ≥ 1e-5 (zero channels stay finite)."""
-    a = torch.clamp(act_absmax, min=1e-5)
-    w = torch.clamp(w_absmax, min=1e-5)
-    return torch.clamp(a**alpha / w ** (1.0 - alpha), min=1e-5)
+    """SmoothQuant: s_j = max|X_j|^α / max|W_:,j|^(1−α), clamped ≥ 1e-5 (zero weights stay finite).
+
+    A channel quiet in calibration (`quiet_channels`) gets the median scale of the others, not
+    its own: its own would be tiny and multiply whatever it carries at inference by hundreds
+    (x / s) — calibration saw nothing of it, so it is treated as a typical channel. With no
+    live channel at all, every scale is 1 (nothing to smooth)."""
+    a = torch.clamp(act_absmax.to(torch.float64), min=1e-5)
+    w = torch.clamp(w_absmax.to(torch.float64), min=1e-5)
+    s = torch.clamp(a**alpha / w ** (1.0 - alpha), min=1e-5)
+    quiet = quiet_channels(act_absmax)
+    if len(quiet) == s.numel():
+        return torch.ones_like(s)
+    if len(quiet):
+        keep = torch.ones(s.numel(), dtype=torch.bool)
+        keep[quiet] = False
+        s[quiet] = s[keep].median()
+    return s
 
 
 def block_base(block: int, seed: int) -> torch.Tensor:

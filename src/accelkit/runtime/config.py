@@ -29,9 +29,44 @@ Model = TypeVar("Model", bound="Settings")
 
 
 class Settings(BaseModel):
-    """Base for every config model: unknown keys are errors, values are validated on assignment."""
+    """Base for every config model: unknown keys are errors, values are validated on assignment.
+    Built directly from Python (`QuantConfig(wbits=9)`), a bad value raises ConfigError with one
+    line naming the field, as the loader does for flags, variables and files."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    def __init__(self, **values: Any):
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InvalidSettings(exc, type(self).__name__) from None
+
+    def __setattr__(self, name: str, value: Any):
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise InvalidSettings(exc, type(self).__name__) from None
+
+
+class InvalidSettings(ConfigError):
+    """A settings model refused a value; `validation` keeps pydantic's details so the loader can
+    name the flag, variable or file entry the value came from."""
+
+    def __init__(self, validation: ValidationError, model: str):
+        super().__init__(_describe(validation, model))
+        self.validation = validation
+
+
+def _describe(exc: ValidationError, model: str) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "<root>"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown field {where!r}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{where}={err.get('input')!r}: {msg}")
+    return f"{model}: " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -112,8 +147,8 @@ def build(model: type[Model], *layers: Layer) -> Model:
         merged.update({k: v for k, v in layer.values.items() if v is not None})
     try:
         return model.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError(_name_the_input(exc, layers, model.__name__)) from exc
+    except InvalidSettings as exc:
+        raise ConfigError(_name_the_input(exc.validation, layers, model.__name__)) from None
 
 
 def _name_the_input(exc: ValidationError, layers: Sequence[Layer], fallback: str) -> str:
