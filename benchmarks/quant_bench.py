@@ -129,6 +129,27 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
     }
 
 
+def calibration_seconds(rounds: int = 2) -> dict:
+    """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
+    packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
+    from accelkit.quant.apply import quantize
+    from accelkit.quant.config import QuantConfig
+    from accelkit.quant.sentences import calibration_sentences
+
+    fp32, tok = load_minilm()
+    calib = batches(tok, calibration_sentences(), 32)
+    runs = {
+        method: (
+            lambda method=method: quantize(
+                copy.deepcopy(fp32), QuantConfig(method=method, wbits=4, abits=8), calib
+            )
+        )
+        for method in ("rtn", "smoothquant", "duquant")
+    }
+    timed = interleaved(runs, rounds, warmup=False)
+    return {"rounds": rounds, "median_s": timed.medians(), "all_s": timed.wall}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=300)
@@ -185,6 +206,8 @@ def main() -> None:
         inter[f"group_{args.group_size}"] = interleaved_latency(args.group_size)
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
+    print(f"[{time.perf_counter() - t0:6.0f}s] calibration time per method", flush=True)
+    calibration = calibration_seconds()
     payload = {
         "environment": {
             **record(("torch", "torchao", "transformers")),
@@ -196,6 +219,7 @@ def main() -> None:
         "rows_per_channel": per_channel,
         "compiled_latency_interleaved": inter,
         "torchao_crosscheck": cross,
+        "calibration_seconds": calibration,
         "wall_s": time.perf_counter() - t0,
     }
     write_json_atomic(args.out, payload)
