@@ -17,11 +17,21 @@ def _failed(result):
     return [(c.name, c.value, c.detail) for c in result.checks if not c.passed]
 
 
-@pytest.fixture(scope="module")
-def trained():
+def _train_ci():
     from accelkit.bench.experiments import train
 
     return train.run(train.MODES, train.Setup(**CI), devices=8, protocol=TINY, threads=2)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """Trained in a spawned process: orbax/tensorstore and keras set up process-wide state (they
+    closed pytest's own output streams when run inside the test process)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_train_ci).result()
 
 
 def _check(result, prefix):

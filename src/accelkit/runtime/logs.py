@@ -10,6 +10,7 @@ is imported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -50,3 +51,19 @@ def configure(debug: bool = False, verbose: bool = False) -> None:
         os.environ.setdefault(name, value)
     for module in ("torchao", "torch", "transformers", "jax", "pymilvus", "onnxruntime"):
         warnings.filterwarnings("ignore", module=module)
+
+
+@contextlib.contextmanager
+def root_logger_untouched():
+    """Run a block without letting a library configure the root logger: absl (under orbax and JAX
+    extensions) calls `logging.basicConfig()` on any log line while the root logger has no
+    handler, binding a handler to whatever `sys.stderr` is at that moment (a test's captured
+    stream, closed later). Handlers the block adds to the root logger are removed again."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)

@@ -416,20 +416,27 @@ def flax_run(state, setup: Setup, data, epochs: range, on_epoch=None, steps=None
 
 
 def flax_save(path: Path, state) -> None:
-    import orbax.checkpoint as ocp
+    from accelkit.runtime.logs import root_logger_untouched
 
-    checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(Path(path).absolute(), state)
-    checkpointer.wait_until_finished()
+    with root_logger_untouched():
+        import orbax.checkpoint as ocp
+
+        checkpointer = ocp.StandardCheckpointer()
+        checkpointer.save(Path(path).absolute(), state)
+        checkpointer.wait_until_finished()
 
 
 def flax_restore(path: Path, template):
     """The saved TrainState, restored into the structure (and shapes, dtypes) of `template`."""
     import jax
-    import orbax.checkpoint as ocp
 
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    return ocp.StandardCheckpointer().restore(Path(path).absolute(), abstract)
+    from accelkit.runtime.logs import root_logger_untouched
+
+    with root_logger_untouched():
+        import orbax.checkpoint as ocp
+
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+        return ocp.StandardCheckpointer().restore(Path(path).absolute(), abstract)
 
 
 # ---------------------------------------------------------------------------------------------
