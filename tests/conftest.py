@@ -15,26 +15,6 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _log_handlers_outlive_the_test():
-    """Libraries bind logging handlers to `sys.stderr` as it is when they set up (torch when it
-    first compiles, absl on its first log line); inside a test that is pytest's captured stream,
-    closed after the test, and every later log line on that handler fails. After each test such
-    handlers are pointed at the process's real stderr."""
-    import logging
-    import sys
-
-    yield
-    captured = {id(sys.stderr), id(sys.stdout)} - {id(sys.__stderr__), id(sys.__stdout__)}
-    loggers = [logging.getLogger()] + [
-        lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]
-    for logger in loggers:
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and id(handler.stream) in captured:
-                handler.setStream(sys.__stderr__)
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
