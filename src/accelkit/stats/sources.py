@@ -393,6 +393,13 @@ class FileStream(Stream):
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def chunk_at(self, index: int) -> dict[str, Column]:
+        """The chunk of file `index` on its own (a Ray run's driver reads the first one)."""
+        columns, episodes = self.reader.read(
+            self.fragments[index].path, list(dict.fromkeys(self.keys.values()))
+        )
+        return self._chunk(index, columns, episodes, {})
+
     def _chunk(
         self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict
     ) -> dict[str, Column]:
