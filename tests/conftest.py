@@ -36,6 +36,28 @@ def eight_devices():
     return devices
 
 
+# -- object storage: a real S3 API (moto's server mode) on loopback ------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 for the whole run (per xdist worker); stopped by PID."""
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    from tests.support.moto_server import MotoServer
+
+    server = MotoServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The process environment of an S3 client of `s3_server` (credentials, endpoint)."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
 # -- Milvus: Lite in a file, and a real server on loopback ----------------------------------------
 
 SERVER = "server"

@@ -241,3 +241,58 @@ def test_null_in_v30_episode_metadata_is_a_data_error(copy_of):
     pq.write_table(table, path)
     with pytest.raises(DataError, match="length is None, not a count"):
         open_source(root)
+
+
+# --- the same datasets on object storage (moto's S3 server on 127.0.0.1) ---------------------
+
+
+@pytest.fixture(scope="module")
+def s3_fixtures(s3_server):
+    """Both fixtures uploaded once: {version: s3 URI}."""
+    return {v: s3_server.upload(FIXTURES / v, "accelkit-lerobot", v) for v in VERSIONS}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dataset_on_s3_equals_the_local_run_bit_for_bit(version, s3_fixtures, s3_env, tmp_path):
+    from accelkit.cli import main
+
+    outputs = {}
+    for where, dataset in (("local", FIXTURES / version), ("s3", s3_fixtures[version])):
+        output = f"s3://accelkit-lerobot/out-{version}/stats.json"
+        if where == "local":
+            output = str(tmp_path / "stats.json")
+        with pytest.raises(SystemExit) as done:
+            main(["stats", str(dataset), "--format", "lerobot", "-o", output, "--no-progress"])
+        assert done.value.code == 0
+    outputs["local"] = (tmp_path / "stats.json").read_bytes()
+    client = s3_env.client()
+    body = client.get_object(Bucket="accelkit-lerobot", Key=f"out-{version}/stats.json")["Body"]
+    outputs["s3"] = body.read()
+    assert outputs["s3"] == outputs["local"]  # the written statistics, byte for byte
+    sidecar = client.get_object(Bucket="accelkit-lerobot", Key=f"out-{version}/stats.run.json")
+    facts = json.loads(sidecar["Body"].read())
+    assert facts["source"].endswith(f"dataset {s3_fixtures[version]}") and facts["rows"] == FRAMES
+    stats = json.loads(outputs["s3"])  # and against numpy, independently of the local run
+    x = column_of(FIXTURES / version, "observation.state").astype(np.float32)
+    expected = np.quantile(x, [0.5], axis=0)[0]
+    assert np.array_equal(np.asarray(stats["observation.state"]["q50"]), expected)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_missing_object_is_named_by_its_uri(version, s3_server, s3_env):
+    first = listed_files(FIXTURES / version)[0].relative_to(FIXTURES / version)
+    uri = s3_server.upload(FIXTURES / version, "accelkit-broken", version)
+    s3_server.client().delete_object(Bucket="accelkit-broken", Key=f"{version}/{first}")
+    with pytest.raises(
+        DataError,
+        match=rf"s3://accelkit-broken/{version}/{first} is listed by the episode metadata but missing",
+    ):
+        open_source(uri)
+
+
+def test_endpoint_flag_beats_the_environment(s3_fixtures, s3_server, monkeypatch):
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    stream = open_source(s3_fixtures["lerobot_v21"], endpoint_url=s3_server.endpoint)
+    assert stream.total_rows == FRAMES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -9,6 +10,7 @@ import typer
 from pydantic import field_validator
 
 from accelkit.errors import ConfigError, DataError, InputError
+from accelkit.runtime import storage
 from accelkit.runtime.config import Settings, load_settings
 
 ENV_PREFIX = "ACCELKIT_STATS_"
@@ -37,6 +39,7 @@ class StatsSettings(Settings):
     per_episode: bool = False
     write_into: str | None = None
     cache_mb: float | None = None
+    endpoint_url: str | None = None  # S3-compatible store (default: AWS_ENDPOINT_URL)
 
     # Each value is checked here, once, whichever source gave it (flag, environment, file); the
     # error names that source (`--max-frames 0: must be positive`). compute_stats and open_source
@@ -171,7 +174,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
                 f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})"
             )
     console.print(
-        f"wrote {output} ({fmt}{', partial' if s.partial else ''}); run facts in {sidecar_path(output)}",
+        f"wrote {output} ({fmt}{', partial' if s.partial else ''}); run facts in {output.parent / sidecar_path(output.name).name}",
         soft_wrap=True,
     )
 
@@ -295,6 +298,14 @@ def stats_command(
             " in a temporary file (default: a quarter of free memory, at most 128).",
         ),
     ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint-url",
+            help="s3:// paths: an S3-compatible store's URL, e.g. http://127.0.0.1:9000"
+            " (default: AWS_ENDPOINT_URL; credentials from the AWS environment variables).",
+        ),
+    ] = None,
     trust_files: Annotated[
         bool,
         typer.Option(
@@ -347,6 +358,7 @@ def stats_command(
         per_episode=per_episode or None,
         write_into=write_into,
         cache_mb=cache_mb,
+        endpoint_url=endpoint_url,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -359,7 +371,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         LEROBOT_QUANTILES,
         OPENPI_REQUIRED,
         check_openpi_quantiles,
-        write_stats,
+        sidecar_path,
     )
     from accelkit.stats.sources import open_source
 
@@ -383,6 +395,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         seed=settings.seed,
         shuffle=settings.max_time_minutes is not None,
         trust_files=settings.trust_files,
+        endpoint_url=settings.endpoint_url,
     )
     target = dataset_target(settings, stream)
     result = compute_stats(
@@ -397,9 +410,29 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         per_episode=settings.per_episode,
         cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),
     )
-    output = Path(settings.output or DEFAULT_OUTPUT[settings.format])
+    output = storage.as_path(
+        settings.output or DEFAULT_OUTPUT[settings.format], settings.endpoint_url
+    )
     if target is not None:
         output = target / "meta" / "stats.json"
+    if isinstance(output, storage.ObjectPath):  # written here, then uploaded (one object each)
+        with tempfile.TemporaryDirectory(prefix="accelkit-stats-") as folder:
+            local = Path(folder) / output.name
+            _write_outputs(settings, stream, result, levels, local, target)
+            for path, remote in (
+                (local, output),
+                (sidecar_path(local), output.parent / sidecar_path(output.name).name),
+            ):
+                remote.write_bytes(path.read_bytes())
+            return _report(settings, result, local, stream, None, as_json, shown=output)
+    backup = _write_outputs(settings, stream, result, levels, output, target)
+    return _report(settings, result, output, stream, backup, as_json)
+
+
+def _write_outputs(settings, stream, result, levels, output: Path, target):
+    """Per-episode files (if asked), the statistics and their sidecar; returns the backup folder."""
+    from accelkit.stats.formats import write_stats
+
     episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
     keep = existing_stats(output) if target is not None else None
     backup = back_up_dataset_files(settings, stream, output) if target is not None else None
@@ -415,6 +448,12 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         run=run_facts(settings, result, stream, levels),
         keep=keep,
     )
+    return backup
+
+
+def _report(settings, result, output: Path, stream, backup, as_json: bool, shown=None):
+    """The --json document or the printed report (`shown`: where the output went, if elsewhere)."""
+    shown = output if shown is None else shown
     if as_json:
         import json
 
@@ -423,7 +462,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
 
         print_json(
             {
-                "output": str(output),
+                "output": str(shown),
                 "format": settings.format,
                 "stats": json.loads(output.read_text(encoding="utf-8")),  # what the file holds
                 "run": json.loads(sidecar_path(output).read_text(encoding="utf-8")),
@@ -431,7 +470,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
             }
         )
         return result
-    print_report(result, output, settings.format, stream.name)
+    print_report(result, shown, settings.format, stream.name)
     if backup is not None:
         print(f"previous files kept in {backup}")
     return result
@@ -458,6 +497,12 @@ def check_episode_options(settings: StatsSettings) -> None:
         if value is not None:
             raise ConfigError(
                 f"{wanted[0]} writes statistics of every frame of the dataset; drop {flag}"
+            )
+    for what, value in (("the dataset", settings.dataset), ("--output", settings.output)):
+        if storage.is_uri(value) and not str(value).startswith("file:"):
+            raise ConfigError(
+                f"{wanted[0]} writes LeRobot's files into local folders; {what} {value} is on "
+                "object storage: compute there without it, or copy the dataset to a local disk"
             )
     if settings.write_into and settings.output:
         raise ConfigError(

@@ -147,13 +147,22 @@ class PassOutcome:
     stopped_early: bool
     seconds: float
     observed: object = None  # what the pass's observer collected (per-episode statistics)
+    blocks: dict | None = None  # key -> (s1, s2) [blocks, D] unfolded, when the runner keeps them
 
 
 class Runner:
     """Runs passes of the kernel over a stream on a mesh; owns batch size and compile counting."""
 
+    replays = True  # exact mode may replay pass 1's decoded chunks (see `_exact`)
+
     def __init__(
-        self, stream: Stream, devices, batch_size: int | None, progress: bool, skip_nonfinite: bool
+        self,
+        stream: Stream,
+        devices,
+        batch_size: int | None,
+        progress: bool,
+        skip_nonfinite: bool,
+        keep_blocks: bool = False,
     ):
         from accelkit.stats import passes
 
@@ -165,6 +174,7 @@ class Runner:
         self.batch_sizes: dict[str, int] = {}
         self.progress = progress
         self.skip_nonfinite = skip_nonfinite
+        self.keep_blocks = keep_blocks  # return the moments' block sums instead of folding them
         self.compiled: set = set()
 
     def batch_size(self, key: str, dim: int) -> int:
@@ -240,6 +250,7 @@ class Runner:
         started = time.perf_counter()
 
         in_flight: deque = deque()
+        kept_blocks: dict = {}
         watcher = observer() if observer is not None else None
         skipped: set = set()
 
@@ -268,7 +279,10 @@ class Runner:
             token.block_until_ready()
             if blocks is not None:  # batches of a key settle in dispatch order: the fold is ordered
                 s1, s2 = jax.device_get(blocks)
-                sums[key] = mom.fold(sums.get(key) or mom.empty_sums(s1.shape[1]), s1, s2)
+                if self.keep_blocks:
+                    kept_blocks.setdefault(key, []).append((np.asarray(s1), np.asarray(s2)))
+                else:
+                    sums[key] = mom.fold(sums.get(key) or mom.empty_sums(s1.shape[1]), s1, s2)
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator
@@ -338,6 +352,12 @@ class Runner:
             stopped_early,
             time.perf_counter() - started,
             watcher.finish() if watcher is not None else None,
+            {
+                key: tuple(np.concatenate([part[i] for part in parts]) for i in (0, 1))
+                for key, parts in kept_blocks.items()
+            }
+            if self.keep_blocks
+            else None,
         )
 
 
@@ -396,6 +416,8 @@ def compute_stats(
     progress: bool = False,
     per_episode: bool = False,
     cache_bytes: int | None = None,
+    ray: str | None = None,
+    ray_tasks: int | None = None,
 ) -> StatsResult:
     """Per-dimension count, mean, std, min, max and quantiles of every key of `data`.
 
@@ -407,6 +429,9 @@ def compute_stats(
     Exact mode decodes the data once: later passes replay pass 1's chunks, kept in memory up to
     `cache_bytes` (default: a quarter of available memory, at most 128 MiB) and beyond it in a
     temporary file (see `accelkit.stats.replay`).
+    `ray` (an address, "auto" or "local") runs the passes as Ray tasks over groups of the stream's
+    files (`accelkit.stats.cluster`; a `FileStream` only), with results equal to the local run's
+    bit for bit; `ray_tasks` sets how many groups (default: from the cluster's CPUs).
     """
     import jax
 
@@ -415,6 +440,8 @@ def compute_stats(
     if len(levels) == 0 or not np.all((levels >= 0) & (levels <= 1)):  # also rejects NaN
         raise DataError(f"quantile levels must be given and lie in [0, 1]; got {requested}")
     stream = data if isinstance(data, Stream) else BatchStream(data, keys)
+    if ray is not None and per_episode:
+        raise DataError("per-episode statistics run on one machine; drop --ray or --per-episode")
     choice: PlatformChoice | None = None
     if devices is None:
         choice = choose_platform(platform)
@@ -435,7 +462,20 @@ def compute_stats(
     started = time.perf_counter()
 
     with jax.enable_x64(True):
-        runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
+        if ray is None:
+            runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
+        else:
+            from accelkit.stats.cluster import RayRunner
+
+            runner = RayRunner(
+                stream,
+                ray,
+                platform=devices[0].platform,
+                batch_size=batch_size,
+                progress=progress,
+                skip_nonfinite=skip_nonfinite,
+                tasks=ray_tasks,
+            )
         if fast:
             stats, rows, pass_times, partial, episodes = _fast(
                 runner, stream, levels, budget, observer
@@ -454,7 +494,7 @@ def compute_stats(
     summary = RunSummary(
         mode="fast" if fast else "exact",
         platform=devices[0].platform,
-        devices=[str(d) for d in devices],
+        devices=[str(d) for d in devices] if ray is None else runner.describe_devices(),
         batch_size=max(runner.batch_sizes.values(), default=0),
         passes=len(pass_times),
         rows=rows,
@@ -508,6 +548,8 @@ def _exact(
 ):
     from accelkit.stats.replay import Recording
 
+    if not runner.replays:  # Ray tasks read their files again for each pass
+        return _exact_passes(runner, stream, levels, budget, observer)
     recording = Recording(stream, cache_bytes)
     try:
         return _exact_passes(runner, recording, levels, budget, observer)

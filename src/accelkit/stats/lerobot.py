@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from accelkit.errors import DataError
+from accelkit.runtime import storage
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,10 @@ def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
     import pyarrow.parquet as pq
 
     folder = root / "meta" / "episodes"
-    files = sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+    if isinstance(folder, storage.ObjectPath):
+        files = storage.files_under(folder, "*.parquet")
+    else:
+        files = sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
     if not files:
         raise DataError(
             f"{root} is a LeRobot v3.0 dataset without episode metadata in {folder}; restore it, or "
@@ -120,8 +124,9 @@ def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
     wanted = ["episode_index", "length", "data/chunk_index", "data/file_index"]
     rows = []
     for path in files:
+        source, filesystem = storage.arrow_source(path)
         try:
-            table = pq.read_table(path, columns=wanted)
+            table = pq.read_table(source, columns=wanted, filesystem=filesystem)
         except Exception as exc:
             raise DataError(
                 f"{path} is not readable episode metadata with columns {', '.join(wanted)} "
@@ -179,6 +184,8 @@ def read_layout(root: Path, info: dict, info_file: Path) -> Layout:
 
 def files_on_disk(root: Path) -> list[Path]:
     data = root / "data"
+    if isinstance(data, storage.ObjectPath):  # one listing; a missing prefix lists nothing
+        return storage.files_under(data, "*.parquet")
     return sorted(data.rglob("*.parquet")) if data.is_dir() else []
 
 
@@ -209,8 +216,12 @@ def check_file_rows(layout: Layout, path: Path, rows: int) -> None:
         )
 
 
-def check_missing(layout: Layout) -> None:
-    missing = [p for p in layout.files if not p.is_file()]
+def check_missing(layout: Layout, root=None) -> None:
+    if isinstance(root, storage.ObjectPath):  # one listing, not a request per file
+        present = set(files_on_disk(root))
+        missing = [p for p in layout.files if p not in present]
+    else:
+        missing = [p for p in layout.files if not p.is_file()]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise DataError(

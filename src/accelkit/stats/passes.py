@@ -63,13 +63,11 @@ def update(
     state: PassState, x: jnp.ndarray, row_weight: jnp.ndarray, spec: PassSpec
 ) -> tuple[PassState, tuple[jnp.ndarray, jnp.ndarray] | None]:
     """The new state and, when the pass computes moments, the batch's block sums."""
-    finite = jnp.isfinite(x)
-    weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
+    finite, x, weight = finite_only(x, row_weight)
     nonfinite = state.nonfinite
     if spec.with_moments:  # later passes see the same values; counting them once is enough
         bad = ((row_weight > 0)[:, None] & ~finite).sum(axis=0, dtype=jnp.int32)
         nonfinite = nonfinite + bad.astype(jnp.int64)
-    x = jnp.where(finite, x, jnp.zeros_like(x))
     # Exact keys are the raw bits: any arithmetic here could flush denormals to zero (XLA CPU runs
     # with flush-to-zero) and the selected order statistic would no longer be a data value.
     if spec.centered:  # fast mode sketches float32 offsets from the center, also for integers
@@ -90,6 +88,21 @@ def update(
         state.counts, keys, weight, state.prefixes, spec.prefix_bits, spec.digit_bits
     )
     return PassState(extremes, counts, state.prefixes, state.center, nonfinite), blocks
+
+
+def finite_only(x: jnp.ndarray, row_weight: jnp.ndarray):
+    """(finite mask, x with non-finite values zeroed, int32 weights [B, D] that are 0 there)."""
+    finite = jnp.isfinite(x)
+    weight = jnp.where(finite, row_weight[:, None], 0).astype(jnp.int32)
+    return finite, jnp.where(finite, x, jnp.zeros_like(x)), weight
+
+
+@jax.jit
+def moment_blocks(x: jnp.ndarray, row_weight: jnp.ndarray, center: jnp.ndarray):
+    """The block sums `update` computes for the same rows: for blocks assembled on a host (the rows
+    of a block that straddles two Ray tasks), bit for bit."""
+    _, x, weight = finite_only(x, row_weight)
+    return mom.block_sums(x, weight, center)
 
 
 def centered_offsets(x: jnp.ndarray, center: jnp.ndarray) -> jnp.ndarray:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError, InputError
+from accelkit.runtime import storage
 from accelkit.stats import lerobot
 from accelkit.stats.lerobot import check_feature
 from accelkit.stats.types import Column, Stream, integer_rows, row_dtype
@@ -52,8 +53,9 @@ class Fragment:
 def _parquet_names(path: Path) -> list[str]:
     import pyarrow.parquet as pq
 
+    source, filesystem = storage.arrow_source(path)
     try:
-        return list(pq.read_schema(path).names)
+        return list(pq.read_schema(source, filesystem=filesystem).names)
     except Exception as exc:
         raise DataError(
             f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
@@ -63,8 +65,9 @@ def _parquet_names(path: Path) -> list[str]:
 def _parquet_rows(path: Path) -> int:
     import pyarrow.parquet as pq
 
+    source, filesystem = storage.arrow_source(path)
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return pq.ParquetFile(source, filesystem=filesystem).metadata.num_rows
     except Exception as exc:
         raise DataError(
             f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
@@ -177,7 +180,9 @@ class FileReader:
             return _parquet_names(path)
         if suffix == ".npz":
             try:
-                with np.load(path) as archive:
+                with np.load(
+                    path.open_binary() if isinstance(path, storage.ObjectPath) else path
+                ) as archive:
                     return list(archive.files)
             except Exception as exc:
                 raise DataError(
@@ -199,9 +204,15 @@ class FileReader:
 
     def _numpy_array(self, path: Path, name: str) -> np.ndarray:
         try:
-            if path.suffix == ".npy":
-                return np.load(path, mmap_mode="r")
-            with np.load(path) as archive:
+            if isinstance(path, storage.ObjectPath):
+                path_or_file = path.open_binary()
+                if path.suffix == ".npy":
+                    return np.load(path_or_file)
+            else:
+                path_or_file = path
+                if path.suffix == ".npy":
+                    return np.load(path, mmap_mode="r")
+            with np.load(path_or_file) as archive:
                 return archive[name]
         except Exception as exc:
             raise DataError(
@@ -214,9 +225,10 @@ class FileReader:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
+            source, filesystem = storage.arrow_source(path)
             try:
                 # ParquetFile, not read_table: no dataset discovery, half the cost per small file
-                parquet = pq.ParquetFile(path)
+                parquet = pq.ParquetFile(source, filesystem=filesystem)
                 names = set(parquet.schema_arrow.names)
                 wanted = [c for c in columns if c in names]
                 with_episodes = "episode_index" in names
@@ -381,6 +393,13 @@ class FileStream(Stream):
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def chunk_at(self, index: int) -> dict[str, Column]:
+        """The chunk of file `index` on its own (a Ray run's driver reads the first one)."""
+        columns, episodes = self.reader.read(
+            self.fragments[index].path, list(dict.fromkeys(self.keys.values()))
+        )
+        return self._chunk(index, columns, episodes, {})
+
     def _chunk(
         self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict
     ) -> dict[str, Column]:
@@ -441,7 +460,7 @@ def _lerobot_files(root: Path, info: dict, info_file: Path, trust_files: bool):
             )
         return files, None
     layout = lerobot.read_layout(root, info, info_file)
-    lerobot.check_missing(layout)
+    lerobot.check_missing(layout, root)
     lerobot.warn_strays(root, layout)
     return layout.files, layout
 
@@ -490,6 +509,16 @@ def _resolve_keys(
     return chosen
 
 
+def _row_counts(reader: FileReader, files: list, first_name: str):
+    """Rows of every file: one footer read each (on object storage, several in flight)."""
+    if not files or not isinstance(files[0], storage.ObjectPath):
+        return (reader.num_rows(file, first_name) for file in files)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=storage.LISTING_THREADS) as pool:
+        return list(pool.map(lambda file: reader.num_rows(file, first_name), files))
+
+
 def open_source(
     path: str | Path,
     *,
@@ -501,13 +530,16 @@ def open_source(
     seed: int = 0,
     shuffle: bool = False,
     trust_files: bool = False,
+    endpoint_url: str | None = None,
 ) -> FileStream:
     """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`.
 
     A LeRobot dataset is read as its metadata describes it (see `accelkit.stats.lerobot`);
-    `trust_files=True` reads the parquet files under its data/ folder instead.
+    `trust_files=True` reads the parquet files under its data/ folder instead. `path` may be an
+    `s3://`, `gs://` or `file://` URI (`accelkit.runtime.storage`; `endpoint_url` reaches an
+    S3-compatible store).
     """
-    root = Path(path).expanduser()
+    root = storage.as_path(path, endpoint_url)
     if not root.exists():
         raise InputError(f"dataset path {root} does not exist; check the path")
     reader = FileReader()
@@ -525,7 +557,7 @@ def open_source(
         available = list(features) or _parquet_names(files[0])
         name = f"LeRobot {info.get('codebase_version', '?')} dataset {root}"
     elif root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file())
+        files = [p for p in storage.files_under(root, "*") if p.suffix in DATA_SUFFIXES]
         if not files:
             raise DataError(
                 f"{root} holds no data files (.parquet, .npz, .npy) and no LeRobot meta/info.json"
@@ -552,8 +584,7 @@ def open_source(
         files = [p for p in files if p.stem in set(chosen.values())]
     fragments, offset = [], 0
     first_name = next(iter(chosen.values()))
-    for file in files:
-        rows = reader.num_rows(file, first_name)
+    for file, rows in zip(files, _row_counts(reader, files, first_name), strict=True):
         if layout is not None:
             lerobot.check_file_rows(layout, file, rows)
         fragments.append(Fragment(file, rows, offset))

@@ -43,6 +43,9 @@ class Stream:
     def column_name(self, key: str) -> str:
         return key
 
+    def freeze(self) -> None:
+        """After exact mode's first pass (a `replay.Recording` replays it from then on)."""
+
 
 class BatchStream(Stream):
     """Dict batches from a re-iterable (a list, a DataLoader, a callable returning an iterator).
