@@ -379,7 +379,9 @@ class RayRunner:
         done: dict = {}
         index_of = {ref: i for i, ref in enumerate(refs)}
         while pending:
-            timeout = None if budget is None or budget.seconds is None else max(0.0, budget.remaining())
+            timeout = (
+                None if budget is None or budget.seconds is None else max(0.0, budget.remaining())
+            )
             ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
             if not ready:  # the time budget ran out
                 for ref in pending:
