@@ -11,6 +11,11 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from tests.support.ray_cluster import client_env
+
+# the test Ray cluster's driver settings: Ray reads them when it is imported, so before any test
+os.environ.update(client_env())
+
 import numpy as np
 import pytest
 
@@ -56,6 +61,31 @@ def s3_env(s3_server, monkeypatch):
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+# -- a real Ray cluster on loopback: head + one worker node ------------------------------------
+# Tests that use it run on one xdist worker (xdist_group "ray-cluster"): one cluster per run.
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_server):
+    """A Ray head and worker node on 127.0.0.1 whose workers import this checkout's accelkit and
+    reach `s3_server`; the test process connects to it as the driver. Stopped by PID at the end."""
+    pytest.importorskip("ray", reason="ray is in the ray extra")
+    from pathlib import Path
+
+    from tests.support.ray_cluster import RayCluster
+
+    source = str(Path(__file__).resolve().parents[1] / "src")
+    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**s3_server.env, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    cluster = RayCluster(env).start()  # this process is its driver (client_env set above)
+    yield cluster
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.stop()
 
 
 # -- Milvus: Lite in a file, and a real server on loopback ----------------------------------------

@@ -40,11 +40,13 @@ class StatsSettings(Settings):
     write_into: str | None = None
     cache_mb: float | None = None
     endpoint_url: str | None = None  # S3-compatible store (default: AWS_ENDPOINT_URL)
+    ray: str | None = None  # a Ray cluster's address, "auto" or "local" (default: no Ray)
+    ray_tasks: int | None = None
 
     # Each value is checked here, once, whichever source gave it (flag, environment, file); the
     # error names that source (`--max-frames 0: must be positive`). compute_stats and open_source
     # check their own arguments for Python callers.
-    @field_validator("max_frames", "max_time_minutes", "batch_size", "action_horizon")
+    @field_validator("max_frames", "max_time_minutes", "batch_size", "action_horizon", "ray_tasks")
     @classmethod
     def _positive(cls, value):
         if value is not None and not value > 0:  # `not >` also rejects NaN
@@ -306,6 +308,21 @@ def stats_command(
             " (default: AWS_ENDPOINT_URL; credentials from the AWS environment variables).",
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run the passes as Ray tasks: a cluster's ADDRESS (host:port, ray://host:port),"
+            " auto (the cluster this machine joined) or local (a private one); results equal the"
+            " local run's bit for bit.",
+        ),
+    ] = None,
+    ray_tasks: Annotated[
+        int | None,
+        typer.Option(
+            "--ray-tasks", help="With --ray: groups of files, one task each (default: 2 per CPU)."
+        ),
+    ] = None,
     trust_files: Annotated[
         bool,
         typer.Option(
@@ -359,6 +376,8 @@ def stats_command(
         write_into=write_into,
         cache_mb=cache_mb,
         endpoint_url=endpoint_url,
+        ray=ray,
+        ray_tasks=ray_tasks,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -409,6 +428,8 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         progress=progress,
         per_episode=settings.per_episode,
         cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),
+        ray=settings.ray,
+        ray_tasks=settings.ray_tasks,
     )
     output = storage.as_path(
         settings.output or DEFAULT_OUTPUT[settings.format], settings.endpoint_url
@@ -487,6 +508,8 @@ def check_episode_options(settings: StatsSettings) -> None:
     ]
     if not wanted:
         return
+    if settings.ray:
+        raise ConfigError(f"{wanted[0]} runs on one machine; drop --ray or {wanted[0]}")
     if settings.format != "lerobot":
         raise ConfigError(f"{wanted[0]} writes LeRobot's files; add --format lerobot")
     for flag, value in (
@@ -618,7 +641,7 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     from accelkit import __version__
 
     s = result.summary
-    return {
+    facts = {
         "accelkit": __version__,
         "dataset": str(settings.dataset),
         "source": stream.name,
@@ -637,6 +660,9 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
         "devices": len(s.devices),
         "platform": s.platform,
     }
+    if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
+        facts["ray"] = settings.ray
+    return facts
 
 
 def sample_dataset_command(
