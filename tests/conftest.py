@@ -11,6 +11,8 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from tests.support.groups import SERVERS
+from tests.support.milvus_server import server_database
 from tests.support.ray_cluster import client_env
 
 # the test Ray cluster's driver settings: Ray reads them when it is imported, so before any test
@@ -64,7 +66,8 @@ def s3_env(s3_server, monkeypatch):
 
 
 # -- a real Ray cluster on loopback: head + one worker node ------------------------------------
-# Tests that use it run on one xdist worker (xdist_group "ray-cluster"): one cluster per run.
+# Tests that use it run on one xdist worker (tests.support.groups.SERVERS, with the Milvus
+# server's tests, since some need both): one cluster and one server per run.
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +96,7 @@ def ray_cluster(s3_server):
 SERVER = "server"
 # Tests that use the server run on one xdist worker (pyproject: --dist loadgroup), so one server
 # process serves the whole run.
-STORE_KINDS = ["lite", pytest.param(SERVER, marks=pytest.mark.xdist_group("milvus-server"))]
+STORE_KINDS = ["lite", pytest.param(SERVER, marks=pytest.mark.xdist_group(SERVERS))]
 
 
 @pytest.fixture(scope="session")
@@ -108,24 +111,6 @@ def milvus_server(tmp_path_factory):
     server = MilvusServer(tmp_path_factory.mktemp("milvus-server")).start()
     yield server
     server.stop()
-
-
-def server_database(server, name: str) -> str:
-    """A fresh database on the server: test modules do not see each other's collections."""
-    from pymilvus import MilvusClient
-
-    client = MilvusClient(uri=server.uri, timeout=30)
-    try:
-        if name in client.list_databases():
-            client.use_database(name)
-            for collection in client.list_collections():
-                client.drop_collection(collection)
-            client.use_database("default")
-            client.drop_database(name)
-        client.create_database(name)
-    finally:
-        client.close()
-    return name
 
 
 @pytest.fixture(scope="module", params=STORE_KINDS)

@@ -16,8 +16,9 @@ from accelkit.errors import DataError
 from accelkit.stats.compute import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
+from tests.support.groups import SERVERS
 
-pytestmark = [pytest.mark.xdist_group("ray-cluster"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]

@@ -281,3 +281,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def server_database(server, name: str) -> str:
+    """A fresh database on the server: test modules do not see each other's collections."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=server.uri, timeout=30)
+    try:
+        if name in client.list_databases():
+            client.use_database(name)
+            for collection in client.list_collections():
+                client.drop_collection(collection)
+            client.use_database("default")
+            client.drop_database(name)
+        client.create_database(name)
+    finally:
+        client.close()
+    return name

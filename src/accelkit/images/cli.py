@@ -3,6 +3,7 @@ service); run the HTTP service."""
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import closing
 from pathlib import Path
@@ -10,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from accelkit.runtime.output import command_group
+from accelkit.runtime import storage
+from accelkit.runtime.output import command_group, endpoint_option, ray_option
 
 images_app = command_group(
     "images",
@@ -20,15 +22,21 @@ images_app = command_group(
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
 
-def expand_named(paths: list[str]) -> list[tuple[str, str]]:
+def expand_named(paths: list[str], endpoint_url: str | None = None) -> list[tuple[str, str]]:
     """(path, name) for every input: files as given (named by their file name), folders searched
     recursively for image files (named by their path inside the folder), globs expanded (named by
-    their path below the glob's fixed part); all sorted. A path or glob that finds nothing stays
-    in the list so it is reported as a failure."""
+    their path below the glob's fixed part); all sorted. The same for s3:// and gs:// URIs (a
+    prefix is a folder). A path or glob that finds nothing stays in the list so it is reported as
+    a failure."""
     import glob
 
     found: list[tuple[str, str]] = []
     for text in paths:
+        if storage.is_uri(text) and not text.lower().startswith("file:"):
+            found.extend(_expand_uri(text, endpoint_url))
+            continue
+        if storage.is_uri(text):
+            text = str(storage.as_path(text))
         path = Path(text)
         if path.is_dir():
             files = sorted(
@@ -49,6 +57,31 @@ def expand_named(paths: list[str]) -> list[tuple[str, str]]:
     return [(p, n) for p, n in found if not (p in seen or seen.add(p))]
 
 
+def _expand_uri(text: str, endpoint_url: str | None) -> list[tuple[str, str]]:
+    """`expand_named` for one object-storage URI: one listing of its fixed prefix."""
+    import fnmatch
+
+    wild = [text.find(ch) for ch in "*?[" if ch in text]
+    if not wild:
+        path = storage.as_path(text, endpoint_url)
+        if path.is_dir():
+            return [
+                (str(p), p.relative_to(path).as_posix())
+                for p in path.rglob("*")
+                if p.suffix.lower() in IMAGE_SUFFIXES
+            ]
+        return [(text, path.name)]
+    fixed = storage.as_path(text[: min(wild)], endpoint_url).parent
+    pattern = str(storage.as_path(text, endpoint_url))
+    matches = [p for p in fixed.rglob("*") if fnmatch.fnmatchcase(str(p), pattern)]
+    return [(str(p), p.relative_to(fixed).as_posix()) for p in matches] or [(text, text)]
+
+
+def open_items(items: list[str], endpoint_url: str | None = None) -> list:
+    """What the decoder reads: local paths as they are, URIs as `storage.ObjectPath`s."""
+    return [storage.as_path(i, endpoint_url) if storage.is_uri(i) else i for i in items]
+
+
 def _relative(path: str, base: Path) -> str:
     try:
         return Path(path).relative_to(base).as_posix()
@@ -65,6 +98,8 @@ def missing_inputs(items: list[str]) -> dict[int, str]:
     """Inputs that are not readable files, found before any model or store is opened."""
     missing = {}
     for i, item in enumerate(items):
+        if storage.is_uri(item):  # read (and reported) by the decoder: no request per object here
+            continue
         path = Path(item)
         if not path.exists():
             missing[i] = f"{item}: no such file; check the path"
@@ -81,18 +116,29 @@ def sidecar_paths(output: Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".inputs.txt"), stem.with_name(stem.name + ".failures.json")
 
 
+DEFAULT_OUTPUT = "embeddings.npy"
+DEFAULT_RAY_OUTPUT = "embeddings"  # with --ray: a folder of Parquet shards
+
+
 @images_app.command("embed")
 def embed_command(
     paths: Annotated[
         list[str],
         typer.Argument(
-            help="Image files, folders (searched recursively) and globs such as 'photos/**/*.jpg'."
+            help="Image files, folders (searched recursively) and globs such as 'photos/**/*.jpg';"
+            " s3://, gs:// and file:// URIs too."
         ),
     ],
     output: Annotated[
-        Path,
-        typer.Option("--output", "-o", help="Where to write the [N, D] float32 embeddings (.npy)."),
-    ] = Path("embeddings.npy"),
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to write the [N, D] float32 embeddings (.npy; a path or URI). With --ray: a"
+            f" folder (or URI) for Parquet shards. Default: {DEFAULT_OUTPUT}, {DEFAULT_RAY_OUTPUT}/"
+            " with --ray.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="ServiceConfig YAML (sections preprocess, model, triton)."),
@@ -107,6 +153,24 @@ def embed_command(
     platform: Annotated[
         str | None, typer.Option("--platform", help="JAX platform for preprocessing: cpu or gpu.")
     ] = None,
+    endpoint_url: Annotated[str | None, endpoint_option()] = None,
+    ray: Annotated[
+        str | None,
+        ray_option(
+            "decoding (tasks) and the model (an actor pool)",
+            " Writes Parquet shards (position, source, vector) into OUTPUT.",
+        ),
+    ] = None,
+    ray_actors: Annotated[
+        int | None,
+        typer.Option(
+            "--ray-actors", help="With --ray: model actors (default: half the cluster's CPUs)."
+        ),
+    ] = None,
+    num_gpus: Annotated[
+        float,
+        typer.Option("--num-gpus", help="With --ray: GPUs per model actor (default 0)."),
+    ] = 0,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")
     ] = True,
@@ -120,35 +184,69 @@ def embed_command(
 
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch-size {batch_size} must be at least 1")
-    items = expand_inputs(paths)
-    if not items:
+    check_ray_options(ray, ray_actors, num_gpus)
+    named = expand_named(paths, endpoint_url)
+    if not named:
         raise DataError("no inputs given; pass image files, folders or globs")
+    items = [path for path, _ in named]
     missing = missing_inputs(items)
     if len(missing) == len(items):  # before the model loads: a typo fails in well under a second
         raise DataError(
             f"none of the {len(items)} inputs can be read (first: {next(iter(missing.values()))})"
         )
-    run_embed(items, output, config, batch_size, fit, platform, progress, as_json)
-
-
-def run_embed(items, output, config, batch_size, fit, platform, progress, as_json=False) -> None:
-    import numpy as np
-
-    from accelkit.errors import DataError
-    from accelkit.images.config import load_service_config
-    from accelkit.images.pipeline import ImageEmbeddingPipeline
-    from accelkit.runtime.files import atomic_open, write_json_atomic
-    from accelkit.runtime.progress import RateColumn, stderr_console
-
     overrides = {
         k: v
         for k, v in {"batch_size": batch_size, "fit": fit, "platform": platform}.items()
         if v is not None
     }
-    settings = load_service_config(config, preprocess=overrides)
+    if ray:
+        if output is not None and output.endswith(".npy"):
+            raise ConfigError(
+                f"-o {output}: with --ray the embeddings are Parquet shards in a folder; give a"
+                " folder or URI (e.g. -o embeddings/)"
+            )
+        run_embed_on_ray(
+            named,
+            output or DEFAULT_RAY_OUTPUT,
+            config,
+            overrides,
+            endpoint_url,
+            ray,
+            ray_actors,
+            num_gpus,
+            progress,
+            as_json,
+        )
+        return
+    run_embed(
+        open_items(items, endpoint_url),
+        output or DEFAULT_OUTPUT,
+        config,
+        overrides,
+        endpoint_url,
+        progress,
+        as_json,
+    )
+
+
+def check_ray_options(ray: str | None, actors: int | None, num_gpus: float) -> None:
+    from accelkit.errors import ConfigError
+
+    if not ray and (actors is not None or num_gpus):
+        flag = "--ray-actors" if actors is not None else "--num-gpus"
+        raise ConfigError(f"{flag} sets up Ray actors; add --ray ADDRESS|auto|local or drop it")
+    if actors is not None and actors < 1:
+        raise ConfigError(f"--ray-actors {actors} must be at least 1")
+    if not num_gpus >= 0:
+        raise ConfigError(f"--num-gpus {num_gpus} must be 0 or more")
+
+
+def embed_bar(progress: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(
+    from accelkit.runtime.progress import RateColumn, stderr_console
+
+    return Progress(
         TextColumn("[bold]embedding"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -158,45 +256,136 @@ def run_embed(items, output, config, batch_size, fit, platform, progress, as_jso
         disable=not progress,
         transient=False,
     )
+
+
+def run_embed(items, output: str, config, overrides, endpoint_url, progress, as_json=False) -> None:
+    import tempfile
+
+    import numpy as np
+
+    from accelkit.errors import DataError
+    from accelkit.images.config import load_service_config
+    from accelkit.images.pipeline import ImageEmbeddingPipeline
+    from accelkit.runtime.files import atomic_open, write_json_atomic
+
+    settings = load_service_config(config, preprocess=overrides)
+    target = storage.as_path(output, endpoint_url)
+    remote = target if isinstance(target, storage.ObjectPath) else None
+    names = [str(item) for item in items]
+    bar = embed_bar(progress)
     with ImageEmbeddingPipeline(settings) as pipeline, bar:
         task = bar.add_task("embedding", total=len(items))
         result = pipeline.embed(items, progress=lambda n: bar.advance(task, n))
-    inputs_path, failures_path = sidecar_paths(output)
-    if not result.indices:
-        write_json_atomic(
-            failures_path, {items[i]: reason for i, reason in result.failures.items()}
-        )
-        first = next(iter(result.failures.values()), "no inputs")
-        raise DataError(
-            f"none of the {len(items)} inputs could be embedded (first: {first}); details in {failures_path}"
-        )
-    with atomic_open(output, "wb") as handle:
-        np.save(handle, result.embeddings)
-    with atomic_open(inputs_path, "w") as handle:
-        handle.write("".join(items[i] + "\n" for i in result.indices))
-    write_json_atomic(failures_path, {items[i]: reason for i, reason in result.failures.items()})
-    n_ok, n_bad = len(result.indices), len(result.failures)
-    if as_json:
-        _print_json(
+    failures = {names[i]: reason for i, reason in result.failures.items()}
+    with tempfile.TemporaryDirectory(prefix="accelkit-embed-") as folder:
+        local = Path(folder) / target.name if remote else target  # uploaded whole below
+        inputs_path, failures_path = sidecar_paths(local)
+        shown = {local: output}
+        if remote:
+            for path in (inputs_path, failures_path):
+                shown[path] = str(remote.parent / path.name)
+        if not result.indices:
+            write_json_atomic(failures_path, failures)
+            _upload(remote, [failures_path])
+            first = next(iter(result.failures.values()), "no inputs")
+            raise DataError(
+                f"none of the {len(items)} inputs could be embedded (first: {first}); details in"
+                f" {shown.get(failures_path, failures_path)}"
+            )
+        with atomic_open(local, "wb") as handle:
+            np.save(handle, result.embeddings)
+        with atomic_open(inputs_path, "w") as handle:
+            handle.write("".join(names[i] + "\n" for i in result.indices))
+        write_json_atomic(failures_path, failures)
+        _upload(remote, [local, inputs_path, failures_path])
+        report_embedded(
             {
-                "output": str(output),
-                "inputs": str(inputs_path),
-                "failures_file": str(failures_path),
-                "embedded": n_ok,
-                "failed": n_bad,
+                "output": output,
+                "inputs": str(shown.get(inputs_path, inputs_path)),
+                "failures_file": str(shown.get(failures_path, failures_path)),
+                "embedded": len(result.indices),
+                "failed": len(failures),
                 "dim": int(result.embeddings.shape[1]),
-                "failures": {items[i]: reason for i, reason in result.failures.items()},
-            }
+                "failures": failures,
+            },
+            as_json,
         )
+
+
+def _upload(remote, paths: list[Path]) -> None:
+    """Local files written by a run, each uploaded whole beside `remote` (the output's URI)."""
+    if remote is not None:
+        for path in paths:
+            (remote.parent / path.name).write_bytes(path.read_bytes())
+
+
+def report_embedded(summary: dict, as_json: bool) -> None:
+    if as_json:
+        _print_json(summary)
         return
+    n_bad = summary["failed"]
+    where = summary.get("inputs") or "the shards' source column"
     typer.echo(
-        f"wrote {n_ok} embeddings of dimension {result.embeddings.shape[1]} to {output} "
-        f"(inputs: {inputs_path}; {n_bad} failed: {failures_path})"
+        f"wrote {summary['embedded']} embeddings of dimension {summary['dim']} to "
+        f"{summary['output']} (inputs: {where}; {n_bad} failed: {summary['failures_file']})"
     )
-    for reason in list(result.failures.values())[:5]:
-        typer.echo(f"failed: {reason}", err=True)
+    for name, reason in list(summary["failures"].items())[:5]:
+        typer.echo(f"failed: {reason}" if name in reason else f"failed: {name}: {reason}", err=True)
     if n_bad > 5:
-        typer.echo(f"... and {n_bad - 5} more failures in {failures_path}", err=True)
+        typer.echo(f"... and {n_bad - 5} more failures in {summary['failures_file']}", err=True)
+
+
+def run_embed_on_ray(
+    named, output, config, overrides, endpoint_url, address, actors, num_gpus, progress, as_json
+) -> None:
+    from accelkit.errors import DataError
+    from accelkit.images import cluster
+    from accelkit.images.config import load_service_config
+
+    settings = load_service_config(config, preprocess=overrides)
+    cluster.prepare_folder(output, endpoint_url)
+    bar = embed_bar(progress)
+    with bar:
+        task = bar.add_task("embedding", total=len(named))
+        outcome = cluster.run(
+            named,
+            settings,
+            address,
+            cluster.Sink(folder=output),
+            endpoint_url=endpoint_url,
+            actors=actors,
+            num_gpus=num_gpus,
+            progress=lambda n: bar.advance(task, n),
+        )
+    failures = {named[p][0]: reason for p, (_, reason) in sorted(outcome.items()) if reason}
+    failures_file = output.rstrip("/") + ".failures.json"
+    cluster.write_file(
+        str(storage.as_path(failures_file, endpoint_url).parent),
+        storage.as_path(failures_file, endpoint_url).name,
+        json.dumps(failures, indent=2).encode(),
+        endpoint_url,
+    )
+    dim = settings.model.embedding_dim
+    manifest = cluster.write_manifest(output, len(named), outcome, dim, endpoint_url)
+    if not manifest["embedded"]:
+        first = next(iter(failures.values()), "no inputs")
+        raise DataError(
+            f"none of the {len(named)} inputs could be embedded (first: {first}); details in"
+            f" {failures_file}"
+        )
+    report_embedded(
+        {
+            "output": output,
+            "inputs": None,
+            "failures_file": failures_file,
+            "embedded": manifest["embedded"],
+            "failed": manifest["failed"],
+            "dim": dim,
+            "shards": len(manifest["shards"]),
+            "failures": failures,
+        },
+        as_json,
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -364,6 +553,24 @@ def insert_command(
     ] = False,
     config: ConfigOption = None,
     server: ServerOption = None,
+    endpoint_url: Annotated[str | None, endpoint_option()] = None,
+    ray: Annotated[
+        str | None,
+        ray_option(
+            "decoding (tasks) and the model (an actor pool)",
+            " The actors upsert into the config's Milvus server (store.uri).",
+        ),
+    ] = None,
+    ray_actors: Annotated[
+        int | None,
+        typer.Option(
+            "--ray-actors", help="With --ray: model actors (default: half the cluster's CPUs)."
+        ),
+    ] = None,
+    num_gpus: Annotated[
+        float,
+        typer.Option("--num-gpus", help="With --ray: GPUs per model actor (default 0)."),
+    ] = 0,
     as_json: JsonOption = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")
@@ -374,10 +581,32 @@ def insert_command(
     from accelkit.images.index import ImageInput, insert_in_chunks
     from accelkit.runtime.progress import rows_progress
 
-    named = expand_named(paths)
+    check_ray_options(ray, ray_actors, num_gpus)
+    named = expand_named(paths, endpoint_url)
     if not named:
         raise DataError("no inputs given; pass image files, folders or globs")
     items = [path for path, _ in named]
+    if ray:
+        if ids or metadata or server:
+            from accelkit.errors import ConfigError
+
+            flag = "--ids" if ids else "--metadata" if metadata else "--server"
+            raise ConfigError(
+                f"{flag} is not taken with --ray (ids come from the image bytes and the actors"
+                " write to store.uri); drop one of them"
+            )
+        return insert_on_ray(
+            named,
+            collection,
+            create_collection,
+            config,
+            endpoint_url,
+            ray,
+            ray_actors,
+            num_gpus,
+            progress,
+            as_json,
+        )
     id_list = parse_ids(ids)
     if id_list is not None and len(id_list) != len(items):
         raise InputError(
@@ -390,10 +619,9 @@ def insert_command(
             f"none of the {len(items)} inputs can be read (first: {next(iter(missing.values()))})"
         )
     keep = [i for i in range(len(items)) if i not in missing]
+    data = open_items(items, endpoint_url)
     inputs = [
-        ImageInput(
-            items[i], id_list[i] if id_list else None, meta[i] if meta else None, named[i][1]
-        )
+        ImageInput(data[i], id_list[i] if id_list else None, meta[i] if meta else None, named[i][1])
         for i in keep
     ]
     settings, index = open_index(config, server)
@@ -411,7 +639,13 @@ def insert_command(
     failures = dict(
         sorted({**missing, **{keep[i]: reason for i, reason in result.failures.items()}}.items())
     )
-    name = result.collection
+    report_inserted(result.collection, named, stored, failures, as_json)
+
+
+def report_inserted(name, named, stored, failures, as_json) -> None:
+    from accelkit.errors import DataError
+
+    items = [path for path, _ in named]
     if as_json:
         _print_json(
             {
@@ -435,6 +669,60 @@ def insert_command(
         raise DataError(
             f"none of the {len(items)} images could be stored (first: {next(iter(failures.values()))})"
         )
+
+
+def insert_on_ray(
+    named,
+    collection,
+    create_collection,
+    config,
+    endpoint_url,
+    address,
+    actors,
+    num_gpus,
+    progress,
+    as_json,
+) -> None:
+    from accelkit.errors import ConfigError
+    from accelkit.images import cluster
+    from accelkit.images.index import LocalIndex
+    from accelkit.images.store import CollectionNotFoundError, is_local_uri
+    from accelkit.runtime.progress import rows_progress
+
+    settings = _settings(config)
+    if is_local_uri(settings.store.uri):
+        raise ConfigError(
+            f"store.uri {settings.store.uri!r} is a Milvus Lite file, which one process opens;"
+            " with --ray the actors write to a Milvus server: set store.uri to http://HOST:19530"
+        )
+    with closing(LocalIndex.open(settings)) as index:  # the collection, checked or made first
+        name = index._name(collection)
+        try:
+            index.store.describe_dim(name)
+        except CollectionNotFoundError:
+            if not create_collection:
+                raise
+            index.store.create_collection(name, settings.model.embedding_dim, exist_ok=True)
+        with rows_progress(progress and len(named) > 1, "images") as bar:
+            task = bar.add_task("inserting on Ray", total=len(named))
+            outcome = cluster.run(
+                named,
+                settings,
+                address,
+                cluster.Sink(collection=name),
+                endpoint_url=endpoint_url,
+                actors=actors,
+                num_gpus=num_gpus,
+                progress=lambda n: bar.advance(task, n),
+            )
+        stored = [(p, item_id) for p, (item_id, reason) in sorted(outcome.items()) if not reason]
+        if (
+            settings.store.flush_after_rows is not None
+            and len(stored) >= settings.store.flush_after_rows
+        ):
+            index.flush(name)
+    failures = {p: reason for p, (_, reason) in sorted(outcome.items()) if reason}
+    report_inserted(name, named, stored, failures, as_json)
 
 
 @images_app.command("search")

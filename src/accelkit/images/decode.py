@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from accelkit.errors import DataError
+from accelkit.errors import DataError, InputError
+from accelkit.runtime.storage import ObjectPath
 
 DEFAULT_MAX_PIXELS = 64_000_000
 # The formats we decode, and no others: Pillow knows dozens (EPS would start Ghostscript on
@@ -46,7 +47,7 @@ class DecodeOptions:
 
 def describe_input(item: Any) -> str:
     """A short name for an input, for error messages and the CLI's inputs list."""
-    if isinstance(item, (str, os.PathLike)):
+    if isinstance(item, (str, os.PathLike, ObjectPath)):
         return str(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         return f"<{len(item)} bytes>"
@@ -74,6 +75,16 @@ def _read_bytes(path: Path) -> bytes:
         raise ImageDecodeError(f"{name}: cannot read ({exc.strerror})") from exc
     if not data:
         raise ImageDecodeError(f"{name}: file is empty (0 bytes)")
+    return data
+
+
+def _read_object(path: ObjectPath) -> bytes:
+    try:
+        data = path.read_bytes()
+    except InputError as exc:
+        raise ImageDecodeError(str(exc)) from exc
+    if not data:
+        raise ImageDecodeError(f"{path}: object is empty (0 bytes)")
     return data
 
 
@@ -324,6 +335,10 @@ def decode_image(item: Any, options: DecodeOptions | None = None) -> np.ndarray:
         return array
     if isinstance(item, (str, os.PathLike)):
         return _decode_bytes(_read_bytes(Path(item)), name, options)
+    if isinstance(
+        item, ObjectPath
+    ):  # made by the CLI from an s3:// or gs:// URI, never by a client
+        return _decode_bytes(_read_object(item), name, options)
     if isinstance(item, (bytes, bytearray, memoryview)):
         return _decode_bytes(bytes(item), name, options)
     try:

@@ -32,6 +32,7 @@ from accelkit.images.schema import (
     check_metadata,
 )
 from accelkit.images.store import CollectionNotFoundError, Hit
+from accelkit.runtime.storage import ObjectPath
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ def content_id(item: Any) -> str:
                 digest.update(chunk)
     elif isinstance(item, (bytes, bytearray, memoryview)):
         digest.update(bytes(item))
+    elif isinstance(item, ObjectPath):  # an object on S3/GCS: the same id as its local copy
+        digest.update(item.read_bytes())
     elif isinstance(item, np.ndarray):
         digest.update(f"{item.shape}{item.dtype}".encode())
         digest.update(np.ascontiguousarray(item).tobytes())

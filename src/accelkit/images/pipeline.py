@@ -24,6 +24,7 @@ import numpy as np
 from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServiceConfig
 from accelkit.images.index import ImageInput, InsertResult, LocalIndex, content_id
+from accelkit.runtime.storage import ObjectPath
 
 __all__ = ["EmbeddingResult", "ImageEmbeddingPipeline", "InsertResult", "content_id"]
 
@@ -57,6 +58,8 @@ def source_name(item: Any) -> str | None:
     """What an input is called in metadata["source"]: a path's file name; None for bytes/arrays."""
     if isinstance(item, (str, os.PathLike)):
         return os.path.basename(os.fspath(item)) or None
+    if isinstance(item, ObjectPath):
+        return item.name or None
     return None
 
 

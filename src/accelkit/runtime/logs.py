@@ -28,6 +28,7 @@ QUIET_LOGGERS = (
     "pymilvus",
     "milvus_lite",
     "onnxruntime",
+    "ray",  # connect() passes this level on to ray.init, which would set its own
 )
 QUIET_ENVIRONMENT = {
     "TRANSFORMERS_VERBOSITY": "error",  # "LOAD REPORT … UNEXPECTED pooler" and friends
@@ -38,7 +39,24 @@ QUIET_ENVIRONMENT = {
 }
 
 
+_debug = False
+
+
+def third_party_level() -> int:
+    """The level for a library that configures its own loggers when it starts (Ray): WARNING with
+    --debug, else CRITICAL. Call after importing it."""
+    return logging.WARNING if _debug else logging.CRITICAL
+
+
+def quiet_after_import(*names: str) -> None:
+    """Set `names`' loggers to `third_party_level()` again (libraries that reset them)."""
+    for name in names:
+        logging.getLogger(name).setLevel(third_party_level())
+
+
 def configure(debug: bool = False, verbose: bool = False) -> None:
+    global _debug
+    _debug = debug
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(
         level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True
@@ -49,7 +67,7 @@ def configure(debug: bool = False, verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     for name, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
-    for module in ("torchao", "torch", "transformers", "jax", "pymilvus", "onnxruntime"):
+    for module in ("torchao", "torch", "transformers", "jax", "pymilvus", "onnxruntime", "ray"):
         warnings.filterwarnings("ignore", module=module)
 
 

@@ -12,6 +12,7 @@ from pydantic import field_validator
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.runtime import storage
 from accelkit.runtime.config import Settings, load_settings
+from accelkit.runtime.output import endpoint_option, ray_option
 
 ENV_PREFIX = "ACCELKIT_STATS_"
 
@@ -300,22 +301,9 @@ def stats_command(
             " in a temporary file (default: a quarter of free memory, at most 128).",
         ),
     ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            "--endpoint-url",
-            help="s3:// paths: an S3-compatible store's URL, e.g. http://127.0.0.1:9000"
-            " (default: AWS_ENDPOINT_URL; credentials from the AWS environment variables).",
-        ),
-    ] = None,
+    endpoint_url: Annotated[str | None, endpoint_option()] = None,
     ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            help="Run the passes as Ray tasks: a cluster's ADDRESS (host:port, ray://host:port),"
-            " auto (the cluster this machine joined) or local (a private one); results equal the"
-            " local run's bit for bit.",
-        ),
+        str | None, ray_option("the passes", " Results equal the local run's bit for bit.")
     ] = None,
     ray_tasks: Annotated[
         int | None,

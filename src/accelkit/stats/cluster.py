@@ -30,7 +30,6 @@ local run, and the run stops with it (no retry: the file would be as bad the sec
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, DeviceError
+from accelkit.runtime.cluster import connect
 from accelkit.stats.moments import BLOCK_ROWS
 from accelkit.stats.types import Column, Stream
 
@@ -46,40 +46,6 @@ log = logging.getLogger(__name__)
 
 MAX_RETRIES = 3  # attempts after a worker or node failure
 TASKS_PER_CPU = 2  # groups per CPU of the cluster (by default): some balance, few partial states
-LOCAL_OBJECT_STORE_BYTES = 200_000_000  # `--ray local`: a small object store; states are small
-
-
-# --- connecting -------------------------------------------------------------------------------
-
-
-def connect(address: str):
-    """`ray`, connected: "local" starts a private instance on 127.0.0.1 (dashboard off, no usage
-    statistics); "auto" joins the cluster this machine belongs to; anything else is a cluster's
-    address (host:port, or ray://host:port for Ray Client)."""
-    from accelkit.errors import require
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray = require("ray", "ray")
-    if ray.is_initialized():
-        return ray
-    options = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
-    try:
-        if address == "local":
-            ray.init(
-                address="local",
-                _node_ip_address="127.0.0.1",
-                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                **options,
-            )
-        else:
-            ray.init(address=address, **options)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot connect to the Ray cluster at --ray {address} ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); start it with `ray start --head`, "
-            "or use --ray local"
-        ) from exc
-    return ray
 
 
 # --- what a task does -------------------------------------------------------------------------
@@ -146,7 +112,8 @@ class _Edges:
 
 
 def _pack(counts: np.ndarray):
-    """Histogram counts in the fewest bytes: sparse (uint32 index, narrow value) or dense narrow."""
+    """Histogram counts in the fewest bytes: sparse (uint32 index, narrow value) or dense narrow.
+    A pass's initial (all-zero) counts pack to a few bytes."""
     counts = np.asarray(counts)
     peak = int(counts.max(initial=0))
     kind = np.int32 if peak < 2**31 else np.int64
@@ -155,17 +122,20 @@ def _pack(counts: np.ndarray):
         return (
             "sparse",
             counts.shape,
+            counts.dtype.str,
             nonzero.astype(np.uint32),
             counts.flat[nonzero].astype(kind),
         )
-    return ("dense", counts.shape, counts.astype(kind))
+    return ("dense", counts.shape, counts.dtype.str, counts.astype(kind))
 
 
-def _unpack(packed) -> np.ndarray:
+def _unpack(packed, original: bool = False) -> np.ndarray:
+    """The counts as int64 (for merging), or in their `original` dtype."""
+    dtype = np.dtype(packed[2]) if original else np.int64
     if packed[0] == "dense":
-        return packed[2].astype(np.int64)
-    counts = np.zeros(packed[1], np.int64)
-    counts.flat[packed[2]] = packed[3]
+        return packed[3].astype(dtype)
+    counts = np.zeros(packed[1], dtype)
+    counts.flat[packed[3]] = packed[4]
     return counts
 
 
@@ -196,7 +166,9 @@ def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfi
         outcome = runner.run_pass(
             "ray task",
             lambda key, dim, integer: plan[key]["spec"] if key in plan else None,
-            lambda key, spec, column: plan[key]["init"],
+            lambda key, spec, column: plan[key]["init"]._replace(
+                counts=_unpack(plan[key]["init"].counts, original=True)
+            ),
             observer=(lambda: _Edges(heads)) if heads else None,
             stream=source,
         )
@@ -322,10 +294,24 @@ class RayRunner:
         self.first = stream.chunk_at(stream.order[0])  # the shift/center chunk, as locally
         self.stream_ref = self.ray.put(stream)
         self.returned_bytes: list[int] = []  # pickled partial states, per task (the docs' sizes)
+        self.sent_bytes: list[int] = []  # pickled task arguments, per task (the stream apart)
+        self.stream_bytes = len(pickle.dumps(stream, protocol=5))  # put once per run
+        self.merge_seconds = 0.0  # the driver's share: merging states and folding moments
         self._starts: dict | None = None
         self._remote_group = self.ray.remote(run_group).options(
             max_retries=MAX_RETRIES, retry_exceptions=False, num_cpus=1
         )
+
+    def traffic(self) -> dict:
+        """What crossed the network and what the driver spent merging, for the run's facts."""
+        return {
+            "tasks": len(self.returned_bytes),
+            "groups": len(self.groups),
+            "stream_bytes": self.stream_bytes,
+            "sent_bytes": list(self.sent_bytes),
+            "returned_bytes": list(self.returned_bytes),
+            "merge_seconds": self.merge_seconds,
+        }
 
     def describe_devices(self) -> list[str]:
         return [f"ray task {i} ({self.platform})" for i in range(len(self.groups))]
@@ -430,9 +416,10 @@ class RayRunner:
                 continue
             moments_needed |= spec.with_moments
             dtypes[key] = column.values.dtype
+            init = make_init(key, spec, column)
             plan[key] = {
                 "spec": spec,
-                "init": make_init(key, spec, column),
+                "init": init._replace(counts=_pack(init.counts)),  # zeros: a few bytes
                 "dim": dim,
                 "dtype": column.values.dtype,
                 "start": None,
@@ -445,6 +432,9 @@ class RayRunner:
                 key: dict(p, start=starts[key][g] if starts is not None else None)
                 for key, p in plan.items()
             }
+            self.sent_bytes.append(
+                len(pickle.dumps((group.indices, group_plan, self.platform), protocol=5))
+            )
             refs.append(
                 self._remote_group.remote(
                     self.stream_ref,
@@ -480,6 +470,7 @@ class RayRunner:
                 raise DataError(
                     "the time budget ran out before any Ray task finished; raise --max-time-minutes"
                 )
+        merge_started = time.perf_counter()
         for result in results:
             self.returned_bytes.append(len(pickle.dumps(result, protocol=5)))
             for key, size in result["batch_sizes"].items():
@@ -505,6 +496,7 @@ class RayRunner:
                     results, key, total, plan[key]["init"].center, plan[key]["dim"], dtypes[key]
                 )
                 sums[key] = mom.fold(mom.empty_sums(plan[key]["dim"]), s1, s2)
+        self.merge_seconds += time.perf_counter() - merge_started
         return PassOutcome(
             states,
             sums,

@@ -504,6 +504,7 @@ def compute_stats(
         partial=partial,
         compiles=len(runner.compiled),
         pass_seconds=pass_times,
+        cluster=None if ray is None else runner.traffic(),
     )
     return StatsResult(stats, summary, episodes)
 

@@ -168,6 +168,7 @@ class RunSummary:
     partial: bool
     compiles: int
     pass_seconds: list[float] = field(default_factory=list)
+    cluster: dict | None = None  # with Ray: tasks, bytes sent and returned, driver merge seconds
 
     @property
     def rows_per_second(self) -> float:
