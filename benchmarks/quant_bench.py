@@ -80,7 +80,12 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     return out
 
 
-def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
+PROGRESSIVE_GROUPS = (128, 64)
+
+
+def interleaved_latency(
+    group_size: int | None, rounds: int = 15, weight_format: str = "plain"
+) -> dict:
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
     from accelkit.quant.apply import quantize
@@ -97,7 +102,13 @@ def interleaved_latency(group_size: int | None, rounds: int = 15) -> dict:
     for method in ("rtn", "duquant"):
         models[f"{method}/w4a8"] = quantize(
             copy.deepcopy(fp32),
-            QuantConfig(method=method, wbits=4, abits=8, weight_group_size=group_size),
+            QuantConfig(
+                method=method,
+                wbits=4,
+                abits=8,
+                weight_group_size=group_size,
+                weight_format=weight_format,
+            ),
             calib,
         )
     torch._dynamo.reset()
@@ -200,10 +211,26 @@ def main() -> None:
             config_overrides={"weight_group_size": None},
         )
     ]
+    # progressive groups (QServe W4A8): group-level fidelity on the int8-GEMM path
+    print(f"[{time.perf_counter() - t0:6.0f}s] progressive fidelity", flush=True)
+    progressive = {}
+    for group in PROGRESSIVE_GROUPS:
+        progressive[str(group)] = [
+            asdict(r)
+            for r in run_eval(
+                ["fp32", "rtn", "duquant"],
+                ["w4a8", "w4a4"],
+                n_pairs=args.pairs,
+                compiled=False,
+                config_overrides={"weight_group_size": group, "weight_format": "progressive"},
+            )
+        ]
     print(f"[{time.perf_counter() - t0:6.0f}s] interleaved compiled latency", flush=True)
     inter = {"per_channel": interleaved_latency(None)}
     if args.group_size:
         inter[f"group_{args.group_size}"] = interleaved_latency(args.group_size)
+    for group in PROGRESSIVE_GROUPS:
+        inter[f"progressive_{group}"] = interleaved_latency(group, weight_format="progressive")
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     print(f"[{time.perf_counter() - t0:6.0f}s] calibration time per method", flush=True)
@@ -217,6 +244,7 @@ def main() -> None:
         "weight_group_size": args.group_size or None,
         "rows": table,
         "rows_per_channel": per_channel,
+        "rows_progressive": progressive,
         "compiled_latency_interleaved": inter,
         "torchao_crosscheck": cross,
         "calibration_seconds": calibration,
@@ -232,6 +260,12 @@ def main() -> None:
         print(
             f"per channel  {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f} top1 {r['top1_agreement']:.3f}"
         )
+    for group, prog_rows in progressive.items():
+        for r in prog_rows:
+            print(
+                f"progressive {group:>4s} {r['method']:12s} {r['bits']:7s} cos {r['mean_cosine']:.4f}"
+                f" top1 {r['top1_agreement']:.3f} size {r['quant_layers_mb'] / r['fp32_layers_mb']:.3f}x"
+            )
     for name, lat in inter.items():
         print(f"compiled latency (interleaved, {name}):", lat["median_ms"], lat["ratio_vs_fp32"])
         print(

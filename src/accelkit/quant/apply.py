@@ -87,13 +87,15 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
 def layer_spec(
     linear: nn.Linear, config: QuantConfig, rotate: bool, name: str | None = None
 ) -> LayerSpec:
+    wbits, group_size, weight_format = config.layer_weights(name)
     return LayerSpec(
         in_features=linear.in_features,
         out_features=linear.out_features,
         bias=linear.bias is not None,
-        wbits=config.layer_wbits.get(name, config.wbits),
+        wbits=wbits,
         abits=config.abits,
-        group_size=config.weight_group_size,
+        group_size=group_size,
+        weight_format=weight_format,
         act_granularity=config.act_granularity,
         act_clip=config.act_clip,
         smooth=config.method in ("smoothquant", "duquant"),
@@ -125,10 +127,8 @@ def quantize_with_report(
         why = None
         if config.method == "duquant" and n % config.block_size:
             why = f"input width {n} is not divisible by block_size {config.block_size}"
-        elif config.weight_group_size and config.wbits < 16 and n % config.weight_group_size:
-            why = (
-                f"input width {n} is not divisible by weight_group_size {config.weight_group_size}"
-            )
+        elif (group := config.layer_weights(name)[1]) and config.wbits < 16 and n % group:
+            why = f"input width {n} is not divisible by weight_group_size {group}"
         if why:
             if config.indivisible == "error":
                 raise ConfigError(

@@ -46,6 +46,15 @@ CalibrationOption = Annotated[
         "--calibration", help="Text file, one calibration text per line (default: shipped set)."
     ),
 ]
+WeightFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--weight-format",
+        help="plain, or progressive: 4-bit weights as int4 groups with integer scales over"
+        " per-channel int8 (QServe), run as one int8 GEMM; groups of --group-size, else 128."
+        " Default: the config's, plain.",
+    ),
+]
 EvalDataOption = Annotated[
     str | None,
     typer.Option(
@@ -92,6 +101,7 @@ def eval_command(
             " config's, per output channel)."
         ),
     ] = None,
+    weight_format: WeightFormatOption = None,
     config: Annotated[
         str | None, typer.Option(help="YAML file with QuantConfig fields (the base of every row).")
     ] = None,
@@ -118,7 +128,10 @@ def eval_command(
     for b in bit_list:
         parse_bits(b)
     base = load_quant_config(
-        config, group_size, disable_compile=None if compiled is None else not compiled
+        config,
+        group_size,
+        disable_compile=None if compiled is None else not compiled,
+        weight_format=weight_format,
     )
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     compiled = not base.disable_compile
@@ -204,6 +217,7 @@ def apply_command(
         int | None,
         typer.Option(help="Weight group size (0 or default: per output channel)."),
     ] = None,
+    weight_format: WeightFormatOption = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
     as_json: Annotated[
         bool,
@@ -223,7 +237,9 @@ def apply_command(
     from accelkit.quant.storage import save_quantized
 
     check_model(model)
-    cfg = load_quant_config(config, group_size, method=method, wbits=wbits, abits=abits)
+    cfg = load_quant_config(
+        config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
+    )
     texts = read_texts(calibration, "--calibration") if calibration else None
     from accelkit.runtime.progress import status
 

@@ -78,6 +78,9 @@ class QuantConfig(Settings):
     permutation: bool = True
     smooth_alpha: float = 0.6
     weight_group_size: int | None = None
+    # progressive: 4-bit layers store int4 groups with integer scales over per-channel int8
+    # (QServe) and run as one int8 GEMM; groups of weight_group_size, else 128
+    weight_format: Literal["plain", "progressive"] = "plain"
     weight_clip: float | Literal["search"] = "search"
     act_clip: float = 0.9
     act_granularity: Literal["per-token-dynamic", "per-tensor-static"] = "per-token-dynamic"
@@ -174,6 +177,16 @@ class QuantConfig(Settings):
             raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
         return value
 
+    def layer_weights(self, name: str | None) -> tuple[int, int | None, str]:
+        """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`;
+        progressive applies to 4-bit layers (others stay plain) and always has groups."""
+        from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
+
+        wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
+        if self.weight_format == "progressive" and wbits == 4:
+            return wbits, self.weight_group_size or PROGRESSIVE_GROUP_SIZE, "progressive"
+        return wbits, self.weight_group_size, "plain"
+
 
 SECTION = Section(
     QuantConfig, env_prefix=ENV_PREFIX, env_aliases=OPENPI_ALIASES, adapt=_openpi_values
@@ -181,7 +194,11 @@ SECTION = Section(
 
 
 # the CLI flags whose names differ from their fields (errors name what the user typed)
-FLAG_NAMES = {"weight_group_size": "--group-size", "disable_compile": "--compile/--no-compile"}
+FLAG_NAMES = {
+    "weight_group_size": "--group-size",
+    "disable_compile": "--compile/--no-compile",
+    "weight_format": "--weight-format",
+}
 
 
 def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords) -> QuantConfig:

@@ -36,6 +36,11 @@ class LayerSpec:
     permutation: bool
     rotation_steps: int = 0  # width of the stored greedy-step records
     seed: int = 0  # seeds the base block matrix the rotations are built from
+    weight_format: str = "plain"  # "progressive": int4 groups over per-channel int8 (QServe)
+
+    @property
+    def progressive(self) -> bool:
+        return self.weight_format == "progressive"
 
     @property
     def dense_transform(self) -> bool:
@@ -54,12 +59,15 @@ class LayerSpec:
         """On CPU, run the matmul in int8 with int32 accumulation instead of dequantizing.
 
         Needs weight codes minus zero point that fit int8 (wbits ≤ 7), activations of ≤ 8 bits and
-        one weight scale per output channel. Weight groups stay on the dequantized float path: one
-        int8 GEMM per group plus the per-group rescaling measured slower than float32 on MiniLM
-        (groups of 64, an exploratory run: RTN 1.35× FP32 against ~1.1× dequantized). Same result as the float path up
-        to float32 rounding of the final scaling.
+        one weight scale per output channel. Plain weight groups stay on the dequantized float
+        path: one int8 GEMM per group plus the per-group rescaling measured slower than float32 on
+        MiniLM (groups of 64, an exploratory run: RTN 1.35× FP32 against ~1.1× dequantized).
+        Progressive groups rebuild exact int8 weights with one scale per output channel, so they
+        run here too. Same result as the float path up to float32 rounding of the final scaling.
         """
-        return self.abits <= 8 and self.wbits <= 7 and self.group_size is None
+        return self.abits <= 8 and (
+            self.progressive or (self.wbits <= 7 and self.group_size is None)
+        )
 
     @property
     def packed(self) -> bool:
@@ -78,6 +86,13 @@ class QuantLinear(nn.Module):
         # int8 GEMMs on CPU only where this machine computes them exactly (VNNI, checked once)
         self.integer_gemm = spec.integer_matmul and qz.int8_gemm_is_exact()
         n, m = spec.in_features, spec.out_features
+        if spec.progressive and (spec.wbits != 4 or not spec.group_size or n % spec.group_size):
+            from accelkit.errors import ConfigError
+
+            raise ConfigError(
+                f"progressive weights are int4 groups over int8 (wbits 4, a group size dividing"
+                f" {n}); got wbits {spec.wbits}, group size {spec.group_size}"
+            )
         self.in_features, self.out_features = n, m
         f32 = torch.float32
         if spec.wbits == 16:
@@ -86,8 +101,13 @@ class QuantLinear(nn.Module):
             groups = 1 if spec.group_size is None else n // spec.group_size
             cols = n // 2 if spec.packed else n
             self.register_buffer("qweight", torch.zeros(m, cols, dtype=torch.uint8))
-            self.register_buffer("w_scale", torch.ones(m, groups, dtype=f32))
-            self.register_buffer("w_zero", torch.zeros(m, groups, dtype=f32))
+            if spec.progressive:  # s₁ per output channel; integer s₂ and z per group (uint8)
+                self.register_buffer("w_scale", torch.ones(m, 1, dtype=f32))
+                self.register_buffer("w_gscale", torch.ones(m, groups, dtype=torch.uint8))
+                self.register_buffer("w_gzero", torch.zeros(m, groups, dtype=torch.uint8))
+            else:
+                self.register_buffer("w_scale", torch.ones(m, groups, dtype=f32))
+                self.register_buffer("w_zero", torch.zeros(m, groups, dtype=f32))
             if self.integer_gemm:
                 # derived by `refresh_derived` (never stored): unpacking int4 and summing rows on
                 # every call cost more than the GEMM at small batches (32 rows: 392 vs 76 µs per
@@ -159,13 +179,21 @@ class QuantLinear(nn.Module):
             eye = torch.eye(self.in_features, dtype=torch.float64, device=self.transform.device)
             self.transform.copy_(self._transform_blockwise(eye).to(torch.float32))
         if self.integer_gemm:
-            b, rowsum = qz.int8_weight(self.weight_codes(), self.w_zero)
+            if self.spec.progressive:
+                b = qz.progressive_int8(self.weight_codes(), self.w_gscale, self.w_gzero)
+                rowsum = b.sum(dim=1, dtype=torch.int32)
+            else:
+                b, rowsum = qz.int8_weight(self.weight_codes(), self.w_zero)
             self.weight_int8.copy_(b)
             self.weight_rowsum.copy_(rowsum)
 
     def dequantized_weight(self) -> torch.Tensor:
         if self.spec.wbits == 16:
             return self.weight
+        if self.spec.progressive:
+            return qz.progressive_dequantize(
+                self.weight_codes(), self.w_scale, self.w_gscale, self.w_gzero
+            )
         return qz.dequantize_weight(self.weight_codes(), self.w_scale, self.w_zero)
 
     def weight_codes(self) -> torch.Tensor:
@@ -203,7 +231,7 @@ class QuantLinear(nn.Module):
         s = self.spec
         parts = [f"in={s.in_features}", f"out={s.out_features}", f"w{s.wbits}a{s.abits}"]
         if s.group_size:
-            parts.append(f"group={s.group_size}")
+            parts.append(f"{'progressive ' if s.progressive else ''}group={s.group_size}")
         if s.smooth:
             parts.append("smooth")
         if s.block:
@@ -232,13 +260,21 @@ class QuantLinear(nn.Module):
             if clip == "search":
                 if x_t is None:
                     raise ValueError("weight_clip='search' needs calibration activations")
-                ratio = qz.search_weight_clip(w, x_t, spec.wbits, spec.group_size)
+                ratio = qz.search_weight_clip(
+                    w, x_t, spec.wbits, spec.group_size, progressive=spec.progressive
+                )
             else:
                 ratio = float(clip)
-            q, scale, zero = qz.quantize_weight(w, spec.wbits, spec.group_size, ratio)
+            if spec.progressive:
+                q, s1, s2, zero = qz.progressive_quantize(w, spec.group_size, ratio)
+                self.w_scale.copy_(s1.to(torch.float32))
+                self.w_gscale.copy_(s2)
+                self.w_gzero.copy_(zero)
+            else:
+                q, scale, zero = qz.quantize_weight(w, spec.wbits, spec.group_size, ratio)
+                self.w_scale.copy_(scale.to(torch.float32))
+                self.w_zero.copy_(zero.to(torch.float32))
             self.qweight.copy_(qz.pack_int4(q) if spec.packed else q)
-            self.w_scale.copy_(scale.to(torch.float32))
-            self.w_zero.copy_(zero.to(torch.float32))
         if bias is not None:
             self.bias.copy_(bias.to(torch.float32))
         if spec.smooth:

@@ -97,22 +97,76 @@ def search_weight_clip(
     bits: int,
     group_size: int | None,
     grid: tuple[float, ...] = tuple(1.0 - 0.05 * i for i in range(11)),
+    progressive: bool = False,
 ) -> torch.Tensor:
     """Per output channel clip ratio minimizing the output error ||x (w_i - ŵ_i)ᵀ||² on calibration rows x.
 
     Each output channel's error depends only on its own row, so the search is exact per row: with
     H = xᵀx the error of row i is e_i H e_iᵀ (e = w - ŵ), evaluated for every ratio on the grid.
+    `progressive`: ŵ is the two-level weight of `progressive_quantize` (the clip is level 1's).
     """
     h = x.T @ x
     best_err = torch.full((w.shape[0],), float("inf"), dtype=w.dtype)
     best = torch.ones(w.shape[0], dtype=w.dtype)
     for ratio in grid:
-        e = w - fake_quant_weight(w, bits, group_size, ratio)
+        if progressive:
+            e = w - progressive_dequantize(*progressive_quantize(w, group_size, ratio))
+        else:
+            e = w - fake_quant_weight(w, bits, group_size, ratio)
         err = ((e @ h) * e).sum(dim=1)
         better = err < best_err
         best_err = torch.where(better, err, best_err)
         best = torch.where(better, torch.full_like(best, ratio), best)
     return best
+
+
+# ---- progressive groups (QServe's W4A8): int4 groups with integer scales over per-channel int8 ----
+
+PROGRESSIVE_INT8_MAX = 119  # level 1's protective range: level 2 then rebuilds values within ±127
+PROGRESSIVE_GROUP_SIZE = 128  # QServe's group size; the default when no group size is given
+
+
+def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | float = 1.0):
+    """QServe's progressive two-level weights for w (m, n), computed in w's float dtype.
+
+    Level 1, per output channel, symmetric int8 on the protective range ±119:
+    s₁ = clip · max|wᵢ| / 119, w₈ = clamp(round(w / s₁), −119, 119).
+    Level 2, per group of `group_size` int8 values, asymmetric uint4 with an integer scale
+    s₂ = max(1, ⌈(hi − lo) / 15⌉) and an integer zero point z = round(−lo / s₂) ∈ 0..15 ([lo, hi]
+    the group's range widened to include 0): q = clamp(round(w₈ / s₂) + z, 0, 15).
+    The rebuilt values (q − z)·s₂ are integers with |·| ≤ |w₈| + s₂/2 ≤ 119 + 8 = 127 (s₂ ≤ ⌈238/15⌉
+    = 16): exact int8, so one int8 GEMM with the per-channel s₁ runs the layer.
+    Returns codes q (m, n) uint8, s₁ (m, 1) in w's dtype, s₂ and z (m, groups) uint8.
+    """
+    m, n = w.shape
+    clip_t = (
+        torch.as_tensor(clip, dtype=w.dtype).reshape(-1, 1) if torch.as_tensor(clip).ndim else clip
+    )
+    top = PROGRESSIVE_INT8_MAX
+    s1 = torch.clamp(w.abs().amax(dim=1, keepdim=True) * clip_t / top, min=SCALE_FLOOR)
+    w8 = _grouped(torch.clamp(torch.round(w / s1), -top, top), group_size)
+    lo = torch.clamp(w8.amin(dim=-1), max=0.0)
+    hi = torch.clamp(w8.amax(dim=-1), min=0.0)
+    s2 = torch.clamp(torch.ceil((hi - lo) / 15), min=1.0)
+    zero = torch.clamp(torch.round(-lo / s2), 0, 15)
+    q = torch.clamp(torch.round(w8 / s2[..., None]) + zero[..., None], 0, 15)
+    return q.reshape(m, n).to(torch.uint8), s1, s2.to(torch.uint8), zero.to(torch.uint8)
+
+
+def progressive_int8(codes: torch.Tensor, s2: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """Level 1's int8 weights (m, n) rebuilt from level 2: (q − z)·s₂, exactly (int16 math)."""
+    m, n = codes.shape
+    groups = s2.shape[-1]
+    q = codes.reshape(m, groups, n // groups).to(torch.int16)
+    w8 = (q - zero.to(torch.int16)[..., None]) * s2.to(torch.int16)[..., None]
+    return w8.reshape(m, n).to(torch.int8)
+
+
+def progressive_dequantize(
+    codes: torch.Tensor, s1: torch.Tensor, s2: torch.Tensor, zero: torch.Tensor
+) -> torch.Tensor:
+    """The float weight s₁ · (q − z)·s₂ (pure: the compiled float path and the clip search)."""
+    return progressive_int8(codes, s2, zero).to(s1.dtype) * s1
 
 
 # ---- activations ----
