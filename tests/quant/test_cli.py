@@ -15,6 +15,7 @@ from accelkit.cli import main
         (["--bits", "w9a8"], "2..8"),
         (["--model", "llama"], "llama"),
         (["--pairs", "0"], "--pairs"),
+        (["--weight-format", "groups"], "--weight-format 'groups'"),
     ],
 )
 def test_bad_inputs_exit_2(args, needle, capsys):
