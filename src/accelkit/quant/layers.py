@@ -17,6 +17,7 @@ from accelkit.quant import quantizers as qz
 from accelkit.quant.transforms import Transform
 
 DENSE_TRANSFORM_MAX_BLOCKS = 4
+CUDA_INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: more than 16 rows, k and n multiples of 8
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,14 @@ class QuantLinear(nn.Module):
     def __init__(self, spec: LayerSpec):
         super().__init__()
         self.spec = spec
-        # int8 GEMMs on CPU only where this machine computes them exactly (VNNI, checked once)
-        self.integer_gemm = spec.integer_matmul and qz.int8_gemm_is_exact()
         n, m = spec.in_features, spec.out_features
+        # int8 GEMMs on CPU only where this machine computes them exactly (VNNI, checked once); on
+        # CUDA where torch._int_mm takes the shapes (k, n multiples of 8; rows checked per call)
+        self.cpu_integer = spec.integer_matmul and qz.int8_gemm_is_exact()
+        self.cuda_integer = (
+            spec.integer_matmul and torch.cuda.is_available() and n % 8 == 0 and m % 8 == 0
+        )
+        self.integer_gemm = self.cpu_integer or self.cuda_integer  # the int8 buffers exist
         if spec.progressive and (spec.wbits != 4 or not spec.group_size or n % spec.group_size):
             from accelkit.errors import ConfigError
 
@@ -203,8 +209,9 @@ class QuantLinear(nn.Module):
         spec = self.spec
         dtype = x.dtype
         x = self.transform_input(x.to(torch.float32))
-        # a constant per layer and the device fixed per graph: neither causes recompiles
-        if self.integer_gemm and x.device.type == "cpu":
+        # constants per layer and the device fixed per graph: no recompiles; on CUDA the row count
+        # (fewer than 17 rows: the float path) is a shape guard, as batch 1 already is
+        if self.use_integer(x):
             return self._integer_forward(x).to(dtype)
         if spec.abits < 16:
             if spec.act_granularity == "per-tensor-static":
@@ -212,6 +219,15 @@ class QuantLinear(nn.Module):
             else:
                 x = qz.fake_quant_per_token(x, spec.abits, spec.act_clip)
         return nn.functional.linear(x, self.dequantized_weight(), self.bias).to(dtype)
+
+    def use_integer(self, x: torch.Tensor) -> bool:
+        if x.device.type == "cpu":
+            return self.cpu_integer
+        return (
+            x.device.type == "cuda"
+            and self.cuda_integer
+            and x.numel() // self.in_features >= CUDA_INT_MM_MIN_ROWS
+        )
 
     def _integer_forward(self, x: torch.Tensor) -> torch.Tensor:
         spec = self.spec
