@@ -80,11 +80,15 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     return out
 
 
-PROGRESSIVE_GROUPS = (128, 64)
+PROGRESSIVE_SETTINGS = ((128, True), (64, True), (64, False))  # (group size, permutation)
 
 
 def interleaved_latency(
-    group_size: int | None, rounds: int = 15, weight_format: str = "plain"
+    group_size: int | None,
+    rounds: int = 15,
+    weight_format: str = "plain",
+    permutation: bool = True,
+    long_batch: bool = False,
 ) -> dict:
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
@@ -97,6 +101,10 @@ def interleaved_latency(
     calib = batches(tok, calibration_sentences(), 32)
     pairs = eval_pairs(32)
     batch = batches(tok, [a for a, _ in pairs] + [b for _, b in pairs])[0]
+    if long_batch:  # the issue's 32 sequences x 128 tokens (pairs joined into long texts)
+        texts = [" ".join([a, b] * 6) for a, b in pairs]
+        enc = tok(texts, padding="max_length", truncation=True, max_length=128, return_tensors="pt")
+        batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
     single = batches(tok, [pairs[0][0]], batch_size=1)[0]  # one sentence: latency-bound inference
     models = {"fp32": fp32}
     for method in ("rtn", "duquant"):
@@ -108,6 +116,7 @@ def interleaved_latency(
                 abits=8,
                 weight_group_size=group_size,
                 weight_format=weight_format,
+                permutation=permutation,
             ),
             calib,
         )
@@ -214,23 +223,33 @@ def main() -> None:
     # progressive groups (QServe W4A8): group-level fidelity on the int8-GEMM path
     print(f"[{time.perf_counter() - t0:6.0f}s] progressive fidelity", flush=True)
     progressive = {}
-    for group in PROGRESSIVE_GROUPS:
-        progressive[str(group)] = [
+    for group, permutation in PROGRESSIVE_SETTINGS:
+        progressive[f"{group}{'' if permutation else '_no_permutation'}"] = [
             asdict(r)
             for r in run_eval(
                 ["fp32", "rtn", "duquant"],
                 ["w4a8", "w4a4"],
                 n_pairs=args.pairs,
                 compiled=False,
-                config_overrides={"weight_group_size": group, "weight_format": "progressive"},
+                config_overrides={
+                    "weight_group_size": group,
+                    "weight_format": "progressive",
+                    "permutation": permutation,
+                },
             )
         ]
     print(f"[{time.perf_counter() - t0:6.0f}s] interleaved compiled latency", flush=True)
     inter = {"per_channel": interleaved_latency(None)}
     if args.group_size:
         inter[f"group_{args.group_size}"] = interleaved_latency(args.group_size)
-    for group in PROGRESSIVE_GROUPS:
-        inter[f"progressive_{group}"] = interleaved_latency(group, weight_format="progressive")
+    for group, permutation in PROGRESSIVE_SETTINGS:
+        name = f"progressive_{group}{'' if permutation else '_no_permutation'}"
+        inter[name] = interleaved_latency(
+            group, weight_format="progressive", permutation=permutation
+        )
+        inter[f"{name}_32x128"] = interleaved_latency(
+            group, rounds=8, weight_format="progressive", permutation=permutation, long_batch=True
+        )
     print(f"[{time.perf_counter() - t0:6.0f}s] torchao cross-check", flush=True)
     cross = torchao_crosscheck(args.pairs)
     print(f"[{time.perf_counter() - t0:6.0f}s] calibration time per method", flush=True)

@@ -181,8 +181,9 @@ def test_quiet_channels_take_the_median_scale_not_a_tiny_one():
     np.testing.assert_array_equal(smooth_scales(torch.zeros(3), torch.ones(3), 0.6).numpy(), 1.0)
 
 
+@pytest.mark.parametrize("permutation", [True, False])  # False: one fused product per block
 @pytest.mark.parametrize("blocks", [4, 5])  # 4 blocks: one dense n×n product; 5: block products
-def test_quantlinear_input_transform_both_forms_match_float64(blocks):
+def test_quantlinear_input_transform_every_form_matches_float64(blocks, permutation):
     from accelkit.quant.layers import LayerSpec, QuantLinear
 
     gen = torch.Generator().manual_seed(blocks)
@@ -190,7 +191,8 @@ def test_quantlinear_input_transform_both_forms_match_float64(blocks):
     x = torch.randn(64, n, dtype=torch.float64, generator=gen)
     x[:, 3] *= 40.0  # an outlier channel, so rotations and the permutation are non-trivial
     w = torch.randn(24, n, dtype=torch.float64, generator=gen)
-    t = fit_transform(x, w, method="duquant", alpha=0.6, block=b, steps=8, permutation=True)
+    t = fit_transform(x, w, method="duquant", alpha=0.6, block=b, steps=8, permutation=permutation)
+    assert (t.steps1 >= 0).any()  # some rotation step kept: the test is not of an identity
     spec = LayerSpec(
         in_features=n,
         out_features=24,
@@ -202,12 +204,13 @@ def test_quantlinear_input_transform_both_forms_match_float64(blocks):
         act_clip=1.0,
         smooth=True,
         block=b,
-        permutation=True,
+        permutation=permutation,
         rotation_steps=8,
     )
     layer = QuantLinear(spec)
     layer.load_from_float(w, None, t, x, clip=1.0, act_range=None)
-    assert spec.dense_transform == (blocks <= 4)
+    assert spec.dense_transform == (permutation and blocks <= 4)
+    assert spec.fused_blocks == (not permutation)
     ref = t.activations(x)  # float64, the transform as fitted
     got = layer.transform_input(x.to(torch.float32)).to(torch.float64)
     assert float((got - ref).abs().max() / ref.abs().max()) < 1e-5

@@ -28,6 +28,7 @@ DERIVED = (
     "rot1",
     "rot2",
     "transform",
+    "transform_blocks",
     "weight_int8",
     "weight_rowsum",
 )  # rebuilt from the others on load
