@@ -96,10 +96,11 @@ def batches(n=4, seed=1):
     return out
 
 
-@pytest.fixture(scope="module", params=["rtn", "duquant"])
+@pytest.fixture(scope="module", params=["rtn", "duquant", "duquant-fused-blocks"])
 def progressive_model(request):
     cfg = QuantConfig(
-        method=request.param,
+        method=request.param.split("-")[0],
+        permutation=not request.param.endswith("fused-blocks"),
         wbits=4,
         abits=8,
         weight_format="progressive",
