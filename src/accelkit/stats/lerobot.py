@@ -191,8 +191,11 @@ def files_on_disk(root: Path) -> list[Path]:
 
 def warn_strays(root: Path, layout: Layout) -> None:
     """Name parquet files under data/ that the metadata does not list (they are not read)."""
-    listed = {p.resolve() for p in layout.files}
-    strays = [p for p in files_on_disk(root) if p.resolve() not in listed]
+    # by name first (both come from `root`); resolving symlinks, slow per file, only for the rest
+    named = {str(p) for p in layout.files}
+    unmatched = [p for p in files_on_disk(root) if str(p) not in named]
+    listed = {p.resolve() for p in layout.files} if unmatched else set()
+    strays = [p for p in unmatched if p.resolve() not in listed]
     if strays:
         shown = ", ".join(str(p.relative_to(root)) for p in strays[:SHOWN])
         more = f" and {len(strays) - SHOWN} more" if len(strays) > SHOWN else ""
