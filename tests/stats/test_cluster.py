@@ -157,3 +157,14 @@ def test_killed_worker_is_retried_and_the_result_stays_exact(ray_cluster, tmp_pa
     assert killed is not None, "no task was seen running"
     assert "error" not in outcome, outcome.get("error")
     assert_bit_identical(local, outcome["result"])
+
+
+def test_a_spent_time_budget_stops_the_run_with_one_clear_line(ray_cluster, datasets):
+    """--max-time-minutes on Ray: no task can finish in a nanosecond, so nothing is covered."""
+    with pytest.raises(DataError, match="time budget ran out before any Ray task finished"):
+        compute_stats(
+            open_source(datasets["v2.1"]),
+            ray=ray_cluster.address,
+            ray_tasks=3,
+            max_time_minutes=1e-9,
+        )

@@ -297,6 +297,10 @@ class RayRunner:
         self.sent_bytes: list[int] = []  # pickled task arguments, per task (the stream apart)
         self.stream_bytes = len(pickle.dumps(stream, protocol=5))  # put once per run
         self.merge_seconds = 0.0  # the driver's share: merging states and folding moments
+        self.task_merge_seconds: list[
+            float
+        ] = []  # per task and pass: unpacking + merging its state
+        self.fold_seconds = 0.0  # per run: straddling blocks summed, all blocks folded in order
         self._starts: dict | None = None
         self._remote_group = self.ray.remote(run_group).options(
             max_retries=MAX_RETRIES, retry_exceptions=False, num_cpus=1
@@ -311,6 +315,8 @@ class RayRunner:
             "sent_bytes": list(self.sent_bytes),
             "returned_bytes": list(self.returned_bytes),
             "merge_seconds": self.merge_seconds,
+            "task_merge_seconds": list(self.task_merge_seconds),
+            "fold_seconds": self.fold_seconds,
         }
 
     def describe_devices(self) -> list[str]:
@@ -478,16 +484,17 @@ class RayRunner:
             self.compiled.update(result["compiled"])
         if self.stream.horizons:
             _check_episodes(self.stream, [r["episodes"] for r in results])
-        states = {}
-        for key in plan:
-            merged = None
-            for result in results:
+        states = dict.fromkeys(plan)
+        for result in results:  # in group order, as the keys' merges need
+            task_started = time.perf_counter()
+            for key in plan:
                 if key not in result["states"]:
                     continue
                 part = result["states"][key]
                 part = part._replace(counts=_unpack(part.counts))
-                merged = part if merged is None else passes.merge(merged, part)
-            states[key] = merged
+                states[key] = part if states[key] is None else passes.merge(states[key], part)
+            self.task_merge_seconds.append(time.perf_counter() - task_started)
+        fold_started = time.perf_counter()
         sums = {}
         if moments_needed:
             for key in plan:
@@ -496,6 +503,7 @@ class RayRunner:
                     results, key, total, plan[key]["init"].center, plan[key]["dim"], dtypes[key]
                 )
                 sums[key] = mom.fold(mom.empty_sums(plan[key]["dim"]), s1, s2)
+        self.fold_seconds += time.perf_counter() - fold_started
         self.merge_seconds += time.perf_counter() - merge_started
         return PassOutcome(
             states,
