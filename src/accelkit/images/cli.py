@@ -116,6 +116,16 @@ def sidecar_paths(output: Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".inputs.txt"), stem.with_name(stem.name + ".failures.json")
 
 
+RayActorsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--ray-actors",
+        help="With --ray: model actors (default: one per CPU of the cluster, or per --num-gpus).",
+    ),
+]
+NumGpusOption = Annotated[
+    float, typer.Option("--num-gpus", help="With --ray: GPUs per model actor (default 0).")
+]
 DEFAULT_OUTPUT = "embeddings.npy"
 DEFAULT_RAY_OUTPUT = "embeddings"  # with --ray: a folder of Parquet shards
 
@@ -161,16 +171,8 @@ def embed_command(
             " Writes Parquet shards (position, source, vector) into OUTPUT.",
         ),
     ] = None,
-    ray_actors: Annotated[
-        int | None,
-        typer.Option(
-            "--ray-actors", help="With --ray: model actors (default: half the cluster's CPUs)."
-        ),
-    ] = None,
-    num_gpus: Annotated[
-        float,
-        typer.Option("--num-gpus", help="With --ray: GPUs per model actor (default 0)."),
-    ] = 0,
+    ray_actors: RayActorsOption = None,
+    num_gpus: NumGpusOption = 0,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")
     ] = True,
@@ -561,16 +563,8 @@ def insert_command(
             " The actors upsert into the config's Milvus server (store.uri).",
         ),
     ] = None,
-    ray_actors: Annotated[
-        int | None,
-        typer.Option(
-            "--ray-actors", help="With --ray: model actors (default: half the cluster's CPUs)."
-        ),
-    ] = None,
-    num_gpus: Annotated[
-        float,
-        typer.Option("--num-gpus", help="With --ray: GPUs per model actor (default 0)."),
-    ] = 0,
+    ray_actors: RayActorsOption = None,
+    num_gpus: NumGpusOption = 0,
     as_json: JsonOption = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")
