@@ -5,6 +5,7 @@ multi-device sharding runs in every test that does not opt out.
 """
 
 import os
+import sys
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -20,6 +21,27 @@ os.environ.update(client_env())
 
 import numpy as np
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="module")
+def streams_stay_open():
+    """No test, and nothing a test starts, may close or replace this worker's output streams or
+    remove the root logger's handlers: once that happened, every later test on the worker errored
+    ("I/O operation on closed file"). Checked after each module, so the culprit is named."""
+    import logging
+
+    streams = (sys.stdout, sys.stderr)  # the worker's capture files while no test captures
+    root = logging.getLogger()
+    handlers = [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
+    yield
+    for stream in (*streams, sys.stdout, sys.stderr):
+        assert not stream.closed, f"{stream!r} was closed during this module"
+    for fd in (1, 2):
+        os.fstat(fd)  # raises if a test closed the descriptor
+    assert all(h in root.handlers for h in handlers), "a root logging handler was removed"
+    for handler in root.handlers:
+        stream = getattr(handler, "stream", None)
+        assert stream is None or not stream.closed, f"{handler!r} writes to a closed stream"
 
 
 @pytest.fixture

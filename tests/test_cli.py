@@ -1,9 +1,10 @@
 """The root `accelkit` command: version, help without heavy imports, devices."""
 
-import json
 import os
 import subprocess
 import sys
+
+from tests.support.cli import result_of
 
 
 def test_version_help_and_devices_in_a_fresh_process():
@@ -30,6 +31,6 @@ def test_version_help_and_devices_in_a_fresh_process():
         text=True,
         env=env,
     )
-    info = json.loads(devices.stdout)
+    info = result_of(devices.stdout)
     assert info["jax"]["chosen"] == "cpu" and info["jax"]["backends"]["cpu"]
     assert info["torch"]["chosen"] == "cpu" or "error" in info["torch"]

@@ -7,6 +7,7 @@ Heavy libraries (jax, torch, pyarrow) are imported inside the commands that need
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated
 
@@ -62,13 +63,13 @@ def devices(
 ) -> None:
     """What JAX and PyTorch see, and which platform accelkit would choose and why."""
     from accelkit.runtime.devices import describe_devices
-    from accelkit.runtime.output import print_json
+    from accelkit.runtime.output import print_json, stdout_console
 
     info = describe_devices(platform)
     if as_json:
         print_json(info)
         return
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="accelkit devices")
@@ -77,7 +78,7 @@ def devices(
     table.add_column("choice")
     jax_info, torch_info = info["jax"], info["torch"]
     if "error" in jax_info:
-        table.add_row("jax", jax_info["error"], "-")
+        table.add_row("jax", escape(jax_info["error"]), "-")
     else:
         seen = "; ".join(
             f"{p}: {', '.join(d) if d else 'none'}" for p, d in jax_info["backends"].items()
@@ -86,11 +87,11 @@ def devices(
             f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})"
         )
     if "error" in torch_info:
-        table.add_row("torch", torch_info["error"], "-")
+        table.add_row("torch", escape(torch_info["error"]), "-")
     else:
         cuda = ", ".join(torch_info["cuda_devices"]) or "no CUDA device"
         table.add_row(f"torch {torch_info['version']}", cuda, torch_info["chosen"])
-    Console().print(table)
+    stdout_console().print(table)
 
 
 CAPABILITIES = ("stats", "images", "quant", "bench")
@@ -138,39 +139,91 @@ def _boolean_flags(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from accelkit.runtime import interrupts
+
     args = _boolean_flags(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+    with interrupts.handled():
+        sys.exit(_run(args, debug="--debug" in args))
+
+
+def _command_name(command, args: list[str]) -> str:
+    """`images search` for `accelkit -q images search q.jpg --json`: the subcommands named."""
+    names = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is None:
+            break
+        names.append(arg)
+        command = sub
+    return " ".join(names)
+
+
+def _run(args: list[str], debug: bool) -> int:
+    """The exit code of one command (docs/cli.md): 0 done, 1 internal error, 2 user error, 3 a
+    failed check, 130/143 interrupted. With --json, a failure prints the envelope too."""
+    from accelkit.runtime import output, progress
+
+    command = typer.main.get_command(app)
+    name = _command_name(command, args)
+    output.begin(name)
+    progress.start_command(name if "--help" not in args else "")
     try:
-        app(args=args, prog_name="accelkit", standalone_mode=False)
+        code, message = _invoke(command, args, debug)
+    finally:
+        progress.end_command()
+    if code and message and "--json" in args:
+        output.print_error_json(message, code)
+    return code
+
+
+def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
+    """(exit code, the one-line message printed for a failure)."""
+    from accelkit.runtime import interrupts
+
+    try:
+        # standalone_mode=False: click returns an `Exit`'s code (and typer's 130 for a
+        # KeyboardInterrupt) instead of exiting, and passes every other exception up to us
+        code = command(args=args, prog_name="accelkit", standalone_mode=False)
+    except interrupts.Interrupted as exc:
+        interrupts.report(exc.signum)
+        return exc.exit_code, interrupts.message(exc.signum)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code, None
     except typer.Abort:
         typer.echo("aborted", err=True)
-        sys.exit(130)
+        return 130, "aborted"
     except AccelkitError as exc:
         if debug:
             import traceback
 
             traceback.print_exc()
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code, str(exc)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+        interrupts.report(signal.SIGINT)
+        return 130, interrupts.message(signal.SIGINT)
     except Exception as exc:
         if (
             type(exc).__name__ == "NoArgsIsHelpError"
         ):  # bare `accelkit`: show the help, as --help does
             typer.echo(exc.format_message())
-            sys.exit(0)
+            return 0, None
         if _is_usage_error(exc):
-            typer.echo(f"error: {exc.format_message()} (see accelkit --help)", err=True)
-            sys.exit(2)
+            message = f"{exc.format_message()} (see accelkit --help)"
+            typer.echo(f"error: {message}", err=True)
+            return 2, message
         if debug:
             raise
-        typer.echo(
-            f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-            err=True,
+        message = (
+            f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
         )
-        sys.exit(1)
-    sys.exit(0)
+        typer.echo(message, err=True)
+        return 1, message
+    if type(code) is not int:  # a command's own return value (None when it finished)
+        return 0, None
+    if code == 130:  # typer's translation of a KeyboardInterrupt it caught
+        interrupts.report(signal.SIGINT)
+        return 130, interrupts.message(signal.SIGINT)
+    return code, None

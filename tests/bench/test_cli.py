@@ -6,6 +6,7 @@ import pytest
 
 from accelkit.bench.schema import validate
 from accelkit.cli import main
+from tests.support.cli import result_of
 
 
 def run_cli(args, capsys):
@@ -130,7 +131,7 @@ def test_train_pytorch_alone_json(capsys):
         ["bench", "train", "pytorch", "--samples", "400", "--epochs", "2", "--json"], capsys
     )
     assert code == 0, err
-    doc = json.loads(stdout)
+    doc = result_of(stdout)
     validate(doc)
     result = doc["results"][0]
     assert result["passed"] and result["params"]["checkpoint_epoch"] == 1
@@ -144,7 +145,7 @@ def test_train_pytorch_alone_json(capsys):
 def test_json_prints_the_document_on_stdout(capsys):
     code, stdout, _ = run_cli(["bench", "scipy", "numpy", "--repeats", "2", "--json"], capsys)
     assert code == 0
-    doc = json.loads(stdout)
+    doc = result_of(stdout)
     validate(doc)
     assert doc["results"][0]["experiment"] == "scipy"
 

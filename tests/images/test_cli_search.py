@@ -1,11 +1,10 @@
 """`accelkit images insert/search/collection/health` on a local Milvus Lite store."""
 
-import json
-
 import pytest
 from PIL import Image
 
 from tests.images.test_pipeline import altered
+from tests.support.cli import result_of
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
@@ -47,7 +46,7 @@ def test_cli_store_round_trip(tmp_path, config, photos, capsys):
         config,
         "--json",
     )
-    assert code == 0 and json.loads(out)["description"] == "cli test"
+    assert code == 0 and result_of(out)["description"] == "cli test"
     code, out, err = run(
         capsys,
         "insert",
@@ -61,14 +60,14 @@ def test_cli_store_round_trip(tmp_path, config, photos, capsys):
         "--json",
     )
     assert code == 0, err
-    report = json.loads(out)
+    report = result_of(out)
     assert [i["id"] for i in report["items"]] == ["a", "b", "c", "d"] and report["failures"][0][
         "input"
     ].endswith("zz_broken.jpg")
     query = tmp_path / "query.jpg"
     query.write_bytes(altered(photos["coffee"]))
     code, out, err = run(capsys, "search", str(query), "--topk", "2", "--config", config, "--json")
-    results = json.loads(out)["results"]
+    results = result_of(out)["results"]
     assert (
         code == 0
         and results[0]["id"] == "c"
@@ -85,17 +84,17 @@ def test_cli_store_round_trip(tmp_path, config, photos, capsys):
         config,
         "--json",
     )
-    assert code == 0 and json.loads(out)["results"] == []
+    assert code == 0 and result_of(out)["results"] == []
     code, out, err = run(capsys, "search", str(query), "--config", config)  # a table for people
     assert code == 0 and "rank" in out and " c " in out
     code, out, err = run(capsys, "collection", "list", "--config", config, "--json")
-    assert code == 0 and [(c["name"], c["count"]) for c in json.loads(out)["collections"]] == [
+    assert code == 0 and [(c["name"], c["count"]) for c in result_of(out)["collections"]] == [
         ("pics", 4)
     ]
     code, out, err = run(capsys, "collection", "stats", "pics", "--config", config)
     assert code == 0 and "FLAT" in out and "1280" in out
     code, out, err = run(capsys, "health", "--config", config, "--json")
-    health = json.loads(out)
+    health = result_of(out)
     assert (
         code == 0
         and health["status"] == "ok"
@@ -146,11 +145,11 @@ def test_search_results_name_the_files(tmp_path, config, photos, capsys):
         "--json",
     )
     assert code == 0, err
-    assert sorted(i["source"] for i in json.loads(out)["items"]) == ["cat.png", "trip/launch.png"]
+    assert sorted(i["source"] for i in result_of(out)["items"]) == ["cat.png", "trip/launch.png"]
     query = tmp_path / "q.jpg"
     query.write_bytes(altered(photos["rocket"]))
     code, out, err = run(capsys, "search", str(query), "-c", "named", "--config", config, "--json")
-    results = json.loads(out)["results"]
+    results = result_of(out)["results"]
     assert code == 0 and results[0]["metadata"] == {"source": "trip/launch.png"}
     assert len(results[0]["id"]) == 32  # a content id: the name is what a person reads
     code, out, err = run(capsys, "search", str(query), "-c", "named", "--config", config)
@@ -158,7 +157,7 @@ def test_search_results_name_the_files(tmp_path, config, photos, capsys):
     single = tmp_path / "solo.png"
     Image.fromarray(photos["coffee"]).save(single)
     code, out, err = run(capsys, "insert", str(single), "-c", "named", "--config", config, "--json")
-    assert code == 0 and json.loads(out)["items"][0]["source"] == "solo.png"
+    assert code == 0 and result_of(out)["items"][0]["source"] == "solo.png"
 
 
 def test_inputs_are_checked_before_the_model_or_store_opens(tmp_path, capsys):
@@ -189,5 +188,5 @@ def test_health_of_an_unreachable_server_exits_3(capsys):
         port = probe.getsockname()[1]
     code, out, err = run(capsys, "health", "--server", f"http://127.0.0.1:{port}", "--json")
     assert code == 3, err
-    assert json.loads(out)["status"] == "unreachable"
+    assert result_of(out)["status"] == "unreachable"
     assert err.startswith("error: unhealthy") and err.count("\n") == 1

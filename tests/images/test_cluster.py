@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from accelkit.images.cluster import MANIFEST, read_shards
-from tests.support.cli import run_cli
+from tests.support.cli import result_of, run_cli
 from tests.support.groups import SERVERS
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
@@ -71,7 +71,7 @@ def test_embed_on_the_cluster_from_s3_equals_local(
         capsys,
     )
     assert code == 0, err
-    summary = json.loads(out)
+    summary = result_of(out)
     assert summary["embedded"] == len(vectors) and summary["failed"] == 1
     assert summary["shards"] > 1
     got, sources = read_shards(output)
@@ -126,7 +126,9 @@ def test_insert_on_the_cluster_into_a_milvus_server(
 ):
     """The actors upsert into the server: the same ids (content hashes) and vectors as a local
     insert, the bad image reported, nothing else stored."""
-    from pymilvus import MilvusClient
+    from accelkit.runtime.logs import import_library
+
+    MilvusClient = import_library("pymilvus", "images").MilvusClient
 
     from tests.support.milvus_server import server_database
 
@@ -152,7 +154,7 @@ def test_insert_on_the_cluster_into_a_milvus_server(
             capsys,
         )
         assert code == 0, err
-        results[name] = json.loads(out)
+        results[name] = result_of(out)
     local, ray = results["local"], results["ray"]
     assert {i["id"]: i["source"] for i in ray["items"]} == {
         i["id"]: i["source"] for i in local["items"]

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from accelkit.cli import main
+from tests.support.cli import result_of
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_small_eval_writes_json(tmp_path, capsys):
         assert exc.code in (0, None)
     printed = capsys.readouterr().out
     rows = json.loads(out.read_text())["rows"]
-    assert json.loads(printed)["rows"] == rows  # --json prints what --output writes
+    assert result_of(printed)["rows"] == rows  # --json prints what --output writes
     assert [(r["method"], r["bits"]) for r in rows] == [("fp32", "w32a32"), ("rtn", "w4a8")]
     assert rows[0]["mean_cosine"] > 0.9999 and rows[0]["top1_agreement"] == 1.0
     assert 0.8 < rows[1]["mean_cosine"] < 0.9999
@@ -98,7 +99,7 @@ def test_library_chatter_is_hidden_unless_debug():
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["rows"][0]["method"] == "fp32"
+    assert result_of(done.stdout)["rows"][0]["method"] == "fp32"
     for noise in (
         "Failed to load",
         "Detected no triton",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from accelkit.errors import InputError
-from tests.support.cli import run_cli
+from tests.support.cli import result_of, run_cli
 
 transformers = pytest.importorskip("transformers")
 
@@ -75,7 +75,7 @@ def texts(tmp_path_factory):
 def run_json(args, capsys):
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
-    return json.loads(out)
+    return result_of(out)
 
 
 def test_encoder_folder_is_judged_by_embeddings(encoder_dir, texts, capsys):

@@ -285,7 +285,9 @@ if __name__ == "__main__":
 
 def server_database(server, name: str) -> str:
     """A fresh database on the server: test modules do not see each other's collections."""
-    from pymilvus import MilvusClient
+    from accelkit.runtime.logs import import_library
+
+    MilvusClient = import_library("pymilvus", "images").MilvusClient
 
     client = MilvusClient(uri=server.uri, timeout=30)
     try:

@@ -115,10 +115,11 @@ def emit(
     if output or as_json:
         doc = document(results, environment(dtype))
         validate(doc)
+    failed = [c.name for r in results for c in r.checks if not c.passed]
     if as_json:
         from accelkit.runtime.output import print_json
 
-        print_json(doc)
+        print_json(doc, ok=not failed)
     else:
         for result in results:
             print_result(result)
@@ -128,7 +129,6 @@ def emit(
         write_json_atomic(output, doc, trailing_newline=True)
     if plot_path:
         plot_results(results, plot_path)
-    failed = [c.name for r in results for c in r.checks if not c.passed]
     if failed:
         from accelkit.errors import CheckFailed
 
@@ -140,10 +140,10 @@ def run_in_processes(command: str, modes: list[str], options: dict, rounds: int)
     slow drift of a noisy machine spreads over every backend; the rounds' repeats are pooled."""
     import json
     import subprocess
-    import tempfile
 
     from accelkit.bench.harness import Result, merge_results
     from accelkit.errors import AccelkitError
+    from accelkit.runtime.files import temporary_folder
 
     positive("--rounds", rounds)
     flags = []
@@ -151,7 +151,7 @@ def run_in_processes(command: str, modes: list[str], options: dict, rounds: int)
         if value is not None:
             flags += [f"--{key.replace('_', '-')}", str(value)]
     parts = []
-    with tempfile.TemporaryDirectory(prefix="accelkit-bench-") as tmp:
+    with temporary_folder("accelkit-bench-") as tmp:
         for r in range(rounds):
             order = modes[r % len(modes) :] + modes[: r % len(modes)]
             for mode in order:
@@ -574,13 +574,20 @@ def all_command(
     ] = False,
 ) -> None:
     """Every experiment at CI sizes, one after another; optional markdown report with tables and figures."""
-    from accelkit.bench.suite import run_all, write_report
-    from accelkit.runtime.progress import note
+    from accelkit.bench.suite import EXPERIMENTS, run_all, write_report
+    from accelkit.runtime.progress import Steps, note
 
     count = _threads(threads)
-    results = run_all(quick=quick, progress=lambda name: note(f"bench all: {name}…"))
+    steps = Steps(len(EXPERIMENTS), "bench all")
+
+    def progress(name: str) -> None:
+        if ":" not in name:  # a new experiment (sub-steps are "train: …")
+            steps.done = EXPERIMENTS.index(name)
+        note(steps.text(name))
+
+    results = run_all(quick=quick, progress=progress)
     for r in results:
         r.params["threads"] = count
     if report:
-        write_report(results, report)
+        write_report(results, report, quick=quick)
     emit(results, output, plot, as_json=as_json)

@@ -71,10 +71,11 @@ def check_row(c) -> tuple[str, ...]:
 
 def print_result(result: Result, console=None) -> None:
     """Timings, checks and facts of one result as rich tables (times in s, ms = 'm', µs = 'µ')."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from accelkit.runtime.output import stdout_console
+
+    console = console or stdout_console()
     params = ", ".join(f"{k}={v}" for k, v in result.params.items())
     if result.timings:
         table = Table(title=f"accelkit bench {result.experiment} — {params}")
@@ -191,6 +192,7 @@ def markdown_report(
     env: dict,
     figure: str | None = None,
     title: str = "accelkit bench report",
+    quick: bool = False,
 ) -> str:
     """The report: environment, then per experiment its timings, checks, facts and notes."""
     versions = ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items() if v)
@@ -202,6 +204,15 @@ def markdown_report(
         f"JAX devices: {', '.join(env.get('jax_devices', [])) or '-'}; torch CUDA: {env.get('torch_cuda') or 'none'}; "
         f"threads: {env.get('threads')}.",
         "",
+        *(
+            [
+                "**Quick run** (`bench all --quick`): tiny sizes, a smoke test of every experiment;"
+                " these times are not measurements — run `accelkit bench all` for those.",
+                "",
+            ]
+            if quick
+            else []
+        ),
         "Times are seconds (`m` = milliseconds, `µ` = microseconds). *first call* includes tracing and "
         "compilation; *median*, *min* and *IQR* are over synchronized steady-state repeats. Rows marked "
         "UNSYNCED stop the clock before the work is done — shown only to explain published numbers.",

@@ -38,6 +38,9 @@ SIZES = {
 }
 
 
+EXPERIMENTS = ("xla", "chain", "jit", "scipy", "autograd", "mnist", "train", "parallel")
+
+
 def run_all(
     quick: bool = False, progress: Callable[[str], None] = lambda name: None
 ) -> list[Result]:
@@ -97,15 +100,18 @@ def run_all(
     return results
 
 
-def write_report(results: list[Result], path: str | Path, env: dict | None = None) -> Path:
-    """REPORT.md with its figure beside it (REPORT.png), both written atomically."""
+def write_report(
+    results: list[Result], path: str | Path, env: dict | None = None, quick: bool = False
+) -> Path:
+    """REPORT.md with its figure beside it (REPORT.png), both written atomically; a quick run
+    says so at the top (its sizes make a smoke test, not a measurement)."""
     from accelkit.bench.harness import environment
     from accelkit.bench.output import markdown_report, plot_results
     from accelkit.runtime.files import atomic_open
 
     target = Path(path)
     figure = plot_results(results, target.with_suffix(".png"))
-    text = markdown_report(results, env or environment(), figure=figure.name)
+    text = markdown_report(results, env or environment(), figure=figure.name, quick=quick)
     with atomic_open(target, "w") as handle:
         handle.write(text + "\n")
     return target

@@ -110,6 +110,25 @@ def missing_inputs(items: list[str]) -> dict[int, str]:
     return missing
 
 
+HEADER_BYTES = 1 << 20  # enough for any image header, EXIF included
+
+
+def check_image_header(item: str) -> None:
+    """A local query that is not an image is refused from its first bytes, before the model or
+    the store opens (objects on s3:// are read, and refused, by the decoder)."""
+    from accelkit.errors import DataError
+    from accelkit.images.decode import FORMATS, header_cost
+
+    if storage.is_uri(item):
+        return
+    with open(item, "rb") as handle:
+        head = handle.read(HEADER_BYTES)
+    if header_cost(head)[0] == 0:
+        raise DataError(
+            f"{item}: not an image this tool reads ({', '.join(FORMATS)}); give an image file"
+        )
+
+
 def sidecar_paths(output: Path) -> tuple[Path, Path]:
     """embeddings.npy -> (embeddings.inputs.txt, embeddings.failures.json)."""
     stem = output.with_suffix("") if output.suffix == ".npy" else output
@@ -261,14 +280,12 @@ def embed_bar(progress: bool):
 
 
 def run_embed(items, output: str, config, overrides, endpoint_url, progress, as_json=False) -> None:
-    import tempfile
-
     import numpy as np
 
     from accelkit.errors import DataError
     from accelkit.images.config import load_service_config
     from accelkit.images.pipeline import ImageEmbeddingPipeline
-    from accelkit.runtime.files import atomic_open, write_json_atomic
+    from accelkit.runtime.files import atomic_open, temporary_folder, write_json_atomic
 
     settings = load_service_config(config, preprocess=overrides)
     target = storage.as_path(output, endpoint_url)
@@ -279,7 +296,7 @@ def run_embed(items, output: str, config, overrides, endpoint_url, progress, as_
         task = bar.add_task("embedding", total=len(items))
         result = pipeline.embed(items, progress=lambda n: bar.advance(task, n))
     failures = {names[i]: reason for i, reason in result.failures.items()}
-    with tempfile.TemporaryDirectory(prefix="accelkit-embed-") as folder:
+    with temporary_folder("accelkit-embed-") as folder:
         local = Path(folder) / target.name if remote else target  # uploaded whole below
         inputs_path, failures_path = sidecar_paths(local)
         shown = {local: output}
@@ -447,22 +464,23 @@ def open_index(config: Path | None, server: str | None):
     return settings, LocalIndex.open(settings)
 
 
-def _print_json(value) -> None:
+def _print_json(value, ok: bool = True) -> None:
     from accelkit.runtime.output import print_json
 
-    print_json(value)
+    print_json(value, ok=ok)
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from accelkit.runtime.output import stdout_console
 
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*[str(v) for v in row])
-    Console().print(table)
+    stdout_console().print(table)
 
 
 def parse_metadata(text: str | None, count: int) -> list[dict | None] | None:
@@ -649,7 +667,8 @@ def report_inserted(name, named, stored, failures, as_json) -> None:
                     {"input": items[i], "source": named[i][1], "id": id_} for i, id_ in stored
                 ],
                 "failures": [{"input": items[i], "error": e} for i, e in failures.items()],
-            }
+            },
+            ok=bool(stored),
         )
     else:
         _table(
@@ -745,6 +764,7 @@ def search_command(
     missing = missing_inputs([query])
     if missing:
         raise DataError(missing[0])
+    check_image_header(query)
     settings, index = open_index(config, server)
     with closing(index):
         hits = [h.to_dict() for h in index.search(ImageInput(query), topk, filter_expr, collection)]
@@ -943,7 +963,7 @@ def health_command(
         with closing(index):
             report = index.health()
     if as_json:
-        _print_json(report)
+        _print_json(report, ok=report["status"] == "ok")
     else:
         rows = [["status", report["status"]]]
         for section in ("model", "store"):

@@ -32,6 +32,7 @@ from accelkit.images.schema import (
     check_metadata,
 )
 from accelkit.images.store import CollectionNotFoundError, Hit
+from accelkit.runtime.files import record_kept
 from accelkit.runtime.storage import ObjectPath
 
 
@@ -396,6 +397,8 @@ def insert_in_chunks(
         ids += part.ids
         indices += [start + i for i in part.indices]
         failures.update({start + i: reason for i, reason in part.failures.items()})
+        if ids:  # stored for good: what an interrupt after this chunk keeps
+            record_kept(f"collection {name}", f"{len(ids)} images stored in collection {name!r}")
         if progress:
             progress(len(items[start : start + chunk]))
     if flush_after_rows is not None and ids and len(ids) >= flush_after_rows:

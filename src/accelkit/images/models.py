@@ -114,7 +114,7 @@ def export_onnx(path: str | os.PathLike, image_size: tuple[int, int] = (224, 224
     sample = torch.zeros(1, 3, *image_size)
     import warnings
 
-    with atomic_open(target, "wb") as handle, warnings.catch_warnings():
+    with atomic_open(target, "wb", output=False) as handle, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer chatter
         torch.onnx.export(
             wrapper,

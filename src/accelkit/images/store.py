@@ -55,6 +55,7 @@ from accelkit.images.schema import (
     check_ids,
     check_metadata,
 )
+from accelkit.runtime.logs import import_library
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ class VectorStore:
         return not is_local_uri(self.config.uri)
 
     def _connect(self):
-        require("pymilvus", "images")
+        import_library("pymilvus", "images")
         _quiet_pymilvus()
         from pymilvus import MilvusClient
 

@@ -135,9 +135,9 @@ def eval_command(
     )
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     compiled = not base.disable_compile
-    from rich.console import Console
     from rich.table import Table
 
+    from accelkit.runtime.output import stdout_console
     from accelkit.runtime.progress import status as status_line
 
     with status_line(f"loading {model} and its evaluation data…") as update:
@@ -198,7 +198,7 @@ def eval_command(
 
         print_json(document)
     else:
-        Console().print(table)
+        stdout_console().print(table)
     if output:
         from accelkit.runtime.files import write_json_atomic
 
@@ -241,16 +241,18 @@ def apply_command(
         config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
     )
     texts = read_texts(calibration, "--calibration") if calibration else None
-    from accelkit.runtime.progress import status
+    from accelkit.runtime.progress import Steps, status
 
     with status(f"loading {model}…") as update:
         float_model, tokenizer, _ = load_model(model)
-        update(f"calibrating and quantizing ({cfg.method})…")
-        done = []
+        import torch.nn as nn
+
+        steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
+        update(steps.text(f"calibrating ({cfg.method})"))
 
         def layer_done(name: str) -> None:
-            done.append(name)
-            update(f"quantized {name} ({len(done)} layers)…")
+            steps.done += 1
+            update(steps.text(f"quantized {name}"))
 
         qmodel, report = quantize_with_report(
             float_model, cfg, batches(tokenizer, texts or calibration_sentences(), 32), layer_done

@@ -404,53 +404,64 @@ def run_eval(
             comp = latency_ms(compile_model(model), timing_batch)
         return eager, comp
 
-    for method in methods:
-        combos = [("fp32", "w32a32")] if method == "fp32" else [(method, b) for b in bits]
-        for meth, b in combos:
-            if progress:
-                progress(f"{meth} {b}")
-            if meth == "fp32":
-                model, q_bytes, fp_bytes, took = fp32, None, None, None
-                n_lin = sum(isinstance(m, nn.Linear) for m in fp32.modules())
-                fp_bytes = sum(
-                    4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0)
-                    for m in fp32.modules()
-                    if isinstance(m, nn.Linear)
-                )
-                q_bytes = fp_bytes
-                del n_lin
-            else:
-                wbits, abits = parse_bits(b)
-                cfg = QuantConfig(method=meth, wbits=wbits, abits=abits, **(config_overrides or {}))
-                t0 = time.perf_counter()
-                done = [0]
+    from accelkit.runtime.progress import Steps
 
-                def layer_done(name, meth=meth, b=b, done=done):
-                    done[0] += 1
-                    if progress:
-                        progress(f"{meth} {b}: quantized {name} ({done[0]} layers)")
+    plan = [
+        (meth, b)
+        for method in methods
+        for meth, b in ([("fp32", "w32a32")] if method == "fp32" else [(method, b) for b in bits])
+    ]
+    n_linear = sum(isinstance(m, nn.Linear) for m in fp32.modules())
+    # steps: every layer quantized, each evaluation, each latency measurement
+    steps = Steps(
+        sum((0 if meth == "fp32" else n_linear) + 1 + int(latency) for meth, _ in plan),
+        "quant eval",
+    )
 
-                model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
-                took = time.perf_counter() - t0
-                q_bytes, fp_bytes = quant_layer_bytes(model)
-            if progress:
-                progress(
-                    f"{meth} {b}: evaluating on {sum(len(d['input_ids']) for d in data)} texts"
-                )
-            fid = subject_fidelity(subject, model, ref)
-            if progress and latency:
-                progress(f"{meth} {b}: timing")
-            eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
-            rows.append(
-                EvalRow(
-                    meth,
-                    b,
-                    **fid,
-                    quant_layers_mb=q_bytes / 2**20,
-                    fp32_layers_mb=fp_bytes / 2**20,
-                    eager_ms=eager,
-                    compiled_ms=comp,
-                    quantize_s=took,
-                )
+    def say(what: str, by: int = 0) -> None:
+        steps.done += by
+        if progress:
+            progress(steps.text(what))
+
+    for meth, b in plan:
+        say(f"{meth} {b}")
+        if meth == "fp32":
+            model, q_bytes, fp_bytes, took = fp32, None, None, None
+            fp_bytes = sum(
+                4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0)
+                for m in fp32.modules()
+                if isinstance(m, nn.Linear)
             )
+            q_bytes = fp_bytes
+        else:
+            wbits, abits = parse_bits(b)
+            cfg = QuantConfig(method=meth, wbits=wbits, abits=abits, **(config_overrides or {}))
+            t0 = time.perf_counter()
+            before = steps.done
+
+            def layer_done(name, meth=meth, b=b):
+                say(f"{meth} {b}: quantized {name}", by=1)
+
+            model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
+            steps.done = before + n_linear  # layers left in float count as done too
+            took = time.perf_counter() - t0
+            q_bytes, fp_bytes = quant_layer_bytes(model)
+        say(f"{meth} {b}: evaluating on {sum(len(d['input_ids']) for d in data)} texts")
+        fid = subject_fidelity(subject, model, ref)
+        if latency:
+            say(f"{meth} {b}: timing", by=1)
+        eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
+        steps.done += 1
+        rows.append(
+            EvalRow(
+                meth,
+                b,
+                **fid,
+                quant_layers_mb=q_bytes / 2**20,
+                fp32_layers_mb=fp_bytes / 2**20,
+                eager_ms=eager,
+                compiled_ms=comp,
+                quantize_s=took,
+            )
+        )
     return rows

@@ -42,4 +42,7 @@ def connect(address: str):
             f"{str(exc).splitlines()[0] if str(exc) else ''}); start it with `ray start --head`, "
             "or use --ray local"
         ) from exc
+    from accelkit.runtime import interrupts
+
+    interrupts.install()  # ray.init set its own SIGTERM handler (sys.exit without a word)
     return ray

@@ -333,5 +333,11 @@ def load_settings(
         names = ", ".join(sorted(map(str, data))) or "none"
         raise ConfigError(f"{yaml_path}: no entry named {section!r}; entries: {names}")
     if section is None:
+        fields = set(model.model_fields)
+        if data and all(isinstance(v, dict) for v in data.values()) and not fields & set(data):
+            names = ", ".join(sorted(map(str, data)))
+            raise ConfigError(
+                f"{yaml_path} holds named entries ({names}); pick one with --config-name NAME"
+            )
         _check_file_keys(data, file_keys([declared]), source)
     return build(model, *section_layers(declared, data, source, env, keywords))

@@ -12,14 +12,73 @@ from typing import IO, Any
 
 from accelkit.errors import InputError
 
+# What this process is writing and has written, for interrupts (runtime/interrupts.py): the
+# temporary files still open are removed by a forced exit, and the line an interrupted command
+# prints names the outputs it finished before the signal.
+_pending: set[str] = set()
+_completed: list[str] = []
+SHOWN_WRITES = 6
+
+
+_kept: dict[str, str] = {}
+
+
+def record_kept(key: str, description: str) -> None:
+    """Work that is stored as it goes, not written at the end (items upserted into a collection):
+    what an interrupted run kept, by `key`, the latest description winning."""
+    _kept[key] = description
+
+
+def completed_writes() -> list[str]:
+    """The outputs this process finished (the last few, and how many more) and what it kept."""
+    shown = list(_completed)
+    if len(shown) > SHOWN_WRITES:
+        shown = [*shown[-SHOWN_WRITES:], f"and {len(shown) - SHOWN_WRITES} earlier"]
+    return [*shown, *_kept.values()]
+
+
+def forget_writes() -> None:
+    _completed.clear()
+    _kept.clear()
+
+
+def remove_pending() -> None:
+    """Remove every temporary file and folder still in use (a forced exit's last act)."""
+    import shutil
+
+    for name in list(_pending):
+        if os.path.isdir(name) and not os.path.islink(name):
+            shutil.rmtree(name, ignore_errors=True)
+        else:
+            with suppress(OSError):
+                os.unlink(name)
+        _pending.discard(name)
+
 
 @contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+def temporary_folder(prefix: str = "accelkit-") -> Iterator[Path]:
+    """A private temporary folder, removed when the block ends, by an exception, an interrupt or
+    a forced exit after one."""
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    _pending.add(folder)
+    try:
+        yield Path(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        _pending.discard(folder)
+
+
+@contextmanager
+def atomic_open(
+    path: str | os.PathLike, mode: str = "w", *, output: bool = True
+) -> Iterator[IO[Any]]:
     """Open a temporary file beside `path`; on success flush, fsync and rename it over `path`.
 
     The temporary file lives in the same folder so the final `os.replace` is a rename on one file
     system, which POSIX makes atomic. On any exception the temporary file is removed and `path`
-    is untouched.
+    is untouched. `output=False` for a cache: an interrupted run does not list it as kept.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open supports 'w' and 'wb', not {mode!r}")
@@ -38,6 +97,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
         raise InputError(
             f"cannot write in {target.parent}: {exc.strerror}; choose another output path"
         ) from exc
+    _pending.add(tmp_name)
     try:
         # mkstemp creates 0600; the result should carry the permissions a plain open() would give
         # (or keep those of the file it replaces), so others can read a shared norm_stats.json.
@@ -52,10 +112,43 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
             raise InputError(
                 f"cannot replace {target}: {exc.strerror}; choose another output path"
             ) from exc
+        if output and not any(str(target).startswith(folder + os.sep) for folder in _pending):
+            _completed.append(str(target))  # a user's output (not a temporary folder's file)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+    finally:
+        _pending.discard(tmp_name)
+
+
+@contextmanager
+def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
+    """A folder written whole or not at all: the block fills a temporary folder beside `target`,
+    renamed to `target` when it succeeds (an empty `target` is replaced); on an exception or an
+    interrupt the temporary folder is removed and `target` is as it was."""
+    import shutil
+
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write in {target.parent}: {exc.strerror}; choose another folder"
+        ) from exc
+    _pending.add(folder)
+    try:
+        yield Path(folder)
+        os.chmod(folder, 0o777 & ~_current_umask())  # mkdtemp makes it private
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        os.rename(folder, target)
+        _completed.append(str(target))
+    finally:
+        if os.path.isdir(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+        _pending.discard(folder)
 
 
 def _mode_for(target: Path) -> int:

@@ -54,13 +54,56 @@ def quiet_after_import(*names: str) -> None:
         logging.getLogger(name).setLevel(third_party_level())
 
 
+class CurrentStderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted. A handler bound to the stream
+    of the moment (what `logging.basicConfig` does) keeps writing to it after it is replaced and
+    closed: a test's captured stream, a redirect that ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns one; the property wins
+        pass
+
+
+class WarningRecorder(logging.Handler):
+    """The warnings our own loggers gave during a command, for its --json document."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            if len(self.messages) < 100:
+                self.messages.append(record.getMessage())
+
+
+_stderr_handler = CurrentStderr()
+recorded = WarningRecorder()
+
+
 def configure(debug: bool = False, verbose: bool = False) -> None:
+    """Our logs on stderr at the chosen level, the libraries' quiet unless --debug. Called once per
+    command; it adds its own handler to the root logger once and never removes or closes anyone
+    else's (the CLI also runs inside other programs: a test's handlers stay where they are)."""
     global _debug
     _debug = debug
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(
-        level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True
-    )
+    root = logging.getLogger()
+    root.setLevel(level)
+    if _stderr_handler not in root.handlers:
+        root.addHandler(_stderr_handler)
+    ours = logging.getLogger("accelkit")
+    recorded.messages.clear()
+    if recorded not in ours.handlers:
+        ours.addHandler(recorded)
     if debug:
         return
     for name in QUIET_LOGGERS:  # what matters reaches us as an exception, which we report
@@ -85,3 +128,33 @@ def root_logger_untouched():
         for handler in root.handlers[:]:
             if handler not in before:
                 root.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def handlers_kept():
+    """While the block runs, `logging.config.dictConfig` configures the loggers it names and
+    leaves every other handler open.
+
+    Why: a non-incremental dictConfig first closes every handler of the process
+    (`logging.config._clearExistingHandlers`), and pymilvus runs one when it is imported. absl's
+    handler, closed, closes its stream unless that is the current sys.stderr: in a pytest worker
+    that stream was the worker's capture file, so the import of pymilvus inside a test that
+    captured its own output ended every later test on that worker ("I/O operation on closed
+    file"); in a user's program it closes whatever absl was writing to."""
+    import logging.config
+
+    original = logging.config._clearExistingHandlers
+    logging.config._clearExistingHandlers = lambda: None
+    try:
+        yield
+    finally:
+        logging.config._clearExistingHandlers = original
+
+
+def import_library(module: str, extra: str):
+    """`require(module, extra)` for a library that configures logging when it is imported
+    (pymilvus): other handlers stay open (`handlers_kept`)."""
+    from accelkit.errors import require
+
+    with handlers_kept():
+        return require(module, extra)

@@ -1,8 +1,20 @@
-"""Progress bars, status lines and time budgets for long work (one helper each, all on stderr)."""
+"""What a person sees while a command works: one activity line, progress bars with a count and an
+ETA, and time budgets (one helper each, all on stderr).
+
+The contract (docs/cli.md): no command leaves the screen still for more than 2 s. From its first
+moment a command has an *activity line* — what it is doing now ("starting: loading JAX",
+"opening the store", "calibrating layer 3/36") and for how long. On a terminal it is a spinner
+kept moving by rich's refresh thread, so it moves while the main thread imports, compiles or waits;
+in a log or pipe it is one timestamped line per change, at most one a second. Work with a count
+shows a bar instead (`rows_progress`): done/total, rate, elapsed and time left. Only one of them is
+on screen at a time: a bar, a result or a table first takes the activity line down (`pause`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,10 +28,14 @@ from rich.progress import (
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 stderr_console = Console(stderr=True)
 _quiet = False
+STARTUP_DELAY_S = 0.3  # a command that answers faster shows no startup line at all
+LOG_INTERVAL_S = 1.0  # in a log: at most one activity line a second
+LOG_HEARTBEAT_S = 10.0  # ... and one every 10 s while the same thing goes on
 
 
 def set_quiet(quiet: bool) -> None:
@@ -28,10 +44,234 @@ def set_quiet(quiet: bool) -> None:
     _quiet = bool(quiet)
 
 
+def is_quiet() -> bool:
+    return _quiet
+
+
 def note(text: str) -> None:
-    """One line of progress on stderr (what is running), unless quiet."""
-    if not _quiet:
+    """One line of progress on stderr (what is running), unless quiet. On a terminal it stays on
+    as the activity line until the next one, so the screen keeps moving."""
+    if _quiet:
+        return
+    if stderr_console.is_terminal:
+        _cancel_startup()
+        _activity.note(text)
+    else:
         print(text, file=sys.stderr, flush=True)
+
+
+class _Line:
+    """The activity text with the seconds it has run, rendered afresh at every refresh."""
+
+    def __init__(self, text: str):
+        self.text, self.since = text, time.perf_counter()
+
+    def __rich__(self):
+        from rich.text import Text
+
+        return Text(f"{self.text} ({time.perf_counter() - self.since:.0f} s)")
+
+
+class Activity:
+    """The command's one activity line (see the module's docstring). Thread-safe: the startup
+    timer, the main thread and workers may all set it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._live = None
+        self._line: _Line | None = None
+        self._logged = (0.0, None)  # (when, text) of the last line written to a log
+        self._pending: str | None = None
+        self._heartbeat: threading.Thread | None = None
+        self._started = time.perf_counter()
+
+    def reset(self) -> None:
+        self.pause()
+        with self._lock:
+            self._started = time.perf_counter()
+            self._logged = (0.0, None)
+
+    def set(self, text: str) -> None:
+        if _quiet:
+            return
+        with self._lock:
+            if stderr_console.is_terminal:
+                self._show(text)
+            else:
+                self._log(text)
+
+    def _show(self, text: str) -> None:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        if self._line is None or self._line.text != text:
+            self._line = _Line(text)
+        spinner = Spinner("dots", self._line)
+        if self._live is None:
+            self._live = Live(
+                spinner,
+                console=stderr_console,
+                refresh_per_second=4,  # light: benchmarks time while it runs
+                transient=True,
+                # a line printed meanwhile shows above the activity line instead of through it;
+                # stdout only when it is the terminal too (a piped result never goes to stderr)
+                redirect_stdout=_stdout_is_terminal(),
+                redirect_stderr=True,
+            )
+            self._live.start()
+        else:
+            self._live.update(spinner)
+
+    def note(self, text: str) -> None:
+        """A line kept above the activity line, which then says the same."""
+        with self._lock:
+            self.pause()
+            print(text, file=sys.stderr, flush=True)
+            self._show(text)
+
+    def _log(self, text: str, force: bool = False) -> None:
+        now = time.perf_counter()
+        when, last = self._logged
+        if text == last and not force:
+            return
+        if force or now - when >= LOG_INTERVAL_S:
+            print(f"[{now - self._started:6.1f} s] {text}", file=sys.stderr, flush=True)
+            self._logged = (now, text)
+            self._pending = None
+        else:
+            self._pending = text
+        if self._heartbeat is None:
+            self._heartbeat = threading.Thread(
+                target=self._beat, name="accelkit-activity", daemon=True
+            )
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        """In a log: the change that came too soon after the last line, and a line every
+        LOG_HEARTBEAT_S while one thing goes on."""
+        while True:
+            time.sleep(LOG_INTERVAL_S / 2)
+            with self._lock:
+                when, last = self._logged
+                now = time.perf_counter()
+                if self._pending is not None and now - when >= LOG_INTERVAL_S:
+                    self._log(self._pending, force=True)
+                elif last is not None and now - when >= LOG_HEARTBEAT_S:
+                    print(
+                        f"[{now - self._started:6.1f} s] {last} (still)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    self._logged = (now, last)
+
+    def pause(self, wait: float = -1) -> None:
+        """Take the line down (a bar, a result or a table comes next). `wait`: give up after this
+        many seconds if another thread holds the line (the interrupt watchdog must not block)."""
+        if not self._lock.acquire(timeout=wait):
+            return
+        try:
+            if self._live is not None:
+                live, self._live = self._live, None
+                with contextlib.suppress(Exception):  # a console closed under it
+                    live.stop()
+            self._line = None
+            if self._pending is not None:
+                self._log(self._pending, force=True)
+            self._logged = (self._logged[0], None)  # no heartbeat for what has ended
+        finally:
+            self._lock.release()
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+_activity = Activity()
+_startup: dict = {"timer": None}
+
+
+def activity(text: str) -> None:
+    """Say what the command is doing now (replaces the previous activity)."""
+    _cancel_startup()
+    _activity.set(text)
+
+
+def pause(wait: float = -1) -> None:
+    """Take the activity line down before a bar, a table or a result is printed."""
+    _cancel_startup()
+    _activity.pause(wait)
+
+
+def start_command(name: str) -> None:
+    """A command begins: on a terminal, unless it has something of its own to show within
+    STARTUP_DELAY_S, its activity line says it is starting (imports, devices and models come
+    first)."""
+    _activity.reset()
+    _cancel_startup()
+    if _quiet or not name or not stderr_console.is_terminal:
+        return  # a log gets the command's own lines only, not a line per start
+    timer = threading.Timer(STARTUP_DELAY_S, _activity.set, args=(f"accelkit {name}: starting",))
+    timer.daemon = True
+    _startup["timer"] = timer
+    timer.start()
+
+
+def end_command() -> None:
+    _cancel_startup()
+    _activity.pause()
+
+
+def _cancel_startup() -> None:
+    timer = _startup.pop("timer", None)
+    _startup["timer"] = None
+    if timer is not None:
+        timer.cancel()
+
+
+class Steps:
+    """Countable work on the activity line: `label done/total (percent) · what now · time left`.
+
+    Time left is the average time of the steps done so far times the steps left; a step may be
+    any unit the caller counts (layers quantized, experiments run, episodes written)."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.done = max(int(total), 1), label, 0
+        self.started = time.perf_counter()
+
+    def text(self, what: str = "") -> str:
+        done = min(self.done, self.total)
+        parts = [f"{self.label} {done}/{self.total} ({100 * done // self.total}%)"]
+        if what:
+            parts.append(what)
+        if 0 < done < self.total:
+            elapsed = time.perf_counter() - self.started
+            parts.append(f"{_clock(elapsed / done * (self.total - done))} left")
+        return " · ".join(parts)
+
+    def show(self, what: str = "") -> None:
+        activity(self.text(what))
+
+    def advance(self, what: str = "", by: int = 1) -> None:
+        self.done += by
+        self.show(what)
+
+
+def _clock(seconds: float) -> str:
+    seconds = round(seconds)
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
+
+
+def startup(text: str) -> None:
+    """Startup work before the command's own progress (an import, a device, a model load):
+    named on the activity line once the line shows."""
+    activity(text)
 
 
 @dataclass
@@ -69,7 +309,9 @@ class RateColumn(TextColumn):
 
 
 def rows_progress(enabled: bool = True, unit: str = "rows") -> Progress:
-    """A progress bar on stderr: description, bar, done/total, rate, elapsed. Hidden when disabled."""
+    """A progress bar on stderr: description, bar, done/total, rate, elapsed, time left. Hidden
+    when disabled; takes the activity line down first."""
+    pause()
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -77,6 +319,8 @@ def rows_progress(enabled: bool = True, unit: str = "rows") -> Progress:
         TaskProgressColumn(),
         RateColumn(unit),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=stderr_console,
         disable=not enabled or _quiet,
         transient=not sys.stderr.isatty(),
@@ -85,32 +329,13 @@ def rows_progress(enabled: bool = True, unit: str = "rows") -> Progress:
 
 @contextmanager
 def status(first: str, enabled: bool = True) -> Iterator[Callable[[str], None]]:
-    """A status line for work without a known total (quantizing layer by layer, a model export).
-
-    Yields `update(text)`. On a terminal it is a rich spinner; in a log or pipe each new text is
-    one line with the elapsed seconds, at most one line a second (the last one always shows).
-    """
+    """The activity line for a block of work without a known total (quantizing layer by layer, a
+    model export): yields `update(text)`; the line comes down when the block ends."""
     if not enabled or _quiet:
         yield lambda text: None
         return
-    if stderr_console.is_terminal:
-        with stderr_console.status(first) as spinner:
-            yield lambda text: spinner.update(text)
-        return
-    started = time.perf_counter()
-    last = [0.0, None]
-
-    def update(text: str, force: bool = False) -> None:
-        now = time.perf_counter()
-        if force or now - last[0] >= 1.0:
-            print(f"[{now - started:6.1f} s] {text}", file=sys.stderr, flush=True)
-            last[0], last[1] = now, None
-        else:
-            last[1] = text
-
-    update(first, force=True)
+    activity(first)
     try:
-        yield update
+        yield activity
     finally:
-        if last[1] is not None:
-            update(last[1], force=True)
+        pause()

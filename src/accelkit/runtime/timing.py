@@ -131,13 +131,19 @@ def measure(
 
     Returns the timing and the last output, so the caller can check the numbers it timed.
     """
+    from accelkit.runtime.progress import Steps
+
+    steps = Steps(1 + protocol.warmup + protocol.repeats, f"timing {backend} {name}")
+    steps.show("first call")
     start = time.perf_counter()
     out = sync(fn())
     first = time.perf_counter() - start
     for _ in range(protocol.warmup):
+        steps.advance("warm-up")
         out = sync(fn())
     times = []
     for _ in range(protocol.repeats):
+        steps.advance("repeats")
         start = time.perf_counter()
         out = sync(fn())
         times.append(time.perf_counter() - start)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -12,6 +11,7 @@ from pydantic import field_validator
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.runtime import storage
 from accelkit.runtime.config import Settings, load_settings
+from accelkit.runtime.files import temporary_folder
 from accelkit.runtime.output import endpoint_option, ray_option
 
 ENV_PREFIX = "ACCELKIT_STATS_"
@@ -115,15 +115,14 @@ def _format_count(n: float) -> str:
 
 
 def print_report(result, output: Path, fmt: str, source_name: str) -> None:
-    import sys
 
     import numpy as np
-    from rich.console import Console
     from rich.table import Table
 
+    from accelkit.runtime.output import stdout_console
     from accelkit.stats.formats import quantile_name, sidecar_path
 
-    console = Console(width=None if sys.stdout.isatty() else 140)  # logs and pipes get whole lines
+    console = stdout_console()
     s = result.summary
     run = Table(title=f"accelkit stats: {source_name}", show_header=False)
     run.add_column("what")
@@ -425,7 +424,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if target is not None:
         output = target / "meta" / "stats.json"
     if isinstance(output, storage.ObjectPath):  # written here, then uploaded (one object each)
-        with tempfile.TemporaryDirectory(prefix="accelkit-stats-") as folder:
+        with temporary_folder("accelkit-stats-") as folder:
             local = Path(folder) / output.name
             _write_outputs(settings, stream, result, levels, local, target)
             for path, remote in (
@@ -474,9 +473,9 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
                 "output": str(shown),
                 "format": settings.format,
                 "stats": json.loads(output.read_text(encoding="utf-8")),  # what the file holds
-                "run": json.loads(sidecar_path(output).read_text(encoding="utf-8")),
                 "backup": None if backup is None else str(backup),
-            }
+            },
+            run=json.loads(sidecar_path(output).read_text(encoding="utf-8")),
         )
         return result
     print_report(result, shown, settings.format, stream.name)
@@ -685,9 +684,26 @@ def sample_dataset_command(
         else:
             typer.echo(f"keeping the dataset already at {path}")
         return
-    root = write_sample_dataset(
-        path, episodes=episodes, frames_per_episode=frames, dim=dim, layout=layout, seed=seed
-    )
+    from accelkit.runtime.progress import Steps, pause
+
+    steps = Steps(episodes, f"writing {path}: episodes")
+
+    def progress(done: int, total: int) -> None:
+        steps.done = done
+        steps.show()
+
+    try:
+        root = write_sample_dataset(
+            path,
+            episodes=episodes,
+            frames_per_episode=frames,
+            dim=dim,
+            layout=layout,
+            seed=seed,
+            progress=progress,
+        )
+    finally:
+        pause()
     if as_json:
         info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
         print_json(

@@ -11,12 +11,13 @@ it), which LeRobot needs to open a v2.1 dataset.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from accelkit.errors import InputError
-from accelkit.runtime.files import atomic_open, write_json_atomic
+from accelkit.runtime.files import atomic_open, staged_folder, write_json_atomic
 
 LAYOUTS = ("v2.1", "v3.0")
 
@@ -89,16 +90,45 @@ def write_sample_dataset(
     seed: int = 0,
     fps: int = 50,
     episodes_per_file: int = 200,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Create a LeRobot-format dataset at `root` (which must not exist or be empty)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """Create a LeRobot-format dataset at `root` (which must not exist or be empty), whole or not
+    at all (written beside it and renamed). `progress(episodes_done, episodes)` after each."""
     if layout not in LAYOUTS:
         raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
     root = Path(root)
-    if root.exists() and any(root.iterdir()):
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise InputError(f"{root} already exists and is not empty; choose a new folder")
+    with staged_folder(root) as staging:
+        _write(
+            staging,
+            episodes=episodes,
+            frames_per_episode=frames_per_episode,
+            dim=dim,
+            layout=layout,
+            seed=seed,
+            fps=fps,
+            episodes_per_file=episodes_per_file,
+            progress=progress or (lambda done, total: None),
+        )
+    return root
+
+
+def _write(
+    root: Path,
+    *,
+    episodes: int,
+    frames_per_episode: int,
+    dim: int,
+    layout: str,
+    seed: int,
+    fps: int,
+    episodes_per_file: int,
+    progress: Callable[[int, int], None],
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rng = np.random.default_rng(seed)
     lengths = rng.integers(
         max(2, frames_per_episode // 2), frames_per_episode * 3 // 2 + 1, size=episodes
@@ -151,6 +181,7 @@ def write_sample_dataset(
                     + "\n"
                 )
                 first += int(length)
+                progress(e + 1, episodes)
         with atomic_open(root / "meta" / "tasks.jsonl") as handle:
             handle.write(json.dumps({"task_index": 0, "task": "move"}) + "\n")
     else:
@@ -177,6 +208,7 @@ def write_sample_dataset(
                     }
                 )
                 first += int(lengths[e])
+                progress(e + 1, episodes)
             path = root / "data" / "chunk-000" / f"file-{file_index:03d}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.concat_tables(tables), path)
@@ -187,4 +219,3 @@ def write_sample_dataset(
             pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet"
         )
     write_json_atomic(root / "meta" / "info.json", info, indent=4)
-    return root

@@ -21,7 +21,6 @@ import contextlib
 import io
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from accelkit.bench.harness import (
     check_true,
     measure,
 )
+from accelkit.runtime.files import temporary_folder
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -52,7 +52,7 @@ def run_in_subprocess(
 ) -> Result:
     from accelkit.bench.harness import run_child_process
 
-    with tempfile.TemporaryDirectory(prefix="accelkit-parallel-") as tmp:
+    with temporary_folder("accelkit-parallel-") as tmp:
         argv = [
             sys.executable,
             "-m",

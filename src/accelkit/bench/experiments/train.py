@@ -39,7 +39,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ from accelkit.bench.harness import (
     check_below,
     check_true,
 )
+from accelkit.runtime.files import temporary_folder
 
 MODES = ("pytorch", "flax", "keras-jax", "keras-torch")
 LAYERS = (100, 300, 200, 100, 1)
@@ -721,7 +721,7 @@ def run(
     lockstep = {}
     histories: dict[str, list] = {}
     resume = setup.epochs >= 2 and 1 <= setup.resume_at < setup.epochs
-    with tempfile.TemporaryDirectory(prefix="accelkit-train-") as tmp:
+    with temporary_folder("accelkit-train-") as tmp:
         folder = Path(tmp)
         np.savez(folder / "initial.npz", *weights)
 

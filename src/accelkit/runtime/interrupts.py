@@ -1,0 +1,127 @@
+"""Interrupts are part of the contract: SIGINT and SIGTERM stop a command within 2 s, print one
+line saying what was kept, exit 130 / 143, and leave nothing half-written (DESIGN.md).
+
+Why our own handler. Python turns SIGINT into `KeyboardInterrupt`, which typer catches and turns
+into a *returned* exit code in the non-standalone mode the root CLI runs it in (the run then ended
+with exit 0 and no word), and SIGTERM kills the process outright, leaving temporary files behind.
+So while a command runs, both signals raise `Interrupted` in the main thread: a `BaseException`
+that is not a `KeyboardInterrupt`, so neither typer nor any `except Exception` swallows it, while
+every `finally` (atomic writes, pools, stores) still runs on its way up to `accelkit.cli.main`.
+
+A stop must not wait on work that cannot see the exception: a worker thread finishing its queue,
+the main thread inside one long native call (an XLA compile, an ONNX batch). A watchdog started
+by the first signal ends the process `GRACE_S` after it, removing the temporary files still open
+(`runtime.files`) first; a second signal ends it at once the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+GRACE_S = 1.6  # signal -> process gone, at the latest (the contract says 2 s)
+
+
+class Interrupted(BaseException):
+    """The run was stopped by a signal; `exit_code` is 128 + the signal's number (130, 143)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+_state = {"signum": None, "reported": False}
+_lock = threading.Lock()
+
+
+def message(signum: int) -> str:
+    """The one line an interrupted command prints: which signal, and what it wrote before it."""
+    from accelkit.runtime.files import completed_writes
+
+    written = completed_writes()
+    kept = (
+        f"kept what was written before it: {', '.join(written)}" if written else "nothing written"
+    )
+    return f"interrupted ({signal.Signals(signum).name}); {kept}"
+
+
+def report(signum: int) -> None:
+    """Print the interruption line once per process (the watchdog and main may both get here)."""
+    with _lock:
+        if _state["reported"]:
+            return
+        _state["reported"] = True
+    with contextlib.suppress(Exception):
+        from accelkit.runtime.progress import pause
+
+        pause(wait=0.2)  # the activity line comes down first, so the message stays on screen
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        print(message(signum), file=sys.stderr, flush=True)
+
+
+def hard_exit(signum: int) -> None:
+    """End the process now: temporary files removed, the line printed, no more waiting."""
+    from accelkit.runtime.files import remove_pending
+
+    remove_pending()
+    report(signum)
+    os._exit(128 + signum)
+
+
+def _watchdog(signum: int) -> None:
+    timer = threading.Timer(GRACE_S, hard_exit, args=(signum,))
+    timer.daemon = True
+    timer.name = "accelkit-interrupt-watchdog"
+    timer.start()
+
+
+def _handler(signum, frame) -> None:
+    if _state["signum"] is not None:  # a second signal: no more patience
+        hard_exit(_state["signum"])
+    _state["signum"] = signum
+    _watchdog(signum)
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM to `Interrupted` (main thread only; a signal the process was
+    started with ignored, as `nohup` or a background job does, stays ignored). Libraries that set
+    their own handler when they start (ray.init sets SIGTERM) call this again afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in HANDLED:
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue
+        signal.signal(signum, _handler)
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """While the block runs, signals raise `Interrupted`; the previous handlers come back after
+    (the CLI also runs inside other programs: tests, notebooks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from accelkit.runtime.files import forget_writes
+
+    previous = {signum: signal.getsignal(signum) for signum in HANDLED}
+    _state.update(signum=None, reported=False)
+    forget_writes()
+    install()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
