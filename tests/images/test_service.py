@@ -620,12 +620,17 @@ def tile_b64(seed: int) -> str:
     return b64(encode(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8), "PNG"))
 
 
-def victims_contents(url: str) -> tuple[int, list]:
-    info = httpx.get(url + "/collections/victims", headers=AUTH)
+def collection_contents(url: str, name: str, ids: list[str]) -> tuple[int, list]:
+    info = httpx.get(url + f"/collections/{name}", headers=AUTH, timeout=60)
     assert info.status_code == 200, info.text
-    count = info.json()["count"]
-    params = [("collection", "victims")] + [("ids", f"v{i}") for i in range(4)]
-    return count, httpx.get(url + "/items", headers=AUTH, params=params).json()["items"]
+    params = [("collection", name)] + [("ids", i) for i in ids]
+    items = httpx.get(url + "/items", headers=AUTH, params=params, timeout=60)
+    assert items.status_code == 200, items.text
+    return info.json()["count"], items.json()["items"]
+
+
+def victims_contents(url: str) -> tuple[int, list]:
+    return collection_contents(url, "victims", [f"v{i}" for i in range(4)])
 
 
 def test_attack_payloads_change_nothing(server, setup):
@@ -698,7 +703,6 @@ def test_attack_payloads_change_nothing(server, setup):
     assert read.status_code == 422
     count, contents = victims_contents(url)
     assert count == 6 and contents == before[1]
-    setup["victims"] = (count, contents)
 
 
 def test_sources_under_their_limits(server, setup):
@@ -854,10 +858,44 @@ def test_remote_index_is_the_same_interface(server, setup, photos, tmp_path):
         index.close()
 
 
-def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, setup, photos):
+def own_config(setup, folder: Path) -> Path:
+    """The module's service settings with a store of this test's own where it is a Milvus Lite
+    file (one process opens it): a test that stops and restarts its service leaves the module's
+    service running, and depends on no other test's data."""
+    config = folder / "service.yaml"
+    text = setup["config"].read_text()
+    if not setup["server_store"]:
+        text = text.replace(str(setup["base"] / "images.db"), str(folder / "images.db"))
+    config.write_text(text)
+    return config
+
+
+def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(
+    setup, photos, tmp_path, request
+):
     """8 clients x 50 mixed requests: only 200 or 429 (+ Retry-After); every acknowledged insert
-    is stored; a graceful stop drains an in-flight insert; a restarted service has everything."""
+    is stored; a graceful stop drains an in-flight insert; a restarted service has everything.
+    The test's own service and store: it stops its service, and needs no other test's data."""
+    config = own_config(setup, tmp_path)
+    server = Server(config, tmp_path / "server.log").start()
+    request.addfinalizer(server.stop)  # stopped below; on a failure before that, here
     url = server.url
+    kept = httpx.post(url + "/collections/create", headers=AUTH, json={"name": "kept"})
+    assert kept.status_code == 200, kept.text
+    stored = httpx.post(
+        url + "/insert",
+        headers=AUTH,
+        timeout=120,
+        json={
+            "collection": "kept",
+            "items": [
+                {"image_base64": tile_b64(i), "id": f"k{i}", "metadata": {"i": i}} for i in range(4)
+            ],
+        },
+    )
+    assert stored.status_code == 200, stored.text
+    kept_before = collection_contents(url, "kept", ["k0", "k1", "k2", "k3"])
+    assert kept_before[0] == 4
     assert (
         httpx.post(
             url + "/collections/create", headers=AUTH, json={"name": "busy", "exist_ok": True}
@@ -968,7 +1006,7 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, se
     worker.join()
     assert result["response"].status_code == 200 and result["response"].json()["inserted"] == 16
 
-    restarted = Server(setup["config"], setup["base"] / "server2.log").start()
+    restarted = Server(config, tmp_path / "server2.log").start()
     try:
         info = httpx.get(restarted.url + "/collections/busy", headers=AUTH).json()
         assert info["count"] == inserts + 16 and info["index_type"] == "FLAT"
@@ -983,7 +1021,8 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, se
             },
         ).json()["results"]
         assert hits[0]["id"] == f"late-{names[3]}"
-        assert victims_contents(restarted.url) == setup["victims"]  # unchanged after a restart
+        # unchanged after a restart
+        assert collection_contents(restarted.url, "kept", ["k0", "k1", "k2", "k3"]) == kept_before
         # the CLI talks to a running service with --server (the service holds the Milvus Lite file)
         env = {**os.environ, "ACCELKIT_SERVER_API_KEY": KEY}
         listed = subprocess.run(
@@ -1008,7 +1047,7 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(server, se
         assert {c["name"]: c["count"] for c in result_of(listed.stdout)["collections"]}[
             "busy"
         ] == inserts + 16
-        query = setup["base"] / "q.png"
+        query = tmp_path / "q.png"
         Image.fromarray(photos[names[5]]).save(query)
         found = subprocess.run(
             [

@@ -128,3 +128,27 @@ def run_in_terminal(
         chunks=chunks,
         seconds=time.monotonic() - started,
     )
+
+
+QUIET_SILENCE_S = 2.0  # the contract: no still screen longer than this (docs/cli.md)
+
+
+def silence_limit() -> float:
+    """The longest silence allowed now: 2 s on a machine with a core for each runnable task,
+    scaled by the run queue (1-minute load average per core) when more want to run, since every
+    thread of the command, the one that redraws the screen included, then waits its turn."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return QUIET_SILENCE_S * max(1.0, load)
+
+
+def assert_never_silent(run: TerminalRun, limit: float | None = None) -> None:
+    limit = silence_limit() if limit is None else limit
+    gaps = run.silences()
+    longest = max(gaps)
+    if longest > limit:
+        times = [0.0, *(t for t, _ in run.chunks), run.seconds]
+        at = times[gaps.index(longest)]
+        raise AssertionError(
+            f"{longest:.1f} s of silence (limit {limit:.1f} s) after {at:.1f} s, following:\n"
+            f"{run.text_at(at)[-600:]}"
+        )
