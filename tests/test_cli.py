@@ -3,8 +3,9 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.support.cli import result_of
+from tests.support.cli import result_of, run_cli
 
 
 def test_version_help_and_devices_in_a_fresh_process():
@@ -34,3 +35,40 @@ def test_version_help_and_devices_in_a_fresh_process():
     info = result_of(devices.stdout)
     assert info["jax"]["chosen"] == "cpu" and info["jax"]["backends"]["cpu"]
     assert info["torch"]["chosen"] == "cpu" or "error" in info["torch"]
+
+
+def test_a_config_of_named_jobs_without_config_name_lists_them(tmp_path, capsys):
+    config = tmp_path / "jobs.yaml"
+    config.write_text("job_a:\n  dataset: x\njob_b:\n  dataset: y\n")
+    code, _, err = run_cli(["stats", "--config", str(config)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "holds named entries (job_a, job_b); pick one with --config-name NAME" in err
+
+
+def test_devices_names_the_extra_when_torch_is_missing(tmp_path):
+    """The install hint keeps its `[torch]` (rich read it as markup and ate it)."""
+    blocked = tmp_path / "blocked"
+    (blocked / "torch").mkdir(parents=True)
+    (blocked / "torch" / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
+    for args in ([], ["--json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "accelkit", "devices", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "pip install 'accelkit[torch]'" in " ".join(done.stdout.split()), done.stdout
+
+
+def test_docs_state_the_exit_code_the_code_gives():
+    """`images health` exits 3 when unhealthy (CheckFailed); every doc that says so agrees."""
+    from accelkit.errors import CheckFailed
+
+    root = Path(__file__).resolve().parents[1]
+    for doc in (root / "docs").glob("*.md"):
+        for line in doc.read_text().splitlines():
+            if "images health" in line and "exit" in line and "unhealthy" in line:
+                assert f"exit {CheckFailed.exit_code}" in line, (doc.name, line)

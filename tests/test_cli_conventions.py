@@ -6,6 +6,7 @@ import typer
 
 from accelkit.cli import app, main
 from accelkit.errors import AccelkitError, CheckFailed, ConfigError, DataError
+from tests.support.cli import documented_result_keys, envelope_of, run_cli
 
 NO_RESULT = {("images", "serve")}  # runs until stopped
 
@@ -47,6 +48,28 @@ def test_conventions(path, command, capsys):
     output = option(command, "--output")
     if output is not None:
         assert not output.is_flag, f"{' '.join(path)}: --output must take a path"
+
+
+def test_every_json_command_is_in_the_documented_result_table():
+    documented = documented_result_keys()
+    with_json = {" ".join(p) for p, c in ALL if option(c, "--json") is not None}
+    assert with_json == set(documented), with_json ^ set(documented)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p, c in ALL if option(c, "--json") is not None],
+    ids=lambda p: " ".join(p),
+)
+def test_every_json_command_prints_the_envelope_when_it_fails(path, capsys):
+    """A failure (here an unknown option) prints the envelope with ok false and the one-line
+    error on stdout, as a success prints it with the result."""
+    code, out, err = run_cli([*path, "--json", "--no-such-option"], capsys)
+    assert code == 2 and err.startswith("error: ")
+    document = envelope_of(out)
+    assert document["command"] == " ".join(path) and document["ok"] is False
+    assert document["result"] is None and document["error"]["exit_code"] == 2
+    assert document["error"]["message"] in err
 
 
 def test_exit_codes_are_the_documented_ones():

@@ -123,7 +123,9 @@ def test_all_quick_writes_report_json_and_figure(tmp_path, capsys):
     assert "UNSYNCED" in text and "![timings](REPORT.png)" in text and "CPU 7" in text
     assert "resumed in a fresh process" in text and "pmap + pmean" in text and ".at[].set" in text
     assert "vjp_flops" in text  # the flax tabulate table, as a code block
+    assert "**Quick run**" in text and "not measurements" in text  # tiny sizes say so
     assert (tmp_path / "REPORT.png").read_bytes()[:4] == b"\x89PNG"
+    assert "bench all 8/8" in err or "bench all 7/8 (87%) · parallel" in err  # counted
 
 
 def test_train_pytorch_alone_json(capsys):

@@ -553,6 +553,21 @@ def test_persistence_and_crash_after_acknowledge(tmp_path):
         assert other.returncode != 0 and f"process {os.getpid()} holds it" in other.stderr, (
             other.stderr
         )
+        # ... and a service started on it says so in one line, exit 2 (it was a traceback, 3)
+        config = tmp_path / "held.yaml"
+        config.write_text(f"store:\n  uri: {uri}\n")
+        service = subprocess.run(
+            [
+                *(sys.executable, "-m", "accelkit", "images", "serve"),
+                *("--config", str(config), "--port", "0"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert service.returncode == 2, service.stderr
+        assert service.stderr.startswith("error: ") and service.stderr.count("\n") == 1
+        assert f"process {os.getpid()} holds it" in service.stderr
     with VectorStore(StoreConfig(uri=uri)) as again:  # closed above: the folder lock is released
         assert again.count("kept") == 39
 

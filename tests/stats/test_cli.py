@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
+from accelkit.stats.formats import sidecar_path
 from accelkit.stats.sample import write_sample_dataset
-from tests.support.cli import run_cli
+from tests.support.cli import envelope_of, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,27 @@ def test_stats_fast_alias_lerobot_format(dataset, tmp_path, capsys):
         "q99",
         "count",
     }
+
+
+def test_json_envelope_carries_the_fast_mode_rank_bound(dataset, tmp_path, capsys):
+    """--json: the statistics in `result`, the run facts (the sidecar's) in `run`, the fast-mode
+    rank error bound among them (it was in the printed table only)."""
+    out_path = tmp_path / "fast.json"
+    code, out, _ = run_cli(
+        ["stats", str(dataset), "--fast", "--json", "-o", str(out_path), "--no-progress"], capsys
+    )
+    assert code == 0
+    document = envelope_of(out)
+    assert document["ok"] and document["command"] == "stats"
+    assert document["result"]["stats"] == json.loads(out_path.read_text())
+    run = document["run"]
+    assert run == {**json.loads(sidecar_path(out_path).read_text()), **run}
+    bounds = run["rank_error_bound"]
+    assert set(bounds) == {"observation.state", "action"}
+    assert all(0 < b < 0.01 for b in bounds.values())
+    exact = tmp_path / "exact.json"
+    code, out, _ = run_cli(["stats", str(dataset), "--json", "-o", str(exact)], capsys)
+    assert code == 0 and "rank_error_bound" not in envelope_of(out)["run"]  # exact: none
 
 
 def test_config_name_picks_an_entry_and_flags_override(dataset, tmp_path, capsys):

@@ -270,9 +270,7 @@ class VectorStore:
                     require("milvus_lite", "images")
                     # Checked first: a refused Milvus Lite start deletes the holder's lock file,
                     # after which a third process could open the same database.
-                    holder = lite_lock_holder(uri)
-                    if holder is not None:
-                        raise _held_by(uri, holder)
+                    check_lite_free(uri)
                     db = os.path.abspath(uri)
                     log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
                     with _engine_output_to(log_path):
@@ -963,6 +961,14 @@ def _held_by(uri: str, pid: int) -> StoreError:
         f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
         "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
     )
+
+
+def check_lite_free(uri: str) -> None:
+    """Refuse, in one line naming the process, a Milvus Lite file another process has open."""
+    if is_local_uri(uri):
+        holder = lite_lock_holder(uri)
+        if holder is not None:
+            raise _held_by(uri, holder)
 
 
 def lite_lock_holder(uri: str) -> int | None:

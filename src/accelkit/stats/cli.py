@@ -625,6 +625,8 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
 
 def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     """What a reader of the output may need to know about the run (the sidecar's content)."""
+    import numpy as np
+
     from accelkit import __version__
 
     s = result.summary
@@ -647,6 +649,13 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
         "devices": len(s.devices),
         "platform": s.platform,
     }
+    bounds = {
+        stream.column_name(k): float(max(float(np.max(b)) for b in v.rank_error_bound.values()))
+        for k, v in result.stats.items()
+        if v.rank_error_bound is not None
+    }
+    if bounds:  # fast mode: the worst quantile's rank error, as a fraction of the rows
+        facts["rank_error_bound"] = bounds
     if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
         facts["ray"] = settings.ray
     return facts

@@ -762,6 +762,9 @@ def serve(
         raise ConfigError(
             f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or stop what uses it"
         ) from exc
+    from accelkit.images.store import check_lite_free
+
+    check_lite_free(config.store.uri)  # one line and exit 2, not uvicorn's startup traceback
     return_freed_memory()
     app = create_app(config)
     if on_ready:
