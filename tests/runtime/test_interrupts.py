@@ -102,8 +102,8 @@ def test_the_watchdog_ends_a_command_that_does_not_stop(tmp_path):
         # a command stuck where it cannot see the first signal: the watchdog ends it
         "import time, accelkit.cli as c, accelkit.runtime.interrupts as i\n"
         "with i.handled():\n"
-        "    print('ready', flush=True)\n"
         "    try:\n"
+        "        print('ready', flush=True)\n"
         "        time.sleep(30)\n"
         "    except BaseException:\n"
         "        time.sleep(30)  # ignores the interrupt: only the watchdog can end it\n",

@@ -124,13 +124,13 @@ def test_per_episode_comes_from_the_same_reads(monkeypatch):
     from accelkit.stats import sources
 
     reads = []
-    real = sources.FileReader.read
+    real = sources.FileReader.read_pieces
 
-    def counting(self, path, columns):
+    def counting(self, path, columns, rows):
         reads.append(path)
-        return real(self, path, columns)
+        return real(self, path, columns, rows)
 
-    monkeypatch.setattr(sources.FileReader, "read", counting)
+    monkeypatch.setattr(sources.FileReader, "read_pieces", counting)
     stream = open_source(FIXTURES / "lerobot_v30", keys={"actions": "action"})
     plain = len(stream.fragments)
     compute_stats(stream, quantiles=LEVELS)

@@ -70,6 +70,10 @@ def test_only_needed_columns_are_read_and_videos_never_opened(datasets, monkeypa
             seen.append((self._path, columns))
             return super().read(columns=columns, **kwargs)
 
+        def iter_batches(self, batch_size=65536, row_groups=None, columns=None, **kwargs):
+            seen.append((self._path, columns))
+            return super().iter_batches(batch_size, row_groups, columns, **kwargs)
+
         def __init__(self, source, *args, **kwargs):
             self._path = str(source)
             super().__init__(source, *args, **kwargs)

@@ -294,6 +294,20 @@ class TimeBudget:
     def expired(self) -> bool:
         return self.remaining() <= 0
 
+    def will_expire(self, work_seconds: float, repeats: float = 0) -> bool:
+        """Whether doing the work done so far (`work_seconds`) `repeats` more times would run
+        past the budget: a first pass that later passes replay stops in time for them."""
+        return self.seconds is not None and self.elapsed() + repeats * work_seconds >= self.seconds
+
+    @classmethod
+    def since_process_start(cls, minutes: float | None) -> TimeBudget:
+        """A budget counted from the start of this process, as the person who typed the
+        command counts it (imports and device start-up included)."""
+        import psutil
+
+        age = max(0.0, time.time() - psutil.Process().create_time())
+        return cls(None if minutes is None else float(minutes) * 60.0, time.perf_counter() - age)
+
 
 class RateColumn(TextColumn):
     """Shows rows per second from the task's completed count and elapsed time."""

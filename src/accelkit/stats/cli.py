@@ -412,6 +412,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         batch_size=settings.batch_size,
         platform=settings.platform,
         max_time_minutes=settings.max_time_minutes,
+        budget_from_process_start=True,  # the user's clock: from the command, start-up included
         progress=progress,
         per_episode=settings.per_episode,
         cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),

@@ -226,9 +226,17 @@ def _episodes_of(stream, indices) -> list:
 
 
 def count_group(stream, indices) -> list[dict]:
-    """Rows each file contributes per key (sampling with action chunks: not known from metadata)."""
-    stream.order = list(indices)
-    return [{key: len(column.weight) for key, column in chunk.items()} for chunk in stream.chunks()]
+    """Rows each file contributes per key (sampling with action chunks: not known from metadata);
+    a file may come in several chunks."""
+    counts = []
+    for index in indices:
+        stream.order = [index]
+        rows: dict = {}
+        for chunk in stream.chunks():
+            for key, column in chunk.items():
+                rows[key] = rows.get(key, 0) + len(column.weight)
+        counts.append(rows)
+    return counts
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -400,6 +408,7 @@ class RayRunner:
         budget=None,
         observer=None,
         stream=None,
+        later_passes=None,
     ):
         from accelkit.runtime.progress import rows_progress
         from accelkit.stats import moments as mom

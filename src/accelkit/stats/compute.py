@@ -194,12 +194,15 @@ class Runner:
         budget: TimeBudget | None = None,
         observer: Callable[[], object] | None = None,
         stream: Stream | None = None,
+        later_passes: Callable[[bool], int] | None = None,
     ) -> PassOutcome:
         """One pass over the stream, retried from the start with half the batch on out-of-memory.
 
         `observer` makes a fresh object (per attempt) whose `add(chunk)` sees every chunk and whose
         `finish()` result comes back as `PassOutcome.observed`. `stream` replaces the runner's
-        stream for this pass (exact mode's recording of pass 1).
+        stream for this pass (exact mode's recording of pass 1). `later_passes(has_64_bit_keys)`:
+        how many passes will replay what this one reads; the pass stops while the budget still
+        holds them (each as long as this one so far).
         """
         while True:
             try:
@@ -211,6 +214,7 @@ class Runner:
                     budget,
                     observer,
                     stream or self.stream,
+                    later_passes,
                 )
             except Exception as exc:
                 if not is_out_of_memory(exc):
@@ -234,7 +238,7 @@ class Runner:
                 )
 
     def _run_pass_once(
-        self, label, make_spec, make_init, chunk_limit, budget, observer, stream
+        self, label, make_spec, make_init, chunk_limit, budget, observer, stream, later_passes=None
     ) -> PassOutcome:
         import jax
         from jax.sharding import NamedSharding
@@ -330,9 +334,12 @@ class Runner:
                 rows += chunk_rows
                 chunks_seen += 1
                 bar.update(task, advance=chunk_rows)
-                if budget is not None and budget.expired():
-                    stopped_early = True
-                    break
+                if budget is not None:
+                    wide = any(getattr(spec, "integer", False) for spec in specs.values())
+                    later = later_passes(wide) if later_passes is not None else 0
+                    if budget.will_expire(time.perf_counter() - started, later):
+                        stopped_early = True
+                        break
                 if chunk_limit is not None and chunks_seen >= chunk_limit:
                     break  # a later pass of a run stopped early reads exactly what pass 1 read
             for key, batcher in batchers.items():
@@ -413,6 +420,7 @@ def compute_stats(
     platform: str | None = None,
     devices=None,
     max_time_minutes: float | None = None,
+    budget_from_process_start: bool = False,
     progress: bool = False,
     per_episode: bool = False,
     cache_bytes: int | None = None,
@@ -429,6 +437,9 @@ def compute_stats(
     Exact mode decodes the data once: later passes replay pass 1's chunks, kept in memory up to
     `cache_bytes` (default: a quarter of available memory, at most 128 MiB) and beyond it in a
     temporary file (see `accelkit.stats.replay`).
+    `max_time_minutes` stops early, with a partial result over the rows read so far, so that the
+    whole run (every pass) ends within the budget, counted from this call or, with
+    `budget_from_process_start`, from the start of the process.
     `ray` (an address, "auto" or "local") runs the passes as Ray tasks over groups of the stream's
     files (`accelkit.stats.cluster`; a `FileStream` only), with results equal to the local run's
     bit for bit; `ray_tasks` sets how many groups (default: from the cluster's CPUs).
@@ -446,7 +457,11 @@ def compute_stats(
     if devices is None:
         choice = choose_platform(platform)
         devices = devices_for(choice)
-    budget = TimeBudget.minutes(max_time_minutes)
+    budget = (
+        TimeBudget.since_process_start(max_time_minutes)
+        if budget_from_process_start
+        else TimeBudget.minutes(max_time_minutes)
+    )
     if per_episode and max_time_minutes is not None:
         raise DataError(
             "per-episode statistics need every frame; drop --max-time-minutes (a partial run "
@@ -567,18 +582,17 @@ def _exact(
 def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer):
     from accelkit.stats.passes import PassSpec, init
 
-    first_budget = (
-        None if budget.seconds is None else TimeBudget(budget.seconds / 2, budget.started)
-    )
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
         lambda key, dim, integer: PassSpec(dim, 1, 0, EXACT_FIRST_DIGIT, True, integer=integer),
         lambda key, spec, column: init(
             spec, np.zeros((spec.dim, 1), np.uint64), _center_of(column)
         ),
-        budget=first_budget,
+        budget=budget if budget.seconds is not None else None,
         observer=observer,
         stream=stream,
+        # replays of what pass 1 read: one more 16-bit digit of 32-bit keys, three of 64-bit ones
+        later_passes=lambda wide: (64 if wide else 32) // EXACT_FIRST_DIGIT - 1,
     )
     stream.freeze()  # later passes (and the search for a NaN) replay what pass 1 decoded
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)

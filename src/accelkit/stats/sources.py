@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,8 @@ DATA_SUFFIXES = (".parquet", ".npz", ".npy")
 CHUNK_ENDS = ("truncate", "clamp")
 READ_THREADS = 2
 PREFETCH = 4
+SPLIT_ROWS = 1 << 18  # a file's rows reach the reduction in pieces of about this many rows
+PIECES_AHEAD = 2  # decoded pieces of one file waiting for the reduction
 
 
 @dataclass(frozen=True)
@@ -92,15 +93,20 @@ def arrow_values(array) -> np.ndarray:
     return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
-def arrow_column_rows(column, where: str) -> np.ndarray:
+def arrow_column_rows(
+    column, where: str, first_row: int = 0, warn_float64: bool = True
+) -> np.ndarray:
     """A pyarrow column of fixed-size lists, lists or scalars as a [rows, D] array: int64 for
-    integers wider than 16 bits (kept exact), float32 otherwise."""
+    integers wider than 16 bits (kept exact), float32 otherwise. `first_row`: the file's row
+    number of the column's first row (a piece of a file), for the messages."""
     import pyarrow as pa
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if array.null_count:
         first = int(np.flatnonzero(~np.asarray(array.is_valid()))[0])
-        raise DataError(f"{where} is null at row {first}; fill or drop the missing rows")
+        raise DataError(
+            f"{where} is null at row {first_row + first}; fill or drop the missing rows"
+        )
     kind = array.type
     if pa.types.is_fixed_size_list(kind):
         width = kind.list_size
@@ -111,8 +117,8 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
         if len(lengths) and np.any(lengths != lengths[0]):
             row = int(np.flatnonzero(lengths != lengths[0])[0])
             raise DataError(
-                f"{where} is ragged: row {row} has {lengths[row]} values but row 0 has {lengths[0]}; "
-                "every row must have the same width"
+                f"{where} is ragged: row {first_row + row} has {lengths[row]} values but row "
+                f"{first_row} has {lengths[0]}; every row must have the same width"
             )
         width = int(lengths[0]) if len(lengths) else 0
         values = array.flatten()
@@ -131,7 +137,8 @@ def arrow_column_rows(column, where: str) -> np.ndarray:
     if row_dtype(flat.dtype) == np.int64:
         return integer_rows(flat, where).reshape(-1, max(width, 1))
     if (
-        flat.dtype == np.float64
+        warn_float64
+        and flat.dtype == np.float64
         and len(flat)
         and not np.array_equal(flat.astype(np.float32).astype(np.float64), flat, equal_nan=True)
     ):
@@ -263,6 +270,68 @@ class FileReader:
             out[c] = _numpy_rows(self._numpy_array(path, c), f"{path} array {c!r}")
         return out, None
 
+    def read_pieces(
+        self, path: Path, columns: list[str], rows: int
+    ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
+        """`read`, in order, about `rows` rows at a time: a parquet file by record batches (the
+        first arrives while the rest is still being decoded), other files whole."""
+        if path.suffix != ".parquet":
+            yield self.read(path, columns)
+            return
+        import pyarrow.parquet as pq
+
+        source, filesystem = storage.arrow_source(path)
+        try:
+            parquet = pq.ParquetFile(source, filesystem=filesystem)
+            schema = parquet.schema_arrow
+            wanted = [c for c in columns if c in schema.names]
+            with_episodes = "episode_index" in schema.names
+            # threads off: files are already read in parallel by the stream's prefetch pool
+            batches = parquet.iter_batches(
+                batch_size=rows,
+                columns=wanted + (["episode_index"] if with_episodes else []),
+                use_threads=False,
+            )
+            first_row = 0
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise DataError(
+                        f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); "
+                        "re-export or remove it"
+                    ) from exc
+                out = {
+                    c: arrow_column_rows(
+                        batch.column(c), f"{path} column {c!r}", first_row, first_row == 0
+                    )
+                    for c in wanted
+                }
+                for c in wanted:
+                    if c in self.features:
+                        check_feature(
+                            c,
+                            self.features[c],
+                            arrow_value_dtype(schema.field(c).type),
+                            out[c].shape[1],
+                            str(path),
+                        )
+                episodes = (
+                    np.asarray(arrow_values(batch.column("episode_index")), np.int64)
+                    if with_episodes
+                    else None
+                )
+                first_row += batch.num_rows
+                yield out, episodes
+        except DataError:
+            raise
+        except Exception as exc:
+            raise DataError(
+                f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+            ) from exc
+
 
 # --- weights: sampling and action chunks ------------------------------------------------------
 
@@ -355,62 +424,137 @@ class FileStream(Stream):
         return mask
 
     def chunks(self) -> Iterator[dict[str, Column]]:
-        """Chunks in `order`; files are read and decoded by a small thread pool ahead of use.
+        """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts.
 
-        pyarrow and numpy release the GIL while decoding, so reading overlaps with the device work
-        of the previous chunks. At most `PREFETCH` chunks wait in memory.
+        Files are read ahead by a small thread pool, each a piece at a time into a bounded queue:
+        pyarrow and numpy release the GIL while decoding, so reading overlaps with the device
+        work on earlier chunks, inside one large file too (a LeRobot v3.0 file holds ~2M rows;
+        read whole, it kept a time budget from being checked for seconds, and the reduction
+        waited for it). The order of rows never changes, so neither do the results.
         """
+        import queue
+        import threading
         from concurrent.futures import ThreadPoolExecutor
 
         seen_episodes: dict[int, Path] = {}
         columns_wanted = list(dict.fromkeys(self.keys.values()))
+        stop = threading.Event()
+        queues: dict[int, queue.Queue] = {}
+
+        def produce(pieces: queue.Queue, index: int) -> None:
+            def put(item) -> bool:
+                while not stop.is_set():
+                    try:
+                        pieces.put(item, timeout=0.1)
+                        return True
+                    except queue.Full:
+                        continue
+                return False
+
+            try:
+                path = self.fragments[index].path
+                for piece in self.reader.read_pieces(path, columns_wanted, SPLIT_ROWS):
+                    if not put(("piece", piece)):
+                        return
+                put(("end", None))
+            except BaseException as exc:  # handed to the consumer, raised there
+                put(("error", exc))
+
         pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read")
+        order = list(self.order)
+        submitted = 0
+
+        def submit_next() -> None:
+            nonlocal submitted
+            if submitted < len(order):
+                queues[submitted] = queue.Queue(maxsize=PIECES_AHEAD)
+                pool.submit(produce, queues[submitted], order[submitted])
+                submitted += 1
+
         try:
-            pending = deque()
-            order = iter(self.order)
-            for index in order:
-                pending.append(
-                    (
-                        index,
-                        pool.submit(self.reader.read, self.fragments[index].path, columns_wanted),
-                    )
-                )
-                if len(pending) >= PREFETCH:
-                    break
-            while pending:
-                index, future = pending.popleft()
-                next_index = next(order, None)
-                if next_index is not None:
-                    pending.append(
-                        (
-                            next_index,
-                            pool.submit(
-                                self.reader.read, self.fragments[next_index].path, columns_wanted
-                            ),
-                        )
-                    )
-                yield self._chunk(index, *future.result(), seen_episodes)
+            for _ in range(PREFETCH):
+                submit_next()
+            for position, index in enumerate(order):
+                pieces = queues.pop(position)
+                yield from self._file_chunks(index, _drain(pieces), seen_episodes)
+                submit_next()
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
+            stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def _file_chunks(self, index: int, pieces, seen_episodes: dict) -> Iterator[dict[str, Column]]:
+        """One file's chunks from its pieces: each ends where an episode starts (the rows of the
+        last, maybe unfinished, episode wait for the next piece), so every chunk holds whole
+        episodes, as action chunks and per-episode statistics need."""
+        fragment = self.fragments[index]
+        carry: tuple[dict, np.ndarray | None] | None = None
+        done = 0
+        for columns, episodes in pieces:
+            if carry is not None:
+                columns = {
+                    c: np.concatenate([carry[0][c], v]) if c in carry[0] else v
+                    for c, v in columns.items()
+                }
+                episodes = None if episodes is None else np.concatenate([carry[1], episodes])
+            n = _rows_of(columns, episodes)
+            if episodes is not None:
+                starts = np.flatnonzero(np.diff(episodes)) + 1
+                cut = int(starts[-1]) if len(starts) else 0
+            else:
+                cut = 0 if self.horizons else n  # one episode: action chunks need all of it
+            if cut:
+                yield self._chunk(
+                    index,
+                    {c: v[:cut] for c, v in columns.items()},
+                    None if episodes is None else episodes[:cut],
+                    seen_episodes,
+                    done,
+                )
+                done += cut
+            carry = (
+                {c: v[cut:] for c, v in columns.items()},
+                None if episodes is None else episodes[cut:],
+            )
+        if carry is not None and _rows_of(*carry):
+            yield self._chunk(index, carry[0], carry[1], seen_episodes, done)
+            done += _rows_of(*carry)
+        if done != fragment.num_rows:
+            raise DataError(
+                f"{fragment.path} has {done} rows, expected {fragment.num_rows}; the file changed "
+                "while it was read, or its metadata is wrong"
+            )
+
     def chunk_at(self, index: int) -> dict[str, Column]:
-        """The chunk of file `index` on its own (a Ray run's driver reads the first one)."""
-        columns, episodes = self.reader.read(
-            self.fragments[index].path, list(dict.fromkeys(self.keys.values()))
-        )
-        return self._chunk(index, columns, episodes, {})
+        """The first chunk of file `index`, as `chunks` gives it (a Ray run's driver reads the
+        first file's: the shift of the moments comes from it, as in a local run)."""
+        order, self.order = self.order, [index]
+        try:
+            chunks = self.chunks()
+            try:
+                return next(chunks)
+            finally:
+                chunks.close()
+        finally:
+            self.order = order
 
     def _chunk(
-        self, index: int, columns: dict, episodes: np.ndarray | None, seen_episodes: dict
+        self,
+        index: int,
+        columns: dict,
+        episodes: np.ndarray | None,
+        seen_episodes: dict,
+        first: int = 0,
     ) -> dict[str, Column]:
+        """Rows `first`.. of file `index` (whole episodes) as a chunk."""
         fragment = self.fragments[index]
-        sampled = self._sampled(fragment)
+        n = _rows_of(columns, episodes)
+        sampled = self._sampled(fragment)[first : first + n]
         known_episodes = episodes is not None
         if episodes is None:
-            episodes = np.full(fragment.num_rows, -1 - index, np.int64)  # the file is one episode
+            episodes = np.full(n, -1 - index, np.int64)  # the file is one episode
         elif self.horizons:
             for episode in np.unique(episodes):
-                if int(episode) in seen_episodes:
+                if int(episode) in seen_episodes and seen_episodes[int(episode)] != (fragment.path):
                     raise DataError(
                         f"episode {int(episode)} spans {seen_episodes[int(episode)]} and {fragment.path}; "
                         "action chunks need each episode inside one file"
@@ -423,9 +567,9 @@ class FileStream(Stream):
                     f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}"
                 )
             values = columns[name]
-            if len(values) != fragment.num_rows:
+            if len(values) != n or first + n > fragment.num_rows:
                 raise DataError(
-                    f"{fragment.path} column {name!r} has {len(values)} rows, expected {fragment.num_rows}"
+                    f"{fragment.path} column {name!r} has {first + len(values)} rows, expected {fragment.num_rows}"
                 )
             horizon = self.horizons.get(out)
             weight = (
@@ -434,7 +578,7 @@ class FileStream(Stream):
                 else sampled.astype(np.int32)
             )
             row_id = np.arange(
-                fragment.row_offset, fragment.row_offset + fragment.num_rows, dtype=np.int64
+                fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
             )
             episode = episodes if known_episodes else None
             keep = weight > 0
@@ -443,6 +587,23 @@ class FileStream(Stream):
                 episode = None if episode is None else episode[keep]
             chunk[out] = Column(values, weight, row_id, episode)
         return chunk
+
+
+def _rows_of(columns: dict, episodes: np.ndarray | None) -> int:
+    if columns:
+        return len(next(iter(columns.values())))
+    return 0 if episodes is None else len(episodes)
+
+
+def _drain(pieces) -> Iterator:
+    """A file's pieces from its reader thread's queue, in order; its error raised here."""
+    while True:
+        kind, item = pieces.get()
+        if kind == "end":
+            return
+        if kind == "error":
+            raise item
+        yield item
 
 
 # --- opening a path ---------------------------------------------------------------------------
