@@ -20,8 +20,7 @@ from accelkit.images.service.sources import (
     Source,
     clean_name,
     decode_base64,
-    read_regular_file,
-    resolve_allowed_path,
+    read_allowed_file,
 )
 
 
@@ -195,25 +194,26 @@ def test_regular_files_only_and_a_deadline(tmp_path):
     fifo = tmp_path / "pipe.jpg"
     os.mkfifo(fifo)
     far = time.monotonic() + 30
+    roots = [str(tmp_path), "/dev"]
     for path, text in (
         (fifo, "is a FIFO"),
         (tmp_path, "is a folder"),
         (tmp_path / "nope.jpg", "no such file"),
+        ("/dev/zero", "a device"),
     ):
         with pytest.raises(DataError, match=text):
-            read_regular_file(path, 1000, far, "x")
-    with pytest.raises(DataError, match="a device"):
-        read_regular_file(__import__("pathlib").Path("/dev/zero"), 1000, far, "x")
+            read_allowed_file(str(path), roots, 1000, far, "x")
     good = tmp_path / "good.jpg"
     good.write_bytes(b"12345")
-    assert read_regular_file(good, 5, far, "x") == b"12345"
+    assert read_allowed_file(str(good), roots, 5, far, "x") == (b"12345", "good.jpg")
     with pytest.raises(DataError, match="over the limit of 4"):
-        read_regular_file(good, 4, far, "x")
+        read_allowed_file(str(good), roots, 4, far, "x")
     with pytest.raises(DataError, match="took longer"):
-        read_regular_file(good, 5, time.monotonic() - 1, "x")
+        read_allowed_file(str(good), roots, 5, time.monotonic() - 1, "x")
     os.symlink(good, tmp_path / "link.jpg")
-    with pytest.raises(DataError, match="cannot open"):
-        read_regular_file(tmp_path / "link.jpg", 5, far, "x")
+    with pytest.raises(ServiceError) as link:
+        read_allowed_file(str(tmp_path / "link.jpg"), roots, 5, far, "x")
+    assert link.value.status == 403 and "symbolic link 'link.jpg'" in link.value.message
 
 
 def test_decode_budget_refuses_queues_and_releases():
@@ -264,7 +264,11 @@ def test_metrics_labels_stay_bounded():
     assert len(rejected) == 1 and 'reason="other"' in rejected[0]
 
 
-def test_base64_and_allowed_paths(tmp_path):
+def test_base64_and_allowed_paths(tmp_path, monkeypatch):
+    """Paths are opened one component at a time below the root: no symbolic link and no '..' is
+    followed, a file in the middle of a path or a vanished component fails the item alone."""
+    import time
+
     assert decode_base64(base64.b64encode(b"abc").decode(), "x") == b"abc"
     assert (
         decode_base64("data:image/png;base64," + base64.b64encode(b"abc").decode(), "x") == b"abc"
@@ -278,21 +282,39 @@ def test_base64_and_allowed_paths(tmp_path):
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(b"s")
     os.symlink(secret, root / "link.jpg")
-    assert (
-        resolve_allowed_path(str(root / "sub" / "a.jpg"), [str(root)], "x")
-        == (root / "sub" / "a.jpg").resolve()
-    )
-    for outside in (
-        str(secret),
-        str(root / "sub" / ".." / ".." / "secret.jpg"),
-        str(root / "link.jpg"),
-        str(tmp_path / "allowed2" / "a.jpg"),
+    os.symlink(tmp_path, root / "out")  # a folder link pointing outside
+    os.symlink(root / "sub", root / "in")  # and one pointing inside: not followed either
+    far = time.monotonic() + 30
+
+    def read(path, roots=(str(root),)):
+        return read_allowed_file(str(path), list(roots), 100, far, "x")
+
+    assert read(root / "sub" / "a.jpg") == (b"x", "sub/a.jpg")  # named below its root
+    assert read(root / "sub" / "." / "a.jpg") == (b"x", "sub/a.jpg")
+    assert read(root / "sub" / "a.jpg", [str(tmp_path), str(root)]) == (b"x", "sub/a.jpg")
+    monkeypatch.chdir(root)
+    assert read("sub/a.jpg") == (b"x", "sub/a.jpg")  # relative to the service's folder
+    for outside, text in (
+        (secret, "outside the allowed roots"),
+        (root / "sub" / ".." / ".." / "secret.jpg", "'..'"),
+        (root / "sub" / ".." / "sub" / "a.jpg", "'..'"),
+        (root / "link.jpg", "symbolic link 'link.jpg'"),
+        (root / "out" / "secret.jpg", "symbolic link 'out'"),
+        (root / "in" / "a.jpg", "symbolic link 'in'"),
+        (tmp_path / "allowed2" / "a.jpg", "outside the allowed roots"),
     ):
         with pytest.raises(ServiceError) as refused:
-            resolve_allowed_path(outside, [str(root)], "x")
+            read(outside)
         assert refused.value.status == 403 and refused.value.code == "path_not_allowed"
+        assert text in refused.value.message, refused.value.message
+    for missing, text in (
+        (root / "gone" / "a.jpg", "no such file"),
+        (root / "sub" / "a.jpg" / "b.jpg", "'a.jpg' is not a folder"),
+    ):
+        with pytest.raises(DataError, match=text):
+            read(missing)
     with pytest.raises(ServiceError) as disabled:
-        resolve_allowed_path(str(root / "sub" / "a.jpg"), [], "x")
+        read(root / "sub" / "a.jpg", [])
     assert disabled.value.code == "paths_disabled"
 
 
