@@ -1,5 +1,5 @@
 """The service's parts on their own: batching, admission, request shapes, sources (base64,
-paths, FIFOs, URLs with one deadline), the decode budget, bounded metrics."""
+paths, FIFOs), the decode budget, bounded metrics (URLs: test_service_urls.py)."""
 
 import asyncio
 import base64
@@ -316,85 +316,3 @@ def test_base64_and_allowed_paths(tmp_path, monkeypatch):
     with pytest.raises(ServiceError) as disabled:
         read(root / "sub" / "a.jpg", [])
     assert disabled.value.code == "paths_disabled"
-
-
-def test_fetch_url_limits_against_a_local_http_server(tmp_path):
-    """allow_urls on: a real HTTP server on 127.0.0.1 serves the files; size limit and errors."""
-    import functools
-    import http.server
-    import threading
-
-    from accelkit.errors import DataError
-    from accelkit.images.config import ServerConfig
-    from accelkit.images.service.sources import fetch_url
-
-    (tmp_path / "small.jpg").write_bytes(b"x" * 1000)
-    (tmp_path / "big.jpg").write_bytes(b"x" * 5000)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    config = ServerConfig(allow_urls=True, fetch_max_bytes=2000, fetch_timeout_s=5)
-    try:
-        assert asyncio.run(fetch_url(f"{base}/small.jpg", config, "q")) == b"x" * 1000
-        with pytest.raises(DataError, match="larger than the limit of 2,000"):
-            asyncio.run(fetch_url(f"{base}/big.jpg", config, "q"))
-        with pytest.raises(DataError, match="HTTP 404"):
-            asyncio.run(fetch_url(f"{base}/missing.jpg", config, "q"))
-        with pytest.raises(InputError, match="only http"):
-            asyncio.run(fetch_url("file:///etc/passwd", config, "q"))
-        with pytest.raises(ServiceError) as refused:
-            asyncio.run(fetch_url(f"{base}/small.jpg", ServerConfig(), "q"))
-        assert refused.value.status == 403
-    finally:
-        server.shutdown()
-
-
-def test_fetch_url_has_one_deadline_for_the_whole_exchange():
-    """A server that drips one chunk every 0.3 s, each within the per-read timeout, is cut off at
-    fetch_timeout_s for the whole download instead of being followed for as long as it drips."""
-    import http.server
-    import threading
-    import time
-
-    from accelkit.images.config import ServerConfig
-    from accelkit.images.service.sources import fetch_url
-
-    stop = threading.Event()
-
-    class Drip(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "100000")
-            self.end_headers()
-            for _ in range(2000):  # ten minutes of dripping if nothing stops it
-                if stop.is_set():
-                    return
-                try:
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                except OSError:
-                    return
-                time.sleep(0.3)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Drip)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = ServerConfig(allow_urls=True, fetch_timeout_s=1.5)
-    try:
-        with pytest.raises(
-            DataError, match=r"did not answer in full within server.fetch_timeout_s \(1.5 s\)"
-        ):
-            # the outer wait only guards the test: without a total deadline it would fire instead
-            asyncio.run(
-                asyncio.wait_for(
-                    fetch_url(f"http://127.0.0.1:{server.server_address[1]}/a.jpg", config, "q"), 60
-                )
-            )
-    finally:
-        stop.set()
-        server.shutdown()

@@ -1,6 +1,7 @@
 """Where the service's images come from, each under its limits: uploads and base64 (bounded by
-the body limit), server-side paths (only regular files under `allowed_roots`, read with a
-deadline), and URLs (only with `allow_urls`, one deadline for connect, redirects and every chunk).
+the body limit), server-side paths (only regular files under `allowed_roots`, opened one component
+at a time from the root and read with a deadline), and URLs (only with `allow_urls`, from public
+addresses or hosts in `url_allow`: `accelkit.images.service.urls`).
 
 A source that fails is a `DataError`/`InputError` for that item alone; a disabled or forbidden
 source is a `ServiceError` (403) for the whole request.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServerConfig
 from accelkit.images.service.errors import ServiceError
+from accelkit.images.service.urls import fetch_url
 
 MAX_SOURCE_NAME = 256
 
@@ -230,46 +232,6 @@ async def read_allowed_path(path: str, server: ServerConfig, where: str) -> tupl
         )
     except TimeoutError as exc:
         raise DataError(f"{where}: reading {path} took longer than server.fetch_timeout_s") from exc
-
-
-async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
-    """GET an http(s) URL within `fetch_max_bytes` and one deadline of `fetch_timeout_s` for the
-    whole exchange (a server that drips one byte at a time is cut off at the deadline)."""
-    if not server.allow_urls:
-        raise ServiceError(
-            403,
-            "urls_disabled",
-            f"{where}: fetching URLs is disabled; upload the image or set server.allow_urls",
-        )
-    if not url.lower().startswith(("http://", "https://")):
-        raise InputError(f"{where}: only http(s) URLs can be fetched, not {url[:40]!r}")
-    import httpx
-
-    chunks, total = [], 0
-    try:
-        async with asyncio.timeout(server.fetch_timeout_s):
-            async with (
-                httpx.AsyncClient(
-                    timeout=server.fetch_timeout_s, follow_redirects=True, max_redirects=3
-                ) as client,
-                client.stream("GET", url) as response,
-            ):
-                if response.status_code != 200:
-                    raise DataError(f"{where}: {url} answered HTTP {response.status_code}")
-                async for chunk in response.aiter_bytes():
-                    total += len(chunk)
-                    if total > server.fetch_max_bytes:
-                        raise DataError(
-                            f"{where}: {url} is larger than the limit of {server.fetch_max_bytes:,} bytes"
-                        )
-                    chunks.append(chunk)
-    except TimeoutError as exc:
-        raise DataError(
-            f"{where}: {url} did not answer in full within server.fetch_timeout_s ({server.fetch_timeout_s:g} s)"
-        ) from exc
-    except httpx.HTTPError as exc:
-        raise DataError(f"{where}: cannot fetch {url} ({type(exc).__name__}: {exc})") from exc
-    return b"".join(chunks)
 
 
 async def load(source: Source, server: ServerConfig, where: str) -> tuple[bytes, str | None]:
