@@ -20,7 +20,7 @@ ACCEPTED = [
     'metadata["arr"]["-1"] == -3',
     'metadata["a"]["01"] == 1 or metadata["a"]["+1"] == 1 or metadata["a"]["1.0"] == 1',
     'metadata["2024"] == 1',
-    'id in [' + ", ".join(f'"i{i}"' for i in range(256)) + "]",
+    "id in [" + ", ".join(f'"i{i}"' for i in range(256)) + "]",
     "metadata['k'] != 'x'",
     'metadata["n"] >= 0 && metadata["m"] <= 500',
     'metadata["even"] == true',

@@ -316,3 +316,54 @@ def test_base64_and_allowed_paths(tmp_path, monkeypatch):
     with pytest.raises(ServiceError) as disabled:
         read(root / "sub" / "a.jpg", [])
     assert disabled.value.code == "paths_disabled"
+
+
+def test_every_list_in_a_request_has_a_cap():
+    """Issue 27: a delete of 1,000,000 ids was accepted. Every list a body holds is counted before
+    its entries are validated; over its cap it is a 413 naming the field, the cap and the
+    setting (a filter's list: a 422 naming the filter)."""
+    from accelkit.images.schema import (
+        CreateCollectionRequest,
+        DeleteRequest,
+        EmbedRequest,
+        RequestLimits,
+    )
+
+    small = RequestLimits(items=2, ids=3, metadata_keys=4, filter_values=2)
+    b64 = base64.b64encode(b"img").decode()
+    nested = {"a": {"b": 1, "c": [{"d": 1}, {"e": 2}]}}  # five keys, every level together
+    for model, body, limits, text in [
+        (DeleteRequest, {"ids": ["a"] * 10_001}, None, "ids: 10,001 entries, over the limit of"),
+        (DeleteRequest, {"ids": ["a"] * 4}, small, "ids: 4 entries, over the limit of 3"),
+        (DeleteRequest, {"ids": [5] * 4}, small, "(server.max_ids_per_request)"),
+        (InsertRequest, {"inputs": ["/x"] * 3}, small, "inputs: 3 entries"),
+        (InsertRequest, {"images_base64": [b64] * 3}, small, "images_base64: 3 entries"),
+        (InsertRequest, {"items": [{"image_base64": b64}] * 3}, small, "items: 3 entries"),
+        (InsertRequest, {"ids": ["a"] * 3}, small, "ids: 3 entries"),
+        (InsertRequest, {"metadata": [{}] * 3}, small, "(server.max_items_per_request)"),
+        (InsertRequest, {"items": [{"path": "/x", "metadata": nested}]}, small, "items.0.metadata"),
+        (InsertRequest, {"metadata": [None, nested]}, small, "metadata.1: 5 keys, over the"),
+        (InsertRequest, {"metadata": [nested]}, small, "(server.max_metadata_keys)"),
+        (
+            EmbedRequest,
+            {"inputs": ["/x"] * 257},
+            None,
+            "inputs: 257 entries, over the limit of 256",
+        ),
+        (SearchRequest, {"vector": [0.0] * 32_769}, None, "vector: 32,769 entries"),
+        (CreateCollectionRequest, {"index_params": {f"k{i}": 1 for i in range(9)}}, None, "8"),
+    ]:
+        with pytest.raises(ServiceError) as refused:
+            validate(model, body, limits)
+        assert (refused.value.status, refused.value.code) == (413, "too_many_items"), body
+        assert text in refused.value.message, refused.value.message
+    assert len(validate(DeleteRequest, {"ids": ["a"] * 10_000}).ids) == 10_000
+    assert validate(InsertRequest, {"metadata": [{"a": {"b": 1, "c": [{"d": 1}]}}]}, small)
+    values = ", ".join(f'"i{i}"' for i in range(3))
+    with pytest.raises(ServiceError) as refused:
+        validate(DeleteRequest, {"filter": f"id in [{values}]"}, small)
+    assert refused.value.status == 422 and "filter: the list at character 7 holds more than 2" in (
+        refused.value.message
+    )
+    assert "(server.max_filter_values)" in refused.value.message
+    assert validate(DeleteRequest, {"filter": f"id in [{values}]"}).filter  # 256 by default

@@ -29,6 +29,7 @@ class Helper:
     there, /drip sends a byte every 0.3 s."""
 
     def __init__(self, tls: ssl.SSLContext | None = None):
+        self.body = IMAGE  # what /img answers
         self.hits: Counter = Counter()
         self.hosts: list[str] = []
         self.server_names: list[str | None] = []
@@ -60,7 +61,7 @@ class Helper:
                             return
                         time.sleep(0.3)
                     return
-                body = {"/img": IMAGE, "/big": b"x" * 5000}.get(url.path)
+                body = {"/img": helper.body, "/big": b"x" * 5000}.get(url.path)
                 self.send_response(200 if body else 404)
                 body = body or b"missing"
                 self.send_header("Content-Length", str(len(body)))
