@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from accelkit.errors import AccelkitError, InputError
+from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.batching import ItemResult
 from accelkit.images.schema import (
     SOURCE_KEY,
@@ -64,6 +64,18 @@ class InsertResult:
             "indices": self.indices,
             "failures": [{"index": i, "error": reason} for i, reason in self.failures.items()],
         }
+
+
+def with_source(metadata: Any, source: str | None) -> Any:
+    """The one rule for `source`, local and remote alike: where an image came from (`ImageInput.
+    source`: a file's path inside the folder given, a file name, an upload's name, a URL) is
+    recorded in its metadata under `source`, unless the metadata names one already. Metadata that
+    is not an object is returned as it is, for `check_metadata` to refuse."""
+    if not source or not (metadata is None or isinstance(metadata, dict)):
+        return metadata
+    if metadata and SOURCE_KEY in metadata:
+        return metadata
+    return {**(metadata or {}), SOURCE_KEY: source}
 
 
 def content_id(item: Any) -> str:
@@ -211,11 +223,10 @@ class LocalIndex:
         for i, item in enumerate(items):  # ids and metadata first: a bad one costs no embedding
             try:
                 item_id = None if item.id is None else check_id(item.id, f"{labels[i]}: id")
-                metadata = dict(check_metadata(item.metadata, f"{labels[i]}: metadata"))
-                if item.source and SOURCE_KEY not in metadata:
-                    metadata[SOURCE_KEY] = item.source
-                    check_metadata(metadata, f"{labels[i]}: metadata")
-                checked.append((i, item_id, metadata))
+                metadata = with_source(item.metadata, item.source)
+                checked.append(
+                    (i, item_id, dict(check_metadata(metadata, f"{labels[i]}: metadata")))
+                )
             except AccelkitError as exc:
                 failures[i] = str(exc)
         results = self.embed([items[i].data for i, _, _ in checked]) if checked else []
@@ -257,8 +268,6 @@ class LocalIndex:
         data = query.data if isinstance(query, ImageInput) else query
         (result,) = self.embed([data])
         if result.error is not None:
-            from accelkit.errors import DataError
-
             raise DataError(f"query: {result.error}")
         return result.vector
 
@@ -316,6 +325,13 @@ class LocalIndex:
         index_params: dict[str, int] | None = None,
         exist_ok: bool = False,
     ) -> dict[str, Any]:
+        """A collection for this index's embeddings: `dim`, when given, must be the model's."""
+        if dim is not None and dim != self.dim:
+            model = self.model_info.get("name") or "the model"
+            raise DataError(
+                f"dim {dim!r}: {model} makes {self.dim}-d embeddings, so every insert into a"
+                f" {dim!r}-d collection would be refused; leave dim out (or give {self.dim})"
+            )
         return self.store.create_collection(
             self._name(name),
             self.dim if dim is None else dim,
