@@ -173,28 +173,6 @@ class LocalIndex:
         self.model_info: dict[str, Any] = {}
         self._on_close: list[Callable[[], None]] = []
 
-    @classmethod
-    def open(cls, config: Any) -> LocalIndex:
-        """The index of a `ServiceConfig`: its store now, its model on the first embedding (so
-        collection commands never load the model)."""
-        from accelkit.images.store import VectorStore
-
-        store = VectorStore(config.store)
-        loaded: list[Any] = []
-
-        def embed(items: list[Any]) -> list[ItemResult]:
-            if not loaded:
-                from accelkit.images.pipeline import ImageEmbeddingPipeline
-
-                loaded.append(ImageEmbeddingPipeline(config, store=store))
-            return loaded[0].embed_items(items)
-
-        index = cls(store, embed, config.store.collection_name, config.model.embedding_dim)
-        index.model_info = {"name": config.model.name, "backend": config.model.backend}
-        index._on_close.append(lambda: loaded and loaded[0].close())
-        index._on_close.append(store.close)
-        return index
-
     def _name(self, collection: str | None) -> str:
         return check_collection_name(collection or self.default_collection)
 
