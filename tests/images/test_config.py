@@ -207,5 +207,5 @@ def test_url_allow_and_request_caps_from_the_environment():
     assert config.server.url_allow == ["images.internal", "::1", "10.0.0.7"]
     limits = config.server.request_limits()
     assert (limits.ids, limits.filter_values, limits.items) == (500, 9, 256)
-    with pytest.raises(ConfigError, match="MAX_METADATA_KEYS .0.: must be at least 1"):
+    with pytest.raises(ConfigError, match="MAX_METADATA_KEYS '0': must be at least 1"):
         ServiceConfig.from_env(env={"ACCELKIT_SERVER_MAX_METADATA_KEYS": "0"})

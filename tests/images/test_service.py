@@ -221,9 +221,7 @@ def test_collections_endpoints(server, setup):
         "index_params": {},
         "message": "Collection 'tmp_c' created successfully",
     }
-    again = httpx.post(
-        server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"}
-    )
+    again = httpx.post(server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"})
     assert again.status_code == 409 and error_of(again)["code"] == "collection_exists"
     listed = httpx.get(server.url + "/collections", headers=AUTH).json()
     assert "tmp_c" in listed["collections"] and listed["count"] == len(listed["collections"])
