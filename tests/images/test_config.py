@@ -194,3 +194,18 @@ def test_shipped_configs_load():
     assert files
     for file in files:
         ServiceConfig.from_yaml(file, env={})
+
+
+def test_url_allow_and_request_caps_from_the_environment():
+    config = ServiceConfig.from_env(
+        env={
+            "ACCELKIT_SERVER_URL_ALLOW": "Images.Internal., [::1],10.0.0.7",
+            "ACCELKIT_SERVER_MAX_IDS_PER_REQUEST": "500",
+            "ACCELKIT_SERVER_MAX_FILTER_VALUES": "9",
+        }
+    )
+    assert config.server.url_allow == ["images.internal", "::1", "10.0.0.7"]
+    limits = config.server.request_limits()
+    assert (limits.ids, limits.filter_values, limits.items) == (500, 9, 256)
+    with pytest.raises(ConfigError, match="MAX_METADATA_KEYS '0': must be at least 1"):
+        ServiceConfig.from_env(env={"ACCELKIT_SERVER_MAX_METADATA_KEYS": "0"})

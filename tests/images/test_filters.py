@@ -17,7 +17,10 @@ ACCEPTED = [
     'id like "ab%"',
     'metadata["s"] like "ax%"',
     'metadata["s"] == "a) or (b ] {x} ; \\"q\\""',
-    'metadata["arr"][0] == -3',
+    'metadata["arr"]["-1"] == -3',
+    'metadata["a"]["01"] == 1 or metadata["a"]["+1"] == 1 or metadata["a"]["1.0"] == 1',
+    'metadata["2024"] == 1',
+    "id in [" + ", ".join(f'"i{i}"' for i in range(256)) + "]",
     "metadata['k'] != 'x'",
     'metadata["n"] >= 0 && metadata["m"] <= 500',
     'metadata["even"] == true',
@@ -79,8 +82,19 @@ REFUSED = [
     ("5 == metadata['n']", "a field first"),
     ("1 in [1]", "a field first"),
     ('(id == "i3") in [true]', "expected the end of the filter"),
-    ('metadata["tags"][18446744073709551616] == "x"', "more than 6 digits"),
-    ('metadata["l"]["18446744073709551616"] == 10', "more than 6 digits"),
+    ('metadata["tags"][18446744073709551616] == "x"', "as an array index and as an object key"),
+    ('metadata["l"]["18446744073709551616"] == 10', "as an array index and as an object key"),
+    ('metadata["18446744073709551616"] == 10', "more than 6 digits"),
+    # an integer step matches an array's element and an object's key alike (issue 27)
+    ('metadata["arr"][0] == "x"', "as an array index and as an object key"),
+    ('metadata["arr"]["0"] == "x"', "as an array index and as an object key"),
+    ("metadata['arr']['12'] == 'x'", "as an array index and as an object key"),
+    ('metadata["a"]["b"][3] in ["x"]', "as an array index and as an object key"),
+    ('json_contains(metadata["a"][1], "x")', "as an array index and as an object key"),
+    ("metadata[0] == 'x'", "quote the key"),
+    # every list has a cap
+    ("id in [" + ", ".join(f'"i{i}"' for i in range(257)) + "]", "more than 256 values"),
+    ('json_contains_any(metadata["t"], [' + ",".join("1" * 300) + "])", "more than 256 values"),
     ('id like "%"', "prefix pattern"),
     ('metadata["n"] == 9223372036854775808.0', "not exactly a double"),
     ('metadata["n"] == 9007199254740993', "beyond 2\\^53"),
@@ -102,9 +116,9 @@ def test_partial_or_dangerous_expressions_are_refused(expr, why):
 
 
 def test_metadata_keys_are_one_token_as_milvus_lexes_them():
-    kinds = [(t.kind, t.text) for t in tokenize('metadata["a b"][12] >= -1.5e3')]
+    kinds = [(t.kind, t.text) for t in tokenize('metadata["a b"]["-12"] >= -1.5e3')]
     assert kinds == [
-        ("json", 'metadata["a b"][12]'),
+        ("json", 'metadata["a b"]["-12"]'),
         ("op", ">="),
         ("op", "-"),
         ("number", "1.5e3"),

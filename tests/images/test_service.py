@@ -205,7 +205,7 @@ def test_collections_endpoints(server, setup):
         headers=AUTH,
         json={
             "name": "tmp_c",
-            "dim": 8,
+            "dim": 1280,  # the model's: any other is refused (test_service_boundaries)
             "description": "d",
             "index_type": "FLAT",
             "metric_type": "L2",
@@ -215,22 +215,20 @@ def test_collections_endpoints(server, setup):
     assert created.json() == {
         "name": "tmp_c",
         "description": "d",
-        "dim": 8,
+        "dim": 1280,
         "count": 0,
         "index_type": "FLAT",
         "metric_type": "L2",
         "index_params": {},
         "message": "Collection 'tmp_c' created successfully",
     }
-    again = httpx.post(
-        server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c", "dim": 8}
-    )
+    again = httpx.post(server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"})
     assert again.status_code == 409 and error_of(again)["code"] == "collection_exists"
     listed = httpx.get(server.url + "/collections", headers=AUTH).json()
     assert "tmp_c" in listed["collections"] and listed["count"] == len(listed["collections"])
     stats = httpx.get(server.url + "/collections/tmp_c/stats", headers=AUTH).json()
     assert (stats["name"], stats["num_entities"], stats["description"]) == ("tmp_c", 0, "d")
-    rows = np.eye(8, dtype=np.float32)
+    rows = np.eye(1280, dtype=np.float32)[:1]
     hit = httpx.post(
         server.url + "/search",
         headers=AUTH,

@@ -1,5 +1,5 @@
 """The service's parts on their own: batching, admission, request shapes, sources (base64,
-paths, FIFOs, URLs with one deadline), the decode budget, bounded metrics."""
+paths, FIFOs), the decode budget, bounded metrics (URLs: test_service_urls.py)."""
 
 import asyncio
 import base64
@@ -20,8 +20,7 @@ from accelkit.images.service.sources import (
     Source,
     clean_name,
     decode_base64,
-    read_regular_file,
-    resolve_allowed_path,
+    read_allowed_file,
 )
 
 
@@ -195,25 +194,26 @@ def test_regular_files_only_and_a_deadline(tmp_path):
     fifo = tmp_path / "pipe.jpg"
     os.mkfifo(fifo)
     far = time.monotonic() + 30
+    roots = [str(tmp_path), "/dev"]
     for path, text in (
         (fifo, "is a FIFO"),
         (tmp_path, "is a folder"),
         (tmp_path / "nope.jpg", "no such file"),
+        ("/dev/zero", "a device"),
     ):
         with pytest.raises(DataError, match=text):
-            read_regular_file(path, 1000, far, "x")
-    with pytest.raises(DataError, match="a device"):
-        read_regular_file(__import__("pathlib").Path("/dev/zero"), 1000, far, "x")
+            read_allowed_file(str(path), roots, 1000, far, "x")
     good = tmp_path / "good.jpg"
     good.write_bytes(b"12345")
-    assert read_regular_file(good, 5, far, "x") == b"12345"
+    assert read_allowed_file(str(good), roots, 5, far, "x") == (b"12345", "good.jpg")
     with pytest.raises(DataError, match="over the limit of 4"):
-        read_regular_file(good, 4, far, "x")
+        read_allowed_file(str(good), roots, 4, far, "x")
     with pytest.raises(DataError, match="took longer"):
-        read_regular_file(good, 5, time.monotonic() - 1, "x")
+        read_allowed_file(str(good), roots, 5, time.monotonic() - 1, "x")
     os.symlink(good, tmp_path / "link.jpg")
-    with pytest.raises(DataError, match="cannot open"):
-        read_regular_file(tmp_path / "link.jpg", 5, far, "x")
+    with pytest.raises(ServiceError) as link:
+        read_allowed_file(str(tmp_path / "link.jpg"), roots, 5, far, "x")
+    assert link.value.status == 403 and "symbolic link 'link.jpg'" in link.value.message
 
 
 def test_decode_budget_refuses_queues_and_releases():
@@ -264,7 +264,11 @@ def test_metrics_labels_stay_bounded():
     assert len(rejected) == 1 and 'reason="other"' in rejected[0]
 
 
-def test_base64_and_allowed_paths(tmp_path):
+def test_base64_and_allowed_paths(tmp_path, monkeypatch):
+    """Paths are opened one component at a time below the root: no symbolic link and no '..' is
+    followed, a file in the middle of a path or a vanished component fails the item alone."""
+    import time
+
     assert decode_base64(base64.b64encode(b"abc").decode(), "x") == b"abc"
     assert (
         decode_base64("data:image/png;base64," + base64.b64encode(b"abc").decode(), "x") == b"abc"
@@ -278,101 +282,88 @@ def test_base64_and_allowed_paths(tmp_path):
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(b"s")
     os.symlink(secret, root / "link.jpg")
-    assert (
-        resolve_allowed_path(str(root / "sub" / "a.jpg"), [str(root)], "x")
-        == (root / "sub" / "a.jpg").resolve()
-    )
-    for outside in (
-        str(secret),
-        str(root / "sub" / ".." / ".." / "secret.jpg"),
-        str(root / "link.jpg"),
-        str(tmp_path / "allowed2" / "a.jpg"),
+    os.symlink(tmp_path, root / "out")  # a folder link pointing outside
+    os.symlink(root / "sub", root / "in")  # and one pointing inside: not followed either
+    far = time.monotonic() + 30
+
+    def read(path, roots=(str(root),)):
+        return read_allowed_file(str(path), list(roots), 100, far, "x")
+
+    assert read(root / "sub" / "a.jpg") == (b"x", "sub/a.jpg")  # named below its root
+    assert read(root / "sub" / "." / "a.jpg") == (b"x", "sub/a.jpg")
+    assert read(root / "sub" / "a.jpg", [str(tmp_path), str(root)]) == (b"x", "sub/a.jpg")
+    monkeypatch.chdir(root)
+    assert read("sub/a.jpg") == (b"x", "sub/a.jpg")  # relative to the service's folder
+    for outside, text in (
+        (secret, "outside the allowed roots"),
+        (root / "sub" / ".." / ".." / "secret.jpg", "'..'"),
+        (root / "sub" / ".." / "sub" / "a.jpg", "'..'"),
+        (root / "link.jpg", "symbolic link 'link.jpg'"),
+        (root / "out" / "secret.jpg", "symbolic link 'out'"),
+        (root / "in" / "a.jpg", "symbolic link 'in'"),
+        (tmp_path / "allowed2" / "a.jpg", "outside the allowed roots"),
     ):
         with pytest.raises(ServiceError) as refused:
-            resolve_allowed_path(outside, [str(root)], "x")
+            read(outside)
         assert refused.value.status == 403 and refused.value.code == "path_not_allowed"
+        assert text in refused.value.message, refused.value.message
+    for missing, text in (
+        (root / "gone" / "a.jpg", "no such file"),
+        (root / "sub" / "a.jpg" / "b.jpg", "'a.jpg' is not a folder"),
+    ):
+        with pytest.raises(DataError, match=text):
+            read(missing)
     with pytest.raises(ServiceError) as disabled:
-        resolve_allowed_path(str(root / "sub" / "a.jpg"), [], "x")
+        read(root / "sub" / "a.jpg", [])
     assert disabled.value.code == "paths_disabled"
 
 
-def test_fetch_url_limits_against_a_local_http_server(tmp_path):
-    """allow_urls on: a real HTTP server on 127.0.0.1 serves the files; size limit and errors."""
-    import functools
-    import http.server
-    import threading
+def test_every_list_in_a_request_has_a_cap():
+    """Issue 27: a delete of 1,000,000 ids was accepted. Every list a body holds is counted before
+    its entries are validated; over its cap it is a 413 naming the field, the cap and the
+    setting (a filter's list: a 422 naming the filter)."""
+    from accelkit.images.schema import (
+        CreateCollectionRequest,
+        DeleteRequest,
+        EmbedRequest,
+        RequestLimits,
+    )
 
-    from accelkit.errors import DataError
-    from accelkit.images.config import ServerConfig
-    from accelkit.images.service.sources import fetch_url
-
-    (tmp_path / "small.jpg").write_bytes(b"x" * 1000)
-    (tmp_path / "big.jpg").write_bytes(b"x" * 5000)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    config = ServerConfig(allow_urls=True, fetch_max_bytes=2000, fetch_timeout_s=5)
-    try:
-        assert asyncio.run(fetch_url(f"{base}/small.jpg", config, "q")) == b"x" * 1000
-        with pytest.raises(DataError, match="larger than the limit of 2,000"):
-            asyncio.run(fetch_url(f"{base}/big.jpg", config, "q"))
-        with pytest.raises(DataError, match="HTTP 404"):
-            asyncio.run(fetch_url(f"{base}/missing.jpg", config, "q"))
-        with pytest.raises(InputError, match="only http"):
-            asyncio.run(fetch_url("file:///etc/passwd", config, "q"))
+    small = RequestLimits(items=2, ids=3, metadata_keys=4, filter_values=2)
+    b64 = base64.b64encode(b"img").decode()
+    nested = {"a": {"b": 1, "c": [{"d": 1}, {"e": 2}]}}  # five keys, every level together
+    for model, body, limits, text in [
+        (DeleteRequest, {"ids": ["a"] * 10_001}, None, "ids: 10,001 entries, over the limit of"),
+        (DeleteRequest, {"ids": ["a"] * 4}, small, "ids: 4 entries, over the limit of 3"),
+        (DeleteRequest, {"ids": [5] * 4}, small, "(server.max_ids_per_request)"),
+        (InsertRequest, {"inputs": ["/x"] * 3}, small, "inputs: 3 entries"),
+        (InsertRequest, {"images_base64": [b64] * 3}, small, "images_base64: 3 entries"),
+        (InsertRequest, {"items": [{"image_base64": b64}] * 3}, small, "items: 3 entries"),
+        (InsertRequest, {"ids": ["a"] * 3}, small, "ids: 3 entries"),
+        (InsertRequest, {"metadata": [{}] * 3}, small, "(server.max_items_per_request)"),
+        (InsertRequest, {"items": [{"path": "/x", "metadata": nested}]}, small, "items.0.metadata"),
+        (InsertRequest, {"metadata": [None, nested]}, small, "metadata.1: 5 keys, over the"),
+        (InsertRequest, {"metadata": [nested]}, small, "(server.max_metadata_keys)"),
+        (
+            EmbedRequest,
+            {"inputs": ["/x"] * 257},
+            None,
+            "inputs: 257 entries, over the limit of 256",
+        ),
+        (SearchRequest, {"vector": [0.0] * 32_769}, None, "vector: 32,769 entries"),
+        (CreateCollectionRequest, {"index_params": {f"k{i}": 1 for i in range(9)}}, None, "8"),
+    ]:
         with pytest.raises(ServiceError) as refused:
-            asyncio.run(fetch_url(f"{base}/small.jpg", ServerConfig(), "q"))
-        assert refused.value.status == 403
-    finally:
-        server.shutdown()
-
-
-def test_fetch_url_has_one_deadline_for_the_whole_exchange():
-    """A server that drips one chunk every 0.3 s, each within the per-read timeout, is cut off at
-    fetch_timeout_s for the whole download instead of being followed for as long as it drips."""
-    import http.server
-    import threading
-    import time
-
-    from accelkit.images.config import ServerConfig
-    from accelkit.images.service.sources import fetch_url
-
-    stop = threading.Event()
-
-    class Drip(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "100000")
-            self.end_headers()
-            for _ in range(2000):  # ten minutes of dripping if nothing stops it
-                if stop.is_set():
-                    return
-                try:
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                except OSError:
-                    return
-                time.sleep(0.3)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Drip)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = ServerConfig(allow_urls=True, fetch_timeout_s=1.5)
-    try:
-        with pytest.raises(
-            DataError, match=r"did not answer in full within server.fetch_timeout_s \(1.5 s\)"
-        ):
-            # the outer wait only guards the test: without a total deadline it would fire instead
-            asyncio.run(
-                asyncio.wait_for(
-                    fetch_url(f"http://127.0.0.1:{server.server_address[1]}/a.jpg", config, "q"), 60
-                )
-            )
-    finally:
-        stop.set()
-        server.shutdown()
+            validate(model, body, limits)
+        assert (refused.value.status, refused.value.code) == (413, "too_many_items"), body
+        assert text in refused.value.message, refused.value.message
+    assert len(validate(DeleteRequest, {"ids": ["a"] * 10_000}).ids) == 10_000
+    assert validate(InsertRequest, {"metadata": [{"a": {"b": 1, "c": [{"d": 1}]}}]}, small)
+    values = ", ".join(f'"i{i}"' for i in range(3))
+    with pytest.raises(ServiceError) as refused:
+        validate(DeleteRequest, {"filter": f"id in [{values}]"}, small)
+    assert refused.value.status == 422 and "filter: the list at character 7 holds more than 2" in (
+        refused.value.message
+    )
+    assert "(server.max_filter_values)" in refused.value.message
+    assert validate(DeleteRequest, {"filter": f"id in [{values}]"}).filter  # 256 by default

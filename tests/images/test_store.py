@@ -12,6 +12,7 @@ import pytest
 
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.images.config import ServiceConfig, StoreConfig
+from accelkit.images.schema import check_filter
 from accelkit.images.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -393,6 +394,128 @@ def test_accepted_filters_are_read_whole_by_the_engine(store):
         assert outcomes[0] == outcomes[1], (expr, outcomes)
         matched += outcomes[0] != "refused" and len(outcomes[0]) > 0
     assert matched >= len(ACCEPTED) // 2  # most of them select something here
+
+
+# Keys that Milvus might read as array indexes ("0", "1"), that look numeric but are not indexes
+# ("-1", "01"), and that mean something in a JSON pointer ("a/b", "~1").
+MIXED_KEYS = ["0", "1", "-1", "01", "a", "a/b", "~1"]
+MISSING = object()
+
+
+def mixed_value(rng, depth: int):
+    """A JSON value of objects (keys from MIXED_KEYS) and arrays, with leaves "x" and "y"."""
+    kind = int(rng.integers(0, 3)) if depth < 3 else 2
+    if kind == 0:
+        keys = rng.choice(MIXED_KEYS, size=int(rng.integers(1, 4)), replace=False)
+        return {str(k): mixed_value(rng, depth + 1) for k in keys}
+    if kind == 1:
+        return [mixed_value(rng, depth + 1) for _ in range(int(rng.integers(1, 4)))]
+    return str(rng.choice(["x", "y"]))
+
+
+def resolve(value, steps):
+    """What a path names in Python: a key only in an object, an index only in an array."""
+    for step in steps:
+        found = (isinstance(step, int) and isinstance(value, list) and step < len(value)) or (
+            isinstance(step, str) and isinstance(value, dict) and step in value
+        )
+        if not found:
+            return MISSING
+        value = value[step]
+    return value
+
+
+def mixed_paths(value, prefix=()):
+    """Every path in `value` with the value it leads to, as (key or index) steps."""
+    yield prefix, value
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from mixed_paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from mixed_paths(inner, (*prefix, i))
+
+
+def mixed_filter(rng, leaves, arrays):
+    """(filter text, Python predicate): a comparison on a path to a leaf (or json_contains on a
+    path to an array) of the stored documents, its integer steps written as indexes or as quoted
+    keys at random, sometimes two joined by or."""
+
+    def one():
+        form = int(rng.integers(3))
+        paths = arrays if form == 2 else leaves
+        steps = paths[int(rng.integers(len(paths)))]
+        written, meant = [], []
+        for step in steps:
+            as_key = isinstance(step, str) or bool(rng.integers(2))
+            written.append(f'["{step}"]' if as_key else f"[{step}]")
+            meant.append(str(step) if as_key else step)
+        field, meant = "metadata" + "".join(written), tuple(meant)
+        if form == 0:
+            return f'{field} == "x"', lambda doc: resolve(doc, meant) == "x"
+        if form == 1:
+            return f'{field} in ["y"]', lambda doc: resolve(doc, meant) == "y"
+        return (
+            f'json_contains({field}, "x")',
+            lambda doc: isinstance(resolve(doc, meant), list) and "x" in resolve(doc, meant),
+        )
+
+    text, predicate = one()
+    if rng.integers(4) == 0:
+        other, second = one()
+        return f"{text} or {other}", lambda doc: predicate(doc) or second(doc)
+    return text, predicate
+
+
+def test_filters_on_mixed_paths_delete_exactly_what_they_name(store):
+    """Issue 27: `metadata["arr"][0] == "x"` deleted `{"arr": {"0": "x"}}` too. Documents mix
+    arrays and objects with keys such as "0", "-1" and "01"; every generated filter that the
+    grammar accepts deletes exactly the items a Python evaluator names, no more and no fewer,
+    and the filters it refuses are the ones with an integer step below the first."""
+    rng = np.random.default_rng(27)
+    store.create_collection("mixed_paths", dim=4)
+    docs = {
+        f"d{i}": {str(k): mixed_value(rng, 1) for k in rng.choice(MIXED_KEYS, 2)} for i in range(40)
+    }
+    docs["d40"] = {"a": ["x", "y"]}  # the issue's pair: an array, and an object with key "0"
+    docs["d41"] = {"a": {"0": "x"}}
+    vectors = {item: unit_rows(rng, 1, 4)[0] for item in docs}
+
+    def put(items):
+        store.upsert(
+            "mixed_paths", items, np.stack([vectors[i] for i in items]), [docs[i] for i in items]
+        )
+
+    put(list(docs))
+    found = {path: value for doc in docs.values() for path, value in mixed_paths(doc) if path}
+
+    def by_text(path):
+        return [(type(step).__name__, str(step)) for step in path]
+
+    leaves = sorted((p for p, v in found.items() if isinstance(v, str)), key=by_text)
+    arrays = sorted((p for p, v in found.items() if isinstance(v, list)), key=by_text)
+    filters = [mixed_filter(rng, leaves, arrays) for _ in range(80)]
+    filters.append(('metadata["a"][0] == "x"', lambda doc: resolve(doc, ("a", 0)) == "x"))
+    accepted = refused = matched = 0
+    for text, predicate in filters:
+        try:
+            check_filter(text)
+        except InputError as exc:
+            assert "as an array index and as an object key" in str(exc), (text, str(exc))
+            refused += 1
+            continue
+        expected = sorted(item for item, doc in docs.items() if predicate(doc))
+        deleted = store.delete_matching("mixed_paths", text)
+        left = [g["id"] for g in store.get("mixed_paths", list(docs), consistency="Strong")]
+        assert (deleted, sorted(set(docs) - set(left))) == (len(expected), expected), text
+        accepted += 1
+        matched += bool(expected)
+        if expected:
+            put(expected)
+    print(
+        f"mixed paths: {accepted} filters accepted ({matched} deleted something), {refused} refused"
+    )
+    assert accepted >= 15 and matched >= 10 and refused >= 15
 
 
 def test_every_call_is_bounded_by_the_timeout(store, request):

@@ -459,9 +459,9 @@ def open_index(config: Path | None, server: str | None):
         return settings, RemoteIndex(
             server, os.environ.get("ACCELKIT_SERVER_API_KEY") or settings.server.api_key
         )
-    from accelkit.images.index import LocalIndex
+    from accelkit.images.pipeline import open_local_index
 
-    return settings, LocalIndex.open(settings)
+    return settings, open_local_index(settings)
 
 
 def _print_json(value, ok: bool = True) -> None:
@@ -698,7 +698,7 @@ def insert_on_ray(
 ) -> None:
     from accelkit.errors import ConfigError
     from accelkit.images import cluster
-    from accelkit.images.index import LocalIndex
+    from accelkit.images.pipeline import open_local_index
     from accelkit.images.store import CollectionNotFoundError, is_local_uri
     from accelkit.runtime.progress import rows_progress
 
@@ -708,7 +708,7 @@ def insert_on_ray(
             f"store.uri {settings.store.uri!r} is a Milvus Lite file, which one process opens;"
             " with --ray the actors write to a Milvus server: set store.uri to http://HOST:19530"
         )
-    with closing(LocalIndex.open(settings)) as index:  # the collection, checked or made first
+    with closing(open_local_index(settings)) as index:  # the collection, checked or made first
         name = index._name(collection)
         try:
             index.store.describe_dim(name)
@@ -831,7 +831,8 @@ def _print_info(title: str, info: dict, as_json: bool) -> None:
 def collection_create(
     name: Annotated[str, typer.Argument(help="Collection name: letters, digits, underscores.")],
     dim: Annotated[
-        int | None, typer.Option("--dim", help="Vector dimension (default: the model's, 1280).")
+        int | None,
+        typer.Option("--dim", help="Vector dimension: the model's (1280), the default; no other."),
     ] = None,
     description: Annotated[str, typer.Option("--description", help="Free text.")] = "",
     index_type: Annotated[

@@ -208,17 +208,23 @@ class StoreConfig(Settings):
 
 class ServerConfig(Settings):
     """The HTTP service (`accelkit images serve`). Safe by default: no server-side paths
-    (`allowed_roots` empty), no URL fetching, loopback only, bounded bodies, pixels and queues."""
+    (`allowed_roots` empty), no URL fetching (and when on, no loopback, private, link-local or
+    reserved address unless `url_allow` names the host), loopback only, bounded bodies, lists,
+    pixels and queues."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: str | None = None
     allowed_roots: list[str] = Field(default_factory=list)
     allow_urls: bool = False
+    url_allow: list[str] = Field(default_factory=list)  # hosts fetched whatever their address
     fetch_max_bytes: int = 20_000_000  # one image from a URL or an allowed server path
     fetch_timeout_s: float = 10.0
     max_body_bytes: int = 32_000_000  # x max_concurrency bodies may be in memory at once
-    max_items_per_request: int = 256
+    max_items_per_request: int = 256  # images, and every list that goes with them
+    max_ids_per_request: int = 10_000  # ids of one get or delete (deleted 1,000 at a time)
+    max_metadata_keys: int = 256  # keys in one image's metadata, every level together
+    max_filter_values: int = 256  # values in one list of a filter (`in`, json_contains_any/all)
     max_concurrency: int = 4
     max_queue: int = 32
     retry_after_s: int = 1
@@ -244,10 +250,26 @@ class ServerConfig(Settings):
             return [p for p in value.replace(os.pathsep, ",").split(",") if p.strip()]
         return value
 
+    @field_validator("url_allow", mode="before")
+    @classmethod
+    def _hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):  # environment: "a,b" (IPv6 addresses hold colons)
+            value = value.split(",")
+        if isinstance(value, list):  # as the URL's host is compared: lower case, no brackets
+            return [
+                h.strip().strip("[]").rstrip(".").lower() if isinstance(h, str) else h
+                for h in value
+                if not isinstance(h, str) or h.strip()
+            ]
+        return value
+
     @field_validator(
         "fetch_max_bytes",
         "max_body_bytes",
         "max_items_per_request",
+        "max_ids_per_request",
+        "max_metadata_keys",
+        "max_filter_values",
         "max_concurrency",
         "batch_max_size",
         "max_topk",
@@ -282,6 +304,17 @@ class ServerConfig(Settings):
         if value < 0:
             raise ValueError("must not be negative")
         return value
+
+    def request_limits(self):
+        """The caps on a request's lists, for validating its body (`schema.RequestLimits`)."""
+        from accelkit.images.schema import RequestLimits
+
+        return RequestLimits(
+            items=self.max_items_per_request,
+            ids=self.max_ids_per_request,
+            metadata_keys=self.max_metadata_keys,
+            filter_values=self.max_filter_values,
+        )
 
 
 class ServiceConfig(Settings):

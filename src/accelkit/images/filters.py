@@ -33,13 +33,23 @@ the whole text is consumed:
 
 A condition always reads field, operator, literal. Lexical rules, each closing one of the gaps
 above: keywords (`and or not in like true false`) are lower case and never directly followed by
-`[`; METADATA is one token as Milvus lexes it, `metadata["key"]` or `metadata["a"][0]`, keys
-without quotes, brackets, backslashes or control characters, indexes (and all-digit keys) of at
-most 6 digits; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'`
+`[`; METADATA is one token as Milvus lexes it, `metadata["key"]` or `metadata["a"]["b"]`, keys
+without quotes, brackets, backslashes or control characters; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'`
 and no line breaks; PREFIX is a string of at least one plain character ending in one `%`
 (`"2026-%"`); numbers are decimal without leading zeros, integers within ±2^53 (where a double is
 exact), other numbers exactly a double's shortest decimal (no more digits than a double holds).
-FUNCTION is json_contains, json_contains_all or json_contains_any.
+FUNCTION is json_contains, json_contains_all or json_contains_any. A list holds at most
+`MAX_LIST_VALUES` values (the service's `server.max_filter_values`).
+
+**No integer steps below the first.** Milvus turns `metadata["a"][0]` into the JSON pointer
+`/a/0`, which reads element 0 of an array *and* the key "0" of an object, and so does
+`metadata["a"]["0"]`: a filter on an array's first element also deleted `{"a": {"0": "x"}}`, on
+Milvus Lite and on the server. The grammar cannot know which of the two a stored value is, so a
+step after the first that is an integer (`[0]`, `[12]`, `["0"]`, `["12"]`) is refused; other keys
+that look numeric ("-1", "01", "+1", "1.0") are only ever object keys to Milvus and pass. The first
+step may be an integer-looking key when quoted (`metadata["2024"]`): metadata is always a JSON
+object (every write checks it), so it names a key and nothing else. Arrays are filtered with
+json_contains(metadata["tags"], "a") and its _all/_any forms.
 """
 
 from __future__ import annotations
@@ -54,7 +64,8 @@ KEYWORDS = ("and", "or", "not", "in", "like", "true", "false")
 _ESCAPE = r"\\[\\\"']"  # the only escapes Milvus reads as written
 _STRING = rf"""(?:"(?:[^"\\\r\n]|{_ESCAPE})*"|'(?:[^'\\\r\n]|{_ESCAPE})*')"""
 _KEY = r"""(?:"[^"'\\\[\]\x00-\x1f\x7f]+"|'[^"'\\\[\]\x00-\x1f\x7f]+')"""
-_INDEX_LIMIT = 6  # digits: Milvus Lite wraps longer indexes modulo 2^64
+_INDEX_LIMIT = 6  # digits: Milvus Lite wraps longer integers modulo 2^64
+MAX_LIST_VALUES = 256  # values in one list: `id in [...]` of thousands of ids once ran for minutes
 _TOKEN = re.compile(
     rf"""
     (?P<space>[ \t\r\n]+)
@@ -67,12 +78,17 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _PREFIX = re.compile(r"""(?:"[^"%_\\]+%"|'[^'%_\\]+%')""")
+_INTEGER_STEP = re.compile(r"0|[1-9][0-9]*")  # what Milvus may read as an array index
 _SUBSCRIPT = re.compile(r"""\[(?:"([^"]*)"|'([^']*)'|([0-9]+))\]""")
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 
 
 class FilterSyntaxError(ValueError):
     """Why a filter is not one expression of the grammar above (with the character position)."""
+
+
+class FilterListTooLong(FilterSyntaxError):
+    """A list in the filter holds more values than allowed."""
 
 
 @dataclass(frozen=True)
@@ -117,13 +133,27 @@ def _check_number(text: str, position: int) -> None:
 
 
 def _check_field(text: str, position: int) -> None:
-    for quoted, single, index in _SUBSCRIPT.findall(text[len("metadata") :]):
+    """Integer steps: none below the first (Milvus reads them as an array index and as an object
+    key alike), and the first only as a quoted key of at most 6 digits (Milvus Lite wraps longer
+    integers modulo 2^64)."""
+    for step, (quoted, single, index) in enumerate(_SUBSCRIPT.findall(text[len("metadata") :])):
         key = quoted or single or index
-        if key.isdigit() and len(key) > _INDEX_LIMIT:
+        if not _INTEGER_STEP.fullmatch(key):
+            continue
+        shown = f"[{key[:20]}]" if index else f'["{key[:20]}"]'
+        where = f"the step {shown} in the field at character {position}"
+        if step > 0:
             raise FilterSyntaxError(
-                f"the index {key[:20]} in the field at character {position} has more than"
-                f" {_INDEX_LIMIT} digits"
+                f"{where}: Milvus reads an integer step as an array index and as an object key"
+                " alike, so it would also match an object with that key; filter arrays with"
+                ' json_contains(metadata["key"], value), and name objects\' keys with non-integers'
             )
+        if index:
+            raise FilterSyntaxError(
+                f'{where}: metadata is an object; quote the key, as in metadata["{key[:20]}"]'
+            )
+        if len(key) > _INDEX_LIMIT:
+            raise FilterSyntaxError(f"{where} has more than {_INDEX_LIMIT} digits")
 
 
 def tokenize(expr: str) -> list[Token]:
@@ -159,8 +189,8 @@ def tokenize(expr: str) -> list[Token]:
 class _Parser:
     """Recursive descent over the grammar in the module docstring; `whole()` or an error."""
 
-    def __init__(self, tokens: list[Token]):
-        self.tokens, self.at = tokens, 0
+    def __init__(self, tokens: list[Token], max_values: int = MAX_LIST_VALUES):
+        self.tokens, self.at, self.max_values = tokens, 0, max_values
 
     @property
     def token(self) -> Token:
@@ -270,18 +300,27 @@ class _Parser:
         )
 
     def _list(self) -> None:
+        start = self.token.position
         self._take("[")
         if not self._is("]"):
             self._value()
+            count = 1
             while self._is(","):
+                count += 1
+                if count > self.max_values:
+                    raise FilterListTooLong(
+                        f"the list at character {start} holds more than {self.max_values:,}"
+                        " values, the limit for one list"
+                    )
                 self.at += 1
                 self._value()
         self._take("]")
 
 
-def check_syntax(expr: str) -> None:
-    """Raise `FilterSyntaxError` unless `expr` is one whole expression of the grammar above."""
+def check_syntax(expr: str, max_values: int = MAX_LIST_VALUES) -> None:
+    """Raise `FilterSyntaxError` unless `expr` is one whole expression of the grammar above whose
+    lists hold at most `max_values` values each."""
     try:
-        _Parser(tokenize(expr)).whole()
+        _Parser(tokenize(expr), max_values).whole()
     except RecursionError:
         raise FilterSyntaxError("it is nested too deeply") from None

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from accelkit.errors import AccelkitError, InputError
+from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.batching import ItemResult
 from accelkit.images.schema import (
     SOURCE_KEY,
@@ -65,6 +65,18 @@ class InsertResult:
             "indices": self.indices,
             "failures": [{"index": i, "error": reason} for i, reason in self.failures.items()],
         }
+
+
+def with_source(metadata: Any, source: str | None) -> Any:
+    """The one rule for `source`, local and remote alike: where an image came from (`ImageInput.
+    source`: a file's path inside the folder given, a file name, an upload's name, a URL) is
+    recorded in its metadata under `source`, unless the metadata names one already. Metadata that
+    is not an object is returned as it is, for `check_metadata` to refuse."""
+    if not source or not (metadata is None or isinstance(metadata, dict)):
+        return metadata
+    if metadata and SOURCE_KEY in metadata:
+        return metadata
+    return {**(metadata or {}), SOURCE_KEY: source}
 
 
 def content_id(item: Any) -> str:
@@ -162,28 +174,6 @@ class LocalIndex:
         self.model_info: dict[str, Any] = {}
         self._on_close: list[Callable[[], None]] = []
 
-    @classmethod
-    def open(cls, config: Any) -> LocalIndex:
-        """The index of a `ServiceConfig`: its store now, its model on the first embedding (so
-        collection commands never load the model)."""
-        from accelkit.images.store import VectorStore
-
-        store = VectorStore(config.store)
-        loaded: list[Any] = []
-
-        def embed(items: list[Any]) -> list[ItemResult]:
-            if not loaded:
-                from accelkit.images.pipeline import ImageEmbeddingPipeline
-
-                loaded.append(ImageEmbeddingPipeline(config, store=store))
-            return loaded[0].embed_items(items)
-
-        index = cls(store, embed, config.store.collection_name, config.model.embedding_dim)
-        index.model_info = {"name": config.model.name, "backend": config.model.backend}
-        index._on_close.append(lambda: loaded and loaded[0].close())
-        index._on_close.append(store.close)
-        return index
-
     def _name(self, collection: str | None) -> str:
         return check_collection_name(collection or self.default_collection)
 
@@ -212,11 +202,10 @@ class LocalIndex:
         for i, item in enumerate(items):  # ids and metadata first: a bad one costs no embedding
             try:
                 item_id = None if item.id is None else check_id(item.id, f"{labels[i]}: id")
-                metadata = dict(check_metadata(item.metadata, f"{labels[i]}: metadata"))
-                if item.source and SOURCE_KEY not in metadata:
-                    metadata[SOURCE_KEY] = item.source
-                    check_metadata(metadata, f"{labels[i]}: metadata")
-                checked.append((i, item_id, metadata))
+                metadata = with_source(item.metadata, item.source)
+                checked.append(
+                    (i, item_id, dict(check_metadata(metadata, f"{labels[i]}: metadata")))
+                )
             except AccelkitError as exc:
                 failures[i] = str(exc)
         results = self.embed([items[i].data for i, _, _ in checked]) if checked else []
@@ -258,8 +247,6 @@ class LocalIndex:
         data = query.data if isinstance(query, ImageInput) else query
         (result,) = self.embed([data])
         if result.error is not None:
-            from accelkit.errors import DataError
-
             raise DataError(f"query: {result.error}")
         return result.vector
 
@@ -317,6 +304,13 @@ class LocalIndex:
         index_params: dict[str, int] | None = None,
         exist_ok: bool = False,
     ) -> dict[str, Any]:
+        """A collection for this index's embeddings: `dim`, when given, must be the model's."""
+        if dim is not None and dim != self.dim:
+            model = self.model_info.get("name") or "the model"
+            raise DataError(
+                f"dim {dim!r}: {model} makes {self.dim}-d embeddings, so every insert into a"
+                f" {dim!r}-d collection would be refused; leave dim out (or give {self.dim})"
+            )
         return self.store.create_collection(
             self._name(name),
             self.dim if dim is None else dim,

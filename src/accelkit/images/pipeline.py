@@ -47,6 +47,28 @@ class EmbeddingResult:
         return out
 
 
+def open_local_index(config: ServiceConfig) -> LocalIndex:
+    """The `LocalIndex` of a config: its store now, its model on the first embedding (so
+    collection commands never load the model). It lives here, above the index, so that the index
+    never imports the pipeline."""
+    from accelkit.images.batching import ItemResult
+    from accelkit.images.store import VectorStore
+
+    store = VectorStore(config.store)
+    loaded: list[ImageEmbeddingPipeline] = []
+
+    def embed(items: list[Any]) -> list[ItemResult]:
+        if not loaded:
+            loaded.append(ImageEmbeddingPipeline(config, store=store))
+        return loaded[0].embed_items(items)
+
+    index = LocalIndex(store, embed, config.store.collection_name, config.model.embedding_dim)
+    index.model_info = {"name": config.model.name, "backend": config.model.backend}
+    index._on_close.append(lambda: loaded and loaded[0].close())
+    index._on_close.append(store.close)
+    return index
+
+
 def is_query_vector(item: Any) -> bool:
     """A 1-D float array is a query vector; anything else is an image input."""
     return (

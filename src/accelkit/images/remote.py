@@ -18,8 +18,30 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.index import ImageInput, InsertResult
+from accelkit.images.index import ImageInput, InsertResult, with_source
 from accelkit.images.store import CollectionExistsError, CollectionNotFoundError, Hit, StoreError
+
+# ids sent in one request: within the service's server.max_ids_per_request (10,000 by default);
+# a GET /items query string stays within QUERY_CHARS (uvicorn refuses request lines over 16 KB)
+IDS_PER_REQUEST = 1000
+QUERY_CHARS = 8000
+
+
+def _id_groups(ids: Sequence[str], max_chars: int | None = None):
+    """`ids` in groups of at most IDS_PER_REQUEST ids (and `max_chars` characters as `ids=` query
+    parameters)."""
+    group: list[str] = []
+    size = 0
+    for item in ids:
+        cost = len(str(item)) + len("&ids=")
+        full = len(group) == IDS_PER_REQUEST or (max_chars and size + cost > max_chars)
+        if group and full:
+            yield group
+            group, size = [], 0
+        group.append(item)
+        size += cost
+    if group:
+        yield group
 
 
 def _upload(item: ImageInput, position: int) -> tuple[str, bytes]:
@@ -112,8 +134,9 @@ class RemoteIndex:
             form["collection"] = collection
         if any(items[i].id is not None for i in sent):
             form["ids"] = json.dumps([items[i].id for i in sent])
-        if any(items[i].metadata is not None for i in sent):
-            form["metadata"] = json.dumps([items[i].metadata for i in sent])
+        metadata = [with_source(items[i].metadata, items[i].source) for i in sent]
+        if any(m is not None for m in metadata):  # the source as a local insert records it
+            form["metadata"] = json.dumps(metadata)
         if not files:
             return InsertResult(collection or "", [], [], failures)
         try:
@@ -163,8 +186,13 @@ class RemoteIndex:
         ]
 
     def get(self, ids: Sequence[str], collection: str | None = None) -> list[dict[str, Any]]:
-        params = [("ids", i) for i in ids] + ([("collection", collection)] if collection else [])
-        return self._call("GET", "/items", params=params)["items"]
+        where = [("collection", collection)] if collection else []
+        items = []
+        for group in _id_groups(ids, QUERY_CHARS):
+            items += self._call("GET", "/items", params=[("ids", i) for i in group] + where)[
+                "items"
+            ]
+        return items
 
     def delete(
         self,
@@ -173,9 +201,12 @@ class RemoteIndex:
         collection: str | None = None,
     ) -> int:
         body: dict[str, Any] = {"collection": collection} if collection else {}
-        if ids is not None:
-            return self._call("DELETE", "/items", json={**body, "ids": list(ids)})["deleted"]
-        return self._call("POST", "/delete", json={**body, "filter": filter})["deleted"]
+        if ids is None:
+            return self._call("POST", "/delete", json={**body, "filter": filter})["deleted"]
+        return sum(
+            self._call("DELETE", "/items", json={**body, "ids": group})["deleted"]
+            for group in list(_id_groups(ids)) or [[]]
+        )
 
     # collections -----------------------------------------------------------------------------
 

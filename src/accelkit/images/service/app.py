@@ -98,6 +98,10 @@ class ServiceState:
             self.config.store.collection_name,
             self.config.model.embedding_dim,
         )
+        self.index.model_info = {
+            "name": self.config.model.name,
+            "backend": self.config.model.backend,
+        }
 
     async def stop(self) -> None:
         if self.batcher is not None:
@@ -219,6 +223,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     config = config or ServiceConfig()
     state = ServiceState(config, pipeline)
     server = config.server
+    limits = server.request_limits()
 
     @asynccontextmanager
     async def lifespan(app):
@@ -399,8 +404,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.post("/collections/create", summary="Create a collection")
     async def create_collection(request: Request):
-        fields, _ = await forms.read_body(request)
-        body = forms.validate(CreateCollectionRequest, fields)
+        fields, _ = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(CreateCollectionRequest, fields, limits)
         if body.name and body.collection and body.name != body.collection:
             raise InputError("give the collection's name once (name or collection)")
         info = await state.run(
@@ -439,9 +444,11 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.post("/collections/{name}/index", summary="Replace the vector index (Milvus server)")
     async def rebuild_index(name: str, request: Request):
-        fields, _ = await forms.read_body(request)
+        fields, _ = await forms.read_body(request, server.max_items_per_request)
         spec = forms.validate(
-            CreateCollectionRequest, {k: v for k, v in fields.items() if k in INDEX_SPEC_FIELDS}
+            CreateCollectionRequest,
+            {k: v for k, v in fields.items() if k in INDEX_SPEC_FIELDS},
+            limits,
         )
         unknown = sorted(set(fields) - INDEX_SPEC_FIELDS)
         if unknown:
@@ -462,8 +469,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.post("/insert", summary="Embed and store images (JSON or multipart)")
     async def insert(request: Request):
-        fields, uploads = await forms.read_body(request)
-        body = forms.validate(InsertRequest, fields)
+        fields, uploads = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(InsertRequest, fields, limits)
         triples = forms.insert_sources(body, uploads)
         if len(triples) > server.max_items_per_request:
             raise ServiceError(
@@ -516,8 +523,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         "/search", summary="Nearest stored images to an image or a vector (JSON or multipart)"
     )
     async def search(request: Request):
-        fields, uploads = await forms.read_body(request)
-        body = forms.validate(SearchRequest, fields)
+        fields, uploads = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(SearchRequest, fields, limits)
         if body.topk > server.max_topk:
             raise ServiceError(
                 422, "invalid_field", f"topk: must be at most {server.max_topk}, not {body.topk}"
@@ -571,14 +578,14 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         unknown = sorted(set(params) - {"ids", "collection", "collection_name"})
         if unknown:
             raise ServiceError(422, "invalid_field", f"{unknown[0][:40]}: unknown parameter")
-        body = forms.validate(DeleteRequest, fields)
+        body = forms.validate(DeleteRequest, fields, limits)
         name = check_collection_name(body.collection or config.store.collection_name)
         return {"collection": name, "items": await state.run(state.index.get, body.ids or [], name)}
 
     @app.delete("/items", summary="Delete items by id")
     async def delete_items(request: Request):
-        fields, _ = await forms.read_body(request)
-        body = forms.validate(DeleteRequest, fields)
+        fields, _ = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(DeleteRequest, fields, limits)
         if not body.ids or body.filter is not None:
             raise InputError(
                 "ids must be a non-empty list of item ids (delete by filter: POST /delete)"
@@ -594,8 +601,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     @app.post("/delete", summary="Delete items by ids or by a filter (EmbeddingTrident's form)")
     async def delete(request: Request):
-        fields, _ = await forms.read_body(request)
-        body = forms.validate(DeleteRequest, fields)
+        fields, _ = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(DeleteRequest, fields, limits)
         name = check_collection_name(body.collection or config.store.collection_name)
         if body.ids:  # as in EmbeddingTrident: ids win when both are given
             deleted = await state.run(state.index.delete, body.ids, None, name)
@@ -609,8 +616,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         "/embed", summary="Embeddings of images, without storing them (EmbeddingTrident's form)"
     )
     async def embed(request: Request):
-        fields, uploads = await forms.read_body(request)
-        body = forms.validate(EmbedRequest, fields)
+        fields, uploads = await forms.read_body(request, server.max_items_per_request)
+        body = forms.validate(EmbedRequest, fields, limits)
         sources = [Source("input", v) for v in body.inputs or []]
         sources += [Source("image_base64", v) for v in body.images_base64 or []]
         sources += [Source("bytes", data, name) for name, data in uploads]

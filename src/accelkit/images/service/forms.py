@@ -15,7 +15,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from accelkit.errors import InputError
-from accelkit.images.schema import ImageItem, InsertRequest, SearchRequest
+from accelkit.images.schema import (
+    LIMIT_SETTINGS,
+    TOO_MANY,
+    ImageItem,
+    InsertRequest,
+    RequestLimits,
+    SearchRequest,
+)
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.sources import Source
 
@@ -25,8 +32,9 @@ _BOOLEAN_FIELDS = {"create_collection", "exist_ok"}
 _JSON_FIELDS = {"ids", "metadata", "inputs", "images_base64", "vector", "index_params", "items"}
 
 
-def validate(model: type[Model], data: Any) -> Model:
-    """`model` from `data`, or a 422 naming every bad field."""
+def validate(model: type[Model], data: Any, limits: RequestLimits | None = None) -> Model:
+    """`model` from `data`, its lists within `limits`: a list over its cap is a 413, any other
+    bad field a 422, each naming the field."""
     if isinstance(data, dict):  # `collection` and `collection_name` are one field: not both
         for name, field in model.model_fields.items():
             choices = getattr(field.validation_alias, "choices", None) or ()
@@ -38,15 +46,19 @@ def validate(model: type[Model], data: Any) -> Model:
                     f"{name}: given twice (as {' and '.join(given)}); send one",
                 )
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"limits": limits or RequestLimits()})
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        capped = [e for e in errors if e["type"] == TOO_MANY]
         parts = []
-        for error in exc.errors(include_url=False)[:5]:
+        for error in (capped or errors)[:5]:
             where = ".".join(str(p)[:40] for p in error["loc"]) or "body"
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "extra_forbidden":
                 message = f"unknown field; allowed: {', '.join(sorted(model.model_fields))}"
             parts.append(f"{where}: {message}")
+        if capped:
+            raise ServiceError(413, TOO_MANY, "; ".join(parts)) from None
         raise ServiceError(422, "invalid_field", "; ".join(parts)) from None
 
 
@@ -121,11 +133,26 @@ def _form_value(key: str, value: str) -> Any:
     return value or None
 
 
-async def read_body(request) -> tuple[dict[str, Any], list[tuple[str | None, bytes]]]:
-    """(fields, uploads) of a JSON or multipart request; uploads are (file name, bytes)."""
+async def read_body(
+    request, max_files: int = RequestLimits.items
+) -> tuple[dict[str, Any], list[tuple[str | None, bytes]]]:
+    """(fields, uploads) of a JSON or multipart request; uploads are (file name, bytes), at most
+    `max_files` of them."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
-        form = await request.form(max_files=10_000, max_fields=1_000)
+        from starlette.exceptions import HTTPException
+
+        try:
+            form = await request.form(max_files=max_files, max_fields=1_000)
+        except HTTPException as exc:
+            if "Too many files" not in str(exc.detail):
+                raise
+            raise ServiceError(
+                413,
+                TOO_MANY,
+                f"files: more than {max_files:,} files, over the limit of {max_files:,}"
+                f" ({LIMIT_SETTINGS['items']})",
+            ) from None
         fields: dict[str, Any] = {}
         uploads: list[tuple[str | None, bytes]] = []
         try:

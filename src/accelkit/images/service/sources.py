@@ -1,6 +1,7 @@
 """Where the service's images come from, each under its limits: uploads and base64 (bounded by
-the body limit), server-side paths (only regular files under `allowed_roots`, read with a
-deadline), and URLs (only with `allow_urls`, one deadline for connect, redirects and every chunk).
+the body limit), server-side paths (only regular files under `allowed_roots`, opened one component
+at a time from the root and read with a deadline), and URLs (only with `allow_urls`, from public
+addresses or hosts in `url_allow`: `accelkit.images.service.urls`).
 
 A source that fails is a `DataError`/`InputError` for that item alone; a disabled or forbidden
 source is a `ServiceError` (403) for the whole request.
@@ -11,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import errno
 import os
 import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServerConfig
 from accelkit.images.service.errors import ServiceError
+from accelkit.images.service.urls import fetch_url
 
 MAX_SOURCE_NAME = 256
 
@@ -57,8 +59,15 @@ def decode_base64(text: str, where: str) -> bytes:
     return data
 
 
-def resolve_allowed_path(path: str, roots: list[str], where: str) -> Path:
-    """The real path of `path` if it lies under one of `roots` (symlinks resolved), else 403."""
+def _parts(path: str) -> list[str]:
+    """The components of an absolute path, without empty ones and "."."""
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def _below_root(path: str, roots: list[str], where: str) -> tuple[str, list[str]]:
+    """(root, components of `path` below it) by text alone: nothing is resolved here, so nothing
+    can change between this and the open. A root matches as written or as its real path (the
+    root itself is configuration, trusted); ".." is never followed."""
     if not roots:
         raise ServiceError(
             403,
@@ -66,28 +75,99 @@ def resolve_allowed_path(path: str, roots: list[str], where: str) -> Path:
             f"{where}: server-side paths are disabled; upload the image "
             "(multipart or image_base64) or configure server.allowed_roots",
         )
-    if "\x00" in path or not path:
+    if not isinstance(path, str) or not path or "\x00" in path:
         raise InputError(f"{where}: path must be a non-empty string without NUL characters")
-    real = Path(os.path.realpath(path))
-    for root in roots:
-        base = Path(os.path.realpath(root))
-        if real == base or base in real.parents:
-            return real
-    raise ServiceError(403, "path_not_allowed", f"{where}: {path!r} is outside the allowed roots")
+    parts = _parts(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
+    if ".." in parts:
+        raise ServiceError(
+            403, "path_not_allowed", f"{where}: {path!r} holds '..', which is not followed"
+        )
+    matches = [
+        (len(prefix), root)
+        for root in roots
+        for prefix in (_parts(os.path.abspath(root)), _parts(os.path.realpath(root)))
+        if parts[: len(prefix)] == prefix
+    ]
+    if not matches:
+        raise ServiceError(
+            403, "path_not_allowed", f"{where}: {path!r} is outside the allowed roots"
+        )
+    depth, root = max(matches)  # the innermost root that holds the path
+    return root, parts[depth:]
 
 
-def read_regular_file(path: Path, limit: int, deadline: float, where: str) -> bytes:
-    """Bytes of a regular file, at most `limit`, before `deadline` (time.monotonic()).
+_DIRECTORY = (
+    getattr(os, "O_PATH", os.O_RDONLY)
+    | os.O_DIRECTORY
+    | os.O_NOFOLLOW
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_FILE = (
+    os.O_RDONLY
+    | os.O_NONBLOCK
+    | os.O_NOFOLLOW
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 
-    Opened non-blocking and without following a final symlink, then checked with fstat: a FIFO,
-    device, socket or folder is refused before any read could block."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+def _open_step(name: str, flags: int, parent: int, path: str, where: str) -> int:
+    """`name` opened in the folder `parent` without following a symbolic link; a link is a 403,
+    anything else that fails is this item's DataError."""
     try:
-        fd = os.open(path, flags)
+        return os.open(name, flags, dir_fd=parent)
     except FileNotFoundError as exc:
         raise DataError(f"{where}: no such file {path}") from exc
     except OSError as exc:
-        raise DataError(f"{where}: cannot open {path} ({exc.strerror})") from exc
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise DataError(f"{where}: cannot open {path} ({exc.strerror})") from exc
+        try:  # only for the message: the open above has already refused
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        except OSError:
+            raise DataError(f"{where}: no such file {path}") from exc
+        if stat.S_ISLNK(mode):
+            raise ServiceError(
+                403,
+                "path_not_allowed",
+                f"{where}: {path!r} passes through the symbolic link {name!r}; links below an"
+                " allowed root are not followed",
+            ) from exc
+        if stat.S_ISDIR(mode):
+            raise DataError(f"{where}: {path} changed while it was opened; retry") from exc
+        raise DataError(f"{where}: {path}: {name!r} is not a folder") from exc
+
+
+def open_beneath(path: str, roots: list[str], where: str) -> tuple[int, str]:
+    """(file descriptor, name below the root) of `path`, opened one component at a time from the
+    allowed root's descriptor (`openat` with O_NOFOLLOW at every step).
+
+    There is no check apart from the open: what is opened is what lies under the root at the
+    moment of each step, so swapping a folder for a symbolic link at any time opens either the
+    file under the root or nothing (a vanished component is this item's DataError). The last step
+    opens non-blocking, and the caller checks with fstat that it is a regular file."""
+    root, rest = _below_root(path, roots, where)
+    try:
+        fd = os.open(root, _DIRECTORY & ~os.O_NOFOLLOW)
+    except OSError as exc:
+        raise DataError(f"{where}: the allowed root holding {path} cannot be opened") from exc
+    try:
+        if not rest:
+            raise DataError(f"{where}: {path} is a folder, not an image file")
+        for name in rest[:-1]:
+            step = _open_step(name, _DIRECTORY, fd, path, where)
+            os.close(fd)
+            fd = step
+        step = _open_step(rest[-1], _FILE, fd, path, where)
+    finally:
+        os.close(fd)
+    shown = "".join(ch for ch in "/".join(rest) if ch.isprintable())
+    return step, shown[-MAX_SOURCE_NAME:]
+
+
+def read_regular_file(fd: int, name: str, limit: int, deadline: float, where: str) -> bytes:
+    """Bytes of the open file `fd`, at most `limit`, before `deadline` (time.monotonic()); closes
+    `fd`. Checked with fstat first: a FIFO, device, socket or folder is refused before any read
+    could block."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -102,86 +182,56 @@ def read_regular_file(path: Path, limit: int, deadline: float, where: str) -> by
                 if stat.S_ISSOCK(info.st_mode)
                 else "not a regular file"
             )
-            raise DataError(f"{where}: {path} is {kind}, not an image file")
+            raise DataError(f"{where}: {name} is {kind}, not an image file")
         if info.st_size > limit:
             raise DataError(
-                f"{where}: {path.name} is {info.st_size:,} bytes, over the limit of {limit:,}"
+                f"{where}: {name} is {info.st_size:,} bytes, over the limit of {limit:,}"
             )
         chunks, total = [], 0
         while True:
             if time.monotonic() > deadline:
-                raise DataError(
-                    f"{where}: reading {path.name} took longer than server.fetch_timeout_s"
-                )
+                raise DataError(f"{where}: reading {name} took longer than server.fetch_timeout_s")
             try:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             except BlockingIOError:  # cannot happen for regular files; never spin on it
-                raise DataError(f"{where}: {path} cannot be read without blocking") from None
+                raise DataError(f"{where}: {name} cannot be read without blocking") from None
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:  # the file grew since fstat
-                raise DataError(f"{where}: {path.name} is over the limit of {limit:,} bytes")
+                raise DataError(f"{where}: {name} is over the limit of {limit:,} bytes")
         return b"".join(chunks)
     except OSError as exc:
-        raise DataError(f"{where}: cannot read {path} ({exc.strerror})") from exc
+        raise DataError(f"{where}: cannot read {name} ({exc.strerror})") from exc
     finally:
         os.close(fd)
 
 
-async def read_allowed_path(path: str, server: ServerConfig, where: str) -> bytes:
-    real = resolve_allowed_path(path, server.allowed_roots, where)
+def read_allowed_file(
+    path: str, roots: list[str], limit: int, deadline: float, where: str
+) -> tuple[bytes, str]:
+    """(bytes, name below its root) of a regular file under one of `roots` (`open_beneath`)."""
+    fd, name = open_beneath(path, roots, where)
+    return read_regular_file(fd, name, limit, deadline, where), name
+
+
+async def read_allowed_path(path: str, server: ServerConfig, where: str) -> tuple[bytes, str]:
     deadline = time.monotonic() + server.fetch_timeout_s
     try:
         return await asyncio.wait_for(
-            asyncio.to_thread(read_regular_file, real, server.fetch_max_bytes, deadline, where),
+            asyncio.to_thread(
+                read_allowed_file,
+                path,
+                server.allowed_roots,
+                server.fetch_max_bytes,
+                deadline,
+                where,
+            ),
             server.fetch_timeout_s,
         )
     except TimeoutError as exc:
-        raise DataError(
-            f"{where}: reading {real.name} took longer than server.fetch_timeout_s"
-        ) from exc
-
-
-async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
-    """GET an http(s) URL within `fetch_max_bytes` and one deadline of `fetch_timeout_s` for the
-    whole exchange (a server that drips one byte at a time is cut off at the deadline)."""
-    if not server.allow_urls:
-        raise ServiceError(
-            403,
-            "urls_disabled",
-            f"{where}: fetching URLs is disabled; upload the image or set server.allow_urls",
-        )
-    if not url.lower().startswith(("http://", "https://")):
-        raise InputError(f"{where}: only http(s) URLs can be fetched, not {url[:40]!r}")
-    import httpx
-
-    chunks, total = [], 0
-    try:
-        async with asyncio.timeout(server.fetch_timeout_s):
-            async with (
-                httpx.AsyncClient(
-                    timeout=server.fetch_timeout_s, follow_redirects=True, max_redirects=3
-                ) as client,
-                client.stream("GET", url) as response,
-            ):
-                if response.status_code != 200:
-                    raise DataError(f"{where}: {url} answered HTTP {response.status_code}")
-                async for chunk in response.aiter_bytes():
-                    total += len(chunk)
-                    if total > server.fetch_max_bytes:
-                        raise DataError(
-                            f"{where}: {url} is larger than the limit of {server.fetch_max_bytes:,} bytes"
-                        )
-                    chunks.append(chunk)
-    except TimeoutError as exc:
-        raise DataError(
-            f"{where}: {url} did not answer in full within server.fetch_timeout_s ({server.fetch_timeout_s:g} s)"
-        ) from exc
-    except httpx.HTTPError as exc:
-        raise DataError(f"{where}: cannot fetch {url} ({type(exc).__name__}: {exc})") from exc
-    return b"".join(chunks)
+        raise DataError(f"{where}: reading {path} took longer than server.fetch_timeout_s") from exc
 
 
 async def load(source: Source, server: ServerConfig, where: str) -> tuple[bytes, str | None]:
@@ -199,4 +249,4 @@ async def load(source: Source, server: ServerConfig, where: str) -> tuple[bytes,
         return decode_base64(value, where), None
     if kind == "url":
         return await fetch_url(value, server, where), value[:512]
-    return await read_allowed_path(value, server, where), clean_name(value)
+    return await read_allowed_path(value, server, where)
