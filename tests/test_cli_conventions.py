@@ -95,10 +95,23 @@ def test_long_work_says_what_runs_and_quiet_silences_it(capsys):
 
 
 def test_status_line_in_a_log_is_timed_lines(capsys):
-    from accelkit.runtime.progress import status
+    from accelkit.runtime.progress import end_command, start_command, status
 
-    with status("loading…") as update:
-        update("step 1")
-        update("step 2")  # within a second of the last line: held back, then shown at the end
+    start_command("test")
+    try:
+        with status("loading…") as update:
+            update("step 1")
+            update("step 2")  # within a second of the last line: held back, then shown at the end
+    finally:
+        end_command()
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith("] loading…") and err[-1].endswith("] step 2")
+
+
+def test_outside_a_command_the_activity_line_is_silent(capsys):
+    """Library calls (a benchmark's `timing.measure`, a notebook) print no progress of ours."""
+    from accelkit.runtime.progress import Steps, activity
+
+    activity("working")
+    Steps(3, "steps").advance("one")
+    assert capsys.readouterr().err == ""

@@ -263,16 +263,26 @@ def check_ray_options(ray: str | None, actors: int | None, num_gpus: float) -> N
 
 
 def embed_bar(progress: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    from accelkit.runtime.progress import RateColumn, stderr_console
+    from accelkit.runtime.progress import RateColumn, pause, stderr_console
 
+    pause()  # one display at a time: the activity line comes down for the bar
     return Progress(
         TextColumn("[bold]embedding"),
         BarColumn(),
         MofNCompleteColumn(),
         RateColumn("images"),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=stderr_console,
         disable=not progress,
         transient=False,
@@ -286,13 +296,16 @@ def run_embed(items, output: str, config, overrides, endpoint_url, progress, as_
     from accelkit.images.config import load_service_config
     from accelkit.images.pipeline import ImageEmbeddingPipeline
     from accelkit.runtime.files import atomic_open, temporary_folder, write_json_atomic
+    from accelkit.runtime.progress import phase
 
     settings = load_service_config(config, preprocess=overrides)
     target = storage.as_path(output, endpoint_url)
     remote = target if isinstance(target, storage.ObjectPath) else None
     names = [str(item) for item in items]
+    phase("loading the model and starting JAX")
+    pipeline = ImageEmbeddingPipeline(settings)
     bar = embed_bar(progress)
-    with ImageEmbeddingPipeline(settings) as pipeline, bar:
+    with pipeline, bar:
         task = bar.add_task("embedding", total=len(items))
         result = pipeline.embed(items, progress=lambda n: bar.advance(task, n))
     failures = {names[i]: reason for i, reason in result.failures.items()}
@@ -460,7 +473,9 @@ def open_index(config: Path | None, server: str | None):
             server, os.environ.get("ACCELKIT_SERVER_API_KEY") or settings.server.api_key
         )
     from accelkit.images.pipeline import open_local_index
+    from accelkit.runtime.progress import phase
 
+    phase("opening the store and loading the model")
     return settings, open_local_index(settings)
 
 

@@ -84,20 +84,22 @@ class Activity:
         self._pending: str | None = None
         self._heartbeat: threading.Thread | None = None
         self._started = time.perf_counter()
+        self.enabled = False  # only while a command runs (library calls stay silent)
 
     def reset(self) -> None:
         self.pause()
         with self._lock:
             self._started = time.perf_counter()
             self._logged = (0.0, None)
+            self.enabled = True
 
-    def set(self, text: str) -> None:
-        if _quiet:
+    def set(self, text: str, log: bool = True) -> None:
+        if _quiet or not self.enabled:
             return
         with self._lock:
             if stderr_console.is_terminal:
                 self._show(text)
-            else:
+            elif log:
                 self._log(text)
 
     def _show(self, text: str) -> None:
@@ -124,6 +126,9 @@ class Activity:
 
     def note(self, text: str) -> None:
         """A line kept above the activity line, which then says the same."""
+        if not self.enabled:
+            print(text, file=sys.stderr, flush=True)
+            return
         with self._lock:
             self.pause()
             print(text, file=sys.stderr, flush=True)
@@ -152,6 +157,9 @@ class Activity:
         while True:
             time.sleep(LOG_INTERVAL_S / 2)
             with self._lock:
+                if not self.enabled:
+                    self._heartbeat = None
+                    return
                 when, last = self._logged
                 now = time.perf_counter()
                 if self._pending is not None and now - when >= LOG_INTERVAL_S:
@@ -193,10 +201,11 @@ _activity = Activity()
 _startup: dict = {"timer": None}
 
 
-def activity(text: str) -> None:
-    """Say what the command is doing now (replaces the previous activity)."""
+def activity(text: str, log: bool = True) -> None:
+    """Say what the command is doing now (replaces the previous activity). `log=False`: on a
+    terminal only (a short phase: "starting JAX"), not as a line in a log."""
     _cancel_startup()
-    _activity.set(text)
+    _activity.set(text, log)
 
 
 def pause(wait: float = -1) -> None:
@@ -222,6 +231,7 @@ def start_command(name: str) -> None:
 def end_command() -> None:
     _cancel_startup()
     _activity.pause()
+    _activity.enabled = False
 
 
 def _cancel_startup() -> None:
@@ -268,10 +278,10 @@ def _clock(seconds: float) -> str:
     )
 
 
-def startup(text: str) -> None:
-    """Startup work before the command's own progress (an import, a device, a model load):
-    named on the activity line once the line shows."""
-    activity(text)
+def phase(text: str) -> None:
+    """A short step before the command's own progress (reading metadata, starting JAX, opening
+    the store, loading the model): on the activity line of a terminal, not in a log."""
+    activity(text, log=False)
 
 
 @dataclass

@@ -371,7 +371,7 @@ def stats_command(
 
 def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = False):
     from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.compute import compute_stats
+    from accelkit.runtime.progress import phase
     from accelkit.stats.formats import (
         DEFAULT_OUTPUT,
         LEROBOT_QUANTILES,
@@ -391,7 +391,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)
-    enable_compilation_cache()
+    phase(f"reading the metadata of {settings.dataset}")
     stream = open_source(
         settings.dataset,
         keys=settings.keys,
@@ -404,6 +404,11 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         endpoint_url=settings.endpoint_url,
     )
     target = dataset_target(settings, stream)
+    # the dataset is checked before JAX starts: a bad path answers at once
+    phase("starting JAX")
+    enable_compilation_cache()
+    from accelkit.stats.compute import compute_stats
+
     result = compute_stats(
         stream,
         quantiles=levels,
