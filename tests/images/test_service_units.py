@@ -367,3 +367,29 @@ def test_every_list_in_a_request_has_a_cap():
     )
     assert "(server.max_filter_values)" in refused.value.message
     assert validate(DeleteRequest, {"filter": f"id in [{values}]"}).filter  # 256 by default
+
+
+def test_review_findings_of_issue_27():
+    """A review of the issue-27 change found these; each is pinned here."""
+    import ipaddress
+    from urllib.parse import quote
+
+    from accelkit.images.remote import QUERY_CHARS, _id_groups
+    from accelkit.images.schema import GRAMMAR_ONLY, RequestLimits, check_filter
+    from accelkit.images.service.urls import is_public
+
+    # 6to4 addresses carrying an internal IPv4 address are not public
+    for text in ("2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:0a00:0001::1"):
+        assert not is_public(ipaddress.ip_address(text)), text
+    assert is_public(ipaddress.ip_address("2002:0808:0808::1"))  # 8.8.8.8 inside: public
+    # a raised server.max_filter_values holds inside the application layer too
+    many = "id in [" + ", ".join(f'"i{i}"' for i in range(300)) + "]"
+    limits = RequestLimits(filter_values=1000)
+    SearchRequest.model_validate(
+        {"vector": [0.0] * 4, "filter": many}, context={"limits": limits}
+    )  # the boundary accepts it ...
+    assert check_filter(many, max_values=GRAMMAR_ONLY) == many  # ... and the index's check too
+    # GET /items groups count the ids as sent: percent-encoded
+    ids = ["/" * 200 + str(i) for i in range(100)]
+    for group in _id_groups(ids, QUERY_CHARS):
+        assert sum(len(quote(i, safe="")) + len("&ids=") for i in group) <= QUERY_CHARS

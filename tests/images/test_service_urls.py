@@ -163,7 +163,7 @@ def test_internal_addresses_are_refused_in_every_spelling_and_on_every_redirect(
     refused ones."""
     port = helper.port
     default = ServerConfig(allow_urls=True, fetch_timeout_s=5)
-    assert "not a public address" in refused(f"http://127.0.0.1:{port}/img", default)
+    assert "not public" in refused(f"http://127.0.0.1:{port}/img", default)
     assert helper.hits["/img"] == 0  # loopback is refused by default
     config = ServerConfig(allow_urls=True, url_allow=["127.0.0.1"], fetch_timeout_s=5)
     assert fetch(f"http://127.0.0.1:{port}/img", config) == IMAGE  # the name it allows
@@ -289,3 +289,27 @@ def test_https_keeps_the_host_name_for_sni_and_the_certificate(names, monkeypatc
         assert server.server_names[-1] == "other.test" and server.hits["/img"] == 1
     finally:
         server.close()
+
+
+def test_one_deadline_for_all_the_sources_of_a_request(helper):
+    """Eight dripping URLs in one request: four are fetched at a time, each cut off by its own
+    deadline, and the four still waiting when the request's deadline passes fail with it, instead
+    of each waiting its turn for a deadline of its own (256 slow sources once held a request for
+    minutes)."""
+    from accelkit.images.config import ServiceConfig
+    from accelkit.images.service.app import FETCH_CONCURRENCY, ServiceState
+    from accelkit.images.service.sources import Source
+
+    server = ServerConfig(allow_urls=True, url_allow=["127.0.0.1"], fetch_timeout_s=1.0)
+    state = ServiceState(ServiceConfig(server=server), pipeline=object())
+    url = f"http://127.0.0.1:{helper.port}/drip"
+    try:
+        loaded, failures, _ = asyncio.run(
+            state.load_images([Source("url", url) for _ in range(2 * FETCH_CONCURRENCY)], "inputs")
+        )
+    finally:
+        state.executor.shutdown()
+    assert loaded == [] and len(failures) == 2 * FETCH_CONCURRENCY
+    waited = [i for i, reason in failures.items() if "for the request's images" in reason]
+    assert waited, failures  # the request's own deadline ended the ones still queued
+    assert helper.hits["/drip"] <= 2 * FETCH_CONCURRENCY

@@ -24,6 +24,7 @@ import numpy as np
 from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.batching import ItemResult
 from accelkit.images.schema import (
+    GRAMMAR_ONLY,
     SOURCE_KEY,
     check_collection_name,
     check_filter,
@@ -260,7 +261,7 @@ class LocalIndex:
     ) -> list[Hit]:
         """The `topk` nearest stored items to an image or a query vector, best first."""
         name = self._name(collection)
-        filter = check_filter(filter)
+        filter = check_filter(filter, max_values=GRAMMAR_ONLY)
         if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
             raise InputError(f"topk {topk!r} must be a whole number of at least 1")
         self.store.describe_dim(name)  # a missing collection fails before the model runs
@@ -278,7 +279,7 @@ class LocalIndex:
     ) -> int:
         """Delete by ids, or every item matching a filter (exactly one of the two); returns how many."""
         name = self._name(collection)
-        filter = check_filter(filter)
+        filter = check_filter(filter, max_values=GRAMMAR_ONLY)
         if (ids is None) == (filter is None):
             raise InputError("give either ids or a filter to delete by (not both)")
         if ids is not None:

@@ -32,8 +32,10 @@ def _id_groups(ids: Sequence[str], max_chars: int | None = None):
     parameters)."""
     group: list[str] = []
     size = 0
+    from urllib.parse import quote
+
     for item in ids:
-        cost = len(str(item)) + len("&ids=")
+        cost = len(quote(str(item), safe="")) + len("&ids=")  # as sent: / : @ + = cost 3 each
         full = len(group) == IDS_PER_REQUEST or (max_chars and size + cost > max_chars)
         if group and full:
             yield group
@@ -188,10 +190,14 @@ class RemoteIndex:
     def get(self, ids: Sequence[str], collection: str | None = None) -> list[dict[str, Any]]:
         where = [("collection", collection)] if collection else []
         items = []
-        for group in _id_groups(ids, QUERY_CHARS):
-            items += self._call("GET", "/items", params=[("ids", i) for i in group] + where)[
+        seen: set[str] = set()
+        for group in _id_groups(list(dict.fromkeys(ids)), QUERY_CHARS):  # each id once, as locally
+            for item in self._call("GET", "/items", params=[("ids", i) for i in group] + where)[
                 "items"
-            ]
+            ]:
+                if item["id"] not in seen:
+                    seen.add(item["id"])
+                    items.append(item)
         return items
 
     def delete(

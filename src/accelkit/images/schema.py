@@ -101,6 +101,12 @@ def check_collection_name(name: Any, where: str = "collection") -> str:
     return name
 
 
+# Inside the application layer a filter is checked again for its grammar only: the boundary that
+# received it (the service with server.max_filter_values, the CLI) already applied the list cap,
+# which a second check with the default would undo.
+GRAMMAR_ONLY = 1 << 62
+
+
 def check_filter(expr: Any, where: str = "filter", max_values: int = MAX_LIST_VALUES) -> str | None:
     """A filter expression, bounded, printable, and one whole expression of the grammar in
     `accelkit.images.filters` (Milvus silently drops what follows a complete expression), whose

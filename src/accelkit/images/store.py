@@ -46,6 +46,7 @@ import numpy as np
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError, require
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import (
+    GRAMMAR_ONLY,
     MAX_DIM,
     MAX_INDEX_PARAM,
     MIN_DIM,
@@ -663,7 +664,7 @@ class VectorStore:
         consistency: str | None = None,
     ) -> list[list[Hit]]:
         """Top-k hits (best first) for each query row, optionally among items matching `filter_expr`."""
-        filter_expr = check_filter(filter_expr)
+        filter_expr = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
         queries = np.asarray(queries, np.float32)
         if queries.ndim == 1:
             queries = queries[None]
@@ -761,7 +762,7 @@ class VectorStore:
 
     def delete_matching(self, name: str, filter_expr: str) -> int:
         """Delete every item matching a filter expression; returns how many matched."""
-        filter_expr = check_filter(filter_expr)
+        filter_expr = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
         if not filter_expr:
             raise InputError("delete by filter needs a non-empty filter expression")
         try:

@@ -43,6 +43,7 @@ from accelkit.images.service.errors import ServiceError, error_body, status_for
 from accelkit.images.service.sources import Source, load
 
 log = logging.getLogger(__name__)
+FETCH_CONCURRENCY = 4  # sources of one request loaded at a time (URLs, server-side paths)
 
 ADMITTED_METHODS = ("POST", "PUT", "PATCH", "DELETE")  # whatever may carry a body waits its turn
 INDEX_SPEC_FIELDS = {"index_type", "metric_type", "index_params"}
@@ -121,20 +122,62 @@ class ServiceState:
     async def run(self, fn: Callable, *args, **kwargs):
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def _load_all(self, sources: list[Source], labels: list[str]) -> list:
+        """Each source's (bytes, name) or its error, loaded FETCH_CONCURRENCY at a time within one
+        deadline for the whole request (`server.fetch_timeout_s`): 256 slow URLs or paths on a
+        hanging file system once held a request for minutes, one deadline after another. A source
+        refused for the whole request (403) is raised."""
+        server = self.config.server
+        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+        async def one(i: int):
+            async with gate:
+                return await load(sources[i], server, labels[i])
+
+        tasks = [asyncio.create_task(one(i)) for i in range(len(sources))]
+        if not tasks:
+            return []
+        _, pending = await asyncio.wait(tasks, timeout=server.fetch_timeout_s)
+        for task in pending:
+            task.cancel()
+        outcomes = []
+        for i, task in enumerate(tasks):  # every outcome read first: none is left unretrieved
+            if task in pending:
+                outcomes.append(
+                    DataError(
+                        f"{labels[i]}: not loaded within server.fetch_timeout_s "
+                        f"({server.fetch_timeout_s:g} s) for the request's images"
+                    )
+                )
+            else:
+                error = task.exception()
+                outcomes.append(error if error is not None else task.result())
+        for outcome in outcomes:  # refused for the whole request (403), or a failure of ours
+            if isinstance(outcome, BaseException) and (
+                isinstance(outcome, ServiceError)
+                or not isinstance(outcome, (DataError, InputError))
+            ):
+                raise outcome
+        return outcomes
+
     async def load_images(
         self, sources: list[Source], where: str
     ) -> tuple[list[tuple[int, bytes, str | None]], dict[int, str], int]:
         """(position, bytes, name) of every source that loaded and fits the per-image decode
         budget, failures by position, and the decode bytes the loaded ones need together."""
-        server, per_image = self.config.server, self.config.server.max_decode_bytes_per_image
+        per_image = self.config.server.max_decode_bytes_per_image
         loaded, failures, total = [], {}, 0
-        for i, source in enumerate(sources):
-            label = f"{where}[{i}]" if len(sources) > 1 or where == "items" else where
-            try:
-                data, name = await load(source, server, label)
-            except (DataError, InputError) as exc:
-                failures[i] = str(exc)
+        labels = [
+            f"{where}[{i}]" if len(sources) > 1 or where == "items" else where
+            for i in range(len(sources))
+        ]
+        fetched = await self._load_all(sources, labels)
+        for i, outcome in enumerate(fetched):
+            label = labels[i]
+            if isinstance(outcome, BaseException):
+                failures[i] = str(outcome)
                 continue
+            data, name = outcome
             width, height, cost = header_cost(data)
             if width and height:  # the pixel limit first: a bomb is named as one
                 try:
