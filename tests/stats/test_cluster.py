@@ -16,6 +16,7 @@ from accelkit.errors import DataError
 from accelkit.stats.compute import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
+from accelkit.stats.transforms import ChunkTransform, DeltaActions
 from tests.support.groups import SERVERS
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
@@ -58,11 +59,26 @@ def datasets(tmp_path_factory):
 @pytest.mark.parametrize("layout", ["v2.1", "v3.0"])
 @pytest.mark.parametrize(
     "options",
-    [{}, {"max_frames": 1500, "action_horizon": 10}, {"fast": True}],
-    ids=["exact", "sample+chunks", "fast"],
+    [
+        {},
+        {"max_frames": 1500, "action_horizon": 10},
+        {"fast": True},
+        {
+            "max_frames": 1500,
+            "chunk_transform": ChunkTransform(
+                horizon=6,
+                end="clamp",
+                transforms=(DeltaActions((True, False, True)),),
+                per_timestep=True,
+            ),
+        },
+    ],
+    ids=["exact", "sample+chunks", "fast", "sample+delta-actions+per-step"],
 )
 def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options):
-    opened = {k: options[k] for k in ("max_frames", "action_horizon") if k in options}
+    opened = {
+        k: options[k] for k in ("max_frames", "action_horizon", "chunk_transform") if k in options
+    }
     local = compute_stats(
         open_source(datasets[layout], **opened), quantiles=LEVELS, fast=options.get("fast", False)
     )

@@ -272,9 +272,11 @@ def embed_bar(progress: bool):
         TimeRemainingColumn,
     )
 
-    from accelkit.runtime.progress import RateColumn, pause, stderr_console
+    from accelkit.runtime.progress import LogBar, RateColumn, pause, stderr_console
 
     pause()  # one display at a time: the activity line comes down for the bar
+    if not stderr_console.is_terminal:
+        return LogBar("images", progress)
     return Progress(
         TextColumn("[bold]embedding"),
         BarColumn(),

@@ -43,6 +43,21 @@ class StatsSettings(Settings):
     endpoint_url: str | None = None  # S3-compatible store (default: AWS_ENDPOINT_URL)
     ray: str | None = None  # a Ray cluster's address, "auto" or "local" (default: no Ray)
     ray_tasks: int | None = None
+    delta_actions: str | None = None  # openpi's DeltaActions mask: "6,-1,6,-1" or "true,false,…"
+    transform: str | None = None  # module:callable, a dict batch in and out (openpi's shape)
+    per_timestep: bool = False  # also one set of statistics per action-chunk step
+
+    @field_validator("delta_actions")
+    @classmethod
+    def _mask(cls, value):
+        if value is not None:
+            from accelkit.stats.transforms import parse_mask
+
+            try:
+                parse_mask(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix("--delta-actions ")) from None
+        return value
 
     # Each value is checked here, once, whichever source gave it (flag, environment, file); the
     # error names that source (`--max-frames 0: must be positive`). compute_stats and open_source
@@ -250,6 +265,29 @@ def stats_command(
             help="Action chunks past an episode's end: truncate (default) or clamp (openpi's loader).",
         ),
     ] = None,
+    delta_actions: Annotated[
+        str | None,
+        typer.Option(
+            "--delta-actions",
+            help="openpi's DeltaActions(mask) on every chunk step before counting: 6,-1,6,-1"
+            " (as make_bool_mask reads it) or true,false,... (docs/stats.md).",
+        ),
+    ] = None,
+    transform: Annotated[
+        str | None,
+        typer.Option(
+            "--transform",
+            help="module:callable applied to each batch {state [R,Ds], actions [R,H,Da],"
+            " actions_is_pad [R,H]} before --delta-actions; returns the same keys.",
+        ),
+    ] = None,
+    per_timestep: Annotated[
+        bool,
+        typer.Option(
+            "--per-timestep",
+            help="Also statistics per action-chunk step, written to <output>.per_timestep.json.",
+        ),
+    ] = False,
     skip_nonfinite: Annotated[
         bool,
         typer.Option(
@@ -365,6 +403,9 @@ def stats_command(
         endpoint_url=endpoint_url,
         ray=ray,
         ray_tasks=ray_tasks,
+        delta_actions=delta_actions,
+        transform=transform,
+        per_timestep=per_timestep or None,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -391,6 +432,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)
+    chunk_transform = chunk_transform_of(settings)
     phase(f"reading the metadata of {settings.dataset}")
     stream = open_source(
         settings.dataset,
@@ -402,6 +444,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         shuffle=settings.max_time_minutes is not None,
         trust_files=settings.trust_files,
         endpoint_url=settings.endpoint_url,
+        chunk_transform=chunk_transform,
     )
     target = dataset_target(settings, stream)
     # the dataset is checked before JAX starts: a bad path answers at once
@@ -488,6 +531,46 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
     if backup is not None:
         print(f"previous files kept in {backup}")
     return result
+
+
+def chunk_transform_of(settings: StatsSettings):
+    """The action-chunk transform the settings ask for (`accelkit.stats.transforms`), or None
+    when plain chunks (weights, no rows built) will do."""
+    if not (settings.delta_actions or settings.transform or settings.per_timestep):
+        return None
+    from accelkit.stats import transforms
+
+    wanted = next(
+        flag
+        for flag, on in (
+            ("--delta-actions", settings.delta_actions),
+            ("--transform", settings.transform),
+            ("--per-timestep", settings.per_timestep),
+        )
+        if on
+    )
+    if settings.per_episode or settings.write_into:
+        raise ConfigError(
+            f"{wanted} changes the actions, while LeRobot's per-episode statistics are of the raw"
+            " features; run the two separately"
+        )
+    if settings.per_timestep and settings.format != "openpi":
+        raise ConfigError("--per-timestep is written in openpi's layout; use --format openpi")
+    steps, names = [], []
+    if settings.transform:
+        steps.append(transforms.load_hook(settings.transform))
+        names.append(settings.transform)
+    if settings.delta_actions:
+        mask = transforms.parse_mask(settings.delta_actions)
+        steps.append(transforms.DeltaActions(mask))
+        names.append(f"DeltaActions({''.join('1' if m else '0' for m in mask)})")
+    return transforms.ChunkTransform(
+        horizon=settings.action_horizon or 1,
+        end=settings.chunk_end,
+        transforms=tuple(steps),
+        per_timestep=settings.per_timestep,
+        names=tuple(names),
+    )
 
 
 def check_episode_options(settings: StatsSettings) -> None:
@@ -662,6 +745,10 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     }
     if bounds:  # fast mode: the worst quantile's rank error, as a fraction of the rows
         facts["rank_error_bound"] = bounds
+    if stream.chunk_transform is not None:
+        from accelkit.stats.transforms import describe
+
+        facts["actions_transform"] = describe(stream.chunk_transform)
     if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
         facts["ray"] = settings.ray
     return facts

@@ -347,7 +347,9 @@ class RayRunner:
     def _kept_per_file(self) -> dict[str, dict[int, int]]:
         stream = self.stream
         counted = None
-        if stream.sample is not None and stream.horizons:
+        # rows per file per key not known from the metadata: sampled action chunks, and chunks
+        # built row by row (`stream.chunk_transform`: H rows per frame, per-step keys)
+        if (stream.sample is not None and stream.horizons) or stream.chunk_transform is not None:
             remote = self.ray.remote(count_group).options(max_retries=MAX_RETRIES, num_cpus=1)
             refs = [remote.remote(self.stream_ref, g.indices) for g in self.groups]
             counted = {}
@@ -355,7 +357,10 @@ class RayRunner:
                 for index, count in zip(group.indices, counts, strict=True):
                     counted[index] = count
         kept = {}
-        for key in stream.keys:
+        keys = list(stream.keys)
+        if counted is not None:  # with the keys only the chunks have ("actions@3")
+            keys += sorted({k for rows in counted.values() for k in rows} - set(keys))
+        for key in keys:
             kept[key] = {}
             for index, fragment in enumerate(stream.fragments):
                 if counted is not None:

@@ -180,16 +180,26 @@ def write_stats(
             raise InputError(f"--fill-empty must be a finite number, not {fill_empty}")
         log.warning("%s hold no finite values: every statistic written as %s", where, fill_empty)
         stats = fill_empty_dimensions(stats, fill_empty)
+    steps = {k: v for k, v in stats.items() if "@" in k}  # per chunk step ("actions@3")
+    stats = {k: v for k, v in stats.items() if "@" not in k}
+    if steps and fmt != "openpi":
+        raise InputError(
+            "per-timestep statistics are written in openpi's layout; use --format openpi"
+        )
     payload = openpi_payload(stats) if fmt == "openpi" else lerobot_payload(stats, column_names)
     if (
         keep and fmt == "lerobot"
     ):  # another stats.json's features we did not compute stay as they are
         payload = {**{k: v for k, v in keep.items()}, **payload}
     written = write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
+    if steps:
+        write_json_atomic(per_timestep_path(written), per_timestep_payload(steps), indent=2)
     if run is not None:
         facts = dict(run)
         facts["output"] = written.name
         facts["format"] = fmt
+        if steps:
+            facts["per_timestep_output"] = per_timestep_path(written).name
         if empty:
             facts["filled"] = {
                 "value": fill_empty,
@@ -199,6 +209,27 @@ def write_stats(
             }
         write_json_atomic(sidecar_path(written), facts, indent=2)
     return written
+
+
+def per_timestep_path(path: str | Path) -> Path:
+    """norm_stats.json -> norm_stats.per_timestep.json (beside it)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.per_timestep{path.suffix or '.json'}")
+
+
+def per_timestep_payload(steps: Mapping[str, KeyStats]) -> dict:
+    """openpi's layout with one row per chunk step: `norm_stats.actions.mean` is [H][D] (and so
+    std, the quantiles, min, max, count), so it broadcasts against an [..., H, D] action chunk
+    as openpi's `Normalize` applies its statistics; the global file keeps [D]."""
+    by_key: dict[str, dict[int, KeyStats]] = {}
+    for name, s in steps.items():
+        key, _, step = name.partition("@")
+        by_key.setdefault(key, {})[int(step)] = s
+    norm = {}
+    for key, per_step in by_key.items():
+        rows = [openpi_payload({key: per_step[k]})["norm_stats"][key] for k in sorted(per_step)]
+        norm[key] = {field: [row[field] for row in rows] for field in rows[0]}
+    return {"norm_stats": norm}
 
 
 def read_norm_stats(path: str | Path) -> dict[str, dict[str, np.ndarray | None]]:

@@ -17,6 +17,7 @@ End-of-episode rule:
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.runtime import storage
 from accelkit.stats import lerobot
 from accelkit.stats.lerobot import check_feature
+from accelkit.stats.transforms import ACTIONS, STATE, ChunkTransform, check_keys, materialize
 from accelkit.stats.types import Column, Stream, integer_rows, row_dtype
 
 log = logging.getLogger(__name__)
@@ -381,6 +383,7 @@ class FileStream(Stream):
         max_frames: int | None = None,
         seed: int = 0,
         shuffle: bool = False,
+        chunk_transform: ChunkTransform | None = None,
     ):
         if chunk_end not in CHUNK_ENDS:
             raise InputError(
@@ -392,6 +395,11 @@ class FileStream(Stream):
         self.keys = dict(keys)
         self.reader = reader or FileReader()
         self.horizons = {k: int(h) for k, h in (horizons or {}).items() if h and int(h) > 1}
+        # action chunks built row by row (transforms, per-step statistics), or None
+        self.chunk_transform = chunk_transform
+        if chunk_transform is not None:
+            check_keys(list(self.keys), "an action transform")
+            self.horizons = {}  # the chunks are materialized, not weighted
         self.chunk_end = chunk_end
         self.all_rows = sum(f.num_rows for f in fragments)
         self.sample = None
@@ -501,9 +509,10 @@ class FileStream(Stream):
                 starts = np.flatnonzero(np.diff(episodes)) + 1
                 cut = int(starts[-1]) if len(starts) else 0
             else:
-                cut = 0 if self.horizons else n  # one episode: action chunks need all of it
+                whole = self.horizons or self.chunk_transform is not None
+                cut = 0 if whole else n  # one episode: action chunks need all of it
             if cut:
-                yield self._chunk(
+                yield from self._emit(
                     index,
                     {c: v[:cut] for c, v in columns.items()},
                     None if episodes is None else episodes[:cut],
@@ -516,13 +525,97 @@ class FileStream(Stream):
                 None if episodes is None else episodes[cut:],
             )
         if carry is not None and _rows_of(*carry):
-            yield self._chunk(index, carry[0], carry[1], seen_episodes, done)
+            yield from self._emit(index, carry[0], carry[1], seen_episodes, done)
             done += _rows_of(*carry)
         if done != fragment.num_rows:
             raise DataError(
                 f"{fragment.path} has {done} rows, expected {fragment.num_rows}; the file changed "
                 "while it was read, or its metadata is wrong"
             )
+
+    def _emit(self, index, columns, episodes, seen_episodes, first) -> Iterator[dict[str, Column]]:
+        if self.chunk_transform is None:
+            yield self._chunk(index, columns, episodes, seen_episodes, first)
+        else:
+            yield from self._transformed(index, columns, episodes, seen_episodes, first)
+
+    def _transformed(
+        self, index: int, columns: dict, episodes, seen_episodes: dict, first: int
+    ) -> Iterator[dict[str, Column]]:
+        """Rows `first`.. of file `index` (whole episodes) with their action chunks built and
+        transformed (`accelkit.stats.transforms`), in blocks of whole episodes of at most about
+        SPLIT_ROWS chunk elements each (a 50-step horizon makes 50 rows of every frame)."""
+        spec = self.chunk_transform
+        fragment = self.fragments[index]
+        n = _rows_of(columns, episodes)
+        for name in self.keys.values():
+            if name not in columns:
+                raise DataError(
+                    f"{fragment.path} has no column {name!r}; columns: {', '.join(self.reader.names(fragment.path))}"
+                )
+            if len(columns[name]) != n or first + n > fragment.num_rows:
+                raise DataError(
+                    f"{fragment.path} column {name!r} has {first + len(columns[name])} rows, expected {fragment.num_rows}"
+                )
+        known = episodes is not None
+        if not known:
+            episodes = np.full(n, -1 - index, np.int64)  # the file is one episode
+        else:
+            for episode in np.unique(episodes):
+                where = seen_episodes.setdefault(int(episode), fragment.path)
+                if where != fragment.path:
+                    raise DataError(
+                        f"episode {int(episode)} spans {where} and {fragment.path}; "
+                        "action chunks need each episode inside one file"
+                    )
+        sampled = self._sampled(fragment)[first : first + n]
+        state = columns[self.keys[STATE]]
+        actions = columns[self.keys[ACTIONS]]
+        starts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
+        frames_per_block = max(1, SPLIT_ROWS // max(1, spec.horizon))
+        block_starts = [0]
+        for start in starts[1:]:
+            if start - block_starts[-1] >= frames_per_block:
+                block_starts.append(int(start))
+        bounds = [*block_starts, n]
+        base = fragment.row_offset + first
+        for lo, hi in itertools.pairwise(bounds):
+            values, frames, frame_of, row_of = materialize(
+                state[lo:hi], actions[lo:hi], episodes[lo:hi], sampled[lo:hi], spec
+            )
+            episode_rows = episodes[lo:hi]
+            chunk = {}
+            for key, rows_values in values.items():
+                if key == STATE:
+                    frame_rows, value_rows = frames, frames
+                elif key == ACTIONS:
+                    frame_rows, value_rows = frame_of, row_of
+                else:  # one chunk step's rows: the frames whose chunk reaches it
+                    step = int(key.split("@")[1])
+                    last = _last_rows(episode_rows, frames)
+                    reach = (
+                        frames + step <= last
+                        if spec.end == "truncate"
+                        else np.ones(len(frames), bool)
+                    )
+                    frame_rows = frames[reach]
+                    value_rows = np.minimum(frame_rows + step, last[reach])
+                chunk[key] = Column(
+                    np.ascontiguousarray(rows_values),
+                    np.ones(len(rows_values), np.int32),
+                    base + lo + np.asarray(value_rows, np.int64),
+                    episode_rows[frame_rows] if known else None,
+                )
+            for out, name in self.keys.items():  # other keys: each sampled frame once
+                if out not in (STATE, ACTIONS):
+                    keep = sampled[lo:hi]
+                    chunk[out] = Column(
+                        columns[name][lo:hi][keep],
+                        np.ones(int(keep.sum()), np.int32),
+                        base + lo + np.flatnonzero(keep),
+                        episode_rows[keep] if known else None,
+                    )
+            yield chunk
 
     def chunk_at(self, index: int) -> dict[str, Column]:
         """The first chunk of file `index`, as `chunks` gives it (a Ray run's driver reads the
@@ -587,6 +680,13 @@ class FileStream(Stream):
                 episode = None if episode is None else episode[keep]
             chunk[out] = Column(values, weight, row_id, episode)
         return chunk
+
+
+def _last_rows(episode: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """The last row of each frame's episode (episodes contiguous in `episode`)."""
+    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
+    ends = np.r_[starts[1:], len(episode)]
+    return ends[np.searchsorted(starts, frames, side="right") - 1] - 1
 
 
 def _rows_of(columns: dict, episodes: np.ndarray | None) -> int:
@@ -692,13 +792,16 @@ def open_source(
     shuffle: bool = False,
     trust_files: bool = False,
     endpoint_url: str | None = None,
+    chunk_transform: ChunkTransform | None = None,
 ) -> FileStream:
     """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`.
 
     A LeRobot dataset is read as its metadata describes it (see `accelkit.stats.lerobot`);
     `trust_files=True` reads the parquet files under its data/ folder instead. `path` may be an
     `s3://`, `gs://` or `file://` URI (`accelkit.runtime.storage`; `endpoint_url` reaches an
-    S3-compatible store).
+    S3-compatible store). `chunk_transform` builds the keys' action chunks row by row and
+    transforms them (openpi's DeltaActions, a hook, per-step statistics:
+    `accelkit.stats.transforms`).
     """
     root = storage.as_path(path, endpoint_url)
     if not root.exists():
@@ -777,6 +880,7 @@ def open_source(
         max_frames=max_frames,
         seed=seed,
         shuffle=shuffle,
+        chunk_transform=chunk_transform,
     )
     if info is not None:
         stream.lerobot = lerobot.Source(
