@@ -2,6 +2,8 @@
 the run queue when the machine is busy), and a query that is not an image refused before the
 model or the store opens."""
 
+import subprocess
+
 import pytest
 from PIL import Image
 
@@ -21,6 +23,17 @@ def setup(tmp_path_factory, photos, onnx_path):
         f"preprocess:\n  cache_compiled: false\nmodel:\n  onnx_path: {onnx_path}\n"
         f"store:\n  uri: {base / 'store.db'}\n"
     )
+    # the collection `search` reads, made here: each xdist worker has its own module fixture,
+    # and a test must not need what another test (maybe on the other worker) made
+    subprocess.run(
+        [
+            *accelkit("-q", "images", "insert", str(folder), "--config", str(config)),
+            *("-c", "s", "--create-collection"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return {"base": base, "folder": folder, "config": config}
 
 
@@ -34,7 +47,7 @@ def command(setup, *args):
     [
         ("images", "embed", "{folder}", "-o", "{base}/emb.npy", "--config", "{config}"),
         ("images", "insert", "{folder}", "--config", "{config}", "-c", "t", "--create-collection"),
-        ("images", "search", "{folder}/chelsea.jpg", "--config", "{config}", "-c", "t"),
+        ("images", "search", "{folder}/chelsea.jpg", "--config", "{config}", "-c", "s"),
         ("images", "collection", "list", "--config", "{config}"),
         ("images", "health", "--config", "{config}"),
     ],
