@@ -7,6 +7,7 @@ How fast it stops is not asserted (tests do not assert on time); the runtime gua
 watchdog (runtime/interrupts.py) that ends the process GRACE_S after the signal.
 """
 
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,28 @@ def interrupt(argv, when: str, signum=signal.SIGINT, **kwargs):
     )
 
 
+def mid_steps(label: str):
+    """True once the activity line shows `label done/total` with work left. The screen is
+    redrawn 4 times a second, so a given count (1/37, say) may never be shown: on a fast
+    machine the run once went from 0/37 to 29/37 between redraws and finished unsignalled."""
+    pattern = re.compile(rf"{re.escape(label)} (\d+)/(\d+)")
+
+    def started(text: str, seconds: float) -> bool:
+        return any(int(done) < int(total) for done, total in pattern.findall(text))
+
+    return started
+
+
+def interrupt_when(argv, condition, signum=signal.SIGINT, **kwargs):
+    return run_in_terminal(
+        argv,
+        signal_when=condition,
+        signum=signum,
+        timeout=600,
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stats_mid_pass(big_dataset, tmp_path, signum):
     out = tmp_path / "norm_stats.json"
@@ -78,7 +101,7 @@ def test_sample_dataset_leaves_no_half_dataset(tmp_path):
 def test_quant_eval(tmp_path):
     out = tmp_path / "eval.json"
     argv = accelkit("quant", "eval", "--methods", "rtn", "--bits", "w4a8", "--pairs", "16")
-    run = interrupt([*argv, "--no-latency", "--output", str(out)], "quant eval 1/")
+    run = interrupt_when([*argv, "--no-latency", "--output", str(out)], mid_steps("quant eval"))
     assert run.code == 130, run.output[-2000:]
     assert "interrupted (SIGINT); nothing written" in run.output
     assert not out.exists() and leftovers(tmp_path) == []
