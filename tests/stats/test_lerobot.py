@@ -296,3 +296,85 @@ def test_endpoint_flag_beats_the_environment(s3_fixtures, s3_server, monkeypatch
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
     stream = open_source(s3_fixtures["lerobot_v21"], endpoint_url=s3_server.endpoint)
     assert stream.total_rows == FRAMES
+
+
+# --- cases that once passed without a word (issue 30) --------------------------------------------
+
+
+def run_stats(capsys, *args) -> tuple[int, str]:
+    from accelkit.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["stats", *args, "--no-progress"])
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_zero_length_v21_episode_is_named_and_gets_no_line(copy_of, tmp_path, capsys):
+    root = copy_of("lerobot_v21")
+    first = listed_files(root)[0]
+    empty = first.parent / "episode_000007.parquet"
+    pq.write_table(pq.read_table(first).slice(0, 0), empty)
+    with (root / "meta" / "episodes.jsonl").open("a") as handle:
+        handle.write(json.dumps({"episode_index": 7, "tasks": ["x"], "length": 0}) + "\n")
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["total_episodes"] = 8
+    info_file.write_text(json.dumps(info))
+    out = tmp_path / "out" / "stats.json"
+    code, err = run_stats(capsys, str(root), "--format", "lerobot", "--per-episode", "-o", str(out))
+    assert code == 0, err
+    assert "episode 7 has no frames (length 0 in meta/episodes.jsonl)" in err
+    lines = (out.parent / "episodes_stats.jsonl").read_text().splitlines()
+    assert [json.loads(line)["episode_index"] for line in lines] == list(range(7))
+
+
+def test_one_frame_warns_that_std_is_zero(tmp_path, capsys):
+    table = pa.table(
+        {
+            "observation.state": pa.array([[1.0, 2.0]], pa.list_(pa.float32(), 2)),
+            "action": pa.array([[0.5]], pa.list_(pa.float32(), 1)),
+        }
+    )
+    data = tmp_path / "one.parquet"
+    pq.write_table(table, data)
+    out = tmp_path / "norm_stats.json"
+    code, err = run_stats(capsys, str(data), "-o", str(out))
+    assert code == 0, err
+    assert "'observation.state', 'action' computed from 1 frame: std is 0" in err
+    stats = json.loads(out.read_text())["norm_stats"]
+    assert stats["state"]["std"] == [0.0, 0.0] and stats["state"]["q01"] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_declared_feature_absent_from_the_data_is_named(version, copy_of, tmp_path, capsys):
+    root = copy_of(version)
+    info_file = root / "meta" / "info.json"
+    info = json.loads(info_file.read_text())
+    info["features"]["observation.effort"] = {"dtype": "float32", "shape": [3], "names": None}
+    info_file.write_text(json.dumps(info))
+    out = tmp_path / "norm_stats.json"
+    code, err = run_stats(capsys, str(root), "-o", str(out))
+    assert code == 0, err
+    assert "meta/info.json declares 'observation.effort', which" in err
+    assert "does not hold: no statistics for it" in err
+    code, err = run_stats(
+        capsys, str(root), "-o", str(tmp_path / "b.json"), "--keys", "state=observation.effort"
+    )
+    assert code == 2 and "declares feature 'observation.effort' but" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_float64_data_declared_float32_gets_one_consistent_error(version, copy_of, caplog):
+    root = copy_of(version)
+    for path in listed_files(root):
+        table = pq.read_table(path)
+        index = table.schema.get_field_index("action")
+        values = np.asarray(table.column("action").to_pylist(), np.float64) + 1e-9
+        width = values.shape[1]
+        column = pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), width)
+        pq.write_table(table.set_column(index, "action", column), path)
+    with caplog.at_level(logging.WARNING), pytest.raises(DataError) as error:
+        compute_stats(open_source(root, keys={"actions": "action"}))
+    assert "holds float64 values but meta/info.json declares float32" in str(error.value)
+    assert not any("float32 rounding" in r.getMessage() for r in caplog.records)

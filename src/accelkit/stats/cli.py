@@ -705,6 +705,7 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
             names,
             source.features,
             quantile_names,
+            source.layout,
         )
         return [path]
     return lerobot.write_episodes_v30(

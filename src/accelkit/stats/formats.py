@@ -180,6 +180,15 @@ def write_stats(
             raise InputError(f"--fill-empty must be a finite number, not {fill_empty}")
         log.warning("%s hold no finite values: every statistic written as %s", where, fill_empty)
         stats = fill_empty_dimensions(stats, fill_empty)
+    single = [k for k, s in stats.items() if "@" not in k and int(np.max(s.count, initial=0)) == 1]
+    if single:
+        log.warning(
+            "%s computed from 1 frame: std is 0 and every quantile is that frame's value "
+            "(openpi's own RunningStats refuses fewer than 2); a normalizer dividing by std or "
+            "q99 - q01 gets 0 for %s",
+            ", ".join(repr(column_names.get(k, k)) for k in single),
+            "them" if len(single) > 1 else "it",
+        )
     steps = {k: v for k, v in stats.items() if "@" in k}  # per chunk step ("actions@3")
     stats = {k: v for k, v in stats.items() if "@" not in k}
     if steps and fmt != "openpi":

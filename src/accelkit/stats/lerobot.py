@@ -252,14 +252,21 @@ NUMERIC_DTYPES = {
 }
 
 
-def check_feature(name: str, feature: dict, dtype: str, width: int, where: str) -> None:
-    """The data of feature `name` is `dtype` with `width` values per row: does info.json agree?"""
+def check_dtype(name: str, feature: dict, dtype: str, where: str) -> None:
+    """The data of feature `name` is `dtype`: does info.json agree? Checked before the values are
+    converted, so a float64 column declared float32 gets this error alone, not first a warning
+    about its float32 rounding."""
     declared = str(feature.get("dtype", ""))
     if declared in NUMERIC_DTYPES and declared != dtype:
         raise DataError(
             f"{where}: column {name!r} holds {dtype} values but meta/info.json declares {declared}; "
             "repair the metadata or the data"
         )
+
+
+def check_feature(name: str, feature: dict, dtype: str, width: int, where: str) -> None:
+    """The data of feature `name` is `dtype` with `width` values per row: does info.json agree?"""
+    check_dtype(name, feature, dtype, where)
     shape = feature.get("shape")
     if isinstance(shape, (list, tuple)) and all(isinstance(s, int) for s in shape):
         size = math.prod(shape) if shape else 1
@@ -320,6 +327,11 @@ def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
     return folder if copied else None
 
 
+def empty_episodes(layout: Layout | None) -> list[int]:
+    """Episodes the metadata lists with no frames (length 0)."""
+    return sorted(e.index for e in (layout.episodes if layout else []) if e.length == 0)
+
+
 def write_episodes_v21(
     source_root: Path,
     destination: Path,
@@ -327,9 +339,27 @@ def write_episodes_v21(
     names: dict[str, str],
     features: dict,
     quantile_names,
+    layout: Layout | None = None,
 ) -> Path:
-    """`episodes_stats.jsonl` with our features' statistics, keeping the dataset's other features."""
+    """`episodes_stats.jsonl` with our features' statistics, keeping the dataset's other features.
+    An episode without frames has no statistics: it gets no line (LeRobot's loader aggregates the
+    lines there are), and a warning names it."""
     from accelkit.runtime.files import atomic_open
+
+    written = {result.index for result in episodes}
+    empty = [e for e in empty_episodes(layout) if e not in written]
+    if empty:
+        shown = ", ".join(map(str, empty[:SHOWN])) + (
+            f" and {len(empty) - SHOWN} more" if len(empty) > SHOWN else ""
+        )
+        log.warning(
+            "episode%s %s %s no frames (length 0 in meta/episodes.jsonl): %s no line in "
+            "episodes_stats.jsonl",
+            "s" if len(empty) > 1 else "",
+            shown,
+            "have" if len(empty) > 1 else "has",
+            "they get" if len(empty) > 1 else "it gets",
+        )
 
     existing: dict[int, dict] = {}
     current = source_root / EPISODES_JSONL
@@ -374,8 +404,20 @@ def write_episodes_v30(
     written = []
     tables = {path: pq.read_table(path) for path in episode_meta_files(source_root)}
     for path, table in tables.items():  # every file checked before any is written
-        missing = [e for e in table.column("episode_index").to_pylist() if e not in by_index]
+        listed = table.column("episode_index").to_pylist()
+        missing = [e for e in listed if e not in by_index]
         if missing:
+            lengths = (
+                dict(zip(listed, table.column("length").to_pylist(), strict=True))
+                if "length" in table.column_names
+                else {}
+            )
+            if lengths.get(missing[0]) == 0:
+                raise DataError(
+                    f"{path} lists episode {missing[0]} with no frames (length 0): its "
+                    "stats/* columns need values; delete the episode (lerobot-edit-dataset "
+                    "delete_episodes) or run without --per-episode"
+                )
             raise DataError(f"{path} lists episode {missing[0]}, which the data does not hold")
     for path, table in tables.items():
         order = [int(e) for e in table.column("episode_index").to_pylist()]

@@ -183,6 +183,13 @@ class FileReader:
     def __init__(self, features: Mapping[str, dict] | None = None):
         self.features = dict(features or {})
 
+    def _check_dtypes(self, schema, wanted: list[str], path: Path) -> None:
+        for c in wanted:
+            if c in self.features:
+                lerobot.check_dtype(
+                    c, self.features[c], arrow_value_dtype(schema.field(c).type), str(path)
+                )
+
     def names(self, path: Path) -> list[str]:
         suffix = path.suffix
         if suffix == ".parquet":
@@ -249,6 +256,7 @@ class FileReader:
                 raise DataError(
                     f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
                 ) from exc
+            self._check_dtypes(table.schema, wanted, path)
             out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
             for c in wanted:
                 if c in self.features:
@@ -305,6 +313,7 @@ class FileReader:
                         f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); "
                         "re-export or remove it"
                     ) from exc
+                self._check_dtypes(schema, wanted, path)
                 out = {
                     c: arrow_column_rows(
                         batch.column(c), f"{path} column {c!r}", first_row, first_row == 0
@@ -770,6 +779,32 @@ def _resolve_keys(
     return chosen
 
 
+def _check_declared_columns(features: Mapping, chosen: Mapping[str, str], first: Path) -> None:
+    """Numeric features meta/info.json declares but the data does not hold: an error for one
+    the run needs, a warning naming the rest (their statistics would silently be missing)."""
+    present = set(_parquet_names(first))
+    absent = [
+        n
+        for n, f in features.items()
+        if isinstance(f, dict)
+        and str(f.get("dtype")) in lerobot.NUMERIC_DTYPES
+        and n not in present
+    ]
+    needed = [n for n in chosen.values() if n in absent]
+    if needed:
+        raise DataError(
+            f"meta/info.json declares feature {needed[0]!r} but {first} has no such column; "
+            "repair the metadata or the data, or choose other columns with --keys"
+        )
+    if absent:
+        log.warning(
+            "meta/info.json declares %s, which %s does not hold: no statistics for %s",
+            ", ".join(map(repr, absent)),
+            first,
+            "them" if len(absent) > 1 else "it",
+        )
+
+
 def _row_counts(reader: FileReader, files: list, first_name: str):
     """Rows of every file: one footer read each (on object storage, several in flight)."""
     if not files or not isinstance(files[0], storage.ObjectPath):
@@ -840,6 +875,8 @@ def open_source(
         available = reader.names(root)
         name = f"file {root}"
     chosen = _resolve_keys(available, keys, name, features)
+    if features and files and files[0].suffix == ".parquet":
+        _check_declared_columns(features, chosen, files[0])
     if files[0].suffix == ".npy":
         if len(set(chosen.values())) > 1 and len(files) > 1:
             raise DataError(
