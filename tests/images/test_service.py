@@ -618,6 +618,26 @@ def tile_b64(seed: int) -> str:
     return b64(encode(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8), "PNG"))
 
 
+def create_with_tiles(url: str, name: str, prefix: str) -> httpx.Response:
+    """Create collection `name` and store four tiles as `<prefix>0` … `<prefix>3` ({"i": i})."""
+    created = httpx.post(url + "/collections/create", headers=AUTH, json={"name": name})
+    assert created.status_code == 200, created.text
+    stored = httpx.post(
+        url + "/insert",
+        headers=AUTH,
+        timeout=120,
+        json={
+            "collection": name,
+            "items": [
+                {"image_base64": tile_b64(i), "id": f"{prefix}{i}", "metadata": {"i": i}}
+                for i in range(4)
+            ],
+        },
+    )
+    assert stored.status_code == 200, stored.text
+    return stored
+
+
 def collection_contents(url: str, name: str, ids: list[str]) -> tuple[int, list]:
     info = httpx.get(url + f"/collections/{name}", headers=AUTH, timeout=60)
     assert info.status_code == 200, info.text
@@ -635,20 +655,8 @@ def test_attack_payloads_change_nothing(server, setup):
     """The ids that once emptied a collection or became unreadable: each fails its own item (or
     the request, for a delete) with a clear error; counts and contents stay as they were."""
     url = server.url
-    created = httpx.post(url + "/collections/create", headers=AUTH, json={"name": "victims"})
-    assert created.status_code == 200, created.text
-    stored = httpx.post(
-        url + "/insert",
-        headers=AUTH,
-        timeout=120,
-        json={
-            "collection": "victims",
-            "items": [
-                {"image_base64": tile_b64(i), "id": f"v{i}", "metadata": {"i": i}} for i in range(4)
-            ],
-        },
-    )
-    assert stored.status_code == 200 and stored.json()["ids"] == ["v0", "v1", "v2", "v3"]
+    stored = create_with_tiles(url, "victims", "v")
+    assert stored.json()["ids"] == ["v0", "v1", "v2", "v3"]
     before = victims_contents(url)
     assert before[0] == 4 and [item["id"] for item in before[1]] == ["v0", "v1", "v2", "v3"]
 
@@ -878,20 +886,7 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(
     server = Server(config, tmp_path / "server.log").start()
     request.addfinalizer(server.stop)  # stopped below; on a failure before that, here
     url = server.url
-    kept = httpx.post(url + "/collections/create", headers=AUTH, json={"name": "kept"})
-    assert kept.status_code == 200, kept.text
-    stored = httpx.post(
-        url + "/insert",
-        headers=AUTH,
-        timeout=120,
-        json={
-            "collection": "kept",
-            "items": [
-                {"image_base64": tile_b64(i), "id": f"k{i}", "metadata": {"i": i}} for i in range(4)
-            ],
-        },
-    )
-    assert stored.status_code == 200, stored.text
+    create_with_tiles(url, "kept", "k")
     kept_before = collection_contents(url, "kept", ["k0", "k1", "k2", "k3"])
     assert kept_before[0] == 4
     assert (
