@@ -1,5 +1,5 @@
 // The search page of `accelkit images serve`. Plain DOM, no framework, no build step.
-// Every text from the service goes in with textContent (never innerHTML), so a file name or
+// Every text from the service goes in with textContent (never as markup), so a file name or
 // metadata value such as "<script>" stays text; the CSP forbids inline script besides.
 "use strict";
 
