@@ -201,6 +201,16 @@ class StoreConfig(Settings):
     def _title(cls, value: Any) -> Any:
         return value.strip().title() if isinstance(value, str) else value
 
+    @field_validator("thumbnails")
+    @classmethod
+    def _thumbnails(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() in ("auto", "off"):
+            return value.lower()
+        if not value or value.endswith(("/", os.sep)) or os.path.isdir(os.path.expanduser(value)):
+            raise ValueError('must be "auto", "off" or the path of a SQLite file (not a folder)')
+        return value
+
     @field_validator("timeout")
     @classmethod
     def _timeout(cls, value: float) -> float:
