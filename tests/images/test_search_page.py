@@ -276,17 +276,20 @@ class Page:
             for e in self.driver.find_elements(self.By.CSS_SELECTOR, "#results .score")
         ]
 
-    def search_done(self, before: str) -> str:
-        """Waits until the status line changes from `before` and names results; returns it."""
-        self.wait.until(
-            lambda d: self.text("#status") != before and "results" in self.text("#status")
-        )
+    def clear_status(self) -> None:
+        """Empties the status line, so that the next search's line is told from the last one's
+        (two searches may well say "5 results in 12.5 ms")."""
+        self.driver.execute_script("document.getElementById('status').textContent = ''")
+
+    def search_done(self) -> str:
+        """Waits until the status line names results (after `clear_status`); returns it."""
+        self.wait.until(lambda d: "results" in self.text("#status"))
         return self.text("#status")
 
     def query(self, path: Path) -> None:
-        before = self.text("#status")
+        self.clear_status()
         self.find("#query-file").send_keys(str(path))
-        self.search_done(before)
+        self.search_done()
 
 
 def test_search_page_in_chromium(service, browser, tmp_path):
@@ -334,7 +337,7 @@ def test_search_page_in_chromium(service, browser, tmp_path):
         shutil.copyfile(shot, ROOT / "docs" / "images_search_page.png")
 
     # a filter the grammar refuses: the service's message, beside the filter box
-    before = page.text("#status")
+    page.clear_status()
     page.find("#filter").send_keys('metadata["kind"] ==')
     page.find("#search").click()
     page.wait.until(lambda d: page.text("#filter-error"))
@@ -344,7 +347,7 @@ def test_search_page_in_chromium(service, browser, tmp_path):
     page.find("#filter").send_keys(Keys.CONTROL, "a")
     page.find("#filter").send_keys('metadata["kind"] in ["thing", "food", "plant"]')
     page.find("#search").click()
-    page.search_done(before)
+    page.search_done()
     assert page.text("#filter-error") == ""
     filtered = ranking(service, query.read_bytes(), {"thing", "food", "plant"})
     assert page.names() == [name for name, _ in filtered]
@@ -352,9 +355,9 @@ def test_search_page_in_chromium(service, browser, tmp_path):
 
     # a click on a result searches by it: the stored vector, so it comes first with score 1
     second = page.names()[1]
-    before = page.text("#status")
+    page.clear_status()
     browser.find_elements(page.By.CSS_SELECTOR, "#results .result")[1].click()
-    page.search_done(before)
+    page.search_done()
     assert page.names()[0] == second and page.scores()[0] == pytest.approx(1.0, abs=1e-4)
     reference = ranking(service, service["data"][second])
     assert page.names() == [name for name, _ in reference[:5]]
