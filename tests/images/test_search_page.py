@@ -141,6 +141,9 @@ def test_page_files_headers_and_auth(service):
         url + "/", headers={"Accept": "text/html", "If-None-Match": page.headers["etag"]}
     )
     assert cached.status_code == 304
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text  # the page's requests are counted
+    assert 'method="GET",route="/",status="200"' in metrics
+    assert 'method="GET",route="/static/{asset}",status="200"' in metrics
 
 
 def test_thumbnails_by_id_only_behind_the_key(service):
