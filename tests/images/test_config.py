@@ -209,3 +209,14 @@ def test_url_allow_and_request_caps_from_the_environment():
     assert (limits.ids, limits.filter_values, limits.items) == (500, 9, 256)
     with pytest.raises(ConfigError, match="MAX_METADATA_KEYS '0': must be at least 1"):
         ServiceConfig.from_env(env={"ACCELKIT_SERVER_MAX_METADATA_KEYS": "0"})
+
+
+def test_thumbnails_setting(tmp_path):
+    assert ServiceConfig.from_env(env={}).store.thumbnails == "auto"
+    env = {"ACCELKIT_STORE_THUMBNAILS": " OFF "}
+    assert ServiceConfig.from_env(env=env).store.thumbnails == "off"
+    path = str(tmp_path / "t.sqlite")
+    assert ServiceConfig.from_env(env={}, store={"thumbnails": path}).store.thumbnails == path
+    for bad in ("", str(tmp_path), "somewhere/"):
+        with pytest.raises(ConfigError, match="SQLite file"):
+            ServiceConfig.from_env(env={}, store={"thumbnails": bad})

@@ -557,7 +557,7 @@ def serve_command(
 
     def ready(url: str) -> None:
         typer.echo(
-            f"accelkit images service on {url} (docs at /docs; store {redact_uri(settings.store.uri)}; "
+            f"accelkit images service on {url} (search page at /, docs at /docs; store {redact_uri(settings.store.uri)}; "
             f"API key {'required' if settings.server.api_key else 'off'})",
             err=True,
         )

@@ -162,6 +162,9 @@ class StoreConfig(Settings):
     # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
+    # thumbnails for the search page, made at insert time (accelkit.images.thumbnails): "auto"
+    # keeps them beside a Milvus Lite database (none for a server), "off", or a SQLite file
+    thumbnails: str = "auto"
 
     @field_validator(
         "nlist",
@@ -197,6 +200,16 @@ class StoreConfig(Settings):
     @classmethod
     def _title(cls, value: Any) -> Any:
         return value.strip().title() if isinstance(value, str) else value
+
+    @field_validator("thumbnails")
+    @classmethod
+    def _thumbnails(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() in ("auto", "off"):
+            return value.lower()
+        if not value or value.endswith(("/", os.sep)) or os.path.isdir(os.path.expanduser(value)):
+            raise ValueError('must be "auto", "off" or the path of a SQLite file (not a folder)')
+        return value
 
     @field_validator("timeout")
     @classmethod

@@ -14,6 +14,7 @@ one call store the last item; the earlier ones are reported as replaced.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ from accelkit.images.schema import (
 from accelkit.images.store import CollectionNotFoundError, Hit
 from accelkit.runtime.files import record_kept
 from accelkit.runtime.storage import ObjectPath
+
+log = logging.getLogger(__name__)
+
+
+class ItemNotFoundError(InputError):
+    """No stored item has the id given."""
 
 
 @dataclass(frozen=True)
@@ -165,13 +172,24 @@ class LocalIndex:
 
     `embed(items)` returns one `ItemResult` (a vector or a reason) per item: the pipeline's
     `embed_items`, or in the service the dynamic batcher, which merges concurrent requests.
+    `thumbnails` (a `ThumbnailStore`, optional) receives a small JPEG of every stored image.
     """
 
-    def __init__(self, store: Any, embed: EmbedFn, default_collection: str, dim: int):
+    def __init__(
+        self,
+        store: Any,
+        embed: EmbedFn,
+        default_collection: str,
+        dim: int,
+        thumbnails: Any = None,
+        max_pixels: int | None = None,
+    ):
         self.store = store
         self.embed = embed
         self.default_collection = default_collection
         self.dim = dim
+        self.thumbnails = thumbnails
+        self.max_pixels = max_pixels
         self.model_info: dict[str, Any] = {}
         self._on_close: list[Callable[[], None]] = []
 
@@ -234,9 +252,50 @@ class LocalIndex:
                 self.store.create_collection(name, self.dim, exist_ok=True)
             vectors = np.stack([vector for _, (_, vector, _) in stored])
             self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
+            self._store_thumbnails(
+                name, [(item_id, items[i].data) for item_id, (i, _, _) in stored]
+            )
         return InsertResult(
             name, ids, [i for _, (i, _, _) in stored], dict(sorted(failures.items()))
         )
+
+    def _store_thumbnails(self, name: str, items: list[tuple[str, Any]]) -> None:
+        """A thumbnail per stored item, after the store accepted them; one that cannot be made
+        or kept costs the page its picture, never the insert."""
+        if self.thumbnails is None:
+            return
+        from accelkit.images.thumbnails import make_thumbnail
+
+        made = []
+        for item_id, data in items:
+            try:
+                made.append((item_id, make_thumbnail(data, max_pixels=self.max_pixels)))
+            except (AccelkitError, OSError, ValueError) as exc:
+                log.warning("no thumbnail for %r in %r: %s", item_id, name, exc)
+        try:
+            self.thumbnails.put(name, made)
+        except Exception as exc:  # sqlite3.Error, a full disk: the items are stored regardless
+            log.warning("thumbnails of %d items in %r not kept: %s", len(made), name, exc)
+
+    def thumbnail(self, item_id: str, collection: str | None = None) -> bytes | None:
+        """The JPEG thumbnail of a stored item, or None (no such item, or no thumbnail of it).
+        Only items the store holds have one: a thumbnail a delete by filter left is not shown."""
+        name = self._name(collection)
+        item_id = check_id(item_id)
+        if self.thumbnails is None:
+            self.store.describe_dim(name)  # a missing collection is still a 404 of its own
+            return None
+        if not self.store.get(name, [item_id]):
+            return None
+        return self.thumbnails.get(name, item_id)
+
+    def stored_vector(self, item_id: str, collection: str | None = None) -> np.ndarray:
+        """The stored vector of an item ("search by this result"); `InputError` if there is none."""
+        name = self._name(collection)
+        rows = self.store.get(name, [check_id(item_id)], with_vectors=True)
+        if not rows:
+            raise ItemNotFoundError(f"id {item_id!r}: no such item in collection {name!r}")
+        return rows[0]["vector"]
 
     def query_vector(self, query: ImageInput | np.ndarray) -> np.ndarray:
         if (
@@ -283,8 +342,11 @@ class LocalIndex:
         if (ids is None) == (filter is None):
             raise InputError("give either ids or a filter to delete by (not both)")
         if ids is not None:
-            return self.store.delete(name, check_ids(list(ids)))
-        return self.store.delete_matching(name, filter)
+            ids = check_ids(list(ids))
+            deleted = self.store.delete(name, ids)
+            self._forget_thumbnails(name, ids)
+            return deleted
+        return self.store.delete_matching(name, filter)  # its thumbnails stay, never shown
 
     # collections -----------------------------------------------------------------------------
 
@@ -323,7 +385,20 @@ class LocalIndex:
         )
 
     def drop_collection(self, name: str | None = None) -> None:
-        self.store.drop_collection(self._name(name))
+        name = self._name(name)
+        self.store.drop_collection(name)
+        self._forget_thumbnails(name, None)
+
+    def _forget_thumbnails(self, name: str, ids: list[str] | None) -> None:
+        if self.thumbnails is None:
+            return
+        try:
+            if ids is None:
+                self.thumbnails.drop(name)
+            else:
+                self.thumbnails.delete(name, ids)
+        except Exception as exc:  # left behind: never shown, replaced when an id comes back
+            log.warning("thumbnails in %r not removed: %s", name, exc)
 
     def flush(self, name: str | None = None) -> dict[str, Any]:
         name = self._name(name)

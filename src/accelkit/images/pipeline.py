@@ -53,6 +53,7 @@ def open_local_index(config: ServiceConfig) -> LocalIndex:
     never imports the pipeline."""
     from accelkit.images.batching import ItemResult
     from accelkit.images.store import VectorStore
+    from accelkit.images.thumbnails import open_thumbnails
 
     store = VectorStore(config.store)
     loaded: list[ImageEmbeddingPipeline] = []
@@ -62,7 +63,14 @@ def open_local_index(config: ServiceConfig) -> LocalIndex:
             loaded.append(ImageEmbeddingPipeline(config, store=store))
         return loaded[0].embed_items(items)
 
-    index = LocalIndex(store, embed, config.store.collection_name, config.model.embedding_dim)
+    index = LocalIndex(
+        store,
+        embed,
+        config.store.collection_name,
+        config.model.embedding_dim,
+        thumbnails=open_thumbnails(config.store.uri, config.store.thumbnails),
+        max_pixels=config.preprocess.max_pixels,
+    )
     index.model_info = {"name": config.model.name, "backend": config.model.backend}
     index._on_close.append(lambda: loaded and loaded[0].close())
     index._on_close.append(store.close)
@@ -230,11 +238,15 @@ class ImageEmbeddingPipeline:
     @functools.cached_property
     def index(self) -> LocalIndex:
         """The application layer over this pipeline's model and store."""
+        from accelkit.images.thumbnails import open_thumbnails
+
         return LocalIndex(
             self.store,
             self.embed_items,
             self.config.store.collection_name,
             self.config.model.embedding_dim,
+            thumbnails=open_thumbnails(self.config.store.uri, self.config.store.thumbnails),
+            max_pixels=self.config.preprocess.max_pixels,
         )
 
     def create_collection(

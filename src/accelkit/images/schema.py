@@ -365,6 +365,7 @@ class SearchRequest(Body):
     query: str | None = Field(None, description="EmbeddingTrident's form: a server path or URL")
     query_input: str | None = None
     vector: Annotated[list[float] | None, _capped("vector")] = None
+    id: ItemId | None = Field(None, description="a stored item's id: search by its vector")
     topk: StrictInt = Field(10, ge=1)
     filter: FilterExpr = Field(
         None,

@@ -38,7 +38,7 @@ from accelkit.images.schema import (
     SearchRequest,
     check_collection_name,
 )
-from accelkit.images.service import forms, guards
+from accelkit.images.service import forms, guards, page
 from accelkit.images.service.errors import ServiceError, error_body, status_for
 from accelkit.images.service.sources import Source, load
 
@@ -93,11 +93,16 @@ class ServiceState:
             on_batch,
         )
         self.batcher.start()
+        from accelkit.images.thumbnails import open_thumbnails
+
+        store_config = self.config.store
         self.index = LocalIndex(
             self.pipeline.store,
             self.embed_blocking,
-            self.config.store.collection_name,
+            store_config.collection_name,
             self.config.model.embedding_dim,
+            thumbnails=open_thumbnails(store_config.uri, store_config.thumbnails),
+            max_pixels=self.config.preprocess.max_pixels,
         )
         self.index.model_info = {
             "name": self.config.model.name,
@@ -351,7 +356,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         started = time.perf_counter()
         path = request.url.path
         try:
-            if not authorized(request) and path not in guards.PUBLIC_PATHS:
+            public = path in guards.PUBLIC_PATHS or page.is_page_request(request)
+            if not authorized(request) and not public:
                 state.metrics.reject("unauthorized")
                 return error_response(
                     ServiceError(
@@ -399,8 +405,17 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
 
     # -- health, metrics, collections -----------------------------------------------------------
 
-    @app.get("/", summary="Service name and version")
-    async def root():
+    @app.get("/", summary="The search page (Accept: text/html), else the service name and version")
+    async def root(request: Request):
+        if page.wants_html(request):
+            return page.asset_response("index.html", request)
+        if not authorized(request):  # the page is public; what the service is, is not
+            raise ServiceError(
+                401,
+                "unauthorized",
+                "missing or wrong API key; send Authorization: Bearer <key>",
+                {"WWW-Authenticate": "Bearer"},
+            )
         return {
             "service": "accelkit images",
             "version": __version__,
@@ -434,6 +449,29 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                 ),
             },
         }
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon():
+        return Response(status_code=204)  # the page has no icon; browsers ask regardless
+
+    @app.get(
+        "/static/{asset}", summary="The search page's script and style", include_in_schema=False
+    )
+    async def static_asset(asset: str, request: Request):
+        return page.asset_response(asset, request)
+
+    @app.get(
+        "/collections/{name}/items/{item_id:path}/thumbnail",
+        summary="A stored item's thumbnail (JPEG, made at insert time)",
+    )
+    async def thumbnail(name: str, item_id: str, request: Request):
+        name = check_collection_name(name)
+        jpeg = await state.run(state.index.thumbnail, item_id, name)
+        if jpeg is None:
+            raise ServiceError(
+                404, "not_found", f"no thumbnail for id {item_id[:80]!r} in collection {name!r}"
+            )
+        return page.thumbnail_response(jpeg, request)
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics():
@@ -578,7 +616,10 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         if source is None:
             import numpy as np
 
-            query = np.asarray(body.vector, np.float32)
+            if body.id is not None:  # "search by this result": the stored vector, nothing read
+                query = await state.run(state.index.stored_vector, body.id, name)
+            else:
+                query = np.asarray(body.vector, np.float32)
             hits = await state.run(
                 state.index.search, query, body.topk, body.filter, name, body.consistency
             )
@@ -703,6 +744,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         },
     )
 
+    app.middleware("http")(page.security_headers)  # outermost: on every answer, refusals too
     return guards.BodyLimit(
         app, server.max_body_bytes, on_reject=state.metrics.reject, timeout=server.body_timeout_s
     )

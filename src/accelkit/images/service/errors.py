@@ -33,6 +33,7 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> dict
 
 def status_for(exc: AccelkitError) -> tuple[int, str]:
     """HTTP status and code for an accelkit error."""
+    from accelkit.images.index import ItemNotFoundError
     from accelkit.images.store import (
         CollectionExistsError,
         CollectionNotFoundError,
@@ -43,6 +44,8 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
 
     if isinstance(exc, CollectionNotFoundError):
         return 404, "collection_not_found"
+    if isinstance(exc, ItemNotFoundError):
+        return 404, "item_not_found"
     if isinstance(exc, CollectionExistsError):
         return 409, "collection_exists"
     if isinstance(exc, FilterError):

@@ -233,9 +233,9 @@ def search_source(request: SearchRequest, uploads: list[tuple[str | None, bytes]
         for k in ("image_base64", "path", "url", "input", "query", "query_input")
         if getattr(request, k) is not None
     ]
-    count = len(given) + len(uploads) + (request.vector is not None)
+    count = len(given) + len(uploads) + (request.vector is not None) + (request.id is not None)
     if count != 1:
-        raise InputError("give exactly one query: a file, image_base64, path, url or vector")
+        raise InputError("give exactly one query: a file, image_base64, path, url, vector or id")
     if uploads:
         name, data = uploads[0]
         return Source("bytes", data, name)
