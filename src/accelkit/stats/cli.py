@@ -46,6 +46,7 @@ class StatsSettings(Settings):
     delta_actions: str | None = None  # openpi's DeltaActions mask: "6,-1,6,-1" or "true,false,…"
     transform: str | None = None  # module:callable, a dict batch in and out (openpi's shape)
     per_timestep: bool = False  # also one set of statistics per action-chunk step
+    plot: str | None = None  # a figure of the distributions: PATH.png or a self-contained PATH.html
 
     @field_validator("delta_actions")
     @classmethod
@@ -356,6 +357,15 @@ def stats_command(
             " metadata (episodes, total_frames) disagrees with them (default: metadata decides).",
         ),
     ] = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="Also draw each dimension's distribution (from the run's own histograms), mean ±"
+            " std and quantiles, flagging dimensions that look broken: PATH.png, or PATH.html (one"
+            " self-contained page with the numbers). With --per-episode, a heat map of episode means.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file of named stats jobs.")
     ] = None,
@@ -406,6 +416,7 @@ def stats_command(
         delta_actions=delta_actions,
         transform=transform,
         per_timestep=per_timestep or None,
+        plot=plot,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -432,6 +443,11 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)
+    plot_path = None
+    if settings.plot:
+        from accelkit.stats.plot import check_plot_path
+
+        plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
     phase(f"reading the metadata of {settings.dataset}")
     stream = open_source(
@@ -481,9 +497,26 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
                 (sidecar_path(local), output.parent / sidecar_path(output.name).name),
             ):
                 remote.write_bytes(path.read_bytes())
-            return _report(settings, result, local, stream, None, as_json, shown=output)
+            plotted = _write_plot(plot_path, result, stream)
+            return _report(
+                settings, result, local, stream, None, as_json, shown=output, plotted=plotted
+            )
     backup = _write_outputs(settings, stream, result, levels, output, target)
-    return _report(settings, result, output, stream, backup, as_json)
+    plotted = _write_plot(plot_path, result, stream)
+    return _report(settings, result, output, stream, backup, as_json, plotted=plotted)
+
+
+def _write_plot(path: Path | None, result, stream) -> tuple[Path, int] | None:
+    """The --plot figure, and its flagged dimensions as warnings: (path, how many flagged)."""
+    if path is None:
+        return None
+    from accelkit.runtime.progress import phase
+    from accelkit.stats.plot import plot_data, warn_flags, write_plot
+
+    phase(f"drawing {path}")
+    data = plot_data(result, {k: stream.column_name(k) for k in result.stats}, stream.name)
+    flagged = warn_flags(data)
+    return write_plot(path, data), flagged
 
 
 def _write_outputs(settings, stream, result, levels, output: Path, target):
@@ -508,8 +541,11 @@ def _write_outputs(settings, stream, result, levels, output: Path, target):
     return backup
 
 
-def _report(settings, result, output: Path, stream, backup, as_json: bool, shown=None):
-    """The --json document or the printed report (`shown`: where the output went, if elsewhere)."""
+def _report(
+    settings, result, output: Path, stream, backup, as_json: bool, shown=None, plotted=None
+):
+    """The --json document or the printed report (`shown`: where the output went, if elsewhere;
+    `plotted`: the figure written and how many dimensions it flags)."""
     shown = output if shown is None else shown
     if as_json:
         import json
@@ -523,6 +559,7 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
                 "format": settings.format,
                 "stats": json.loads(output.read_text(encoding="utf-8")),  # what the file holds
                 "backup": None if backup is None else str(backup),
+                **({} if plotted is None else {"plot": str(plotted[0]), "flagged": plotted[1]}),
             },
             run=json.loads(sidecar_path(output).read_text(encoding="utf-8")),
         )
@@ -530,6 +567,9 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
     print_report(result, shown, settings.format, stream.name)
     if backup is not None:
         print(f"previous files kept in {backup}")
+    if plotted is not None:
+        flagged = f"; {plotted[1]} dimension(s) flagged, see the warnings" if plotted[1] else ""
+        print(f"drew the distributions in {plotted[0]}{flagged}")
     return result
 
 
