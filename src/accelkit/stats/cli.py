@@ -131,45 +131,50 @@ def _format_count(n: float) -> str:
 
 
 def print_report(result, output: Path, fmt: str, source_name: str) -> None:
-
     import numpy as np
-    from rich.table import Table
+    from rich.text import Text
 
-    from accelkit.runtime.output import stdout_console
+    from accelkit.runtime.output import Col, print_table, stdout_console
     from accelkit.stats.formats import quantile_name, sidecar_path
 
     console = stdout_console()
     s = result.summary
-    run = Table(title=f"accelkit stats: {source_name}", show_header=False)
-    run.add_column("what")
-    run.add_column("value")
-    run.add_row("mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)")
-    run.add_row(
-        "devices",
-        f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
-    )
-    run.add_row(
-        "batch size",
-        f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
-    )
-    run.add_row("rows", f"{s.rows:,}")
-    run.add_row(
-        "time",
-        f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
-    )
+    run = [
+        ["mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)"],
+        [
+            "devices",
+            f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
+        ],
+        [
+            "batch size",
+            f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
+        ],
+        ["rows", f"{s.rows:,}"],
+        [
+            "time",
+            f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
+        ],
+    ]
     memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
     if s.peak_device_bytes is not None:
         memory += f", {s.peak_device_bytes / 2**20:,.0f} MiB device"
-    run.add_row("peak memory", memory)
+    run.append(["peak memory", memory])
     if s.partial:
-        run.add_row("[yellow]partial[/yellow]", "time budget ran out; results cover the rows above")
-    console.print(run)
+        run.append(
+            [Text("partial", style="yellow"), "time budget ran out; results cover the rows above"]
+        )
+    print_table(
+        f"accelkit stats: {source_name}",
+        [Col("what", numeric=False), Col("value", numeric=False)],
+        run,
+        console=console,
+        show_header=False,
+    )
     for key, stats in result.stats.items():
         levels = sorted(stats.quantiles)
-        table = Table(title=f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}")
-        for name in ["dim", "mean", "std", "min", "max", *(quantile_name(q) for q in levels)]:
-            table.add_column(name, justify="right")
+        names = ["mean", "std", "min", "max", *(quantile_name(q) for q in levels)]
         shown = min(stats.dim, 16)
+        rows = []
         for d in range(shown):
             cells = [
                 stats.mean[d],
@@ -178,10 +183,16 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
                 stats.max[d],
                 *(stats.quantiles[q][d] for q in levels),
             ]
-            table.add_row(str(d), *(f"{float(v):.5g}" for v in cells))
-        if stats.dim > shown:
-            table.caption = f"{stats.dim - shown} more dimensions in {output}"
-        console.print(table)
+            rows.append([str(d), *(f"{float(v):.5g}" for v in cells)])
+        print_table(
+            f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}",
+            [Col("dim", numeric=True, key=True), *(Col(n, numeric=True) for n in names)],
+            rows,
+            console=console,
+            caption=f"{stats.dim - shown} more dimensions in {output}"
+            if stats.dim > shown
+            else None,
+        )
         if stats.rank_error_bound is not None:
             worst = max(float(np.max(b)) for b in stats.rank_error_bound.values())
             console.print(
