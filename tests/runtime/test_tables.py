@@ -5,6 +5,7 @@ output (stats, bench, quant, devices; images in tests/images/test_table_widths.p
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from rich.cells import cell_len
@@ -164,3 +165,12 @@ def test_devices_table_fits(capsys, monkeypatch, width):
     code, document, _ = run_cli(["devices", "--json"], capsys)
     info = json.loads(document)["result"]
     assert_whole(printed, width, [info["torch"].get("version", ""), info["jax"].get("version", "")])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_path_wider_than_its_column_breaks_after_a_slash(width):
+    path = "/data/" + "/".join(f"folder_number_{i}" for i in range(8)) + "/" + LONG_NAME
+    text = render("inserted", ["input", "id"], [[path, 449238498234123]], width)
+    assert_whole(text, width, [LONG_NAME.rsplit("/", 1)[1], "449238498234123"])
+    joined = re.sub(r"[│┃\s]|449238498234123", "", text)
+    assert path in joined  # every character kept, in order

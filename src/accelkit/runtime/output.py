@@ -207,7 +207,8 @@ def fitting_table(
     widths are chosen here (widest columns give way first, down to those minimums), not left to
     rich, whose squeezing cuts numbers. When the minimums do not fit, in this order: short
     headers with a legend; the columns split into several tables that each repeat the key
-    columns; one field/value table per row (the vertical layout), where only a word wider than the
+    columns; one field/value table per row (the vertical layout), where a path wider than the
+    terminal breaks after a `/` (the file name stays whole) and only a word wider than the
     terminal itself is folded.
     """
     from rich.cells import cell_len
@@ -274,7 +275,10 @@ def fitting_table(
                 width=size,
             )
         for row, style in zip(texts, styles, strict=False):
-            table.add_row(*(row[i] for i in indices), style=style)
+            table.add_row(
+                *(_break_paths(row[i], size) for i, size in zip(indices, sizes, strict=True)),
+                style=style,
+            )
         return table
 
     everything = list(range(len(columns)))
@@ -308,10 +312,40 @@ def fitting_table(
             build(keys + g, has_short, widths(keys + g, has_short), f" ({n}/{len(groups)})")
             for n, g in enumerate(groups, 1)
         ]
-    return _vertical(title, columns, texts, styles, caption)
+    return _vertical(title, columns, texts, styles, caption, width)
 
 
-def _vertical(title, columns, texts, styles, caption) -> list:
+def _break_paths(cell, size: int):
+    """A cell whose path (or URL) is wider than its column, broken after a `/` instead of inside
+    a name: the file name at the end stays whole wherever it fits on a line."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    plain = cell.plain
+    if not cell.spans and "/" in plain and any(cell_len(w) > size for w in plain.split()):
+        lines = []
+        for line in plain.split("\n"):
+            words = []
+            for word in line.split(" "):
+                if cell_len(word) <= size or "/" not in word:
+                    words.append(word)
+                    continue
+                pieces, current = [], ""
+                for n, part in enumerate(word.split("/")):
+                    piece = part if n == 0 else "/" + part
+                    if current and cell_len(current + piece) > size:
+                        pieces.append(current)
+                        current = piece
+                    else:
+                        current += piece
+                pieces.append(current)
+                words.append("\n".join(pieces))
+            lines.append(" ".join(words))
+        return Text("\n".join(lines), style=cell.style)
+    return cell
+
+
+def _vertical(title, columns, texts, styles, caption, width: int) -> list:
     """One two-column table per row: the headers down the left, the values (wrapped) on the right."""
     from rich.table import Table
 
@@ -326,7 +360,7 @@ def _vertical(title, columns, texts, styles, caption) -> list:
         table.add_column("field", min_width=header_width, overflow="fold", style="bold")
         table.add_column("value", overflow="fold")
         for column, cell in zip(columns, row, strict=False):
-            table.add_row(column.header, cell, style=style)
+            table.add_row(column.header, _break_paths(cell, width - header_width - 7), style=style)
         out.append(table)
     return out
 
