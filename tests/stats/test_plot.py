@@ -127,7 +127,7 @@ def test_flags_against_numpy_facts():
     x[:, 0] = np.where(np.arange(len(x)) % 200 == 0, 2.0, 1.0)  # q01 == q99 == 1, not constant
     for fast in (False, True):
         stats = compute_stats([{"s": x}], skip_nonfinite=True, fast=fast, platform="cpu").stats["s"]
-        flags = histograms.flag_dimensions(stats, stats.buckets)
+        flags = histograms.flag_dimensions(stats)
         assert "q01 == q99 (1)" in flags[0]
         assert int(np.sum(np.isnan(x[:, 3]))) == 40 and flags[3] == ["40 NaN/Inf skipped"]
         share = np.mean(x[:, 2] == 0)
@@ -135,18 +135,44 @@ def test_flags_against_numpy_facts():
         assert abs(x[:, 4].astype(np.float64).mean()) > 1e3 * x[:, 4].astype(np.float64).std()
 
 
-def test_bars_equal_numpy_histogram_where_buckets_are_finer_than_bars():
-    """Values on a coarse grid (each in its own key bucket, none on a bar edge): the bars built from
-    the pass's histogram equal numpy's histogram of the raw values exactly."""
+@pytest.mark.parametrize("fast", [False, True])
+def test_bars_equal_numpy_histogram_where_buckets_are_finer_than_bars(fast):
+    """Integers 0..40 (in exact mode each in its own key bucket, starting on a bar edge): the 40
+    bars the run keeps from its own histogram equal numpy's histogram of the raw values exactly;
+    fast mode's buckets are offsets from the median, off by at most one value's count."""
     rng = np.random.default_rng(1)
-    x = (rng.integers(0, 64, size=(3000, 2)) / 4).astype(np.float32)  # 0, 0.25, ..., 15.75
-    stats = compute_stats([{"s": x}], platform="cpu").stats["s"]
-    for d in range(2):
-        b = stats.buckets
-        lo, hi = float(stats.min[d]), float(stats.max[d])
-        edges, counts = histograms.bars(b.lower[d], b.upper[d], b.count[d], lo, hi, n=84)
+    x = rng.integers(0, 41, size=(3000, 3)).astype(np.float32)
+    x[:, 2] = np.where(rng.random(3000) < 0.5, 0, 40)  # two point masses at the ends
+    stats = compute_stats([{"s": x}], fast=fast, platform="cpu").stats["s"]
+    for d in range(3):
+        edges, counts = histograms.dimension_bars(stats.histogram, d)
+        np.testing.assert_array_equal(edges, np.linspace(0, 40, histograms.BARS + 1))
         reference, _ = np.histogram(x[:, d], edges)
-        np.testing.assert_allclose(counts, reference, atol=1e-9)
+        if not fast:
+            np.testing.assert_allclose(counts, reference, rtol=0, atol=1e-9)
+        else:  # buckets of x - median: a value below the median ends its bucket, which is spread
+            assert counts.sum() == reference.sum()
+            drift = np.abs(np.cumsum(counts) - np.cumsum(reference)).max()
+            assert drift <= np.bincount(x[:, d].astype(int)).max()  # at most one value's count
+    assert stats.histogram.at_min[2] == np.mean(x[:, 2] == 0)  # exactly the point mass
+
+
+def test_bars_spread_a_wide_bucket_and_keep_the_total():
+    """A bucket straddling bar edges is shared in proportion to its overlap (a reference written
+    as overlaps); zero-width buckets go to the bar holding them."""
+    lower = np.array([0.0, 0.25, 1.0, 2.5, 4.0])
+    upper = np.array([0.0, 0.75, 2.0, 3.5, 4.0])
+    count = np.array([3, 4, 10, 6, 2])
+    _, counts = histograms.bars(lower, upper, count, 0.0, 4.0, n=4)
+    expected = np.zeros(4)
+    for lo, hi, c in zip(lower, upper, count, strict=True):
+        if hi == lo:
+            expected[min(int(lo), 3)] += c
+            continue
+        for j in range(4):
+            expected[j] += c * max(0.0, min(hi, j + 1) - max(lo, j)) / (hi - lo)
+    np.testing.assert_allclose(counts, expected)
+    assert counts.sum() == count.sum()
 
 
 def test_bad_plot_path_is_exit_2(dataset, tmp_path, capsys):

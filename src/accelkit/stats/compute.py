@@ -550,6 +550,7 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
         buckets = histograms.from_exact_pass(state.counts, base["min"], base["max"])
     else:
         buckets = histograms.from_fast_pass(state.counts, state.center, base["min"], base["max"])
+    histogram = histograms.summarize(buckets)  # a few numbers per dimension; the counts go
     return KeyStats(
         count=base["count"],
         mean=base["mean"],
@@ -561,7 +562,7 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
         rank_error_bound=None
         if bound is None
         else {float(q): bound[:, i] for i, q in enumerate(levels)},
-        buckets=buckets,
+        histogram=histogram,
     )
 
 

@@ -64,19 +64,13 @@ def plot_data(result, column_names: dict, source: str, max_panels: int = MAX_PAN
     for key, s in result.stats.items():
         levels = sorted(s.quantiles)
         shown = min(s.dim, max_panels)
-        flags = histograms.flag_dimensions(s, s.buckets)
+        flags = histograms.flag_dimensions(s)
         bars = []
         for d in range(shown):
-            if s.buckets is None or int(s.count[d]) == 0:
+            if s.histogram is None or int(s.count[d]) == 0:
                 bars.append(None)
                 continue
-            edges, counts = histograms.bars(
-                s.buckets.lower[d],
-                s.buckets.upper[d],
-                s.buckets.count[d],
-                float(s.min[d]),
-                float(s.max[d]),
-            )
+            edges, counts = histograms.dimension_bars(s.histogram, d)
             bars.append({"edges": edges.tolist(), "counts": counts.tolist()})
         features[key] = {
             "column": column_names.get(key, key),
