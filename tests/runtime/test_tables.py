@@ -174,3 +174,25 @@ def test_a_path_wider_than_its_column_breaks_after_a_slash(width):
     assert_whole(text, width, [LONG_NAME.rsplit("/", 1)[1], "449238498234123"])
     joined = re.sub(r"[│┃\s]|449238498234123", "", text)
     assert path in joined  # every character kept, in order
+
+
+def test_stats_in_a_real_terminal_of_80_columns(dataset, tmp_path):
+    """On a terminal (a pty) the width is the terminal's: every table line fits 80 columns and
+    every number of the statistics file shows whole."""
+    from tests.support.terminal import accelkit, run_in_terminal
+
+    out = tmp_path / "stats.json"
+    run = run_in_terminal(
+        accelkit("stats", str(dataset), "--format", "lerobot", "-o", str(out), "--no-progress"),
+        columns=80,
+        timeout=600,
+    )
+    assert run.code == 0, run.output[-3000:]
+    written = json.loads(out.read_text())
+    cells = [
+        f"{float(v):.5g}"
+        for entry in written.values()
+        for name in ("mean", "q99")
+        for v in entry[name]
+    ]
+    assert_whole(run.output, 80, cells)
