@@ -110,7 +110,10 @@ def test_broken_dimensions_are_flagged_in_the_figure_and_the_warnings(tmp_path, 
         capsys,
     )  # fmt: skip
     assert code == 0, err
-    flags = read_plot_data(figure)["features"]["state"]["flags"]
+    drawn = read_plot_data(figure)["features"]["state"]
+    flags = drawn["flags"]
+    # 1000 + noise: one key bucket spans the range; the panel says its bars are coarse
+    assert drawn["bars"][4]["coarse"] == 1.0 and drawn["bars"][0]["coarse"] == 0.0
     assert set(flags) == {"1", "2", "3", "4"}  # dim 0 is healthy
     assert flags["1"] == ["constant (0.25)"]
     assert flags["2"] == [f"{np.mean(x[:, 2] == 0):.0%} of values at the min (0)"]

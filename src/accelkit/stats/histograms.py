@@ -78,20 +78,23 @@ class Histogram:
     counts: np.ndarray  # float64 [D, BARS]
     at_min: np.ndarray  # float64 [D]
     at_max: np.ndarray  # float64 [D]
+    coarse: np.ndarray  # float64 [D]: share of values in buckets wider than a bar (spread flat)
 
 
 def summarize(buckets: Buckets, n: int = BARS) -> Histogram:
     """The `Histogram` of `buckets`, one dimension at a time."""
     edges = np.full((buckets.dim, n + 1), np.nan)
     counts = np.zeros((buckets.dim, n))
-    at_min, at_max = np.zeros(buckets.dim), np.zeros(buckets.dim)
+    at_min, at_max, coarse = (np.zeros(buckets.dim) for _ in range(3))
     for d in range(buckets.dim):
         lo, hi = float(buckets.vmin[d]), float(buckets.vmax[d])
         lower, upper, count = buckets.of(d)
         e, c = bars(lower, upper, count, lo, hi, n)
         edges[d, : len(e)], counts[d, : len(c)] = e, c
         at_min[d], at_max[d] = end_shares(lower, upper, count, lo, hi)
-    return Histogram(edges, counts, at_min, at_max)
+        if hi > lo and count.sum():
+            coarse[d] = count[(upper - lower) > (hi - lo) / n].sum() / count.sum()
+    return Histogram(edges, counts, at_min, at_max, coarse)
 
 
 def dimension_bars(histogram: Histogram, d: int) -> tuple[np.ndarray, np.ndarray]:

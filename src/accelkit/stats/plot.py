@@ -71,7 +71,8 @@ def plot_data(result, column_names: dict, source: str, max_panels: int = MAX_PAN
                 bars.append(None)
                 continue
             edges, counts = histograms.dimension_bars(s.histogram, d)
-            bars.append({"edges": edges.tolist(), "counts": counts.tolist()})
+            coarse = float(s.histogram.coarse[d])
+            bars.append({"edges": edges.tolist(), "counts": counts.tolist(), "coarse": coarse})
         features[key] = {
             "column": column_names.get(key, key),
             "dims": s.dim,
@@ -128,14 +129,15 @@ def render_png(data: dict) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sections = [(key, f) for key, f in data["features"].items()]
+    sections = list(data["features"].items())
+    columns = max(2, min(COLUMNS, max((f["shown"] for _, f in sections), default=1)))
     episodes = data.get("episodes") or {}
-    heights = [0.6 + 1.7 * math.ceil(max(f["shown"], 1) / COLUMNS) for _, f in sections]
+    heights = [0.6 + 1.7 * math.ceil(max(f["shown"], 1) / columns) for _, f in sections]
     heat_heights = [
         1.2 + min(6.0, 0.08 * len(e["index"])) for k, e in episodes.items() if k in data["features"]
     ]
     fig = plt.figure(
-        figsize=(2.1 * COLUMNS, sum(heights) + sum(heat_heights)), layout="constrained"
+        figsize=(max(8.0, 2.1 * columns), sum(heights) + sum(heat_heights)), layout="constrained"
     )
     subfigs = fig.subfigures(
         len(heights) + len(heat_heights), 1, height_ratios=heights + heat_heights
@@ -144,7 +146,7 @@ def render_png(data: dict) -> bytes:
     title = f"accelkit stats: {data['source']} ({data['mode']}, {data['rows']:,} rows"
     fig.suptitle(title + (", partial)" if data["partial"] else ")"), fontsize=11)
     for sub, (key, feature) in zip(subfigs, sections, strict=False):
-        _draw_feature(sub, key, feature)
+        _draw_feature(sub, key, feature, columns)
     for sub, (key, heat) in zip(subfigs[len(sections) :], episodes.items(), strict=False):
         _draw_heat_map(sub, key, heat, data["features"][key])
     buffer = io.BytesIO()
@@ -153,9 +155,9 @@ def render_png(data: dict) -> bytes:
     return buffer.getvalue()
 
 
-def _draw_feature(sub, key: str, f: dict) -> None:
-    rows = math.ceil(max(f["shown"], 1) / COLUMNS)
-    axes = np.atleast_1d(sub.subplots(rows, COLUMNS, squeeze=False)).ravel()
+def _draw_feature(sub, key: str, f: dict, columns: int) -> None:
+    rows = math.ceil(max(f["shown"], 1) / columns)
+    axes = np.atleast_1d(sub.subplots(rows, columns, squeeze=False)).ravel()
     note = f" — first {f['shown']} of {f['dims']} dims drawn" if f["shown"] < f["dims"] else ""
     flagged = len(f["flags"])
     sub.suptitle(
@@ -185,6 +187,11 @@ def _draw_feature(sub, key: str, f: dict) -> None:
             continue
         edges, counts = np.asarray(bars["edges"]), np.asarray(bars["counts"])
         ax.stairs(counts, edges, fill=True, color="#90a4ae")
+        if bars.get("coarse", 0) > 0.5:  # e.g. |mean| >> spread: few buckets span the range
+            ax.text(
+                0.98, 0.02, "histogram coarser\nthan the bars", transform=ax.transAxes,
+                fontsize=5.5, ha="right", va="bottom", color="#455a64",
+            )  # fmt: skip
         mean, std = f["mean"][d], f["std"][d]
         if mean is not None and std is not None:
             ax.axvspan(mean - std, mean + std, color="#1e88e5", alpha=0.15, lw=0)
