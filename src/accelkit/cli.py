@@ -63,35 +63,31 @@ def devices(
 ) -> None:
     """What JAX and PyTorch see, and which platform accelkit would choose and why."""
     from accelkit.runtime.devices import describe_devices
-    from accelkit.runtime.output import print_json, stdout_console
+    from accelkit.runtime.output import print_json
 
     info = describe_devices(platform)
     if as_json:
         print_json(info)
         return
-    from rich.markup import escape
-    from rich.table import Table
+    from accelkit.runtime.output import print_table
 
-    table = Table(title="accelkit devices")
-    table.add_column("framework")
-    table.add_column("what it sees")
-    table.add_column("choice")
+    rows = []
     jax_info, torch_info = info["jax"], info["torch"]
     if "error" in jax_info:
-        table.add_row("jax", escape(jax_info["error"]), "-")
+        rows.append(["jax", jax_info["error"], "-"])
     else:
         seen = "; ".join(
             f"{p}: {', '.join(d) if d else 'none'}" for p, d in jax_info["backends"].items()
         )
-        table.add_row(
-            f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})"
+        rows.append(
+            [f"jax {jax_info['version']}", seen, f"{jax_info['chosen']} ({jax_info['reason']})"]
         )
     if "error" in torch_info:
-        table.add_row("torch", escape(torch_info["error"]), "-")
+        rows.append(["torch", torch_info["error"], "-"])
     else:
         cuda = ", ".join(torch_info["cuda_devices"]) or "no CUDA device"
-        table.add_row(f"torch {torch_info['version']}", cuda, torch_info["chosen"])
-    stdout_console().print(table)
+        rows.append([f"torch {torch_info['version']}", cuda, torch_info["chosen"]])
+    print_table("accelkit devices", ["framework", "what it sees", "choice"], rows)
 
 
 CAPABILITIES = ("stats", "images", "quant", "bench")

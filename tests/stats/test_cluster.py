@@ -35,6 +35,9 @@ def assert_bit_identical(a, b):
         assert x.quantiles.keys() == y.quantiles.keys()
         for q in x.quantiles:
             assert x.quantiles[q].tobytes() == y.quantiles[q].tobytes(), (key, q)
+        for name in ("edges", "counts", "at_min", "at_max", "coarse"):  # what --plot draws
+            u, v = getattr(x.histogram, name), getattr(y.histogram, name)
+            assert u.tobytes() == v.tobytes(), (key, name)
 
 
 @pytest.fixture(scope="module")

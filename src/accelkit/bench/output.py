@@ -71,37 +71,44 @@ def check_row(c) -> tuple[str, ...]:
 
 def print_result(result: Result, console=None) -> None:
     """Timings, checks and facts of one result as rich tables (times in s, ms = 'm', µs = 'µ')."""
-    from rich.table import Table
-
-    from accelkit.runtime.output import stdout_console
+    from accelkit.runtime.output import Col, print_table, stdout_console
 
     console = console or stdout_console()
     params = ", ".join(f"{k}={v}" for k, v in result.params.items())
     if result.timings:
-        table = Table(title=f"accelkit bench {result.experiment} — {params}")
-        for col in TIMING_COLUMNS:
-            table.add_column(
-                col, justify="left" if col in ("operation", "backend", "device") else "right"
-            )
-        for t in result.timings:
-            table.add_row(*timing_row(t))
-        console.print(table)
+        print_table(
+            f"accelkit bench {result.experiment} — {params}",
+            [
+                Col(
+                    col,
+                    numeric=col not in ("operation", "backend", "device"),
+                    key=col == "operation",
+                )
+                for col in TIMING_COLUMNS
+            ],
+            [list(timing_row(t)) for t in result.timings],
+            console=console,
+            caption="times in seconds; m = milliseconds, µ = microseconds",
+        )
     if result.checks:
-        checks = Table(title=f"{result.experiment}: correctness checks")
-        for col in ("check", "value", "expected", "tolerance", "result", "detail"):
-            checks.add_column(col)
-        for c in result.checks:
-            checks.add_row(*check_row(c), style=None if c.passed else "bold red")
-        console.print(checks)
+        print_table(
+            f"{result.experiment}: correctness checks",
+            [Col("check", key=True), "value", "expected", "tolerance", "result", "detail"],
+            [list(check_row(c)) for c in result.checks],
+            console=console,
+            row_styles=[None if c.passed else "bold red" for c in result.checks],
+        )
     if result.facts:
-        facts = Table(title=f"{result.experiment}: facts")
-        facts.add_column("fact")
-        facts.add_column("value")
-        for k, v in result.facts.items():
-            if isinstance(v, str) and "\n" in v:
-                continue  # multi-line text (a sharding picture) is printed below
-            facts.add_row(k, fmt_num(v) if isinstance(v, int | float) else str(v))
-        console.print(facts)
+        print_table(
+            f"{result.experiment}: facts",
+            [Col("fact", numeric=False), Col("value", numeric=False)],
+            [
+                [k, fmt_num(v) if isinstance(v, int | float) else str(v)]
+                for k, v in result.facts.items()
+                if not (isinstance(v, str) and "\n" in v)  # a sharding picture: printed below
+            ],
+            console=console,
+        )
         for k, v in result.facts.items():
             if isinstance(v, str) and "\n" in v:
                 console.print(f"{k}:\n{v}", highlight=False, markup=False, soft_wrap=True)

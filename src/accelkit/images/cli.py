@@ -488,16 +488,9 @@ def _print_json(value, ok: bool = True) -> None:
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
-    from rich.table import Table
+    from accelkit.runtime.output import print_table
 
-    from accelkit.runtime.output import stdout_console
-
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*[str(v) for v in row])
-    stdout_console().print(table)
+    print_table(title, columns, rows)  # fits the terminal; file names and numbers stay whole
 
 
 def parse_metadata(text: str | None, count: int) -> list[dict | None] | None:

@@ -135,7 +135,6 @@ def eval_command(
     )
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     compiled = not base.disable_compile
-    from rich.table import Table
 
     from accelkit.runtime.output import stdout_console
     from accelkit.runtime.progress import status as status_line
@@ -156,9 +155,7 @@ def eval_command(
         )
     texts = sum(len(b["input_ids"]) for b in subject.data)
     lm = subject.kind == "causal-lm"
-    table = Table(
-        title=f"accelkit quant eval — {model} ({subject.kind}), {texts} texts, fidelity vs FP32"
-    )
+    title = f"accelkit quant eval — {model} ({subject.kind}), {texts} texts, fidelity vs FP32"
     fidelity_columns = (
         [("next-token agree", "top1_agreement", ".3f"), ("ppl ratio", "perplexity_ratio", ".4f")]
         if lm
@@ -176,14 +173,11 @@ def eval_command(
         ("eager ms", "eager_ms", ".2f"),
         ("compiled ms", "compiled_ms", ".2f"),
     ]
-    for title, _, _ in columns:
-        table.add_column(title, justify="right")
 
     def fmt(v, spec):
-        return "-" if v is None else v if spec is None else format(v, spec)
+        return "-" if v is None else str(v) if spec is None else format(v, spec)
 
-    for r in rows:
-        table.add_row(*(fmt(getattr(r, key), spec) for _, key, spec in columns))
+    table_rows = [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in rows]
     from dataclasses import asdict
 
     document = {
@@ -198,7 +192,17 @@ def eval_command(
 
         print_json(document)
     else:
-        stdout_console().print(table)
+        from accelkit.runtime.output import Col, print_table
+
+        print_table(
+            title,
+            [
+                Col(name, numeric=spec is not None, key=key == "method")
+                for name, key, spec in columns
+            ],
+            table_rows,
+            console=stdout_console(),
+        )
     if output:
         from accelkit.runtime.files import write_json_atomic
 

@@ -46,6 +46,7 @@ class StatsSettings(Settings):
     delta_actions: str | None = None  # openpi's DeltaActions mask: "6,-1,6,-1" or "true,false,…"
     transform: str | None = None  # module:callable, a dict batch in and out (openpi's shape)
     per_timestep: bool = False  # also one set of statistics per action-chunk step
+    plot: str | None = None  # a figure of the distributions: PATH.png or a self-contained PATH.html
 
     @field_validator("delta_actions")
     @classmethod
@@ -130,45 +131,50 @@ def _format_count(n: float) -> str:
 
 
 def print_report(result, output: Path, fmt: str, source_name: str) -> None:
-
     import numpy as np
-    from rich.table import Table
+    from rich.text import Text
 
-    from accelkit.runtime.output import stdout_console
+    from accelkit.runtime.output import Col, print_table, stdout_console
     from accelkit.stats.formats import quantile_name, sidecar_path
 
     console = stdout_console()
     s = result.summary
-    run = Table(title=f"accelkit stats: {source_name}", show_header=False)
-    run.add_column("what")
-    run.add_column("value")
-    run.add_row("mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)")
-    run.add_row(
-        "devices",
-        f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
-    )
-    run.add_row(
-        "batch size",
-        f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
-    )
-    run.add_row("rows", f"{s.rows:,}")
-    run.add_row(
-        "time",
-        f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
-    )
+    run = [
+        ["mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)"],
+        [
+            "devices",
+            f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
+        ],
+        [
+            "batch size",
+            f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
+        ],
+        ["rows", f"{s.rows:,}"],
+        [
+            "time",
+            f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
+        ],
+    ]
     memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
     if s.peak_device_bytes is not None:
         memory += f", {s.peak_device_bytes / 2**20:,.0f} MiB device"
-    run.add_row("peak memory", memory)
+    run.append(["peak memory", memory])
     if s.partial:
-        run.add_row("[yellow]partial[/yellow]", "time budget ran out; results cover the rows above")
-    console.print(run)
+        run.append(
+            [Text("partial", style="yellow"), "time budget ran out; results cover the rows above"]
+        )
+    print_table(
+        f"accelkit stats: {source_name}",
+        [Col("what", numeric=False), Col("value", numeric=False)],
+        run,
+        console=console,
+        show_header=False,
+    )
     for key, stats in result.stats.items():
         levels = sorted(stats.quantiles)
-        table = Table(title=f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}")
-        for name in ["dim", "mean", "std", "min", "max", *(quantile_name(q) for q in levels)]:
-            table.add_column(name, justify="right")
+        names = ["mean", "std", "min", "max", *(quantile_name(q) for q in levels)]
         shown = min(stats.dim, 16)
+        rows = []
         for d in range(shown):
             cells = [
                 stats.mean[d],
@@ -177,10 +183,16 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
                 stats.max[d],
                 *(stats.quantiles[q][d] for q in levels),
             ]
-            table.add_row(str(d), *(f"{float(v):.5g}" for v in cells))
-        if stats.dim > shown:
-            table.caption = f"{stats.dim - shown} more dimensions in {output}"
-        console.print(table)
+            rows.append([str(d), *(f"{float(v):.5g}" for v in cells)])
+        print_table(
+            f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}",
+            [Col("dim", numeric=True, key=True), *(Col(n, numeric=True) for n in names)],
+            rows,
+            console=console,
+            caption=f"{stats.dim - shown} more dimensions in {output}"
+            if stats.dim > shown
+            else None,
+        )
         if stats.rank_error_bound is not None:
             worst = max(float(np.max(b)) for b in stats.rank_error_bound.values())
             console.print(
@@ -356,6 +368,15 @@ def stats_command(
             " metadata (episodes, total_frames) disagrees with them (default: metadata decides).",
         ),
     ] = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="Also draw each dimension's distribution (from the run's own histograms), mean ±"
+            " std and quantiles, flagging dimensions that look broken: PATH.png, or PATH.html (one"
+            " self-contained page with the numbers). With --per-episode, a heat map of episode means.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML file of named stats jobs.")
     ] = None,
@@ -406,6 +427,7 @@ def stats_command(
         delta_actions=delta_actions,
         transform=transform,
         per_timestep=per_timestep or None,
+        plot=plot,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -432,6 +454,11 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)
+    plot_path = None
+    if settings.plot:
+        from accelkit.stats.plot import check_plot_path
+
+        plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
     phase(f"reading the metadata of {settings.dataset}")
     stream = open_source(
@@ -481,9 +508,26 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
                 (sidecar_path(local), output.parent / sidecar_path(output.name).name),
             ):
                 remote.write_bytes(path.read_bytes())
-            return _report(settings, result, local, stream, None, as_json, shown=output)
+            plotted = _write_plot(plot_path, result, stream)
+            return _report(
+                settings, result, local, stream, None, as_json, shown=output, plotted=plotted
+            )
     backup = _write_outputs(settings, stream, result, levels, output, target)
-    return _report(settings, result, output, stream, backup, as_json)
+    plotted = _write_plot(plot_path, result, stream)
+    return _report(settings, result, output, stream, backup, as_json, plotted=plotted)
+
+
+def _write_plot(path: Path | None, result, stream) -> tuple[Path, int] | None:
+    """The --plot figure, and its flagged dimensions as warnings: (path, how many flagged)."""
+    if path is None:
+        return None
+    from accelkit.runtime.progress import phase
+    from accelkit.stats.plot import plot_data, warn_flags, write_plot
+
+    phase(f"drawing {path}")
+    data = plot_data(result, {k: stream.column_name(k) for k in result.stats}, stream.name)
+    flagged = warn_flags(data)
+    return write_plot(path, data), flagged
 
 
 def _write_outputs(settings, stream, result, levels, output: Path, target):
@@ -508,8 +552,11 @@ def _write_outputs(settings, stream, result, levels, output: Path, target):
     return backup
 
 
-def _report(settings, result, output: Path, stream, backup, as_json: bool, shown=None):
-    """The --json document or the printed report (`shown`: where the output went, if elsewhere)."""
+def _report(
+    settings, result, output: Path, stream, backup, as_json: bool, shown=None, plotted=None
+):
+    """The --json document or the printed report (`shown`: where the output went, if elsewhere;
+    `plotted`: the figure written and how many dimensions it flags)."""
     shown = output if shown is None else shown
     if as_json:
         import json
@@ -523,6 +570,7 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
                 "format": settings.format,
                 "stats": json.loads(output.read_text(encoding="utf-8")),  # what the file holds
                 "backup": None if backup is None else str(backup),
+                **({} if plotted is None else {"plot": str(plotted[0]), "flagged": plotted[1]}),
             },
             run=json.loads(sidecar_path(output).read_text(encoding="utf-8")),
         )
@@ -530,6 +578,9 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
     print_report(result, shown, settings.format, stream.name)
     if backup is not None:
         print(f"previous files kept in {backup}")
+    if plotted is not None:
+        flagged = f"; {plotted[1]} dimension(s) flagged, see the warnings" if plotted[1] else ""
+        print(f"drew the distributions in {plotted[0]}{flagged}")
     return result
 
 

@@ -542,9 +542,15 @@ def _require_rows(stream: Stream, states: dict) -> None:
 
 
 def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
+    from accelkit.stats import histograms
     from accelkit.stats import moments as mom
 
     base = mom.finalize(state.extremes, sums, state.center)
+    if bound is None:  # exact mode: pass 1's histogram of the top 16 key bits
+        buckets = histograms.from_exact_pass(state.counts, base["min"], base["max"])
+    else:
+        buckets = histograms.from_fast_pass(state.counts, state.center, base["min"], base["max"])
+    histogram = histograms.summarize(buckets)  # a few numbers per dimension; the counts go
     return KeyStats(
         count=base["count"],
         mean=base["mean"],
@@ -556,6 +562,7 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
         rank_error_bound=None
         if bound is None
         else {float(q): bound[:, i] for i, q in enumerate(levels)},
+        histogram=histogram,
     )
 
 

@@ -148,6 +148,9 @@ class KeyStats:
     quantiles: dict[float, np.ndarray]
     nonfinite: np.ndarray
     rank_error_bound: dict[float, np.ndarray] | None = None  # fast mode only
+    # the pass's own histogram as bars per dimension (`histograms.Histogram`): what a figure of
+    # the distribution is drawn from, with no second read of the data
+    histogram: object | None = None
 
     @property
     def dim(self) -> int:
