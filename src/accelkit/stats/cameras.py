@@ -1,0 +1,546 @@
+"""Statistics of a LeRobot dataset's cameras: per-channel min, max, mean, std and quantiles of the
+pixel values in [0, 1], globally and per episode, in LeRobot's shapes ((3, 1, 1) per statistic).
+
+LeRobot computes these when it records an episode (`compute_episode_stats` in
+`lerobot.datasets.compute_stats`): from a sample of the episode's frames (`sample_indices`: all of
+them up to 100 frames, then `len ** 0.75` up to 10,000, evenly spaced and rounded), each frame
+subsampled by a stride when its larger side reaches 300 px (`auto_downsample_height_width`: stride
+`int(side / 150)` of the larger side), uint8 values divided by 255. `--images sample` follows that
+rule, frame for frame; `--images all` counts every pixel of every frame.
+
+The state is the per-channel histogram of the uint8 values (`PixelCounts`): merging is adding
+integers, so episodes, files and runs combine exactly in any order, and every statistic follows
+from it exactly — mean as numpy computes it from the exact integer sum (`sum / n`, then `/ 255`,
+the operations LeRobot's `np.mean` of uint8 values performs), the population std from exact
+integer sums (LeRobot 0.4.4's own std squares the uint8 values in uint8, which wraps, and writes 0
+for nearly every camera; LeRobot 0.3's `np.std` is what we compute), min/max, and quantiles equal
+to `numpy.quantile` (method 'linear') over the counted values, divided by 255 (LeRobot 0.4.4's are
+histogram estimates).
+
+Frames come from the dataset's files as LeRobot's reader finds them: dtype "video" from the mp4 at
+info.json's `video_path` (v3.0: the episode's `videos/<key>/chunk_index`, `file_index`,
+`from_timestamp`; frame i at `from_timestamp + i / fps`), decoded with PyAV; dtype "image" from the
+PNG/JPEG bytes stored in the parquet (`{bytes, path}` structs), decoded with Pillow as LeRobot
+decodes them (`.convert("RGB")`). Each video file is decoded once, whatever number of episodes it
+holds, on a reader thread that overlaps decoding with the reduction.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from accelkit.errors import DataError, InputError
+
+log = logging.getLogger(__name__)
+
+IMAGE_MODES = ("none", "sample", "all")
+CAMERA_DTYPES = ("video", "image")
+TIME_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s when it looks a frame up by timestamp
+
+# --- LeRobot's sampling rule, written out ---------------------------------------------------------
+
+
+def sample_count(length: int, least: int = 100, most: int = 10_000, power: float = 0.75) -> int:
+    """How many frames of an episode of `length` frames LeRobot reduces: every frame up to `least`,
+    then `int(length ** power)` capped at `most` (`estimate_num_samples`)."""
+    if length < least:
+        return length
+    return max(least, min(int(length**power), most))
+
+
+def sample_frames(length: int) -> np.ndarray:
+    """The frame indices LeRobot samples: `sample_count` of them, evenly spaced over the episode
+    and rounded half to even (`np.round(np.linspace(0, length - 1, n))`)."""
+    return np.round(np.linspace(0, length - 1, sample_count(length))).astype(np.int64)
+
+
+def downsample(frame: np.ndarray, target: int = 150, threshold: int = 300) -> np.ndarray:
+    """A [H, W, C] frame as LeRobot reduces it: unchanged while both sides are below `threshold`,
+    else every k-th row and column from the first, k = int(larger side / target) (the width when
+    it is strictly larger than the height, else the height)."""
+    height, width = frame.shape[:2]
+    if max(height, width) < threshold:
+        return frame
+    stride = int(width / target) if width > height else int(height / target)
+    return frame[::stride, ::stride]
+
+
+# --- the mergeable state ----------------------------------------------------------------------
+
+
+class PixelCounts(NamedTuple):
+    """Frames counted and the histogram of their uint8 values, per channel [C, 256] (int64)."""
+
+    frames: int
+    histogram: np.ndarray
+
+
+def init(channels: int = 3) -> PixelCounts:
+    return PixelCounts(0, np.zeros((channels, 256), np.int64))
+
+
+def histogram(frames: np.ndarray) -> np.ndarray:
+    """[C, 256] counts of the values of uint8 frames [..., H, W, C]."""
+    if frames.dtype != np.uint8:
+        raise DataError(f"camera frames are {frames.dtype}, not 8-bit; accelkit reads 8-bit video")
+    channels = frames.shape[-1]
+    flat = frames.reshape(-1, channels)
+    return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(channels)]).astype(
+        np.int64
+    )
+
+
+def update(state: PixelCounts, frames: np.ndarray) -> PixelCounts:
+    """`state` with the frames [N, H, W, C] (uint8) added."""
+    return PixelCounts(state.frames + len(frames), state.histogram + histogram(frames))
+
+
+def merge(a: PixelCounts, b: PixelCounts) -> PixelCounts:
+    if a.histogram.shape != b.histogram.shape:
+        raise DataError(
+            f"camera frames with {a.histogram.shape[0]} and {b.histogram.shape[0]} channels "
+            "cannot be combined; every frame of a camera must have the same channels"
+        )
+    return PixelCounts(a.frames + b.frames, a.histogram + b.histogram)
+
+
+@dataclass(frozen=True)
+class CameraStats:
+    """Per-channel statistics in [0, 1] (float64 [C]); `count` is the number of frames."""
+
+    count: int
+    min: np.ndarray
+    max: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    quantiles: dict[float, np.ndarray] = field(default_factory=dict)
+
+
+def finalize(state: PixelCounts, levels=()) -> CameraStats:
+    """The statistics the histogram holds, exactly (see the module's docstring)."""
+    from accelkit.stats.quantiles import linear_targets, numpy_lerp
+
+    hist = state.histogram
+    channels = hist.shape[0]
+    if state.frames == 0 or not hist.sum():
+        raise DataError("a camera has no frames to compute statistics from")
+    values = np.arange(256, dtype=np.int64)
+    n = hist.sum(axis=1)  # values per channel
+    mean = np.empty(channels)
+    std = np.empty(channels)
+    for c in range(channels):
+        total = int(hist[c] @ values)  # exact: < 2**63 for any real dataset
+        squares = int(hist[c] @ (values * values))
+        count = int(n[c])
+        mean[c] = float(total) / count  # numpy's mean of uint8: the float64 sum over the count
+        std[c] = math.sqrt(Fraction(count * squares - total * total, count * count))
+    cumulative = np.cumsum(hist, axis=1)  # [C, 256]
+    present = hist > 0
+    low = present.argmax(axis=1)
+    high = 255 - present[:, ::-1].argmax(axis=1)
+    quantiles = {}
+    levels = sorted({float(q) for q in levels})
+    if levels:
+        targets = linear_targets(n, np.asarray(levels))  # ranks [C, Q] as numpy.quantile takes them
+
+        def order_statistic(ranks):  # value of the rank-th smallest (0-based) per channel
+            return np.stack(
+                [np.searchsorted(cumulative[c], ranks[c], side="right") for c in range(channels)]
+            ).astype(np.int64)
+
+        lerped = numpy_lerp(
+            order_statistic(targets.previous), order_statistic(targets.next), targets.gamma
+        )
+        quantiles = {q: lerped[:, i] / 255.0 for i, q in enumerate(levels)}
+    return CameraStats(
+        count=int(state.frames),
+        min=low.astype(np.float64) / 255.0,
+        max=high.astype(np.float64) / 255.0,
+        mean=mean / 255.0,
+        std=std / 255.0,
+        quantiles=quantiles,
+    )
+
+
+def lerobot_entry(stats: CameraStats, quantile_names: dict[float, str] | None = None) -> dict:
+    """LeRobot's shape: every statistic [[[c0]], [[c1]], [[c2]]] (a (3, 1, 1) array), count [n]."""
+
+    def nested(values):
+        return [[[float(v)]] for v in np.asarray(values, np.float64).tolist()]
+
+    entry = {
+        "min": nested(stats.min),
+        "max": nested(stats.max),
+        "mean": nested(stats.mean),
+        "std": nested(stats.std),
+        "count": [int(stats.count)],
+    }
+    for q, values in sorted(stats.quantiles.items()):
+        if quantile_names is not None:
+            entry[quantile_names[q]] = nested(values)
+    return entry
+
+
+# --- where each episode's frames are ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One episode of one camera: `length` frames, in a video file from `start` seconds, or rows
+    `start`… of an image column in a parquet file."""
+
+    episode: int
+    length: int
+    file: Path
+    start: float | int
+
+
+@dataclass
+class Camera:
+    key: str
+    dtype: str  # "video" or "image"
+    clips: list[Clip]
+
+
+def camera_keys(features: dict) -> list[str]:
+    return [k for k, f in features.items() if str(f.get("dtype")) in CAMERA_DTYPES]
+
+
+def _video_columns_v30(root: Path, keys: list[str]) -> dict[int, dict]:
+    import pyarrow.parquet as pq
+
+    rows: dict[int, dict] = {}
+    for path in sorted((root / "meta" / "episodes").rglob("*.parquet")):
+        schema = pq.read_schema(path)
+        wanted = ["episode_index"] + [
+            f"videos/{k}/{c}" for k in keys for c in ("chunk_index", "file_index", "from_timestamp")
+        ]
+        missing = [c for c in wanted if c not in schema.names]
+        if missing:
+            raise DataError(
+                f"{path} has no column {missing[0]!r}; a LeRobot v3.0 dataset with videos lists "
+                "each episode's video file and start there (is the metadata complete?)"
+            )
+        table = pq.read_table(path, columns=wanted).to_pydict()
+        for i, episode in enumerate(table["episode_index"]):
+            rows[int(episode)] = {c: table[c][i] for c in wanted}
+    return rows
+
+
+def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
+    """Every camera feature of a LeRobot dataset (`lerobot.Source`) with its episodes' frames."""
+    from accelkit.stats import lerobot
+
+    layout = source.layout
+    if layout is None:
+        raise InputError(
+            "camera statistics follow the dataset's episode metadata; drop --trust-files or pass "
+            "--images none"
+        )
+    info = lerobot.read_json(source.root / "meta" / "info.json")
+    keys = camera_keys(source.features) if keys is None else keys
+    videos = [k for k in keys if source.features[k].get("dtype") == "video"]
+    template = info.get("video_path")
+    if videos and not isinstance(template, str):
+        raise DataError(
+            f"{source.root / 'meta' / 'info.json'} declares video features ({', '.join(videos)}) "
+            "but no video_path; the metadata is damaged"
+        )
+    v2 = source.version.startswith("v2")
+    columns = {} if v2 or not videos else _video_columns_v30(source.root, videos)
+    chunk = int(info.get("chunks_size", 1000) or 1000)
+    offsets: dict[Path, int] = {}
+    row_of: dict[int, int] = {}
+    for episode in layout.episodes:  # rows of each episode inside its data file
+        row_of[episode.index] = offsets.get(episode.file, 0)
+        offsets[episode.file] = row_of[episode.index] + episode.length
+    cameras = []
+    for key in keys:
+        dtype = str(source.features[key].get("dtype"))
+        clips = []
+        for episode in layout.episodes:
+            if dtype == "image":
+                clips.append(
+                    Clip(episode.index, episode.length, episode.file, row_of[episode.index])
+                )
+                continue
+            if v2:
+                fields = {"episode_chunk": episode.index // chunk, "episode_index": episode.index}
+                start = 0.0
+            else:
+                row = columns.get(episode.index)
+                if row is None:
+                    raise DataError(
+                        f"episode {episode.index} has no video entry for {key} in meta/episodes; "
+                        "the metadata is damaged"
+                    )
+                fields = {
+                    "chunk_index": row[f"videos/{key}/chunk_index"],
+                    "file_index": row[f"videos/{key}/file_index"],
+                }
+                start = float(row[f"videos/{key}/from_timestamp"])
+            path = lerobot._format_path(source.root, template, source.root, video_key=key, **fields)
+            clips.append(Clip(episode.index, episode.length, path, start))
+        cameras.append(Camera(key, dtype, clips))
+    return cameras
+
+
+# --- reading frames ---------------------------------------------------------------------------
+
+
+class Frames(NamedTuple):
+    """Frames of one episode of one camera, [N, H, W, C] uint8, in frame order."""
+
+    episode: int
+    frames: np.ndarray
+
+
+def _wanted(clip: Clip, mode: str) -> np.ndarray:
+    return sample_frames(clip.length) if mode == "sample" else np.arange(clip.length)
+
+
+def _video_error(path: Path, clips: list[Clip], key: str, what: str) -> DataError:
+    episodes = ", ".join(str(c.episode) for c in clips[:3]) + (" …" if len(clips) > 3 else "")
+    word = "episode" if len(clips) == 1 else "episodes"
+    return DataError(f"{path} ({key}, {word} {episodes}): {what}")
+
+
+def _decoders() -> str:
+    import av
+
+    names = [
+        n for n in ("av1", "libdav1d", "h264", "hevc", "vp9", "mpeg4") if n in av.codecs_available
+    ]
+    return ", ".join(names)
+
+
+def read_video(path: Path, clips: list[Clip], key: str, fps: float, mode: str) -> Iterator[Frames]:
+    """Decode `path` once and yield each clip's wanted frames (the frame at `start + i / fps`)."""
+    from accelkit.errors import require
+
+    av = require("av", "stats")
+    if not path.is_file():
+        raise _video_error(path, clips, key, "the video file is missing; is the download complete?")
+    clips = sorted(clips, key=lambda c: c.start)
+    wanted = {c.episode: _wanted(c, mode) for c in clips}
+    got: dict[int, dict[int, np.ndarray]] = {c.episode: {} for c in clips}
+    starts = np.array([c.start for c in clips])
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as exc:
+        raise _video_error(
+            path, clips, key, f"not a readable video ({exc}); re-download it"
+        ) from exc
+    with container:
+        if not container.streams.video:
+            raise _video_error(path, clips, key, "the file holds no video stream")
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"  # FFmpeg's own decoding threads
+        completed: set[int] = set()
+        try:
+            for frame in container.decode(stream):
+                if frame.time is None:
+                    continue
+                at = int(np.searchsorted(starts, frame.time + TIME_TOLERANCE_S, side="right")) - 1
+                if at < 0:
+                    continue
+                clip = clips[at]
+                index = round((frame.time - clip.start) * fps)
+                if abs(clip.start + index / fps - frame.time) > TIME_TOLERANCE_S:
+                    continue  # between two frame times: not a frame LeRobot would return
+                if clip.episode in completed or not 0 <= index < clip.length:
+                    continue
+                if index in got[clip.episode]:
+                    continue
+                if mode == "all" or index in set(wanted[clip.episode].tolist()):
+                    got[clip.episode][index] = frame.to_ndarray(format="rgb24")
+                else:
+                    got[clip.episode][index] = None  # decoded (it exists), not counted
+                if len(got[clip.episode]) == clip.length:
+                    completed.add(clip.episode)
+                    yield Frames(clip.episode, _stack(got.pop(clip.episode), wanted[clip.episode]))
+                    if len(completed) == len(clips):
+                        break
+        except av.error.DecoderNotFoundError as exc:
+            codec = getattr(stream.codec_context, "name", None) or stream.codec_tag or "unknown"
+            raise _video_error(
+                path, clips, key,
+                f"encoded with a codec this PyAV build cannot decode ({codec}); it decodes "
+                f"{_decoders()}: re-encode the video with one of them",
+            ) from exc  # fmt: skip
+        except av.error.FFmpegError as exc:
+            raise _video_error(
+                path, clips, key, f"the video is corrupt ({exc}); re-download it"
+            ) from exc
+    for clip in clips:
+        if clip.episode not in completed:
+            raise _video_error(
+                path, [clip], key,
+                f"the video holds {len(got.get(clip.episode, {}))} of the episode's frames but the metadata says "
+                f"{clip.length}; re-download or re-encode it",
+            )  # fmt: skip
+
+
+def _stack(frames: dict[int, np.ndarray | None], wanted: np.ndarray) -> np.ndarray:
+    return np.stack([frames[int(i)] for i in wanted])
+
+
+def read_images(path: Path, clips: list[Clip], key: str, root: Path, mode: str) -> Iterator[Frames]:
+    """The image column `key` of one parquet file: each clip's wanted frames, as LeRobot decodes
+    them (Pillow, converted to RGB)."""
+    import io
+
+    import pyarrow.parquet as pq
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        column = pq.read_table(path, columns=[key]).column(key).to_pylist()
+    except Exception as exc:
+        raise _video_error(path, clips, key, f"the image column is not readable ({exc})") from exc
+    for clip in clips:
+        frames = []
+        for i in _wanted(clip, mode).tolist():
+            row = clip.start + i
+            cell = column[row] if row < len(column) else None
+            try:
+                if isinstance(cell, dict) and cell.get("bytes"):
+                    image = Image.open(io.BytesIO(cell["bytes"]))
+                elif isinstance(cell, dict) and cell.get("path"):
+                    image = Image.open(root / cell["path"])
+                else:
+                    raise DataError(f"frame {i} holds no image")
+                frames.append(np.asarray(image.convert("RGB")))
+            except (OSError, UnidentifiedImageError, DataError) as exc:
+                raise _video_error(
+                    path, [clip], key, f"frame {i} is not a readable image ({exc})"
+                ) from exc
+        yield Frames(clip.episode, np.stack(frames))
+
+
+# --- computing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CameraResult:
+    """Per camera: the global statistics, each episode's, and how many frames were decoded."""
+
+    mode: str
+    stats: dict[str, CameraStats]
+    episodes: dict[int, dict[str, CameraStats]]
+    frames_counted: int
+    files: int
+    seconds: float
+
+
+def _jobs(cameras: list[Camera]):
+    """(camera, file, clips in that file), in dataset order."""
+    for camera in cameras:
+        by_file: dict[Path, list[Clip]] = {}
+        for clip in camera.clips:
+            by_file.setdefault(clip.file, []).append(clip)
+        for path, clips in by_file.items():
+            yield camera, path, clips
+
+
+def compute_camera_stats(
+    source,
+    mode: str = "sample",
+    levels=(),
+    keys: list[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CameraResult:
+    """Statistics of every camera of a LeRobot dataset (`lerobot.Source`) in `mode` ("sample":
+    LeRobot's frame sample and downsampling; "all": every pixel of every frame)."""
+    import time
+
+    from accelkit.stats import lerobot
+
+    if mode not in ("sample", "all"):
+        raise InputError(f"images mode {mode!r} is unknown; use one of {', '.join(IMAGE_MODES)}")
+    started = time.perf_counter()
+    cameras = find_cameras(source, keys)
+    info = lerobot.read_json(source.root / "meta" / "info.json")
+    fps = float(info.get("fps") or 0)
+    if any(c.dtype == "video" for c in cameras) and not fps > 0:
+        raise DataError(f"{source.root / 'meta' / 'info.json'} has no fps; the metadata is damaged")
+    # every file exists before any is decoded: a missing one answers at once
+    for camera, path, clips in _jobs(cameras):
+        if not path.is_file():
+            raise _video_error(
+                path, clips, camera.key, "the file is missing; is the download complete?"
+            )
+    jobs = list(_jobs(cameras))
+    states: dict[str, dict[int, PixelCounts]] = {c.key: {} for c in cameras}
+    counted = 0
+    for done, (camera, path, clips) in enumerate(jobs):
+        if progress is not None:
+            progress(done, len(jobs), f"{camera.key}: {path.name}")
+        if camera.dtype == "video":
+            reader = read_video(path, clips, camera.key, fps, mode)
+        else:
+            reader = read_images(path, clips, camera.key, source.root, mode)
+        for item in _ahead(reader):
+            frames = item.frames
+            if mode == "sample":
+                frames = np.stack([downsample(f) for f in frames])
+            states[camera.key][item.episode] = update(init(frames.shape[-1]), frames)
+            counted += len(frames)
+    if progress is not None:
+        progress(len(jobs), len(jobs), "done")
+    episodes: dict[int, dict[str, CameraStats]] = {}
+    stats = {}
+    for key, per_episode in states.items():
+        total = None
+        for episode in sorted(per_episode):
+            state = per_episode[episode]
+            episodes.setdefault(episode, {})[key] = finalize(state, levels)
+            total = state if total is None else merge(total, state)
+        if total is not None:
+            stats[key] = finalize(total, levels)
+    return CameraResult(mode, stats, episodes, counted, len(jobs), time.perf_counter() - started)
+
+
+def _ahead(items: Iterator, depth: int = 2) -> Iterator:
+    """`items` produced on a thread, up to `depth` ahead of the consumer (decoding overlaps the
+    reduction; PyAV and numpy release the GIL in their loops). Errors are raised here, in order."""
+    pipe: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        pipe.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            pipe.put(("end", None))
+        except BaseException as exc:  # handed to the consumer
+            pipe.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="accelkit-camera-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = pipe.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
