@@ -324,8 +324,20 @@ def _decoders() -> str:
     return ", ".join(names)
 
 
-def read_video(path: Path, clips: list[Clip], key: str, fps: float, mode: str) -> Iterator[Frames]:
-    """Decode `path` once and yield each clip's wanted frames (the frame at `start + i / fps`)."""
+def _codec_error(path: Path, clips: list[Clip], key: str, codec: str | None) -> DataError:
+    declared = f" (meta/info.json says {codec})" if codec else ""
+    return _video_error(
+        path, clips, key,
+        f"encoded with a codec this PyAV build cannot decode{declared}; it decodes {_decoders()}:"
+        " re-encode the video with one of them (LeRobot's default, libsvtav1, is AV1)",
+    )  # fmt: skip
+
+
+def read_video(
+    path: Path, clips: list[Clip], key: str, fps: float, mode: str, codec: str | None = None
+) -> Iterator[Frames]:
+    """Decode `path` once and yield each clip's wanted frames (the frame at `start + i / fps`);
+    `codec` is the one info.json declares, named if it cannot be decoded."""
     from accelkit.errors import require
 
     av = require("av", "stats")
@@ -345,6 +357,8 @@ def read_video(path: Path, clips: list[Clip], key: str, fps: float, mode: str) -
         if not container.streams.video:
             raise _video_error(path, clips, key, "the file holds no video stream")
         stream = container.streams.video[0]
+        if stream.codec_context is None:  # FFmpeg knows no decoder for the stream's codec
+            raise _codec_error(path, clips, key, codec)
         stream.thread_type = "AUTO"  # FFmpeg's own decoding threads
         completed: set[int] = set()
         try:
@@ -372,12 +386,7 @@ def read_video(path: Path, clips: list[Clip], key: str, fps: float, mode: str) -
                     if len(completed) == len(clips):
                         break
         except av.error.DecoderNotFoundError as exc:
-            codec = getattr(stream.codec_context, "name", None) or stream.codec_tag or "unknown"
-            raise _video_error(
-                path, clips, key,
-                f"encoded with a codec this PyAV build cannot decode ({codec}); it decodes "
-                f"{_decoders()}: re-encode the video with one of them",
-            ) from exc  # fmt: skip
+            raise _codec_error(path, clips, key, codec) from exc
         except av.error.FFmpegError as exc:
             raise _video_error(
                 path, clips, key, f"the video is corrupt ({exc}); re-download it"
@@ -486,7 +495,9 @@ def compute_camera_stats(
         if progress is not None:
             progress(done, len(jobs), f"{camera.key}: {path.name}")
         if camera.dtype == "video":
-            reader = read_video(path, clips, camera.key, fps, mode)
+            declared = source.features[camera.key].get("info") or {}
+            codec = declared.get("video.codec") if isinstance(declared, dict) else None
+            reader = read_video(path, clips, camera.key, fps, mode, codec)
         else:
             reader = read_images(path, clips, camera.key, source.root, mode)
         for item in _ahead(reader):
