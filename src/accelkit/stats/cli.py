@@ -804,11 +804,13 @@ def images_mode(settings: StatsSettings, stream) -> str:
 
     source = getattr(stream, "lerobot", None)
     has_cameras = source is not None and bool(camera_keys(source.features))
+    remote = source is not None and isinstance(source.root, storage.ObjectPath)
     mode = settings.images
     if mode is None:  # LeRobot's stats.json holds its cameras; openpi never reads them
         automatic = (
             settings.format == "lerobot"
             and has_cameras
+            and not remote
             and source.layout is not None
             and settings.max_time_minutes is None
         )
@@ -824,6 +826,11 @@ def images_mode(settings: StatsSettings, stream) -> str:
         raise ConfigError(
             f"--images {mode} reads the camera features of a LeRobot dataset (meta/info.json);"
             f" {stream.name} is not one"
+        )
+    if remote:
+        raise ConfigError(
+            f"--images {mode} decodes videos from a local folder; {source.root} is on object"
+            " storage: copy the dataset to a local disk, or pass --images none"
         )
     if settings.max_time_minutes is not None:
         raise ConfigError(
