@@ -325,3 +325,17 @@ def test_bad_videos_stop_the_run_before_anything_is_written(
     assert line.startswith("error: ") and str(root / SECOND) in line
     assert words in line and episode in line, line
     assert digest(root) == before  # nothing written, no backup made
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 5, 6, 3), (16, 120, 160, 3), (3, 99, 331, 3), (2, 64, 64, 4)]
+)
+def test_histogram_counts_every_channel(shape):
+    """The paired-word histogram (even pixel counts of 3 channels) and the plain one (the rest)."""
+    frames = np.random.default_rng(5).integers(0, 256, shape, dtype=np.uint8)
+    flat = frames.reshape(-1, shape[-1])
+    want = np.stack([np.bincount(flat[:, c], minlength=256) for c in range(shape[-1])])
+    np.testing.assert_array_equal(cameras.histogram(frames), want)
+    np.testing.assert_array_equal(
+        cameras.histogram(frames[:, ::2, ::3]), cameras.histogram(frames[:, ::2, ::3].copy())
+    )

@@ -75,6 +75,11 @@ def downsample(frame: np.ndarray, target: int = 150, threshold: int = 300) -> np
     return frame[::stride, ::stride]
 
 
+def downsample_batch(frames: np.ndarray) -> np.ndarray:
+    """`downsample` of each frame of a batch [N, H, W, C] (one shape, one stride)."""
+    return frames if not len(frames) else np.moveaxis(downsample(np.moveaxis(frames, 0, -1)), -1, 0)
+
+
 # --- the mergeable state ----------------------------------------------------------------------
 
 
@@ -94,8 +99,19 @@ def histogram(frames: np.ndarray) -> np.ndarray:
     if frames.dtype != np.uint8:
         raise DataError(f"camera frames are {frames.dtype}, not 8-bit; accelkit reads 8-bit video")
     channels = frames.shape[-1]
-    flat = frames.reshape(-1, channels)
-    return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(channels)]).astype(
+    flat = np.ascontiguousarray(frames).reshape(-1)
+    if channels == 3 and flat.size % 6 == 0 and flat.size >= 1 << 16 and np.little_endian:
+        # two pixels are three uint16 words (R0 G0)(B0 R1)(G1 B1): one bincount of 2**16 joint
+        # bins per word, then each byte's marginal — a third fewer elements to convert and count
+        words = flat.view(np.uint16).reshape(-1, 3)
+        out = np.zeros((3, 256), np.int64)
+        for j in range(3):
+            joint = np.bincount(words[:, j], minlength=1 << 16).reshape(256, 256)  # [high, low]
+            out[(2 * j) % 3] += joint.sum(axis=0)  # the low byte comes first in memory
+            out[(2 * j + 1) % 3] += joint.sum(axis=1)
+        return out
+    pixels = flat.reshape(-1, channels)
+    return np.stack([np.bincount(pixels[:, c], minlength=256) for c in range(channels)]).astype(
         np.int64
     )
 
@@ -299,14 +315,41 @@ def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
 
 
 class Frames(NamedTuple):
-    """Frames of one episode of one camera, [N, H, W, C] uint8, in frame order."""
+    """Some frames of one episode of one camera, [N, H, W, C] uint8 (an episode comes in several
+    batches of at most `BATCH` frames, so memory stays a few frames whatever the episode's length)."""
 
     episode: int
     frames: np.ndarray
 
 
-def _wanted(clip: Clip, mode: str) -> np.ndarray:
-    return sample_frames(clip.length) if mode == "sample" else np.arange(clip.length)
+BATCH = 16  # frames per batch: large enough to amortize a histogram call, small enough for caches
+
+
+def _multiplicity(clip: Clip, mode: str) -> np.ndarray:
+    """How often each frame of the clip is counted: once each (all), or as LeRobot samples it."""
+    if mode == "all":
+        return np.ones(clip.length, np.int64)
+    return np.bincount(sample_frames(clip.length), minlength=clip.length)
+
+
+class _Batcher:
+    """Collects each episode's counted frames and hands them on in batches of `BATCH`."""
+
+    def __init__(self):
+        self.pending: dict[int, list[np.ndarray]] = {}
+
+    def add(self, episode: int, frame: np.ndarray, times: int) -> Iterator[Frames]:
+        pending = self.pending.setdefault(episode, [])
+        pending.extend([frame] * int(times))
+        if len(pending) >= BATCH:
+            yield self.flush(episode)
+
+    def flush(self, episode: int) -> Frames:
+        return Frames(episode, np.stack(self.pending.pop(episode)))
+
+    def finish(self, episode: int) -> Iterator[Frames]:
+        if self.pending.get(episode):
+            yield self.flush(episode)
 
 
 def _video_error(path: Path, clips: list[Clip], key: str, what: str) -> DataError:
@@ -344,15 +387,17 @@ def read_video(
     if not path.is_file():
         raise _video_error(path, clips, key, "the video file is missing; is the download complete?")
     clips = sorted(clips, key=lambda c: c.start)
-    wanted = {c.episode: _wanted(c, mode) for c in clips}
-    got: dict[int, dict[int, np.ndarray]] = {c.episode: {} for c in clips}
+    counts = {c.episode: _multiplicity(c, mode) for c in clips}
+    seen: dict[int, set[int]] = {c.episode: set() for c in clips}
     starts = np.array([c.start for c in clips])
+    batcher = _Batcher()
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as exc:
         raise _video_error(
             path, clips, key, f"not a readable video ({exc}); re-download it"
         ) from exc
+    completed: set[int] = set()
     with container:
         if not container.streams.video:
             raise _video_error(path, clips, key, "the file holds no video stream")
@@ -360,7 +405,6 @@ def read_video(
         if stream.codec_context is None:  # FFmpeg knows no decoder for the stream's codec
             raise _codec_error(path, clips, key, codec)
         stream.thread_type = "AUTO"  # FFmpeg's own decoding threads
-        completed: set[int] = set()
         try:
             for frame in container.decode(stream):
                 if frame.time is None:
@@ -372,17 +416,16 @@ def read_video(
                 index = round((frame.time - clip.start) * fps)
                 if abs(clip.start + index / fps - frame.time) > TIME_TOLERANCE_S:
                     continue  # between two frame times: not a frame LeRobot would return
-                if clip.episode in completed or not 0 <= index < clip.length:
+                done = seen[clip.episode]
+                if clip.episode in completed or not 0 <= index < clip.length or index in done:
                     continue
-                if index in got[clip.episode]:
-                    continue
-                if mode == "all" or index in set(wanted[clip.episode].tolist()):
-                    got[clip.episode][index] = frame.to_ndarray(format="rgb24")
-                else:
-                    got[clip.episode][index] = None  # decoded (it exists), not counted
-                if len(got[clip.episode]) == clip.length:
+                done.add(index)
+                times = counts[clip.episode][index]
+                if times:  # converted only when counted (sample mode skips most frames)
+                    yield from batcher.add(clip.episode, frame.to_ndarray(format="rgb24"), times)
+                if len(done) == clip.length:
                     completed.add(clip.episode)
-                    yield Frames(clip.episode, _stack(got.pop(clip.episode), wanted[clip.episode]))
+                    yield from batcher.finish(clip.episode)
                     if len(completed) == len(clips):
                         break
         except av.error.DecoderNotFoundError as exc:
@@ -395,13 +438,9 @@ def read_video(
         if clip.episode not in completed:
             raise _video_error(
                 path, [clip], key,
-                f"the video holds {len(got.get(clip.episode, {}))} of the episode's frames but the metadata says "
-                f"{clip.length}; re-download or re-encode it",
+                f"the video holds {len(seen[clip.episode])} of the episode's frames but the"
+                f" metadata says {clip.length}; re-download or re-encode it",
             )  # fmt: skip
-
-
-def _stack(frames: dict[int, np.ndarray | None], wanted: np.ndarray) -> np.ndarray:
-    return np.stack([frames[int(i)] for i in wanted])
 
 
 def read_images(path: Path, clips: list[Clip], key: str, root: Path, mode: str) -> Iterator[Frames]:
@@ -416,9 +455,11 @@ def read_images(path: Path, clips: list[Clip], key: str, root: Path, mode: str) 
         column = pq.read_table(path, columns=[key]).column(key).to_pylist()
     except Exception as exc:
         raise _video_error(path, clips, key, f"the image column is not readable ({exc})") from exc
+    batcher = _Batcher()
     for clip in clips:
-        frames = []
-        for i in _wanted(clip, mode).tolist():
+        for i, times in enumerate(_multiplicity(clip, mode).tolist()):
+            if not times:
+                continue
             row = clip.start + i
             cell = column[row] if row < len(column) else None
             try:
@@ -428,12 +469,13 @@ def read_images(path: Path, clips: list[Clip], key: str, root: Path, mode: str) 
                     image = Image.open(root / cell["path"])
                 else:
                     raise DataError(f"frame {i} holds no image")
-                frames.append(np.asarray(image.convert("RGB")))
+                frame = np.asarray(image.convert("RGB"))
             except (OSError, UnidentifiedImageError, DataError) as exc:
                 raise _video_error(
                     path, [clip], key, f"frame {i} is not a readable image ({exc})"
                 ) from exc
-        yield Frames(clip.episode, np.stack(frames))
+            yield from batcher.add(clip.episode, frame, times)
+        yield from batcher.finish(clip.episode)
 
 
 # --- computing ---------------------------------------------------------------------------------
@@ -503,8 +545,9 @@ def compute_camera_stats(
         for item in _ahead(reader):
             frames = item.frames
             if mode == "sample":
-                frames = np.stack([downsample(f) for f in frames])
-            states[camera.key][item.episode] = update(init(frames.shape[-1]), frames)
+                frames = downsample_batch(frames)
+            before = states[camera.key].get(item.episode) or init(frames.shape[-1])
+            states[camera.key][item.episode] = update(before, frames)
             counted += len(frames)
     if progress is not None:
         progress(len(jobs), len(jobs), "done")
@@ -521,7 +564,7 @@ def compute_camera_stats(
     return CameraResult(mode, stats, episodes, counted, len(jobs), time.perf_counter() - started)
 
 
-def _ahead(items: Iterator, depth: int = 2) -> Iterator:
+def _ahead(items: Iterator, depth: int = 4) -> Iterator:
     """`items` produced on a thread, up to `depth` ahead of the consumer (decoding overlaps the
     reduction; PyAV and numpy release the GIL in their loops). Errors are raised here, in order."""
     pipe: queue.Queue = queue.Queue(maxsize=depth)
