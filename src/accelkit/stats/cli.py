@@ -550,6 +550,12 @@ def _report(settings, result, output: Path, stream, backup, as_json: bool, shown
         )
         return result
     print_report(result, shown, settings.format, stream.name)
+    cameras = result.cameras
+    if cameras is not None:
+        print(
+            f"cameras ({cameras.mode}): {', '.join(cameras.stats)}: {cameras.frames_counted:,}"
+            f" frames counted from {cameras.files} files in {cameras.seconds:.1f} s"
+        )
     if backup is not None:
         print(f"previous files kept in {backup}")
     return result

@@ -744,8 +744,13 @@ def _resolve_keys(
             for name in keys.values():
                 dtype = str(features.get(name, {}).get("dtype", "float32"))
                 if dtype in ("video", "image", "string"):
+                    hint = (
+                        "; camera statistics come with --format lerobot --images sample|all"
+                        if dtype in ("video", "image")
+                        else ""
+                    )
                     raise DataError(
-                        f"{where} column {name!r} is a {dtype} feature, not a numeric vector"
+                        f"{where} column {name!r} is a {dtype} feature, not a numeric vector{hint}"
                     )
         return dict(keys)
     chosen = {out: name for out, name in DEFAULT_KEYS.items() if name in available}
