@@ -339,3 +339,32 @@ def test_histogram_counts_every_channel(shape):
     np.testing.assert_array_equal(
         cameras.histogram(frames[:, ::2, ::3]), cameras.histogram(frames[:, ::2, ::3].copy())
     )
+
+
+def test_sample_mode_skips_only_unsampled_av1_pictures(tmp_path):
+    """Two long episodes in one AV1 file with key frames every 2 frames (LeRobot's g=2): sample
+    mode leaves whole groups of pictures and trailing frames undecoded; its frames must still be
+    the sampled ones, bit for bit, as a plain decode of every frame gives them."""
+    import av
+
+    path = tmp_path / "long.mp4"
+    rng = np.random.default_rng(9)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libsvtav1", rate=10, options={"g": "2", "crf": "30"})
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        for i in range(250):
+            image = np.clip(rng.integers(0, 40, (24, 32, 3)) + 3 * i % 200, 0, 255)
+            frame = av.VideoFrame.from_ndarray(image.astype(np.uint8), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    with av.open(str(path)) as container:
+        every = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert len(every) == 250
+    clips = [cameras.Clip(0, 130, path, 0.0), cameras.Clip(1, 120, path, 13.0)]
+    got: dict[int, np.ndarray] = {}
+    for item in cameras.read_video(path, clips, "cam", 10.0, "sample"):
+        got[item.episode] = got.get(item.episode, 0) + cameras.histogram(item.frames)
+    for clip, offset in zip(clips, (0, 130), strict=True):
+        picked = np.stack([every[offset + i] for i in cameras.sample_frames(clip.length)])
+        assert cameras.sample_count(clip.length) == 100 < clip.length
+        np.testing.assert_array_equal(got[clip.episode], cameras.histogram(picked))

@@ -295,7 +295,7 @@ def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
                 start = 0.0
             else:
                 row = columns.get(episode.index)
-                if row is None:
+                if row is None or any(v is None for v in row.values()):
                     raise DataError(
                         f"episode {episode.index} has no video entry for {key} in meta/episodes; "
                         "the metadata is damaged"
@@ -376,20 +376,75 @@ def _codec_error(path: Path, clips: list[Clip], key: str, codec: str | None) -> 
     )  # fmt: skip
 
 
+SKIPPING_DECODERS = (
+    "libdav1d",
+    "av1",
+)  # key frames reset every reference: whole GOPs may be skipped
+
+
+class _Episodes:
+    """Which frame of which clip a video frame (or packet) at time t is, and what was seen."""
+
+    def __init__(self, clips: list[Clip], fps: float, mode: str):
+        self.clips = sorted(clips, key=lambda c: c.start)
+        self.fps = fps
+        self.starts = np.array([c.start for c in self.clips])
+        self.counts = {c.episode: _multiplicity(c, mode) for c in self.clips}
+        self.seen: dict[int, set[int]] = {c.episode: set() for c in self.clips}
+        self.completed: set[int] = set()
+
+    def slot(self, time: float | None) -> tuple[Clip, int] | None:
+        """(clip, frame index) of a frame shown at `time`, if it is a frame LeRobot would return
+        for a not yet completed clip (the frame at `start + i / fps`, within 1e-4 s)."""
+        if time is None or not math.isfinite(time):
+            return None
+        at = int(np.searchsorted(self.starts, time + TIME_TOLERANCE_S, side="right")) - 1
+        if at < 0:
+            return None
+        clip = self.clips[at]
+        index = round((time - clip.start) * self.fps)
+        if abs(clip.start + index / self.fps - time) > TIME_TOLERANCE_S:
+            return None  # between two frame times
+        if clip.episode in self.completed or not 0 <= index < clip.length:
+            return None
+        if index in self.seen[clip.episode]:
+            return None
+        return clip, index
+
+    def wanted(self, time: float | None) -> bool:
+        found = self.slot(time)
+        return found is not None and bool(self.counts[found[0].episode][found[1]])
+
+    def mark(self, clip: Clip, index: int, complete: bool = True) -> bool:
+        """Record frame `index` of `clip` as present; True when that completes the clip (only
+        with `complete`: frames decoded in display order, none still inside the decoder)."""
+        self.seen[clip.episode].add(index)
+        return complete and self.mark_complete(clip)
+
+    def mark_complete(self, clip: Clip) -> bool:
+        if clip.episode in self.completed or len(self.seen[clip.episode]) < clip.length:
+            return False
+        self.completed.add(clip.episode)
+        return True
+
+
 def read_video(
     path: Path, clips: list[Clip], key: str, fps: float, mode: str, codec: str | None = None
 ) -> Iterator[Frames]:
     """Decode `path` once and yield each clip's wanted frames (the frame at `start + i / fps`);
-    `codec` is the one info.json declares, named if it cannot be decoded."""
+    `codec` is the one info.json declares, named if it cannot be decoded.
+
+    In sample mode, AV1 groups of pictures (a key frame up to the next) holding no sampled frame
+    are not decoded at all: an AV1 key frame refreshes every reference, so the frames after it
+    decode the same without them (their packets still count as frames present). Other codecs
+    (H.264 and HEVC open GOPs may reference across key frames) are decoded whole."""
     from accelkit.errors import require
 
     av = require("av", "stats")
     if not path.is_file():
         raise _video_error(path, clips, key, "the video file is missing; is the download complete?")
-    clips = sorted(clips, key=lambda c: c.start)
-    counts = {c.episode: _multiplicity(c, mode) for c in clips}
-    seen: dict[int, set[int]] = {c.episode: set() for c in clips}
-    starts = np.array([c.start for c in clips])
+    episodes = _Episodes(clips, fps, mode)
+    clips = episodes.clips
     batcher = _Batcher()
     try:
         container = av.open(str(path))
@@ -397,7 +452,18 @@ def read_video(
         raise _video_error(
             path, clips, key, f"not a readable video ({exc}); re-download it"
         ) from exc
-    completed: set[int] = set()
+
+    def take(frame, finish: bool = True) -> Iterator[Frames]:
+        found = episodes.slot(None if frame.pts is None else float(frame.pts * base))
+        if found is None:
+            return
+        clip, index = found
+        times = episodes.counts[clip.episode][index]
+        if times:  # converted only when counted (sample mode skips most frames)
+            yield from batcher.add(clip.episode, frame.to_ndarray(format="rgb24"), times)
+        if episodes.mark(clip, index, complete=finish):
+            yield from batcher.finish(clip.episode)
+
     with container:
         if not container.streams.video:
             raise _video_error(path, clips, key, "the file holds no video stream")
@@ -405,29 +471,33 @@ def read_video(
         if stream.codec_context is None:  # FFmpeg knows no decoder for the stream's codec
             raise _codec_error(path, clips, key, codec)
         stream.thread_type = "AUTO"  # FFmpeg's own decoding threads
+        base = stream.time_base  # frame and packet times: pts x the stream's time base
+        skipping = mode == "sample" and stream.codec_context.name in SKIPPING_DECODERS
         try:
-            for frame in container.decode(stream):
-                if frame.time is None:
-                    continue
-                at = int(np.searchsorted(starts, frame.time + TIME_TOLERANCE_S, side="right")) - 1
-                if at < 0:
-                    continue
-                clip = clips[at]
-                index = round((frame.time - clip.start) * fps)
-                if abs(clip.start + index / fps - frame.time) > TIME_TOLERANCE_S:
-                    continue  # between two frame times: not a frame LeRobot would return
-                done = seen[clip.episode]
-                if clip.episode in completed or not 0 <= index < clip.length or index in done:
-                    continue
-                done.add(index)
-                times = counts[clip.episode][index]
-                if times:  # converted only when counted (sample mode skips most frames)
-                    yield from batcher.add(clip.episode, frame.to_ndarray(format="rgb24"), times)
-                if len(done) == clip.length:
-                    completed.add(clip.episode)
-                    yield from batcher.finish(clip.episode)
-                    if len(completed) == len(clips):
+            if not skipping:
+                for frame in container.decode(stream):
+                    yield from take(frame)
+                    if len(episodes.completed) == len(clips):
                         break
+            else:  # episodes complete only at the end: the decoder may still hold frames
+                for gop in _groups_of_pictures(container.demux(stream)):
+                    times = [None if p.pts is None else float(p.pts * base) for p in gop]
+                    wanted = [i for i, t in enumerate(times) if episodes.wanted(t)]
+                    # decoded up to the group's last sampled frame (AV1 frames only reference
+                    # earlier ones), the rest present (their packets), never decoded
+                    used = wanted[-1] + 1 if wanted else 0
+                    for packet in gop[:used]:
+                        for frame in stream.decode(packet):
+                            yield from take(frame, finish=False)
+                    for t in times[used:]:
+                        found = episodes.slot(t)
+                        if found is not None:
+                            episodes.mark(*found, complete=False)
+                for frame in stream.decode(None):  # frames still inside the decoder
+                    yield from take(frame, finish=False)
+                for clip in clips:
+                    if episodes.mark_complete(clip):
+                        yield from batcher.finish(clip.episode)
         except av.error.DecoderNotFoundError as exc:
             raise _codec_error(path, clips, key, codec) from exc
         except av.error.FFmpegError as exc:
@@ -435,12 +505,26 @@ def read_video(
                 path, clips, key, f"the video is corrupt ({exc}); re-download it"
             ) from exc
     for clip in clips:
-        if clip.episode not in completed:
+        if clip.episode not in episodes.completed:
             raise _video_error(
                 path, [clip], key,
-                f"the video holds {len(seen[clip.episode])} of the episode's frames but the"
-                f" metadata says {clip.length}; re-download or re-encode it",
+                f"the video holds {len(episodes.seen[clip.episode])} of the episode's frames but"
+                f" the metadata says {clip.length}; re-download or re-encode it",
             )  # fmt: skip
+
+
+def _groups_of_pictures(packets) -> Iterator[list]:
+    """Packets from one key frame up to the next (the demuxer's final empty packet dropped)."""
+    group: list = []
+    for packet in packets:
+        if packet.size == 0:
+            continue
+        if packet.is_keyframe and group:
+            yield group
+            group = []
+        group.append(packet)
+    if group:
+        yield group
 
 
 def read_images(path: Path, clips: list[Clip], key: str, root: Path, mode: str) -> Iterator[Frames]:
