@@ -18,26 +18,31 @@ from accelkit.stats import cameras
 from accelkit.stats.sources import open_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-EXPECTED = json.loads((FIXTURES / "cameras_expected.json").read_text())
+EXPECTED = json.loads((FIXTURES / "cameras_expected.json").read_text())  # lerobot 0.4.4, v3.0
+EXPECTED_V21 = json.loads((FIXTURES / "cameras_expected_v21.json").read_text())  # lerobot 0.3.3
+DATASETS = {**EXPECTED["datasets"], **EXPECTED_V21["datasets"]}
 LEVELS = EXPECTED["levels"]
 NAMES = ["q01", "q10", "q50", "q90", "q99"]
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
 STATS = ("min", "max", "mean", "std")
 
 
-def assert_equal_to(got: cameras.CameraStats, lerobot: dict, numpy_ref: dict) -> None:
+def assert_equal_to(got: cameras.CameraStats, lerobot: dict | None, numpy_ref: dict) -> None:
     """mean/min/max/count bit for bit as LeRobot computes them; std and quantiles as numpy over
-    the same pixels (LeRobot 0.4.4's std is 0 from a uint8 overflow, its quantiles histogram
-    estimates: checked to be so, and ours close to them)."""
+    the same pixels. LeRobot 0.3.3's std (np.std) agrees; 0.4.4's is 0 from a uint8 overflow and
+    its quantiles are histogram estimates: checked to be so, and ours close to them."""
     if lerobot is not None:
         assert got.mean.tolist() == lerobot["mean"]
         assert got.min.tolist() == lerobot["min"]
         assert got.max.tolist() == lerobot["max"]
         assert [got.count] == lerobot["count"]
-        assert lerobot["std"] == [0.0, 0.0, 0.0]  # LeRobot 0.4.4: (uint8 ** 2) wraps
-        for q, name in zip(LEVELS, NAMES, strict=True):
-            # an estimate: within 5 grey levels here (768 pixels in the 1-frame episode)
-            np.testing.assert_allclose(got.quantiles[q], lerobot[name], atol=5 / 255)
+        if "q01" in lerobot:  # lerobot 0.4.4
+            assert lerobot["std"] == [0.0, 0.0, 0.0]  # (uint8 ** 2) wraps
+            for q, name in zip(LEVELS, NAMES, strict=True):
+                # an estimate: within 5 grey levels here (768 pixels in the 1-frame episode)
+                np.testing.assert_allclose(got.quantiles[q], lerobot[name], atol=5 / 255)
+        else:  # lerobot 0.3.3: np.std of the sampled uint8 pixels
+            np.testing.assert_allclose(got.std, lerobot["std"], rtol=1e-13, atol=0)
     assert got.mean.tolist() == numpy_ref["mean"]
     assert got.min.tolist() == numpy_ref["min"]
     assert got.max.tolist() == numpy_ref["max"]
@@ -70,10 +75,11 @@ def test_downsample_strides_like_lerobot():
     np.testing.assert_array_equal(cameras.downsample(frame), frame[::2, ::2])
 
 
+@pytest.mark.parametrize("version", ["0.4.4", "0.3.3"])
 @pytest.mark.parametrize("case", sorted(EXPECTED["synthetic"]))
-def test_sample_mode_equals_lerobots_compute_episode_stats(case):
+def test_sample_mode_equals_lerobots_compute_episode_stats(case, version):
     """Frames LeRobot sampled and downsampled (700 of 5x6 px; 300x310 and 640x450 px)."""
-    spec = EXPECTED["synthetic"][case]
+    spec = (EXPECTED if version == "0.4.4" else EXPECTED_V21)["synthetic"][case]
     rng = np.random.default_rng(spec["seed"])
     for (n, h, w), ref in zip(spec["shapes"], spec["episodes"], strict=True):
         frames = rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8)
@@ -87,13 +93,14 @@ def test_sample_mode_equals_lerobots_compute_episode_stats(case):
 
 
 @pytest.mark.parametrize("mode", ["sample", "all"])
-@pytest.mark.parametrize("name", sorted(EXPECTED["datasets"]))
+@pytest.mark.parametrize("name", sorted(DATASETS))
 def test_episodes_of_lerobot_written_datasets(name, mode):
-    """AV1 (LeRobot's default libsvtav1, several episodes per mp4, rolled-over files), H.264, and
-    PNG image columns: every episode of every camera."""
+    """v3.0 (lerobot 0.4.4): AV1 (LeRobot's default libsvtav1, several episodes per mp4,
+    rolled-over files), H.264, PNG image columns; v2.1 (lerobot 0.3.3): one AV1 file per episode,
+    PNG image columns. Every episode of every camera."""
     source = open_source(FIXTURES / name).lerobot
     result = cameras.compute_camera_stats(source, mode, LEVELS)
-    expected = EXPECTED["datasets"][name]
+    expected = DATASETS[name]
     assert sorted(result.stats) == sorted(expected)
     for key, ref in expected.items():
         for episode, entry in ref["episodes"].items():
@@ -218,40 +225,29 @@ def test_images_all_and_none_and_openpi(tmp_path, capsys):
     assert code == 2 and "--format lerobot" in err and not (tmp_path / "x.json").exists()
 
 
-def test_v21_episodes_stats_carry_cameras(tmp_path, capsys):
-    """A v2.1 layout (one mp4 per episode at video_path): the fixture's first file rewritten as
-    LeRobot 0.3 lays it out (its episode 0 is alone in file-000.mp4)."""
+def test_v21_episodes_stats_jsonl_carry_cameras(tmp_path, capsys):
+    """lerobot 0.3.3's v2.1 layout: --write-into replaces each line's camera entries (its keys:
+    min, max, mean, std, count), keeping the numeric features' entries."""
     from accelkit.cli import main
 
-    src = FIXTURES / "lerobot_v30_h264"
-    root = tmp_path / "v21"
-    (root / "meta").mkdir(parents=True)
-    info = json.loads((src / "meta/info.json").read_text())
-    info.update(
-        codebase_version="v2.1",
-        total_episodes=1,
-        total_frames=9,
-        data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-        video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-    )
-    (root / "meta/info.json").write_text(json.dumps(info))
-    (root / "meta/episodes.jsonl").write_text(json.dumps({"episode_index": 0, "length": 9}) + "\n")
-    table = pq.read_table(src / "data/chunk-000/file-000.parquet")
-    (root / "data/chunk-000").mkdir(parents=True)
-    pq.write_table(table.slice(0, 9), root / "data/chunk-000/episode_000000.parquet")
-    video = root / f"videos/chunk-000/{FRONT}/episode_000000.mp4"
-    video.parent.mkdir(parents=True)
-    shutil.copy(src / f"videos/{FRONT}/chunk-000/file-000.mp4", video)  # holds episodes 0 and 1
+    root = shutil.copytree(FIXTURES / "lerobot_v21_cameras", tmp_path / "ds")
     code, _, err = run(
-        main, capsys, root, "--format", "lerobot", "--per-episode", "-o", tmp_path / "o/stats.json"
+        main, capsys, root, "--format", "lerobot", "--per-episode", "--write-into", root
     )
     assert code == 0, err
-    line = json.loads((tmp_path / "o/episodes_stats.jsonl").read_text().splitlines()[0])
-    ref = EXPECTED["datasets"]["lerobot_v30_h264"][FRONT]["episodes"]["0"]
-    entry = line["stats"][FRONT]
-    assert sorted(entry) == ["count", "max", "mean", "min", "std"]  # LeRobot 0.3's keys
-    assert [v[0][0] for v in entry["mean"]] == ref["lerobot"]["mean"]
-    assert entry["count"] == [9]
+    want = cameras.compute_camera_stats(open_source(root).lerobot, "sample", LEVELS)
+    lines = [json.loads(x) for x in (root / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    assert [x["episode_index"] for x in lines] == [0, 1, 2, 3]
+    for line in lines:
+        for key in (FRONT, WRIST):
+            entry = line["stats"][key]
+            assert entry == entry_of(want.episodes[line["episode_index"]][key], names=False)
+            ref = EXPECTED_V21["datasets"]["lerobot_v21_cameras"][key]["episodes"]
+            lerobot = ref[str(line["episode_index"])]["lerobot"]  # 0.3.3 on the decoded frames
+            assert [v[0][0] for v in entry["mean"]] == lerobot["mean"]
+            np.testing.assert_allclose([v[0][0] for v in entry["std"]], lerobot["std"], rtol=1e-13)
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert stats[FRONT] == entry_of(want.stats[FRONT])
 
 
 # --- bad input: one line naming the file and the episode, exit 2, nothing written ---------------
