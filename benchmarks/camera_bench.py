@@ -185,14 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         log(f"written in {time.perf_counter() - began:.0f} s")
 
-    from accelkit.stats import cameras
+    from accelkit.stats import camera_files
     from accelkit.stats.sources import open_source
 
     source = open_source(root).lerobot
     levels = (0.01, 0.1, 0.5, 0.9, 0.99)
     methods = {
-        "sample": lambda: cameras.compute_camera_stats(source, "sample", levels).frames_counted,
-        "all": lambda: cameras.compute_camera_stats(source, "all", levels).frames_counted,
+        "sample": lambda: (
+            camera_files.compute_camera_stats(source, "sample", levels).frames_counted
+        ),
+        "all": lambda: camera_files.compute_camera_stats(source, "all", levels).frames_counted,
         "decode": lambda: decode_only(root),
     }
     seconds: dict[str, list[float]] = {m: [] for m in methods}

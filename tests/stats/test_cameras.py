@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("av")
 
-from accelkit.stats import cameras
+from accelkit.stats import camera_files, cameras
 from accelkit.stats.sources import open_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -99,7 +99,7 @@ def test_episodes_of_lerobot_written_datasets(name, mode):
     rolled-over files), H.264, PNG image columns; v2.1 (lerobot 0.3.3): one AV1 file per episode,
     PNG image columns. Every episode of every camera."""
     source = open_source(FIXTURES / name).lerobot
-    result = cameras.compute_camera_stats(source, mode, LEVELS)
+    result = camera_files.compute_camera_stats(source, mode, LEVELS)
     expected = DATASETS[name]
     assert sorted(result.stats) == sorted(expected)
     for key, ref in expected.items():
@@ -130,7 +130,7 @@ def pooled(entries: list[dict]) -> dict:
 @pytest.mark.parametrize("mode", ["sample", "all"])
 def test_global_statistics_pool_the_episodes(mode):
     source = open_source(FIXTURES / "lerobot_v30_cameras").lerobot
-    result = cameras.compute_camera_stats(source, mode, LEVELS)
+    result = camera_files.compute_camera_stats(source, mode, LEVELS)
     for key, ref in EXPECTED["datasets"]["lerobot_v30_cameras"].items():
         field = "sample_numpy" if mode == "sample" else "all_numpy"
         want = pooled([e[field] for e in ref["episodes"].values()])
@@ -181,7 +181,7 @@ def test_write_into_replaces_stale_camera_entries(tmp_path, capsys):
         main, capsys, root, "--format", "lerobot", "--per-episode", "--write-into", root
     )
     assert code == 0, err
-    want = cameras.compute_camera_stats(open_source(root).lerobot, "sample", LEVELS)
+    want = camera_files.compute_camera_stats(open_source(root).lerobot, "sample", LEVELS)
     stats = json.loads((root / "meta/stats.json").read_text())
     for key in (FRONT, WRIST):
         assert stats[key] == entry_of(want.stats[key])
@@ -211,7 +211,7 @@ def test_images_all_and_none_and_openpi(tmp_path, capsys):
     out = tmp_path / "all.json"
     code, _, err = run(main, capsys, root, "--format", "lerobot", "--images", "all", "-o", out)
     assert code == 0, err
-    want = cameras.compute_camera_stats(open_source(root).lerobot, "all", LEVELS)
+    want = camera_files.compute_camera_stats(open_source(root).lerobot, "all", LEVELS)
     assert json.loads(out.read_text())[FRONT] == entry_of(want.stats[FRONT])
     out = tmp_path / "none.json"
     code, _, err = run(main, capsys, root, "--format", "lerobot", "--images", "none", "-o", out)
@@ -235,7 +235,7 @@ def test_v21_episodes_stats_jsonl_carry_cameras(tmp_path, capsys):
         main, capsys, root, "--format", "lerobot", "--per-episode", "--write-into", root
     )
     assert code == 0, err
-    want = cameras.compute_camera_stats(open_source(root).lerobot, "sample", LEVELS)
+    want = camera_files.compute_camera_stats(open_source(root).lerobot, "sample", LEVELS)
     lines = [json.loads(x) for x in (root / "meta/episodes_stats.jsonl").read_text().splitlines()]
     assert [x["episode_index"] for x in lines] == [0, 1, 2, 3]
     for line in lines:
@@ -356,9 +356,9 @@ def test_sample_mode_skips_only_unsampled_av1_pictures(tmp_path):
     with av.open(str(path)) as container:
         every = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
         assert len(every) == 250
-    clips = [cameras.Clip(0, 130, path, 0.0), cameras.Clip(1, 120, path, 13.0)]
+    clips = [camera_files.Clip(0, 130, path, 0.0), camera_files.Clip(1, 120, path, 13.0)]
     got: dict[int, np.ndarray] = {}
-    for item in cameras.read_video(path, clips, "cam", 10.0, "sample"):
+    for item in camera_files.read_video(path, clips, "cam", 10.0, "sample"):
         got[item.episode] = got.get(item.episode, 0) + cameras.histogram(item.frames)
     for clip, offset in zip(clips, (0, 130), strict=True):
         picked = np.stack([every[offset + i] for i in cameras.sample_frames(clip.length)])

@@ -47,7 +47,7 @@ class StatsSettings(Settings):
     transform: str | None = None  # module:callable, a dict batch in and out (openpi's shape)
     per_timestep: bool = False  # also one set of statistics per action-chunk step
     # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
-    # None: "sample" for --format lerobot, "none" for openpi (cameras.py, docs/stats.md)
+    # None: "sample" for --format lerobot, "none" for openpi (stats/cameras.py, docs/stats.md)
     images: Literal["none", "sample", "all"] | None = None
 
     @field_validator("delta_actions")
@@ -852,7 +852,8 @@ def camera_stats(settings: StatsSettings, stream, levels, progress: bool):
     if mode == "none":
         return None
     from accelkit.runtime.progress import Steps
-    from accelkit.stats.cameras import camera_keys, compute_camera_stats
+    from accelkit.stats.camera_files import compute_camera_stats
+    from accelkit.stats.cameras import camera_keys
 
     if not camera_keys(stream.lerobot.features):
         return None

@@ -1,7 +1,7 @@
 """Where rows come from: LeRobot datasets (v2.1, v3.0), .npy / .npz / parquet files or folders.
 
 Only the needed columns are read (pyarrow column projection); videos and image columns are read by
-`accelkit.stats.cameras`, never here. A file is the
+`accelkit.stats.camera_files`, never here. A file is the
 unit of reading, so memory is bounded by the largest file, not the dataset.
 
 Action chunks (`action_horizon=H`) are never materialized: frame t's chunk holds actions t..t+H-1 of
