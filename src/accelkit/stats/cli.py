@@ -47,6 +47,9 @@ class StatsSettings(Settings):
     transform: str | None = None  # module:callable, a dict batch in and out (openpi's shape)
     per_timestep: bool = False  # also one set of statistics per action-chunk step
     plot: str | None = None  # a figure of the distributions: PATH.png or a self-contained PATH.html
+    # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
+    # None: "sample" for --format lerobot, "none" for openpi (stats/cameras.py, docs/stats.md)
+    images: Literal["none", "sample", "all"] | None = None
 
     @field_validator("delta_actions")
     @classmethod
@@ -300,6 +303,14 @@ def stats_command(
             help="Also statistics per action-chunk step, written to <output>.per_timestep.json.",
         ),
     ] = False,
+    images: Annotated[
+        str | None,
+        typer.Option(
+            "--images",
+            help="Camera (video/image) features of LeRobot datasets: sample (LeRobot's frame sample;"
+            " default with --format lerobot), all (every frame) or none (default with openpi).",
+        ),
+    ] = None,
     skip_nonfinite: Annotated[
         bool,
         typer.Option(
@@ -428,6 +439,7 @@ def stats_command(
         transform=transform,
         per_timestep=per_timestep or None,
         plot=plot,
+        images=images,
     )
     run_stats(settings, progress=not no_progress, as_json=as_json)
 
@@ -474,7 +486,8 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         chunk_transform=chunk_transform,
     )
     target = dataset_target(settings, stream)
-    # the dataset is checked before JAX starts: a bad path answers at once
+    # cameras first: a missing or broken video answers before JAX starts, and nothing is written
+    cameras = camera_stats(settings, stream, levels, progress)
     phase("starting JAX")
     enable_compilation_cache()
     from accelkit.stats.compute import compute_stats
@@ -494,6 +507,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         ray=settings.ray,
         ray_tasks=settings.ray_tasks,
     )
+    result.cameras = cameras
     output = storage.as_path(
         settings.output or DEFAULT_OUTPUT[settings.format], settings.endpoint_url
     )
@@ -539,6 +553,13 @@ def _write_outputs(settings, stream, result, levels, output: Path, target):
     backup = back_up_dataset_files(settings, stream, output) if target is not None else None
     if episodes is not None:  # per-episode files first: their checks run before stats.json changes
         write_episode_outputs(stream, result, episodes, output, into=target is not None)
+    cameras = None
+    if result.cameras is not None:
+        from accelkit.stats.cameras import lerobot_entry
+        from accelkit.stats.formats import quantile_name
+
+        names = {float(q): quantile_name(q) for q in levels}
+        cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
     write_stats(
         output,
         result.stats,
@@ -548,6 +569,7 @@ def _write_outputs(settings, stream, result, levels, output: Path, target):
         allow_missing_quantiles=settings.allow_missing_quantiles,
         run=run_facts(settings, result, stream, levels),
         keep=keep,
+        extra=cameras,
     )
     return backup
 
@@ -576,6 +598,12 @@ def _report(
         )
         return result
     print_report(result, shown, settings.format, stream.name)
+    cameras = result.cameras
+    if cameras is not None:
+        print(
+            f"cameras ({cameras.mode}): {', '.join(cameras.stats)}: {cameras.frames_counted:,}"
+            f" frames counted from {cameras.files} files in {cameras.seconds:.1f} s"
+        )
     if backup is not None:
         print(f"previous files kept in {backup}")
     if plotted is not None:
@@ -748,7 +776,16 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
     levels = next(iter(result.stats.values())).quantiles
     quantile_names = {float(q): quantile_name(q) for q in levels}
     meta = source.root / "meta" if into else output.parent
-    if source.version.startswith("v2"):
+    v2 = source.version.startswith("v2")
+    cameras = None
+    if result.cameras is not None:  # LeRobot 0.3 (v2.1) keeps no quantiles per episode
+        from accelkit.stats.cameras import lerobot_entry
+
+        cameras = {
+            episode: {k: lerobot_entry(s, None if v2 else quantile_names) for k, s in per.items()}
+            for episode, per in result.cameras.episodes.items()
+        }
+    if v2:
         path = lerobot.write_episodes_v21(
             source.root,
             meta / "episodes_stats.jsonl",
@@ -756,11 +793,12 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
             names,
             source.features,
             quantile_names,
+            cameras,
             source.layout,
         )
         return [path]
     return lerobot.write_episodes_v30(
-        source.root, meta / "episodes", episodes, names, source.features, quantile_names
+        source.root, meta / "episodes", episodes, names, source.features, quantile_names, cameras
     )
 
 
@@ -803,7 +841,82 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
         facts["actions_transform"] = describe(stream.chunk_transform)
     if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
         facts["ray"] = settings.ray
+    cameras = getattr(result, "cameras", None)
+    facts["images"] = (
+        {"mode": "none"}
+        if cameras is None
+        else {
+            "mode": cameras.mode,
+            "cameras": list(cameras.stats),
+            "frames": cameras.frames_counted,
+            "files": cameras.files,
+            "seconds": round(cameras.seconds, 3),
+        }
+    )
     return facts
+
+
+def images_mode(settings: StatsSettings, stream) -> str:
+    """What --images means for this run: the default follows the format (see docs/stats.md)."""
+    from accelkit.stats.cameras import camera_keys
+
+    source = getattr(stream, "lerobot", None)
+    has_cameras = source is not None and bool(camera_keys(source.features))
+    remote = source is not None and isinstance(source.root, storage.ObjectPath)
+    mode = settings.images
+    if mode is None:  # LeRobot's stats.json holds its cameras; openpi never reads them
+        automatic = (
+            settings.format == "lerobot"
+            and has_cameras
+            and not remote
+            and source.layout is not None
+            and settings.max_time_minutes is None
+        )
+        return "sample" if automatic else "none"
+    if mode == "none":
+        return mode
+    if settings.format != "lerobot":
+        raise ConfigError(
+            f"--images {mode}: openpi's norm_stats.json holds no camera statistics (openpi scales"
+            " images to [-1, 1] in its model); add --format lerobot, or drop --images"
+        )
+    if source is None:
+        raise ConfigError(
+            f"--images {mode} reads the camera features of a LeRobot dataset (meta/info.json);"
+            f" {stream.name} is not one"
+        )
+    if remote:
+        raise ConfigError(
+            f"--images {mode} decodes videos from a local folder; {source.root} is on object"
+            " storage: copy the dataset to a local disk, or pass --images none"
+        )
+    if settings.max_time_minutes is not None:
+        raise ConfigError(
+            f"--images {mode} decodes every episode's video; drop --max-time-minutes or pass"
+            " --images none"
+        )
+    return mode
+
+
+def camera_stats(settings: StatsSettings, stream, levels, progress: bool):
+    """The camera features' statistics (`accelkit.stats.cameras`), or None with --images none."""
+    mode = images_mode(settings, stream)
+    if mode == "none":
+        return None
+    from accelkit.runtime.progress import Steps
+    from accelkit.stats.camera_files import compute_camera_stats
+    from accelkit.stats.cameras import camera_keys
+
+    if not camera_keys(stream.lerobot.features):
+        return None
+    steps = Steps(1, f"camera statistics ({mode}): files")
+
+    def show(done: int, total: int, what: str) -> None:
+        steps.total, steps.done = max(total, 1), done
+        if progress:
+            steps.show(what)
+
+    return compute_camera_stats(stream.lerobot, mode, levels, progress=show)
 
 
 def sample_dataset_command(

@@ -155,12 +155,15 @@ def write_stats(
     allow_missing_quantiles: bool = False,
     run: Mapping | None = None,
     keep: Mapping | None = None,
+    extra: Mapping | None = None,
 ) -> Path:
     """Write `stats` in `fmt`, atomically; with `run`, also the sidecar of run facts.
 
     Raises `DataError` for a dimension without finite values unless `fill_empty` gives its value,
     and `InputError` for openpi without q01/q99 unless `allow_missing_quantiles`. `keep` (LeRobot
     format): the entries of an existing stats.json, kept for the features not computed here.
+    `extra` (LeRobot format): entries written as given, over `keep` (the camera features'
+    statistics, `accelkit.stats.cameras.lerobot_entry`).
     """
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
@@ -200,6 +203,8 @@ def write_stats(
         keep and fmt == "lerobot"
     ):  # another stats.json's features we did not compute stay as they are
         payload = {**{k: v for k, v in keep.items()}, **payload}
+    if extra and fmt == "lerobot":
+        payload = {**payload, **extra}
     written = write_json_atomic(path, payload, indent=2 if fmt == "openpi" else 4)
     if steps:
         write_json_atomic(per_timestep_path(written), per_timestep_payload(steps), indent=2)

@@ -339,9 +339,11 @@ def write_episodes_v21(
     names: dict[str, str],
     features: dict,
     quantile_names,
+    cameras: dict[int, dict[str, dict]] | None = None,
     layout: Layout | None = None,
 ) -> Path:
-    """`episodes_stats.jsonl` with our features' statistics, keeping the dataset's other features.
+    """`episodes_stats.jsonl` with our features' statistics, keeping the dataset's other features;
+    `cameras`: each episode's camera entries by column, in LeRobot's shape, written as given.
     An episode without frames has no statistics: it gets no line (LeRobot's loader aggregates the
     lines there are), and a warning names it."""
     from accelkit.runtime.files import atomic_open
@@ -375,6 +377,7 @@ def write_episodes_v21(
                 column = names.get(key, key)
                 dtype = str(features.get(column, {}).get("dtype", "float32"))
                 stats[column] = episode_entry(s, dtype, quantile_names, with_quantiles=False)
+            stats.update((cameras or {}).get(result.index, {}))
             handle.write(json.dumps({"episode_index": result.index, "stats": stats}) + "\n")
     return destination
 
@@ -391,10 +394,13 @@ def write_episodes_v30(
     names: dict[str, str],
     features: dict,
     quantile_names,
+    cameras: dict[int, dict[str, dict]] | None = None,
 ) -> list[Path]:
     """Copies of `meta/episodes/**.parquet` under `destination` with our `stats/<feature>/<stat>`
     columns (LeRobot's types: min/max in the feature's type, the rest float64, count int64);
-    every other column as it was."""
+    every other column as it was. `cameras`: each episode's camera entries by column (LeRobot's
+    (3, 1, 1) nested lists, count [n]), written as list<list<list<double>>> columns as LeRobot
+    writes them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -419,6 +425,19 @@ def write_episodes_v30(
                     "delete_episodes) or run without --per-episode"
                 )
             raise DataError(f"{path} lists episode {missing[0]}, which the data does not hold")
+        if cameras is not None:
+            missing = [e for e in table.column("episode_index").to_pylist() if e not in cameras]
+            if missing:
+                raise DataError(
+                    f"{path} lists episode {missing[0]}, which has no camera statistics"
+                )
+
+    def put(table, name, array):
+        index = table.schema.get_field_index(name)
+        return (
+            table.set_column(index, name, array) if index >= 0 else table.append_column(name, array)
+        )
+
     for path, table in tables.items():
         order = [int(e) for e in table.column("episode_index").to_pylist()]
         for key in episodes[0].stats:
@@ -443,13 +462,13 @@ def write_episodes_v30(
                 else:
                     kind = pa.float64()
                 array = pa.array(values, pa.list_(kind))
-                name = f"stats/{column}/{stat}"
-                index = table.schema.get_field_index(name)
-                table = (
-                    table.set_column(index, name, array)
-                    if index >= 0
-                    else table.append_column(name, array)
-                )
+                table = put(table, f"stats/{column}/{stat}", array)
+        for column in next(iter(cameras.values())) if cameras else ():
+            entries = [cameras[e][column] for e in order]
+            for stat in entries[0]:
+                kind = pa.int64() if stat == "count" else pa.list_(pa.list_(pa.float64()))
+                array = pa.array([entry[stat] for entry in entries], pa.list_(kind))
+                table = put(table, f"stats/{column}/{stat}", array)
         target = destination / path.relative_to(source_root / "meta" / "episodes")
         with atomic_open(target, "wb") as handle:
             pq.write_table(table, handle)

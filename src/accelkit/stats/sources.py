@@ -1,6 +1,7 @@
 """Where rows come from: LeRobot datasets (v2.1, v3.0), .npy / .npz / parquet files or folders.
 
-Only the needed columns are read (pyarrow column projection); videos are never opened. A file is the
+Only the needed columns are read (pyarrow column projection); videos and image columns are read by
+`accelkit.stats.camera_files`, never here. A file is the
 unit of reading, so memory is bounded by the largest file, not the dataset.
 
 Action chunks (`action_horizon=H`) are never materialized: frame t's chunk holds actions t..t+H-1 of
@@ -752,8 +753,13 @@ def _resolve_keys(
             for name in keys.values():
                 dtype = str(features.get(name, {}).get("dtype", "float32"))
                 if dtype in ("video", "image", "string"):
+                    hint = (
+                        "; camera statistics come with --format lerobot --images sample|all"
+                        if dtype in ("video", "image")
+                        else ""
+                    )
                     raise DataError(
-                        f"{where} column {name!r} is a {dtype} feature, not a numeric vector"
+                        f"{where} column {name!r} is a {dtype} feature, not a numeric vector{hint}"
                     )
         return dict(keys)
     chosen = {out: name for out, name in DEFAULT_KEYS.items() if name in available}

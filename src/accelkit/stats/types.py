@@ -183,3 +183,4 @@ class StatsResult:
     stats: dict[str, KeyStats]
     summary: RunSummary
     episodes: list | None = None  # [episodes.EpisodeResult] when asked for per-episode statistics
+    cameras: object | None = None  # cameras.CameraResult when camera features were computed
