@@ -50,7 +50,13 @@ def test_devices_names_the_extra_when_torch_is_missing(tmp_path):
     blocked = tmp_path / "blocked"
     (blocked / "torch").mkdir(parents=True)
     (blocked / "torch" / "__init__.py").write_text("raise ImportError('not installed here')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path])}
+    # wide enough that the table keeps the hint on one line (at 80 columns its cell wraps, and
+    # the cells beside it come between the words)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(blocked), *sys.path]),
+        "COLUMNS": "200",
+    }
     for args in ([], ["--json"]):
         done = subprocess.run(
             [sys.executable, "-m", "accelkit", "devices", *args],
