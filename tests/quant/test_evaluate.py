@@ -298,3 +298,54 @@ def test_dry_run_and_apply_agree_on_every_layer(encoder_dir, tmp_path, capsys, m
         leaving = [w for w in doc["warnings"] if "in float" in w]
         assert len(leaving) == 1 and "leaving 10 of 12" in leaving[0], doc["warnings"]
     assert err.count("in float") == 1
+
+
+def _peak_rss_mb(args) -> tuple[int, float, dict]:
+    """(exit code, peak resident MB, --json result) of `python -m accelkit ARGS` in a child."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "accelkit", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "XLA_FLAGS": ""},
+    )
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_maxrss / 1024, result_of(out.decode())
+
+
+def test_calibration_files_are_streamed_in_bounded_memory(tmp_path):
+    """100,000 lines of 70 words calibrate in the memory of 1,000: the file is read and
+    tokenized one batch at a time and the calibration keeps a bounded sample (tokenized whole,
+    the 100k lines cut to the model's 64 positions would hold 100,000 × 64 × 2 int64 = 98 MB)."""
+    import random
+
+    torch.manual_seed(0)
+    folder = tmp_path / "tiny"
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(folder)
+    with_tokenizer(folder)
+    words = " ".join(TEXTS).split()
+    rng = random.Random(0)
+    lines = [" ".join(rng.choices(words, k=70)) for _ in range(100_000)]
+    big, small = tmp_path / "big.txt", tmp_path / "small.txt"
+    big.write_text("\n".join(lines))
+    small.write_text("\n".join(lines[:1000]))
+    peaks = {}
+    for name, file in (("small", small), ("big", big)):
+        code, peak, doc = _peak_rss_mb(
+            ["quant", "apply", "--model", str(folder), "--method", "smoothquant", "--calibration",
+             str(file), "--output", str(tmp_path / f"{name}.safetensors"), "--json"]
+        )  # fmt: skip
+        assert code == 0
+        peaks[name] = peak
+        assert doc["calibration"]["texts"] == (100_000 if name == "big" else 1000)
+        assert doc["calibration"]["length"] == 64 and len(doc["quantized"]) == 6
+    assert peaks["big"] - peaks["small"] < 40, peaks

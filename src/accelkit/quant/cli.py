@@ -354,6 +354,7 @@ def apply_command(
                 "output": str(path),
                 "quantized": report.quantized,
                 "skipped": report.skipped,
+                "calibration": {"texts": data.count, "tokens": data.tokens, "length": data.length},
                 "quantized_layers_bytes": q_bytes,
                 "fp32_layers_bytes": fp_bytes,
             }
