@@ -45,6 +45,7 @@ from accelkit.quant.evaluate import (
     quant_layer_bytes,
     subject_fidelity,
     subject_reference,
+    with_abits,
 )
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
@@ -154,12 +155,23 @@ def build(name: str, n_texts: int, max_length: int) -> Subject:
     )  # fmt: skip
 
 
-def settings():
-    """(method, permutation, weights): W4A8 and W4A4 share one quantization (`with_abits`)."""
-    for method in ("rtn", "smoothquant", "duquant"):
-        for perm in (True, False) if method == "duquant" else (None,):
-            for weights in WEIGHTS:
-                yield method, perm, weights
+# the order settings run in: the questions the default rests on first (DuQuant with and without
+# the permutation, progressive 64 against per channel, RTN as the baseline), so that a run stopped
+# early has answered them on every model
+ORDER = [
+    ("duquant", False, "progressive-64"),
+    ("duquant", True, "progressive-64"),
+    ("rtn", None, "per-channel"),
+    ("duquant", True, "per-channel"),
+    ("duquant", False, "per-channel"),
+    ("rtn", None, "progressive-64"),
+    ("smoothquant", None, "per-channel"),
+    ("duquant", False, "progressive-128"),
+    ("duquant", True, "progressive-128"),
+    ("smoothquant", None, "progressive-64"),
+    ("rtn", None, "progressive-128"),
+    ("smoothquant", None, "progressive-128"),
+]
 
 
 def label(method, perm, weights, bits) -> str:
@@ -167,52 +179,30 @@ def label(method, perm, weights, bits) -> str:
     return f"{method}{p} {weights} {bits}"
 
 
-def with_abits(model: torch.nn.Module, abits: int) -> torch.nn.Module:
-    """The same quantized model with activations at `abits`: with per-token dynamic activation
-    scales nothing calibration fits depends on abits (`QuantLinear.load_from_float`: transform,
-    weight codes and clip ratios come from the weights and float calibration inputs), so the
-    W4A4 model is the W4A8 one with its specs' abits changed."""
-    import dataclasses
-
-    from accelkit.quant.layers import QuantLinear
-
-    out = copy.deepcopy(model)
-    for m in out.modules():
-        if isinstance(m, QuantLinear):
-            assert m.spec.act_granularity == "per-token-dynamic"
-            m.spec = dataclasses.replace(m.spec, abits=abits)
-    return out
-
-
-def run_model(
-    name: str, n_texts: int, max_length: int, rounds: int, log, limit: int | None = None
-) -> dict:
-    t0 = time.perf_counter()
-    subject = build(name, n_texts, max_length)
-    ref = subject_reference(subject)
+def measure(name: str, subject: Subject, ref, setting, rounds: int) -> list[dict]:
+    """Quantize `subject` once at W4A8 with `setting`; the W4A8 and W4A4 rows."""
+    method, perm, weights = setting
+    cfg = QuantConfig(
+        method=method, wbits=4, abits=8,
+        permutation=True if perm is None else perm, **WEIGHTS[weights],
+    )  # fmt: skip
     batch = subject.data.first()
-    params = sum(p.numel() for p in subject.model.parameters())
+    t = time.perf_counter()
+    w4a8 = quantize(copy.deepcopy(subject.model), cfg, subject.calibration)
+    took = time.perf_counter() - t
+    q_bytes, fp_bytes = quant_layer_bytes(w4a8)
     rows = []
-    plan = list(settings())[:limit]
-    for i, (method, perm, weights) in enumerate(plan):
-        cfg = QuantConfig(
-            method=method, wbits=4, abits=8,
-            permutation=True if perm is None else perm, **WEIGHTS[weights],
-        )  # fmt: skip
-        t = time.perf_counter()
-        w4a8 = quantize(copy.deepcopy(subject.model), cfg, subject.calibration)
-        took = time.perf_counter() - t
-        q_bytes, fp_bytes = quant_layer_bytes(w4a8)
-        for bits, qmodel in (("w4a8", w4a8), ("w4a4", with_abits(w4a8, 4))):
-            fid = subject_fidelity(subject, qmodel, ref)
-            with torch.no_grad():
-                timed = interleaved(
-                    {"float": lambda: subject.model(**batch), "quant": lambda m=qmodel: m(**batch)},
-                    rounds,
-                )
-            t_float = statistics.median(timed.wall["float"])
-            t_quant = statistics.median(timed.wall["quant"])
-            row = {
+    for bits, qmodel in (("w4a8", w4a8), ("w4a4", with_abits(w4a8, 4))):
+        fid = subject_fidelity(subject, qmodel, ref)
+        with torch.no_grad():
+            timed = interleaved(
+                {"float": lambda: subject.model(**batch), "quant": lambda m=qmodel: m(**batch)},
+                rounds,
+            )
+        t_float = statistics.median(timed.wall["float"])
+        t_quant = statistics.median(timed.wall["quant"])
+        rows.append(
+            {
                 "method": method,
                 "permutation": perm,
                 "weights": weights,
@@ -224,62 +214,73 @@ def run_model(
                 "eager_ratio": t_quant / t_float,
                 "quantize_s": took,
             }
-            rows.append(row)
-            second = (
-                f"cos {row['mean_cosine']:.4f}"
-                if "mean_cosine" in row
-                else f"ppl× {row['perplexity_ratio']:.4f}"
-            )
-            log(
-                f"[{name} {i + 1}/{len(plan)} {time.perf_counter() - t0:5.0f}s] "
-                f"{label(method, perm, weights, bits):36s} top1 {row['top1_agreement']:.3f} "
-                f"{second} eager {row['eager_ratio']:.2f}x quantize {took:.1f}s"
-            )
-    return {
-        "model": name,
-        "kind": subject.kind,
-        "parameters": params,
-        "texts": subject.texts,
-        "calibration_texts": subject.calibration.count,
-        "max_length": subject.data.length,
-        "timing_batch": list(batch["input_ids"].shape),
-        "rows": rows,
-        "wall_s": time.perf_counter() - t0,
-    }
+        )
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--texts", type=int, default=32, help="evaluation texts per model")
+    parser.add_argument(
+        "--texts",
+        default="minilm:256,llama-random:128,antiberty:32",
+        help="evaluation texts per model (the 26M-parameter AntiBERTy costs most per text)",
+    )
     parser.add_argument("--max-length", type=int, default=64, help="tokens per text at most")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds")
-    parser.add_argument("--models", default="minilm,llama-random,antiberty")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds")
+    parser.add_argument("--models", default="minilm,antiberty,llama-random")
     parser.add_argument("--limit", type=int, help="only the first N settings (a smoke run)")
     parser.add_argument("--out", default="benchmarks/results/quant_matrix.json")
     args = parser.parse_args()
     t0 = time.perf_counter()
-
-    def log(text: str) -> None:
-        print(text, flush=True)
-
+    texts = {k: int(v) for k, v in (p.split(":") for p in args.texts.split(","))}
+    subjects, refs, results = {}, {}, {}
+    for name in args.models.split(","):
+        subjects[name] = build(name, texts.get(name, 32), args.max_length)
+        refs[name] = subject_reference(subjects[name])
+        subject = subjects[name]
+        results[name] = {
+            "model": name,
+            "kind": subject.kind,
+            "parameters": sum(p.numel() for p in subject.model.parameters()),
+            "texts": subject.texts,
+            "calibration_texts": subject.calibration.count,
+            "max_length": subject.data.length,
+            "timing_batch": list(subject.data.first()["input_ids"].shape),
+            "rows": [],
+        }
     payload = {
         "environment": {
             **record(("torch", "transformers", "antiberty")),
             "threads": torch.get_num_threads(),
         },
-        "texts_per_model": args.texts,
+        "texts_per_model": texts,
         "max_length": args.max_length,
         "latency": f"eager, median of {args.rounds} interleaved rounds of one batch (the first"
         " evaluation batch) against the unquantized model",
-        "models": [],
+        "order": [list(s) for s in ORDER],
+        "models": list(results.values()),
     }
-    for name in args.models.split(","):  # written after each model: a stopped run keeps its part
-        payload["models"].append(
-            run_model(name, args.texts, args.max_length, args.rounds, log, args.limit)
-        )
+    plan = [(setting, name) for setting in ORDER[: args.limit] for name in subjects]
+    for i, (setting, name) in enumerate(plan):
+        rows = measure(name, subjects[name], refs[name], setting, args.rounds)
+        results[name]["rows"].extend(rows)
+        for row in rows:
+            second = (
+                f"cos {row['mean_cosine']:.4f}"
+                if "mean_cosine" in row
+                else f"ppl× {row['perplexity_ratio']:.4f}"
+            )
+            print(
+                f"[{i + 1}/{len(plan)} {time.perf_counter() - t0:5.0f}s] {name:12s} "
+                f"{label(*setting, row['bits']):36s} top1 {row['top1_agreement']:.3f} {second} "
+                f"eager {row['eager_ratio']:.2f}x quantize {row['quantize_s']:.1f}s",
+                flush=True,
+            )
+        payload["settings_done"] = i + 1
+        payload["settings_planned"] = len(plan)
         payload["wall_s"] = time.perf_counter() - t0
-        write_json_atomic(args.out, payload)
-    log(f"wrote {args.out} in {payload['wall_s']:.0f}s")
+        write_json_atomic(args.out, payload)  # after every setting: a stopped run keeps its part
+    print(f"wrote {args.out} in {payload['wall_s']:.0f}s")
 
 
 if __name__ == "__main__":

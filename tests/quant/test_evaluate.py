@@ -310,7 +310,7 @@ def _peak_rss_mb(args) -> tuple[int, float, dict]:
         [sys.executable, "-m", "accelkit", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "XLA_FLAGS": ""},
+        env={**os.environ, "XLA_FLAGS": "", "OMP_NUM_THREADS": "1"},  # tiny ops: one thread
     )
     out = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)

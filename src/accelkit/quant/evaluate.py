@@ -601,6 +601,25 @@ def parse_bits(text: str) -> tuple[int, int]:
     return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
 
 
+def with_abits(model: nn.Module, abits: int) -> nn.Module:
+    """A copy of a quantized model with its activations at `abits`. With per-token dynamic
+    activation scales nothing calibration fits depends on the activation bits (transform, weight
+    codes and clip ratios come from the weights and the float calibration inputs:
+    `QuantLinear.load_from_float`), so W4A4 is W4A8's layers with another spec — the same model
+    `quantize` builds for W4A4 (tested), without calibrating again."""
+    import dataclasses
+
+    from accelkit.quant.layers import QuantLinear
+
+    out = copy.deepcopy(model)
+    for m in out.modules():
+        if isinstance(m, QuantLinear):
+            if m.spec.act_granularity != "per-token-dynamic":
+                raise ValueError("with_abits needs per-token dynamic activations")
+            m.spec = dataclasses.replace(m.spec, abits=abits)
+    return out
+
+
 def compile_model(model: nn.Module) -> nn.Module:
     compiled = torch.compile(model, fullgraph=True, dynamic=False)
     return compiled
@@ -648,11 +667,15 @@ def run_eval(
         for meth, b in ([("fp32", "w32a32")] if method == "fp32" else [(method, b) for b in bits])
     ]
     n_linear = sum(isinstance(m, nn.Linear) for m in fp32.modules())
-    # steps: every layer quantized, each evaluation, each latency measurement
-    steps = Steps(
-        sum((0 if meth == "fp32" else n_linear) + 1 + int(latency) for meth, _ in plan),
-        "quant eval",
+    # rows that differ only in activation bits share one quantization (`with_abits`)
+    shared = (config_overrides or {}).get("act_granularity", "per-token-dynamic") == (
+        "per-token-dynamic"
     )
+    firsts = {(meth, parse_bits(b)[0]) for meth, b in plan if meth != "fp32"}
+    quantizations = len(firsts) if shared else sum(meth != "fp32" for meth, _ in plan)
+    # steps: every layer quantized, each evaluation, each latency measurement
+    steps = Steps(n_linear * quantizations + len(plan) * (1 + int(latency)), "quant eval")
+    done_models: dict[tuple[str, int], nn.Module] = {}
 
     def say(what: str, by: int = 0) -> None:
         steps.done += by
@@ -678,8 +701,13 @@ def run_eval(
             def layer_done(name, meth=meth, b=b):
                 say(f"{meth} {b}: quantized {name}", by=1)
 
-            model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
-            steps.done = before + n_linear  # layers left in float count as done too
+            if shared and (meth, wbits) in done_models:
+                model = with_abits(done_models[(meth, wbits)], abits)
+            else:
+                model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
+                steps.done = before + n_linear  # layers left in float count as done too
+                if shared:
+                    done_models[(meth, wbits)] = model
             took = time.perf_counter() - t0
             q_bytes, fp_bytes = quant_layer_bytes(model)
         say(f"{meth} {b}: evaluating on {subject.texts} texts")
