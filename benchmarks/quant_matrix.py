@@ -17,6 +17,11 @@ Models:
   `transformers.LlamaConfig` — no causal LM that ships trained weights in a PyPI package was
   found — on the shipped sentences, tokenized by MiniLM's tokenizer (next-token agreement).
 
+Settings run in `ORDER`, the questions the default rests on first, and the JSON is written after
+each, so a stopped run keeps what it measured. The committed JSON came from three processes side by
+side, one model and one thread each (`OMP_NUM_THREADS=1 ... --models NAME --out part.json`, then
+`--merge part*.json`): the 2-core machine was shared with other work at a load average of ~8.
+
 Bounded for a 2-core CPU: `--texts` evaluation texts (and half as many calibration texts) per
 model, cut to `--max-length` tokens (antibody sequences are ~125 residues: their first 62 are
 scored), W4A4 rows reuse the W4A8 quantization (`with_abits`), eager latency only (median of interleaved rounds of one batch against the model in float,
@@ -218,6 +223,25 @@ def measure(name: str, subject: Subject, ref, setting, rounds: int) -> list[dict
     return rows
 
 
+def merge(paths: list[str], out: str) -> None:
+    """One document from runs of one model each (run side by side, e.g. one thread apiece)."""
+    import json
+    from pathlib import Path
+
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    payload = {
+        **docs[0],
+        "environment": [d["environment"] for d in docs],
+        "models": [m for d in docs for m in d["models"]],
+        "settings_done": sum(d.get("settings_done", 0) for d in docs),
+        "settings_planned": sum(d.get("settings_planned", 0) for d in docs),
+        "texts_per_model": {k: v for d in docs for k, v in d["texts_per_model"].items()},
+        "wall_s": max(d.get("wall_s", 0) for d in docs),
+        "merged_from": len(docs),
+    }
+    write_json_atomic(out, payload)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -230,7 +254,13 @@ def main() -> None:
     parser.add_argument("--models", default="minilm,antiberty,llama-random")
     parser.add_argument("--limit", type=int, help="only the first N settings (a smoke run)")
     parser.add_argument("--out", default="benchmarks/results/quant_matrix.json")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="only merge per-model runs into --out"
+    )
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     t0 = time.perf_counter()
     texts = {k: int(v) for k, v in (p.split(":") for p in args.texts.split(","))}
     subjects, refs, results = {}, {}, {}
