@@ -87,7 +87,7 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
 def layer_spec(
     linear: nn.Linear, config: QuantConfig, rotate: bool, name: str | None = None
 ) -> LayerSpec:
-    wbits, group_size, weight_format = config.layer_weights(name)
+    wbits, group_size, weight_format = config.layer_weights(name, linear.in_features)
     return LayerSpec(
         in_features=linear.in_features,
         out_features=linear.out_features,
@@ -124,8 +124,8 @@ def plan_layers(
         if config.method == "duquant" and n % config.block_size:
             why = f"input width {n} is not divisible by block_size {config.block_size}"
         elif (
-            (group := config.layer_weights(name)[1])
-            and config.layer_weights(name)[0] < 16
+            (group := config.layer_weights(name, n)[1])
+            and config.layer_weights(name, n)[0] < 16
             and (n % group)
         ):
             why = f"input width {n} is not divisible by weight_group_size {group}"
@@ -163,7 +163,7 @@ def quantize_with_report(
     report = QuantReport()
     usable = plan_layers(layers, config, report)
     if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
-        report.planned = {name: config.layer_weights(name)[0] for name in usable}
+        report.planned = {name: config.layer_weights(name)[0] for name in usable}  # bits
         return model, report
     if not usable:
         raise InputError(f"no selected layer can be quantized: {report.summary()}")

@@ -50,9 +50,9 @@ WeightFormatOption = Annotated[
     str | None,
     typer.Option(
         "--weight-format",
-        help="plain, or progressive: 4-bit weights as int4 groups with integer scales over"
-        " per-channel int8 (QServe), run as one int8 GEMM; groups of --group-size, else 128."
-        " Default: the config's, plain.",
+        help="progressive: 4-bit weights as int4 groups with integer scales over per-channel"
+        " int8 (QServe), run as one int8 GEMM; groups of --group-size, else 64. plain: per output"
+        " channel (or plain groups of --group-size). Default: the config's, progressive.",
     ),
 ]
 MaxLengthOption = Annotated[
@@ -119,8 +119,8 @@ def eval_command(
     group_size: Annotated[
         int | None,
         typer.Option(
-            help="Weight group size for every method (0 = per output channel; default: the"
-            " config's, per output channel)."
+            help="Weight group size for every method (0 = the format's default: 64 for"
+            " progressive, per output channel for plain)."
         ),
     ] = None,
     weight_format: WeightFormatOption = None,
@@ -263,7 +263,9 @@ def apply_command(
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
     group_size: Annotated[
         int | None,
-        typer.Option(help="Weight group size (0 or default: per output channel)."),
+        typer.Option(
+            help="Weight group size (0 or default: 64 for progressive, per channel for plain)."
+        ),
     ] = None,
     weight_format: WeightFormatOption = None,
     max_length: MaxLengthOption = None,
