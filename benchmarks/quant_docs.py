@@ -105,11 +105,13 @@ def matrix_table(matrix: dict) -> str:
             size = next(iter(by.values()))["size_vs_fp32"]
             lines.append(f"| {name} | {' | '.join(cells)} | {size:.3f}× |")
         lines.append("")
-    env = matrix["environment"]
+    envs = matrix["environment"]
+    envs = envs if isinstance(envs, list) else [envs]
+    loads = ", ".join(str(e.get("load_average", ["?"])[0]) for e in envs)
     lines.append(
         f"({matrix.get('settings_done', '?')} of {matrix.get('settings_planned', '?')} model ×"
-        f" setting runs done; {env.get('time_utc', '')}, {env.get('cpu_count', '?')} CPUs,"
-        f" load average {env.get('load_average', '?')} at the start; {matrix['latency']}.)"
+        f" setting runs done; {envs[0].get('time_utc', '')}, {envs[0].get('cpu_count', '?')} CPUs,"
+        f" load average {loads} at the start of each model's process; {matrix['latency']}.)"
     )
     return "\n".join(lines).rstrip()
 

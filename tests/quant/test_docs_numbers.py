@@ -60,3 +60,21 @@ def test_method_tables_read_back_equal_the_json():
                 a8["quant_layers_mb"] / a8["fp32_layers_mb"], 3
             )
         assert seen == len({m for m, _ in by if m != "fp32"})
+
+
+def test_matrix_table_reads_back_equal_the_json():
+    matrix = json.loads((ROOT / "benchmarks" / "results" / "quant_matrix.json").read_text())
+    block = generator().blocks(DOC)["matrix"]
+    minilm = next(m for m in matrix["models"] if m["model"] == "minilm")
+    row = next(
+        r for r in minilm["rows"]
+        if (r["method"], r["permutation"], r["weights"], r["bits"])
+        == ("duquant", False, "progressive-64", "w4a8")
+    )  # fmt: skip
+    line = next(
+        x for x in block.splitlines() if x.startswith("| DuQuant, perm off, progressive-64")
+    )
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert float(cells[1]) == round(row["top1_agreement"], 3)
+    assert float(cells[2]) == round(row["mean_cosine"], 4)
+    assert float(cells[3].rstrip("×")) == round(row["eager_ratio"], 2)
