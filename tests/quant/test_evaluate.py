@@ -162,3 +162,190 @@ def test_include_patterns_that_match_nothing_name_the_candidates(causal_dir):
     model, _, _ = load_folder(str(causal_dir))
     with pytest.raises(InputError, match=r"no nn.Linear matches .*candidates: lm.model.layers.0"):
         quantize(model, QuantConfig(include=["*.attn_out"]), [])
+
+
+# ---- issue 25: nothing the user gives is dropped, cut or replaced without a line saying so
+
+
+def run_full(args, capsys):
+    """(exit code, the --json envelope or None, stderr)."""
+    from tests.support.cli import envelope_of
+
+    code, out, err = run_cli(args, capsys)
+    return code, (envelope_of(out) if out.strip().startswith("{") else None), err
+
+
+def test_a_folder_without_tokenizer_files_is_refused_unless_one_is_given(tmp_path, capsys):
+    torch.manual_seed(0)
+    folder = tmp_path / "bare"
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(folder, safe_serialization=True)
+    out = tmp_path / "o.safetensors"
+    args = ["quant", "apply", "--model", str(folder), "--output", str(out), "--method", "rtn"]
+    code, _, err = run_cli(args, capsys)
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert code == 2 and last.startswith("error:") and "no tokenizer files" in last, err
+    assert "vocab.txt" in last and "tokenizer.json" in last and "--tokenizer PATH" in last
+    assert not out.exists()
+    # the same folder with --tokenizer: every text tokenized by it (no [UNK] warning), written
+    from accelkit.quant.evaluate import minilm_path
+
+    code, doc, err = run_full([*args, "--tokenizer", str(minilm_path()), "--json"], capsys)
+    assert code == 0 and out.exists(), err
+    assert not any("[UNK]" in w for w in doc["warnings"])
+    # a tokenizer that does not know the texts: a line says how many tokens became [UNK]
+    calib = tmp_path / "emoji.txt"
+    calib.write_text("\n".join(["🤖 🦾 🧪 ⚙ the robot"] * 40), encoding="utf-8")
+    code, doc, err = run_full([*args, "--tokenizer", str(minilm_path()), "--calibration",
+                               str(calib), "--json"], capsys)  # fmt: skip
+    unk = [w for w in doc["warnings"] if "[UNK]" in w]
+    assert code == 0 and len(unk) == 1 and str(calib) in unk[0], doc["warnings"]
+
+
+def test_calibration_tokens_are_the_real_ones(encoder_dir, tmp_path, capsys):
+    from accelkit.quant.calibrate import collect_inputs
+    from accelkit.quant.evaluate import load_folder, tokenize
+
+    model, tokenizer, _ = load_folder(str(encoder_dir))
+    batch = tokenize(tokenizer, TEXTS[:3], max_length=32)
+    name = "bert.encoder.layer.0.attention.self.query"
+    layer = model.get_submodule(name)
+    seen = []
+    handle = layer.register_forward_pre_hook(lambda _m, a: seen.append(a[0].detach().clone()))
+    found = collect_inputs(model, {name: layer}, [batch])[name]
+    handle.remove()
+    real = seen[0][batch["attention_mask"].bool()]  # (real tokens, 64), padding left out
+    assert found.tokens == int(batch["attention_mask"].sum()) < batch["input_ids"].numel()
+    assert torch.equal(found.absmax, real.abs().amax(dim=0))
+    assert found.sample().shape == real.shape
+    # one short line of calibration text: DuQuant refuses it, counting real tokens (3, not 32)
+    one = tmp_path / "one.txt"
+    one.write_text("A\n")
+    code, _, err = run_cli(
+        ["quant", "apply", "--model", str(encoder_dir), "--output", str(tmp_path / "o"),
+         "--method", "duquant", "--calibration", str(one), "--max-length", "32"],
+        capsys,
+    )  # fmt: skip
+    assert code == 2 and "saw only 3 calibration tokens" in err, err
+
+
+def test_texts_are_padded_to_the_longest_and_cut_only_with_a_line(encoder_dir, texts, capsys):
+    from accelkit.quant.evaluate import load_folder
+
+    _, tokenizer, _ = load_folder(str(encoder_dir))
+    lengths = [len(tokenizer(t)["input_ids"]) for t in TEXTS[2:]]
+    base = ["quant", "eval", "--model", str(encoder_dir), "--methods", "fp32,rtn", "--bits",
+            "w4a8", "--eval-data", str(texts / "eval.txt"), "--no-latency", "--json"]  # fmt: skip
+    code, doc, _ = run_full(base, capsys)
+    assert code == 0 and doc["result"]["max_length"] == max(lengths)
+    assert not any("cut to" in w for w in doc["warnings"])
+    limit = sorted(lengths)[2]  # cuts the texts longer than the third shortest
+    code, doc, _ = run_full([*base, "--max-length", str(limit)], capsys)
+    cut = [w for w in doc["warnings"] if "cut to" in w and "eval.txt" in w]
+    longer = sum(n > limit for n in lengths)
+    assert code == 0 and doc["result"]["max_length"] == limit and len(cut) == 1, doc["warnings"]
+    assert f"{longer} of {len(lengths)} texts" in cut[0] and f"cut to {limit}" in cut[0]
+    # past the model's 64 positions: cut to 64 with the reason; more than 64 asked is an error
+    long = texts / "long.txt"
+    long.write_text("\n".join([" ".join(["robot"] * 100), *TEXTS]))
+    code, doc, _ = run_full(
+        [*base[:-6], "--eval-data", str(long), "--no-latency", "--json"], capsys
+    )
+    cut = [w for w in doc["warnings"] if "cut to" in w and "long.txt" in w]
+    assert code == 0 and doc["result"]["max_length"] == 64 and "model's maximum" in cut[0]
+    code, _, err = run_cli([*base, "--max-length", "65"], capsys)
+    assert code == 2 and "--max-length 65" in err
+
+
+def test_the_folder_dtype_is_kept_unless_asked(tmp_path, texts, capsys):
+    torch.manual_seed(0)
+    folder = tmp_path / "bf16"
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).to(torch.bfloat16).save_pretrained(folder)
+    with_tokenizer(folder)
+    base = ["quant", "eval", "--model", str(folder), "--methods", "fp32,rtn", "--bits", "w4a8",
+            "--eval-data", str(texts / "eval.txt"), "--no-latency", "--json"]  # fmt: skip
+    for extra, dtype in (([], "bfloat16"), (["--dtype", "float32"], "float32")):
+        code, doc, err = run_full([*base, *extra], capsys)
+        assert code == 0 and doc["result"]["dtype"] == dtype, err
+        fp, rtn = doc["result"]["rows"]
+        assert fp["mean_cosine"] == pytest.approx(1.0) and 0.5 < rtn["mean_cosine"] < 1.0
+    code, _, err = run_cli([*base, "--dtype", "int3"], capsys)
+    assert code == 2 and "--dtype 'int3'" in err
+
+
+def test_dry_run_and_apply_agree_on_every_layer(encoder_dir, tmp_path, capsys, monkeypatch):
+    # groups of 128: the FFN-out layers (input 128) divide, the 64-wide inputs do not
+    out = tmp_path / "o.safetensors"
+    args = ["quant", "apply", "--model", str(encoder_dir), "--output", str(out), "--method",
+            "rtn", "--group-size", "128", "--json"]  # fmt: skip
+    monkeypatch.setenv("OPENPI_DUQUANT_DRYRUN", "1")
+    code, plan, err = run_full(args, capsys)
+    assert code == 0 and not out.exists(), err
+    monkeypatch.delenv("OPENPI_DUQUANT_DRYRUN")
+    code, done, err = run_full(args, capsys)
+    assert code == 0 and out.exists(), err
+    assert sorted(plan["result"]["planned"]) == sorted(done["result"]["quantized"])
+    assert plan["result"]["skipped"] == done["result"]["skipped"]
+    assert len(done["result"]["quantized"]) == 2 and len(done["result"]["skipped"]) == 10
+    for doc in (plan, done):  # one summary line, not one per layer
+        leaving = [w for w in doc["warnings"] if "in float" in w]
+        assert len(leaving) == 1 and "leaving 10 of 12" in leaving[0], doc["warnings"]
+    assert err.count("in float") == 1
+
+
+def _peak_rss_mb(args) -> tuple[int, float, dict]:
+    """(exit code, peak resident MB, --json result) of `python -m accelkit ARGS` in a child."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "accelkit", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "XLA_FLAGS": "", "OMP_NUM_THREADS": "1"},  # tiny ops: one thread
+    )
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_maxrss / 1024, result_of(out.decode())
+
+
+def test_calibration_files_are_streamed_in_bounded_memory(tmp_path):
+    """100,000 lines of 70 words calibrate in the memory of 1,000: the file is read and
+    tokenized one batch at a time and the calibration keeps a bounded sample (tokenized whole,
+    the 100k lines cut to the model's 64 positions would hold 100,000 × 64 × 2 int64 = 98 MB)."""
+    import random
+
+    torch.manual_seed(0)
+    folder = tmp_path / "tiny"
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(folder)
+    with_tokenizer(folder)
+    words = " ".join(TEXTS).split()
+    rng = random.Random(0)
+    lines = [" ".join(rng.choices(words, k=70)) for _ in range(100_000)]
+    big, small = tmp_path / "big.txt", tmp_path / "small.txt"
+    big.write_text("\n".join(lines))
+    small.write_text("\n".join(lines[:1000]))
+    peaks = {}
+    for name, file in (("small", small), ("big", big)):
+        code, peak, doc = _peak_rss_mb(
+            ["quant", "apply", "--model", str(folder), "--method", "smoothquant", "--calibration",
+             str(file), "--output", str(tmp_path / f"{name}.safetensors"), "--json"]
+        )  # fmt: skip
+        assert code == 0
+        peaks[name] = peak
+        assert doc["calibration"]["texts"] == (100_000 if name == "big" else 1000)
+        assert doc["calibration"]["length"] == 64 and len(doc["quantized"]) == 6
+    assert peaks["big"] - peaks["small"] < 40, peaks

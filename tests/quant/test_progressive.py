@@ -183,8 +183,19 @@ def test_bad_progressive_settings_are_one_line_errors():
     cfg = QuantConfig(method="rtn", weight_format="progressive", weight_group_size=48)
     with pytest.raises(ConfigError, match="not divisible by weight_group_size 48"):
         quantize(net, cfg.model_copy(update={"indivisible": "error"}), batches())
-    # 8-bit layers stay plain; 4-bit ones go progressive with QServe's default groups of 128
+    # 8-bit layers stay plain; 4-bit ones go progressive with the default groups of 64
     cfg = QuantConfig(method="rtn", weight_format="progressive", layer_wbits={"2": 8})
     model = quantize(make_net(), cfg, batches())
-    assert model[0].spec.progressive and model[0].spec.group_size == 128
+    assert model[0].spec.progressive and model[0].spec.group_size == 64
     assert not model[2].spec.progressive and model[2].spec.wbits == 8
+
+
+def test_the_default_is_progressive_64_without_permutation_and_per_channel_where_64_does_not_divide():
+    cfg = QuantConfig()
+    assert (cfg.method, cfg.permutation, cfg.weight_format) == ("duquant", False, "progressive")
+    assert cfg.layer_weights("a", 384) == (4, 64, "progressive")
+    assert cfg.layer_weights("a", 100) == (4, None, "plain")  # per output channel, not float
+    net = nn.Sequential(nn.Linear(100, 128), nn.ReLU(), nn.Linear(128, 32))
+    model = quantize(net, QuantConfig(method="rtn"), [torch.randn(8, 100)])
+    assert not model[0].spec.progressive and model[0].spec.group_size is None
+    assert model[2].spec.progressive and model[2].spec.group_size == 64

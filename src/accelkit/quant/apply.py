@@ -87,7 +87,7 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
 def layer_spec(
     linear: nn.Linear, config: QuantConfig, rotate: bool, name: str | None = None
 ) -> LayerSpec:
-    wbits, group_size, weight_format = config.layer_weights(name)
+    wbits, group_size, weight_format = config.layer_weights(name, linear.in_features)
     return LayerSpec(
         in_features=linear.in_features,
         out_features=linear.out_features,
@@ -112,22 +112,22 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(parent, child, module)
 
 
-def quantize_with_report(
-    model: nn.Module, config: QuantConfig, calibration_batches: Iterable, progress=None
-) -> tuple[nn.Module, QuantReport]:
-    """Quantize in place; returns the model and which layers were quantized or skipped (and why)."""
-    layers = select_layers(model, config)
-    report = QuantReport()
-    if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
-        report.planned = {name: config.layer_wbits.get(name, config.wbits) for name in layers}
-        return model, report
+def plan_layers(
+    layers: dict[str, nn.Linear], config: QuantConfig, report: QuantReport
+) -> dict[str, nn.Linear]:
+    """The selected layers that can be quantized; the others go to `report.skipped` with the
+    reason, under one warning for all of them (a dry run and a real run decide alike)."""
     usable: dict[str, nn.Linear] = {}
     for name, lin in layers.items():
         n = lin.in_features
         why = None
         if config.method == "duquant" and n % config.block_size:
             why = f"input width {n} is not divisible by block_size {config.block_size}"
-        elif (group := config.layer_weights(name)[1]) and config.wbits < 16 and n % group:
+        elif (
+            (group := config.layer_weights(name, n)[1])
+            and config.layer_weights(name, n)[0] < 16
+            and (n % group)
+        ):
             why = f"input width {n} is not divisible by weight_group_size {group}"
         if why:
             if config.indivisible == "error":
@@ -135,9 +135,36 @@ def quantize_with_report(
                     f"layer {name!r}: {why}; pick a divisor, exclude the layer, or set indivisible='skip'"
                 )
             report.skipped[name] = why
-            log.warning("quant: leaving %s in float: %s", name, why)
         else:
             usable[name] = lin
+    if report.skipped:
+        reasons: dict[str, list[str]] = {}
+        for name, why in report.skipped.items():
+            reasons.setdefault(why, []).append(name)
+        shown = "; ".join(
+            f"{why}: {len(names)} ({', '.join(names[:3])}{', …' if len(names) > 3 else ''})"
+            for why, names in reasons.items()
+        )
+        log.warning(
+            "quant: leaving %d of %d selected layers in float (%s); pick a size that divides the"
+            " widths or exclude them",
+            len(report.skipped),
+            len(layers),
+            shown,
+        )
+    return usable
+
+
+def quantize_with_report(
+    model: nn.Module, config: QuantConfig, calibration_batches: Iterable, progress=None
+) -> tuple[nn.Module, QuantReport]:
+    """Quantize in place; returns the model and which layers were quantized or skipped (and why)."""
+    layers = select_layers(model, config)
+    report = QuantReport()
+    usable = plan_layers(layers, config, report)
+    if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
+        report.planned = {name: config.layer_weights(name)[0] for name in usable}  # bits
+        return model, report
     if not usable:
         raise InputError(f"no selected layer can be quantized: {report.summary()}")
     needs_data = (

@@ -3,7 +3,9 @@
 Forward hooks live only for the duration of `collect_inputs`; nothing is stored on the modules.
 Per layer we keep the exact per-channel max|x| over every calibration token (for smoothing) and a
 bounded, seeded random sample of token rows (for the rotation search, the clipping search and
-static activation ranges).
+static activation ranges). With dict batches that carry an `attention_mask`, padding positions are
+not calibration tokens: a layer input with one row per (batch, position) keeps only the rows whose
+mask is 1, so neither the statistics nor the token count see padding.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def _thin(entry: LayerInputs, max_rows: int, generator: torch.Generator) -> None
     entry.rows = max_rows
 
 
+def _real_positions(batch) -> torch.Tensor | None:
+    """The flattened attention mask of a dict batch (True = a real token), else None."""
+    mask = batch.get("attention_mask") if isinstance(batch, dict) else None
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        return None
+    return mask.reshape(-1).bool()
+
+
 @torch.no_grad()
 def collect_inputs(
     model: nn.Module,
@@ -59,9 +69,14 @@ def collect_inputs(
     generator = torch.Generator().manual_seed(seed)
     bad: list[str] = []
 
+    real: list[torch.Tensor | None] = [None]  # the current batch's attention mask, flattened
+
     def hook_for(name: str):
         def hook(_module, args):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float32)
+            x = args[0].detach().reshape(-1, args[0].shape[-1])
+            if real[0] is not None and x.shape[0] == real[0].numel():
+                x = x[real[0]]
+            x = x.to(torch.float32)
             if x.shape[0] == 0:  # an empty batch adds nothing (and has no max)
                 found[name].empty_calls += 1
                 return
@@ -86,6 +101,7 @@ def collect_inputs(
     try:
         for batch in batches:
             seen += 1
+            real[0] = _real_positions(batch)
             call_model(model, batch)
             if bad:
                 raise DataError(

@@ -50,9 +50,31 @@ WeightFormatOption = Annotated[
     str | None,
     typer.Option(
         "--weight-format",
-        help="plain, or progressive: 4-bit weights as int4 groups with integer scales over"
-        " per-channel int8 (QServe), run as one int8 GEMM; groups of --group-size, else 128."
-        " Default: the config's, plain.",
+        help="progressive: 4-bit weights as int4 groups with integer scales over per-channel"
+        " int8 (QServe), run as one int8 GEMM; groups of --group-size, else 64. plain: per output"
+        " channel (or plain groups of --group-size). Default: the config's, progressive.",
+    ),
+]
+MaxLengthOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length",
+        help="Tokens per text: longer texts are cut (and a line says how many). Default: the"
+        " longest text, at most the model's maximum.",
+    ),
+]
+DtypeOption = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        help="auto (the folder's own: bf16 stays bf16), float32, bfloat16 or float16.",
+    ),
+]
+TokenizerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="A folder with the tokenizer files, when the model folder has none.",
     ),
 ]
 EvalDataOption = Annotated[
@@ -97,11 +119,14 @@ def eval_command(
     group_size: Annotated[
         int | None,
         typer.Option(
-            help="Weight group size for every method (0 = per output channel; default: the"
-            " config's, per output channel)."
+            help="Weight group size for every method (0 = the format's default: 64 for"
+            " progressive, per output channel for plain)."
         ),
     ] = None,
     weight_format: WeightFormatOption = None,
+    max_length: MaxLengthOption = None,
+    dtype: DtypeOption = "auto",
+    tokenizer: TokenizerOption = None,
     config: Annotated[
         str | None, typer.Option(help="YAML file with QuantConfig fields (the base of every row).")
     ] = None,
@@ -122,9 +147,19 @@ def eval_command(
     bit_list = _split(bits, "bits")
     if not 1 <= pairs <= 300:
         raise ConfigError(f"--pairs {pairs} must lie in 1..300")
-    from accelkit.quant.evaluate import check_model, load_subject, parse_bits, run_eval
+    if max_length is not None and max_length < 2:
+        raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
+    from accelkit.quant.evaluate import (
+        check_model,
+        load_subject,
+        parse_bits,
+        parse_dtype,
+        recommend,
+        run_eval,
+    )
 
     check_model(model)
+    torch_dtype = parse_dtype(dtype)
     for b in bit_list:
         parse_bits(b)
     base = load_quant_config(
@@ -141,7 +176,13 @@ def eval_command(
 
     with status_line(f"loading {model} and its evaluation data…") as update:
         subject = load_subject(
-            model, n_pairs=pairs, calibration_file=calibration, eval_file=eval_data
+            model,
+            n_pairs=pairs,
+            calibration_file=calibration,
+            eval_file=eval_data,
+            max_length=max_length,
+            dtype=torch_dtype,
+            tokenizer_path=tokenizer,
         )
         rows = run_eval(
             method_list,
@@ -153,9 +194,12 @@ def eval_command(
             progress=lambda s: update(f"{s}…"),
             subject=subject,
         )
-    texts = sum(len(b["input_ids"]) for b in subject.data)
+    texts = subject.texts
     lm = subject.kind == "causal-lm"
-    title = f"accelkit quant eval — {model} ({subject.kind}), {texts} texts, fidelity vs FP32"
+    title = (
+        f"accelkit quant eval — {model} ({subject.kind}, {subject.dtype}), {texts} texts of"
+        f" ≤ {subject.data.length} tokens, fidelity vs the unquantized model"
+    )
     fidelity_columns = (
         [("next-token agree", "top1_agreement", ".3f"), ("ppl ratio", "perplexity_ratio", ".4f")]
         if lm
@@ -180,12 +224,16 @@ def eval_command(
     table_rows = [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in rows]
     from dataclasses import asdict
 
+    advice = recommend(rows)
     document = {
         "model": model,
         "kind": subject.kind,
+        "dtype": subject.dtype,
         "texts": texts,
+        "max_length": subject.data.length,
         "pairs": subject.n_pairs,
         "rows": [asdict(r) for r in rows],
+        "recommendation": advice,
     }
     if as_json:
         from accelkit.runtime.output import print_json
@@ -203,6 +251,8 @@ def eval_command(
             table_rows,
             console=stdout_console(),
         )
+        if advice:
+            typer.echo(f"recommended for this model: {advice['text']}")
     if output:
         from accelkit.runtime.files import write_json_atomic
 
@@ -219,9 +269,14 @@ def apply_command(
     abits: Annotated[int | None, typer.Option(help="Activation bits (2..8, 16 = off).")] = None,
     group_size: Annotated[
         int | None,
-        typer.Option(help="Weight group size (0 or default: per output channel)."),
+        typer.Option(
+            help="Weight group size (0 or default: 64 for progressive, per channel for plain)."
+        ),
     ] = None,
     weight_format: WeightFormatOption = None,
+    max_length: MaxLengthOption = None,
+    dtype: DtypeOption = "auto",
+    tokenizer: TokenizerOption = None,
     config: Annotated[str | None, typer.Option(help="YAML file with QuantConfig fields.")] = None,
     as_json: Annotated[
         bool,
@@ -229,40 +284,60 @@ def apply_command(
     ] = False,
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
+    from accelkit.errors import ConfigError
     from accelkit.quant.apply import quantize_with_report
     from accelkit.quant.evaluate import (
-        batches,
+        Texts,
         check_model,
         load_model,
+        model_max_length,
+        parse_dtype,
+        prepare,
         quant_layer_bytes,
-        read_texts,
     )
     from accelkit.quant.sentences import calibration_sentences
     from accelkit.quant.storage import save_quantized
 
     check_model(model)
+    torch_dtype = parse_dtype(dtype)
+    if max_length is not None and max_length < 2:
+        raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
     cfg = load_quant_config(
         config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
     )
-    texts = read_texts(calibration, "--calibration") if calibration else None
+    texts = (
+        Texts("--calibration", calibration)
+        if calibration
+        else Texts("the shipped calibration sentences", items=calibration_sentences())
+    )
     from accelkit.runtime.progress import Steps, status
 
     with status(f"loading {model}…") as update:
-        float_model, tokenizer, _ = load_model(model)
+        float_model, tok, _ = load_model(model, torch_dtype, tokenizer)
+        data = prepare(
+            tok,
+            texts,
+            max_length=max_length,
+            model_max=model_max_length(float_model, tok),
+            batch_size=32,
+        )
         import torch.nn as nn
 
         steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
-        update(steps.text(f"calibrating ({cfg.method})"))
+        update(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
 
         def layer_done(name: str) -> None:
             steps.done += 1
             update(steps.text(f"quantized {name}"))
 
-        qmodel, report = quantize_with_report(
-            float_model, cfg, batches(tokenizer, texts or calibration_sentences(), 32), layer_done
-        )
-    if report.planned:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
-        plan = {"dry_run": True, "planned": report.planned, "skipped": report.skipped}
+        qmodel, report = quantize_with_report(float_model, cfg, data, layer_done)
+    if cfg.dry_run:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
+        plan = {
+            "dry_run": True,
+            "planned": report.planned,
+            "quantized": [],
+            "skipped": report.skipped,
+        }
         if as_json:
             from accelkit.runtime.output import print_json
 
@@ -270,7 +345,12 @@ def apply_command(
         else:
             for name, bits in report.planned.items():
                 typer.echo(f"would quantize {name} (W{bits}A{cfg.abits})")
-            typer.echo(f"dry run: {len(report.planned)} layers; nothing written to {output}")
+            for name, why in report.skipped.items():
+                typer.echo(f"would leave {name} in float ({why})")
+            typer.echo(
+                f"dry run: {len(report.planned)} layers to quantize, {len(report.skipped)} left"
+                f" in float; nothing written to {output}"
+            )
         return
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
@@ -282,6 +362,7 @@ def apply_command(
                 "output": str(path),
                 "quantized": report.quantized,
                 "skipped": report.skipped,
+                "calibration": {"texts": data.count, "tokens": data.tokens, "length": data.length},
                 "quantized_layers_bytes": q_bytes,
                 "fp32_layers_bytes": fp_bytes,
             }

@@ -75,12 +75,14 @@ class QuantConfig(Settings):
     method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
     block_size: int = 128
     rotation_steps: int = 256
-    permutation: bool = True
+    # defaults chosen on benchmarks/results/quant_matrix.json (docs/quant.md, "Which default")
+    permutation: bool = False
     smooth_alpha: float = 0.6
     weight_group_size: int | None = None
     # progressive: 4-bit layers store int4 groups with integer scales over per-channel int8
-    # (QServe) and run as one int8 GEMM; groups of weight_group_size, else 128
-    weight_format: Literal["plain", "progressive"] = "plain"
+    # (QServe) and run as one int8 GEMM; groups of weight_group_size, else 64 (per output channel,
+    # plain, for a layer whose width 64 does not divide)
+    weight_format: Literal["plain", "progressive"] = "progressive"
     weight_clip: float | Literal["search"] = "search"
     act_clip: float = 0.9
     act_granularity: Literal["per-token-dynamic", "per-tensor-static"] = "per-token-dynamic"
@@ -177,14 +179,23 @@ class QuantConfig(Settings):
             raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
         return value
 
-    def layer_weights(self, name: str | None) -> tuple[int, int | None, str]:
+    def layer_weights(
+        self, name: str | None, in_features: int | None = None
+    ) -> tuple[int, int | None, str]:
         """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`;
-        progressive applies to 4-bit layers (others stay plain) and always has groups."""
+        progressive applies to 4-bit layers (others stay plain) and always has groups — of
+        `weight_group_size`, else the default size, where that divides `in_features`; a layer it
+        does not divide keeps plain per-channel weights (an explicit group size that does not
+        divide leaves the layer in float instead, see `indivisible`)."""
         from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
 
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
         if self.weight_format == "progressive" and wbits == 4:
-            return wbits, self.weight_group_size or PROGRESSIVE_GROUP_SIZE, "progressive"
+            if self.weight_group_size:
+                return wbits, self.weight_group_size, "progressive"
+            if in_features is None or in_features % PROGRESSIVE_GROUP_SIZE == 0:
+                return wbits, PROGRESSIVE_GROUP_SIZE, "progressive"
+            return wbits, None, "plain"
         return wbits, self.weight_group_size, "plain"
 
 

@@ -1,0 +1,66 @@
+"""`quant eval` quantizes once per method and weight bits: the W4A4 row is the W4A8 model's
+layers with 4-bit activations (`with_abits`). That is only right if it equals what `quantize`
+builds for W4A4 — checked here buffer for buffer and output for output."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from accelkit.quant.apply import quantize
+from accelkit.quant.config import QuantConfig
+from accelkit.quant.evaluate import with_abits
+from accelkit.quant.layers import QuantLinear
+
+
+def block():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 128)).eval()
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(4, 16, 128, generator=g) for _ in range(3)]
+    for x in xs:
+        x[..., 5] *= 20.0  # an outlier channel, as transformer activations have
+    return xs
+
+
+@pytest.mark.parametrize(
+    ("method", "fields"),
+    [
+        ("rtn", {}),
+        ("smoothquant", {}),
+        ("duquant", {"permutation": True}),
+        (
+            "duquant",
+            {"permutation": False, "weight_format": "progressive", "weight_group_size": 64},
+        ),
+    ],
+)
+def test_w4a4_from_w4a8_equals_quantizing_w4a4(method, fields):
+    common = dict(method=method, block_size=32, rotation_steps=16, **fields)
+    fp32 = block()
+    a8 = quantize(copy.deepcopy(fp32), QuantConfig(wbits=4, abits=8, **common), data())
+    a4 = quantize(copy.deepcopy(fp32), QuantConfig(wbits=4, abits=4, **common), data())
+    shared = with_abits(a8, 4)
+    for mine, theirs in zip(shared.modules(), a4.modules(), strict=True):
+        if isinstance(theirs, QuantLinear):
+            assert mine.spec == theirs.spec
+            for (name, buf), (_, ref) in zip(
+                mine.named_buffers(), theirs.named_buffers(), strict=True
+            ):
+                assert torch.equal(buf, ref), name
+    x = torch.randn(2, 8, 128)
+    with torch.no_grad():
+        assert torch.equal(shared(x), a4(x))
+        assert not torch.equal(shared(x), a8(x))  # the activation bits did change
+    # static activation ranges depend on the bits: refused, not silently wrong
+    static = quantize(
+        copy.deepcopy(fp32),
+        QuantConfig(wbits=4, abits=8, act_granularity="per-tensor-static", **common),
+        data(),
+    )
+    with pytest.raises(ValueError, match="per-token dynamic"):
+        with_abits(static, 4)
