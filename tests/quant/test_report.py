@@ -170,3 +170,44 @@ def test_a_previous_report_is_replaced_and_pipes_in_names_are_escaped(run, tmp_p
     assert "| 0 | weird\\|name\\\\x | 9.0000 |" in md
     first = table(md, "## Per-layer relative error")[1]
     assert len(first) == 3 and first[1] == "weird|name\\\\x"
+
+
+@pytest.fixture
+def tiny_llama(tmp_path):
+    """A 2-layer Llama with random weights (MiniLM's tokenizer) and a file of evaluation texts."""
+    import transformers
+
+    from tests.quant.test_evaluate import TEXTS, with_tokenizer
+
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    folder = tmp_path / "tiny-llama"
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    (tmp_path / "eval.txt").write_text("\n".join(TEXTS))
+    return with_tokenizer(folder), tmp_path / "eval.txt"
+
+
+def test_a_causal_lm_report(tiny_llama, tmp_path, capsys):
+    """A causal LM's report: next-token agreement and perplexity ratio in the table and the
+    bars; every Linear (lm_head included) has its relative error."""
+    folder, (model, texts) = tmp_path / "lm-report", tiny_llama
+    code, _, _ = run_cli(
+        ["quant", "eval", "--model", str(model), "--methods", "fp32,rtn", "--bits", "w4a8",
+         "--eval-data", str(texts), "--no-latency", "--report", str(folder)],
+        capsys,
+    )  # fmt: skip
+    assert code in (0, None)
+    report = json.loads((folder / "report.json").read_text())
+    assert report["kind"] == "causal-lm" and report["chosen"] == ["rtn/w4a8"]
+    assert len(report["layers"]) == 15 and report["layers"][-1]["name"] == "lm.lm_head"
+    assert all(0 < layer["relative_error"]["rtn/w4a8"] < 1 for layer in report["layers"])
+    fidelity = table((folder / "report.md").read_text(), "## Fidelity")
+    assert fidelity[0][2:4] == ["next-token agree", "ppl ratio"]
+    rtn = report["rows"][1]
+    assert fidelity[2][2:4] == [
+        f"**{rtn['top1_agreement']:.3f}**",
+        f"**{rtn['perplexity_ratio']:.4f}**",
+    ]
