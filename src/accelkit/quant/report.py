@@ -308,8 +308,9 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: str | os.PathLike) -> None:
-    """Left: each setting's per-layer relative error over layer index (chosen: thick). Right:
-    each setting's mean cosine (causal LMs: next-token agreement) as bars (chosen: hatched)."""
+    """Left: each setting's per-layer relative error over layer index (chosen: thick, ★). Right:
+    each setting's mean cosine (causal LMs: next-token agreement) as bars (chosen: hatched, ★),
+    in the same colours."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -320,9 +321,8 @@ def plot(report: dict, path: str | os.PathLike) -> None:
     fig, (left, right) = plt.subplots(
         1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2.2, 1]}
     )
-    palette = [c for c in plt.rcParams["axes.prop_cycle"].by_key()["color"] if c != "#d62728"]
-    colors = {lb: "#d62728" if lb in chosen else palette[i % len(palette)]
-              for i, lb in enumerate(labels)}  # fmt: skip
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {lb: palette[i % len(palette)] for i, lb in enumerate(labels)}
     for lb in labels:
         xs = [layer["index"] for layer in layers]
         ys = [layer["relative_error"].get(lb) for layer in layers]
@@ -331,12 +331,12 @@ def plot(report: dict, path: str | os.PathLike) -> None:
         left.plot(
             xs,
             ys,
-            marker="o",
-            markersize=3,
-            linewidth=2.6 if star else 1.0,
+            marker="D" if star else "o",
+            markersize=4 if star else 3,
+            linewidth=3.0 if star else 1.0,
             alpha=1.0 if star else 0.7,
             color=colors[lb],
-            label=f"{lb} (chosen)" if star else lb,
+            label=f"{lb} ★ chosen" if star else lb,
             zorder=3 if star else 2,
         )
     left.set_xlabel("Linear layer (model order; names in report.json)")
@@ -360,6 +360,7 @@ def plot(report: dict, path: str | os.PathLike) -> None:
         if label(r) in chosen:
             bar.set_hatch("//")
             bar.set_edgecolor("black")
+            bar.set_linewidth(1.5)
         right.annotate(
             f"{v:.4f}", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
             fontsize=7,
@@ -374,7 +375,7 @@ def plot(report: dict, path: str | os.PathLike) -> None:
     if values:
         low = min(values)
         right.set_ylim(max(0.0, low - 0.15 * (1.0 - low) - 1e-4), 1.0 + 0.1 * (1.0 - low) + 1e-4)
-    right.set_title(f"{name}\n(chosen: red, hatched, ★)")
+    right.set_title(f"{name}\n(★ chosen: hatched bar, thick line)")
     right.grid(axis="y", alpha=0.3)
     fig.suptitle(f"accelkit quant eval — {report['model']}, {report['texts']} texts")
     fig.tight_layout()
