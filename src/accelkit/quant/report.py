@@ -182,13 +182,18 @@ def write_report(path: str | os.PathLike, report: dict) -> Path:
     target = check_folder(path)
     text = json.dumps(report, indent=2, allow_nan=False)
     aside = None
-    with staged_folder(target) as staging:
-        (staging / "report.json").write_text(text + "\n", encoding="utf-8")
-        (staging / "report.md").write_text(markdown(report), encoding="utf-8")
-        plot(report, staging / "report.png")
-        if target.is_dir() and any(target.iterdir()):  # a previous report: moved aside
-            aside = target.with_name(f".{target.name}.{os.getpid()}.old")
-            os.rename(target, aside)
+    try:
+        with staged_folder(target) as staging:
+            (staging / "report.json").write_text(text + "\n", encoding="utf-8")
+            (staging / "report.md").write_text(markdown(report), encoding="utf-8")
+            plot(report, staging / "report.png")
+            if target.is_dir() and any(target.iterdir()):  # a previous report: moved aside
+                aside = target.with_name(f".{target.name}.{os.getpid()}.old")
+                os.rename(target, aside)
+    except BaseException:
+        if aside is not None and not target.exists():  # the new one never arrived: put it back
+            os.rename(aside, target)
+        raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
     return target
