@@ -139,6 +139,15 @@ def eval_command(
             " OPENPI_DISABLE_TORCH_COMPILE / ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
     ] = None,
+    report: Annotated[
+        str | None,
+        typer.Option(
+            "--report",
+            help="Also write report.md, report.png and report.json (per-layer relative error,"
+            " fidelity per setting, the chosen one highlighted) into this new or empty folder"
+            " (a previous report there is replaced).",
+        ),
+    ] = None,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.errors import ConfigError
@@ -159,6 +168,10 @@ def eval_command(
     )
 
     check_model(model)
+    if report:
+        from accelkit.quant.report import check_folder
+
+        check_folder(report)
     torch_dtype = parse_dtype(dtype)
     for b in bit_list:
         parse_bits(b)
@@ -170,11 +183,19 @@ def eval_command(
     )
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     compiled = not base.disable_compile
+    from contextlib import ExitStack
 
     from accelkit.runtime.output import stdout_console
     from accelkit.runtime.progress import status as status_line
 
-    with status_line(f"loading {model} and its evaluation data…") as update:
+    with ExitStack() as stack:
+        update = stack.enter_context(status_line(f"loading {model} and its evaluation data…"))
+        layers = None
+        if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
+            from accelkit.quant.report import LayerErrors
+            from accelkit.runtime.files import temporary_folder
+
+            layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
         subject = load_subject(
             model,
             n_pairs=pairs,
@@ -193,6 +214,7 @@ def eval_command(
             config_overrides=overrides,
             progress=lambda s: update(f"{s}…"),
             subject=subject,
+            layers=layers,
         )
     texts = subject.texts
     lm = subject.kind == "causal-lm"
@@ -235,6 +257,10 @@ def eval_command(
         "rows": [asdict(r) for r in rows],
         "recommendation": advice,
     }
+    if report:
+        from accelkit.quant.report import build, write_report
+
+        write_report(report, build(document, layers))
     if as_json:
         from accelkit.runtime.output import print_json
 
@@ -253,6 +279,8 @@ def eval_command(
         )
         if advice:
             typer.echo(f"recommended for this model: {advice['text']}")
+        if report:
+            typer.echo(f"report: {report}/report.md, report.png, report.json")
     if output:
         from accelkit.runtime.files import write_json_atomic
 

@@ -635,15 +635,20 @@ def run_eval(
     config_overrides: dict | None = None,
     progress=None,
     subject: Subject | None = None,
+    layers=None,
 ) -> list[EvalRow]:
     """Quantize the model (default: MiniLM on the shipped sentences) with each method × bits and
-    measure fidelity, size and latency against FP32."""
+    measure fidelity, size and latency against FP32. `layers` (a `report.LayerErrors`) watches
+    every Linear during the FP32 reference pass and each quantized row's evaluation pass."""
+    from contextlib import nullcontext
+
     from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
 
     subject = subject or load_subject("minilm", n_pairs=n_pairs)
     fp32, data, calib = subject.model, subject.data, subject.calibration
-    ref = subject_reference(subject)
+    with layers.reference(fp32) if layers else nullcontext():
+        ref = subject_reference(subject)
     timing_batch = data.first() if isinstance(data, Batches) else data[0]
     rows: list[EvalRow] = []
 
@@ -711,7 +716,9 @@ def run_eval(
             took = time.perf_counter() - t0
             q_bytes, fp_bytes = quant_layer_bytes(model)
         say(f"{meth} {b}: evaluating on {subject.texts} texts")
-        fid = subject_fidelity(subject, model, ref)
+        watch = layers and meth != "fp32"
+        with layers.compare(f"{meth}/{b}", model) if watch else nullcontext():
+            fid = subject_fidelity(subject, model, ref)
         if latency:
             say(f"{meth} {b}: timing", by=1)
         eager, comp = timings(model, "fp32" if meth == "fp32" else f"{meth}/{b}")
