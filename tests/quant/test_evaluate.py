@@ -348,4 +348,5 @@ def test_calibration_files_are_streamed_in_bounded_memory(tmp_path):
         peaks[name] = peak
         assert doc["calibration"]["texts"] == (100_000 if name == "big" else 1000)
         assert doc["calibration"]["length"] == 64 and len(doc["quantized"]) == 6
+    print(f"peak RSS MB: {peaks}")
     assert peaks["big"] - peaks["small"] < 40, peaks
