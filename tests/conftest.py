@@ -23,6 +23,26 @@ import numpy as np
 import pytest
 
 
+def pytest_configure(config):
+    """An xdist worker that dies (a crash in native code, a fatal signal) leaves its last stack in
+    .pytest-crash/<worker>.log; .ci/run prints those files when the run fails. A worker that ends
+    normally leaves an empty file."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    import faulthandler
+    import signal
+    from pathlib import Path
+
+    folder = Path(config.rootpath) / ".pytest-crash"
+    folder.mkdir(exist_ok=True)
+    log = open(folder / f"{worker}.log", "w")  # noqa: SIM115  (open for the worker's life)
+    config._crash_log = log
+    faulthandler.enable(file=log, all_threads=True)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        faulthandler.register(signum, file=log, all_threads=True, chain=True)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def streams_stay_open():
     """No test, and nothing a test starts, may close or replace this worker's output streams or

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     from accelkit.runtime import interrupts
 
     args = _boolean_flags(sys.argv[1:] if argv is None else argv)
-    with interrupts.handled():
+    # argv given: called in process (tests, notebooks), so the host program goes on after it
+    with interrupts.handled(process_exits=argv is None):
         sys.exit(_run(args, debug="--debug" in args))
 
 

@@ -134,3 +134,34 @@ def test_the_watchdog_ends_a_command_that_does_not_stop(tmp_path):
     run = interrupt(argv, "ready", cwd=tmp_path)
     assert run.code == 130 and "interrupted (SIGINT); nothing written" in run.output
     assert run.seconds < 25  # ended by the watchdog GRACE_S after the signal, not by the sleep
+
+
+def test_in_process_use_never_ends_the_host_program(tmp_path):
+    """accelkit inside another program (a notebook, a test runner): a library call that connects
+    Ray does not take over the host's SIGINT/SIGTERM, and a command called in process that was
+    interrupted returns its exit code without its watchdog ending the host GRACE_S later."""
+    script = (
+        "import signal, sys, time\n"
+        "import accelkit.runtime.interrupts as i\n"
+        "from accelkit.cli import main\n"
+        "host = signal.getsignal(signal.SIGINT)\n"
+        "i.install()  # what runtime.cluster.connect does after ray.init, here outside a command\n"
+        "assert signal.getsignal(signal.SIGINT) is host, 'the host lost its SIGINT handler'\n"
+        "with i.handled(process_exits=False):\n"
+        "    try:\n"
+        "        signal.raise_signal(signal.SIGTERM)\n"
+        "    except i.Interrupted as exc:\n"
+        "        code = exc.exit_code\n"
+        "assert code == 143 and signal.getsignal(signal.SIGINT) is host\n"
+        "try:\n"
+        "    main(['devices', '--json'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        f"time.sleep(i.GRACE_S + 1.5)\n"
+        "print('host still running', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "host still running" in done.stdout

@@ -39,7 +39,7 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
-_state = {"signum": None, "reported": False}
+_state = {"signum": None, "reported": False, "active": 0, "timer": None}
 _lock = threading.Lock()
 
 
@@ -83,6 +83,7 @@ def _watchdog(signum: int) -> None:
     timer = threading.Timer(GRACE_S, hard_exit, args=(signum,))
     timer.daemon = True
     timer.name = "accelkit-interrupt-watchdog"
+    _state["timer"] = timer
     timer.start()
 
 
@@ -97,8 +98,10 @@ def _handler(signum, frame) -> None:
 def install() -> None:
     """Route SIGINT and SIGTERM to `Interrupted` (main thread only; a signal the process was
     started with ignored, as `nohup` or a background job does, stays ignored). Libraries that set
-    their own handler when they start (ray.init sets SIGTERM) call this again afterwards."""
-    if threading.current_thread() is not threading.main_thread():
+    their own handler when they start (ray.init sets SIGTERM) call this again afterwards; outside
+    a `handled()` block (accelkit used as a library: a notebook, a test) it does nothing, so the
+    host program's own handlers stay."""
+    if threading.current_thread() is not threading.main_thread() or not _state["active"]:
         return
     for signum in HANDLED:
         if signal.getsignal(signum) is signal.SIG_IGN:
@@ -107,21 +110,30 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def handled() -> Iterator[None]:
+def handled(process_exits: bool = True) -> Iterator[None]:
     """While the block runs, signals raise `Interrupted`; the previous handlers come back after
-    (the CLI also runs inside other programs: tests, notebooks)."""
+    (the CLI also runs inside other programs: tests, notebooks). `process_exits`: the process
+    ends right after the block (the `accelkit` command), so a watchdog started by a signal keeps
+    running until it does; otherwise (the CLI called in process) the block's end cancels it, and
+    the host program is never ended by a signal its command already answered."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     from accelkit.runtime.files import forget_writes
 
     previous = {signum: signal.getsignal(signum) for signum in HANDLED}
-    _state.update(signum=None, reported=False)
+    _state.update(signum=None, reported=False, timer=None)
+    _state["active"] += 1
     forget_writes()
     install()
     try:
         yield
     finally:
+        _state["active"] -= 1
+        timer = _state["timer"]
+        if timer is not None and not process_exits:
+            timer.cancel()
+            _state["timer"] = None
         for signum, handler in previous.items():
             if handler is not None:
                 signal.signal(signum, handler)
