@@ -258,7 +258,7 @@ def test_table_fits_80_columns_and_plot_is_written(dataset, capsys, monkeypatch,
 def test_bad_input_is_exit_2_naming_it(dataset, capsys, tmp_path, args, message):
     root = dataset("lerobot_v30")
     filled = [a.format(tmp=tmp_path, root=root) for a in args]
-    code, out, err = run_cli(["stats", "check", *filled, "--no-progress"], capsys)
+    code, _, err = run_cli(["stats", "check", *filled, "--no-progress"], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert (root / "meta" / "stats.json").read_bytes() == (
         FIXTURES / "lerobot_v30" / "meta" / "stats.json"
