@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 from pydantic import field_validator
 
-from accelkit.errors import ConfigError, DataError, InputError
+from accelkit.errors import CheckFailed, ConfigError, DataError, InputError
 from accelkit.runtime import storage
 from accelkit.runtime.config import Settings, load_settings
 from accelkit.runtime.files import temporary_folder
@@ -404,7 +405,9 @@ def stats_command(
         ),
     ] = False,
 ) -> None:
-    """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets."""
+    """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets.
+
+    `accelkit stats check DATASET` compares the statistics a dataset stores with exact ones."""
     if config_name and config is None:
         raise ConfigError("--config-name needs --config FILE naming the YAML file that holds it")
     settings = load_settings(
@@ -986,6 +989,473 @@ def sample_dataset_command(
         typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
 
 
+class StatsGroup(typer.core.TyperGroup):
+    """`accelkit stats DATASET …` computes (the hidden `compute` command); `accelkit stats check
+    DATASET …` compares. Anything that is not a subcommand's name goes to `compute`, so every
+    existing command line (and `accelkit stats --help`) means what it meant; a dataset folder
+    named like a subcommand is given as ./check."""
+
+    def parse_args(self, ctx, args):
+        if not args or args[0] not in self.commands:
+            args = ["compute", *args]
+        return super().parse_args(ctx, args)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("stats")(stats_command)
+    stats = typer.Typer(
+        cls=StatsGroup,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        help="Normalization statistics of robot datasets; `stats check` compares stored ones.",
+    )
+    stats.command("compute", hidden=True)(stats_command)
+    stats.command("check")(check_command)
+    app.add_typer(stats, name="stats")
     app.command("sample-dataset")(sample_dataset_command)
+
+
+# --- accelkit stats check ----------------------------------------------------------------------
+
+
+def check_command(
+    dataset: Annotated[str, typer.Argument(help="LeRobot dataset folder (v2.1 or v3.0).")],
+    stats_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stats",
+            help="Also an openpi norm_stats.json to compare (repeat for several); its keys map to"
+            " columns by --keys (default state=observation.state,actions=action).",
+        ),
+    ] = None,
+    keys: Annotated[
+        str | None,
+        typer.Option(
+            "--keys", help="norm_stats.json keys and their columns: state=col,actions=col"
+        ),
+    ] = None,
+    action_horizon: Annotated[
+        int | None,
+        typer.Option(
+            "--action-horizon",
+            help="norm_stats.json of H-step action chunks (default: what its sidecar records).",
+        ),
+    ] = None,
+    chunk_end: Annotated[
+        str | None,
+        typer.Option("--chunk-end", help="With --action-horizon: truncate (default) or clamp."),
+    ] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--tolerance",
+            help="Largest error allowed, in stds (mean, std) or ranges (min, max, quantiles);"
+            " default 1e-3, a quarter of bfloat16's step near 1 (docs/stats.md).",
+        ),
+    ] = None,
+    images: Annotated[
+        str | None,
+        typer.Option(
+            "--images",
+            help="Camera statistics: none (default: named, not compared), sample (LeRobot's frame"
+            " sample, as it stores them) or all (every frame).",
+        ),
+    ] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option("--plot", help="Draw each feature's error per dimension: PATH.png."),
+    ] = None,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="Write the exact statistics in place (stats.json, per-episode files, the"
+            " --stats files), atomically; the old files are kept under meta/.accelkit-backup/.",
+        ),
+    ] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Hide the progress bar.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print every finding as JSON on stdout.")
+    ] = False,
+) -> None:
+    """How far the statistics stored in a dataset (and norm_stats.json files) are from the exact
+    ones, and why. Exit 0: all within --tolerance; 3: some are not; 2: bad input."""
+    from accelkit.stats.check import TOLERANCE
+
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise ConfigError(f"--tolerance must be a positive number, not {tolerance}")
+    if images not in (None, "none", "sample", "all"):
+        raise ConfigError(f"--images takes none, sample or all, not {images!r}")
+    if chunk_end not in (None, "truncate", "clamp"):
+        raise ConfigError(f"--chunk-end takes truncate or clamp, not {chunk_end!r}")
+    if action_horizon is not None and action_horizon < 1:
+        raise ConfigError(f"--action-horizon must be 1 or more, not {action_horizon}")
+    run_check(
+        dataset,
+        stats_files=[Path(p).expanduser() for p in stats_files or []],
+        keys=parse_keys(keys),
+        action_horizon=action_horizon,
+        chunk_end=chunk_end,
+        tolerance=tolerance,
+        images=images or "none",
+        plot=plot,
+        fix=fix,
+        progress=not no_progress,
+        as_json=as_json,
+    )
+
+
+def run_check(
+    dataset: str,
+    *,
+    stats_files: list[Path],
+    keys: dict[str, str] | None,
+    action_horizon: int | None,
+    chunk_end: str | None,
+    tolerance: float,
+    images: str,
+    plot: str | None,
+    fix: bool,
+    progress: bool,
+    as_json: bool,
+):
+    from accelkit.runtime.progress import phase
+    from accelkit.stats import check
+    from accelkit.stats.formats import LEROBOT_QUANTILES, quantile_name
+    from accelkit.stats.sources import DEFAULT_KEYS
+
+    root = Path(dataset).expanduser()
+    if storage.is_uri(dataset) and not dataset.startswith("file:"):
+        raise ConfigError(
+            f"stats check reads a local dataset folder; {dataset} is on object storage: copy it"
+            " to a local disk first"
+        )
+    if not (root / "meta" / "info.json").is_file():
+        raise InputError(
+            f"{root} is not a LeRobot dataset (no meta/info.json); stats check compares the"
+            " statistics stored in one"
+        )
+    for path in stats_files:
+        if not path.is_file():
+            raise InputError(f"--stats {path} does not exist; check the path")
+    plot_path = None
+    if plot:
+        plot_path = Path(plot).expanduser()
+        if plot_path.suffix.lower() != ".png" or not plot_path.parent.is_dir():
+            raise ConfigError(
+                f"--plot {plot} must be a .png file in an existing folder, e.g. --plot errors.png"
+            )
+    openpi = {path: check.read_norm_stats(path) for path in stats_files}  # bad files: exit 2 now
+    mapping = keys or dict(DEFAULT_KEYS)
+    levels = list(LEROBOT_QUANTILES)
+    names = {float(q): quantile_name(q) for q in levels}
+    phase(f"reading the metadata of {root}")
+    stream = _all_features_stream(root)
+    source = stream.lerobot
+    settings = StatsSettings(
+        dataset=str(root),
+        format="lerobot",
+        per_episode=True,
+        write_into=str(root) if fix else None,
+        images=images,
+        keys=dict(stream.keys),
+    )
+    cameras = camera_stats(settings, stream, levels, progress)
+    phase("starting JAX")
+    from accelkit.runtime.devices import enable_compilation_cache
+
+    enable_compilation_cache()
+    from accelkit.stats.compute import compute_stats
+
+    result = compute_stats(
+        stream, quantiles=levels, progress=progress, per_episode=True, skip_nonfinite=False
+    )
+    result.cameras = cameras
+    exact = {k: check.exact_values(s, names) for k, s in result.stats.items()}
+    per_episode = {
+        e.index: {k: check.exact_values(s, names) for k, s in e.stats.items()}
+        for e in result.episodes or []
+    }
+    if cameras is not None:
+        exact.update({k: check.exact_values(s, names) for k, s in cameras.stats.items()})
+        for episode, per in cameras.episodes.items():
+            per_episode.setdefault(episode, {}).update(
+                {k: check.exact_values(s, names) for k, s in per.items()}
+            )
+    report = check.Report(str(root), tolerance)
+    lengths = {e.index: e.length for e in source.layout.episodes}
+    frames = sum(lengths.values())
+    from accelkit.stats.cameras import camera_keys
+
+    camera_names = camera_keys(source.features)
+    unchecked_cameras = [c for c in camera_names if c not in exact]
+    episodes_stored, episodes_file = _stored_episodes(source)
+    stats_json = root / "meta" / "stats.json"
+    if stats_json.is_file():
+        stored = check.read_stats_json(stats_json)
+        check.check_global(
+            report,
+            "meta/stats.json",
+            {k: v for k, v in stored.items() if k not in unchecked_cameras},
+            exact,
+            frames=frames,
+            episodes_stored=episodes_stored,
+            episodes_exact=per_episode,
+            expected=list(exact) + unchecked_cameras,
+        )
+    elif source.version.startswith("v2"):
+        report.not_checked.append(
+            "meta/stats.json: absent (v2.1 keeps per-episode statistics; LeRobot aggregates them"
+            " when it loads the dataset)"
+        )
+    else:
+        report.findings.append(
+            check.Finding("meta/stats.json", "-", "-", math.inf, "", "missing", fails=True)
+        )
+    if episodes_file is not None:
+        stored_checked = {
+            e: {k: v for k, v in per.items() if k not in unchecked_cameras}
+            for e, per in episodes_stored.items()
+        }
+        check.check_episodes(report, episodes_file, stored_checked, per_episode, lengths)
+    if unchecked_cameras:
+        report.not_checked.append(
+            f"cameras {', '.join(unchecked_cameras)}: not compared (--images sample or all"
+            " computes and compares them)"
+        )
+    openpi_exact = _openpi_exact(
+        root, stats_files, mapping, action_horizon, chunk_end, exact, levels, names, progress
+    )
+    for path, stored in openpi.items():
+        truth = openpi_exact[path][0]
+        unmapped = [k for k in stored if k not in truth]
+        for key in unmapped:
+            report.not_checked.append(
+                f"{path.name}: key {key!r} has no column; map it with --keys {key}=COLUMN"
+            )
+        check.check_global(
+            report,
+            str(path),
+            {k: v for k, v in stored.items() if k in truth},
+            truth,
+            frames=frames,
+            expected=[k for k in truth if k in stored],
+        )
+    fixed = None
+    if fix and not report.ok:
+        fixed = _fix(settings, stream, result, levels, root, openpi_exact, mapping)
+    if plot_path is not None:
+        phase(f"drawing {plot_path}")
+        check.draw(report, plot_path)
+    _report_check(report, as_json, fixed, plot_path)
+    if not report.ok and not fixed:
+        raise CheckFailed(
+            f"{len(report.failures)} stored statistics of {root} are off by more than"
+            f" {tolerance:g}; `accelkit stats check {dataset} --fix` writes the exact ones"
+        )
+    return report
+
+
+def _all_features_stream(root: Path):
+    """A stream of every numeric feature the dataset declares and its data files hold (LeRobot
+    stores statistics of each, index columns included)."""
+    import pyarrow.parquet as pq
+
+    from accelkit.stats import lerobot
+    from accelkit.stats.sources import open_source
+
+    info_file = root / "meta" / "info.json"
+    info = lerobot.read_json(info_file)
+    features = info.get("features")
+    if not isinstance(features, dict):
+        raise DataError(f"{info_file}: features is not a mapping; the metadata is damaged")
+    layout = lerobot.read_layout(root, info, info_file)
+    present = set(pq.read_schema(layout.files[0]).names) if layout.files else set()
+    numeric = [
+        name
+        for name, feature in features.items()
+        if str(feature.get("dtype")) in lerobot.NUMERIC_DTYPES and name in present
+    ]
+    if not numeric:
+        raise DataError(f"{root}: the data holds none of the numeric features meta/info.json lists")
+    return open_source(root, keys={name: name for name in numeric})
+
+
+def _stored_episodes(source) -> tuple[dict, str | None]:
+    """The dataset's per-episode statistics and the file(s) holding them (None: it keeps none)."""
+    from accelkit.stats import check, lerobot
+
+    if source.version.startswith("v2"):
+        path = source.root / lerobot.EPISODES_JSONL
+        if not path.is_file():
+            return {}, None
+        return check.read_episodes_jsonl(path), str(lerobot.EPISODES_JSONL)
+    files = lerobot.episode_meta_files(source.root)
+    if not files:
+        return {}, None
+    return check.read_episodes_parquet(files), "meta/episodes"
+
+
+def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels, names, progress):
+    """For each norm_stats.json: (exact values per key, KeyStats per key or None, key -> column),
+    from the per-frame run where it holds plain frames, else from a run of its action chunks
+    (the horizon and chunk end its sidecar records, unless given)."""
+    from accelkit.stats import check
+    from accelkit.stats.formats import sidecar_path
+
+    out = {}
+    for path in paths:
+        facts = {}
+        sidecar = sidecar_path(path)
+        if sidecar.is_file():
+            facts = check._load_json(sidecar)
+        if facts.get("actions_transform"):
+            raise ConfigError(
+                f"{path} was written with an actions transform ({facts['actions_transform']});"
+                " stats check compares plain frames and action chunks only"
+            )
+        horizon = action_horizon or facts.get("action_horizon")
+        end = chunk_end or facts.get("chunk_end") or "truncate"
+        usable = {k: c for k, c in mapping.items() if c in exact}
+        if not horizon:
+            out[path] = ({k: exact[c] for k, c in usable.items()}, None, usable)
+            continue
+        from accelkit.runtime.progress import phase
+        from accelkit.stats.compute import compute_stats
+        from accelkit.stats.sources import open_source
+
+        phase(f"{path.name}: statistics of {horizon}-step action chunks")
+        stream = open_source(root, keys=usable, action_horizon=int(horizon), chunk_end=end)
+        result = compute_stats(stream, quantiles=levels, progress=progress)
+        out[path] = (
+            {k: check.exact_values(s, names) for k, s in result.stats.items()},
+            result.stats,
+            dict(stream.keys),
+        )
+    return out
+
+
+def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) -> dict:
+    """Write the exact statistics over the stored ones (the old files backed up); returns what was
+    written and where the backups are."""
+    import shutil
+    import time
+
+    from accelkit.runtime.progress import phase
+    from accelkit.stats.formats import write_stats
+
+    phase(f"writing the exact statistics into {root / 'meta'}")
+    output = root / "meta" / "stats.json"
+    backup = _write_outputs(settings, stream, result, levels, output, root)
+    written = [str(output)]
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    backups = [str(backup)] if backup else []
+    for path, (_, keystats, columns) in openpi_exact.items():
+        if keystats is None:
+            keystats = {k: result.stats[c] for k, c in columns.items()}
+        copy = path.with_name(f"{path.name}.{stamp}.bak")
+        shutil.copy2(path, copy)
+        backups.append(str(copy))
+        write_stats(path, keystats, "openpi", columns)
+        written.append(str(path))
+    return {"written": written, "backups": backups}
+
+
+def _report_check(report, as_json: bool, fixed: dict | None, plot_path: Path | None) -> None:
+    from accelkit.stats.check import format_error, summary_rows
+
+    rows = summary_rows(report)
+    if as_json:
+        from accelkit.runtime.output import print_json
+
+        print_json(
+            {
+                "dataset": report.dataset,
+                "tolerance": report.tolerance,
+                "within_tolerance": report.ok,
+                "compared": report.numbers,
+                "failing": len(report.failures),
+                "summary": rows,
+                "findings": [f.as_dict() for f in report.findings if f.fails],
+                "worst": _worst_by_file(report),
+                "not_checked": report.not_checked,
+                "fixed": fixed,
+                "plot": None if plot_path is None else str(plot_path),
+            },
+            ok=report.ok or bool(fixed),
+        )
+        return
+    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.stats.check import CAUSE_HELP, CAUSES
+
+    if rows:
+        table = [
+            [
+                r["file"],
+                r["feature"],
+                r["worst"] + (f" ep. {r['worst_episode']}" if r["episodes"] else ""),
+                format_error(r["error"], r["unit"]),
+                r["cause"],
+                str(len(r["episodes"])) if r["episodes"] else "",
+            ]
+            for r in rows
+        ]
+        print_table(
+            f"stored statistics off by more than {report.tolerance:g}",
+            [
+                Col("stored in", key=True),
+                Col("feature"),
+                Col("worst"),
+                Col("error", numeric=True),
+                Col("cause"),
+                Col("episodes", numeric=True, short="ep."),
+            ],
+            table,
+        )
+        used = {r["cause"] for r in rows}
+        console = stdout_console()
+        for key, name in CAUSES.items():
+            if name in used and key in CAUSE_HELP:  # wrapped at the terminal's width
+                console.print(CAUSE_HELP[key], markup=False, highlight=False)
+    worst = _worst_by_file(report)
+    for file, item in worst.items():
+        print(
+            f"{file}: worst {item['statistic']} of {item['feature']}:"
+            f" {format_error(item['error'], item['unit'])}"
+        )
+    for note in report.not_checked:
+        print(f"not checked: {note}")
+    verdict = (
+        f"all {report.numbers:,} stored numbers within {report.tolerance:g} of the exact ones"
+        if report.ok
+        else f"{len(report.failures):,} of {report.numbers:,} stored statistics off by more than"
+        f" {report.tolerance:g}"
+    )
+    print(verdict)
+    if fixed:
+        print(f"fixed: wrote {', '.join(fixed['written'])}")
+        if fixed["backups"]:
+            print(f"previous files kept in {', '.join(fixed['backups'])}")
+    if plot_path is not None:
+        print(f"drew the errors in {plot_path}")
+
+
+def _worst_by_file(report) -> dict:
+    """Per stored file: the largest finite error of any statistic (in its unit)."""
+    worst: dict = {}
+    for f in report.findings:
+        if not math.isfinite(f.error) or f.stat == "count":
+            continue
+        key = f.file
+        if key not in worst or f.error > worst[key]["error"]:
+            worst[key] = {
+                "feature": f.feature,
+                "statistic": f.stat if f.dim is None else f"{f.stat}[{f.dim}]",
+                "episode": f.episode,
+                "error": f.error,
+                "unit": f.unit,
+            }
+    return worst

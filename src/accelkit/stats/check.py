@@ -1,0 +1,623 @@
+"""How far the statistics stored in a dataset are from the exact ones, and why.
+
+The pure core of `accelkit stats check`: the stored numbers (LeRobot's `meta/stats.json`, its
+per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episodes/`, v2.1
+`meta/episodes_stats.jsonl` — and openpi `norm_stats.json` files) are compared with exact
+statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
+user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
+the exact range (max − min), counts in frames. A cause is named where the numbers tell it (`CAUSES`);
+the application layer (`stats/cli.py`) computes, prints and fixes.
+
+Why 1e-3 by default (`TOLERANCE`): a model sees (x − mean) / std or a value scaled by q01..q99; an
+error of 1e-3 std or 1e-3 of the range moves every normalized input by at most about that much,
+a quarter of bfloat16's resolution near 1 (2⁻⁸ ≈ 0.0039) — below what a bf16 policy can see. Exact
+statistics stored as float64 JSON are ~1e-15 off; float32 storage ~1e-7.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from accelkit.errors import DataError
+
+TOLERANCE = 1e-3
+F32 = 2.0**-24  # float32's unit roundoff
+LEROBOT_BINS = 5000  # LeRobot's per-episode quantile histograms (0.4+), one bin of the range
+# Another quantile definition (a histogram's, the inverted CDF) differs from numpy's linear
+# interpolation by up to the gap between the two values around the rank: about range / n for n
+# evenly spread values; tails are sparser, so up to this many such gaps count as that cause.
+QUANTILE_GAPS = 4.0
+
+MOMENTS = ("mean", "std")
+UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
+
+# the causes a finding may name (docs/stats.md lists them with what each means)
+CAUSES = {
+    "float32": "float32 moments",
+    "float32-values": "float32 rounding",
+    "averaged": "mean of per-episode quantiles",
+    "binned": "binned quantiles",
+    "stale": "stale after an edit",
+    "counts": "counts do not add up",
+    "gone": "episode is gone",
+    "missing": "no statistics stored",
+    "shape": "wrong number of values",
+    "unknown": "no known cause",
+}
+
+
+# what each cause means, printed once under the table
+CAUSE_HELP = {
+    "float32": "float32 moments: the mean and std were computed in float32, which keeps ~7 digits:"
+    " a column far from 0 for its spread (|mean|/std large) loses its std",
+    "float32-values": "float32 rounding: integers above 2^24 do not fit float32's 24-bit mantissa",
+    "averaged": "mean of per-episode quantiles: LeRobot's aggregate_stats averages the episodes'"
+    " quantiles (weighted by their frames); that is not the quantile of the dataset",
+    "binned": "binned quantiles: a histogram's quantile, not numpy's linear interpolation; off by"
+    " up to the gap between neighbouring values, large for short episodes and tails",
+    "stale": "stale after an edit: the stored numbers are of other frames than the data holds now",
+    "counts": "counts do not add up: the stored count is not the number of frames in the data",
+    "gone": "episode is gone: statistics of an episode the data no longer holds",
+    "missing": "no statistics stored for a feature or an episode the data holds",
+    "shape": "wrong number of values: the stored entry does not match the feature's dimensions",
+}
+
+
+@dataclass
+class Finding:
+    """One stored statistic (worst dimension) of one feature in one file, or a structural problem."""
+
+    file: str  # where it is stored, relative to the dataset (or the path given)
+    feature: str
+    stat: str  # mean, std, min, max, count, q01, …; "-" for a structural finding
+    error: float  # worst over dimensions, in `unit`; inf for a structural finding
+    unit: str  # "std", "range", "frames" or ""
+    cause: str | None = None  # a key of CAUSES, None when within tolerance
+    detail: str = ""
+    dim: int | None = None
+    stored: float | None = None
+    exact: float | None = None
+    episode: int | None = None
+    errors: list[float] = field(default_factory=list)  # per dimension (for the plot)
+    fails: bool = False
+
+    def as_dict(self) -> dict:
+        out = {
+            "file": self.file,
+            "feature": self.feature,
+            "statistic": self.stat,
+            "episode": self.episode,
+            "dimension": self.dim,
+            "error": None if not math.isfinite(self.error) else self.error,
+            "unit": self.unit,
+            "stored": self.stored,
+            "exact": self.exact,
+            "fails": self.fails,
+            "cause": None if self.cause is None else CAUSES[self.cause],
+            "detail": self.detail,
+        }
+        return out
+
+
+# --- exact values, from either kind of statistics the engine returns ---------------------------
+
+
+def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
+    """Every statistic of a `KeyStats` (numeric feature) or `CameraStats` (camera) as float64
+    arrays, quantiles under LeRobot's names (q01, …); count as frames [1]."""
+    count = stats.count
+    frames = int(np.max(count, initial=0)) if np.ndim(count) else int(count)
+    out = {
+        "mean": np.asarray(stats.mean, np.float64).reshape(-1),
+        "std": np.asarray(stats.std, np.float64).reshape(-1),
+        "min": np.asarray(stats.min, np.float64).reshape(-1),
+        "max": np.asarray(stats.max, np.float64).reshape(-1),
+        "count": np.asarray([frames], np.float64),
+    }
+    for q, values in stats.quantiles.items():
+        if float(q) in names:
+            out[names[float(q)]] = np.asarray(values, np.float64).reshape(-1)
+    return out
+
+
+# --- the stored statistics ---------------------------------------------------------------------
+
+
+def _array(value, where: str) -> np.ndarray:
+    try:
+        array = np.asarray(value, np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where} is not a list of numbers ({exc}); the file is damaged") from exc
+    return array
+
+
+def _entry(raw, where: str) -> dict[str, np.ndarray]:
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{where} is not a mapping of statistics; the file is damaged")
+    return {str(k): _array(v, f"{where}.{k}") for k, v in raw.items() if v is not None}
+
+
+def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
+    data = _load_json(path)
+    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data.items()}
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is not readable JSON ({exc}); repair or remove it") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path} does not hold a JSON object; repair or remove it")
+    return data
+
+
+def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    """v2.1 `meta/episodes_stats.jsonl`: episode -> feature -> statistic -> values."""
+    out: dict[int, dict] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not readable ({exc})") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            episode = int(item["episode_index"])
+            stats = item.get("stats", {})
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
+        out[episode] = {
+            k: _entry(v, f"{path.name} episode {episode} {k!r}") for k, v in stats.items()
+        }
+    return out
+
+
+def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    """v3.0 `meta/episodes/**.parquet`: the `stats/<feature>/<stat>` columns, per episode."""
+    import pyarrow.parquet as pq
+
+    out: dict[int, dict] = {}
+    for path in files:
+        table = pq.read_table(path)
+        columns = [c for c in table.column_names if c.startswith("stats/")]
+        episodes = table.column("episode_index").to_pylist()
+        values = {c: table.column(c).to_pylist() for c in columns}
+        for row, episode in enumerate(episodes):
+            entry = out.setdefault(int(episode), {})
+            for column in columns:
+                feature, _, stat = column[len("stats/") :].rpartition("/")
+                value = values[column][row]
+                if value is not None:
+                    where = f"{path.name} episode {episode} {column}"
+                    entry.setdefault(feature, {})[stat] = _array(value, where)
+    return out
+
+
+def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """An openpi `norm_stats.json`: key -> mean/std/q01/q99 (as openpi's `normalize.load` reads)."""
+    data = _load_json(path)
+    if not isinstance(data.get("norm_stats"), Mapping):
+        raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
+    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data["norm_stats"].items()}
+
+
+# --- comparing ---------------------------------------------------------------------------------
+
+
+def _scale(stat: str, exact: Mapping[str, np.ndarray]) -> np.ndarray:
+    """What an error of `stat` is measured in: the std (moments) or the range; 1 where that is 0
+    (a constant dimension: the error is then absolute)."""
+    scale = exact["std"] if stat in MOMENTS else exact["max"] - exact["min"]
+    return np.where(scale > 0, scale, 1.0)
+
+
+def compare(
+    stored: Mapping[str, np.ndarray],
+    exact: Mapping[str, np.ndarray],
+    *,
+    file: str,
+    feature: str,
+    tolerance: float,
+    episode: int | None = None,
+) -> list[Finding]:
+    """One feature's stored statistics against the exact ones: a finding per statistic both have
+    (statistics only one side holds are not compared: v2.1 keeps no quantiles per episode)."""
+    out = []
+    for stat, values in stored.items():
+        if stat not in exact:
+            continue
+        truth = exact[stat]
+        if stat == "count":
+            values = values[:1]
+        if values.shape != truth.shape:
+            out.append(
+                Finding(
+                    file,
+                    feature,
+                    stat,
+                    math.inf,
+                    "",
+                    "shape",
+                    f"{values.size} values stored, the feature has {truth.size}",
+                    episode=episode,
+                    fails=True,
+                )
+            )
+            continue
+        if stat == "count":
+            errors = np.abs(values - truth)
+            unit = "frames"
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                errors = np.abs(values - truth) / _scale(stat, exact)
+            errors = np.where(np.isfinite(errors), errors, math.inf)
+            unit = UNITS.get(stat, "range")
+        dim = int(np.argmax(errors)) if errors.size else 0
+        worst = float(errors[dim]) if errors.size else 0.0
+        fails = worst > 0 if stat == "count" else worst > tolerance
+        out.append(
+            Finding(
+                file,
+                feature,
+                stat,
+                worst,
+                unit,
+                dim=dim,
+                stored=float(values[dim]) if values.size else None,
+                exact=float(truth[dim]) if truth.size else None,
+                episode=episode,
+                errors=[float(e) for e in errors],
+                fails=fails,
+            )
+        )
+    return out
+
+
+def _weighted_mean(entries: list[Mapping[str, np.ndarray]], stat: str) -> np.ndarray | None:
+    """LeRobot's aggregate of per-episode values: their mean weighted by the stored counts."""
+    pairs = [(e[stat], float(e["count"][0])) for e in entries if stat in e and "count" in e]
+    if not pairs or len({p[0].shape for p in pairs}) != 1:
+        return None
+    weights = np.asarray([w for _, w in pairs])
+    if weights.sum() <= 0:
+        return None
+    return np.sum([v * w for v, w in pairs], axis=0) / weights.sum()
+
+
+def _aggregate_moment(entries: list[Mapping[str, np.ndarray]], stat: str) -> np.ndarray | None:
+    """The dataset's mean or std as LeRobot aggregates them from per-episode ones (weighted by
+    count; the variance adds each episode's spread around the overall mean)."""
+    mean = _weighted_mean(entries, "mean")
+    if stat == "mean" or mean is None:
+        return mean
+    pairs = [
+        (e["std"] ** 2 + (e["mean"] - mean) ** 2, float(e["count"][0]))
+        for e in entries
+        if {"mean", "std", "count"} <= set(e) and e["mean"].shape == mean.shape
+    ]
+    total = sum(w for _, w in pairs)
+    if not pairs or total <= 0:
+        return None
+    return np.sqrt(np.sum([v * w for v, w in pairs], axis=0) / total)
+
+
+def explain(
+    finding: Finding,
+    exact: Mapping[str, np.ndarray],
+    *,
+    tolerance: float,
+    episodes_stored: list[Mapping[str, np.ndarray]] | None = None,
+    episodes_exact: list[Mapping[str, np.ndarray]] | None = None,
+    frames: int | None = None,
+) -> Finding:
+    """Name the cause of a failing finding where the numbers tell it (sets `cause`, `detail`).
+
+    `episodes_stored` / `episodes_exact`: the feature's per-episode statistics (for a global
+    file: what LeRobot aggregates them from); `frames`: the frames the statistic should count."""
+    if not finding.fails or finding.cause is not None:
+        return finding
+    stat, d = finding.stat, finding.dim or 0
+    if stat == "count":
+        finding.cause = "stale" if finding.episode is not None else "counts"
+        finding.detail = (
+            f"{finding.stored:,.0f} counted, the data holds {finding.exact:,.0f} frames"
+        )
+        return finding
+    stored, truth = finding.stored, finding.exact
+    if stat in MOMENTS:
+        std, mean = exact["std"][d], exact["mean"][d]
+        ratio = abs(mean) / std if std > 0 else 0.0  # a constant dimension: nothing to lose
+        # float32 keeps 24 bits of E[x²] ≈ mean² + std²: the spread keeps (1 + |mean|/std)² × 2⁻²⁴
+        if (1 + ratio) ** 2 * F32 >= tolerance:
+            finding.cause = "float32"
+            finding.detail = (
+                f"|mean|/std = {ratio:.3g}: float32 arithmetic cannot hold this spread"
+                f" to {tolerance:g} std"
+            )
+            return finding
+        aggregated = _aggregate_moment(episodes_stored or [], stat)
+        if aggregated is not None and _close(stored, aggregated[d], exact, stat, d, tolerance):
+            finding.cause = "stale"
+            finding.detail = (
+                "LeRobot's aggregate of the stored per-episode statistics, which no longer"
+                " match the episodes' frames"
+            )
+            return finding
+    if (
+        stored is not None
+        and truth is not None
+        and abs(truth) >= 2**24
+        and abs(stored - truth) <= abs(truth) * F32 * 2
+    ):
+        finding.cause = "float32-values"
+        finding.detail = f"{truth:.17g} stored as float32 ({stored:.17g})"
+        return finding
+    if stat in ("min", "max") and finding.episode is None and episodes_stored:
+        values = [e[stat] for e in episodes_stored if stat in e and e[stat].size > d]
+        if values:
+            pick = np.min if stat == "min" else np.max
+            aggregated = float(pick([v[d] for v in values]))
+            if _close(stored, aggregated, exact, stat, d, tolerance):
+                finding.cause = "stale"
+                finding.detail = (
+                    f"the {stat} of the stored per-episode statistics, which no longer match the"
+                    " episodes' frames"
+                )
+                return finding
+    if stat.startswith("q") and finding.episode is None:
+        for entries, what in ((episodes_stored, "stored"), (episodes_exact, "exact")):
+            averaged = _weighted_mean(entries or [], stat)
+            if averaged is not None and _close(stored, averaged[d], exact, stat, d, tolerance):
+                finding.cause = "averaged"
+                finding.detail = (
+                    f"equals the count-weighted mean of the {what} per-episode {stat}"
+                    " (LeRobot's aggregate_stats), not the dataset's quantile"
+                )
+                return finding
+    count = float(exact["count"][0]) if "count" in exact else 0.0
+    gap = max(1.01 / LEROBOT_BINS, QUANTILE_GAPS / count if count else 0.0)
+    level = _level(stat)
+    if level is not None and count and min(level, 1 - level) * count < 1 and truth is not None:
+        # in the tail of a few values a histogram's quantile is the extreme value itself
+        extreme = exact["min"][d] if level < 0.5 else exact["max"][d]
+        span = float(_scale(stat, exact)[d])
+        gap = max(gap, abs(truth - extreme) / span + 1.01 / LEROBOT_BINS)
+    if stat.startswith("q") and finding.error <= gap:
+        finding.cause = "binned"
+        finding.detail = (
+            f"a histogram's quantile (LeRobot's {LEROBOT_BINS} bins), not numpy's linear"
+            f" interpolation: off by up to the gap between neighbouring values of"
+            f" {count:,.0f} frames"
+        )
+        return finding
+    if finding.episode is not None:
+        finding.cause = "stale"
+        finding.detail = "not the statistics of this episode's frames (written before an edit?)"
+        return finding
+    finding.cause = "unknown"
+    return finding
+
+
+def _level(stat: str) -> float | None:
+    """q01 -> 0.01, q10 -> 0.1, q999 -> 0.999 (LeRobot's quantile names)."""
+    if stat.startswith("q") and stat[1:].isdigit():
+        return float("0." + stat[1:])
+    return None
+
+
+def _close(value, target, exact, stat, d, tolerance) -> bool:
+    scale = float(_scale(stat, exact)[d])
+    return value is not None and abs(value - float(target)) <= max(tolerance * scale * 0.1, 0.0)
+
+
+# --- a whole dataset ---------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """Every finding of one check, and what was not compared (with why)."""
+
+    dataset: str
+    tolerance: float
+    findings: list[Finding] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+    numbers: int = 0  # stored numbers compared
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [f for f in self.findings if f.fails]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def check_global(
+    report: Report,
+    file: str,
+    stored: Mapping[str, Mapping[str, np.ndarray]],
+    exact: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    frames: int,
+    episodes_stored: Mapping[int, Mapping] | None = None,
+    episodes_exact: Mapping[int, Mapping] | None = None,
+    expected: list[str] | None = None,
+) -> None:
+    """A file of dataset-wide statistics (`stats.json`, a `norm_stats.json`): every feature in
+    `exact` compared; `expected` features without an entry are named (cameras included)."""
+    for feature in expected if expected is not None else list(exact):
+        if feature not in stored:
+            report.findings.append(Finding(file, feature, "-", math.inf, "", "missing", fails=True))
+    for feature, entry in stored.items():
+        if feature not in exact:
+            continue
+        per_stored = [e[feature] for e in (episodes_stored or {}).values() if feature in e]
+        per_exact = [e[feature] for e in (episodes_exact or {}).values() if feature in e]
+        for finding in compare(
+            entry, exact[feature], file=file, feature=feature, tolerance=report.tolerance
+        ):
+            report.numbers += len(finding.errors) or 1
+            report.findings.append(
+                explain(
+                    finding,
+                    exact[feature],
+                    tolerance=report.tolerance,
+                    episodes_stored=per_stored,
+                    episodes_exact=per_exact,
+                    frames=frames,
+                )
+            )
+
+
+def check_episodes(
+    report: Report,
+    file: str,
+    stored: Mapping[int, Mapping[str, Mapping[str, np.ndarray]]],
+    exact: Mapping[int, Mapping[str, Mapping[str, np.ndarray]]],
+    lengths: Mapping[int, int],
+) -> None:
+    """Per-episode statistics: each episode's against its frames; episodes the data no longer
+    holds, and episodes of the data without statistics, are named."""
+    for episode in sorted(set(stored) - set(lengths)):
+        report.findings.append(
+            Finding(
+                file,
+                ", ".join(sorted(stored[episode])) or "-",
+                "-",
+                math.inf,
+                "",
+                "gone",
+                f"statistics of episode {episode}, which the dataset no longer holds",
+                episode=episode,
+                fails=True,
+            )
+        )
+    for episode in sorted(lengths):
+        if lengths[episode] == 0:
+            continue
+        have = stored.get(episode, {})
+        for feature, truth in exact.get(episode, {}).items():
+            if feature not in have:
+                report.findings.append(
+                    Finding(
+                        file, feature, "-", math.inf, "", "missing", episode=episode, fails=True
+                    )
+                )
+                continue
+            for finding in compare(
+                have[feature],
+                truth,
+                file=file,
+                feature=feature,
+                tolerance=report.tolerance,
+                episode=episode,
+            ):
+                report.numbers += len(finding.errors) or 1
+                report.findings.append(
+                    explain(finding, truth, tolerance=report.tolerance, frames=lengths[episode])
+                )
+
+
+def summary_rows(report: Report) -> list[dict]:
+    """The table: one row per (file, feature, cause) with a failing statistic — which statistics,
+    the worst one (its dimension, error and episode) and how many episodes."""
+    groups: dict[tuple, list[Finding]] = {}
+    for finding in report.failures:
+        groups.setdefault((finding.file, finding.feature, finding.cause), []).append(finding)
+    rows = []
+    for (file, feature, cause), found in groups.items():
+        worst = max(found, key=lambda f: _sortable(f.error))
+        stats = sorted({f.stat for f in found}, key=_stat_order)
+        rows.append(
+            {
+                "file": file,
+                "feature": feature,
+                "statistics": [s for s in stats if s != "-"],
+                "worst": worst.stat if worst.dim is None else f"{worst.stat}[{worst.dim}]",
+                "error": worst.error,
+                "unit": worst.unit,
+                "episodes": sorted({f.episode for f in found if f.episode is not None}),
+                "worst_episode": worst.episode,
+                "cause": CAUSES[cause] if cause else "",
+                "detail": worst.detail,
+            }
+        )
+    rows.sort(key=lambda r: (r["file"], r["feature"], -_sortable(r["error"])))
+    return rows
+
+
+def _stat_order(stat: str) -> tuple:
+    order = ("count", "min", "max", "mean", "std")
+    return (order.index(stat), "") if stat in order else (len(order), stat)
+
+
+def _sortable(value: float) -> float:
+    return 1e300 if not math.isfinite(value) else value
+
+
+def format_error(error: float, unit: str) -> str:
+    if not math.isfinite(error):
+        return "-"
+    if unit == "frames":
+        return f"{error:,.0f} frames"
+    sign = "σ" if unit == "std" else " range"
+    return f"{error:.3g}{sign}"
+
+
+def draw(report: Report, path: Path) -> Path:
+    """Each feature's worst error per dimension (over its statistics), global file and
+    per-episode files apart, on a log axis with the tolerance drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from accelkit.runtime.files import atomic_open
+
+    series: dict[str, dict[str, np.ndarray]] = {}
+    for f in report.findings:
+        if not f.errors or f.unit == "frames":
+            continue
+        errors = np.asarray(f.errors, np.float64)
+        per = series.setdefault(f.feature, {})
+        label = f.file if f.episode is None else f"{f.file} (worst episode)"
+        current = per.get(label)
+        per[label] = (
+            errors
+            if current is None or current.shape != errors.shape
+            else np.maximum(current, errors)
+        )
+    features = sorted(series)
+    if not features:
+        raise DataError("nothing was compared, so there is no error to draw; drop --plot")
+    cols = min(3, len(features))
+    rows = math.ceil(len(features) / cols)
+    figure, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    floor = report.tolerance * 1e-6
+    for ax, feature in zip(axes.flat, features, strict=False):
+        for label, errors in sorted(series[feature].items()):
+            shown = np.clip(np.where(np.isfinite(errors), errors, np.nan), floor, None)
+            ax.plot(np.arange(len(errors)), shown, marker="o", linestyle="-", label=label)
+        ax.axhline(report.tolerance, color="red", linestyle="--", label="tolerance")
+        ax.set_yscale("log")
+        ax.set_title(feature, fontsize=10)
+        ax.set_xlabel("dimension")
+        ax.set_ylabel("worst error (std or range)")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(features) :]:
+        ax.axis("off")
+    figure.suptitle(f"stored statistics vs exact: {report.dataset}", fontsize=11)
+    figure.tight_layout()
+    with atomic_open(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=90)
+    plt.close(figure)
+    return path
