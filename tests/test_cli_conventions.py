@@ -16,7 +16,8 @@ def commands(command=None, path=()):
     subcommands = getattr(command, "commands", None)
     if subcommands:
         for name, sub in sorted(subcommands.items()):
-            yield from commands(sub, (*path, name))
+            # a hidden subcommand is its group's default (`stats DATASET` runs `stats compute`)
+            yield from commands(sub, path if getattr(sub, "hidden", False) else (*path, name))
     else:
         yield path, command
 
