@@ -157,7 +157,7 @@ def test_in_process_use_never_ends_the_host_program(tmp_path):
         "    main(['devices', '--json'])\n"
         "except SystemExit as exc:\n"
         "    assert exc.code == 0, exc.code\n"
-        f"time.sleep(i.GRACE_S + 1.5)\n"
+        "time.sleep(i.GRACE_S + 1.5)\n"
         "print('host still running', flush=True)\n"
     )
     done = subprocess.run(
