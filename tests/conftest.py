@@ -43,6 +43,60 @@ def pytest_configure(config):
         faulthandler.register(signum, file=log, all_threads=True, chain=True)
 
 
+def _kernel_signal_state() -> dict[str, int]:
+    """SIGINT/SIGTERM as the kernel sees this process's main thread: ignored and blocked bits
+    (/proc/self/status), which children inherit — whatever Python's signal.getsignal says, since
+    native code can change them behind it."""
+    import signal
+
+    bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    state = {}
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/status") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in ("SigIgn", "SigBlk"):
+                    state[name] = int(value.strip(), 16) & bits
+    except OSError:
+        pass
+    return state
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_stay():
+    """No test, and nothing a test runs in this worker, may leave SIGINT or SIGTERM ignored or
+    blocked, or accelkit's handler installed: children inherit an ignored or blocked signal (a
+    random-order trial's interrupt tests failed so: their `accelkit` children never answered
+    SIGINT), and our handler left behind answers the next signal with a hard exit. A test that
+    leaves our handler fails; an ignored or blocked signal (which native code can set behind
+    Python's back) is named in a warning in the run's summary. Everything is put back for the
+    tests after it."""
+    import signal
+    import warnings
+
+    from accelkit.runtime import interrupts
+
+    watched = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in watched}
+    kernel = _kernel_signal_state()
+    yield
+    after = {s: signal.getsignal(s) for s in watched}
+    kernel_after = _kernel_signal_state()
+    ours = [signal.Signals(s).name for s in watched if after[s] is interrupts._handler]
+    if after != before or kernel_after != kernel:  # put back (also the kernel's view)
+        for s, handler in before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    if kernel_after.get("SigBlk", 0) != kernel.get("SigBlk", 0):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
+    if kernel_after != kernel:
+        warnings.warn(
+            f"this test left SIGINT/SIGTERM ignored or blocked in the worker: {kernel} -> "
+            f"{kernel_after} (put back)",
+            stacklevel=1,
+        )
+    assert not ours, f"this test left accelkit's handler installed for {', '.join(ours)}"
+
+
 @pytest.fixture(autouse=True, scope="module")
 def streams_stay_open():
     """No test, and nothing a test starts, may close or replace this worker's output streams or

@@ -52,6 +52,53 @@ def accelkit(*args: str) -> list[str]:
     return [sys.executable, "-m", "accelkit", *args]
 
 
+class Spawned:
+    """A child started the way a shell starts a foreground job: its own session (the pty its
+    controlling terminal), stdin/stdout/stderr on the pty, and SIGINT/SIGTERM at their defaults
+    and unblocked whatever this test worker's state (posix_spawn's setsigdef/setsigmask, safe
+    with threads, unlike preexec_fn). The part of subprocess.Popen the tests use."""
+
+    def __init__(self, argv: list[str], tty: int, env: dict, cwd: str | None):
+        import shutil
+
+        program = argv[0] if os.sep in argv[0] else shutil.which(argv[0]) or argv[0]
+        if cwd is not None:  # posix_spawn has no cwd: the child changes into it itself
+            argv = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *argv]
+            program = "/bin/sh"
+        self.returncode: int | None = None
+        self.pid = os.posix_spawn(
+            program,
+            argv,
+            env,
+            file_actions=[(os.POSIX_SPAWN_DUP2, tty, fd) for fd in (0, 1, 2)],
+            setsid=True,
+            setsigdef=(signal.SIGINT, signal.SIGTERM),
+            setsigmask=(),
+        )
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 def run_in_terminal(
     argv: list[str],
     *,
@@ -75,16 +122,7 @@ def run_in_terminal(
     environment = {**os.environ, **(env or {}), "COLUMNS": str(columns), "TERM": "xterm-256color"}
     environment.pop("NO_COLOR", None)
     started = time.monotonic()
-    process = subprocess.Popen(
-        argv,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=environment,
-        cwd=cwd,
-        close_fds=True,
-        start_new_session=True,  # its own session: the pty is its controlling terminal
-    )
+    process = Spawned(argv, slave, environment, cwd)
     os.close(slave)
     chunks: list[tuple[float, bytes]] = []
     signalled = False
