@@ -976,27 +976,40 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(
 
     # graceful stop while an insert of 16 photos is in flight: it is answered and stored
     names = sorted(photos)[:16]
+    payload = {  # encoded before the clock matters: a loaded machine takes seconds for it
+        "collection_name": "busy",
+        "items": [
+            {"image_base64": b64(encode(photos[n], "JPEG", quality=80)), "id": f"late-{n}"}
+            for n in names
+        ],
+    }
     result = {}
 
     def slow_insert():
-        result["response"] = httpx.post(
-            url + "/insert",
-            headers=AUTH,
-            timeout=120,
-            json={
-                "collection_name": "busy",
-                "items": [
-                    {"image_base64": b64(encode(photos[n], "JPEG", quality=80)), "id": f"late-{n}"}
-                    for n in names
-                ],
-            },
-        )
+        try:
+            result["response"] = httpx.post(
+                url + "/insert", headers=AUTH, timeout=120, json=payload
+            )
+        except httpx.HTTPError as exc:  # reported by the assertion below
+            result["error"] = exc
 
     worker = threading.Thread(target=slow_insert)
     worker.start()
-    time.sleep(0.5)
+    # the stop comes once the service has admitted the insert (its in-flight gauge), not after
+    # a guessed sleep; should the insert be answered first, the stop still follows
+    deadline = time.monotonic() + 120
+    while worker.is_alive() and time.monotonic() < deadline:
+        gauge = [
+            line
+            for line in httpx.get(url + "/metrics", headers=AUTH, timeout=30).text.splitlines()
+            if line.startswith("accelkit_images_in_flight ")
+        ]
+        if gauge and float(gauge[0].split()[-1]) >= 1:
+            break
+        time.sleep(0.02)
     assert server.stop() == 128 + signal.SIGTERM  # after uvicorn's graceful shutdown
     worker.join()
+    assert "error" not in result, result.get("error")
     assert result["response"].status_code == 200 and result["response"].json()["inserted"] == 16
 
     restarted = Server(config, tmp_path / "server2.log").start()
