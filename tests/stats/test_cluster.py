@@ -179,11 +179,21 @@ def test_killed_worker_is_retried_and_the_result_stays_exact(ray_cluster, tmp_pa
 
 
 def test_a_spent_time_budget_stops_the_run_with_one_clear_line(ray_cluster, datasets):
-    """--max-time-minutes on Ray: no task can finish in a nanosecond, so nothing is covered."""
-    with pytest.raises(DataError, match="time budget ran out before any Ray task finished"):
-        compute_stats(
+    """--max-time-minutes on Ray with the budget spent at once: the run stops — with the one
+    line when no task had finished, or with a result marked partial that covers only the tasks
+    that had (a loaded driver reaches its first check after some finished: a trial saw 1,615
+    rows covered)."""
+    total = compute_stats(open_source(datasets["v2.1"])).summary.rows
+    try:
+        result = compute_stats(
             open_source(datasets["v2.1"]),
             ray=ray_cluster.address,
             ray_tasks=3,
             max_time_minutes=1e-9,
         )
+    except DataError as exc:
+        assert "time budget ran out before any Ray task finished" in str(exc)
+        assert "\n" not in str(exc)
+    else:  # partial: only whole tasks' rows; every task done before the check: all of them
+        rows = result.summary.rows
+        assert (0 < rows < total) if result.summary.partial else rows == total
