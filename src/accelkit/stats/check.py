@@ -145,11 +145,11 @@ def _entry(raw, where: str) -> dict[str, np.ndarray]:
 
 def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
     """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
-    data = _load_json(path)
+    data = load_json(path)
     return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data.items()}
 
 
-def _load_json(path: Path) -> dict:
+def load_json(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -204,7 +204,7 @@ def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np
 
 def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
     """An openpi `norm_stats.json`: key -> mean/std/q01/q99 (as openpi's `normalize.load` reads)."""
-    data = _load_json(path)
+    data = load_json(path)
     if not isinstance(data.get("norm_stats"), Mapping):
         raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
     return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data["norm_stats"].items()}

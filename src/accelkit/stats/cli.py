@@ -1311,7 +1311,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
         facts = {}
         sidecar = sidecar_path(path)
         if sidecar.is_file():
-            facts = check._load_json(sidecar)
+            facts = check.load_json(sidecar)
         if facts.get("actions_transform"):
             raise ConfigError(
                 f"{path} was written with an actions transform ({facts['actions_transform']});"
