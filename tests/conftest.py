@@ -26,12 +26,24 @@ import pytest
 def pytest_configure(config):
     """An xdist worker that dies (a crash in native code, a fatal signal) leaves its last stack in
     .pytest-crash/<worker>.log; .ci/run prints those files when the run fails. A worker that ends
-    normally leaves an empty file."""
+    normally leaves an empty file.
+
+    The suite also starts from the signal dispositions a terminal gives: a run started in the
+    background of a script (`cmd &` in a non-interactive shell, nohup, some CI runners) begins
+    with SIGINT ignored, and the in-process commands (which keep an ignored SIGINT ignored, as
+    they must under nohup) then re-set SIG_IGN in the kernel, which every child a later test
+    starts inherits: that made the interrupt tests' children deaf to Ctrl-C in one order and not
+    in another."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return
     import faulthandler
-    import signal
     from pathlib import Path
 
     folder = Path(config.rootpath) / ".pytest-crash"

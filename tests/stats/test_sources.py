@@ -303,3 +303,35 @@ def test_lerobot_without_data_files(tmp_path):
         open_source(tmp_path)
     with pytest.raises(DataError, match="holds no parquet files"):
         open_source(tmp_path, trust_files=True)
+
+
+def test_v30_files_are_packed_as_lerobot_records_them(tmp_path, monkeypatch):
+    """One row group per episode, a new file once the next episode would pass the size limit; read
+    in pieces smaller than an episode and larger, every row still counts once (numpy reference)."""
+    from accelkit.stats import sources
+
+    root = write_sample_dataset(
+        tmp_path / "packed", episodes=9, frames_per_episode=2000, dim=3, layout="v3.0",
+        data_files_size_in_mb=0.15,
+    )  # fmt: skip
+    files = sorted((root / "data").rglob("*.parquet"))
+    assert len(files) >= 3
+    lengths = {e["episode_index"]: e["length"] for e in pq.read_table(
+        next((root / "meta" / "episodes").rglob("*.parquet"))).to_pylist()}  # fmt: skip
+    seen = 0
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert groups == [lengths[e] for e in range(seen, seen + len(groups))]
+        seen += len(groups)
+        assert f.stat().st_size < 0.15e6 * 1.2 or len(groups) == 1  # an estimate, as LeRobot's
+    assert seen == 9
+    values, _ = read_all(root, "action")
+    for rows in (700, 1 << 18):  # pieces end inside episodes, or hold whole files
+        monkeypatch.setattr(sources, "SPLIT_ROWS", rows)
+        result = compute_stats(open_source(root), quantiles=LEVELS, per_episode=True)
+        assert_matches_numpy(result.stats["actions"], values, LEVELS)
+        assert [e.index for e in result.episodes] == list(range(9))
+        _, episodes = read_all(root, "action")
+        for e in result.episodes:  # every episode whole, however the pieces cut it
+            assert e.stats["actions"].count[0] == np.sum(episodes == e.index)

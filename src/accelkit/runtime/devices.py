@@ -82,6 +82,35 @@ def platform_request(
     return PlatformRequest(None, "auto")
 
 
+# top-level modules of JAX's accelerator plugins (CUDA, ROCm, TPU, Metal, old-style namespace ones)
+ACCELERATOR_PLUGINS = ("jax_cuda", "jax_rocm", "libtpu", "jax_plugins", "jax_metal")
+
+
+def accelerator_plugin_installed() -> bool:
+    """Whether any JAX accelerator plugin is installed, found without importing JAX (a module
+    listing of sys.path, a few ms): with none, JAX can only ever run on the CPU."""
+    import pkgutil
+
+    return any(m.name.startswith(ACCELERATOR_PLUGINS) for m in pkgutil.iter_modules())
+
+
+def cpu_without_jax(
+    explicit: str | None = None,
+    config_value: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PlatformChoice | None:
+    """The CPU, when that choice needs no JAX start-up: the CPU was asked for, or nothing was asked
+    and no accelerator plugin is installed. None: ask `choose_platform` (which starts JAX)."""
+    request = platform_request(explicit, config_value, env)
+    if request.platform == "cpu":
+        return PlatformChoice("cpu", "cpu", request.source, False, f"{request.source} asks for cpu")
+    if request.platform is None and not accelerator_plugin_installed():
+        return PlatformChoice(
+            "cpu", None, "auto", False, "auto: no JAX accelerator plugin is installed, using CPU"
+        )
+    return None
+
+
 def _available_devices(platform: str):
     import jax
 
@@ -216,11 +245,13 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     """Turn on JAX's persistent compilation cache so a second process skips compiling.
 
     The folder is `path`, else `$ACCELKIT_CACHE_DIR/jax`, else the user cache dir. Unwritable
-    folders just leave the cache off: it is a speed-up, never a requirement.
+    folders just leave the cache off: it is a speed-up, never a requirement. Before JAX is imported
+    the settings go into the environment, which JAX reads when it starts (a run that never starts
+    JAX pays nothing); afterwards into its config.
     """
+    import sys
     from pathlib import Path
 
-    import jax
     import platformdirs
 
     base = path or os.environ.get("ACCELKIT_CACHE_DIR") or platformdirs.user_cache_dir("accelkit")
@@ -230,11 +261,20 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     except OSError as exc:
         log.info("compilation cache disabled: cannot create %s (%s)", folder, exc.strerror)
         return None
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    # cache every program: the image preprocessor warms up a few dozen programs of tens of ms each,
-    # which add up to seconds at start-up yet each falls under JAX's default 1 s threshold
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    settings = {
+        "jax_compilation_cache_dir": str(folder),
+        # cache every program: the image preprocessor warms up a few dozen programs of tens of ms
+        # each, which add up to seconds at start-up yet each falls under JAX's default 1 s threshold
+        "jax_persistent_cache_min_compile_time_secs": 0,
+        "jax_persistent_cache_min_entry_size_bytes": 0,
+    }
+    if "jax" in sys.modules:
+        import jax
+
+        for name, value in settings.items():
+            jax.config.update(name, value)
+    else:
+        os.environ.update({name.upper(): str(value) for name, value in settings.items()})
     return str(folder)
 
 

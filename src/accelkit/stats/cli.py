@@ -491,7 +491,7 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     target = dataset_target(settings, stream)
     # cameras first: a missing or broken video answers before JAX starts, and nothing is written
     cameras = camera_stats(settings, stream, levels, progress)
-    phase("starting JAX")
+    phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
     from accelkit.stats.compute import compute_stats
 
@@ -1164,7 +1164,7 @@ def run_check(
         keys=dict(stream.keys),
     )
     cameras = camera_stats(settings, stream, levels, progress)
-    phase("starting JAX")
+    phase("starting the statistics kernel")
     from accelkit.runtime.devices import enable_compilation_cache
 
     enable_compilation_cache()

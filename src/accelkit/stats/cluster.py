@@ -146,10 +146,10 @@ def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfi
     first row in that key's rows (passes with moments) and the key's dtype and width.
     Returns the group's partial state (packed), whole-block moment sums and edge rows.
     """
-    import jax
+    import contextlib
 
-    from accelkit.runtime.devices import choose_platform, devices_for, enable_compilation_cache
-    from accelkit.stats.compute import Runner
+    from accelkit.runtime.devices import enable_compilation_cache
+    from accelkit.stats.compute import HOST, Runner, choose_devices
 
     enable_compilation_cache()
     stream.order = list(indices)
@@ -160,8 +160,11 @@ def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfi
         pad[key] = (rows, p["dim"], p["dtype"], first_row)
     source = _Padded(stream, pad)
     heads = {key: (-p["start"]) % BLOCK_ROWS for key, p in plan.items() if p["start"] is not None}
-    devices = devices_for(choose_platform(platform))
-    with jax.enable_x64(True):
+    # exact passes on a CPU run the host kernel, as the local run does (the same bits either way)
+    devices = choose_devices(platform, host=not any(p["spec"].centered for p in plan.values()))
+    if devices != [HOST]:
+        import jax
+    with contextlib.nullcontext() if devices == [HOST] else jax.enable_x64(True):
         runner = Runner(source, devices, batch_size, False, skip_nonfinite, keep_blocks=True)
         outcome = runner.run_pass(
             "ray task",

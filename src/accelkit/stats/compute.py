@@ -24,8 +24,8 @@ import numpy as np
 
 from accelkit.errors import DataError, DeviceError
 from accelkit.runtime.devices import (
-    PlatformChoice,
     choose_platform,
+    cpu_without_jax,
     devices_for,
     free_memory_bytes,
     peak_device_memory_bytes,
@@ -138,6 +138,95 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
+class HostDevice:
+    """The host CPU as the one "device" of a run on the compiled host kernel (`host_passes`):
+    what batch sizing and the run summary ask of a device."""
+
+    platform = "cpu"
+
+    def memory_stats(self):
+        return None  # free memory: the host's, as for JAX's CPU devices
+
+    def __str__(self) -> str:
+        return "host CPU (compiled loop)"
+
+
+HOST = HostDevice()
+
+
+class HostKernel:
+    """Passes on the host: numpy arrays in and out, one compiled loop per batch, int64 counts (no
+    device histograms to flush), block sums ready at once."""
+
+    needs_flush = False
+
+    def __init__(self):
+        from accelkit.stats import host_passes
+
+        self.host_passes = host_passes
+
+    def place(self, state):
+        return self.host_passes.own(state)
+
+    def update(self, state, values, weight, spec):
+        new, blocks = self.host_passes.update(state, values, weight, spec)
+        return new, blocks, None
+
+    def wait(self, token) -> None:
+        pass
+
+    def fetch(self, blocks):
+        return blocks
+
+    def gather(self, state):
+        return state
+
+    def fresh(self, state, spec):
+        raise AssertionError("host counts are int64: nothing to flush")
+
+
+class DeviceKernel:
+    """Passes under XLA on a 1-D mesh of JAX devices (`passes.sharded_update`)."""
+
+    needs_flush = True  # int32 histograms on the devices
+
+    def __init__(self, devices):
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from accelkit.stats import passes
+
+        self.jax, self.passes = jax, passes
+        self.mesh = passes.make_mesh(devices)
+        self.sharding = NamedSharding(self.mesh, P("data"))
+
+    def place(self, state):
+        return self.passes.replicate_per_device(state, self.mesh)
+
+    def update(self, state, values, weight, spec):
+        put = self.jax.device_put
+        return self.passes.sharded_update(
+            state, put(values, self.sharding), put(weight, self.sharding), spec=spec, mesh=self.mesh
+        )
+
+    def wait(self, token) -> None:
+        token.block_until_ready()
+
+    def fetch(self, blocks):
+        s1, s2 = self.jax.device_get(blocks)
+        return np.asarray(s1), np.asarray(s2)
+
+    def gather(self, state):
+        return self.passes.gather_and_merge(state)
+
+    def fresh(self, state, spec):
+        """A zeroed state with `state`'s prefixes and center, placed on the devices."""
+        first = self.jax.tree.map(lambda leaf: leaf[0], self.jax.device_get(state))
+        fresh = self.passes.init(spec, np.asarray(first.prefixes), np.asarray(first.center))
+        return self.place(fresh)
+
+
 @dataclass
 class PassOutcome:
     states: dict  # key -> merged host PassState
@@ -164,12 +253,9 @@ class Runner:
         skip_nonfinite: bool,
         keep_blocks: bool = False,
     ):
-        from accelkit.stats import passes
-
-        self.passes = passes
         self.stream = stream
         self.devices = list(devices)
-        self.mesh = passes.make_mesh(self.devices)
+        self.kernel = HostKernel() if self.devices == [HOST] else DeviceKernel(self.devices)
         self.batch_override = batch_size
         self.batch_sizes: dict[str, int] = {}
         self.progress = progress
@@ -240,14 +326,10 @@ class Runner:
     def _run_pass_once(
         self, label, make_spec, make_init, chunk_limit, budget, observer, stream, later_passes=None
     ) -> PassOutcome:
-        import jax
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        passes = self.passes
-        sharding = NamedSharding(self.mesh, P("data"))
         from accelkit.stats import moments as mom
+        from accelkit.stats import pass_state
 
+        kernel = self.kernel
         specs, states, batchers, host_acc, weight_since_flush, sums = {}, {}, {}, {}, {}, {}
         rows = chunks_seen = 0
         stopped_early = False
@@ -260,41 +342,36 @@ class Runner:
 
         def run_batch(key, values, weight):
             spec = specs[key]
-            self.compiled.add((spec, len(weight)))  # one compiled kernel per (spec, batch shape)
-            batch_weight = int(weight.sum())
-            if weight_since_flush[key] + batch_weight > INT32_SAFE:
-                flush(key)
-            states[key], blocks, token = passes.sharded_update(
-                states[key],
-                jax.device_put(values, sharding),
-                jax.device_put(weight, sharding),
-                spec=spec,
-                mesh=self.mesh,
-            )
-            # Dispatch is asynchronous: without a bound the loop runs ahead of the device and every
-            # queued batch keeps its host buffer alive. Waiting on the batch before last keeps two in
-            # flight: the device stays busy and memory stays flat.
+            if kernel.needs_flush:
+                self.compiled.add((spec, len(weight)))  # one compiled kernel per (spec, shape)
+                batch_weight = int(weight.sum())
+                if weight_since_flush[key] + batch_weight > INT32_SAFE:
+                    flush(key)
+                weight_since_flush[key] += batch_weight
+            states[key], blocks, token = kernel.update(states[key], values, weight, spec)
+            # Dispatch to a device is asynchronous: without a bound the loop runs ahead of the
+            # device and every queued batch keeps its host buffer alive. Waiting on the batch
+            # before last keeps two in flight: the device stays busy and memory stays flat.
             in_flight.append((key, token, blocks))
             if len(in_flight) > MAX_IN_FLIGHT:
                 settle(*in_flight.popleft())
-            weight_since_flush[key] += batch_weight
 
         def settle(key, token, blocks):
-            token.block_until_ready()
+            kernel.wait(token)
             if blocks is not None:  # batches of a key settle in dispatch order: the fold is ordered
-                s1, s2 = jax.device_get(blocks)
+                s1, s2 = kernel.fetch(blocks)
                 if self.keep_blocks:
-                    kept_blocks.setdefault(key, []).append((np.asarray(s1), np.asarray(s2)))
+                    kept_blocks.setdefault(key, []).append((s1, s2))
                 else:
                     sums[key] = mom.fold(sums.get(key) or mom.empty_sums(s1.shape[1]), s1, s2)
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator
-            merged = passes.gather_and_merge(states[key])
-            host_acc[key] = merged if key not in host_acc else passes.merge(host_acc[key], merged)
-            first = jax.tree.map(lambda leaf: leaf[0], jax.device_get(states[key]))
-            fresh = passes.init(specs[key], np.asarray(first.prefixes), np.asarray(first.center))
-            states[key] = passes.replicate_per_device(fresh, self.mesh)
+            merged = kernel.gather(states[key])
+            host_acc[key] = (
+                merged if key not in host_acc else pass_state.merge(host_acc[key], merged)
+            )
+            states[key] = kernel.fresh(states[key], specs[key])
             weight_since_flush[key] = 0
 
         with rows_progress(self.progress) as bar, closing(stream.chunks()) as chunks:
@@ -318,7 +395,7 @@ class Runner:
                             skipped.add(key)
                             continue
                         init_state = make_init(key, specs[key], column)
-                        states[key] = passes.replicate_per_device(init_state, self.mesh)
+                        states[key] = kernel.place(init_state)
                         batchers[key] = Batcher(
                             self.batch_size(key, dim), dim, key, column.values.dtype
                         )
@@ -349,8 +426,8 @@ class Runner:
                 settle(*in_flight.popleft())
         merged = {}
         for key in states:
-            part = passes.gather_and_merge(states[key])
-            merged[key] = part if key not in host_acc else passes.merge(host_acc[key], part)
+            part = kernel.gather(states[key])
+            merged[key] = part if key not in host_acc else pass_state.merge(host_acc[key], part)
         return PassOutcome(
             merged,
             sums,
@@ -443,8 +520,10 @@ def compute_stats(
     `ray` (an address, "auto" or "local") runs the passes as Ray tasks over groups of the stream's
     files (`accelkit.stats.cluster`; a `FileStream` only), with results equal to the local run's
     bit for bit; `ray_tasks` sets how many groups (default: from the cluster's CPUs).
+    On the CPU, exact mode runs on the compiled host kernel (`host_passes`, the same bits as the
+    XLA kernel) and does not start JAX; `devices` (JAX devices) always run the XLA kernel.
     """
-    import jax
+    import contextlib
 
     requested = list(quantiles)
     levels = np.asarray(sorted({float(q) for q in requested}), np.float64)
@@ -453,10 +532,8 @@ def compute_stats(
     stream = data if isinstance(data, Stream) else BatchStream(data, keys)
     if ray is not None and per_episode:
         raise DataError("per-episode statistics run on one machine; drop --ray or --per-episode")
-    choice: PlatformChoice | None = None
     if devices is None:
-        choice = choose_platform(platform)
-        devices = devices_for(choice)
+        devices = choose_devices(platform, host=ray is None and not fast)
     budget = (
         TimeBudget.since_process_start(max_time_minutes)
         if budget_from_process_start
@@ -476,7 +553,10 @@ def compute_stats(
 
     started = time.perf_counter()
 
-    with jax.enable_x64(True):
+    on_host = devices == [HOST]
+    if not on_host:
+        import jax
+    with contextlib.nullcontext() if on_host else jax.enable_x64(True):
         if ray is None:
             runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
         else:
@@ -522,6 +602,20 @@ def compute_stats(
         cluster=None if ray is None else runner.traffic(),
     )
     return StatsResult(stats, summary, episodes)
+
+
+def choose_devices(platform: str | None, host: bool) -> list:
+    """Where the passes run: `[HOST]` (the compiled host kernel, no JAX start-up) when the run
+    is on the CPU and `host` allows it, else the JAX devices of the chosen platform."""
+    import importlib.util
+
+    host = host and importlib.util.find_spec("numba") is not None
+    choice = cpu_without_jax(platform) if host else None
+    if choice is None:
+        choice = choose_platform(platform)
+    if host and choice.platform == "cpu":
+        return [HOST]
+    return devices_for(choice)
 
 
 def _require_rows(stream: Stream, states: dict) -> None:
@@ -587,7 +681,7 @@ def _exact(
 
 
 def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer):
-    from accelkit.stats.passes import PassSpec, init
+    from accelkit.stats.pass_state import PassSpec, init
 
     first = runner.run_pass(
         "pass 1 (moments, top digit)",
@@ -662,7 +756,7 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer):
 
 
 def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
-    from accelkit.stats.passes import PassSpec, init
+    from accelkit.stats.pass_state import PassSpec, init
 
     def spec_for(key, dim, integer):
         bits = qt.FAST_DIGIT_BITS

@@ -8,9 +8,14 @@ to zero in float operations, even in min/max, while integer compares and bit cas
 as it was; and an int64 above 2**24 keeps every digit instead of its float32 rounding.
 """
 
-import jax
-import jax.numpy as jnp
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
+    import jax.numpy as jnp
 
 EMPTY_MIN_KEY = np.uint32(0xFFFFFFFF)  # above every key: the min of nothing
 EMPTY_MAX_KEY = np.uint32(0)  # below every key: the max of nothing
@@ -33,16 +38,24 @@ def empty_keys(integer: bool) -> tuple[np.ndarray, np.ndarray]:
 
 def float_keys(x: jnp.ndarray) -> jnp.ndarray:
     """Order-preserving uint32 keys of float32 values (on device)."""
+    import jax
+    import jax.numpy as jnp
+
     u = jax.lax.bitcast_convert_type(x, jnp.uint32)
     return jnp.where(u >> 31 == 1, ~u, u | jnp.uint32(0x80000000))
 
 
 def int_keys(x: jnp.ndarray) -> jnp.ndarray:
     """Order-preserving uint64 keys of int64 values (on device)."""
+    import jax
+    import jax.numpy as jnp
+
     return jax.lax.bitcast_convert_type(x.astype(jnp.int64), jnp.uint64) ^ jnp.uint64(SIGN64)
 
 
 def keys_of(x: jnp.ndarray) -> jnp.ndarray:
+    import jax.numpy as jnp
+
     return int_keys(x) if jnp.issubdtype(x.dtype, jnp.integer) else float_keys(x)
 
 

@@ -126,7 +126,8 @@ def _episodes_v30(root: Path) -> list[tuple[int, int, int, int]]:
     for path in files:
         source, filesystem = storage.arrow_source(path)
         try:
-            table = pq.read_table(source, columns=wanted, filesystem=filesystem)
+            # ParquetFile, not read_table: read_table starts pyarrow's dataset layer (and pandas)
+            table = pq.ParquetFile(source, filesystem=filesystem).read(columns=wanted)
         except Exception as exc:
             raise DataError(
                 f"{path} is not readable episode metadata with columns {', '.join(wanted)} "

@@ -22,11 +22,12 @@ sampled), k > 1 counts it k times (an action that appears in k action chunks).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
+    import jax.numpy as jnp
 
 from accelkit.stats.keys import empty_keys, keys_of, keys_to_values
 
@@ -59,6 +60,8 @@ def update(
 ) -> Extremes:
     """Add a batch `x` [B, D] (the raw float32 or int64 input: keys are taken of its bits, or
     given as `keys`) with int weights [B, D]."""
+    import jax.numpy as jnp
+
     keys = keys_of(x) if keys is None else keys
     lowest, highest = empty_keys(keys.dtype == jnp.uint64)
     present = weight > 0
@@ -79,7 +82,10 @@ def update(
 
 def merge(a: Extremes, b: Extremes) -> Extremes:
     """Exact in any order; host or device."""
-    xp = np if isinstance(a.count, np.ndarray) else jnp
+    if isinstance(a.count, np.ndarray):
+        xp = np
+    else:
+        import jax.numpy as xp
     return Extremes(
         a.count + b.count, xp.minimum(a.min_key, b.min_key), xp.maximum(a.max_key, b.max_key)
     )
@@ -98,6 +104,9 @@ def block_sums(
     rows = x.shape[0]
     if rows % block_rows or block_rows % min(16, block_rows):
         raise ValueError(f"{rows} rows are not whole blocks of {block_rows} (a multiple of 16)")
+    import jax
+    import jax.numpy as jnp
+
     w = weight.astype(jnp.float64)
     d = jnp.where(weight > 0, x.astype(jnp.float64) - shift.astype(jnp.float64), 0.0)
     wd = w * d
@@ -106,11 +115,15 @@ def block_sums(
     return _in_order(wd, block_rows), _in_order(wdd, block_rows)
 
 
-def _in_order(values: jnp.ndarray, block_rows: int, op=jnp.add) -> jnp.ndarray:
+def _in_order(values: jnp.ndarray, block_rows: int, op=None) -> jnp.ndarray:
     """`op` (add, minimum, maximum) over each block of rows as written-out element-wise ops: runs of
     16 rows left to right, then the runs left to right. Explicit ops are never reordered, and XLA
     fuses them into one loop (2-3x faster on CPU than a halving tree or a reduce, whose order is
     the backend's choice)."""
+    if op is None:
+        import jax.numpy as jnp
+
+        op = jnp.add
     rows, dim = values.shape
     run = 16 if block_rows % 16 == 0 else 1
     v = values.reshape(rows // block_rows, block_rows // run, run, dim)

@@ -13,7 +13,6 @@ device and many, with identical results.
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,41 +21,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from accelkit.stats import moments as mom
-from accelkit.stats.keys import float_keys, key_dtype, keys_of
+from accelkit.stats.keys import float_keys, keys_of
+from accelkit.stats.pass_state import PassSpec, PassState, init, merge  # noqa: F401  (re-exported)
 from accelkit.stats.quantiles import digit_histogram_update
-
-
-class PassSpec(NamedTuple):
-    """Static shape of a pass (hashable: it keys the compiled function)."""
-
-    dim: int
-    groups: int
-    prefix_bits: int
-    digit_bits: int
-    with_moments: bool
-    centered: bool = False  # fast mode: keys of x - center
-    integer: bool = False  # int64 data: 64-bit keys, exact beyond float32's 2**24
-
-
-class PassState(NamedTuple):
-    extremes: mom.Extremes  # count, min, max (first pass and fast mode only)
-    counts: jnp.ndarray  # int32 [D, U, 2**digit_bits]
-    prefixes: jnp.ndarray  # uint32 [D, U] (uint64 for integer data)
-    center: jnp.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
-    nonfinite: (
-        jnp.ndarray
-    )  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
-
-
-def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
-    """A fresh state as host (numpy) arrays; `replicate_per_device` places it."""
-    return PassState(
-        extremes=mom.init(spec.dim, spec.integer),
-        counts=np.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), np.int32),
-        prefixes=np.asarray(prefixes, key_dtype(spec.integer)),
-        center=np.asarray(center, np.float32),
-        nonfinite=np.zeros(spec.dim, np.int64),
-    )
 
 
 def update(
@@ -130,17 +97,6 @@ def integer_offsets(x: jnp.ndarray, state: PassState) -> jnp.ndarray:
     """float32 offsets of int64 values from the center (exact in float64, then rounded); 0 only
     where x equals the rounded center."""
     return (x.astype(jnp.float64) - state.center.astype(jnp.float64)).astype(jnp.float32)
-
-
-def merge(a: PassState, b: PassState) -> PassState:
-    """Combine two partial states of the same pass (same prefixes and center); host or device."""
-    return PassState(
-        extremes=mom.merge(a.extremes, b.extremes),
-        counts=a.counts + b.counts,
-        prefixes=a.prefixes,
-        center=a.center,
-        nonfinite=a.nonfinite + b.nonfinite,
-    )
 
 
 # --- running a pass over a mesh of devices ----------------------------------------------------

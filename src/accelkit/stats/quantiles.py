@@ -20,10 +20,12 @@ virtual index `(n - 1) * q`, floor and next order statistics, and numpy's `_lerp
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
+    import jax.numpy as jnp
 
 from accelkit.errors import DataError
 from accelkit.stats.keys import float_keys, keys_to_floats, keys_to_values  # noqa: F401
@@ -48,6 +50,8 @@ def digit_histogram_update(
     A value is counted in the group whose prefix its high bits equal (groups are distinct per
     dimension), at its next `digit_bits` bits; values in no group are dropped.
     """
+    import jax.numpy as jnp
+
     dim, groups, bins = counts.shape
     bits = keys.dtype.itemsize * 8
     kind = keys.dtype.type

@@ -20,6 +20,7 @@ from accelkit.errors import InputError
 from accelkit.runtime.files import atomic_open, staged_folder, write_json_atomic
 
 LAYOUTS = ("v2.1", "v3.0")
+CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's chunks_size)
 
 
 def _episode(rng: np.random.Generator, length: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +90,8 @@ def write_sample_dataset(
     layout: str = "v2.1",
     seed: int = 0,
     fps: int = 50,
-    episodes_per_file: int = 200,
+    episodes_per_file: int | None = None,
+    data_files_size_in_mb: float = 100.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Create a LeRobot-format dataset at `root` (which must not exist or be empty), whole or not
@@ -109,6 +111,7 @@ def write_sample_dataset(
             seed=seed,
             fps=fps,
             episodes_per_file=episodes_per_file,
+            data_files_size_in_mb=data_files_size_in_mb,
             progress=progress or (lambda done, total: None),
         )
     return root
@@ -123,7 +126,8 @@ def _write(
     layout: str,
     seed: int,
     fps: int,
-    episodes_per_file: int,
+    episodes_per_file: int | None,
+    data_files_size_in_mb: float,
     progress: Callable[[int, int], None],
 ) -> None:
     import pyarrow as pa
@@ -188,30 +192,11 @@ def _write(
         info.update(
             data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
             video_path=None,
-            data_files_size_in_mb=100,
+            data_files_size_in_mb=data_files_size_in_mb,
         )
-        rows = []
-        for start in range(0, episodes, episodes_per_file):
-            tables = []
-            file_index = start // episodes_per_file
-            for e in range(start, min(episodes, start + episodes_per_file)):
-                state, action = _episode(rng, int(lengths[e]), dim)
-                tables.append(_table(state, action, e, first, fps))
-                rows.append(
-                    {
-                        "episode_index": e,
-                        "length": int(lengths[e]),
-                        "dataset_from_index": first,
-                        "dataset_to_index": first + int(lengths[e]),
-                        "data/chunk_index": 0,
-                        "data/file_index": file_index,
-                    }
-                )
-                first += int(lengths[e])
-                progress(e + 1, episodes)
-            path = root / "data" / "chunk-000" / f"file-{file_index:03d}.parquet"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.concat_tables(tables), path)
+        rows = _write_v30_data(
+            root, rng, lengths, dim, fps, episodes_per_file, data_files_size_in_mb, progress
+        )
         episodes_dir = root / "meta" / "episodes" / "chunk-000"
         episodes_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), episodes_dir / "file-000.parquet")
@@ -219,3 +204,59 @@ def _write(
             pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet"
         )
     write_json_atomic(root / "meta" / "info.json", info, indent=4)
+
+
+def _write_v30_data(
+    root: Path,
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    dim: int,
+    fps: int,
+    episodes_per_file: int | None,
+    data_files_size_in_mb: float,
+    progress: Callable[[int, int], None],
+) -> list[dict]:
+    """The data files as LeRobot (>= 0.4) records them: one parquet writer per file, one row group
+    per episode, and a new file once the current one's size on disk plus the next episode's
+    (estimated from the file's bytes per frame) reaches `data_files_size_in_mb` — or, if given,
+    after `episodes_per_file` episodes. Returns the meta/episodes rows."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    writer, path, file_index, in_file, frames_in_file, first = None, None, 0, 0, 0, 0
+    try:
+        for e, length in enumerate(int(n) for n in lengths):
+            if writer is not None:
+                size_mb = path.stat().st_size / 1e6
+                per_frame = size_mb / frames_in_file if frames_in_file else 0.0
+                full = size_mb + per_frame * length >= data_files_size_in_mb
+                if full or (episodes_per_file is not None and in_file >= episodes_per_file):
+                    writer.close()
+                    writer, file_index, in_file, frames_in_file = None, file_index + 1, 0, 0
+            state, action = _episode(rng, length, dim)
+            table = _table(state, action, e, first, fps)
+            if writer is None:
+                chunk, index = divmod(file_index, CHUNKS_SIZE)
+                path = root / "data" / f"chunk-{chunk:03d}" / f"file-{index:03d}.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+            chunk, index = divmod(file_index, CHUNKS_SIZE)
+            rows.append(
+                {
+                    "episode_index": e,
+                    "length": length,
+                    "dataset_from_index": first,
+                    "dataset_to_index": first + length,
+                    "data/chunk_index": chunk,
+                    "data/file_index": index,
+                }
+            )
+            first += length
+            in_file += 1
+            frames_in_file += length
+            progress(e + 1, len(lengths))
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows

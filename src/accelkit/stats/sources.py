@@ -508,6 +508,20 @@ class FileStream(Stream):
         carry: tuple[dict, np.ndarray | None] | None = None
         done = 0
         for columns, episodes in pieces:
+            if carry is not None and episodes is not None and len(carry[1]):
+                # the carried episode's last rows open this piece: emit it whole on its own (a
+                # small chunk) instead of copying the whole piece behind it
+                end = int(np.argmax(episodes != carry[1][-1])) if len(episodes) else 0
+                if end or (len(episodes) and episodes[0] != carry[1][-1]):
+                    whole = {
+                        c: np.concatenate([carry[0][c], v[:end]]) if c in carry[0] else v[:end]
+                        for c, v in columns.items()
+                    }
+                    head = np.concatenate([carry[1], episodes[:end]])
+                    yield from self._emit(index, whole, head, seen_episodes, done)
+                    done += len(head)
+                    columns = {c: v[end:] for c, v in columns.items()}
+                    episodes, carry = episodes[end:], None
             if carry is not None:
                 columns = {
                     c: np.concatenate([carry[0][c], v]) if c in carry[0] else v

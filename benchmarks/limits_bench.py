@@ -1,0 +1,436 @@
+"""Whole processes against their floors: how close each command, run as a user runs it, comes to
+the part of its work that no implementation can skip (issue 29).
+
+Each workload times complete processes (start-up, imports, model load and writing included) in
+interleaved rounds, the starting process rotating, after one warm-up call each (page cache, the
+compiled-program and ONNX caches). Per call: wall seconds, CPU seconds (user + system, all threads,
+from `wait4`) and peak RSS of the process; the 1-minute load average before the call. Ratios are
+`floor wall / accelkit wall` per round (1.0 = as fast as the floor); the table gives the median and
+the best of each (best accelkit against best floor, as a quiet machine would show).
+
+    stats_v30   `accelkit stats DATASET -o norm_stats.json` on a LeRobot v3.0 dataset written with
+                LeRobot's packing rule (episodes appended as row groups to ~100 MB files), against
+                `floors.py read` (pyarrow reads observation.state and action into numpy, threads on)
+    stats_v21   the same on the v2.1 layout (one file per episode)
+    images      `accelkit images embed FOLDER -o x.npy` on JPEG photos (400-900 px), against
+                `floors.py model` (the same ONNX model on ready 224x224 tensors, same batch size)
+    ray         `accelkit images embed FOLDER --ray ADDR --ray-actors 2` on a 2-CPU Ray cluster on
+                127.0.0.1 (2 nodes of 1 CPU, started once, as a user's cluster is), against the
+                local `accelkit images embed` of the same photos
+
+    python benchmarks/limits_bench.py                 # everything, ~15 min here (datasets once)
+    python benchmarks/limits_bench.py --only stats_v30,stats_v21 --rounds 3
+    python benchmarks/limits_bench.py --quick         # small sizes, one round: a smoke run
+    python benchmarks/limits_bench.py --docs-only     # rewrite docs/performance.md from the JSON
+
+Writes benchmarks/results/limits_bench.json (limits_bench_quick.json with --quick) and the section
+between the `limits_bench` markers of docs/performance.md (not with --quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]
+
+TARGETS = {"stats_v30": 0.9, "stats_v21": 0.9, "images": 0.85, "ray": 0.9}
+MEMORY_TARGET = 1.5  # stats: peak RSS at most this many times the read-only process's
+WORKLOADS = tuple(TARGETS)
+DOCS = REPO / "docs" / "performance.md"
+MARKERS = ("<!-- limits_bench:start -->", "<!-- limits_bench:end -->")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_process(command: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
+    """One whole process: wall seconds, CPU seconds and peak RSS from the kernel (`wait4`)."""
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd or REPO
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            out.seek(0)
+            tail = out.read().decode(errors="replace")[-2000:]
+            raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{tail}")
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def rounds(commands: dict[str, callable], count: int) -> dict:
+    """Every process once to warm up, then `count` rounds, the first one rotating each round."""
+    names = list(commands)
+    calls: dict[str, list[dict]] = {name: [] for name in names}
+    for name in names:
+        log(f"  warm-up: {name}")
+        commands[name]()
+    for r in range(count):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            load = os.getloadavg()[0]
+            call = commands[name]()
+            call["load_before"] = round(load, 2)
+            calls[name].append(call)
+            log(f"  round {r + 1}/{count}: {name} {call['wall_s']:.2f} s (load {load:.1f})")
+    return calls
+
+
+def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
+    walls = {name: [c["wall_s"] for c in runs] for name, runs in calls.items()}
+    per_round = [f / o for o, f in zip(walls[ours], walls[floor], strict=True)]
+    summary = {
+        "calls": calls,
+        "median_wall_s": {name: statistics.median(w) for name, w in walls.items()},
+        "best_wall_s": {name: min(w) for name, w in walls.items()},
+        "median_cpu_s": {
+            name: statistics.median(c["cpu_s"] for c in runs) for name, runs in calls.items()
+        },
+        "max_peak_rss_mib": {
+            name: max(c["peak_rss_mib"] for c in runs) for name, runs in calls.items()
+        },
+        "ratio_per_round": per_round,
+        "ratio_median": statistics.median(per_round),
+        "ratio_best": min(walls[floor]) / min(walls[ours]),
+        "ours": ours,
+        "floor": floor,
+    }
+    return summary
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Path, dict]:
+    """A LeRobot v3.0 dataset packed as LeRobot records one (sample.py: one row group per
+    episode, a new ~100 MB file when the next episode would pass 100 MB), made once."""
+    import math
+
+    from accelkit.stats.sample import write_sample_dataset
+
+    root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14"
+    marker = root / "bench_done.json"
+    if not marker.is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        started = time.perf_counter()
+        write_sample_dataset(
+            root,
+            episodes=math.ceil(frames / frames_per_episode * 1.03) + 2,
+            frames_per_episode=frames_per_episode,
+            layout="v3.0",
+        )
+        files = sorted((root / "data").rglob("*.parquet"))
+        info = {
+            "layout": "v3.0",
+            "frames": json.loads((root / "meta" / "info.json").read_text())["total_frames"],
+            "files": len(files),
+            "bytes_on_disk": sum(p.stat().st_size for p in files),
+            "generation_s": time.perf_counter() - started,
+        }
+        marker.write_text(json.dumps(info, indent=2))
+    return root, json.loads(marker.read_text())
+
+
+def ensure_v21(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Path, dict]:
+    from stats_bench import ensure_parquet_dataset
+
+    root, info = ensure_parquet_dataset(data_dir, frames, frames_per_episode)
+    return root, {k: info[k] for k in ("layout", "frames", "files", "bytes_on_disk")}
+
+
+def ensure_photos(data_dir: Path, count: int, seed: int = 0) -> Path:
+    """`count` JPEG photos whose longer side is 400-900 px: random crops of the sample photos
+    (scikit-image's and scikit-learn's), resized; made once."""
+    import numpy as np
+    from PIL import Image
+
+    from accelkit.images.samples import photos
+
+    folder = data_dir / f"limits_photos_{count}_s{seed}"
+    if (folder / "done").is_file():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "jpg").mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    sources = list(photos().values())
+    for i in range(count):
+        image = sources[i % len(sources)]
+        h, w = image.shape[:2]
+        ch, cw = rng.integers(h // 2, h + 1), rng.integers(w // 2, w + 1)
+        y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        crop = Image.fromarray(image[y : y + ch, x : x + cw])
+        scale = rng.integers(400, 901) / max(crop.size)
+        crop = crop.resize((max(1, round(crop.width * scale)), max(1, round(crop.height * scale))))
+        crop.save(folder / "jpg" / f"{i:06d}.jpg", quality=90)
+    (folder / "done").write_text("ok")
+    return folder
+
+
+def ensure_tensors(data_dir: Path, photos: Path, count: int = 256) -> Path:
+    """Ready model inputs for the model floor: `count` photos resized to 224x224, normalized,
+    float32 NCHW (their content does not change the model's time)."""
+    import numpy as np
+    from PIL import Image
+
+    path = data_dir / f"limits_tensors_{count}.npy"
+    if path.is_file():
+        return path
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    files = sorted((photos / "jpg").glob("*.jpg"))[:count]
+    ready = np.stack(
+        [
+            ((np.asarray(Image.open(f).convert("RGB").resize((224, 224)), np.float32) / 255 - mean)
+             / std).transpose(2, 0, 1)
+            for f in files
+        ]
+    ).astype(np.float32)  # fmt: skip
+    np.save(path, ready)
+    return path
+
+
+# --- workloads ----------------------------------------------------------------------------------
+
+
+def accelkit_command() -> list[str]:
+    return [sys.executable, "-m", "accelkit"]
+
+
+def bench_stats(layout: str, args, scratch: Path) -> dict:
+    ensure = ensure_v30 if layout == "v3.0" else ensure_v21
+    root, info = ensure(args.data_dir, args.frames, args.frames_per_episode)
+    log(f"{layout}: {info['frames']:,} frames in {info['files']} files at {root}")
+    out = scratch / f"norm_stats_{layout}.json"
+    commands = {
+        "accelkit": lambda: run_process(
+            [*accelkit_command(), "stats", str(root), "-o", str(out), "--no-progress"]
+        ),
+        "floor_read": lambda: run_process(
+            [sys.executable, str(REPO / "benchmarks" / "floors.py"), "read", str(root)]
+        ),
+    }
+    result = summarize(rounds(commands, args.rounds), "accelkit", "floor_read")
+    result["dataset"] = {**info, "path": str(root)}
+    rss = result["max_peak_rss_mib"]
+    result["memory_ratio"] = rss["accelkit"] / rss["floor_read"]
+    return result
+
+
+def bench_images(args, scratch: Path) -> dict:
+    photos = ensure_photos(args.data_dir, args.photos)
+    tensors = ensure_tensors(args.data_dir, photos)
+    commands = {
+        "accelkit": lambda: run_process(
+            [*accelkit_command(), "images", "embed", str(photos / "jpg"),
+             "-o", str(scratch / "embeddings.npy"), "--no-progress"]
+        ),
+        "floor_model": lambda: run_process(
+            [sys.executable, str(REPO / "benchmarks" / "floors.py"), "model", str(tensors),
+             str(args.photos), "32"]
+        ),
+    }  # fmt: skip
+    result = summarize(rounds(commands, args.rounds), "accelkit", "floor_model")
+    result["photos"] = {"count": args.photos, "path": str(photos)}
+    return result
+
+
+def bench_ray(args, scratch: Path) -> dict:
+    from tests.support.ray_cluster import RayCluster
+
+    photos = ensure_photos(args.data_dir, args.photos)
+    log("ray: starting a 2-node cluster (1 CPU each) on 127.0.0.1")
+    started = time.perf_counter()
+    cluster = RayCluster().start()
+    cluster_start = time.perf_counter() - started
+    env = {**os.environ, **cluster.client_env}
+    calls = [0]
+
+    def on_ray():
+        calls[0] += 1
+        target = scratch / f"ray_out_{calls[0]}"
+        run = run_process(
+            [*accelkit_command(), "images", "embed", str(photos / "jpg"), "--ray",
+             cluster.address, "--ray-actors", "2", "-o", str(target), "--no-progress"],
+            env=env,
+        )  # fmt: skip
+        shutil.rmtree(target, ignore_errors=True)
+        return run
+
+    commands = {
+        "accelkit_ray": on_ray,
+        "accelkit_local": lambda: run_process(
+            [*accelkit_command(), "images", "embed", str(photos / "jpg"),
+             "-o", str(scratch / "local.npy"), "--no-progress"]
+        ),
+    }  # fmt: skip
+    try:
+        result = summarize(rounds(commands, args.rounds), "accelkit_ray", "accelkit_local")
+    finally:
+        cluster.stop()
+    result["cluster"] = {"nodes": 2, "cpus": 2, "start_s": cluster_start}
+    result["photos"] = {"count": args.photos, "path": str(photos)}
+    return result
+
+
+# --- report -------------------------------------------------------------------------------------
+
+LABELS = {
+    "stats_v30": "stats, LeRobot v3.0 (~100 MB files)",
+    "stats_v21": "stats, LeRobot v2.1 (a file per episode)",
+    "images": "images embed",
+    "ray": "images embed --ray, 2 actors",
+}
+
+
+def render(report: dict) -> str:
+    env = report["environment"]
+    source = env.get("accelkit_source", {})
+    lines = [
+        MARKERS[0],
+        "## Whole processes against their floors (`benchmarks/limits_bench.py`)",
+        "",
+        f"Generated from `benchmarks/results/limits_bench.json`, written {env['time_utc']} "
+        f"(commit `{(source.get('commit') or '?')[:7]}`{', uncommitted changes' if source.get('dirty') else ''}), "
+        f"{report['rounds']} interleaved rounds after a warm-up each, on {env['cpu_count']} "
+        f"CPUs ({env['cpu_model']}). Ratio = floor's wall time / ours, per round (1.0 = as fast "
+        "as the floor); best = best ours against best floor. Load = the 1-minute load average "
+        "before each call.",
+        "",
+        "| workload | ours (median s) | floor | floor (median s) | ratio median (rounds) | ratio best | target | CPU s ours / floor | peak RSS ours / floor | load |",
+        "|---|---:|---|---:|---|---:|---:|---|---|---|",
+    ]
+    for name, result in report["workloads"].items():
+        ours, floor = result["ours"], result["floor"]
+        med, cpu, rss = result["median_wall_s"], result["median_cpu_s"], result["max_peak_rss_mib"]
+        loads = [c["load_before"] for runs in result["calls"].values() for c in runs]
+        met = "met" if result["ratio_median"] >= TARGETS[name] else "missed"
+        lines.append(
+            f"| {LABELS[name]} | {med[ours]:.2f} | {floor} | {med[floor]:.2f} | "
+            f"**{result['ratio_median']:.2f}×** ({', '.join(f'{r:.2f}' for r in result['ratio_per_round'])}) | "
+            f"{result['ratio_best']:.2f}× | ≥ {TARGETS[name]}× ({met}) | "
+            f"{cpu[ours]:.1f} / {cpu[floor]:.1f} | {rss[ours]:.0f} / {rss[floor]:.0f} MiB | "
+            f"{min(loads):.1f}–{max(loads):.1f} |"
+        )
+    lines.append("")
+    for name in ("stats_v30", "stats_v21"):
+        if name in report["workloads"]:
+            r = report["workloads"][name]
+            d = r["dataset"]
+            lines.append(
+                f"- {LABELS[name]}: {d['frames']:,} frames in {d['files']} files "
+                f"({d['bytes_on_disk'] / 1e6:.0f} MB); peak memory {r['memory_ratio']:.2f}× the "
+                f"read-only process's (target ≤ {MEMORY_TARGET}×)."
+            )
+    for name in ("images", "ray"):
+        if name in report["workloads"]:
+            r = report["workloads"][name]
+            extra = (
+                f"; the cluster started in {r['cluster']['start_s']:.1f} s, once, before the rounds"
+                if name == "ray"
+                else ""
+            )
+            lines.append(f"- {LABELS[name]}: {r['photos']['count']:,} JPEG photos{extra}.")
+    lines += ["", MARKERS[1]]
+    return "\n".join(lines)
+
+
+def write_docs(report: dict) -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = render(report)
+    if MARKERS[0] in text and MARKERS[1] in text:
+        head, rest = text.split(MARKERS[0], 1)
+        tail = rest.split(MARKERS[1], 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = DOCS.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(DOCS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--frames", type=int, default=2_100_000)
+    parser.add_argument("--frames-per-episode", type=int, default=1000)
+    parser.add_argument("--photos", type=int, default=2000)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--quick", action="store_true", help="200k frames, 200 photos, 1 round")
+    parser.add_argument("--docs-only", action="store_true", help="rewrite the docs from the JSON")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.frames, args.photos, args.rounds = 200_000, 200, 1
+    out = args.out or REPO / "benchmarks" / "results" / (
+        "limits_bench_quick.json" if args.quick else "limits_bench.json"
+    )
+    if args.docs_only:
+        write_docs(json.loads(out.read_text()))
+        return 0
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workload {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    from accelkit.runtime.environment import record
+
+    report = {
+        "environment": record(("numpy", "pyarrow", "jax", "onnxruntime", "ray")),
+        "rounds": args.rounds,
+        "targets": TARGETS,
+        "workloads": {},
+    }
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    with tempfile.TemporaryDirectory(prefix="limits_bench") as scratch:
+        for name in names:
+            log(f"{name}:")
+            if name.startswith("stats_"):
+                result = bench_stats("v3.0" if name == "stats_v30" else "v2.1", args, Path(scratch))
+            elif name == "images":
+                result = bench_images(args, Path(scratch))
+            else:
+                result = bench_ray(args, Path(scratch))
+            report["workloads"][name] = result
+            log(
+                f"{name}: ratio {result['ratio_median']:.2f} (rounds "
+                f"{', '.join(f'{r:.2f}' for r in result['ratio_per_round'])}), best "
+                f"{result['ratio_best']:.2f}, target {TARGETS[name]}"
+            )
+    # workloads not run this time keep their last results, marked with their own time
+    for name, result in previous.get("workloads", {}).items():
+        if name not in report["workloads"]:
+            result.setdefault("measured_utc", previous["environment"]["time_utc"])
+            report["workloads"][name] = result
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(out)
+    log(f"wrote {out}")
+    if not args.quick:
+        write_docs(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
