@@ -28,18 +28,13 @@ def pytest_configure(config):
     .pytest-crash/<worker>.log; .ci/run prints those files when the run fails. A worker that ends
     normally leaves an empty file.
 
-    The suite also starts from the signal dispositions a terminal gives: a run started in the
-    background of a script (`cmd &` in a non-interactive shell, nohup, some CI runners) begins
-    with SIGINT ignored, and the in-process commands (which keep an ignored SIGINT ignored, as
-    they must under nohup) then re-set SIG_IGN in the kernel, which every child a later test
-    starts inherits: that made the interrupt tests' children deaf to Ctrl-C in one order and not
-    in another."""
+    A signal the worker started with ignored (a run started in the background of a script: `cmd &`
+    in a non-interactive shell, nohup, some CI runners) stays ignored: registering faulthandler for
+    it would un-ignore it in the kernel behind Python's back (Python still reports SIG_IGN), the
+    first in-process command then puts SIG_IGN back, and the per-test signal guard reported that
+    as the test's doing."""
     import signal
 
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return
@@ -52,7 +47,8 @@ def pytest_configure(config):
     config._crash_log = log
     faulthandler.enable(file=log, all_threads=True)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        faulthandler.register(signum, file=log, all_threads=True, chain=True)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            faulthandler.register(signum, file=log, all_threads=True, chain=True)
 
 
 def _kernel_signal_state() -> dict[str, int]:

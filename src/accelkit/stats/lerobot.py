@@ -211,8 +211,8 @@ def warn_strays(root: Path, layout: Layout) -> None:
         )
 
 
-def check_file_rows(layout: Layout, path: Path, rows: int) -> None:
-    expected = layout.rows_per_file[path]
+def check_rows(path: Path, rows: int, expected: int) -> None:
+    """A data file must hold the rows its episodes' metadata lists."""
     if rows != expected:
         raise DataError(
             f"{path} holds {rows:,} rows but the episode metadata says {expected:,}; repair the "
