@@ -311,7 +311,7 @@ def render(report: dict) -> str:
         f"{report['rounds']} interleaved rounds after a warm-up each, on {env['cpu_count']} "
         f"CPUs ({env['cpu_model']}). Ratio = floor's wall time / ours, per round (1.0 = as fast "
         "as the floor); best = best ours against best floor. Load = the 1-minute load average "
-        "before each call.",
+        "before each call." + (f" **{report['note']}**" if report.get("note") else ""),
         "",
         "| workload | ours (median s) | floor | floor (median s) | ratio median (rounds) | ratio best | target | CPU s ours / floor | peak RSS ours / floor | load |",
         "|---|---:|---|---:|---|---:|---:|---|---|---|",
@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200k frames, 200 photos, 1 round")
     parser.add_argument("--docs-only", action="store_true", help="rewrite the docs from the JSON")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--note", default=None, help="what else ran on the machine (kept in the JSON and the docs)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.frames, args.photos, args.rounds = 200_000, 200, 1
@@ -385,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         "limits_bench_quick.json" if args.quick else "limits_bench.json"
     )
     if args.docs_only:
-        write_docs(json.loads(out.read_text()))
+        report = json.loads(out.read_text())
+        if args.note:
+            report["note"] = args.note
+            out.write_text(json.dumps(report, indent=2))
+        write_docs(report)
         return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(WORKLOADS))
@@ -397,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "environment": record(("numpy", "pyarrow", "jax", "onnxruntime", "ray")),
         "rounds": args.rounds,
+        "note": args.note,
         "targets": TARGETS,
         "workloads": {},
     }
