@@ -19,12 +19,13 @@ from tests.support.terminal import accelkit, run_in_terminal
 
 @pytest.fixture(scope="module")
 def big_dataset(tmp_path_factory):
-    """1M rows in LeRobot v3.0 files: each pass takes long enough to be interrupted in."""
+    """2M rows in LeRobot v3.0 files: each pass takes long enough to be interrupted in (the host
+    kernel reads 1M rows in about a second on a quiet 2-core machine)."""
     path = tmp_path_factory.mktemp("interrupts") / "big"
     subprocess.run(
         [
             *accelkit("-q", "sample-dataset", str(path)),
-            *("--episodes", "100", "--frames", "10000", "--layout", "v3.0"),
+            *("--episodes", "200", "--frames", "10000", "--layout", "v3.0"),
         ],
         check=True,
         timeout=600,
@@ -85,6 +86,19 @@ def test_stats_mid_pass(big_dataset, tmp_path, signum):
     assert f"interrupted ({name}); nothing written" in run.output
     assert run.output.count("interrupted (") == 1  # one line
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_stats_check_fix_mid_pass(big_dataset, signum):
+    """`stats check --fix` stopped while it computes: the dataset's metadata as it was — no
+    stats.json, no backup folder, nothing half-written."""
+    meta = big_dataset / "meta"
+    before = sorted(p.relative_to(meta) for p in meta.rglob("*"))
+    run = interrupt(accelkit("stats", "check", str(big_dataset), "--fix"), "pass 1", signum)
+    name = signal.Signals(signum).name
+    assert run.code == 128 + signum, run.output[-2000:]
+    assert f"interrupted ({name}); nothing written" in run.output
+    assert sorted(p.relative_to(meta) for p in meta.rglob("*")) == before
 
 
 def test_sample_dataset_leaves_no_half_dataset(tmp_path):

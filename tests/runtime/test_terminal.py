@@ -22,6 +22,7 @@ def dataset(tmp_path_factory):
         ("devices",),
         ("stats", "{dataset}", "-o", "{tmp}/norm_stats.json"),
         ("stats", "{dataset}", "--fast", "--json", "-o", "{tmp}/fast.json"),
+        ("stats", "check", "{dataset}"),
         (
             "quant",
             "eval",
@@ -37,7 +38,7 @@ def dataset(tmp_path_factory):
         ("bench", "xla", "numpy,jax", "--matrix-size", "300"),
         ("bench", "scipy", "numpy", "--repeats", "2"),
     ],
-    ids=lambda args: " ".join(a for a in args[:2] if not a.startswith("{")),
+    ids=lambda args: " ".join(a for a in args[:2] if not a.startswith("{")),  # stats, stats1, …
 )
 def test_never_silent(args, dataset, tmp_path):
     argv = accelkit(*(a.format(dataset=dataset, tmp=tmp_path) for a in args))

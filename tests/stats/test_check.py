@@ -273,3 +273,21 @@ def test_stats_still_computes_and_a_folder_named_check_is_reachable(dataset, cap
     assert code == 0 and "--action-horizon" in out and "stats check" in out
     code, out, _ = run_cli(["stats", "check", "--help"], capsys)
     assert code == 0 and "--tolerance" in out and "--fix" in out
+
+
+def test_a_dataset_with_no_statistics_says_so(tmp_path, capsys):
+    """Nothing stored is not "701 of 0 off": the verdict counts what has no statistics, and --fix
+    writes them."""
+    from accelkit.stats.sample import write_sample_dataset
+
+    root = write_sample_dataset(tmp_path / "bare", episodes=3, frames_per_episode=50, layout="v3.0")
+    code, out, err = run_cli(["stats", "check", str(root), "--no-progress"], capsys)
+    assert code == 3, err
+    features = len(json.loads((root / "meta" / "info.json").read_text())["features"])
+    missing = features * 3 + 1  # every feature of every episode, and meta/stats.json
+    assert f"{missing} features or episodes with no statistics stored" in out
+    assert " of 0 " not in out + err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(["stats", "check", str(root), "--fix", "--no-progress"], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(["stats", "check", str(root), "--no-progress"], capsys)
+    assert code == 0 and "stored numbers within 0.001 of the exact ones" in out

@@ -1253,10 +1253,28 @@ def run_check(
     _report_check(report, as_json, fixed, plot_path)
     if not report.ok and not fixed:
         raise CheckFailed(
-            f"{len(report.failures)} stored statistics of {root} are off by more than"
-            f" {tolerance:g}; `accelkit stats check {dataset} --fix` writes the exact ones"
+            f"{_verdict(report)} in {root}; `accelkit stats check {dataset} --fix` writes the"
+            " exact ones"
         )
     return report
+
+
+def _verdict(report) -> str:
+    """How many stored numbers are off, and how many features or episodes have none stored (a
+    dataset without statistics is not "701 of 0 off")."""
+    missing = sum(f.cause == "missing" for f in report.failures)
+    off = len(report.failures) - missing
+    if report.ok:
+        return (
+            f"all {report.numbers:,} stored numbers within {report.tolerance:g} of the exact ones"
+        )
+    parts = [
+        f"{off:,} of {report.numbers:,} stored statistics off by more than {report.tolerance:g}"
+    ]
+    if missing:
+        parts = parts if off else []
+        parts.append(f"{missing:,} features or episodes with no statistics stored")
+    return "; ".join(parts)
 
 
 def _all_features_stream(root: Path):
@@ -1428,13 +1446,7 @@ def _report_check(report, as_json: bool, fixed: dict | None, plot_path: Path | N
         )
     for note in report.not_checked:
         print(f"not checked: {note}")
-    verdict = (
-        f"all {report.numbers:,} stored numbers within {report.tolerance:g} of the exact ones"
-        if report.ok
-        else f"{len(report.failures):,} of {report.numbers:,} stored statistics off by more than"
-        f" {report.tolerance:g}"
-    )
-    print(verdict)
+    print(_verdict(report))
     if fixed:
         print(f"fixed: wrote {', '.join(fixed['written'])}")
         if fixed["backups"]:
