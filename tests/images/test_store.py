@@ -741,3 +741,32 @@ def test_store_config_sources(tmp_path):
     bad.write_text("store:\n  index_type: DISKANN\n")
     with pytest.raises(ConfigError, match="index_type"):
         ServiceConfig.from_yaml(bad, env={})
+
+
+def test_a_file_held_by_an_engine_whose_owner_exited_is_waited_for(tmp_path):
+    """A Ctrl-C'd or killed command leaves its Milvus Lite engine stopping for a moment (longer
+    under load) with the file still open: the next command waits for it instead of failing."""
+    from accelkit.images.store import _lite_holders, check_lite_free, lite_lock_holder
+
+    db = tmp_path / "store.db"
+    db.write_bytes(b"")
+    owner = textwrap.dedent(
+        """
+        import os, sys, time
+        r, w = os.pipe()
+        if os.fork() == 0:  # the "engine": holds the file, outlives its owner by a moment
+            held = open(sys.argv[1], "rb")
+            os.write(w, b"x")
+            time.sleep(float(sys.argv[2]))
+            os._exit(0)
+        os.read(r, 1)  # the owner exits once the engine holds the file
+        """
+    )
+    subprocess.run([sys.executable, "-c", owner, str(db), "2"], check=True, timeout=60)
+    holders = _lite_holders(str(db))
+    assert holders  # orphaned, still holding it
+    if any(parent != 1 for _, parent in holders):
+        pytest.skip("orphans are reparented to a subreaper here, not to init")
+    assert lite_lock_holder(str(db)) is None  # no live owner to name
+    check_lite_free(str(db))
+    assert _lite_holders(str(db)) == []  # it returned once the engine was gone

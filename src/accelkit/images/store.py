@@ -978,12 +978,34 @@ def _held_by(uri: str, pid: int) -> StoreError:
     )
 
 
+ORPHAN_WAIT_S = (
+    15.0  # an engine whose owner exited notices it and stops; under load it takes seconds
+)
+
+
 def check_lite_free(uri: str) -> None:
-    """Refuse, in one line naming the process, a Milvus Lite file another process has open."""
+    """Refuse, in one line naming the process, a Milvus Lite file another process has open. An
+    engine left behind by a process that has exited (a Ctrl-C, a kill) is still stopping: wait for
+    it rather than fail on the file it still holds."""
     if is_local_uri(uri):
+        deadline = time.monotonic() + ORPHAN_WAIT_S
+        while _lite_engines(uri, orphans=True) and time.monotonic() < deadline:
+            time.sleep(0.1)
         holder = lite_lock_holder(uri)
         if holder is not None:
             raise _held_by(uri, holder)
+        left = _lite_engines(uri, orphans=True)
+        if left:
+            raise StoreError(
+                f"{uri} is still held by a Milvus Lite engine (process {left[0]}) whose owner "
+                f"exited {ORPHAN_WAIT_S:g} s ago or more; end it (kill {left[0]}) and try again"
+            )
+
+
+def _lite_engines(uri: str, orphans: bool) -> list[int]:
+    """PIDs of Milvus Lite engines (other than ours) with `uri` open; `orphans`: only those whose
+    owner has exited (reparented to init)."""
+    return [pid for pid, owner in _lite_holders(uri) if not orphans or owner in (0, 1)]
 
 
 def lite_lock_holder(uri: str) -> int | None:
@@ -991,7 +1013,16 @@ def lite_lock_holder(uri: str) -> int | None:
 
     Milvus Lite runs its engine as a child process that holds the file; the process reported is
     that child's parent (e.g. `accelkit images serve`). Read from /proc (Linux), so a refused open
-    says who holds the file only when that is true."""
+    says who holds the file only when that is true. An engine whose owner died (reparented to init)
+    is stopping: it is not reported (`check_lite_free` waits for it)."""
+    for _, owner in _lite_holders(uri):
+        if owner not in (0, 1):
+            return owner
+    return None
+
+
+def _lite_holders(uri: str) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every other process with the file open, our own engines left out."""
     from pathlib import Path
 
     db = str(Path(uri).expanduser().resolve())
@@ -1006,7 +1037,8 @@ def lite_lock_holder(uri: str) -> int | None:
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return None
+        return []
+    found = []
     for pid in pids:
         if pid == me:
             continue
@@ -1021,10 +1053,10 @@ def lite_lock_holder(uri: str) -> int | None:
                 continue
             if target == db:
                 owner = parent(pid)
-                if owner in (me, 0, 1):  # our own engine, or an orphan whose owner died: it is
-                    break  # stopping, and its lock is already released
-                return owner
-    return None
+                if owner != me:  # our own engine
+                    found.append((pid, owner))
+                break
+    return found
 
 
 def _reason(exc: BaseException) -> str:
