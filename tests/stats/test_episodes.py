@@ -126,9 +126,9 @@ def test_per_episode_comes_from_the_same_reads(monkeypatch):
     reads = []
     real = sources.FileReader.read_pieces
 
-    def counting(self, path, columns, rows):
+    def counting(self, path, columns, rows, *rest):
         reads.append(path)
-        return real(self, path, columns, rows)
+        return real(self, path, columns, rows, *rest)
 
     monkeypatch.setattr(sources.FileReader, "read_pieces", counting)
     stream = open_source(FIXTURES / "lerobot_v30", keys={"actions": "action"})
