@@ -92,22 +92,7 @@ def _handler(signum, frame) -> None:
         hard_exit(_state["signum"])
     _state["signum"] = signum
     _watchdog(signum)
-    if _importing(frame):
-        # An exception raised here would cross native code that runs Python during a module's
-        # import (jaxlib's nanobind initialisation: it aborts the process, exit -6, on a C++
-        # exception it does not catch). The watchdog ends the run GRACE_S from now instead, with
-        # the same line and exit code.
-        return
     raise Interrupted(signum)
-
-
-def _importing(frame) -> bool:
-    """Whether the main thread is inside an import (a frame of importlib's bootstrap)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def install() -> None:
