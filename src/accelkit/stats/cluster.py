@@ -146,10 +146,8 @@ def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfi
     first row in that key's rows (passes with moments) and the key's dtype and width.
     Returns the group's partial state (packed), whole-block moment sums and edge rows.
     """
-    import contextlib
-
     from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.compute import HOST, Runner, choose_devices
+    from accelkit.stats.compute import Runner, choose_devices, x64_for
 
     enable_compilation_cache()
     stream.order = list(indices)
@@ -162,9 +160,7 @@ def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfi
     heads = {key: (-p["start"]) % BLOCK_ROWS for key, p in plan.items() if p["start"] is not None}
     # exact passes on a CPU run the host kernel, as the local run does (the same bits either way)
     devices = choose_devices(platform, host=not any(p["spec"].centered for p in plan.values()))
-    if devices != [HOST]:
-        import jax
-    with contextlib.nullcontext() if devices == [HOST] else jax.enable_x64(True):
+    with x64_for(devices):
         runner = Runner(source, devices, batch_size, False, skip_nonfinite, keep_blocks=True)
         outcome = runner.run_pass(
             "ray task",

@@ -12,6 +12,7 @@ chosen platform, and each device's partial state is merged at the end of the pas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -180,9 +181,6 @@ class HostKernel:
 
     def gather(self, state):
         return state
-
-    def fresh(self, state, spec):
-        raise AssertionError("host counts are int64: nothing to flush")
 
 
 class DeviceKernel:
@@ -523,8 +521,6 @@ def compute_stats(
     On the CPU, exact mode runs on the compiled host kernel (`host_passes`, the same bits as the
     XLA kernel) and does not start JAX; `devices` (JAX devices) always run the XLA kernel.
     """
-    import contextlib
-
     requested = list(quantiles)
     levels = np.asarray(sorted({float(q) for q in requested}), np.float64)
     if len(levels) == 0 or not np.all((levels >= 0) & (levels <= 1)):  # also rejects NaN
@@ -553,10 +549,7 @@ def compute_stats(
 
     started = time.perf_counter()
 
-    on_host = devices == [HOST]
-    if not on_host:
-        import jax
-    with contextlib.nullcontext() if on_host else jax.enable_x64(True):
+    with x64_for(devices):
         if ray is None:
             runner = Runner(stream, devices, batch_size, progress, skip_nonfinite)
         else:
@@ -602,6 +595,16 @@ def compute_stats(
         cluster=None if ray is None else runner.traffic(),
     )
     return StatsResult(stats, summary, episodes)
+
+
+def x64_for(devices):
+    """JAX's 64-bit mode for a run on JAX devices (the XLA kernel's int64/float64); nothing, and no
+    JAX import, for the host kernel."""
+    if devices == [HOST]:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.enable_x64(True)
 
 
 def choose_devices(platform: str | None, host: bool) -> list:

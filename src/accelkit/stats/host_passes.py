@@ -31,11 +31,6 @@ RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 _kernel = None
 
 
-def is_compiled() -> bool:
-    """Whether the kernel is loaded in this process (the first batch loads or compiles it)."""
-    return _kernel is not None
-
-
 def kernel():
     """The compiled loop (numba is imported on first use: a run that never reaches a host pass
     does not pay for it)."""
