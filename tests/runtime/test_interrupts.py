@@ -150,6 +150,106 @@ def test_the_watchdog_ends_a_command_that_does_not_stop(tmp_path):
     assert run.seconds < 25  # ended by the watchdog GRACE_S after the signal, not by the sleep
 
 
+def test_the_watchdog_line_reaches_the_terminal_while_stderr_points_at_a_log(tmp_path):
+    """While Milvus Lite's engine starts, fd 2 points at its log file (images/store.py). A run
+    the watchdog ended inside that block printed its line into the log: `images serve` exited
+    130 with no word on the terminal."""
+    log = tmp_path / "engine.log"
+    argv = [
+        sys.executable,
+        "-c",
+        "import os, time, accelkit.runtime.interrupts as i\n"
+        "from accelkit.images.store import _engine_output_to\n"
+        "terminal = os.dup(1)\n"
+        "with i.handled():\n"
+        f"    with _engine_output_to({str(log)!r}):\n"
+        "        os.write(terminal, b'ready\\n')  # signalled inside the block\n"
+        "        try:\n"
+        "            time.sleep(30)\n"
+        "        except BaseException:\n"
+        "            time.sleep(30)  # only the watchdog can end it, inside the block\n",
+    ]
+    run = interrupt(argv, "ready", cwd=tmp_path)
+    assert run.code == 130 and "interrupted (SIGINT); nothing written" in run.output, run.output
+
+
+SIGNALLED_CHILD = """
+import importlib.machinery, os, signal, sys
+import accelkit.runtime.interrupts as i
+signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever this test worker inherited
+sent = []
+{setup}
+try:
+    with i.handled():
+{body}
+        print("not interrupted", sent, flush=True)
+except i.Interrupted as exc:
+    print("signalled in", sent, file=sys.stderr)
+    i.report(exc.signum)
+    sys.exit(exc.exit_code)
+"""
+
+
+def run_signalled(setup: str, body: str, tmp_path):
+    script = SIGNALLED_CHILD.format(setup=setup, body=body)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+
+
+def test_ctrl_c_while_a_native_module_initialises(tmp_path):
+    """Ctrl-C during `import jax` once aborted a loaded trial's `images insert` (exit -6): the
+    handler raised inside Python code that jaxlib's nanobind initialisation was running, and the
+    C++ side ends the process on an exception it cannot carry (or the import fails with a
+    traceback, or segfaults). Here the signal lands exactly there, every time: an audit hook
+    sends it when jaxlib._jax's initialisation imports a Python module. The handler defers it
+    until the import is done, then the command stops as always."""
+    setup = """
+def hook(event, args):
+    if event != "import" or sent:
+        return
+    frame = sys._getframe(1)
+    while frame is not None:
+        loader = frame.f_locals.get("self")
+        if (
+            frame.f_code.co_name in ("create_module", "exec_module")
+            and isinstance(loader, importlib.machinery.ExtensionFileLoader)
+            and loader.name == "jaxlib._jax"
+            and args[0] != loader.name
+        ):
+            sent.append(args[0])
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        frame = frame.f_back
+sys.addaudithook(hook)
+"""
+    body = "        import jax.numpy as jnp\n        jnp.zeros(3).block_until_ready()"
+    done = run_signalled(setup, body, tmp_path)
+    assert "signalled in ['" in done.stderr, done.stdout + done.stderr[-2000:]
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("interrupted (SIGINT); nothing written")
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr
+
+
+def test_ctrl_c_inside_a_garbage_collector_callback(tmp_path):
+    """A signal handled while a gc callback runs (JAX registers one) raised an exception Python
+    only prints as "ignored": the run went on as if never signalled. It is raised after."""
+    setup = """
+import gc
+def callback(phase, info):
+    if phase == "start" and not sent:
+        sent.append(phase)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # bytecode inside the callback: where the handler runs
+gc.callbacks.append(callback)
+"""
+    body = "        gc.collect()\n        sum(range(10**6))"
+    done = run_signalled(setup, body, tmp_path)
+    assert "signalled in ['start']" in done.stderr, done.stdout + done.stderr[-2000:]
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "ignored" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_in_process_use_never_ends_the_host_program(tmp_path):
     """accelkit inside another program (a notebook, a test runner): a library call that connects
     Ray does not take over the host's SIGINT/SIGTERM, and a command called in process that was

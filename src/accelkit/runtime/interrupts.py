@@ -12,11 +12,21 @@ A stop must not wait on work that cannot see the exception: a worker thread fini
 the main thread inside one long native call (an XLA compile, an ONNX batch). A watchdog started
 by the first signal ends the process `GRACE_S` after it, removing the temporary files still open
 (`runtime.files`) first; a second signal ends it at once the same way.
+
+Nor may the exception be raised where nothing can carry it up. A signal's Python handler runs at
+the next bytecode wherever that is: inside a native module's initialisation calling back into
+Python (jaxlib's nanobind init then hits a C++ exception it cannot handle and aborts the process,
+exit -6, or crashes), or inside a garbage-collector callback or `__del__` (the exception is
+printed as "ignored" and the run goes on). There the handler defers: it re-sends the signal to
+the process every `RETRY_S` until the main thread is somewhere an exception can travel, and
+raises then; the watchdog still bounds the whole stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib.machinery
 import os
 import signal
 import sys
@@ -25,6 +35,7 @@ from collections.abc import Iterator
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 1.6  # signal -> process gone, at the latest (the contract says 2 s)
+RETRY_S = 0.02  # a deferred signal is re-sent this often until it can be raised
 
 
 class Interrupted(BaseException):
@@ -39,7 +50,14 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
-_state = {"signum": None, "reported": False, "active": 0, "timer": None}
+_state = {
+    "signum": None,
+    "reported": False,
+    "active": 0,
+    "timer": None,
+    "deferred": False,
+    "terminal": None,  # a copy of fd 2 as the command started
+}
 _lock = threading.Lock()
 
 
@@ -66,8 +84,23 @@ def report(signum: int) -> None:
         pause(wait=0.2)  # the activity line comes down first, so the message stays on screen
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+    line = message(signum)
     with contextlib.suppress(Exception):
-        print(message(signum), file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
+    saved = _state["terminal"]
+    if saved is not None and not _same_file(saved, 2):
+        # fd 2 is pointed at a log for now (Milvus Lite's engine starting, images/store.py):
+        # the watchdog ended the run inside that block, so the person gets the line too
+        with contextlib.suppress(OSError):
+            os.write(saved, (line + "\n").encode())
+
+
+def _same_file(fd: int, other: int) -> bool:
+    try:
+        a, b = os.fstat(fd), os.fstat(other)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def hard_exit(signum: int) -> None:
@@ -88,11 +121,49 @@ def _watchdog(signum: int) -> None:
 
 
 def _handler(signum, frame) -> None:
+    if _state["deferred"]:  # our own re-sent signal (or a second one while we wait)
+        if _unsafe(frame):
+            return
+        _state["deferred"] = False
+        raise Interrupted(_state["signum"])
     if _state["signum"] is not None:  # a second signal: no more patience
         hard_exit(_state["signum"])
     _state["signum"] = signum
     _watchdog(signum)
+    if _unsafe(frame):
+        _state["deferred"] = True
+        _resend(signum)
+        return
     raise Interrupted(signum)
+
+
+def _unsafe(frame) -> bool:
+    """Whether an exception raised in `frame` could not travel up the main thread's stack: a
+    native module is initialising (a frame of an extension loader's create/exec_module below
+    it), or a garbage-collector callback or a `__del__` is running."""
+    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    while frame is not None:
+        code = frame.f_code
+        if code in callbacks or code.co_name == "__del__":
+            return True
+        if code.co_name in ("create_module", "exec_module") and isinstance(
+            frame.f_locals.get("self"), importlib.machinery.ExtensionFileLoader
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _resend(signum: int) -> None:
+    """Re-send `signum` to this process every RETRY_S while the handler defers it."""
+
+    def resend() -> None:
+        while _state["deferred"]:
+            threading.Event().wait(RETRY_S)
+            if _state["deferred"]:
+                os.kill(os.getpid(), signum)
+
+    threading.Thread(target=resend, name="accelkit-interrupt-resend", daemon=True).start()
 
 
 def install() -> None:
@@ -122,14 +193,23 @@ def handled(process_exits: bool = True) -> Iterator[None]:
     from accelkit.runtime.files import forget_writes
 
     previous = {signum: signal.getsignal(signum) for signum in HANDLED}
-    _state.update(signum=None, reported=False, timer=None)
+    _state.update(signum=None, reported=False, timer=None, deferred=False)
     _state["active"] += 1
     forget_writes()
+    if _state["terminal"] is None:
+        with contextlib.suppress(OSError):
+            _state["terminal"] = os.dup(2)
     install()
     try:
         yield
+        if _state["deferred"]:  # the block ended before a deferred signal could be raised
+            raise Interrupted(_state["signum"])
     finally:
+        _state["deferred"] = False
         _state["active"] -= 1
+        if not _state["active"] and _state["terminal"] is not None:
+            os.close(_state.pop("terminal"))
+            _state["terminal"] = None
         timer = _state["timer"]
         if timer is not None and not process_exits:
             timer.cancel()
