@@ -163,8 +163,8 @@ def test_the_watchdog_line_reaches_the_terminal_while_stderr_points_at_a_log(tmp
         "terminal = os.dup(1)\n"
         "with i.handled():\n"
         f"    with _engine_output_to({str(log)!r}):\n"
-        "        os.write(terminal, b'ready\\n')  # signalled inside the block\n"
         "        try:\n"
+        "            os.write(terminal, b'ready\\n')  # signalled inside the block\n"
         "            time.sleep(30)\n"
         "        except BaseException:\n"
         "            time.sleep(30)  # only the watchdog can end it, inside the block\n",
