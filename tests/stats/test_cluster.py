@@ -13,6 +13,7 @@ import pytest
 
 from accelkit.cli import main
 from accelkit.errors import DataError
+from accelkit.stats import cluster
 from accelkit.stats.compute import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
@@ -78,14 +79,17 @@ def datasets(tmp_path_factory):
     ],
     ids=["exact", "sample+chunks", "fast", "sample+delta-actions+per-step"],
 )
-def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options):
+def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options, monkeypatch):
+    """Also through a deeper tree of merge tasks (fan-in 2: 5 results -> 3 -> 2 -> 1), so the
+    blocks that straddle groups are summed by merge tasks at several levels."""
     opened = {
         k: options[k] for k in ("max_frames", "action_horizon", "chunk_transform") if k in options
     }
     local = compute_stats(
         open_source(datasets[layout], **opened), quantiles=LEVELS, fast=options.get("fast", False)
     )
-    for tasks in (2, 5):
+    for tasks, fanin in ((2, 8), (5, 2)):
+        monkeypatch.setattr(cluster, "MERGE_FANIN", fanin)
         remote = compute_stats(
             open_source(datasets[layout], **opened),
             quantiles=LEVELS,
