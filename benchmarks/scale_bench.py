@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 SCHEMA = "accelkit.scale_bench/1"
 TARGETS = {"ray_2_vs_local_throughput": 0.8, "driver_share_at_512_workers": 0.01}
 TASKS_PER_WORKER = 2  # stats.cluster.TASKS_PER_CPU
+MANY_TASKS = 64  # groups of the run that measures what a task costs beyond its rows
 
 
 def log(msg: str) -> None:
@@ -145,7 +146,7 @@ def bench_stats(args, result: dict) -> None:
                 "merge_tasks": traffic["merge_tasks"],
                 "passes": passes,
                 "stream_bytes_once": traffic["stream_bytes"],
-                "sent_bytes_per_task_max": max(traffic["sent_bytes"]),
+                "plan_bytes_per_pass_max": max(traffic["sent_bytes"]),
                 "returned_to_driver_bytes_per_pass": max(traffic["returned_bytes"]),
                 # the driver's own time: submitting tasks, then the last block and the root
                 "submit_s_per_task": traffic["submit_seconds"]
@@ -155,6 +156,30 @@ def bench_stats(args, result: dict) -> None:
                 # a merge task's time on a worker (median): the tree's cost per level
                 "merge_task_s_median": float(np.median(traffic["task_merge_seconds"] or [0.0])),
             }
+    # many small tasks on the 2-CPU cluster: what each task costs beyond its rows (the driver's
+    # submission, the worker's set-up and result, the merge tree), measured as the difference
+    before("ray_2", 0)
+    started = time.perf_counter()
+    many = compute_stats(open_source(root), ray="local", ray_tasks=MANY_TASKS)
+    wall = time.perf_counter() - started
+    traffic = many.summary.cluster
+    small = out["ray_2"]
+    out["ray_2_many_tasks"] = {
+        "groups": MANY_TASKS,
+        "wall_s": wall,
+        "tasks": traffic["tasks"],
+        "merge_tasks": traffic["merge_tasks"],
+        "submit_s_per_task": traffic["submit_seconds"]
+        / max(1, traffic["tasks"] + traffic["merge_tasks"]),
+        "merge_task_s_median": float(np.median(traffic["task_merge_seconds"] or [0.0])),
+        "driver_merge_s_per_pass": traffic["merge_seconds"]
+        / max(1, len(traffic["returned_bytes"])),
+        # worker-seconds per extra task: (wall difference) x 2 CPUs / (extra tasks)
+        "task_overhead_s": max(0.0, wall - small["wall_s"])
+        * 2
+        / max(1, traffic["tasks"] - small["traffic"]["tasks"]),
+    }
+    log(f"stats: {MANY_TASKS} tasks on ray_2: {wall:.2f} s")
     result["stats"] = out
 
 
@@ -222,11 +247,15 @@ def scaling_model(args, result: dict) -> dict:
     from accelkit.stats.cluster import MERGE_FANIN
 
     stats = result["stats"]
+    many = stats["ray_2_many_tasks"]
     per_worker = stats["frames"] / stats["ray_1"]["wall_s"]  # rows/s of one worker, overhead in
     traffic = [stats[n]["traffic"] for n in ("ray_1", "ray_2")]
-    submit = max(t["submit_s_per_task"] for t in traffic)
-    finish = max(t["driver_merge_s_per_pass"] for t in traffic)
-    merge_task = max(t["merge_task_s_median"] for t in traffic)
+    submit = many["submit_s_per_task"]  # the run's fixed start-up spread over many tasks
+    finish = max(
+        [t["driver_merge_s_per_pass"] for t in traffic] + [many["driver_merge_s_per_pass"]]
+    )
+    merge_task = many["merge_task_s_median"]
+    overhead = many["task_overhead_s"]
     passes = max(t["passes"] for t in traffic)
     listing_per_file = stats["listing_s"] / stats["files"]
     rows, files = args.model_frames, args.model_files
@@ -234,6 +263,7 @@ def scaling_model(args, result: dict) -> dict:
         "dataset": {"frames": rows, "files": files},
         "measured": {
             "rows_per_s_per_worker": per_worker,
+            "task_overhead_s": overhead,
             "submit_s_per_task": submit,
             "driver_finish_s_per_pass": finish,
             "merge_task_s": merge_task,
@@ -254,7 +284,7 @@ def scaling_model(args, result: dict) -> dict:
             width = -(-width // MERGE_FANIN)
             merges += width
             levels += 1
-        work = rows / (per_worker * workers)
+        work = rows / (per_worker * workers) + passes * TASKS_PER_WORKER * overhead
         tree = passes * levels * merge_task
         driver = driver_s(tasks, merges)
         wall = work + tree + driver
@@ -278,7 +308,7 @@ def scaling_model(args, result: dict) -> dict:
     fixed = model["workers"]["512"]["driver_s"] - files * listing_per_file
     per_row_driver = listing_per_file * files / rows
     per_row_work = 1 / (per_worker * 512)
-    tree = model["workers"]["512"]["tree_s"]
+    tree = model["workers"]["512"]["tree_s"] + passes * TASKS_PER_WORKER * overhead
     # d(R) = fixed + R a; w(R) = R b + tree + d(R); d <= 0.01 w  <=>  R (0.99 a - 0.01 b) <= ...
     a, b = per_row_driver, per_row_work
     if 0.99 * a < 0.01 * b:

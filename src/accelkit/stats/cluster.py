@@ -147,16 +147,21 @@ def _unpack(packed, original: bool = False) -> np.ndarray:
     return counts
 
 
-def run_group(stream, indices, plan: dict, platform: str, batch_size, skip_nonfinite: bool):
+def run_group(
+    stream, indices, plan: dict, starts: dict | None, platform: str, batch_size, skip_nonfinite
+):
     """One Ray task: a pass over the files `indices` of `stream`, as the local run makes it.
 
-    `plan`: per key, the pass's spec and initial state, the global position `start` of the group's
-    first row in that key's rows (passes with moments) and the key's dtype and width.
-    Returns the group's partial state (packed), whole-block moment sums and edge rows.
+    `plan`: per key, the pass's spec and initial state and the key's dtype and width (the same
+    for every task of the pass: put in the object store once); `starts`: per key, the global
+    position of the group's first row in that key's rows (passes with moments).
+    Returns a few-byte status for the driver and the group's result for the merge tasks: its
+    partial state (packed), the span of its whole blocks' moment sums and its edge rows.
     """
     from accelkit.runtime.devices import enable_compilation_cache
     from accelkit.stats.compute import Runner, choose_devices, x64_for
 
+    plan = {key: dict(p, start=(starts or {}).get(key)) for key, p in plan.items()}
     enable_compilation_cache()
     stream.order = list(indices)
     pad = {}
@@ -412,7 +417,7 @@ class RayRunner:
         self.group_limit: int | None = None  # groups covered by a pass stopped by a time budget
         self.first = stream.chunk_at(stream.order[0])  # the shift/center chunk, as locally
         self.stream_ref = self.ray.put(stream)
-        self.sent_bytes: list[int] = []  # pickled task arguments, per task (the stream apart)
+        self.sent_bytes: list[int] = []  # the pickled pass plan, put once per pass
         self.stream_bytes = len(pickle.dumps(stream, protocol=5))  # put once per run
         self.returned_bytes: list[int] = []  # the merged result the driver receives, per pass
         self.tasks = 0  # group tasks run, all passes
@@ -570,19 +575,16 @@ class RayRunner:
             else {}
         )
         submit_started = time.perf_counter()
+        plan_ref = self.ray.put(plan)  # once per pass, not once per task
+        self.sent_bytes.append(len(pickle.dumps(plan, protocol=5)))
         statuses, results = [], []
         for g, group in enumerate(groups):
-            group_plan = {
-                key: dict(p, start=starts[key][g] if starts is not None else None)
-                for key, p in plan.items()
-            }
-            self.sent_bytes.append(
-                len(pickle.dumps((group.indices, group_plan, self.platform), protocol=5))
-            )
+            group_starts = {key: starts[key][g] for key in plan} if starts is not None else None
             status, result = self._remote_group.remote(
                 self.stream_ref,
                 group.indices,
-                group_plan,
+                plan_ref,
+                group_starts,
                 self.platform,
                 self.batch_override,
                 self.skip_nonfinite,
