@@ -159,7 +159,7 @@ def run_group(
     partial state (packed), the span of its whole blocks' moment sums and its edge rows.
     """
     from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.compute import Runner, choose_devices, x64_for
+    from accelkit.stats.compute import HOST, Runner, choose_devices, x64_for
 
     plan = {key: dict(p, start=(starts or {}).get(key)) for key, p in plan.items()}
     enable_compilation_cache()
@@ -173,6 +173,7 @@ def run_group(
     heads = {key: (-p["start"]) % BLOCK_ROWS for key, p in plan.items() if p["start"] is not None}
     # exact passes on a CPU run the host kernel, as the local run does (the same bits either way)
     devices = choose_devices(platform, host=not any(p["spec"].centered for p in plan.values()))
+    kernel = "host" if devices == [HOST] else "xla"
     with x64_for(devices):
         runner = Runner(source, devices, batch_size, False, skip_nonfinite, keep_blocks=True)
         outcome = runner.run_pass(
@@ -197,6 +198,7 @@ def run_group(
         "episodes": _episode_files(stream, indices) if stream.horizons else None,
         "merge_seconds": [],
         "tasks": 1,
+        "kernel": kernel,  # the straddling blocks are summed by the same kind of kernel
     }
     edges = outcome.observed
     for key, head in heads.items():
@@ -278,6 +280,7 @@ def merge_results(context: dict, *results) -> dict:
         "episodes": None,
         "merge_seconds": [],
         "tasks": 0,
+        "kernel": results[0]["kernel"],
     }
     for result in results:
         out["rows"] += result["rows"]
@@ -298,17 +301,18 @@ def merge_results(context: dict, *results) -> dict:
     for key, info in context.items():
         spans = [span for result in results for span in result["spans"].get(key, [])]
         edges = [edge for result in results for edge in result["edges"].get(key, [])]
-        out["spans"][key], out["edges"][key] = _settle(spans, edges, info)
+        out["spans"][key], out["edges"][key] = _settle(spans, edges, info, out["kernel"])
     out["merge_seconds"].append(time.perf_counter() - started)
     return out
 
 
-def _settle(spans: list, edges: list, info: dict, total: int | None = None):
-    """Blocks whose rows are all among `edges` summed (by the host kernel, as a task sums its
-    whole blocks) and joined with the spans they touch. `total`: the key's rows in the whole
-    stream, once known (the driver): its last block is then complete with fewer rows.
-    Returns the joined spans and the edges of blocks still incomplete."""
-    from accelkit.stats import host_passes
+def _settle(spans: list, edges: list, info: dict, kernel: str, total: int | None = None):
+    """Blocks whose rows are all among `edges` summed and joined with the spans they touch.
+    `kernel`: the kind the tasks summed their whole blocks with ("host": the compiled loop;
+    "xla": fast mode, or the tasks ran on JAX devices) — XLA's CPU reads float32 denormals as 0
+    and the host loop does not, so a straddling block is summed by the same kind. `total`: the
+    key's rows in the whole stream, once known (the driver): its last block is then complete
+    with fewer rows. Returns the joined spans and the edges of blocks still incomplete."""
 
     pieces: dict[int, list] = {}
     for position, values, weight in edges:
@@ -325,7 +329,7 @@ def _settle(spans: list, edges: list, info: dict, total: int | None = None):
             for position, values, weight in pieces[block]:
                 at = slot * BLOCK_ROWS + position - block * BLOCK_ROWS
                 x[at : at + len(weight)], w[at : at + len(weight)] = values, weight
-        s1, s2 = host_passes.block_sums(x, w, np.asarray(info["center"], np.float32))
+        s1, s2 = _block_sums(x, w, np.asarray(info["center"], np.float32), kernel)
         blocks = np.stack([s1, s2], axis=1)
         spans = spans + [
             fold_tree.from_blocks(b, blocks[i : i + 1]) for i, b in enumerate(complete)
@@ -543,7 +547,7 @@ class RayRunner:
         if observer is not None:
             raise ConfigError("per-episode statistics run on one machine; drop --ray")
         started = time.perf_counter()
-        plan, dtypes = {}, {}
+        plan = {}
         moments_needed = False
         for key, column in self.first.items():
             dim = column.values.shape[1]
@@ -555,7 +559,6 @@ class RayRunner:
             if spec is None:
                 continue
             moments_needed |= spec.with_moments
-            dtypes[key] = column.values.dtype
             init = make_init(key, spec, column)
             plan[key] = {
                 "spec": spec,
@@ -675,6 +678,20 @@ class RayRunner:
                 log.debug("could not cancel a merge task", exc_info=True)
 
 
+def _block_sums(x: np.ndarray, w: np.ndarray, center: np.ndarray, kernel: str):
+    if kernel == "host":
+        from accelkit.stats import host_passes
+
+        return host_passes.block_sums(x, w, center)
+    import jax
+
+    from accelkit.stats import passes
+
+    with jax.enable_x64(True):
+        s1, s2 = passes.moment_blocks(x, w, center)
+        return np.asarray(s1), np.asarray(s2)
+
+
 def _sums(merged: dict, key: str, info: dict):
     """A key's moment sums from the whole stream's merged result: its last block (cut short by
     the end of the stream) summed from its rows, then the tree's root."""
@@ -682,7 +699,11 @@ def _sums(merged: dict, key: str, info: dict):
 
     total = merged["kept"].get(key, 0)
     spans, waiting = _settle(
-        merged["spans"].get(key, []), merged["edges"].get(key, []), info, total=total
+        merged["spans"].get(key, []),
+        merged["edges"].get(key, []),
+        info,
+        merged["kernel"],
+        total=total,
     )
     blocks = -(-total // BLOCK_ROWS)
     if waiting or (blocks and (len(spans) != 1 or (spans[0].start, spans[0].stop) != (0, blocks))):
