@@ -228,3 +228,22 @@ def test_a_spent_time_budget_stops_the_run_with_one_clear_line(ray_cluster, data
     else:  # partial: only whole tasks' rows; every task done before the check: all of them
         rows = result.summary.rows
         assert (0 < rows < total) if result.summary.partial else rows == total
+
+
+def test_a_task_error_is_named_for_what_it_was():
+    """Our own errors come back as raised; another exception a task raised was not retried
+    (retry_exceptions is off) and says so; a lost worker was retried first."""
+    import ray.exceptions
+
+    from accelkit.errors import DataError, DeviceError
+    from accelkit.stats.cluster import MAX_RETRIES, _user_error
+
+    ours = DataError("episode 3 spans a.parquet and b.parquet; …")
+    raised = ray.exceptions.RayTaskError("run_group", "Traceback …", ours)
+    assert _user_error(raised) is ours
+    bug = ray.exceptions.RayTaskError("merge_results", "Traceback …", KeyError("kept"))
+    message = str(_user_error(bug))
+    assert isinstance(_user_error(bug), DeviceError)
+    assert message.startswith("a Ray task raised KeyError: 'kept'") and "retries" not in message
+    lost = str(_user_error(ray.exceptions.WorkerCrashedError()))
+    assert f"failed after {MAX_RETRIES} retries (WorkerCrashedError" in lost

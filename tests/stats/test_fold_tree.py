@@ -108,6 +108,10 @@ def test_joining_spans_that_do_not_touch_is_refused():
     b = ft.from_blocks(4, np.zeros((3, 2, 1)))
     with pytest.raises(ValueError, match=r"\[0, 3\) and \[4, 7\)"):
         ft.join(a, b)
+    for left, right in ((a, ft.empty(5)), (ft.empty(2), b)):  # empty, but not where it joins
+        with pytest.raises(ValueError, match="blocks"):
+            ft.join(left, right)
+    assert ft.join(a, ft.empty(3)) is a and ft.join(ft.empty(4), b) is b
     with pytest.raises(ValueError, match="start at 0"):
         ft.total(b, 1)
 

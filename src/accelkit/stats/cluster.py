@@ -524,6 +524,7 @@ class RayRunner:
                 except Exception as exc:
                     for other in pending:
                         ray.cancel(other, force=True)
+                    log.debug("a Ray task failed", exc_info=exc)  # its traceback: --debug
                     raise _user_error(exc) from None
                 if progress is not None:
                     progress(index_of[ref], done[index_of[ref]])
@@ -714,10 +715,20 @@ def _sums(merged: dict, key: str, info: dict):
 
 
 def _user_error(exc: Exception) -> Exception:
-    """The error a failed task carries: ours as it was raised (one line), others named."""
+    """The error a failed task carries: ours as it was raised (one line); another exception a
+    task raised (not retried: retry_exceptions is off), named as such; a worker or object lost
+    (retried MAX_RETRIES times first), named with the cluster check to make."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, AccelkitError):
         return cause
+    if isinstance(cause, BaseException):
+        text = str(cause).strip()
+        return DeviceError(
+            f"a Ray task raised {type(cause).__name__}"
+            + (f": {text.splitlines()[-1]}" if text else "")
+            + "; check that every node has the same accelkit and stats extra as this one "
+            "(run with --debug for the task's traceback)"
+        )
     name = type(exc).__name__
     first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
     return DeviceError(

@@ -70,13 +70,14 @@ def _cover(level: int, first: int, values: np.ndarray) -> list:
 
 
 def join(left: Span, right: Span) -> Span:
-    """The Span of `left` followed by `right` (adjacent: left.stop == right.start)."""
+    """The Span of `left` followed by `right` (adjacent: left.stop == right.start, empty spans
+    included: one that sits elsewhere is a caller's bookkeeping error, not nothing to add)."""
+    if left.stop != right.start:
+        raise ValueError(f"blocks [{left.start}, {left.stop}) and [{right.start}, {right.stop})")
     if len(left) == 0:
         return right
     if len(right) == 0:
         return left
-    if left.stop != right.start:
-        raise ValueError(f"blocks [{left.start}, {left.stop}) and [{right.start}, {right.stop})")
     stack = list(left.nodes)
     for node in right.nodes:
         stack.append(node)
