@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -770,3 +771,46 @@ def test_a_file_held_by_an_engine_whose_owner_exited_is_waited_for(tmp_path):
     assert lite_lock_holder(str(db)) is None  # no live owner to name
     check_lite_free(str(db))
     assert _lite_holders(str(db)) == []  # it returned once the engine was gone
+
+
+def _engine_home(db) -> str:
+    """HOME of the Milvus Lite engine this process started for `db` (its argv names the file)."""
+    for proc in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{proc}/cmdline").read_bytes().split(b"\0")
+            if str(db).encode() not in argv:
+                continue
+            environ = Path(f"/proc/{proc}/environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        return next(v[5:].decode() for v in environ if v.startswith(b"HOME="))
+    raise AssertionError(f"no engine for {db}")
+
+
+def test_lite_engines_never_share_their_scratch_folder(tmp_path, monkeypatch):
+    """Every Milvus Lite engine deletes and re-creates `$HOME/.cache/milvus` at its first
+    collection call: two engines of one user starting together (a loaded trial's two test
+    workers) left one failing every collection call with "Mmap manager has not been init", and
+    a `~/.cache` that is not a folder broke them all. Here the user's `~/.cache` is a file —
+    the same failure, every time, on the old code — and two stores open at once."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".cache").write_text("not a folder")
+    monkeypatch.setenv("HOME", str(home))
+    dbs = [tmp_path / "a" / "one.db", tmp_path / "b" / "two.db"]
+    for db in dbs:
+        db.parent.mkdir()
+    stores = [VectorStore(StoreConfig(uri=str(db))) for db in dbs]
+    try:
+        engines = [_engine_home(db) for db in dbs]
+        assert len(set(engines)) == len(engines) == 2, engines
+        assert str(home) not in engines
+        rng = np.random.default_rng(0)
+        for store in stores:
+            store.create_collection("c", dim=4)
+            store.upsert("c", ["x", "y"], unit_rows(rng, 2, 4), [{}, {}])
+            assert store.count("c", consistency="Strong") == 2
+    finally:
+        for store in stores:
+            store.close()
+    assert os.environ["HOME"] == str(home)  # the swap was only for the engines' start

@@ -233,17 +233,20 @@ sys.addaudithook(hook)
 
 def test_ctrl_c_inside_a_garbage_collector_callback(tmp_path):
     """A signal handled while a gc callback runs (JAX registers one) raised an exception Python
-    only prints as "ignored": the run went on as if never signalled. It is raised after."""
+    only prints as "ignored": the run went on as if never signalled. It is raised after. The
+    callback is armed inside the block only: an automatic collection before it (CI's run once
+    had one while `handled()` was entering) would signal a process with no handler yet."""
     setup = """
 import gc
+armed = []
 def callback(phase, info):
-    if phase == "start" and not sent:
+    if phase == "start" and armed and not sent:
         sent.append(phase)
         os.kill(os.getpid(), signal.SIGINT)
         sum(range(1000))  # bytecode inside the callback: where the handler runs
 gc.callbacks.append(callback)
 """
-    body = "        gc.collect()\n        sum(range(10**6))"
+    body = "        armed.append(1)\n        gc.collect()\n        sum(range(10**6))"
     done = run_signalled(setup, body, tmp_path)
     assert "signalled in ['start']" in done.stderr, done.stdout + done.stderr[-2000:]
     assert done.returncode == 130, done.stderr[-2000:]

@@ -220,6 +220,37 @@ def _engine_output_to(log_path: str):
         os.close(target)
 
 
+_ENVIRON = threading.Lock()
+
+
+@contextlib.contextmanager
+def _engine_home(db: str):
+    """Milvus Lite's engine keeps its memory-mapped scratch in `$HOME/.cache/milvus` and deletes
+    and re-creates that folder when its first collection call arrives: two engines of one user
+    (two stores opened at once, two commands, two test workers) racing there leave one of them
+    failing every collection call ("Mmap manager has not been init"), and a `~/.cache` that is
+    not a writable folder breaks them all. The engine started inside this block gets a HOME of
+    its own beside the database (one engine per database: the database's lock), so no other
+    engine touches its scratch. The engine copies the environment when it starts, inside the
+    block; the swap is under a lock for other stores opening in this process."""
+    home = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.engine")
+    try:
+        os.makedirs(home, exist_ok=True)
+    except OSError:  # a read-only folder: the database cannot be opened there anyway
+        yield
+        return
+    with _ENVIRON:
+        saved = os.environ.get("HOME")
+        os.environ["HOME"] = home
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = saved
+
+
 class StoreTimeoutError(StoreError):
     """A store call ran past `store.timeout`."""
 
@@ -277,7 +308,7 @@ class VectorStore:
                     check_lite_free(uri)
                     db = os.path.abspath(uri)
                     log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
-                    with _engine_output_to(log_path):
+                    with _engine_home(db), _engine_output_to(log_path):
                         return MilvusClient(
                             uri=uri, token=self.config.token or "", timeout=self.config.timeout
                         )

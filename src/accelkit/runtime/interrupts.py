@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -159,7 +160,7 @@ def _resend(signum: int) -> None:
 
     def resend() -> None:
         while _state["deferred"]:
-            threading.Event().wait(RETRY_S)
+            time.sleep(RETRY_S)
             if _state["deferred"]:
                 os.kill(os.getpid(), signum)
 
@@ -208,7 +209,7 @@ def handled(process_exits: bool = True) -> Iterator[None]:
         _state["deferred"] = False
         _state["active"] -= 1
         if not _state["active"] and _state["terminal"] is not None:
-            os.close(_state.pop("terminal"))
+            os.close(_state["terminal"])
             _state["terminal"] = None
         timer = _state["timer"]
         if timer is not None and not process_exits:
