@@ -194,7 +194,7 @@ def advance_plan(
     One histogram's running total at a time ([K] int64, not all [D, U, K] and a [D, T, K] copy:
     that transient was the largest allocation of a whole exact run, ~100 MB for 2 keys × 14 dims
     at 16 bits)."""
-    dims, targets = plan.ranks.shape
+    dims = plan.ranks.shape[0]
     within = plan.ranks - plan.below  # rank inside the prefix range
     digit = np.empty_like(plan.ranks)
     before = np.zeros(plan.ranks.shape, np.int64)
