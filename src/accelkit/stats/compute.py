@@ -517,7 +517,7 @@ def compute_stats(
     `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),
     computed from the same reads; the source must give each row's episode (LeRobot datasets do).
     Exact mode decodes the data once: later passes replay pass 1's chunks, kept in memory up to
-    `cache_bytes` (default: a quarter of available memory, at most 128 MiB) and beyond it in a
+    `cache_bytes` (default: a quarter of available memory, at most 32 MiB) and beyond it in a
     temporary file (see `accelkit.stats.replay`).
     `max_time_minutes` stops early, with a partial result over the rows read so far, so that the
     whole run (every pass) ends within the budget, counted from this call or, with
