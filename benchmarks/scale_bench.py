@@ -39,8 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 SCHEMA = "accelkit.scale_bench/1"
-TARGETS = {"ray_2_vs_local_throughput": 0.8, "merge_share_at_64_workers": 0.01}
+TARGETS = {"ray_2_vs_local_throughput": 0.8, "driver_share_at_512_workers": 0.01}
 TASKS_PER_WORKER = 2  # stats.cluster.TASKS_PER_CPU
+MANY_TASKS = 64  # groups of the run that measures what a task costs beyond its rows
 
 
 def log(msg: str) -> None:
@@ -139,24 +140,46 @@ def bench_stats(args, result: dict) -> None:
             )
             out[name]["throughput_vs_local"] = rounds.ratio(name, "local")
             traffic = got.summary.cluster
+            passes = max(1, len(traffic["returned_bytes"]))
             out[name]["traffic"] = {
                 "tasks": traffic["tasks"],
+                "merge_tasks": traffic["merge_tasks"],
+                "passes": passes,
                 "stream_bytes_once": traffic["stream_bytes"],
-                "sent_bytes_per_task_max": max(traffic["sent_bytes"]),
-                "returned_bytes_per_task": {
-                    "median": float(np.median(traffic["returned_bytes"])),
-                    "max": max(traffic["returned_bytes"]),
-                },
-                "merge_s": traffic["merge_seconds"],
-                "merge_s_per_task": traffic["merge_seconds"] / traffic["tasks"],
-                # each task's own merge (all passes), median over tasks; the per-run rest apart
-                "task_merge_s_median": float(
-                    np.median(
-                        np.reshape(traffic["task_merge_seconds"], (-1, traffic["groups"])).sum(0)
-                    )
-                ),
-                "fold_s": traffic["fold_seconds"],
+                "plan_bytes_per_pass_max": max(traffic["sent_bytes"]),
+                "returned_to_driver_bytes_per_pass": max(traffic["returned_bytes"]),
+                # the driver's own time: submitting tasks, then the last block and the root
+                "submit_s_per_task": traffic["submit_seconds"]
+                / max(1, traffic["tasks"] + traffic["merge_tasks"]),
+                "driver_merge_s_per_pass": traffic["merge_seconds"] / passes,
+                "fold_s_per_pass": traffic["fold_seconds"] / passes,
+                # a merge task's time on a worker (median): the tree's cost per level
+                "merge_task_s_median": float(np.median(traffic["task_merge_seconds"] or [0.0])),
             }
+    # many small tasks on the 2-CPU cluster: what each task costs beyond its rows (the driver's
+    # submission, the worker's set-up and result, the merge tree), measured as the difference
+    before("ray_2", 0)
+    started = time.perf_counter()
+    many = compute_stats(open_source(root), ray="local", ray_tasks=MANY_TASKS)
+    wall = time.perf_counter() - started
+    traffic = many.summary.cluster
+    small = out["ray_2"]
+    out["ray_2_many_tasks"] = {
+        "groups": MANY_TASKS,
+        "wall_s": wall,
+        "tasks": traffic["tasks"],
+        "merge_tasks": traffic["merge_tasks"],
+        "submit_s_per_task": traffic["submit_seconds"]
+        / max(1, traffic["tasks"] + traffic["merge_tasks"]),
+        "merge_task_s_median": float(np.median(traffic["task_merge_seconds"] or [0.0])),
+        "driver_merge_s_per_pass": traffic["merge_seconds"]
+        / max(1, len(traffic["returned_bytes"])),
+        # worker-seconds per extra task: (wall difference) x 2 CPUs / (extra tasks)
+        "task_overhead_s": max(0.0, wall - small["wall_s"])
+        * 2
+        / max(1, traffic["tasks"] - small["traffic"]["tasks"]),
+    }
+    log(f"stats: {MANY_TASKS} tasks on ray_2: {wall:.2f} s")
     result["stats"] = out
 
 
@@ -215,58 +238,86 @@ def bench_images(args, result: dict) -> None:
 
 
 def scaling_model(args, result: dict) -> dict:
-    """Wall time on W workers = listing (driver) + work / W + tasks × merge per task (driver,
-    sequential), with work measured as one Ray worker's rows/s (ray_1) and tasks = 2 per worker."""
+    """Wall time on W workers = the workers' share of the work + the merge tree's levels + the
+    driver's own time; work measured as one Ray worker's rows/s (ray_1), tasks = 2 per worker,
+    merge tasks of MERGE_FANIN results each. The driver lists the files (metadata), submits every
+    task and merge task, waits on their statuses and finishes each pass with one merged result (its
+    last block and the tree's root): listing + (tasks + merges) x submit + passes x finish. The
+    driver's share is its time over the wall time."""
+    from accelkit.stats.cluster import MERGE_FANIN
+
     stats = result["stats"]
+    many = stats["ray_2_many_tasks"]
     per_worker = stats["frames"] / stats["ray_1"]["wall_s"]  # rows/s of one worker, overhead in
-    # a task's own merge (median over the tasks of both runs' larger median); the per-run part
-    # of the driver's merge (straddling blocks, the fold) is counted once, with the listing
-    merge_per_task = max(
-        stats["ray_1"]["traffic"]["task_merge_s_median"],
-        stats["ray_2"]["traffic"]["task_merge_s_median"],
+    traffic = [stats[n]["traffic"] for n in ("ray_1", "ray_2")]
+    submit = many["submit_s_per_task"]  # the run's fixed start-up spread over many tasks
+    finish = max(
+        [t["driver_merge_s_per_pass"] for t in traffic] + [many["driver_merge_s_per_pass"]]
     )
-    fold = max(stats["ray_1"]["traffic"]["fold_s"], stats["ray_2"]["traffic"]["fold_s"])
+    merge_task = many["merge_task_s_median"]
+    overhead = many["task_overhead_s"]
+    passes = max(t["passes"] for t in traffic)
     listing_per_file = stats["listing_s"] / stats["files"]
     rows, files = args.model_frames, args.model_files
     model = {
         "dataset": {"frames": rows, "files": files},
         "measured": {
             "rows_per_s_per_worker": per_worker,
-            "merge_s_per_task": merge_per_task,
+            "task_overhead_s": overhead,
+            "submit_s_per_task": submit,
+            "driver_finish_s_per_pass": finish,
+            "merge_task_s": merge_task,
             "listing_s_per_file": listing_per_file,
-            "fold_s_per_run": fold,
+            "passes": passes,
+            "merge_fanin": MERGE_FANIN,
         },
         "workers": {},
     }
+
+    def driver_s(tasks: int, merges: int) -> float:
+        return files * listing_per_file + passes * ((tasks + merges) * submit + finish)
+
     for workers in (8, 64, 512):
         tasks = TASKS_PER_WORKER * workers
-        work = rows / (per_worker * workers)
-        merge = tasks * merge_per_task
-        listing = files * listing_per_file
-        fold_s = fold * rows / stats["frames"]  # the fold is linear in the row blocks
-        wall = work + merge + listing + fold_s
+        merges, levels, width = 0, 0, tasks
+        while width > 1:
+            width = -(-width // MERGE_FANIN)
+            merges += width
+            levels += 1
+        work = rows / (per_worker * workers) + passes * TASKS_PER_WORKER * overhead
+        tree = passes * levels * merge_task
+        driver = driver_s(tasks, merges)
+        wall = work + tree + driver
         model["workers"][str(workers)] = {
             "tasks": tasks,
+            "merge_tasks": merges,
+            "tree_levels": levels,
             "work_s": work,
-            "merge_s": merge,
-            "listing_s": listing,
-            "fold_s": fold_s,
+            "tree_s": tree,
+            "driver_s": driver,
             "wall_s": wall,
-            "merge_share_per_task": merge_per_task / (work / TASKS_PER_WORKER),
+            "driver_share": driver / wall,
             "speedup_vs_1": (rows / per_worker) / wall,
             "limit": max(
-                ("work", work),
-                ("merge", merge),
-                ("listing", listing),
-                ("fold", fold_s),
-                key=lambda t: t[1],
+                ("work", work), ("merge tree", tree), ("driver", driver), key=lambda t: t[1]
             )[0],
         }
-    # where the driver's merge equals the workers' work: 2 W m = rows / (W r)
-    model["merge_equals_work_at_workers"] = float(
-        np.sqrt(rows / (TASKS_PER_WORKER * merge_per_task * per_worker))
-    )
-    model["listing_equals_work_at_workers"] = float(rows / (per_worker * files * listing_per_file))
+    # the dataset (frames at this model's frames per file) from which the driver's share at
+    # 512 workers is at most 1 %: driver(rows) <= 0.01 x wall(rows), all terms linear or fixed
+    tasks = TASKS_PER_WORKER * 512
+    fixed = model["workers"]["512"]["driver_s"] - files * listing_per_file
+    per_row_driver = listing_per_file * files / rows
+    per_row_work = 1 / (per_worker * 512)
+    tree = model["workers"]["512"]["tree_s"] + passes * TASKS_PER_WORKER * overhead
+    # d(R) = fixed + R a; w(R) = R b + tree + d(R); d <= 0.01 w  <=>  R (0.99 a - 0.01 b) <= ...
+    a, b = per_row_driver, per_row_work
+    if 0.99 * a < 0.01 * b:
+        model["frames_for_1pct_driver_at_512"] = float(
+            (0.99 * fixed - 0.01 * tree) / (0.01 * b - 0.99 * a)
+        )
+    else:  # the listing alone grows as fast as the work: never
+        model["frames_for_1pct_driver_at_512"] = None
+    model["tasks_at_512"] = tasks
     return model
 
 
@@ -313,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         s = result["stats"]
         checks["stats_bit_identical"] = s["ray_1"]["bit_identical"] and s["ray_2"]["bit_identical"]
         checks["stats_ray_2_vs_local"] = s["ray_2"]["throughput_vs_local"]["median"]
-        checks["merge_share_at_64"] = result["model"]["workers"]["64"]["merge_share_per_task"]
+        checks["driver_share_at_512"] = result["model"]["workers"]["512"]["driver_share"]
     if "images" in result:
         checks["images_ray_2_vs_local"] = result["images"]["ray_2"]["throughput_vs_local"]["median"]
         checks["images_max_abs_diff"] = max(

@@ -125,6 +125,7 @@ def test_every_field_has_an_env_variable():
             "max_pixels": "1000",
             "fast_jpeg_downscale": "false",
             "reducing_gap": "2.5",
+            "engine": "jax",
         }[name]
         config = ServiceConfig.from_env(env={f"ACCELKIT_PREPROCESS_{name.upper()}": value})
         assert getattr(config.preprocess, name) != field.default, name

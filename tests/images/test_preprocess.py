@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from accelkit.errors import ConfigError
 from accelkit.images.decode import ImageDecodeError
-from accelkit.images.preprocess import JAXImagePreprocessor, pil_reference, plan_image
+from accelkit.images.preprocess import (
+    HostImagePreprocessor,
+    JAXImagePreprocessor,
+    pil_reference,
+    plan_image,
+)
 from tests.images.conftest import encode
 
 MEAN = np.array([0.485, 0.456, 0.406])
@@ -252,3 +258,87 @@ def test_config_errors():
     ):
         with pytest.raises(ConfigError):
             JAXImagePreprocessor(cache_compiled=False, **kwargs)
+
+
+# --------------------------------------------------------------------------- the host engine
+
+
+def float64_reference(image, fit, data_format="NCHW"):
+    """PIL's pixels, normalized in float64 and rounded once: what the host engine promises."""
+    pixels, mask = pil_reference(image, (224, 224), fit)
+    out = ((pixels / 255.0 - MEAN) / STD).astype(np.float32)
+    out[~mask] = 0.0
+    return out.transpose(2, 0, 1) if data_format == "NCHW" else out
+
+
+@pytest.mark.parametrize("fit", ["stretch", "center-crop", "letterbox"])
+def test_host_engine_is_pils_pixels_normalized_exactly(preprocessors, inputs, fit):
+    host = HostImagePreprocessor(fit=fit, max_batch=8, reducing_gap=None)
+    got = host.preprocess_batch(inputs)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and host.device is None
+    for image, row in zip(inputs, got, strict=True):
+        assert np.array_equal(row, float64_reference(image, fit)), image.shape
+    # the JAX engine computes the same pixels; its float32 normalization differs by an ulp or two
+    jax_rows = np.asarray(preprocessors[fit].preprocess_batch(inputs))
+    assert np.abs(jax_rows - got).max() <= 5e-7
+    assert np.array_equal(np.rint(to_uint8_space(jax_rows)), np.rint(to_uint8_space(got)))
+    assert host.compile_count == 0
+
+
+def test_host_engine_reduces_huge_photos_like_the_jax_engine(photos):
+    big = np.asarray(
+        Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR)
+    )
+    host = HostImagePreprocessor(max_batch=2)  # default reducing_gap=3
+    composed = np.asarray(Image.fromarray(big).reduce((3, 2)))  # PIL's reduce, then its resize
+    assert np.array_equal(host.preprocess_batch([big])[0], float64_reference(composed, "stretch"))
+
+
+def test_host_engine_layouts_dtypes_order_and_bad_items(tmp_path, inputs, photos):
+    nchw = HostImagePreprocessor(max_batch=3)
+    nhwc = HostImagePreprocessor(max_batch=3, data_format="NHWC")
+    bf16 = HostImagePreprocessor(max_batch=3, dtype="bfloat16")
+    a, b, c = (pp.preprocess_batch(inputs[:7]) for pp in (nchw, nhwc, bf16))
+    assert a.shape == (7, 3, 224, 224) and b.shape == (7, 224, 224, 3)
+    assert np.array_equal(a.transpose(0, 2, 3, 1), b)
+    assert str(c.dtype) == "bfloat16" and np.abs(c.astype(np.float32) - a).max() <= 2.7 * 2.0**-8
+    # several groups of 3, decoded in a pool: rows still in input order
+    for i, image in enumerate(inputs[:7]):
+        assert np.array_equal(a[i], float64_reference(image, "stretch")), i
+    result = nchw.preprocess(
+        [photos["coffee"], str(tmp_path / "nope.jpg"), b"", np.zeros((1, 1, 3), np.uint8)]
+    )
+    assert result.indices == [0, 3] and sorted(result.failures) == [1, 2]
+    assert "no such file" in str(result.failures[1]) and "empty" in str(result.failures[2])
+    assert nchw.preprocess([]).array.shape == (0, 3, 224, 224)
+    with pytest.raises(ImageDecodeError, match=r"nope\.jpg"):
+        nchw.preprocess_batch([photos["coffee"], str(tmp_path / "nope.jpg")])
+
+
+def test_auto_engine_resizes_on_the_host_without_starting_jax(tmp_path):
+    """Here no JAX accelerator plugin is installed: `auto` picks the host and the process never
+    imports JAX; `jax` and an accelerator asked for by name go to the JAX engine."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from accelkit.images.preprocess import make_preprocessor\n"
+        "pp = make_preprocessor('auto', max_batch=2)\n"
+        "import numpy as np\n"
+        "out = pp.preprocess_batch([np.zeros((50, 60, 3), np.uint8)])\n"
+        "print(type(pp).__name__, out.shape, 'jax' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.stdout.split() == ["HostImagePreprocessor", "(1,", "3,", "224,", "224)", "False"], (
+        done.stdout + done.stderr
+    )
+    from accelkit.images.preprocess import make_preprocessor
+
+    assert type(make_preprocessor("jax", cache_compiled=False)) is JAXImagePreprocessor
+    asked = make_preprocessor("auto", platform="gpu", cache_compiled=False)  # JAX decides
+    assert type(asked) is JAXImagePreprocessor and asked.device.platform == "cpu"
+    with pytest.raises(ConfigError, match="engine='gpu' must be one of auto, jax, host"):
+        make_preprocessor("gpu")

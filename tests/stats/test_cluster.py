@@ -13,6 +13,7 @@ import pytest
 
 from accelkit.cli import main
 from accelkit.errors import DataError
+from accelkit.stats import cluster
 from accelkit.stats.compute import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
@@ -78,14 +79,17 @@ def datasets(tmp_path_factory):
     ],
     ids=["exact", "sample+chunks", "fast", "sample+delta-actions+per-step"],
 )
-def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options):
+def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options, monkeypatch):
+    """Also through a deeper tree of merge tasks (fan-in 2: 5 results -> 3 -> 2 -> 1), so the
+    blocks that straddle groups are summed by merge tasks at several levels."""
     opened = {
         k: options[k] for k in ("max_frames", "action_horizon", "chunk_transform") if k in options
     }
     local = compute_stats(
         open_source(datasets[layout], **opened), quantiles=LEVELS, fast=options.get("fast", False)
     )
-    for tasks in (2, 5):
+    for tasks, fanin in ((2, 8), (5, 2)):
+        monkeypatch.setattr(cluster, "MERGE_FANIN", fanin)
         remote = compute_stats(
             open_source(datasets[layout], **opened),
             quantiles=LEVELS,
@@ -95,6 +99,33 @@ def test_ray_equals_local_bit_for_bit(ray_cluster, datasets, layout, options):
         )
         assert_bit_identical(local, remote)
         assert len(remote.summary.devices) == tasks
+
+
+def test_fast_mode_with_float32_denormals_across_groups(ray_cluster, tmp_path):
+    """XLA's CPU reads float32 denormals as 0, the host loop does not: a block that straddles two
+    groups must be summed by the kind of kernel the tasks used (fast mode: XLA), or the moments
+    of a mostly-zero feature with denormals differ from the local run's."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = write_sample_dataset(
+        tmp_path / "tiny", episodes=7, frames_per_episode=300, dim=3, layout="v2.1", seed=3
+    )
+    for path in sorted((root / "data").rglob("*.parquet")):
+        table = pq.read_table(path)
+        name = "observation.state"
+        column = table.column(name).combine_chunks()
+        values = np.array(column.to_pylist(), np.float32)
+        values[:, 0] = np.where(np.arange(len(values)) % 7 == 0, np.float32(1e-40), 0.0)
+        replaced = pa.array(values.tolist(), type=column.type)
+        table = table.set_column(table.schema.get_field_index(name), name, replaced)
+        pq.write_table(table, path)
+    local = compute_stats(open_source(root), quantiles=LEVELS, fast=True)
+    remote = compute_stats(
+        open_source(root), quantiles=LEVELS, fast=True, ray=ray_cluster.address, ray_tasks=5
+    )
+    assert_bit_identical(local, remote)
 
 
 @pytest.mark.parametrize("version", ["lerobot_v21", "lerobot_v30"])
@@ -197,3 +228,22 @@ def test_a_spent_time_budget_stops_the_run_with_one_clear_line(ray_cluster, data
     else:  # partial: only whole tasks' rows; every task done before the check: all of them
         rows = result.summary.rows
         assert (0 < rows < total) if result.summary.partial else rows == total
+
+
+def test_a_task_error_is_named_for_what_it_was():
+    """Our own errors come back as raised; another exception a task raised was not retried
+    (retry_exceptions is off) and says so; a lost worker was retried first."""
+    import ray.exceptions
+
+    from accelkit.errors import DataError, DeviceError
+    from accelkit.stats.cluster import MAX_RETRIES, _user_error
+
+    ours = DataError("episode 3 spans a.parquet and b.parquet; …")
+    raised = ray.exceptions.RayTaskError("run_group", "Traceback …", ours)
+    assert _user_error(raised) is ours
+    bug = ray.exceptions.RayTaskError("merge_results", "Traceback …", KeyError("kept"))
+    message = str(_user_error(bug))
+    assert isinstance(_user_error(bug), DeviceError)
+    assert message.startswith("a Ray task raised KeyError: 'kept'") and "retries" not in message
+    lost = str(_user_error(ray.exceptions.WorkerCrashedError()))
+    assert f"failed after {MAX_RETRIES} retries (WorkerCrashedError" in lost

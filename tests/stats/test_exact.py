@@ -252,6 +252,49 @@ def test_passes_that_disagree_are_an_error_not_a_wrong_answer():
         qt.advance_plan(plan, second, np.zeros_like(plan.ranks), 4)
 
 
+def test_advancing_a_plan_matches_the_whole_table_formula_without_its_memory():
+    """`advance_plan` walks one histogram's running total at a time; the whole-table formula
+    (all [D, U, K] totals, then a [D, T, K] copy) was the largest allocation of an exact run.
+    Same digits and ranges as that formula, on histograms shared by several targets, and a peak
+    of a few K-long rows, not the tables."""
+    import tracemalloc
+
+    from accelkit.stats import quantiles as qt
+
+    rng = np.random.default_rng(7)
+    dims, groups, k = 14, 3, 1 << 16
+    counts = rng.integers(0, 3, size=(dims, groups, k)).astype(np.int64)
+    counts[:, :, rng.integers(0, k, 40)] = 0  # empty bins, where "right" matters
+    group = rng.integers(0, groups, size=(dims, 4))
+    inside = counts.sum(-1)[np.arange(dims)[:, None], group]
+    ranks = (rng.random((dims, 4)) * inside).astype(np.int64)
+    ranks[0, 0], ranks[1, 1] = 0, inside[1, 1] - 1  # the ends of a range
+    plan = qt.RadixPlan(ranks, np.zeros((dims, 4), np.uint64), np.zeros_like(ranks), inside, 0, 32)
+
+    cumulative = np.cumsum(counts, axis=-1)  # the whole-table formula, written out
+    per_target = cumulative[np.arange(dims)[:, None], group]
+    digit = np.array(
+        [
+            [np.searchsorted(per_target[d, t], ranks[d, t], "right") for t in range(4)]
+            for d in range(dims)
+        ]
+    ).clip(max=k - 1)
+    through = np.take_along_axis(per_target, digit[..., None], -1)[..., 0]
+    before = np.where(
+        digit > 0, np.take_along_axis(per_target, (digit - 1).clip(0)[..., None], -1)[..., 0], 0
+    )
+    del cumulative, per_target
+
+    tracemalloc.start()
+    got = qt.advance_plan(plan, counts, group, 16)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(got.prefixes, digit.astype(np.uint64))
+    assert np.array_equal(got.below, before) and np.array_equal(got.inside, through - before)
+    assert got.prefix_bits == 16
+    assert peak < 4 * k * 8, peak  # the tables: dims * (groups + 4) * k * 8 bytes = 50 MB
+
+
 def test_all_nan_dimension_under_skip_gets_null_statistics(caplog):
     x = np.stack([np.arange(10, dtype=np.float32), np.full(10, np.nan, np.float32)], 1)
     for fast in (False, True):

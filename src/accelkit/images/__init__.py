@@ -10,6 +10,8 @@ from accelkit.runtime.output import lazy_exports
 
 _EXPORTS = {
     "JAXImagePreprocessor": "accelkit.images.preprocess",
+    "HostImagePreprocessor": "accelkit.images.preprocess",
+    "make_preprocessor": "accelkit.images.preprocess",
     "PreprocessConfig": "accelkit.images.config",
     "ModelConfig": "accelkit.images.config",
     "ServiceConfig": "accelkit.images.config",

@@ -5,7 +5,7 @@
     → sink, from the actors: Parquet shards (position, source, vector) into a folder on a shared
       path or object storage, or upserts into a Milvus server in batches
 
-Each stage runs the code of the local run (`JAXImagePreprocessor.preprocess`, the model backend,
+Each stage runs the code of the local run (the preprocessor's `preprocess`, the model backend,
 `LocalIndex.insert`), so vectors equal the local run's and ids are the same content ids. A bad image
 fails itself in the decode task and travels on as a reason; the driver receives only (position, id,
 reason) per image, never pixels or vectors. Memory is bounded by Ray Data's streaming executor:
@@ -48,11 +48,13 @@ _preprocessors: dict[str, object] = {}  # one per worker process and settings: c
 
 
 def _preprocessor(config):
-    from accelkit.images.preprocess import JAXImagePreprocessor
+    from accelkit.images.preprocess import make_preprocessor
 
     key = config.preprocess.model_dump_json()
     if key not in _preprocessors:
-        _preprocessors[key] = JAXImagePreprocessor(**config.preprocess.preprocessor_kwargs())
+        _preprocessors[key] = make_preprocessor(
+            config.preprocess.engine, **config.preprocess.preprocessor_kwargs()
+        )
     return _preprocessors[key]
 
 

@@ -39,6 +39,9 @@ class PreprocessConfig(Settings):
     max_pixels: int = 64_000_000
     fast_jpeg_downscale: bool = True
     reducing_gap: float | None = 3.0
+    # where images are resized: "host" (PIL in the decode threads), "jax" (on the JAX device), or
+    # "auto": the host when JAX would run on the CPU anyway, JAX where an accelerator can take it
+    engine: Literal["auto", "jax", "host"] = "auto"
 
     @field_validator("platform")
     @classmethod

@@ -111,11 +111,11 @@ class ImageEmbeddingPipeline:
         store: Any = None,
     ):
         from accelkit.images.models import make_backend
-        from accelkit.images.preprocess import JAXImagePreprocessor
+        from accelkit.images.preprocess import make_preprocessor
 
         self.config = config or ServiceConfig()
-        self.preprocessor = preprocessor or JAXImagePreprocessor(
-            **self.config.preprocess.preprocessor_kwargs()
+        self.preprocessor = preprocessor or make_preprocessor(
+            self.config.preprocess.engine, **self.config.preprocess.preprocessor_kwargs()
         )
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")

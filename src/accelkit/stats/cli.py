@@ -359,7 +359,7 @@ def stats_command(
         typer.Option(
             "--cache-mb",
             help="Exact mode keeps pass 1's decoded data for pass 2 in this much memory, the rest"
-            " in a temporary file (default: a quarter of free memory, at most 128).",
+            " in a temporary file (default: a quarter of free memory, at most 32).",
         ),
     ] = None,
     endpoint_url: Annotated[str | None, endpoint_option()] = None,

@@ -33,7 +33,9 @@ from accelkit.runtime.devices import (
     peak_rss_bytes,
 )
 from accelkit.runtime.progress import TimeBudget, rows_progress
+from accelkit.stats import fold_tree
 from accelkit.stats import quantiles as qt
+from accelkit.stats.moments import BLOCK_ROWS
 from accelkit.stats.types import (
     BatchStream,
     Column,
@@ -119,7 +121,6 @@ def default_batch_size(
     quarter of free memory, capped at 2**17 rows per device on CPU (cache-sized batches run fastest
     there) and 2**21 on accelerators.
     """
-    from accelkit.stats.moments import BLOCK_ROWS
 
     n = len(devices)
     if override:
@@ -303,7 +304,6 @@ class Runner:
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
-                from accelkit.stats.moments import BLOCK_ROWS
 
                 shrunk, unit = False, len(self.devices) * BLOCK_ROWS
                 for key, size in self.batch_sizes.items():
@@ -324,11 +324,12 @@ class Runner:
     def _run_pass_once(
         self, label, make_spec, make_init, chunk_limit, budget, observer, stream, later_passes=None
     ) -> PassOutcome:
-        from accelkit.stats import moments as mom
         from accelkit.stats import pass_state
 
         kernel = self.kernel
-        specs, states, batchers, host_acc, weight_since_flush, sums = {}, {}, {}, {}, {}, {}
+        specs, states, batchers, host_acc, weight_since_flush = {}, {}, {}, {}, {}
+        folders: dict[str, fold_tree.Folder] = {}  # moments: block sums in the fixed tree order
+        key_rows: dict[str, int] = {}  # rows of each key in the stream so far
         rows = chunks_seen = 0
         stopped_early = False
         started = time.perf_counter()
@@ -361,7 +362,7 @@ class Runner:
                 if self.keep_blocks:
                     kept_blocks.setdefault(key, []).append((s1, s2))
                 else:
-                    sums[key] = mom.fold(sums.get(key) or mom.empty_sums(s1.shape[1]), s1, s2)
+                    folders[key].add(s1, s2)
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator
@@ -392,6 +393,8 @@ class Runner:
                         if specs[key] is None:  # this pass has nothing to do for the key
                             skipped.add(key)
                             continue
+                        if specs[key].with_moments and not self.keep_blocks:
+                            folders[key] = fold_tree.Folder()
                         init_state = make_init(key, specs[key], column)
                         states[key] = kernel.place(init_state)
                         batchers[key] = Batcher(
@@ -403,6 +406,7 @@ class Runner:
                         if len(column.row_id)
                         else key
                     )
+                    key_rows[key] = key_rows.get(key, 0) + len(column.weight)
                     for batch in batchers[key].push(column, where):
                         run_batch(key, *batch)
                     chunk_rows = max(chunk_rows, len(column.weight))
@@ -418,10 +422,13 @@ class Runner:
                 if chunk_limit is not None and chunks_seen >= chunk_limit:
                     break  # a later pass of a run stopped early reads exactly what pass 1 read
             for key, batcher in batchers.items():
+                if key in folders:  # the stream's blocks only, not the last batch's padding
+                    folders[key].limit = -(-key_rows[key] // BLOCK_ROWS)
                 for batch in batcher.flush():
                     run_batch(key, *batch)
             while in_flight:
                 settle(*in_flight.popleft())
+        sums = {key: folder.sums(batchers[key].dim) for key, folder in folders.items()}
         merged = {}
         for key in states:
             part = kernel.gather(states[key])
@@ -510,7 +517,7 @@ def compute_stats(
     `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),
     computed from the same reads; the source must give each row's episode (LeRobot datasets do).
     Exact mode decodes the data once: later passes replay pass 1's chunks, kept in memory up to
-    `cache_bytes` (default: a quarter of available memory, at most 128 MiB) and beyond it in a
+    `cache_bytes` (default: a quarter of available memory, at most 32 MiB) and beyond it in a
     temporary file (see `accelkit.stats.replay`).
     `max_time_minutes` stops early, with a partial result over the rows read so far, so that the
     whole run (every pass) ends within the budget, counted from this call or, with

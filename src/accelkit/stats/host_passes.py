@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from accelkit.stats import pass_state
 from accelkit.stats.moments import BLOCK_ROWS, Extremes
 from accelkit.stats.pass_state import PassSpec, PassState
 
@@ -96,6 +97,25 @@ def update(
         s2,
     )
     return state, ((s1, s2) if spec.with_moments else None)
+
+
+def block_sums(
+    x: np.ndarray, row_weight: np.ndarray, center: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The moments' block sums [B / BLOCK_ROWS, D] of whole blocks of rows assembled on a host
+    (the rows of a block that straddles two Ray tasks): `update`'s sums, bit for bit."""
+    x = np.ascontiguousarray(x)
+    spec = PassSpec(
+        dim=x.shape[1],
+        groups=1,
+        prefix_bits=0,
+        digit_bits=1,
+        with_moments=True,
+        integer=x.dtype.kind in "iu",
+    )
+    state = own(pass_state.init(spec, np.zeros((spec.dim, 1)), center))
+    _, sums = update(state, x, row_weight, spec)
+    return sums
 
 
 def _compile():
