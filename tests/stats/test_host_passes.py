@@ -150,3 +150,18 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
     on_jax = compute_stats(open_source(root), devices=jax.devices("cpu")[:1]).stats["actions"]
     np.testing.assert_array_equal(np.asarray(written["action"]["mean"]), on_jax.mean)
     np.testing.assert_array_equal(np.asarray(written["action"]["std"]), on_jax.std)
+
+
+def test_the_warm_up_loads_the_loop_a_float32_run_calls(rng):
+    """`warm_up` (numba's start-up on a thread while the first files are read) must load the very
+    specialization a run on float32 columns calls: afterwards the run compiles nothing new."""
+    from accelkit.stats.compute import HOST, compute_stats
+
+    host_passes.warm_up().join()
+    loaded = set(host_passes.kernel().signatures)
+    batches = [{"a": rng.standard_normal((3000, 3)).astype(np.float32)} for _ in range(2)]
+    result = compute_stats(lambda: iter(batches), devices=[HOST])
+    assert set(host_passes.kernel().signatures) == loaded
+    every = np.concatenate([b["a"] for b in batches]).astype(np.float64)
+    np.testing.assert_array_equal(result.stats["a"].min, every.min(axis=0))
+    np.testing.assert_allclose(result.stats["a"].mean, every.mean(axis=0), rtol=1e-12)

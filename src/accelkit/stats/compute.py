@@ -166,6 +166,7 @@ class HostKernel:
         from accelkit.stats import host_passes
 
         self.host_passes = host_passes
+        host_passes.warm_up()  # numba's start-up overlaps the first reads
 
     def place(self, state):
         return self.host_passes.own(state)

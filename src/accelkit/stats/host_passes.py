@@ -22,6 +22,8 @@ folder when that is read-only); the first run says so while it compiles.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from accelkit.stats import pass_state
@@ -30,15 +32,38 @@ from accelkit.stats.pass_state import PassSpec, PassState
 
 RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 _kernel = None
+_kernel_lock = threading.Lock()
 
 
 def kernel():
     """The compiled loop (numba is imported on first use: a run that never reaches a host pass
     does not pay for it)."""
     global _kernel
-    if _kernel is None:
-        _kernel = _compile()
+    with _kernel_lock:
+        if _kernel is None:
+            _kernel = _compile()
     return _kernel
+
+
+def warm_up() -> threading.Thread:
+    """Import numba and load (or compile) the loop for float32 batches on a background thread, so
+    that this start-up (about half a second of Python work) runs while the reader threads decode
+    the first files instead of before the first batch. The loop is machine code that any later call
+    finds ready; an error here is left for that call to raise."""
+
+    def load():
+        try:
+            spec = PassSpec(
+                dim=1, groups=1, prefix_bits=0, digit_bits=16, with_moments=True, integer=False
+            )
+            state = own(pass_state.init(spec, np.zeros((1, 1)), np.zeros(1, np.float32)))
+            update(state, np.zeros((BLOCK_ROWS, 1), np.float32), np.ones(BLOCK_ROWS), spec)
+        except Exception:  # the run's own first call reports it
+            pass
+
+    thread = threading.Thread(target=load, name="accelkit-kernel-load", daemon=True)
+    thread.start()
+    return thread
 
 
 def own(state: PassState) -> PassState:
