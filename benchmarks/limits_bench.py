@@ -257,7 +257,9 @@ def bench_ray(args, scratch: Path) -> dict:
     photos = ensure_photos(args.data_dir, args.photos)
     log("ray: starting a 2-node cluster (1 CPU each) on 127.0.0.1")
     started = time.perf_counter()
-    cluster = RayCluster().start()
+    # the nodes' workers import this checkout's accelkit, as the test suite's cluster does
+    source = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    cluster = RayCluster({"PYTHONPATH": source}).start()
     cluster_start = time.perf_counter() - started
     env = {**os.environ, **cluster.client_env}
     calls = [0]
@@ -365,6 +367,22 @@ def write_docs(report: dict) -> None:
     tmp.replace(DOCS)
 
 
+def save(report: dict, previous: dict, out: Path) -> dict:
+    """Write `report` atomically and return what was written: workloads not run this time keep
+    their last results, marked with their own time."""
+    report = {**report, "workloads": dict(report["workloads"])}
+    for name, result in previous.get("workloads", {}).items():
+        if name not in report["workloads"]:
+            result.setdefault("measured_utc", previous["environment"]["time_utc"])
+            report["workloads"][name] = result
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(out)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -424,19 +442,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(f'{r:.2f}' for r in result['ratio_per_round'])}), best "
                 f"{result['ratio_best']:.2f}, target {TARGETS[name]}"
             )
-    # workloads not run this time keep their last results, marked with their own time
-    for name, result in previous.get("workloads", {}).items():
-        if name not in report["workloads"]:
-            result.setdefault("measured_utc", previous["environment"]["time_utc"])
-            report["workloads"][name] = result
-    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(out)
+            written = save(report, previous, out)  # a later failure loses nothing measured
     log(f"wrote {out}")
     if not args.quick:
-        write_docs(report)
+        write_docs(written)
     return 0
 
 
