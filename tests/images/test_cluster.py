@@ -194,3 +194,37 @@ def test_ray_refusals_are_one_line_errors(photo_folder, tmp_path, capsys):
         code, _, err = run_cli([*args, "--no-progress"], capsys)
         assert code == 2, (args, err)
         assert named in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_workers_without_the_images_code_fail_in_one_line(photo_folder, tmp_path):
+    """A cluster whose nodes run an accelkit without the images code (an older version, another
+    environment's Python): the command ends with one line naming the module the workers cannot
+    import and the install to make, exit 2, not an internal error with Ray's traceback."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.support.ray_cluster import RayCluster
+
+    stale = tmp_path / "stale" / "accelkit"
+    stale.mkdir(parents=True)
+    (stale / "__init__.py").write_text('"""an accelkit without its images package"""\n')
+    cluster = RayCluster({"PYTHONPATH": str(stale.parent), "JAX_PLATFORMS": "cpu"}).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "accelkit", "images", "embed", str(photo_folder), "--ray",
+             cluster.address, "--ray-actors", "1", "-o", str(tmp_path / "out"), "--no-progress"],
+            env={**os.environ, **cluster.client_env}, capture_output=True, text=True,
+            timeout=600, check=False,
+        )  # fmt: skip
+    finally:
+        cluster.stop()
+    assert done.returncode == 2, done.stderr
+    # Ray's C++ core writes its own log lines to the driver's stderr (one, about the actor pool's
+    # constructor arguments, comes with every run): not ours to word; every other line is
+    glog = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [IWEF] \d+ \d+\] ")
+    lines = [line for line in done.stderr.strip().splitlines() if not glog.match(line)]
+    assert len(lines) == 1, done.stderr
+    assert "workers cannot import 'accelkit.images'" in lines[0], lines[0]
+    assert "images extra" in lines[0]

@@ -232,7 +232,8 @@ def test_a_spent_time_budget_stops_the_run_with_one_clear_line(ray_cluster, data
 
 def test_a_task_error_is_named_for_what_it_was():
     """Our own errors come back as raised; another exception a task raised was not retried
-    (retry_exceptions is off) and says so; a lost worker was retried first."""
+    (retry_exceptions is off) and says so; a lost worker was retried first; a worker that cannot
+    import our code names the module and the install."""
     import ray.exceptions
 
     from accelkit.errors import DataError, DeviceError
@@ -247,3 +248,7 @@ def test_a_task_error_is_named_for_what_it_was():
     assert message.startswith("a Ray task raised KeyError: 'kept'") and "retries" not in message
     lost = str(_user_error(ray.exceptions.WorkerCrashedError()))
     assert f"failed after {MAX_RETRIES} retries (WorkerCrashedError" in lost
+    # a node whose Python lacks accelkit (or has another version): what to install, where
+    stale = ray.exceptions.RaySystemError("System error: No module named 'accelkit.stats'")
+    message = str(_user_error(stale))
+    assert "workers cannot import 'accelkit.stats'" in message and "stats extra" in message

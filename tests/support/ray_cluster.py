@@ -71,7 +71,10 @@ class RayCluster:
         return f"127.0.0.1:{self.port}"
 
     def _start(self, args: list[str], log: Path, head: bool = False) -> subprocess.Popen:
-        ray = [shutil.which("ray") or str(Path(sys.executable).with_name("ray"))]
+        # the ray beside this interpreter first: its workers run this environment's Python (a
+        # `ray` found first on PATH may belong to another one, without accelkit or its extras)
+        beside = Path(sys.executable).with_name("ray")
+        ray = [str(beside) if beside.is_file() else shutil.which("ray") or "ray"]
         if not head:
             ray = [sys.executable, "-m", "tests.support.ray_node"]
         env = {**os.environ, **self.env}

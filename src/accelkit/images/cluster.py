@@ -217,7 +217,7 @@ def run(
 ) -> dict[int, tuple[str, str]]:
     """Run the pipeline over `named` ((path or URI, name) per image): position → (id, reason),
     with an empty reason for a stored image (and an empty id for Parquet shards)."""
-    from accelkit.runtime.cluster import connect
+    from accelkit.runtime.cluster import connect, task_error
 
     connect(address)
     import ray
@@ -258,13 +258,17 @@ def run(
         num_gpus=num_gpus or None,
     )
     outcome: dict[int, tuple[str, str]] = {}
-    for done in dataset.iter_batches(batch_format="numpy", batch_size=None):
-        for position, item_id, reason in zip(
-            done["position"], done["id"], done["error"], strict=True
-        ):
-            outcome[int(position)] = (str(item_id), str(reason))
-        if progress:
-            progress(len(done["position"]))
+    try:
+        for done in dataset.iter_batches(batch_format="numpy", batch_size=None):
+            for position, item_id, reason in zip(
+                done["position"], done["id"], done["error"], strict=True
+            ):
+                outcome[int(position)] = (str(item_id), str(reason))
+            if progress:
+                progress(len(done["position"]))
+    except ray.exceptions.RayError as exc:  # a bad image fails alone: this is the pipeline
+        log.debug("the Ray pipeline failed", exc_info=exc)  # its traceback: --debug
+        raise task_error(exc, "images") from None
     return outcome
 
 

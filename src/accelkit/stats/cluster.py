@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelkit.errors import AccelkitError, ConfigError, DataError, DeviceError
-from accelkit.runtime.cluster import connect
+from accelkit.errors import ConfigError, DataError
+from accelkit.runtime.cluster import connect, task_error
 from accelkit.stats import fold_tree, pass_state
 from accelkit.stats.moments import BLOCK_ROWS
 from accelkit.stats.types import Column, Stream
@@ -715,23 +715,7 @@ def _sums(merged: dict, key: str, info: dict):
 
 
 def _user_error(exc: Exception) -> Exception:
-    """The error a failed task carries: ours as it was raised (one line); another exception a
-    task raised (not retried: retry_exceptions is off), named as such; a worker or object lost
-    (retried MAX_RETRIES times first), named with the cluster check to make."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, AccelkitError):
-        return cause
-    if isinstance(cause, BaseException):
-        text = str(cause).strip()
-        return DeviceError(
-            f"a Ray task raised {type(cause).__name__}"
-            + (f": {text.splitlines()[-1]}" if text else "")
-            + "; check that every node has the same accelkit and stats extra as this one "
-            "(run with --debug for the task's traceback)"
-        )
-    name = type(exc).__name__
-    first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
-    return DeviceError(
-        f"a Ray task failed after {MAX_RETRIES} retries ({name}: {first}); check the cluster's "
-        "workers (ray status) and that accelkit and its stats extra are installed on every node"
-    )
+    """The error a failed task carries, in one line (`runtime.cluster.task_error`): a lost worker
+    or object was retried MAX_RETRIES times first; an exception a task raised was not
+    (retry_exceptions is off)."""
+    return task_error(exc, "stats", MAX_RETRIES)
