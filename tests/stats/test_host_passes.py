@@ -165,3 +165,38 @@ def test_the_warm_up_loads_the_loop_a_float32_run_calls(rng):
     every = np.concatenate([b["a"] for b in batches]).astype(np.float64)
     np.testing.assert_array_equal(result.stats["a"].min, every.min(axis=0))
     np.testing.assert_allclose(result.stats["a"].mean, every.mean(axis=0), rtol=1e-12)
+
+
+def test_only_the_cli_freezes_the_collector(tmp_path):
+    """`accelkit stats` (a process that is the run) moves what is alive once the loop is loaded to
+    the collector's permanent generation; `compute_stats` called as a library never touches the
+    caller's collector. Child processes: each starts with nothing frozen."""
+    import subprocess
+    import sys
+
+    from accelkit.stats.sample import write_sample_dataset
+
+    root = write_sample_dataset(tmp_path / "data", episodes=3, frames_per_episode=200, dim=2)
+    cli = (
+        "import atexit, gc, sys; from accelkit.cli import main\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+        f"sys.exit(main(['stats', {str(root)!r}, '-o', {str(tmp_path / 'o.json')!r},"
+        " '--platform', 'cpu', '--no-progress']))\n"
+    )
+    library = (
+        "import gc\n"
+        "from accelkit.stats.compute import compute_stats\n"
+        "from accelkit.stats.sources import open_source\n"
+        f"compute_stats(open_source({str(root)!r}), platform='cpu')\n"
+        "from accelkit.stats import host_passes\n"
+        "host_passes.warm_up().join()\n"
+        "print('frozen', gc.get_freeze_count())\n"
+    )
+    counts = []
+    for code in (cli, library):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        counts.append(int(done.stdout.split("frozen")[-1]))
+    assert counts[0] > 10_000 and counts[1] == 0, counts

@@ -493,7 +493,12 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
     cameras = camera_stats(settings, stream, levels, progress)
     phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
-    from accelkit.stats.compute import compute_stats
+    from accelkit.stats.compute import compute_stats, host_kernel_chosen
+
+    if host_kernel_chosen(settings.platform, host=settings.ray is None and not settings.fast):
+        from accelkit.stats import host_passes
+
+        host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
 
     result = compute_stats(
         stream,

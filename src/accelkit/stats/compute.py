@@ -615,6 +615,18 @@ def x64_for(devices):
     return jax.enable_x64(True)
 
 
+def host_kernel_chosen(platform: str | None, host: bool) -> bool:
+    """Whether `choose_devices` picks the host kernel, where that is known without starting JAX
+    (False where only JAX can tell)."""
+    import importlib.util
+
+    return (
+        host
+        and importlib.util.find_spec("numba") is not None
+        and cpu_without_jax(platform) is not None
+    )
+
+
 def choose_devices(platform: str | None, host: bool) -> list:
     """Where the passes run: `[HOST]` (the compiled host kernel, no JAX start-up) when the run
     is on the CPU and `host` allows it, else the JAX devices of the chosen platform."""

@@ -22,6 +22,7 @@ folder when that is read-only); the first run says so while it compiles.
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -33,6 +34,7 @@ from accelkit.stats.pass_state import PassSpec, PassState
 RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 _kernel = None
 _kernel_lock = threading.Lock()
+_warming: threading.Thread | None = None  # warm_up's thread
 
 
 def kernel():
@@ -45,11 +47,19 @@ def kernel():
     return _kernel
 
 
-def warm_up() -> threading.Thread:
+def warm_up(freeze: bool = False) -> threading.Thread:
     """Import numba and load (or compile) the loop for float32 batches on a background thread, so
     that this start-up (about half a second of Python work) runs while the reader threads decode
     the first files instead of before the first batch. The loop is machine code that any later call
-    finds ready; an error here is left for that call to raise."""
+    finds ready; an error here is left for that call to raise. One thread per process: a second
+    call returns the first one's.
+
+    `freeze`, for a process that is this run (the CLI; never a library caller's process): once the
+    loop is loaded, every object then alive goes to the collector's permanent generation
+    (`gc.freeze`): by then ~125,000 long-lived objects (numba's, the imports') that each full
+    collection of the run would walk again (v2.1, 2,165 files, 8 interleaved pairs of whole runs:
+    median 3.94 s against 4.49 s, CPU 5.1 against 5.7 s, the same output bytes)."""
+    global _warming
 
     def load():
         try:
@@ -59,11 +69,15 @@ def warm_up() -> threading.Thread:
             state = own(pass_state.init(spec, np.zeros((1, 1)), np.zeros(1, np.float32)))
             update(state, np.zeros((BLOCK_ROWS, 1), np.float32), np.ones(BLOCK_ROWS), spec)
         except Exception:  # the run's own first call reports it
-            pass
+            return
+        if freeze:
+            gc.freeze()
 
-    thread = threading.Thread(target=load, name="accelkit-kernel-load", daemon=True)
-    thread.start()
-    return thread
+    with _kernel_lock:
+        if _warming is None:
+            _warming = threading.Thread(target=load, name="accelkit-kernel-load", daemon=True)
+            _warming.start()
+    return _warming
 
 
 def own(state: PassState) -> PassState:
