@@ -331,6 +331,12 @@ def render(report: dict) -> str:
             f"{min(loads):.1f}–{max(loads):.1f} |"
         )
     lines.append("")
+    for name, result in report["workloads"].items():
+        if "measured_utc" in result:  # carried over from an earlier run of this script
+            lines.append(
+                f"- {LABELS[name]}: from an earlier run, {result['measured_utc']} (commit "
+                f"`{result.get('measured_commit', '?')}`)."
+            )
     for name in ("stats_v30", "stats_v21"):
         if name in report["workloads"]:
             r = report["workloads"][name]
@@ -374,6 +380,8 @@ def save(report: dict, previous: dict, out: Path) -> dict:
     for name, result in previous.get("workloads", {}).items():
         if name not in report["workloads"]:
             result.setdefault("measured_utc", previous["environment"]["time_utc"])
+            source = previous["environment"].get("accelkit_source", {})
+            result.setdefault("measured_commit", (source.get("commit") or "?")[:7])
             report["workloads"][name] = result
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out.parent.mkdir(parents=True, exist_ok=True)
