@@ -615,28 +615,26 @@ def x64_for(devices):
     return jax.enable_x64(True)
 
 
+def _host_allowed(host: bool) -> bool:
+    """The host kernel may run: the run allows it and numba is installed."""
+    import importlib.util
+
+    return host and importlib.util.find_spec("numba") is not None
+
+
 def host_kernel_chosen(platform: str | None, host: bool) -> bool:
     """Whether `choose_devices` picks the host kernel, where that is known without starting JAX
     (False where only JAX can tell)."""
-    import importlib.util
-
-    return (
-        host
-        and importlib.util.find_spec("numba") is not None
-        and cpu_without_jax(platform) is not None
-    )
+    return _host_allowed(host) and cpu_without_jax(platform) is not None
 
 
 def choose_devices(platform: str | None, host: bool) -> list:
     """Where the passes run: `[HOST]` (the compiled host kernel, no JAX start-up) when the run
     is on the CPU and `host` allows it, else the JAX devices of the chosen platform."""
-    import importlib.util
-
-    host = host and importlib.util.find_spec("numba") is not None
-    choice = cpu_without_jax(platform) if host else None
-    if choice is None:
-        choice = choose_platform(platform)
-    if host and choice.platform == "cpu":
+    if host_kernel_chosen(platform, host):
+        return [HOST]
+    choice = choose_platform(platform)
+    if _host_allowed(host) and choice.platform == "cpu":
         return [HOST]
     return devices_for(choice)
 
