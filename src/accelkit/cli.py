@@ -160,9 +160,13 @@ def _command_name(command, args: list[str]) -> str:
 def _run(args: list[str], debug: bool) -> int:
     """The exit code of one command (docs/cli.md): 0 done, 1 internal error, 2 user error, 3 a
     failed check, 130/143 interrupted. With --json, a failure prints the envelope too."""
-    from accelkit.runtime import output, progress
+    from accelkit.runtime import interrupts, output, progress
 
-    command = typer.main.get_command(app)
+    try:
+        command = typer.main.get_command(app)  # typer builds every command first: a moment
+    except interrupts.Interrupted as exc:  # Ctrl-C in that moment is an interruption too
+        interrupts.report(exc.signum)
+        return exc.exit_code
     name = _command_name(command, args)
     output.begin(name)
     progress.start_command(name if "--help" not in args else "")
