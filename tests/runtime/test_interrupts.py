@@ -238,6 +238,7 @@ def test_ctrl_c_while_typer_builds_the_commands(tmp_path):
     time: the real CLI, with typer's builder wrapped to signal the process first."""
     child = (
         "import os, signal, sys, typer.main\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # not the worker's SIG_IGN\n"
         "build = typer.main.get_command\n"
         "def signalled(app):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
