@@ -84,16 +84,27 @@ def test_averaged_episode_quantiles_are_named_with_their_error():
 
 
 def test_episode_structure_stale_counts_gone_and_missing():
-    x = np.arange(10.0).reshape(-1, 1)
-    truth = {0: {"x": exact_of(x[:4])}, 1: {"x": exact_of(x[4:])}}
-    stale = dict(truth[1]["x"], count=np.asarray([7.0]))
-    stored = {1: {"x": stale}, 5: {"x": truth[0]["x"]}}  # episode 0 missing, 5 is gone
+    """Stale only where the stored entry is recomputed from other frames: episode 1's numbers are
+    those of its first 5 frames (written before its last frame was added); episode 2's count was
+    changed by hand, which no recomputation gives back."""
+    x = np.arange(16.0).reshape(-1, 1)
+    rows = {0: x[:4], 1: x[4:10], 2: x[10:]}
+    truth = {e: {"x": exact_of(r)} for e, r in rows.items()}
+    hand_edited = dict(truth[2]["x"], count=np.asarray([7.0]))
+    stored = {1: {"x": exact_of(rows[1][:5])}, 2: {"x": hand_edited}, 5: {"x": truth[0]["x"]}}
     report = check.Report("d", check.TOLERANCE)
-    check.check_episodes(report, "episodes", stored, truth, {0: 4, 1: 6})
+
+    def rows_of(wanted):
+        return [(e, f, rows[e]) for e, features in wanted.items() for f in features]
+
+    check.check_episodes(
+        report, "episodes", stored, truth, {0: 4, 1: 6, 2: 6}, rows_of=rows_of, levels=list(LEVELS)
+    )
     causes = {(f.episode, f.cause) for f in report.failures}
-    assert causes == {(5, "gone"), (0, "missing"), (1, "stale")}
-    count = next(f for f in report.failures if f.stat == "count")
-    assert (count.stored, count.exact, count.error) == (7.0, 6.0, 1.0)
+    assert causes == {(5, "gone"), (0, "missing"), (1, "stale"), (2, "unknown")}
+    count = next(f for f in report.failures if f.stat == "count" and f.episode == 1)
+    assert (count.stored, count.exact, count.error) == (5.0, 6.0, 1.0)
+    assert "first 5 of 6 frames" in count.detail
 
 
 def test_constant_and_wrong_width_entries():
@@ -194,7 +205,14 @@ def test_v21_compares_episodes_stats_jsonl_and_says_what_it_did_not_check(datase
     # a line for an episode the data does not hold, and a count that is not the episode's
     path = root / "meta" / "episodes_stats.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    lines[1]["stats"]["action"]["count"] = [59]
+    first = column_of(root, "action")[5:64]  # episode 1's first 59 of 60 frames, as numpy has them
+    lines[1]["stats"]["action"] = {
+        "min": first.min(0).tolist(),
+        "max": first.max(0).tolist(),
+        "mean": first.astype(np.float64).mean(0).tolist(),
+        "std": first.astype(np.float64).std(0).tolist(),
+        "count": [59],
+    }
     lines.append({"episode_index": 9, "stats": lines[0]["stats"]})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     code, doc = check_json([str(root)], capsys)

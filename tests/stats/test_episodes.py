@@ -74,10 +74,21 @@ def test_v21_episodes_stats_jsonl_equals_numpy_per_episode(tmp_path, capsys):
             entry = line["stats"][column]
             assert set(entry) == {"min", "max", "mean", "std", "count"}  # LeRobot 0.3's keys
             assert_entry_is_numpy(entry, truth[line["episode_index"]], with_quantiles=False)
-    # features we did not compute keep LeRobot's own entries
+    # every numeric feature LeRobot keeps statistics of is computed, bookkeeping columns too
+    timestamps = episodes_of(root, "timestamp")
+    for ours, theirs in zip(lines, original, strict=True):
+        assert set(ours["stats"]) == set(theirs["stats"])
+        rows = timestamps[ours["episode_index"]]
+        assert_entry_is_numpy(ours["stats"]["timestamp"], rows, with_quantiles=False)
+    # with --keys, the features not computed keep LeRobot's own entries
+    code, _, err = run(
+        main, capsys, root, "--format", "lerobot", "--per-episode", "--keys", "action=action",
+        "-o", tmp_path / "stats.json",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = [json.loads(x) for x in (tmp_path / "episodes_stats.jsonl").read_text().splitlines()]
     for ours, theirs in zip(lines, original, strict=True):
         assert ours["stats"]["timestamp"] == theirs["stats"]["timestamp"]
-        assert set(ours["stats"]) == set(theirs["stats"])
 
 
 def test_v30_episode_metadata_gets_exact_stats_columns(tmp_path, capsys):
@@ -97,9 +108,9 @@ def test_v30_episode_metadata_gets_exact_stats_columns(tmp_path, capsys):
         ours, theirs = pq.read_table(ours_path), pq.read_table(theirs_path)
         assert ours.schema.names == theirs.schema.names  # replaced in place, nothing added
         assert ours.schema == theirs.schema  # LeRobot's types (list<double>, list<int64> count)
-        for name in ("episode_index", "dataset_from_index", "stats/timestamp/mean"):
+        for name in ("episode_index", "dataset_from_index"):
             assert ours.column(name).equals(theirs.column(name))
-        for column in NAMES:
+        for column in [*NAMES, "index"]:  # bookkeeping columns too, as LeRobot keeps them
             truth = episodes_of(root, column)
             for row, e in enumerate(ours.column("episode_index").to_pylist()):
                 entry = {
@@ -160,8 +171,9 @@ def test_write_into_replaces_meta_files_and_keeps_backups(tmp_path, capsys):
     written = json.loads((root / "meta" / "stats.json").read_text())
     assert written["action"]["count"] == [216]
     lerobots = json.loads((FIXTURES / "lerobot_v30" / "meta" / "stats.json").read_text())
-    assert set(written) == set(lerobots)  # the features not computed keep LeRobot's entries
-    assert written["timestamp"] == lerobots["timestamp"]
+    assert set(written) == set(lerobots)  # every numeric feature, as LeRobot's stats.json
+    index = np.arange(216, dtype=np.float64)
+    assert written["index"]["mean"] == [index.mean()] and written["index"]["q50"] == [107.5]
     assert (root / "meta" / "stats.run.json").is_file()
     # the dataset still reads the same after the update (episode metadata intact)
     again = compute_stats(open_source(root, keys={"actions": "action"}), quantiles=LEVELS)

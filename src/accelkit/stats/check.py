@@ -5,8 +5,8 @@ per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episod
 `meta/episodes_stats.jsonl` — and openpi `norm_stats.json` files) are compared with exact
 statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
 user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
-the exact range (max − min), counts in frames. A cause is named where the numbers tell it (`CAUSES`);
-the application layer (`stats/cli.py`) computes, prints and fixes.
+the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
+the stored number back (`stats/causes.py`); the application layer computes, prints and fixes.
 
 Why 1e-3 by default (`TOLERANCE`): a model sees (x − mean) / std or a value scaled by q01..q99; an
 error of 1e-3 std or 1e-3 of the range moves every normalized input by at most about that much,
@@ -18,55 +18,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from accelkit.errors import DataError
+from accelkit.stats import causes
+from accelkit.stats.causes import CAUSES, scale
 
 TOLERANCE = 1e-3
-F32 = 2.0**-24  # float32's unit roundoff
-LEROBOT_BINS = 5000  # LeRobot's per-episode quantile histograms (0.4+), one bin of the range
-# Another quantile definition (a histogram's, the inverted CDF) differs from numpy's linear
-# interpolation by up to the gap between the two values around the rank: about range / n for n
-# evenly spread values; tails are sparser, so up to this many such gaps count as that cause.
-QUANTILE_GAPS = 4.0
-
-MOMENTS = ("mean", "std")
 UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
-
-# the causes a finding may name (docs/stats.md lists them with what each means)
-CAUSES = {
-    "float32": "float32 moments",
-    "float32-values": "float32 rounding",
-    "averaged": "mean of per-episode quantiles",
-    "binned": "binned quantiles",
-    "stale": "stale after an edit",
-    "counts": "counts do not add up",
-    "gone": "episode is gone",
-    "missing": "no statistics stored",
-    "shape": "wrong number of values",
-    "unknown": "no known cause",
-}
-
-
-# what each cause means, printed once under the table
-CAUSE_HELP = {
-    "float32": "float32 moments: the mean and std were computed in float32, which keeps ~7 digits:"
-    " a column far from 0 for its spread (|mean|/std large) loses its std",
-    "float32-values": "float32 rounding: integers above 2^24 do not fit float32's 24-bit mantissa",
-    "averaged": "mean of per-episode quantiles: LeRobot's aggregate_stats averages the episodes'"
-    " quantiles (weighted by their frames); that is not the quantile of the dataset",
-    "binned": "binned quantiles: a histogram's quantile, not numpy's linear interpolation; off by"
-    " up to the gap between neighbouring values, large for short episodes and tails",
-    "stale": "stale after an edit: the stored numbers are of other frames than the data holds now",
-    "counts": "counts do not add up: the stored count is not the number of frames in the data",
-    "gone": "episode is gone: statistics of an episode the data no longer holds",
-    "missing": "no statistics stored for a feature or an episode the data holds",
-    "shape": "wrong number of values: the stored entry does not match the feature's dimensions",
-}
 
 
 @dataclass
@@ -213,13 +176,6 @@ def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
 # --- comparing ---------------------------------------------------------------------------------
 
 
-def _scale(stat: str, exact: Mapping[str, np.ndarray]) -> np.ndarray:
-    """What an error of `stat` is measured in: the std (moments) or the range; 1 where that is 0
-    (a constant dimension: the error is then absolute)."""
-    scale = exact["std"] if stat in MOMENTS else exact["max"] - exact["min"]
-    return np.where(scale > 0, scale, 1.0)
-
-
 def compare(
     stored: Mapping[str, np.ndarray],
     exact: Mapping[str, np.ndarray],
@@ -258,7 +214,7 @@ def compare(
             unit = "frames"
         else:
             with np.errstate(invalid="ignore", over="ignore"):
-                errors = np.abs(values - truth) / _scale(stat, exact)
+                errors = np.abs(values - truth) / scale(stat, exact)
             errors = np.where(np.isfinite(errors), errors, math.inf)
             unit = UNITS.get(stat, "range")
         dim = int(np.argmax(errors)) if errors.size else 0
@@ -280,143 +236,6 @@ def compare(
             )
         )
     return out
-
-
-def _weighted_mean(entries: list[Mapping[str, np.ndarray]], stat: str) -> np.ndarray | None:
-    """LeRobot's aggregate of per-episode values: their mean weighted by the stored counts."""
-    pairs = [(e[stat], float(e["count"][0])) for e in entries if stat in e and "count" in e]
-    if not pairs or len({p[0].shape for p in pairs}) != 1:
-        return None
-    weights = np.asarray([w for _, w in pairs])
-    if weights.sum() <= 0:
-        return None
-    return np.sum([v * w for v, w in pairs], axis=0) / weights.sum()
-
-
-def _aggregate_moment(entries: list[Mapping[str, np.ndarray]], stat: str) -> np.ndarray | None:
-    """The dataset's mean or std as LeRobot aggregates them from per-episode ones (weighted by
-    count; the variance adds each episode's spread around the overall mean)."""
-    mean = _weighted_mean(entries, "mean")
-    if stat == "mean" or mean is None:
-        return mean
-    pairs = [
-        (e["std"] ** 2 + (e["mean"] - mean) ** 2, float(e["count"][0]))
-        for e in entries
-        if {"mean", "std", "count"} <= set(e) and e["mean"].shape == mean.shape
-    ]
-    total = sum(w for _, w in pairs)
-    if not pairs or total <= 0:
-        return None
-    return np.sqrt(np.sum([v * w for v, w in pairs], axis=0) / total)
-
-
-def explain(
-    finding: Finding,
-    exact: Mapping[str, np.ndarray],
-    *,
-    tolerance: float,
-    episodes_stored: list[Mapping[str, np.ndarray]] | None = None,
-    episodes_exact: list[Mapping[str, np.ndarray]] | None = None,
-    frames: int | None = None,
-) -> Finding:
-    """Name the cause of a failing finding where the numbers tell it (sets `cause`, `detail`).
-
-    `episodes_stored` / `episodes_exact`: the feature's per-episode statistics (for a global
-    file: what LeRobot aggregates them from); `frames`: the frames the statistic should count."""
-    if not finding.fails or finding.cause is not None:
-        return finding
-    stat, d = finding.stat, finding.dim or 0
-    if stat == "count":
-        finding.cause = "stale" if finding.episode is not None else "counts"
-        finding.detail = (
-            f"{finding.stored:,.0f} counted, the data holds {finding.exact:,.0f} frames"
-        )
-        return finding
-    stored, truth = finding.stored, finding.exact
-    if stat in MOMENTS:
-        std, mean = exact["std"][d], exact["mean"][d]
-        ratio = abs(mean) / std if std > 0 else 0.0  # a constant dimension: nothing to lose
-        # float32 keeps 24 bits of E[x²] ≈ mean² + std²: the spread keeps (1 + |mean|/std)² × 2⁻²⁴
-        if (1 + ratio) ** 2 * F32 >= tolerance:
-            finding.cause = "float32"
-            finding.detail = (
-                f"|mean|/std = {ratio:.3g}: float32 arithmetic cannot hold this spread"
-                f" to {tolerance:g} std"
-            )
-            return finding
-        aggregated = _aggregate_moment(episodes_stored or [], stat)
-        if aggregated is not None and _close(stored, aggregated[d], exact, stat, d, tolerance):
-            finding.cause = "stale"
-            finding.detail = (
-                "LeRobot's aggregate of the stored per-episode statistics, which no longer"
-                " match the episodes' frames"
-            )
-            return finding
-    if (
-        stored is not None
-        and truth is not None
-        and abs(truth) >= 2**24
-        and abs(stored - truth) <= abs(truth) * F32 * 2
-    ):
-        finding.cause = "float32-values"
-        finding.detail = f"{truth:.17g} stored as float32 ({stored:.17g})"
-        return finding
-    if stat in ("min", "max") and finding.episode is None and episodes_stored:
-        values = [e[stat] for e in episodes_stored if stat in e and e[stat].size > d]
-        if values:
-            pick = np.min if stat == "min" else np.max
-            aggregated = float(pick([v[d] for v in values]))
-            if _close(stored, aggregated, exact, stat, d, tolerance):
-                finding.cause = "stale"
-                finding.detail = (
-                    f"the {stat} of the stored per-episode statistics, which no longer match the"
-                    " episodes' frames"
-                )
-                return finding
-    if stat.startswith("q") and finding.episode is None:
-        for entries, what in ((episodes_stored, "stored"), (episodes_exact, "exact")):
-            averaged = _weighted_mean(entries or [], stat)
-            if averaged is not None and _close(stored, averaged[d], exact, stat, d, tolerance):
-                finding.cause = "averaged"
-                finding.detail = (
-                    f"equals the count-weighted mean of the {what} per-episode {stat}"
-                    " (LeRobot's aggregate_stats), not the dataset's quantile"
-                )
-                return finding
-    count = float(exact["count"][0]) if "count" in exact else 0.0
-    gap = max(1.01 / LEROBOT_BINS, QUANTILE_GAPS / count if count else 0.0)
-    level = _level(stat)
-    if level is not None and count and min(level, 1 - level) * count < 1 and truth is not None:
-        # in the tail of a few values a histogram's quantile is the extreme value itself
-        extreme = exact["min"][d] if level < 0.5 else exact["max"][d]
-        span = float(_scale(stat, exact)[d])
-        gap = max(gap, abs(truth - extreme) / span + 1.01 / LEROBOT_BINS)
-    if stat.startswith("q") and finding.error <= gap:
-        finding.cause = "binned"
-        finding.detail = (
-            f"a histogram's quantile (LeRobot's {LEROBOT_BINS} bins), not numpy's linear"
-            f" interpolation: off by up to the gap between neighbouring values of"
-            f" {count:,.0f} frames"
-        )
-        return finding
-    if finding.episode is not None:
-        finding.cause = "stale"
-        finding.detail = "not the statistics of this episode's frames (written before an edit?)"
-        return finding
-    finding.cause = "unknown"
-    return finding
-
-
-def _level(stat: str) -> float | None:
-    """q01 -> 0.01, q10 -> 0.1, q999 -> 0.999 (LeRobot's quantile names)."""
-    if stat.startswith("q") and stat[1:].isdigit():
-        return float("0." + stat[1:])
-    return None
-
-
-def _close(value, target, exact, stat, d, tolerance) -> bool:
-    scale = float(_scale(stat, exact)[d])
-    return value is not None and abs(value - float(target)) <= max(tolerance * scale * 0.1, 0.0)
 
 
 # --- a whole dataset ---------------------------------------------------------------------------
@@ -451,9 +270,15 @@ def check_global(
     episodes_stored: Mapping[int, Mapping] | None = None,
     episodes_exact: Mapping[int, Mapping] | None = None,
     expected: list[str] | None = None,
+    episode_file: str | None = None,
+    integers: frozenset[str] = frozenset(),
 ) -> None:
     """A file of dataset-wide statistics (`stats.json`, a `norm_stats.json`): every feature in
-    `exact` compared; `expected` features without an entry are named (cameras included)."""
+    `exact` compared; `expected` features without an entry are named (cameras included).
+
+    Check the per-episode file first (`episode_file`, already in the report): a dataset-wide
+    number that is LeRobot's aggregate of per-episode entries takes their confirmed cause.
+    `integers`: features whose values are integers or booleans."""
     for feature in expected if expected is not None else list(exact):
         if feature not in stored:
             report.findings.append(Finding(file, feature, "-", math.inf, "", "missing", fails=True))
@@ -462,20 +287,28 @@ def check_global(
             continue
         per_stored = [e[feature] for e in (episodes_stored or {}).values() if feature in e]
         per_exact = [e[feature] for e in (episodes_exact or {}).values() if feature in e]
+        episode_causes: dict[str, set[str]] = {}
+        for f in report.findings:
+            if f.file == episode_file and f.feature == feature and f.fails:
+                episode_causes.setdefault(f.stat, set()).add(f.cause)
         for finding in compare(
             entry, exact[feature], file=file, feature=feature, tolerance=report.tolerance
         ):
             report.numbers += len(finding.errors) or 1
-            report.findings.append(
-                explain(
-                    finding,
-                    exact[feature],
-                    tolerance=report.tolerance,
-                    episodes_stored=per_stored,
-                    episodes_exact=per_exact,
-                    frames=frames,
-                )
+            causes.explain_global(
+                finding,
+                exact[feature],
+                tolerance=report.tolerance,
+                frames=frames,
+                episodes_stored=per_stored,
+                episodes_exact=per_exact,
+                episode_causes=episode_causes,
+                integer=feature in integers,
             )
+            report.findings.append(finding)
+
+
+RowsOf = Callable[[dict[int, set[str]]], Iterable[tuple[int, str, np.ndarray]]]
 
 
 def check_episodes(
@@ -484,9 +317,18 @@ def check_episodes(
     stored: Mapping[int, Mapping[str, Mapping[str, np.ndarray]]],
     exact: Mapping[int, Mapping[str, Mapping[str, np.ndarray]]],
     lengths: Mapping[int, int],
+    *,
+    rows_of: RowsOf | None = None,
+    levels: list[float] = (),
+    integers: frozenset[str] = frozenset(),
 ) -> None:
     """Per-episode statistics: each episode's against its frames; episodes the data no longer
-    holds, and episodes of the data without statistics, are named."""
+    holds, and episodes of the data without statistics, are named.
+
+    `rows_of({episode: {feature, …}})` yields (episode, feature, rows in the data's dtype) for the
+    entries with a failing number, re-read so that a cause is named only where recomputing it
+    gives the stored number back (`stats/causes.py`); without it every failing number is
+    "no known cause" unless it is float32 rounding."""
     for episode in sorted(set(stored) - set(lengths)):
         report.findings.append(
             Finding(
@@ -501,6 +343,7 @@ def check_episodes(
                 fails=True,
             )
         )
+    failing: dict[tuple[int, str], list[Finding]] = {}
     for episode in sorted(lengths):
         if lengths[episode] == 0:
             continue
@@ -513,18 +356,54 @@ def check_episodes(
                     )
                 )
                 continue
-            for finding in compare(
+            found = compare(
                 have[feature],
                 truth,
                 file=file,
                 feature=feature,
                 tolerance=report.tolerance,
                 episode=episode,
-            ):
+            )
+            for finding in found:
                 report.numbers += len(finding.errors) or 1
-                report.findings.append(
-                    explain(finding, truth, tolerance=report.tolerance, frames=lengths[episode])
-                )
+                report.findings.append(finding)
+            if any(f.fails for f in found):
+                failing[(episode, feature)] = found
+    if not failing:
+        return
+    wanted: dict[int, set[str]] = {}
+    for episode, feature in failing:
+        wanted.setdefault(episode, set()).add(feature)
+    recomputed: dict[tuple[int, str], causes.Recomputed] = {}
+    pool: dict[tuple[str, float], list[tuple[int, str, dict]]] = {}
+    for episode, truth in exact.items():  # other episodes' frames, as an edit may have moved them
+        for feature, entry in truth.items():
+            count = float(entry["count"][0])
+            pool.setdefault((feature, count), []).append((episode, "exact", entry))
+    for episode, feature, rows in rows_of(wanted) if rows_of is not None else ():
+        entry = stored[episode][feature]
+        recomputed[(episode, feature)] = again = causes.recompute(
+            rows, entry, feature, list(levels)
+        )
+        for _, stats in again.own:
+            pool.setdefault((feature, float(len(rows))), []).append((episode, "LeRobot", stats))
+    for (episode, feature), found in failing.items():
+        entry = stored[episode][feature]
+        count = float(entry["count"][0]) if "count" in entry and entry["count"].size else -1.0
+        others = [
+            (f"the statistics of episode {other}'s frames (an edit moved the episodes)", stats)
+            for other, _, stats in pool.get((feature, count), [])
+            if other != episode
+        ]
+        causes.explain_entry(
+            found,
+            entry,
+            exact[episode][feature],
+            tolerance=report.tolerance,
+            recomputed=recomputed.get((episode, feature)),
+            others=others,
+            integer=feature in integers,
+        )
 
 
 def summary_rows(report: Report) -> list[dict]:

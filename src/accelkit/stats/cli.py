@@ -476,9 +476,20 @@ def run_stats(settings: StatsSettings, progress: bool = True, as_json: bool = Fa
         plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
     phase(f"reading the metadata of {settings.dataset}")
+    keys = settings.keys
+    if (
+        keys is None
+        and (settings.per_episode or settings.write_into)
+        and not settings.trust_files
+        and not storage.is_uri(settings.dataset)
+    ):
+        from accelkit.stats import lerobot
+
+        # a LeRobot dataset's statistics files hold every numeric feature (compute_episode_stats)
+        keys = lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
     stream = open_source(
         settings.dataset,
-        keys=settings.keys,
+        keys=keys,
         action_horizon=settings.action_horizon,
         chunk_end=settings.chunk_end,
         max_frames=settings.max_frames,
@@ -553,33 +564,47 @@ def _write_plot(path: Path | None, result, stream) -> tuple[Path, int] | None:
 
 
 def _write_outputs(settings, stream, result, levels, output: Path, target):
-    """Per-episode files (if asked), the statistics and their sidecar; returns the backup folder."""
+    """Per-episode files (if asked), the statistics and their sidecar; returns the backup folder.
+    Written into a dataset (`target`), its files are as they were if this fails or is stopped."""
+    import contextlib
+
+    from accelkit.stats import lerobot
     from accelkit.stats.formats import write_stats
 
     episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
     keep = existing_stats(output) if target is not None else None
-    backup = back_up_dataset_files(settings, stream, output) if target is not None else None
-    if episodes is not None:  # per-episode files first: their checks run before stats.json changes
-        write_episode_outputs(stream, result, episodes, output, into=target is not None)
-    cameras = None
-    if result.cameras is not None:
-        from accelkit.stats.cameras import lerobot_entry
-        from accelkit.stats.formats import quantile_name
+    replaced = dataset_files_replaced(settings, stream, output) if target is not None else []
+    with lerobot.as_it_was(replaced) if target is not None else contextlib.nullcontext() as guard:
+        backup = None
+        if target is not None:
+            backup = guard.created(lerobot.backup(target, replaced, _stamp()))
+        if episodes is not None:  # per-episode files first: their checks run before stats.json
+            write_episode_outputs(stream, result, episodes, output, into=target is not None)
+        cameras = None
+        if result.cameras is not None:
+            from accelkit.stats.cameras import lerobot_entry
+            from accelkit.stats.formats import quantile_name
 
-        names = {float(q): quantile_name(q) for q in levels}
-        cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
-    write_stats(
-        output,
-        result.stats,
-        settings.format,
-        stream.keys,
-        fill_empty=settings.fill_empty,
-        allow_missing_quantiles=settings.allow_missing_quantiles,
-        run=run_facts(settings, result, stream, levels),
-        keep=keep,
-        extra=cameras,
-    )
+            names = {float(q): quantile_name(q) for q in levels}
+            cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
+        write_stats(
+            output,
+            result.stats,
+            settings.format,
+            stream.keys,
+            fill_empty=settings.fill_empty,
+            allow_missing_quantiles=settings.allow_missing_quantiles,
+            run=run_facts(settings, result, stream, levels),
+            keep=keep,
+            extra=cameras,
+        )
     return backup
+
+
+def _stamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%dT%H%M%S")
 
 
 def _report(
@@ -755,10 +780,8 @@ def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
     return result.episodes or []
 
 
-def back_up_dataset_files(settings: StatsSettings, stream, output: Path) -> Path | None:
-    """Copies of the dataset files --write-into replaces, under meta/.accelkit-backup/<time>/."""
-    import time
-
+def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> list[Path]:
+    """The dataset files --write-into replaces (backed up under meta/.accelkit-backup/<time>/)."""
     from accelkit.stats import lerobot
     from accelkit.stats.formats import sidecar_path
 
@@ -770,7 +793,7 @@ def back_up_dataset_files(settings: StatsSettings, stream, output: Path) -> Path
             if source.version.startswith("v2")
             else lerobot.episode_meta_files(source.root)
         )
-    return lerobot.backup(source.root, replaced, time.strftime("%Y%m%dT%H%M%S"))
+    return replaced
 
 
 def write_episode_outputs(stream, result, episodes: list, output: Path, into: bool) -> list[Path]:
@@ -1198,18 +1221,47 @@ def run_check(
     camera_names = camera_keys(source.features)
     unchecked_cameras = [c for c in camera_names if c not in exact]
     episodes_stored, episodes_file = _stored_episodes(source)
+    integers = frozenset(
+        name
+        for name, feature in source.features.items()
+        if str(feature.get("dtype")).startswith(("int", "uint", "bool"))
+    )
+    if episodes_file is not None:  # first: a dataset-wide aggregate takes their causes
+        from accelkit.stats import lerobot
+
+        stored_checked = {
+            e: {k: v for k, v in per.items() if k not in unchecked_cameras}
+            for e, per in episodes_stored.items()
+        }
+        numeric = set(dict(stream.keys).values())
+        check.check_episodes(
+            report,
+            episodes_file,
+            stored_checked,
+            per_episode,
+            lengths,
+            rows_of=lambda wanted: lerobot.episode_rows(
+                source,
+                {e: f & numeric for e, f in wanted.items() if f & numeric},
+                progress=_steps("recomputing the stored numbers' causes: files", progress),
+            ),
+            levels=levels,
+            integers=integers,
+        )
     stats_json = root / "meta" / "stats.json"
     if stats_json.is_file():
         stored = check.read_stats_json(stats_json)
         check.check_global(
             report,
             "meta/stats.json",
-            {k: v for k, v in stored.items() if k not in unchecked_cameras},
+            stored,  # unchecked cameras: named if absent, not compared (not in `exact`)
             exact,
             frames=frames,
             episodes_stored=episodes_stored,
             episodes_exact=per_episode,
             expected=list(exact) + unchecked_cameras,
+            episode_file=episodes_file,
+            integers=integers,
         )
     elif source.version.startswith("v2"):
         report.not_checked.append(
@@ -1220,12 +1272,6 @@ def run_check(
         report.findings.append(
             check.Finding("meta/stats.json", "-", "-", math.inf, "", "missing", fails=True)
         )
-    if episodes_file is not None:
-        stored_checked = {
-            e: {k: v for k, v in per.items() if k not in unchecked_cameras}
-            for e, per in episodes_stored.items()
-        }
-        check.check_episodes(report, episodes_file, stored_checked, per_episode, lengths)
     if unchecked_cameras:
         report.not_checked.append(
             f"cameras {', '.join(unchecked_cameras)}: not compared (--images sample or all"
@@ -1264,6 +1310,21 @@ def run_check(
     return report
 
 
+def _steps(label: str, shown: bool):
+    """A progress callback (done, total, what) on the activity line, or None."""
+    if not shown:
+        return None
+    from accelkit.runtime.progress import Steps
+
+    steps = Steps(1, label)
+
+    def show(done: int, total: int, what: str) -> None:
+        steps.total, steps.done = max(total, 1), done
+        steps.show(what)
+
+    return show
+
+
 def _verdict(report) -> str:
     """How many stored numbers are off, and how many features or episodes have none stored (a
     dataset without statistics is not "701 of 0 off")."""
@@ -1285,26 +1346,10 @@ def _verdict(report) -> str:
 def _all_features_stream(root: Path):
     """A stream of every numeric feature the dataset declares and its data files hold (LeRobot
     stores statistics of each, index columns included)."""
-    import pyarrow.parquet as pq
-
     from accelkit.stats import lerobot
     from accelkit.stats.sources import open_source
 
-    info_file = root / "meta" / "info.json"
-    info = lerobot.read_json(info_file)
-    features = info.get("features")
-    if not isinstance(features, dict):
-        raise DataError(f"{info_file}: features is not a mapping; the metadata is damaged")
-    layout = lerobot.read_layout(root, info, info_file)
-    present = set(pq.read_schema(layout.files[0]).names) if layout.files else set()
-    numeric = [
-        name
-        for name, feature in features.items()
-        if str(feature.get("dtype")) in lerobot.NUMERIC_DTYPES and name in present
-    ]
-    if not numeric:
-        raise DataError(f"{root}: the data holds none of the numeric features meta/info.json lists")
-    return open_source(root, keys={name: name for name in numeric})
+    return open_source(root, keys=lerobot.numeric_features(root))
 
 
 def _stored_episodes(source) -> tuple[dict, str | None]:
@@ -1363,27 +1408,29 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
 
 def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) -> dict:
     """Write the exact statistics over the stored ones (the old files backed up); returns what was
-    written and where the backups are."""
+    written and where the backups are. Failed or stopped, every file is as it was."""
     import shutil
-    import time
 
     from accelkit.runtime.progress import phase
+    from accelkit.stats import lerobot
     from accelkit.stats.formats import write_stats
 
     phase(f"writing the exact statistics into {root / 'meta'}")
     output = root / "meta" / "stats.json"
-    backup = _write_outputs(settings, stream, result, levels, output, root)
-    written = [str(output)]
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    backups = [str(backup)] if backup else []
-    for path, (_, keystats, columns) in openpi_exact.items():
-        if keystats is None:
-            keystats = {k: result.stats[c] for k, c in columns.items()}
-        copy = path.with_name(f"{path.name}.{stamp}.bak")
-        shutil.copy2(path, copy)
-        backups.append(str(copy))
-        write_stats(path, keystats, "openpi", columns)
-        written.append(str(path))
+    replaced = dataset_files_replaced(settings, stream, output) + list(openpi_exact)
+    with lerobot.as_it_was(replaced) as guard:
+        backup = guard.created(_write_outputs(settings, stream, result, levels, output, root))
+        written = [str(output)]
+        stamp = _stamp()
+        backups = [str(backup)] if backup else []
+        for path, (_, keystats, columns) in openpi_exact.items():
+            if keystats is None:
+                keystats = {k: result.stats[c] for k, c in columns.items()}
+            copy = guard.created(path.with_name(f"{path.name}.{stamp}.bak"))
+            shutil.copy2(path, copy)
+            backups.append(str(copy))
+            write_stats(path, keystats, "openpi", columns)
+            written.append(str(path))
     return {"written": written, "backups": backups}
 
 
@@ -1412,7 +1459,7 @@ def _report_check(report, as_json: bool, fixed: dict | None, plot_path: Path | N
         )
         return
     from accelkit.runtime.output import Col, print_table, stdout_console
-    from accelkit.stats.check import CAUSE_HELP, CAUSES
+    from accelkit.stats.causes import CAUSE_HELP, CAUSES
 
     if rows:
         table = [

@@ -14,6 +14,7 @@ each disagreement), for datasets whose metadata is known to be stale.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -328,6 +329,50 @@ def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
     return folder if copied else None
 
 
+class _Restore:
+    def __init__(self, paths: list[Path]):
+        self.saved = {Path(p): (Path(p).read_bytes() if Path(p).is_file() else None) for p in paths}
+        self.made: list[Path] = []
+
+    def created(self, path: Path | None) -> Path | None:
+        """A file or folder the block makes (a backup): removed if the block fails."""
+        if path is not None:
+            self.made.append(Path(path))
+        return path
+
+    def undo(self) -> None:
+        import shutil
+
+        from accelkit.runtime.files import atomic_open
+
+        for path, data in self.saved.items():
+            with contextlib.suppress(OSError):
+                if data is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    with atomic_open(path, "wb", output=False) as handle:
+                        handle.write(data)
+        for path in self.made:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                if path.parent.name == BACKUP_FOLDER.name and not any(path.parent.iterdir()):
+                    path.parent.rmdir()
+
+
+@contextlib.contextmanager
+def as_it_was(paths: list[Path]):
+    """Files written together, or not at all: if the block raises or is interrupted (SIGINT and
+    SIGTERM raise in the main thread, runtime/interrupts.py), each of `paths` gets back the bytes
+    it had (or is removed if it did not exist) and what the block `created()` is removed. The
+    files are dataset metadata (stats.json, per-episode files): small enough to keep in memory."""
+    guard = _Restore(paths)
+    try:
+        yield guard
+    except BaseException:
+        guard.undo()
+        raise
+
+
 def empty_episodes(layout: Layout | None) -> list[int]:
     """Episodes the metadata lists with no frames (length 0)."""
     return sorted(e.index for e in (layout.episodes if layout else []) if e.length == 0)
@@ -475,3 +520,59 @@ def write_episodes_v30(
             pq.write_table(table, handle)
         written.append(target)
     return written
+
+
+def episode_rows(source: Source, wanted: dict[int, set[str]], progress=None):
+    """(episode, feature, rows [n, D] in the dtype the data holds) for the wanted episodes'
+    features, reading each data file that holds one once (only those columns); `progress(done,
+    total, file name)` before each file."""
+    import pyarrow.parquet as pq
+
+    from accelkit.stats.sources import arrow_values
+
+    by_file: dict[Path, list[int]] = {}
+    for episode in source.layout.episodes if source.layout is not None else []:
+        if episode.index in wanted:
+            by_file.setdefault(episode.file, []).append(episode.index)
+    for number, (path, episodes) in enumerate(by_file.items()):
+        if progress is not None:
+            progress(number, len(by_file), path.name)
+        features = sorted(set().union(*(wanted[e] for e in episodes)))
+        table = pq.read_table(path, columns=sorted({*features, "episode_index"}))
+        owner = arrow_values(table.column("episode_index").combine_chunks())
+        columns = {}
+        for name in features:
+            array = table.column(name).combine_chunks()
+            nested = hasattr(array, "flatten")  # a list per row; else a scalar per row
+            values = arrow_values(array.flatten() if nested else array)
+            columns[name] = values.reshape(len(array), -1) if len(array) else values.reshape(0, 1)
+        for episode in episodes:
+            rows = owner == episode
+            for name in sorted(wanted[episode]):
+                yield episode, name, columns[name][rows]
+
+
+def numeric_features(root: Path, required: bool = True) -> dict[str, str] | None:
+    """{name: name} for every numeric feature `meta/info.json` declares and the data holds — what
+    LeRobot's `compute_episode_stats` computes statistics of (the bookkeeping columns `index`,
+    `frame_index`, `episode_index`, `task_index`, `timestamp` included; cameras and strings
+    apart). None where `root` is not a LeRobot dataset and not `required`."""
+    import pyarrow.parquet as pq
+
+    info_file = root / "meta" / "info.json"
+    if not required and not info_file.is_file():
+        return None
+    info = read_json(info_file)
+    features = info.get("features")
+    if not isinstance(features, dict):
+        raise DataError(f"{info_file}: features is not a mapping; the metadata is damaged")
+    layout = read_layout(root, info, info_file)
+    present = set(pq.read_schema(layout.files[0]).names) if layout.files else set()
+    numeric = [
+        name
+        for name, feature in features.items()
+        if str(feature.get("dtype")) in NUMERIC_DTYPES and name in present
+    ]
+    if not numeric:
+        raise DataError(f"{root}: the data holds none of the numeric features meta/info.json lists")
+    return {name: name for name in numeric}

@@ -1,0 +1,323 @@
+"""Why a stored statistic is off — named only where a recomputation confirms it.
+
+`stats check` compares stored numbers with exact ones (`stats/compare.py`); a failing finding then
+gets a cause from `CAUSES` only when redoing what the cause claims gives the stored number back:
+
+* **binned quantiles / float32 (float64) moments** — LeRobot's own arithmetic
+  (`stats/lerobot_rules.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]²) on this
+  episode's rows, re-read from the data, reproduces the stored number. Where no rows are at hand
+  (a dataset-wide file) or the stored moments came from another summation order, "float32 moments"
+  needs the error to lie within the rounding bound of E[x²] − E[x]² for these values.
+* **stale after an edit** — the whole stored entry equals the statistics of other frames: these
+  frames numbered as before an edit (`index`, `episode_index` shifted by a constant, as LeRobot's
+  `delete_episodes` and `merge_datasets` leave them), the episode's first or last k frames (an
+  earlier frame count), or another episode's frames. A dataset-wide number is stale where it equals
+  LeRobot's aggregate of per-episode entries that are.
+* **mean of per-episode quantiles** — the count-weighted mean of the stored (or exact) per-episode
+  quantiles reproduces it.
+* **float32 rounding** — the stored number is the float32 rounding of the exact (or LeRobot's).
+
+Anything else is "no known cause": a wrong cause sends a user after an edit nobody made.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accelkit.stats import lerobot_rules
+
+F32 = 2.0**-24  # float32's unit roundoff
+F64 = 2.0**-53
+MOMENTS = ("mean", "std")
+REPRODUCED = 1e-6  # of the std or range: what "gives the stored number back" allows (JSON, float32)
+
+# the causes a finding may name (docs/stats.md lists them with what each means)
+CAUSES = {
+    "float32": "float32 moments",
+    "float64": "float64 moments",
+    "float32-values": "float32 rounding",
+    "averaged": "mean of per-episode quantiles",
+    "binned": "binned quantiles",
+    "stale": "stale after an edit",
+    "counts": "counts do not add up",
+    "gone": "episode is gone",
+    "missing": "no statistics stored",
+    "shape": "wrong number of values",
+    "unknown": "no known cause",
+}
+
+# what each cause means, printed once under the table
+CAUSE_HELP = {
+    "float32": "float32 moments: the mean and std were computed in float32 as E[x²] − E[x]², which"
+    " keeps ~7 digits: a column far from 0 for its spread (|mean|/std large) loses its std",
+    "float64": "float64 moments: E[x²] − E[x]² in float64 (LeRobot 0.4 on integer columns) loses the"
+    " spread of values far from 0 for it (|mean|/std ≳ 1e6)",
+    "float32-values": "float32 rounding: integers above 2^24 do not fit float32's 24-bit mantissa",
+    "averaged": "mean of per-episode quantiles: LeRobot's aggregate_stats averages the episodes'"
+    " quantiles (weighted by their frames); that is not the quantile of the dataset",
+    "binned": "binned quantiles: LeRobot's 5000-bin histogram quantile, recomputed on the episode's"
+    " rows, not numpy's linear interpolation; far off for short episodes, tails and 0/1 columns",
+    "stale": "stale after an edit: the stored numbers are the statistics of other frames (renumbered,"
+    " fewer, or another episode's) than the data holds now",
+    "counts": "counts do not add up: the stored count is not the number of frames in the data",
+    "gone": "episode is gone: statistics of an episode the data no longer holds",
+    "missing": "no statistics stored for a feature or an episode the data holds",
+    "shape": "wrong number of values: the stored entry does not match the feature's dimensions",
+    "unknown": "no known cause: no recomputation (LeRobot's arithmetic, other frames, an average)"
+    " gives the stored number back",
+}
+
+
+def scale(stat: str, exact: Mapping[str, np.ndarray]) -> np.ndarray:
+    """What an error of `stat` is measured in: the std (moments) or the range; 1 where that is 0
+    (a constant dimension: the error is then absolute)."""
+    unit = exact["std"] if stat in MOMENTS else exact["max"] - exact["min"]
+    return np.where(unit > 0, unit, 1.0)
+
+
+def _near(value, target, exact, stat: str, d: int, within: float) -> bool:
+    if value is None or target is None or not np.isfinite(target):
+        return False
+    return abs(value - float(target)) <= within * float(scale(stat, exact)[d])
+
+
+def exact_entry(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
+    """numpy's statistics of rows `x` [n, D], as the engine computes them (float64 moments,
+    numpy.quantile at LeRobot's levels)."""
+    wide = x.astype(np.float64)
+    out = {
+        "mean": wide.mean(axis=0),
+        "std": wide.std(axis=0),
+        "min": wide.min(axis=0),
+        "max": wide.max(axis=0),
+        "count": np.asarray([len(x)], np.float64),
+    }
+    quantiles = np.quantile(x, np.asarray(levels), axis=0)
+    for q, values in zip(levels, quantiles, strict=True):
+        out[f"q{int(q * 100):02d}"] = np.asarray(values, np.float64).reshape(-1)
+    return out
+
+
+@dataclass
+class Recomputed:
+    """One episode's feature, recomputed from its rows: LeRobot's arithmetic on them (`own`:
+    precision, statistics) and the statistics of other frames the stored entry may hold
+    (`others`: description, statistics)."""
+
+    own: list[tuple[str, dict[str, np.ndarray]]] = field(default_factory=list)
+    others: list[tuple[str, dict[str, np.ndarray]]] = field(default_factory=list)
+
+
+def recompute(
+    x: np.ndarray, stored: Mapping[str, np.ndarray], feature: str, levels: list[float]
+) -> Recomputed:
+    """What `stored` may be, from the episode's rows `x` (in the dtype the data holds)."""
+    out = Recomputed(own=lerobot_rules.candidates(x, levels))
+    n = len(x)
+
+    def every_way(rows: np.ndarray, what: str) -> None:
+        out.others.append((what, exact_entry(rows, levels)))
+        out.others.extend((what, stats) for _, stats in lerobot_rules.candidates(rows, levels))
+
+    if n and np.issubdtype(x.dtype, np.integer) and "min" in stored and stored["min"].size:
+        shift = float(stored["min"][0]) - float(x[:, 0].min())
+        if shift and shift.is_integer() and abs(shift) < 2**62:
+            every_way(
+                x + np.int64(shift),
+                f"the statistics of these frames with {feature} {int(shift):+d}: numbered as"
+                " before an edit that renumbered the dataset",
+            )
+    count = int(stored["count"][0]) if "count" in stored and stored["count"].size else n
+    if 0 < count < n:
+        every_way(x[:count], f"the statistics of the episode's first {count} of {n} frames")
+        every_way(x[n - count :], f"the statistics of the episode's last {count} of {n} frames")
+    return out
+
+
+def _same(stored: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], exact, within):
+    """Every statistic both hold agrees (counts exactly), and at least mean, min and max do."""
+    shared = [s for s in stored if s in candidate]
+    if not {"mean", "min", "max"} <= set(shared):
+        return False
+    for stat in shared:
+        a, b = stored[stat], candidate[stat]
+        if stat == "count":
+            if a.size < 1 or b.size < 1 or float(a[0]) != float(b[0]):
+                return False
+            continue
+        if a.shape != b.shape or a.shape != exact["mean"].shape:
+            return False
+        with np.errstate(invalid="ignore", over="ignore"):
+            if not np.all(np.abs(a - b) <= within * scale(stat, exact)):
+                return False
+    return True
+
+
+def _own(finding, recomputed: Recomputed | None, exact) -> str | None:
+    """The precision of LeRobot's arithmetic that gives this stored number back, or None."""
+    if recomputed is None or finding.stored is None:
+        return None
+    d = finding.dim or 0
+    for precision, stats in recomputed.own:
+        values = stats.get(finding.stat)
+        found = values is not None and values.size > d
+        if found and _near(finding.stored, values[d], exact, finding.stat, d, REPRODUCED):
+            return precision
+    return None
+
+
+def moments_bound(stat: str, exact: Mapping[str, np.ndarray], d: int, count: float, unit: float):
+    """How far E[x²] − E[x]² in a precision with unit roundoff `unit` may put the stored mean or
+    std of these values (summation over `count` values, |x| ≤ max(|min|, |max|))."""
+    largest = max(abs(float(exact["min"][d])), abs(float(exact["max"][d])))
+    steps = math.log2(max(count, 2.0)) + 2
+    if stat == "mean":
+        return steps * unit * largest
+    return (2 * steps + 2) * unit * largest**2  # on std², not std
+
+
+def _within_rounding(finding, exact, count: float, unit: float) -> bool:
+    d = finding.dim or 0
+    bound = moments_bound(finding.stat, exact, d, count, unit)
+    if finding.stat == "mean":
+        return abs(finding.stored - finding.exact) <= bound
+    return abs(finding.stored**2 - finding.exact**2) <= bound
+
+
+def _float32_rounding(finding) -> bool:
+    stored, truth = finding.stored, finding.exact
+    if stored is None or truth is None or not np.isfinite(truth) or abs(truth) < 2**24:
+        return False
+    return stored == float(np.float32(truth)) and stored != truth
+
+
+def _name(finding, cause: str, detail: str) -> None:
+    finding.cause, finding.detail = cause, detail
+
+
+def explain_entry(
+    findings: list,
+    stored: Mapping[str, np.ndarray],
+    exact: Mapping[str, np.ndarray],
+    *,
+    tolerance: float,
+    recomputed: Recomputed | None,
+    others: Iterable[tuple[str, Mapping[str, np.ndarray]]] = (),
+    integer: bool = False,
+) -> None:
+    """Causes for one episode's failing findings of one feature (sets `cause`, `detail`).
+
+    `others`: (description, statistics) of other episodes' frames — what a moved entry would hold;
+    `integer`: the feature is integer or bool (LeRobot's moments of it are float64)."""
+    failing = [f for f in findings if f.fails and f.cause is None]
+    if not failing:
+        return
+    count = float(exact["count"][0])
+    own = {id(f): _own(f, recomputed, exact) for f in failing}
+    if not all(own.values()):
+        candidates = list(recomputed.others if recomputed else []) + list(others)
+        for what, stats in candidates:
+            if _same(stored, stats, exact, 0.1 * tolerance):
+                for f in failing:
+                    _name(f, "stale", what)
+                return
+    for f in failing:
+        precision = own[id(f)]
+        if f.stat == "count":
+            _name(f, "unknown", f"{f.stored:,.0f} counted, the data holds {f.exact:,.0f} frames")
+        elif precision and f.stat.startswith("q"):
+            _name(
+                f,
+                "binned",
+                f"LeRobot's {lerobot_rules.BINS}-bin histogram quantile of this episode's"
+                f" {count:,.0f} frames gives the stored number",
+            )
+        elif precision and f.stat in MOMENTS:
+            _name(f, precision, f"E[x²] − E[x]² in {precision} on this episode's rows gives it")
+        elif f.stat in MOMENTS and _within_rounding(f, exact, count, F64 if integer else F32):
+            kind = "float64" if integer else "float32"
+            _name(f, kind, f"within {kind} rounding of E[x²] − E[x]² for these values")
+        elif _float32_rounding(f):
+            _name(f, "float32-values", f"{f.exact:.17g} stored as float32 ({f.stored:.17g})")
+        else:
+            _name(f, "unknown", "")
+
+
+def explain_global(
+    finding,
+    exact: Mapping[str, np.ndarray],
+    *,
+    tolerance: float,
+    frames: int,
+    episodes_stored: list[Mapping[str, np.ndarray]],
+    episodes_exact: list[Mapping[str, np.ndarray]],
+    episode_causes: Mapping[str, set[str]],
+    integer: bool = False,
+) -> None:
+    """The cause of a failing dataset-wide finding (`stats.json`, a `norm_stats.json`).
+
+    `episodes_stored` / `episodes_exact`: the feature's per-episode statistics (what LeRobot
+    aggregates them from); `episode_causes`: statistic -> causes named for its per-episode entries."""
+    if not finding.fails or finding.cause is not None:
+        return
+    stat, d = finding.stat, finding.dim or 0
+    if stat == "count":
+        _name(finding, "counts", f"{finding.stored:,.0f} counted, the data holds {frames:,} frames")
+        return
+    causes = set(episode_causes.get(stat, set()))
+    if stat == "std" and "stale" in episode_causes.get("mean", set()):
+        causes.add("stale")  # the aggregate's variance adds each episode's (stale) mean's spread
+    aggregated = lerobot_rules.aggregate(list(episodes_stored)) if episodes_stored else {}
+    if stat in aggregated and _near(
+        finding.stored, aggregated[stat][d], exact, stat, d, 0.1 * tolerance
+    ):
+        if "stale" in causes:
+            _name(
+                finding,
+                "stale",
+                "LeRobot's aggregate of the stored per-episode statistics, some of which are stale",
+            )
+            return
+        if stat.startswith("q"):
+            _name(
+                finding,
+                "averaged",
+                f"equals the count-weighted mean of the stored per-episode {stat}"
+                " (LeRobot's aggregate_stats), not the dataset's quantile",
+            )
+            return
+        inherited = [c for c in ("float32", "float64") if c in causes]
+        if inherited:
+            _name(
+                finding,
+                inherited[0],
+                f"LeRobot's aggregate of per-episode {stat}s computed as E[x²] − E[x]² in"
+                f" {inherited[0]}",
+            )
+            return
+    if stat.startswith("q"):
+        averaged = lerobot_rules.aggregate(list(episodes_exact)) if episodes_exact else {}
+        if stat in averaged and _near(
+            finding.stored, averaged[stat][d], exact, stat, d, 0.1 * tolerance
+        ):
+            _name(
+                finding,
+                "averaged",
+                f"equals the count-weighted mean of the exact per-episode {stat}"
+                " (LeRobot's aggregate_stats), not the dataset's quantile",
+            )
+            return
+    if stat in MOMENTS:
+        unit = F64 if integer else F32
+        if _within_rounding(finding, exact, float(frames), unit):
+            kind = "float64" if integer else "float32"
+            _name(finding, kind, f"within {kind} rounding of E[x²] − E[x]² for these values")
+            return
+    if _float32_rounding(finding):
+        _name(finding, "float32-values", f"{finding.exact:.17g} stored as float32")
+        return
+    _name(finding, "unknown", "")
