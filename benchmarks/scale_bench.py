@@ -94,7 +94,7 @@ def ensure_images(data_dir: Path, count: int, seed: int = 0) -> list[tuple[str, 
 
 def bench_stats(args, result: dict) -> None:
     from accelkit.runtime.timing import interleaved
-    from accelkit.stats.compute import compute_stats
+    from accelkit.stats.engine import compute_stats
     from accelkit.stats.sources import open_source
     from stats_bench import ensure_parquet_dataset
 

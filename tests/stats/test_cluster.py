@@ -14,7 +14,7 @@ import pytest
 from accelkit.cli import main
 from accelkit.errors import DataError
 from accelkit.stats import cluster
-from accelkit.stats.compute import compute_stats
+from accelkit.stats.engine import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
 from accelkit.stats.transforms import ChunkTransform, DeltaActions

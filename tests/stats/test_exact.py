@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from accelkit.errors import DataError
-from accelkit.stats.compute import compute_stats
+from accelkit.stats.engine import compute_stats
 from accelkit.stats.quantiles import float_keys, keys_to_floats
 
 from .helpers import assert_matches_numpy, stats_of

@@ -127,7 +127,7 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
 
     import jax
 
-    from accelkit.stats.compute import compute_stats
+    from accelkit.stats.engine import compute_stats
     from accelkit.stats.sample import write_sample_dataset
     from accelkit.stats.sources import open_source
 
@@ -155,7 +155,8 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
 def test_the_warm_up_loads_the_loop_a_float32_run_calls(rng):
     """`warm_up` (numba's start-up on a thread while the first files are read) must load the very
     specialization a run on float32 columns calls: afterwards the run compiles nothing new."""
-    from accelkit.stats.compute import HOST, compute_stats
+    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.runner import HOST
 
     host_passes.warm_up().join()
     loaded = set(host_passes.kernel().signatures)
@@ -185,7 +186,7 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
     )
     library = (
         "import gc\n"
-        "from accelkit.stats.compute import compute_stats\n"
+        "from accelkit.stats.engine import compute_stats\n"
         "from accelkit.stats.sources import open_source\n"
         f"compute_stats(open_source({str(root)!r}), platform='cpu')\n"
         "from accelkit.stats import host_passes\n"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from accelkit.stats import sources
-from accelkit.stats.compute import compute_stats
+from accelkit.stats.engine import compute_stats
 from accelkit.stats.formats import per_timestep_path, read_norm_stats
 from accelkit.stats.sources import open_source
 from accelkit.stats.transforms import ChunkTransform, DeltaActions, make_bool_mask, parse_mask

@@ -1,11 +1,17 @@
 """`accelkit stats`: exact normalization statistics of robot datasets (openpi `norm_stats.json`,
 LeRobot `stats.json` and per-episode statistics), streaming, bounded memory, any device count.
 
-The public API, loaded on first use (importing this package stays cheap):
+The library API — what the command line calls — loaded on first use (importing this package
+stays cheap; docs/stats.md, "Python API"):
 
-    from accelkit.stats import compute_stats, open_source, write_stats
-    result = compute_stats(open_source("path/to/lerobot_dataset"), quantiles=[0.01, 0.99])
-    write_stats("norm_stats.json", result.stats, "openpi", {})
+    import accelkit.stats as stats
+    done = stats.compute("path/to/lerobot_dataset", output="norm_stats.json")   # ComputeResult
+    report = stats.check("path/to/lerobot_dataset")                             # CheckReport
+    if not report.ok:
+        stats.fix(report)                                                       # FixResult
+
+`compute_stats` is the engine below `compute`, for rows already in Python (any re-iterable of
+dict batches, or a stream from `open_source`); `write_stats` writes its result in either format.
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from __future__ import annotations
 from accelkit.runtime.output import lazy_exports
 
 _EXPORTS = {
-    "compute_stats": "accelkit.stats.compute",
+    "compute": "accelkit.stats.run",
+    "ComputeResult": "accelkit.stats.run",
+    "check": "accelkit.stats.checking",
+    "fix": "accelkit.stats.checking",
+    "CheckReport": "accelkit.stats.checking",
+    "FixResult": "accelkit.stats.checking",
+    "StatsSettings": "accelkit.stats.settings",
+    "compute_stats": "accelkit.stats.engine",
     "open_source": "accelkit.stats.sources",
     "write_stats": "accelkit.stats.formats",
     "read_norm_stats": "accelkit.stats.formats",

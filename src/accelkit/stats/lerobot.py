@@ -522,36 +522,6 @@ def write_episodes_v30(
     return written
 
 
-def episode_rows(source: Source, wanted: dict[int, set[str]], progress=None):
-    """(episode, feature, rows [n, D] in the dtype the data holds) for the wanted episodes'
-    features, reading each data file that holds one once (only those columns); `progress(done,
-    total, file name)` before each file."""
-    import pyarrow.parquet as pq
-
-    from accelkit.stats.sources import arrow_values
-
-    by_file: dict[Path, list[int]] = {}
-    for episode in source.layout.episodes if source.layout is not None else []:
-        if episode.index in wanted:
-            by_file.setdefault(episode.file, []).append(episode.index)
-    for number, (path, episodes) in enumerate(by_file.items()):
-        if progress is not None:
-            progress(number, len(by_file), path.name)
-        features = sorted(set().union(*(wanted[e] for e in episodes)))
-        table = pq.read_table(path, columns=sorted({*features, "episode_index"}))
-        owner = arrow_values(table.column("episode_index").combine_chunks())
-        columns = {}
-        for name in features:
-            array = table.column(name).combine_chunks()
-            nested = hasattr(array, "flatten")  # a list per row; else a scalar per row
-            values = arrow_values(array.flatten() if nested else array)
-            columns[name] = values.reshape(len(array), -1) if len(array) else values.reshape(0, 1)
-        for episode in episodes:
-            rows = owner == episode
-            for name in sorted(wanted[episode]):
-                yield episode, name, columns[name][rows]
-
-
 def numeric_features(root: Path, required: bool = True) -> dict[str, str] | None:
     """{name: name} for every numeric feature `meta/info.json` declares and the data holds — what
     LeRobot's `compute_episode_stats` computes statistics of (the bookkeeping columns `index`,

@@ -6,7 +6,7 @@ per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episod
 statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
 user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
 the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
-the stored number back (`stats/causes.py`); the application layer computes, prints and fixes.
+the stored number back (`stats/causes.py`); `stats/checking.py` computes the exact ones and fixes.
 
 Why 1e-3 by default (`TOLERANCE`): a model sees (x − mean) / std or a value scaled by q01..q99; an
 error of 1e-3 std or 1e-3 of the range moves every normalized input by at most about that much,
