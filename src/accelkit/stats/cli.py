@@ -341,8 +341,8 @@ def stats_command(
 
         print_json(done.document(), run=done.run)
         return
-    print_report(done.stats, done.output, done.format, done.source)
-    cameras = done.stats.cameras
+    print_report(done.result, done.output, done.format, done.source)
+    cameras = done.result.cameras
     if cameras is not None:
         print(
             f"cameras ({cameras.mode}): {', '.join(cameras.stats)}: {cameras.frames_counted:,}"

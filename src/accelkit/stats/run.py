@@ -4,7 +4,7 @@ written (openpi `norm_stats.json` or LeRobot `stats.json`, per-episode files, a 
 
     import accelkit.stats as stats
     done = stats.compute("path/to/dataset", format="lerobot", output="stats.json")
-    done.stats.stats["state"].mean, done.output
+    done.result.stats["state"].mean, done.output
 
 `compute_stats` (`stats/engine.py`) is the engine below it, for rows already in Python.
 """
@@ -25,11 +25,11 @@ from accelkit.stats.types import StatsResult
 
 @dataclass
 class ComputeResult:
-    """What `compute` did: the statistics (`stats`: the engine's `StatsResult`, cameras included),
+    """What `compute` did: the statistics (`result`: the engine's `StatsResult`, cameras included),
     where they went (`output`, a path or an object-storage URI), what the file holds (`written`)
     and its run-facts sidecar (`run`), the dataset files backed up (`backup`) and the figure."""
 
-    stats: StatsResult
+    result: StatsResult
     output: object  # Path or storage.ObjectPath
     format: str
     source: str  # the dataset's name as the run shows it
@@ -188,7 +188,7 @@ def _result(settings, result, output: Path, stream, backup, shown=None, plotted=
     from accelkit.stats.formats import sidecar_path
 
     return ComputeResult(
-        stats=result,
+        result=result,
         output=output if shown is None else shown,
         format=settings.format,
         source=stream.name,

@@ -1,0 +1,63 @@
+"""The library API the command line calls (`accelkit.stats.compute`, `check`, `fix`): the same
+results as the commands, as objects; the command's `--json` result is the object's `document()`."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import accelkit.stats as stats
+from accelkit.errors import ConfigError
+from tests.support.cli import run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_the_api_is_exported_lazily_and_names_are_functions():
+    for name in ("compute", "check", "fix"):
+        assert callable(getattr(stats, name)) and name in stats.__all__
+    assert {"ComputeResult", "CheckReport", "FixResult"} <= set(stats.__all__)
+
+
+def test_compute_returns_what_it_wrote_and_what_the_command_prints(tmp_path, capsys):
+    root = FIXTURES / "lerobot_v30"
+    done = stats.compute(root, output=tmp_path / "a" / "norm_stats.json")
+    written = json.loads((tmp_path / "a" / "norm_stats.json").read_text())
+    assert done.written == written and done.output == tmp_path / "a" / "norm_stats.json"
+    action = np.concatenate(
+        [
+            np.asarray(pq.read_table(p, columns=["action"]).column("action").to_pylist())
+            for p in sorted((root / "data").rglob("*.parquet"))
+        ]
+    ).astype(np.float32)
+    np.testing.assert_array_equal(
+        done.result.stats["actions"].quantiles[0.99],
+        np.quantile(action, np.asarray([0.99]), axis=0)[0],
+    )
+    code, out, err = run_cli(
+        ["stats", str(root), "-o", str(tmp_path / "b" / "norm_stats.json"), "--json", "--no-progress"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)["result"]
+    assert doc["stats"] == done.document()["stats"] and doc["format"] == "openpi"
+
+
+def test_compute_names_a_bad_option():
+    with pytest.raises(ConfigError, match="max-frames 0: must be positive"):
+        stats.compute(FIXTURES / "lerobot_v30", max_frames=0)
+
+
+def test_check_then_fix_as_objects_equal_the_command(tmp_path, capsys):
+    root = Path(shutil.copytree(FIXTURES / "lerobot_v30", tmp_path / "ds"))
+    report = stats.check(root)
+    assert isinstance(report, stats.CheckReport) and not report.ok
+    assert report.verdict() == "220 of 1,368 stored statistics off by more than 0.001"
+    code, out, _ = run_cli(["stats", "check", str(root), "--json", "--no-progress"], capsys)
+    assert code == 3 and json.loads(out)["result"] == json.loads(json.dumps(report.document()))
+    fixed = stats.fix(report)
+    assert fixed.written == [str(root / "meta" / "stats.json")] and len(fixed.backups) == 1
+    assert report.fixed is fixed and stats.check(root).ok
