@@ -1,5 +1,6 @@
-"""Run inside a venv that has LeRobot (tests/support/lerobot_venv.py): what LeRobot itself does to
-a dataset, reported as JSON on stdout. Never touches the network (HF_HUB_OFFLINE).
+"""Run inside a venv that has LeRobot (made by hand as tests/stats/fixtures/make_lerobot_fixtures.py's
+docstring says; tests/stats/fixtures/make_lerobot_edit_fixtures.py runs it): what LeRobot itself
+does to a dataset, reported as JSON on stdout. Never touches the network (HF_HUB_OFFLINE).
 
     python lerobot_roundtrip.py load ROOT
         LeRobotDataset(root=ROOT): frames, episodes, and the statistics LeRobot loaded
