@@ -14,13 +14,9 @@ from __future__ import annotations
 from accelkit.runtime.output import lazy_exports
 
 _EXPORTS = {
-    "run": "accelkit.bench.api",
-    "defaults": "accelkit.bench.api",
-    "BenchRun": "accelkit.bench.api",
+    **dict.fromkeys(("run", "defaults", "BenchRun"), "accelkit.bench.api"),
+    **dict.fromkeys(("Result", "Check", "Timing"), "accelkit.bench.harness"),
     "EXPERIMENTS": "accelkit.bench.suite",
-    "Result": "accelkit.bench.harness",
-    "Check": "accelkit.bench.harness",
-    "Timing": "accelkit.bench.harness",
     "validate": "accelkit.bench.schema",
 }
 

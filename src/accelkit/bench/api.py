@@ -341,13 +341,13 @@ def _train(
             raise MissingDependencyError(module, "bench")  # fixes its backend at import
     protocol = how.protocol()
     how.start()
-    setup = train.Setup(
-        samples=samples,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=learning_rate,
-        momentum=momentum,
-        dropout=dropout,
+    setup = train.Setup(  # samples, epochs, batch size, lr, momentum, dropout: Setup's order
+        samples,
+        epochs,
+        batch_size,
+        learning_rate,
+        momentum,
+        dropout,
         checkpoint_epoch=checkpoint_epoch,
     )
     result = train.run(
