@@ -401,8 +401,7 @@ def defaults(experiment: str) -> dict[str, object]:
     modes: None means all of them)."""
     plan, shared = _plan(experiment)
     own = list(inspect.signature(plan).parameters.values())[1:]
-    defaults = {p.name: p.default for p in own}
-    return defaults | {name: getattr(_Options, name) for name in shared}
+    return {p.name: p.default for p in own} | {name: getattr(_Options, name) for name in shared}
 
 
 def _plan(experiment: str):
@@ -433,10 +432,10 @@ def run(
     from accelkit.errors import ConfigError
 
     plan, shared = _plan(experiment)
-    own = inspect.signature(plan).parameters
+    own = list(inspect.signature(plan).parameters)[1:]  # after the shared options' `how`
     for name in options:
         if name not in own and name not in shared:
-            known = ", ".join(n for n in [*list(own)[1:], *shared] if n != "modes")
+            known = ", ".join(n for n in [*own, *shared] if n != "modes")
             raise ConfigError(f"bench {experiment} has no option {name!r}; it takes: {known}")
     how = _Options(
         **{n: options.pop(n) for n in shared if n in options}, progress=progress or _silent
