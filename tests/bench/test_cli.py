@@ -154,7 +154,8 @@ def test_json_prints_the_document_on_stdout(capsys):
 
 def test_failed_check_exits_3(capsys):
     from accelkit.bench import harness
-    from accelkit.bench.cli import emit
+    from accelkit.bench.api import BenchRun
+    from accelkit.bench.cli import render
     from accelkit.errors import CheckFailed
 
     result = harness.Result("scipy", {"modes": ["numpy"]})
@@ -162,5 +163,5 @@ def test_failed_check_exits_3(capsys):
     with pytest.raises(
         CheckFailed, match="1 correctness check\\(s\\) failed: forced failure"
     ) as caught:
-        emit([result], None, None)
+        render(BenchRun("scipy", [result], harness.environment()))
     assert caught.value.exit_code == 3

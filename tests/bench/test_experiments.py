@@ -177,9 +177,8 @@ def test_mnist_flags_validation_batches_momentum_and_dry_run():
     for key, momentum, eval_batch in (("a", 0.9, None), ("b", 0.9, 37), ("c", 0.0, None)):
         torch.manual_seed(0)
         net = mnist.torch_model(data.side)
-        runs[key] = mnist.train_torch(
-            net, data, 1, 32, 0.02, 0, momentum=momentum, eval_batch_size=eval_batch
-        )
+        plan = mnist.Schedule(1, 32, 0.02, 0, momentum=momentum, eval_batch_size=eval_batch)
+        runs[key] = mnist.train_torch(net, data, plan)
     # validation in batches of 37 (the last one short) predicts exactly what one batch does
     assert runs["a"][0]["accuracy"] == runs["b"][0]["accuracy"]
     assert runs["a"][0]["validated"] == runs["b"][0]["validated"] == len(data.y_test)

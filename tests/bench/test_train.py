@@ -81,9 +81,9 @@ def test_multi_device_eval_equals_single_device(trained):
 
 
 def test_flops_match_the_analytic_count(trained):
-    from accelkit.bench.experiments import train
+    from accelkit.bench.experiments.train.flops import dense_flops
 
-    want = sum(train.dense_flops(64))
+    want = sum(dense_flops(64))
     assert want == 2 * 64 * (100 * 300 + 300 * 200 + 200 * 100 + 100 * 1)
     assert trained.facts["flops per forward, pytorch (matmuls)"] == want
     bias = 64 * (300 + 200 + 100 + 1)
@@ -95,20 +95,20 @@ def test_flops_match_the_analytic_count(trained):
 
 def test_lockstep_variance_check_fails_without_bessel():
     """The variance check is exact: PyTorch's own statistics (no correction) must fail it."""
-    from accelkit.bench.experiments.train import _lockstep_checks
+    from accelkit.bench.experiments.train.checks import lockstep_checks
     from accelkit.bench.harness import Result
 
     rng = np.random.default_rng(0)
     var = 1 + rng.random(50)
     torch_side = {"losses": [0.7, 0.6], "mean": rng.random(50), "var": var}
     result = Result("train", {})
-    _lockstep_checks(result, "same", dict(torch_side), torch_side, batch=64)
+    lockstep_checks(result, "same", dict(torch_side), torch_side, batch=64)
     assert [c.passed for c in result.checks] == [True, True, False]
     # Flax's variance derived from the relation passes
     decay = 0.9**2
     flax_var = decay + (var - decay) * 63 / 64
     result = Result("train", {})
-    _lockstep_checks(result, "flax", {**torch_side, "var": flax_var}, torch_side, batch=64)
+    lockstep_checks(result, "flax", {**torch_side, "var": flax_var}, torch_side, batch=64)
     assert result.passed, _failed(result)
 
 
@@ -118,36 +118,40 @@ def test_torch_resume_depends_on_the_saved_rng_state(tmp_path):
     import torch
 
     from accelkit.bench.experiments import train
+    from accelkit.bench.experiments.train.checkpoints import torch_resume, torch_save
+    from accelkit.bench.experiments.train.data import make_data
+    from accelkit.bench.experiments.train.loops import torch_run
+    from accelkit.bench.experiments.train.models import torch_model
 
     setup = train.Setup(samples=700, epochs=2, batch_size=64, checkpoint_epoch=1)
-    data = train.make_data(setup.samples, setup.seed)
+    data = make_data(setup.samples, setup.seed)
     torch.manual_seed(0)
-    net = train.torch_model(setup.dropout)
+    net = torch_model(setup.dropout)
 
     def save(epoch, net, opt):
         if epoch == 0:
-            train.torch_save(tmp_path / "ck.pt", epoch, net, opt)
+            torch_save(tmp_path / "ck.pt", epoch, net, opt)
 
-    full, _ = train.torch_run(net, setup, data, range(2), on_epoch=save)
-    again = train.torch_resume(tmp_path / "ck.pt", setup, data)
+    full, _ = torch_run(net, setup, data, range(2), on_epoch=save)
+    again = torch_resume(tmp_path / "ck.pt", setup, data)
     assert again[0]["losses"] == full[1]["losses"]
     saved = torch.load(tmp_path / "ck.pt", weights_only=True)
     saved["rng"] = torch.Generator().manual_seed(123).get_state()
     torch.save(saved, tmp_path / "ck.pt")
-    other = train.torch_resume(tmp_path / "ck.pt", setup, data)
+    other = torch_resume(tmp_path / "ck.pt", setup, data)
     assert other[0]["losses"] != full[1]["losses"]
 
 
 def test_one_loader_same_batches_every_epoch_order():
-    from accelkit.bench.experiments import train
+    from accelkit.bench.experiments.train.data import epoch_batches, loader, make_data
 
-    x, y, _, _ = train.make_data(400, 0)
+    x, y, _, _ = make_data(400, 0)
     assert x.shape == (320, 100) and set(np.unique(y)) == {0.0, 1.0}
     np.testing.assert_allclose(x.mean(0), 0, atol=1e-5)
-    loader = train.loader(x, y, 64, 0)
-    first = [b[1].copy() for b in train.epoch_batches(loader, 0, 1)]
-    other = [b[1].copy() for b in train.epoch_batches(loader, 0, 2)]
-    again = [b[1].copy() for b in train.epoch_batches(train.loader(x, y, 64, 0), 0, 1)]
+    batches = loader(x, y, 64, 0)
+    first = [b[1].copy() for b in epoch_batches(batches, 0, 1)]
+    other = [b[1].copy() for b in epoch_batches(batches, 0, 2)]
+    again = [b[1].copy() for b in epoch_batches(loader(x, y, 64, 0), 0, 1)]
     assert len(first) == 5 and all(len(b) == 64 for b in first)  # drop_last: full batches
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))

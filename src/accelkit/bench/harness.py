@@ -251,7 +251,7 @@ def merge_results(parts: list[Result]) -> Result:
 # child processes (XLA's device count and Keras's backend are fixed when they are imported)
 
 
-def run_child_process(argv: list[str], env: dict, what: str, timeout: float = 600) -> dict:
+def run_child_process(argv: list[str], env: dict, what: str, timeout: float | None = 600) -> dict:
     """Run `argv`, whose last argument is the JSON file it writes; return that file's content.
 
     A failing child raises one line: its exit code and the last meaningful line of its stderr.

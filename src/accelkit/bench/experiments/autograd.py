@@ -79,6 +79,33 @@ def run(
     return result
 
 
+def _timed_grads(result: Result, backend: str, device: str, variants, x, want, protocol, loops):
+    """Time each (label, timing name, gradient function) `loops` times over `x`, then check
+    each one's last gradients against the analytic derivative `want`."""
+
+    def loop(fn):
+        out = None
+        for _ in range(loops):
+            out = fn(x)
+        return out
+
+    outputs = []
+    for label, name, fn in variants:
+        timing, out = measure(
+            name, backend, lambda fn=fn: loop(fn), protocol, device=device, size=len(want)
+        )
+        result.timings.append(timing)
+        outputs.append((label, out))
+    for label, out in outputs:
+        result.checks.append(
+            check_below(
+                f"{backend} {label}: grads over {len(want)} points vs analytic (max abs err)",
+                np.max(np.abs(np.asarray(out, np.float64) - want)),
+                1e-5,
+            )
+        )
+
+
 def _run_jax(result: Result, xs, want, grid20, protocol: Protocol, loops: int) -> np.ndarray:
     import jax
     import jax.numpy as jnp
@@ -89,35 +116,13 @@ def _run_jax(result: Result, xs, want, grid20, protocol: Protocol, loops: int) -
     )
     vgrad = jax.vmap(grad_f)
     vgrad_jit = jax.jit(vgrad)
-    x = jnp.asarray(xs)
-    device = jax.devices()[0].platform
-
-    def loop(fn):
-        out = None
-        for _ in range(loops):
-            out = fn(x)
-        return out
-
-    t_eager, out_eager = measure(
-        f"vmap(grad) ×{loops}", "jax", lambda: loop(vgrad), protocol, device=device, size=len(xs)
+    variants = [
+        ("no jit", f"vmap(grad) ×{loops}", vgrad),
+        ("jit", f"jit(vmap(grad)) ×{loops}", vgrad_jit),
+    ]
+    _timed_grads(
+        result, "jax", jax.devices()[0].platform, variants, jnp.asarray(xs), want, protocol, loops
     )
-    t_jit, out_jit = measure(
-        f"jit(vmap(grad)) ×{loops}",
-        "jax",
-        lambda: loop(vgrad_jit),
-        protocol,
-        device=device,
-        size=len(xs),
-    )
-    result.timings += [t_eager, t_jit]
-    for label, out in (("no jit", out_eager), ("jit", out_jit)):
-        result.checks.append(
-            check_below(
-                f"jax {label}: grads over {len(xs)} points vs analytic (max abs err)",
-                np.max(np.abs(np.asarray(out, np.float64) - want)),
-                1e-5,
-            )
-        )
     return np.asarray(vgrad_jit(jnp.asarray(grid20)), dtype=np.float64)
 
 
@@ -146,29 +151,9 @@ def _run_torch(result: Result, xs, want, grid20, protocol: Protocol, loops: int)
         f(x, torch).sum().backward()
         return x.grad
 
-    def loop(fn):
-        out = None
-        for _ in range(loops):
-            out = fn(xs)
-        return out
-
-    t_elem, out_elem = measure(
-        f"per-element backward ×{loops}",
-        "pytorch",
-        lambda: loop(per_element),
-        protocol,
-        size=len(xs),
-    )
-    t_vec, out_vec = measure(
-        f"vectorized backward ×{loops}", "pytorch", lambda: loop(vectorized), protocol, size=len(xs)
-    )
-    result.timings += [t_elem, t_vec]
-    for label, out in (("per-element", out_elem), ("vectorized", np.asarray(out_vec))):
-        result.checks.append(
-            check_below(
-                f"pytorch {label}: grads over {len(xs)} points vs analytic (max abs err)",
-                np.max(np.abs(np.asarray(out, np.float64) - want)),
-                1e-5,
-            )
-        )
+    variants = [
+        ("per-element", f"per-element backward ×{loops}", per_element),
+        ("vectorized", f"vectorized backward ×{loops}", vectorized),
+    ]
+    _timed_grads(result, "pytorch", "cpu", variants, xs, want, protocol, loops)
     return np.asarray(vectorized(grid20), dtype=np.float64)

@@ -28,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.bench.harness import Result, Timing, check_below, check_close, check_true
+from accelkit.bench.experiments.training import (
+    epoch_timing,
+    make_loader,
+    numpy_collate,
+    record_epochs,
+    stratified_split,
+)
+from accelkit.bench.harness import Result, check_below, check_close, check_true
 
 MODES = ("pytorch", "flax")
 DEFAULT_EPOCHS = {"digits": 40, "mnist5k": 10, "idx": 2}
@@ -54,16 +61,6 @@ class Dataset:
     @property
     def side(self) -> int:
         return self.x_train.shape[1]
-
-
-def _split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int = 0):
-    """Stratified split: the same fraction of every class goes to the test set."""
-    rng = np.random.default_rng(seed)
-    test = np.zeros(len(y), dtype=bool)
-    for label in np.unique(y):
-        idx = np.flatnonzero(y == label)
-        test[rng.permutation(idx)[: round(len(idx) * test_fraction)]] = True
-    return x[~test], y[~test], x[test], y[test]
 
 
 def _standardize(name, x_train, y_train, x_test, y_test, limit) -> Dataset:
@@ -131,11 +128,11 @@ def load_data(spec: str, limit: int | None = None) -> Dataset:
 
         digits = load_digits()
         x, y = digits.images.astype(np.float32) / 16.0, digits.target
-        return _standardize("digits", *_split(x, y, 0.2), limit)
+        return _standardize("digits", *stratified_split(x, y, 0.2), limit)
     if spec == "mnist5k":
         table = np.loadtxt(mnist5k_path(), delimiter=",", dtype=np.float32)
         x, y = table[:, :-1].reshape(-1, 28, 28) / 255.0, table[:, -1].astype(np.int64)
-        return _standardize("mnist5k", *_split(x, y, 0.2), limit)
+        return _standardize("mnist5k", *stratified_split(x, y, 0.2), limit)
     folder = Path(spec)
     if not folder.is_dir():
         raise InputError(
@@ -165,24 +162,6 @@ def load_data(spec: str, limit: int | None = None) -> Dataset:
 # the data pipeline: one DataLoader, two collate functions
 
 
-class ArrayDataset:
-    """Index → (image, label) over NumPy arrays; what a torch DataLoader needs."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray):
-        self.x, self.y = x, y
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
-
-
-def numpy_collate(batch):
-    xs, ys = zip(*batch, strict=True)
-    return np.stack(xs), np.asarray(ys)
-
-
 def torch_collate(batch):
     import torch
 
@@ -195,24 +174,6 @@ def jax_collate(batch):
 
     x, y = numpy_collate(batch)
     return jnp.asarray(x[..., None]), jnp.asarray(y)  # NHWC
-
-
-def make_loader(
-    x, y, batch_size: int, collate, seed: int, shuffle: bool = True, drop_last: bool = False
-):
-    """The one pipeline: a seeded sampler gives both frameworks the same batches in the same order."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    generator = torch.Generator().manual_seed(seed)
-    return DataLoader(
-        ArrayDataset(x, y),
-        batch_size=batch_size,
-        shuffle=shuffle,
-        generator=generator,
-        collate_fn=collate,
-        drop_last=drop_last,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,26 +265,30 @@ def cosine_factor(step, total: int, xp=np):
     return 0.5 * (1 + xp.cos(xp.pi * xp.minimum(step, total) / total))
 
 
-def train_torch(
-    net,
-    data: Dataset,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    momentum: float = 0.9,
-    eval_batch_size: int | None = None,
-    max_steps: int | None = None,
-):
+@dataclass(frozen=True)
+class Schedule:
+    """How both frameworks train: SGD with momentum, the rate cosine-decayed over `epochs`;
+    `max_steps` stops each epoch (and its validation batches) early (a dry run)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    momentum: float = 0.9
+    eval_batch_size: int | None = None
+    max_steps: int | None = None
+
+
+def train_torch(net, data: Dataset, plan: Schedule):
     import torch
     import torch.nn.functional as F
 
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
-    loader = make_loader(data.x_train, data.y_train, batch_size, torch_collate, seed)
-    total = epochs * len(loader)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: cosine_factor(step, total))
+    opt = torch.optim.SGD(net.parameters(), lr=plan.lr, momentum=plan.momentum)
+    loader = make_loader(data.x_train, data.y_train, plan.batch_size, torch_collate, plan.seed)
+    total = plan.epochs * len(loader)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: cosine_factor(step, total))
     history = []
-    for _ in range(epochs):
+    for _ in range(plan.epochs):
         net.train()
         start = time.perf_counter()
         losses = []
@@ -332,9 +297,9 @@ def train_torch(
             loss = F.cross_entropy(net(x), y)
             loss.backward()
             opt.step()
-            schedule.step()
+            decay.step()
             losses.append(loss.item())  # .item() synchronizes
-            if max_steps is not None and len(losses) >= max_steps:
+            if plan.max_steps is not None and len(losses) >= plan.max_steps:
                 break
         seconds = time.perf_counter() - start
         net.eval()
@@ -342,7 +307,7 @@ def train_torch(
             predicted = np.concatenate(
                 [
                     net(torch.from_numpy(x[:, None])).argmax(1).numpy()
-                    for x, _ in validation_batches(data, eval_batch_size, max_steps)
+                    for x, _ in validation_batches(data, plan.eval_batch_size, plan.max_steps)
                 ]
             )
         history.append(_epoch_record(losses, predicted, data, seconds))
@@ -366,28 +331,18 @@ def _epoch_record(losses, predicted, data: Dataset, seconds: float) -> dict:
     }
 
 
-def train_flax(
-    params,
-    data: Dataset,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    momentum: float = 0.9,
-    eval_batch_size: int | None = None,
-    max_steps: int | None = None,
-):
+def train_flax(params, data: Dataset, plan: Schedule):
     import jax
     import jax.numpy as jnp
     import optax
     from flax.training.train_state import TrainState
 
     model = flax_model()
-    loader = make_loader(data.x_train, data.y_train, batch_size, jax_collate, seed)
-    total = epochs * len(loader)
-    tx = optax.sgd(lambda step: lr * cosine_factor(step, total, jnp), momentum=momentum)
+    loader = make_loader(data.x_train, data.y_train, plan.batch_size, jax_collate, plan.seed)
+    total = plan.epochs * len(loader)
+    tx = optax.sgd(lambda step: plan.lr * cosine_factor(step, total, jnp), momentum=plan.momentum)
     state = TrainState.create(apply_fn=model.apply, params=params, tx=tx)
-    dropout_key = jax.random.key(seed)
+    dropout_key = jax.random.key(plan.seed)
 
     @jax.jit
     def train_step(state, x, y):
@@ -408,20 +363,20 @@ def train_flax(
         return jnp.argmax(model.apply({"params": params}, x, train=False), axis=-1)
 
     history = []
-    for _ in range(epochs):
+    for _ in range(plan.epochs):
         start = time.perf_counter()
         losses = []
         for x, y in loader:
             state, loss = train_step(state, x, y)
             losses.append(loss)
-            if max_steps is not None and len(losses) >= max_steps:
+            if plan.max_steps is not None and len(losses) >= plan.max_steps:
                 break
         losses = [float(v) for v in jax.block_until_ready(losses)]
         seconds = time.perf_counter() - start
         predicted = np.concatenate(
             [
                 np.asarray(predict(state.params, jnp.asarray(x[..., None])))
-                for x, _ in validation_batches(data, eval_batch_size, max_steps)
+                for x, _ in validation_batches(data, plan.eval_batch_size, plan.max_steps)
             ]
         )
         history.append(_epoch_record(losses, predicted, data, seconds))
@@ -507,37 +462,17 @@ def run(
             np.log(np.sum(np.exp(torch_logits), 1)) - torch_logits[np.arange(64), data.y_test[:64]]
         )
     )
+    plan = Schedule(epochs, batch_size, lr, seed, momentum, eval_batch_size, max_steps)
     for mode in modes:
-        train = train_torch if mode == "pytorch" else train_flax
-        history = train(
-            net if mode == "pytorch" else params,
-            data,
-            epochs,
-            batch_size,
-            lr,
-            seed,
-            momentum=momentum,
-            eval_batch_size=eval_batch_size,
-            max_steps=max_steps,
-        )
+        if mode == "pytorch":
+            history, device = train_torch(net, data, plan), "cpu"
+        else:
+            history, device = train_flax(params, data, plan), jax.devices()[0].platform
         seconds = [h["seconds"] for h in history]
-        device = "cpu" if mode == "pytorch" else jax.devices()[0].platform
-        result.timings.append(
-            Timing(
-                "train epoch",
-                mode,
-                device,
-                seconds[0],
-                tuple(seconds[1:] or seconds[:1]),
-                len(data.y_train),
-            )
+        result.timings.append(epoch_timing(mode, device, seconds, len(data.y_train)))
+        final = record_epochs(
+            result, mode, [h["loss"] for h in history], [h["accuracy"] for h in history]
         )
-        for i, h in enumerate(history, 1):
-            result.facts[f"{mode} epoch {i}: loss / test acc %"] = (
-                f"{h['loss']:.4f} / {h['accuracy']:.2f}"
-            )
-        final = history[-1]["accuracy"]
-        result.facts[f"{mode}: final test accuracy %"] = final
         if dry_run:
             first = history[0]
             want_validated = min(eval_batch_size or len(data.y_test), len(data.y_test))

@@ -61,24 +61,32 @@ def _checks(result: Result, mode: str, n: int, a, b, c, c_inv, mean_a, sum_a, dt
     )
 
 
+def _four_ops(result: Result, backend: str, device: str, n: int, protocol: Protocol, ops):
+    """Time the four operations in order, each on the previous ones' outputs; `ops` gives
+    (generate, mean_sum(a), inverse(c)) in the backend's own calls (the product is `a @ b`)."""
+    generate, mean_sum, inverse = ops
+    t, (a, b) = measure("generate", backend, generate, protocol, size=n, device=device)
+    result.timings.append(t)
+    t, (mean_a, sum_a) = measure(
+        "mean+sum", backend, lambda: mean_sum(a), protocol, size=n, device=device
+    )
+    result.timings.append(t)
+    t, c = measure("product", backend, lambda: a @ b, protocol, size=n, device=device)
+    result.timings.append(t)
+    t, c_inv = measure("inverse", backend, lambda: inverse(c), protocol, size=n, device=device)
+    result.timings.append(t)
+    return a, b, c, c_inv, mean_a, sum_a
+
+
 def run_numpy(result: Result, n: int, dtype: str, protocol: Protocol) -> None:
     rng = np.random.default_rng(42)
     dt = np.dtype(dtype)
-    t, (a, b) = measure(
-        "generate",
-        "numpy",
+    ops = (
         lambda: (rng.random((n, n), dtype=dt), rng.random((n, n), dtype=dt)),
-        protocol,
-        size=n,
+        lambda a: (a.mean(), a.sum()),
+        np.linalg.inv,
     )
-    result.timings.append(t)
-    t, (mean_a, sum_a) = measure("mean+sum", "numpy", lambda: (a.mean(), a.sum()), protocol, size=n)
-    result.timings.append(t)
-    t, c = measure("product", "numpy", lambda: a @ b, protocol, size=n)
-    result.timings.append(t)
-    t, c_inv = measure("inverse", "numpy", lambda: np.linalg.inv(c), protocol, size=n)
-    result.timings.append(t)
-    _checks(result, "numpy", n, a, b, c, c_inv, mean_a, sum_a, dtype)
+    _checks(result, "numpy", n, *_four_ops(result, "numpy", "cpu", n, protocol, ops), dtype)
 
 
 def run_jax(result: Result, n: int, dtype: str, protocol: Protocol) -> None:
@@ -98,18 +106,8 @@ def run_jax(result: Result, n: int, dtype: str, protocol: Protocol) -> None:
 
         # eager jnp calls, as the capability analysis did: each op compiles once on first use (the first-call column)
         device = str(jax.devices()[0].platform)
-        t, (a, b) = measure("generate", "jax", generate, protocol, size=n, device=device)
-        result.timings.append(t)
-        t, (mean_a, sum_a) = measure(
-            "mean+sum", "jax", lambda: (jnp.mean(a), jnp.sum(a)), protocol, size=n, device=device
-        )
-        result.timings.append(t)
-        t, c = measure("product", "jax", lambda: a @ b, protocol, size=n, device=device)
-        result.timings.append(t)
-        t, c_inv = measure(
-            "inverse", "jax", lambda: jnp.linalg.inv(c), protocol, size=n, device=device
-        )
-        result.timings.append(t)
+        ops = (generate, lambda a: (jnp.mean(a), jnp.sum(a)), jnp.linalg.inv)
+        a, b, c, c_inv, mean_a, sum_a = _four_ops(result, "jax", device, n, protocol, ops)
         _checks(result, "jax", n, a, b, c, c_inv, float(mean_a), float(sum_a), dtype)
 
 
@@ -123,41 +121,17 @@ def run_pytorch(
     dev = torch_device(device)
     dt = getattr(torch, dtype)
     gen = torch.Generator(device=dev).manual_seed(42)
-    name = dev.type
-    t, (a, b) = measure(
-        "generate",
-        "pytorch",
+    ops = (
         lambda: (
             torch.rand(n, n, dtype=dt, device=dev, generator=gen),
             torch.rand(n, n, dtype=dt, device=dev, generator=gen),
         ),
-        protocol,
-        size=n,
-        device=name,
+        lambda a: (a.mean(), a.sum()),
+        torch.linalg.inv,
     )
-    result.timings.append(t)
-    t, (mean_a, sum_a) = measure(
-        "mean+sum", "pytorch", lambda: (a.mean(), a.sum()), protocol, size=n, device=name
-    )
-    result.timings.append(t)
-    t, c = measure("product", "pytorch", lambda: a @ b, protocol, size=n, device=name)
-    result.timings.append(t)
-    t, c_inv = measure(
-        "inverse", "pytorch", lambda: torch.linalg.inv(c), protocol, size=n, device=name
-    )
-    result.timings.append(t)
-    _checks(
-        result,
-        "pytorch",
-        n,
-        a.cpu().numpy(),
-        b.cpu().numpy(),
-        c.cpu().numpy(),
-        c_inv.cpu().numpy(),
-        float(mean_a),
-        float(sum_a),
-        dtype,
-    )
+    a, b, c, c_inv, mean_a, sum_a = _four_ops(result, "pytorch", dev.type, n, protocol, ops)
+    arrays = [x.cpu().numpy() for x in (a, b, c, c_inv)]
+    _checks(result, "pytorch", n, *arrays, float(mean_a), float(sum_a), dtype)
 
 
 def run(
