@@ -227,6 +227,16 @@ def _explain(report, root, *, keys, action_horizon, chunk_end, mask, batch_size,
                 report.tolerance,
             )
             d.causes[dim], d.details[dim] = diff_causes.render(causes), detail
+    unknown = diff_causes.DIFF_CAUSES["unknown"]
+    unexplained = any(
+        d.column == recompute.actions and unknown in d.causes.values() for d in open_work
+    )
+    for name, side in sides.items():
+        if unexplained and side.format == "openpi" and not side.facts and not action_horizon:
+            report.notes.append(
+                f"{name} is an openpi file without run facts: give --action-horizon (its config's"
+                " model.action_horizon) to recompute its action chunks"
+            )
 
 
 def _until_reproduced(hypotheses, wanted) -> list:
