@@ -102,20 +102,31 @@ def test_every_difference_equals_numpy_in_std_and_range(pair, capsys):
 
 def test_within_tolerance_is_exit_0_and_the_tolerance_decides(pair, capsys):
     folder, a, b = pair
-    code, out, err = run_cli(["stats", "diff", str(write(folder / "a.json", a)), str(folder / "a.json")], capsys)  # fmt: skip
+    code, out, err = run_cli(
+        ["stats", "diff", str(write(folder / "a.json", a)), str(folder / "a.json")], capsys
+    )
     assert code == 0, err
     assert "all 74 compared numbers within 0.001" in out
     write(folder / "b.json", b)
-    code, _, _ = run_cli(["stats", "diff", str(folder / "a.json"), str(folder / "b.json"), "--tolerance", "3.5"], capsys)  # fmt: skip
+    code, _, _ = run_cli(
+        ["stats", "diff", str(folder / "a.json"), str(folder / "b.json"), "--tolerance", "3.5"],
+        capsys,
+    )
     assert code == 0
-    code, _, _ = run_cli(["stats", "diff", str(folder / "a.json"), str(folder / "b.json"), "--tolerance", "2.9"], capsys)  # fmt: skip
+    code, _, _ = run_cli(
+        ["stats", "diff", str(folder / "a.json"), str(folder / "b.json"), "--tolerance", "2.9"],
+        capsys,
+    )
     assert code == 3
 
 
 def test_openpi_and_lerobot_keys_pair_by_column_and_quantile_sets_may_differ(tmp_path):
     rng = np.random.default_rng(1)
-    lerobot = {"observation.state": lerobot_entry(rng, 4), "action": lerobot_entry(rng, 2),
-               "timestamp": lerobot_entry(rng, 1)}  # fmt: skip
+    lerobot = {
+        "observation.state": lerobot_entry(rng, 4),
+        "action": lerobot_entry(rng, 2),
+        "timestamp": lerobot_entry(rng, 1),
+    }
     openpi = {
         "norm_stats": {
             "state": {k: lerobot["observation.state"][k] for k in ("mean", "std", "q01", "q99")},
@@ -134,18 +145,29 @@ def test_openpi_and_lerobot_keys_pair_by_column_and_quantile_sets_may_differ(tmp
     )
     # other column names: --keys maps them
     renamed = {"norm_stats": {"s": openpi["norm_stats"]["state"]}}
-    report = stats.diff(write(tmp_path / "r.json", renamed), tmp_path / "stats.json",
-                        keys={"s": "observation.state"})  # fmt: skip
-    assert report.ok and next(d.column for d in report.comparison.differences) == "observation.state"
+    report = stats.diff(
+        write(tmp_path / "r.json", renamed),
+        tmp_path / "stats.json",
+        keys={"s": "observation.state"},
+    )
+    assert (
+        report.ok and next(d.column for d in report.comparison.differences) == "observation.state"
+    )
 
 
 def test_zero_std_and_range_nan_and_other_shapes(tmp_path, capsys):
     a = {
-        "const": {"min": [2.0, 0.0], "max": [2.0, 1.0], "mean": [2.0, 0.5], "std": [0.0, 0.5],
-                  "q50": [2.0, 0.5], "count": [10]},
+        "const": {
+            "min": [2.0, 0.0],
+            "max": [2.0, 1.0],
+            "mean": [2.0, 0.5],
+            "std": [0.0, 0.5],
+            "q50": [2.0, 0.5],
+            "count": [10],
+        },
         "wide": {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0], "count": [10]},
         "nan": {"mean": [1.0, 2.0], "std": [1.0, 1.0], "count": [10]},
-    }  # fmt: skip
+    }
     b = json.loads(json.dumps(a))
     b["const"]["mean"] = [2.0005, 0.5]  # std 0 on both sides: the difference is absolute
     b["const"]["q50"] = [2.002, 0.5]  # range 0 on both sides: absolute too
@@ -173,7 +195,9 @@ def test_zero_std_and_range_nan_and_other_shapes(tmp_path, capsys):
     nan = found[("nan", "mean")]
     assert math.isinf(nan.errors[0]) and nan.failing == [0]
     assert nan.causes[0] == "not a number stored (B)"
-    code, out, _ = run_cli(["stats", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"], capsys)  # fmt: skip
+    code, out, _ = run_cli(
+        ["stats", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"], capsys
+    )
     assert code == 3
     doc = envelope_of(out)["result"]  # strict JSON: no NaN or Infinity in the document
     json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the --json document"))
@@ -185,9 +209,13 @@ def test_zero_std_and_range_nan_and_other_shapes(tmp_path, capsys):
 def test_table_fits_the_terminal(columns, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", str(columns))
     norm = tmp_path / "norm_stats.json"
-    code, _, err = run_cli(["stats", str(FIXTURES / "lerobot_v30"), "-o", str(norm), "--no-progress"], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        ["stats", str(FIXTURES / "lerobot_v30"), "-o", str(norm), "--no-progress"], capsys
+    )
     assert code == 0, err
-    code, out, _ = run_cli(["stats", "diff", str(norm), str(FIXTURES / "lerobot_v30"), "--no-progress"], capsys)  # fmt: skip
+    code, out, _ = run_cli(
+        ["stats", "diff", str(norm), str(FIXTURES / "lerobot_v30"), "--no-progress"], capsys
+    )
     assert code == 3
     long = [
         line
@@ -231,6 +259,8 @@ def test_bad_input_is_exit_2_naming_it(capsys, tmp_path, args, message):
     shutil.copytree(FIXTURES / "lerobot_v30", empty)
     (empty / "meta" / "stats.json").unlink()
     names = dict(tmp=tmp_path, v30=FIXTURES / "lerobot_v30", empty=empty)
-    code, _, err = run_cli(["stats", "diff", *[a.format(**names) for a in args], "--no-progress"], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        ["stats", "diff", *[a.format(**names) for a in args], "--no-progress"], capsys
+    )
     assert code == 2 and message.format(**names) in err, err
     assert len(err.strip().splitlines()) == 1

@@ -54,9 +54,13 @@ def test_lerobots_recorded_stats_json_is_its_per_episode_arithmetic_folded(name)
     root = FIXTURES / name
     numeric = set(lerobot.numeric_features(root))
     recompute = Recomputer(
-        root, LEVELS, state="observation.state", actions="action", numeric=numeric,
+        root,
+        LEVELS,
+        state="observation.state",
+        actions="action",
+        numeric=numeric,
         columns=numeric,
-    )  # fmt: skip
+    )
     stored = compare.read_stats_json(root / "meta" / "stats.json")
     found = recompute.lerobot(numeric, LEVELS)
     for column in numeric:
@@ -95,9 +99,12 @@ def test_openpi_rules_give_openpis_own_norm_stats_back_bit_for_bit():
     stored = json.loads((FIXTURES / "openpi_v30" / "norm_stats.json").read_text())["norm_stats"]
     running = {k: openpi_rules.RunningStats() for k in ("state", "actions")}
     for batch in openpi_rules.batches(
-        openpi_episodes(FIXTURES / "lerobot_v30"), horizon=10, batch_size=32, frames=216,
+        openpi_episodes(FIXTURES / "lerobot_v30"),
+        horizon=10,
+        batch_size=32,
+        frames=216,
         mask=(True, True, False, False),
-    ):  # fmt: skip
+    ):
         assert batch["state"].shape == (32, 6) and batch["actions"].shape == (32, 10, 4)
         for key, rs in running.items():
             rs.update(batch[key])
@@ -115,9 +122,11 @@ def test_openpis_own_file_vs_lerobots_is_explained_everywhere(capsys):
     batches of 32) against LeRobot 0.4.4's stats.json of the same frames: every differing number
     of both files is given back, and the causes are the ones the two tools' code implies."""
     report = stats.diff(
-        FIXTURES / "openpi_v30" / "norm_stats.json", FIXTURES / "lerobot_v30",
-        dataset=FIXTURES / "lerobot_v30", action_horizon=10,
-    )  # fmt: skip
+        FIXTURES / "openpi_v30" / "norm_stats.json",
+        FIXTURES / "lerobot_v30",
+        dataset=FIXTURES / "lerobot_v30",
+        action_horizon=10,
+    )
     found = causes_of(report)
     assert found and UNKNOWN not in " ".join(found.values()), found
     for (key, stat, dim), cause in found.items():
@@ -137,16 +146,27 @@ def test_openpis_own_file_vs_lerobots_is_explained_everywhere(capsys):
     )
     # the mask openpi used, given: the same causes
     given = stats.diff(
-        FIXTURES / "openpi_v30" / "norm_stats.json", FIXTURES / "lerobot_v30",
-        dataset=FIXTURES / "lerobot_v30", action_horizon=10, delta_actions="2,-2",
-    )  # fmt: skip
+        FIXTURES / "openpi_v30" / "norm_stats.json",
+        FIXTURES / "lerobot_v30",
+        dataset=FIXTURES / "lerobot_v30",
+        action_horizon=10,
+        delta_actions="2,-2",
+    )
     assert causes_of(given) == found
     # without the horizon (an openpi file records none): unknown, and the note says what to give
     code, out, _ = run_cli(
-        ["stats", "diff", str(FIXTURES / "openpi_v30" / "norm_stats.json"),
-         str(FIXTURES / "lerobot_v30"), "--dataset", str(FIXTURES / "lerobot_v30"), "--json",
-         "--no-progress"], capsys,
-    )  # fmt: skip
+        [
+            "stats",
+            "diff",
+            str(FIXTURES / "openpi_v30" / "norm_stats.json"),
+            str(FIXTURES / "lerobot_v30"),
+            "--dataset",
+            str(FIXTURES / "lerobot_v30"),
+            "--json",
+            "--no-progress",
+        ],
+        capsys,
+    )
     result = envelope_of(out)["result"]
     assert code == 3 and any(r["cause"] == UNKNOWN for r in result["summary"])
     assert any("--action-horizon" in n for n in result["notes"])
@@ -176,9 +196,16 @@ def test_chunks_and_delta_actions_from_the_run_facts_or_the_count(tmp_path, end,
     truncate: Σ min(10, L − t)), the delta dimension by dimension."""
     root = FIXTURES / "lerobot_v30"
     chunked = our_file(
-        tmp_path, root, "action_horizon", 10, "chunk_end", end, "delta_actions", "2,-2",
+        tmp_path,
+        root,
+        "action_horizon",
+        10,
+        "chunk_end",
+        end,
+        "delta_actions",
+        "2,-2",
         name="chunks.json",
-    )  # fmt: skip
+    )
     if not sidecar:
         (tmp_path / "chunks.run.json").unlink()
     plain = our_file(tmp_path, root, name="frames.json")
@@ -211,8 +238,9 @@ def shortened_v21(folder: Path, episodes: int) -> Path:
 
 
 def test_a_file_of_fewer_episodes_is_other_frames(tmp_path):
-    old = our_file(tmp_path, shortened_v21(tmp_path, 5), "format", "lerobot", "images", "none",
-                   name="old.json")  # fmt: skip
+    old = our_file(
+        tmp_path, shortened_v21(tmp_path, 5), "format", "lerobot", "images", "none", name="old.json"
+    )
     new = our_file(tmp_path, FIXTURES / "lerobot_v21", "format", "lerobot", name="new.json")
     # the old file holds numpy float64 over the first 146 frames (5 of 7 episodes)
     state, _ = frames(FIXTURES / "lerobot_v21", "observation.state")
@@ -270,3 +298,14 @@ def test_repo_ids_name_the_files_and_the_dataset(tmp_path, monkeypatch):
     by_path = stats.diff(ours, FIXTURES / "lerobot_v30", dataset=FIXTURES / "lerobot_v30")
     assert causes_of(by_name) == causes_of(by_path)
     assert by_name.dataset == tmp_path / "home" / "lerobot" / "fixture"
+
+
+def test_a_sampled_file_is_other_frames_from_its_run_facts(tmp_path):
+    root = FIXTURES / "lerobot_v30"
+    sampled = our_file(tmp_path, root, "max_frames", 100, "seed", 3, name="sampled.json")
+    every = our_file(tmp_path, root, name="every.json")
+    report = stats.diff(sampled, every, dataset=root)
+    found = causes_of(report)
+    assert found and set(found.values()) == {"other frames"}, set(found.values())
+    details = {t for d in report.comparison.differences for t in d.details.values()}
+    assert all("a sample of 100 of 216 frames (seed 3)" in t for t in details), details

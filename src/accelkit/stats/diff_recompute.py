@@ -104,6 +104,10 @@ def parse_mask(facts: Mapping) -> tuple[bool, ...] | None:
     return None
 
 
+def _sampled(sample: tuple[int, int] | None) -> dict:
+    return {} if sample is None else {"max_frames": sample[0], "seed": sample[1]}
+
+
 def _chunks_name(horizon: int, end: str) -> str:
     return f"{horizon}-step action chunks ({end})"
 
@@ -170,9 +174,17 @@ class Recomputer:
         values, _ = self.frames_exact()
         return values[column]["mean"].size if column in values else 0
 
-    def chunks(self, horizon: int, end: str, delta: bool, rows: int | None = None):
+    def chunks(
+        self,
+        horizon: int,
+        end: str,
+        delta: bool,
+        rows: int | None = None,
+        sample: tuple[int, int] | None = None,
+    ):
         """Exact statistics of the actions' chunks (delta: every dimension the state covers
-        made relative to it), of the first `rows` frames' episodes or all."""
+        made relative to it), of the first `rows` frames' episodes, of a `sample` (frames,
+        seed: accelkit's `--max-frames`), or of all."""
         from accelkit.runtime.progress import phase
         from accelkit.stats import transforms
         from accelkit.stats.sources import open_source
@@ -191,24 +203,31 @@ class Recomputer:
                     self.root,
                     keys={"state": self.state, "actions": self.actions},
                     chunk_transform=spec,
+                    **_sampled(sample),
                 )
             else:
                 stream = open_source(
-                    self.root, keys={"actions": self.actions}, action_horizon=horizon, chunk_end=end
+                    self.root,
+                    keys={"actions": self.actions},
+                    action_horizon=horizon,
+                    chunk_end=end,
+                    **_sampled(sample),
                 )
             values, _ = self._exact(stream if rows is None else FirstRows(stream, rows))
             return values["actions"]
 
-        return self._cached(("chunks", horizon, end, delta, rows), make)
+        return self._cached(("chunks", horizon, end, delta, rows, sample), make)
 
-    def first_frames(self, column: str, rows: int):
+    def some_frames(self, column: str, rows: int | None, sample: tuple[int, int] | None = None):
+        """Exact statistics of the first `rows` frames, or of a `sample` (frames, seed)."""
         from accelkit.stats.sources import open_source
 
         def make():
-            values, _ = self._exact(FirstRows(open_source(self.root, keys={column: column}), rows))
+            stream = open_source(self.root, keys={column: column}, **_sampled(sample))
+            values, _ = self._exact(stream if rows is None else FirstRows(stream, rows))
             return values[column]
 
-        return self._cached(("first", column, rows), make)
+        return self._cached(("some", column, rows, sample), make)
 
     # --- LeRobot's and openpi's own arithmetic --------------------------------------------
 
@@ -278,19 +297,23 @@ class Recomputer:
             counted = self.frames // batch_size * batch_size
             if counted == 0:
                 return None
-            running = {pad: {k: openpi_rules.RunningStats(pad) for k in ("state", "actions")}
-                       for pad in (False, True)}  # fmt: skip
+            running = {
+                pad: {k: openpi_rules.RunningStats(pad) for k in ("state", "actions")}
+                for pad in (False, True)
+            }
             for batch in batches():
                 for per_key in running.values():
                     for key, stats in per_key.items():
                         stats.update(batch[key])
             exact = compute_stats(batches, quantiles=self.levels, progress=self.progress)
             return (
-                {k: [(pad, running[pad][k].statistics()) for pad in (False, True)]
-                 for k in ("state", "actions")},
+                {
+                    k: [(pad, running[pad][k].statistics()) for pad in (False, True)]
+                    for k in ("state", "actions")
+                },
                 {k: compare.exact_values(s, self.names) for k, s in exact.stats.items()},
                 counted,
-            )  # fmt: skip
+            )
 
         return self._cached(("openpi", horizon, batch_size, mask), make)
 
@@ -322,8 +345,10 @@ def hypotheses_for(
                 yield Hypothesis(
                     rule,
                     f"LeRobot {version}'s per-episode statistics ({precision}), aggregated",
-                    values, precision=precision, exact=frames[column],
-                )  # fmt: skip
+                    values,
+                    precision=precision,
+                    exact=frames[column],
+                )
         yield Hypothesis(
             "averaged",
             "the exact per-episode statistics, aggregated as LeRobot does",
@@ -340,9 +365,11 @@ def hypotheses_for(
         for horizon, end in rules:
             name = _chunks_name(horizon, end)
             yield Hypothesis(
-                "exact", f"exact statistics of {name}", recompute.chunks(horizon, end, False),
+                "exact",
+                f"exact statistics of {name}",
+                recompute.chunks(horizon, end, False),
                 data=name,
-            )  # fmt: skip
+            )
             if delta:
                 yield Hypothesis(
                     "exact",
@@ -353,6 +380,7 @@ def hypotheses_for(
                 )
     if count is not None and count < _full_count(recompute, is_actions, rules):
         yield from _first_episodes(recompute, column, count, is_actions, rules, delta, width)
+    yield from _sample(recompute, side, column, is_actions, delta, width)
     if side.format == "openpi" and column in (recompute.state, recompute.actions):
         yield from _openpi(recompute, side, key, rules, delta_mask, batch_size, delta, width)
 
@@ -399,9 +427,11 @@ def _first_episodes(recompute, column, count, is_actions, rules, delta, width):
         what = f"the first {k} of {len(frames)} episodes ({rows:,} of {recompute.frames:,} frames)"
         if rule is None:
             yield Hypothesis(
-                "exact", f"exact statistics of {what}", recompute.first_frames(column, rows),
+                "exact",
+                f"exact statistics of {what}",
+                recompute.some_frames(column, rows),
                 frames=what,
-            )  # fmt: skip
+            )
             continue
         for with_delta in (False, True) if delta else (False,):
             yield Hypothesis(
@@ -412,6 +442,36 @@ def _first_episodes(recompute, column, count, is_actions, rules, delta, width):
                 delta=frozenset(range(width)) if with_delta else frozenset(),
                 frames=what,
             )
+
+
+def _sample(recompute, side, column, is_actions, delta, width):
+    """The exact statistics of the seeded sample of frames a file's run facts record
+    (accelkit's `--max-frames N --seed S`), of frames or of the chunks its facts name."""
+    frames, seed = side.facts.get("max_frames"), side.facts.get("seed") or 0
+    if not frames or int(frames) >= recompute.frames:
+        return
+    sample = (int(frames), int(seed))
+    what = f"a sample of {sample[0]:,} of {recompute.frames:,} frames (seed {sample[1]})"
+    yield Hypothesis(
+        "exact",
+        f"exact statistics of {what}",
+        recompute.some_frames(column, None, sample),
+        frames=what,
+    )
+    horizon = side.facts.get("action_horizon")
+    if not is_actions or not horizon or int(horizon) < 2:
+        return
+    end = side.facts.get("chunk_end") or "truncate"
+    data = _chunks_name(int(horizon), end)
+    for with_delta in (False, True) if delta else (False,):
+        yield Hypothesis(
+            "exact",
+            f"exact statistics of {data}{' relative to the state' * with_delta} of {what}",
+            recompute.chunks(int(horizon), end, with_delta, sample=sample),
+            data=data,
+            delta=frozenset(range(width)) if with_delta else frozenset(),
+            frames=what,
+        )
 
 
 def _openpi(recompute, side, key, rules, delta_mask, batch_size, delta, width):
@@ -429,9 +489,11 @@ def _openpi(recompute, side, key, rules, delta_mask, batch_size, delta, width):
         name = "actions" if is_actions else "state"
         data = _chunks_name(horizon, "clamp") if is_actions and horizon > 1 else "frames"
         dims = frozenset(d for d, m in enumerate(mask) if m) if is_actions else frozenset()
-        what = "" if counted == recompute.frames else (
-            f"the first {counted:,} of {recompute.frames:,} frames"
-        )  # fmt: skip
+        what = (
+            ""
+            if counted == recompute.frames
+            else (f"the first {counted:,} of {recompute.frames:,} frames")
+        )
         for pad, values in running[name]:
             yield Hypothesis(
                 "openpi",

@@ -155,10 +155,18 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
         a, b = _count(a), _count(b)
     if a.shape != b.shape:
         return Difference(
-            pair.key, pair.key_b, pair.column, stat, unit, a, b,
-            np.asarray([math.inf]), np.ones(1), np.asarray([True]),
+            pair.key,
+            pair.key_b,
+            pair.column,
+            stat,
+            unit,
+            a,
+            b,
+            np.asarray([math.inf]),
+            np.ones(1),
+            np.asarray([True]),
             problem=f"A holds {a.size} values, B {b.size}",
-        )  # fmt: skip
+        )
     n = a.size
     finite = np.isfinite(a) & np.isfinite(b)
 
@@ -175,9 +183,19 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
     scale = unit_scale(pair, stat, n)
     errors = in_std if stat in MOMENTS else in_range
     return Difference(
-        pair.key, pair.key_b, pair.column, stat, unit, a, b, errors, scale, errors > tolerance,
-        in_std=in_std, in_range=in_range,
-    )  # fmt: skip
+        pair.key,
+        pair.key_b,
+        pair.column,
+        stat,
+        unit,
+        a,
+        b,
+        errors,
+        scale,
+        errors > tolerance,
+        in_std=in_std,
+        in_range=in_range,
+    )
 
 
 @dataclass

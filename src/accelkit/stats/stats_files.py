@@ -139,9 +139,15 @@ def _from_dataset(given: str, root: Path, what: str) -> StatsFile:
         entries = compare.read_stats_json(stats_json)
         columns = {k: k for k in entries}
         return StatsFile(
-            given, stats_json, "lerobot", "the dataset's meta/stats.json", entries, columns,
-            _facts(stats_json), root,
-        )  # fmt: skip
+            given,
+            stats_json,
+            "lerobot",
+            "the dataset's meta/stats.json",
+            entries,
+            columns,
+            _facts(stats_json),
+            root,
+        )
     episodes = root / lerobot.EPISODES_JSONL
     if episodes.is_file():
         per_episode = compare.read_episodes_jsonl(episodes)
@@ -154,10 +160,15 @@ def _from_dataset(given: str, root: Path, what: str) -> StatsFile:
             if aggregated:
                 entries[feature] = aggregated
         return StatsFile(
-            given, episodes, "lerobot",
+            given,
+            episodes,
+            "lerobot",
             "the dataset's meta/episodes_stats.jsonl, aggregated as LeRobot does when it loads it",
-            entries, {k: k for k in entries}, {}, root,
-        )  # fmt: skip
+            entries,
+            {k: k for k in entries},
+            {},
+            root,
+        )
     raise InputError(
         f"{what}: the dataset {root} stores no statistics (no meta/stats.json or"
         " meta/episodes_stats.jsonl); `accelkit stats {root} --format lerobot --write-into"
