@@ -153,20 +153,14 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
     unit = "frames" if stat == "count" else ("std" if stat in MOMENTS else "range")
     if stat == "count":
         a, b = _count(a), _count(b)
+
+    def found(errors, scale, fails, **more) -> Difference:
+        key, other, column = pair.key, pair.key_b, pair.column
+        return Difference(key, other, column, stat, unit, a, b, errors, scale, fails, **more)
+
     if a.shape != b.shape:
-        return Difference(
-            pair.key,
-            pair.key_b,
-            pair.column,
-            stat,
-            unit,
-            a,
-            b,
-            np.asarray([math.inf]),
-            np.ones(1),
-            np.asarray([True]),
-            problem=f"A holds {a.size} values, B {b.size}",
-        )
+        problem = f"A holds {a.size} values, B {b.size}"
+        return found(np.asarray([math.inf]), np.ones(1), np.asarray([True]), problem=problem)
     n = a.size
     finite = np.isfinite(a) & np.isfinite(b)
 
@@ -176,26 +170,11 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
 
     if stat == "count":
         errors = measured(np.ones(n))
-        return Difference(
-            pair.key, pair.key_b, pair.column, stat, unit, a, b, errors, np.ones(n), errors > 0
-        )
+        return found(errors, np.ones(n), errors > 0)
     in_std, in_range = measured(unit_scale(pair, "std", n)), measured(unit_scale(pair, "min", n))
-    scale = unit_scale(pair, stat, n)
     errors = in_std if stat in MOMENTS else in_range
-    return Difference(
-        pair.key,
-        pair.key_b,
-        pair.column,
-        stat,
-        unit,
-        a,
-        b,
-        errors,
-        scale,
-        errors > tolerance,
-        in_std=in_std,
-        in_range=in_range,
-    )
+    scale = unit_scale(pair, stat, n)
+    return found(errors, scale, errors > tolerance, in_std=in_std, in_range=in_range)
 
 
 @dataclass
