@@ -36,7 +36,7 @@ from accelkit.stats.diff_causes import Hypothesis
 from accelkit.stats.formats import quantile_name
 from accelkit.stats.types import Column, Stream
 
-EVERY = "every frame"
+GROUP_FRAMES = 1 << 12  # openpi's batches regrouped for the engine (rows and order unchanged)
 
 
 class FirstRows(Stream):
@@ -271,10 +271,10 @@ class Recomputer:
             [e[column] for _, e in sorted(episodes.items()) if column in e]
         )
 
-    def openpi(self, horizon: int, batch_size: int, mask: tuple[bool, ...]):
-        """openpi's RunningStats of state and actions, both re-binning variants, and the exact
-        statistics of the same rows: ({"state": [(pad, stats)], "actions": ...}, exact, frames)."""
-        from accelkit.runtime.progress import phase
+    def openpi(self, horizon: int, batch_size: int, mask: tuple[bool, ...], pad: bool = False):
+        """openpi's RunningStats of state and actions (`pad`: the re-binning variant), and the
+        exact statistics of the same rows: ({"state": stats, "actions": stats}, exact, frames)."""
+        from accelkit.runtime.progress import Steps, phase
         from accelkit.stats import readers
         from accelkit.stats.engine import compute_stats
 
@@ -292,30 +292,40 @@ class Recomputer:
                 episodes(), horizon=horizon, batch_size=batch_size, frames=self.frames, mask=mask
             )
 
+        def grouped():  # the same rows in the same order, fewer batches for the engine
+            held: list[dict] = []
+            for batch in batches():
+                held.append(batch)
+                if len(held) * batch_size >= GROUP_FRAMES:
+                    yield {k: np.concatenate([b[k] for b in held]) for k in held[0]}
+                    held = []
+            if held:
+                yield {k: np.concatenate([b[k] for b in held]) for k in held[0]}
+
+        def exact():
+            phase("recomputing: the exact statistics of the rows openpi counts")
+            found = compute_stats(grouped, quantiles=self.levels, progress=self.progress)
+            return {k: compare.exact_values(s, self.names) for k, s in found.stats.items()}
+
         def make():
-            phase(f"recomputing: openpi's RunningStats, batches of {batch_size} frames")
             counted = self.frames // batch_size * batch_size
             if counted == 0:
                 return None
-            running = {
-                pad: {k: openpi_rules.RunningStats(pad) for k in ("state", "actions")}
-                for pad in (False, True)
-            }
-            for batch in batches():
-                for per_key in running.values():
-                    for key, stats in per_key.items():
-                        stats.update(batch[key])
-            exact = compute_stats(batches, quantiles=self.levels, progress=self.progress)
+            steps = Steps(counted // batch_size, "recomputing openpi's RunningStats: batches")
+            running = {k: openpi_rules.RunningStats(pad) for k in ("state", "actions")}
+            for number, batch in enumerate(batches(), 1):
+                for key, stats in running.items():
+                    stats.update(batch[key])
+                if self.progress and number % 64 == 0:
+                    steps.done = number
+                    steps.show()
             return (
-                {
-                    k: [(pad, running[pad][k].statistics()) for pad in (False, True)]
-                    for k in ("state", "actions")
-                },
-                {k: compare.exact_values(s, self.names) for k, s in exact.stats.items()},
+                {k: s.statistics() for k, s in running.items()},
+                self._cached(("openpi-exact", horizon, batch_size, mask), exact),
                 counted,
             )
 
-        return self._cached(("openpi", horizon, batch_size, mask), make)
+        return self._cached(("openpi", horizon, batch_size, mask, pad), make)
 
 
 def hypotheses_for(
@@ -381,7 +391,8 @@ def hypotheses_for(
     if count is not None and count < _full_count(recompute, is_actions, rules):
         yield from _first_episodes(recompute, column, count, is_actions, rules, delta, width)
     yield from _sample(recompute, side, column, is_actions, delta, width)
-    if side.format == "openpi" and column in (recompute.state, recompute.actions):
+    both = {recompute.state, recompute.actions} <= recompute.numeric
+    if side.format == "openpi" and both and column in (recompute.state, recompute.actions):
         yield from _openpi(recompute, side, key, rules, delta_mask, batch_size, delta, width)
 
 
@@ -482,25 +493,25 @@ def _openpi(recompute, side, key, rules, delta_mask, batch_size, delta, width):
         mask = delta_mask if delta_mask is not None else parse_mask(side.facts)
         if mask is None:
             mask = _inferred_mask(recompute, side, horizon, width) if delta else ()
-        found = recompute.openpi(horizon, batch_size, tuple(mask))
-        if found is None:
-            return
-        running, exact, counted = found
-        name = "actions" if is_actions else "state"
-        data = _chunks_name(horizon, "clamp") if is_actions and horizon > 1 else "frames"
-        dims = frozenset(d for d, m in enumerate(mask) if m) if is_actions else frozenset()
-        what = (
-            ""
-            if counted == recompute.frames
-            else (f"the first {counted:,} of {recompute.frames:,} frames")
-        )
-        for pad, values in running[name]:
+        for pad in (False, True):
+            found = recompute.openpi(horizon, batch_size, tuple(mask), pad)
+            if found is None:
+                return
+            values, exact, counted = found
+            name = "actions" if is_actions else "state"
+            data = _chunks_name(horizon, "clamp") if is_actions and horizon > 1 else "frames"
+            dims = frozenset(d for d, m in enumerate(mask) if m) if is_actions else frozenset()
+            what = (
+                ""
+                if counted == recompute.frames
+                else (f"the first {counted:,} of {recompute.frames:,} frames")
+            )
             yield Hypothesis(
                 "openpi",
                 f"openpi's RunningStats of {data}{' with DeltaActions' * bool(dims)}, batches of"
                 f" {batch_size}{(': ' + what) if what else ''}"
                 f"{' (re-binned edges padded)' if pad else ''}",
-                values,
+                values[name],
                 data=data,
                 delta=dims,
                 frames=what,

@@ -24,6 +24,7 @@ Read from openpi's source (`src/openpi/shared/normalize.py`, `scripts/compute_no
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -121,20 +122,28 @@ def batches(
     order: `frames // batch_size` whole batches, the rest dropped."""
     wanted = frames // batch_size
     done = 0
-    held_state: list[np.ndarray] = []
-    held_actions: list[np.ndarray] = []
+    pending: deque = deque()  # (state, chunks) of the frames read and not yet batched
     held = 0
     for state, actions in episodes:
-        state = np.asarray(state, np.float32)
-        held_state.append(state)
-        held_actions.append(chunks(state, np.asarray(actions, np.float32), horizon, mask))
-        held += len(state)
-        while held >= batch_size and done < wanted:
-            all_state = np.concatenate(held_state)
-            all_actions = np.concatenate(held_actions)
-            yield {"state": all_state[:batch_size], "actions": all_actions[:batch_size]}
-            done += 1
-            held_state, held_actions = [all_state[batch_size:]], [all_actions[batch_size:]]
-            held -= batch_size
         if done >= wanted:
             return
+        state = np.asarray(state, np.float32)
+        pending.append((state, chunks(state, np.asarray(actions, np.float32), horizon, mask)))
+        held += len(state)
+        while held >= batch_size and done < wanted:
+            parts, need = [], batch_size
+            while need:
+                first_state, first_chunks = pending[0]
+                take = min(need, len(first_state))
+                parts.append((first_state[:take], first_chunks[:take]))
+                if take == len(first_state):
+                    pending.popleft()
+                else:
+                    pending[0] = (first_state[take:], first_chunks[take:])
+                need -= take
+            held -= batch_size
+            done += 1
+            yield {
+                "state": np.concatenate([p[0] for p in parts]),
+                "actions": np.concatenate([p[1] for p in parts]),
+            }
