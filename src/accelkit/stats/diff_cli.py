@@ -103,8 +103,14 @@ def diff_command(
         raise CheckFailed(f"{report.verdict()}: A {a}, B {b}")
 
 
+def _worst(row: dict) -> str:
+    """The key and its worst statistic, and how many of its dimensions differ."""
+    n = len(row["dimensions"])
+    return f"{row['key']} {row['worst']}" + (f" ({n} dims)" if n > 1 else "")
+
+
 def _number(value) -> str:
-    return "-" if value is None else f"{value:.6g}"
+    return "-" if value is None else f"{value:.5g}"
 
 
 def render(report, as_json: bool) -> None:
@@ -126,9 +132,7 @@ def render(report, as_json: bool) -> None:
         print_table(
             f"statistics that differ by more than {report.tolerance:g}",
             [
-                Col("key", key=True),
-                Col("worst"),
-                Col("dims", numeric=True),
+                Col("worst difference", key=True),
                 Col("A", numeric=True),
                 Col("B", numeric=True),
                 Col("difference", numeric=True, short="diff."),
@@ -136,9 +140,7 @@ def render(report, as_json: bool) -> None:
             ],
             [
                 [
-                    r["key"],
-                    r["worst"],
-                    str(len(r["dimensions"])),
+                    _worst(r),
                     _number(r["a"]),
                     _number(r["b"]),
                     format_error(r["error"] if r["error"] is not None else float("inf"), r["unit"]),
