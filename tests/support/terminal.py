@@ -190,3 +190,11 @@ def assert_never_silent(run: TerminalRun, limit: float | None = None) -> None:
             f"{longest:.1f} s of silence (limit {limit:.1f} s) after {at:.1f} s, following:\n"
             f"{run.text_at(at)[-600:]}"
         )
+
+
+def assert_interrupted(run: TerminalRun, signum: int, kept: str = "nothing written") -> None:
+    """The interrupt contract (docs/cli.md): exit 128 + the signal, one line saying what was kept."""
+    name = signal.Signals(signum).name
+    assert run.code == 128 + signum, run.output[-2000:]
+    assert f"interrupted ({name}); {kept}" in run.output
+    assert run.output.count("interrupted (") == 1

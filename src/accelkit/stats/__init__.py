@@ -9,6 +9,7 @@ stays cheap; docs/stats.md, "Python API"):
     report = stats.check("path/to/lerobot_dataset")                             # CheckReport
     if not report.ok:
         stats.fix(report)                                                       # FixResult
+    differ = stats.diff("norm_stats.json", "path/to/lerobot_dataset", dataset="path/to/lerobot_dataset")
 
 `compute_stats` is the engine below `compute`, for rows already in Python (any re-iterable of
 dict batches, or a stream from `open_source`); `write_stats` writes its result in either format.
@@ -24,6 +25,8 @@ _EXPORTS = {
     "check": "accelkit.stats.checking",
     "fix": "accelkit.stats.checking",
     "CheckReport": "accelkit.stats.checking",
+    "diff": "accelkit.stats.diffing",
+    "DiffReport": "accelkit.stats.diffing",
     "FixResult": "accelkit.stats.checking",
     "StatsSettings": "accelkit.stats.settings",
     "compute_stats": "accelkit.stats.engine",

@@ -13,7 +13,12 @@ from accelkit.stats.settings import parse_keys
 
 
 def check_command(
-    dataset: Annotated[str, typer.Argument(help="LeRobot dataset folder (v2.1 or v3.0).")],
+    dataset: Annotated[
+        str,
+        typer.Argument(
+            help="LeRobot dataset folder (v2.1 or v3.0), or repo id (owner/name) as LeRobot finds it."
+        ),
+    ],
     stats_files: Annotated[
         list[str] | None,
         typer.Option(

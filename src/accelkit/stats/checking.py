@@ -148,11 +148,12 @@ def _check(
 ) -> CheckReport:
     from accelkit.runtime.progress import phase
     from accelkit.stats import compare as core
+    from accelkit.stats import repo_ids
     from accelkit.stats.formats import LEROBOT_QUANTILES, quantile_name
     from accelkit.stats.run import camera_stats
     from accelkit.stats.sources import DEFAULT_KEYS
 
-    root = Path(dataset).expanduser()
+    root = Path(repo_ids.resolve(dataset)).expanduser()  # `owner/name`: where LeRobot keeps it
     if storage.is_uri(dataset) and not dataset.startswith("file:"):
         raise ConfigError(
             f"stats check reads a local dataset folder; {dataset} is on object storage: copy it"

@@ -13,6 +13,7 @@ from accelkit.errors import ConfigError
 from accelkit.runtime.config import load_settings
 from accelkit.runtime.output import endpoint_option, ray_option
 from accelkit.stats.check_cli import check_command
+from accelkit.stats.diff_cli import diff_command
 from accelkit.stats.sample_cli import sample_dataset_command
 from accelkit.stats.settings import ENV_PREFIX, StatsSettings, parse_keys, parse_quantiles
 
@@ -105,7 +106,8 @@ def stats_command(
     dataset: Annotated[
         str | None,
         typer.Argument(
-            help="LeRobot dataset folder (v2.1 or v3.0), a .parquet/.npz/.npy file, or a folder of them."
+            help="LeRobot dataset folder (v2.1 or v3.0) or repo id (owner/name, found where LeRobot"
+            " keeps it: $HF_LEROBOT_HOME), a .parquet/.npz/.npy file, or a folder of them."
         ),
     ] = None,
     keys: Annotated[
@@ -296,7 +298,8 @@ def stats_command(
 ) -> None:
     """Normalization statistics (mean, std, min, max, exact quantiles) of robot datasets.
 
-    `accelkit stats check DATASET` compares the statistics a dataset stores with exact ones."""
+    `accelkit stats check DATASET` compares the statistics a dataset stores with exact ones;
+    `accelkit stats diff A B` compares two statistics files."""
     if config_name and config is None:
         raise ConfigError("--config-name needs --config FILE naming the YAML file that holds it")
     settings = load_settings(
@@ -373,9 +376,11 @@ def register(app: typer.Typer) -> None:
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
-        help="Normalization statistics of robot datasets; `stats check` compares stored ones.",
+        help="Normalization statistics of robot datasets; `stats check` compares stored ones,"
+        " `stats diff` two statistics files.",
     )
     stats.command("compute", hidden=True)(stats_command)
     stats.command("check")(check_command)
+    stats.command("diff")(diff_command)
     app.add_typer(stats, name="stats")
     app.command("sample-dataset")(sample_dataset_command)

@@ -76,8 +76,10 @@ def histogram_quantiles(x: np.ndarray, levels: list[float], lo, hi) -> dict[str,
     return out
 
 
-def lerobot_04(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
-    """LeRobot 0.4's per-episode statistics of the rows `x` [n, D] (in the dtype it computed in)."""
+def lerobot_04(x: np.ndarray, levels: list[float], native: bool = False) -> dict[str, np.ndarray]:
+    """LeRobot 0.4's per-episode statistics of the rows `x` [n, D] (in the dtype it computed in);
+    float64 arrays, or with `native` in the dtypes LeRobot's own arrays have (what its
+    `aggregate_stats` then computes with while recording)."""
     n = len(x)
     if n < 2:
         mean = np.mean(x, axis=0)
@@ -99,10 +101,10 @@ def lerobot_04(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
             "std": np.sqrt(np.maximum(0, squares - mean**2)),
             **histogram_quantiles(x, levels, lo, hi),
         }
-    return _flat(out, n)
+    return _flat(out, n, native)
 
 
-def lerobot_03(x: np.ndarray) -> dict[str, np.ndarray]:
+def lerobot_03(x: np.ndarray, native: bool = False) -> dict[str, np.ndarray]:
     """LeRobot 0.3's per-episode statistics: numpy's min, max, mean and std in x's dtype."""
     out = {
         "min": np.min(x, axis=0),
@@ -110,26 +112,34 @@ def lerobot_03(x: np.ndarray) -> dict[str, np.ndarray]:
         "mean": np.mean(x, axis=0),
         "std": np.std(x, axis=0),
     }
-    return _flat(out, len(x))
+    return _flat(out, len(x), native)
 
 
-def _flat(stats: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+def _flat(stats: Mapping[str, np.ndarray], n: int, native: bool = False) -> dict[str, np.ndarray]:
+    if native:
+        return {
+            **{k: np.asarray(v).reshape(-1) for k, v in stats.items()},
+            "count": np.asarray([n]),
+        }
     out = {k: np.asarray(v, np.float64).reshape(-1) for k, v in stats.items()}
     out["count"] = np.asarray([n], np.float64)
     return out
 
 
-def candidates(x: np.ndarray, levels: list[float]) -> list[tuple[str, dict[str, np.ndarray]]]:
+def candidates(
+    x: np.ndarray, levels: list[float], native: bool = False
+) -> list[tuple[str, dict[str, np.ndarray]]]:
     """Every way LeRobot may have computed an episode's entry from its stored rows `x`: (the
-    arithmetic's name — "float32" or "float64" —, the statistics)."""
+    arithmetic's name — "float32" or "float64" —, the statistics): 0.4's and 0.3's rules on `x`,
+    then on `x` widened to float64."""
     out = []
     widened = x.astype(np.float64) if x.dtype != np.float64 else None
     for values in (x, widened):
         if values is None:
             continue
         precision = "float32" if values.dtype == np.float32 else "float64"
-        out.append((precision, lerobot_04(values, levels)))
-        out.append((precision, lerobot_03(values)))
+        out.append((precision, lerobot_04(values, levels, native)))
+        out.append((precision, lerobot_03(values, native)))
     return out
 
 
@@ -146,9 +156,8 @@ def aggregate(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     weights = counts[:, None]
     means = np.stack([e["mean"] for e in usable])
     mean = (means * weights).sum(axis=0) / total
-    variance = ((np.stack([e["std"] for e in usable]) ** 2 + (means - mean) ** 2) * weights).sum(
-        axis=0
-    ) / total
+    squares = np.stack([e["std"] ** 2 for e in usable])  # each in its own dtype, as LeRobot squares
+    variance = ((squares + (means - mean) ** 2) * weights).sum(axis=0) / total
     out = {"mean": mean, "std": np.sqrt(variance), "count": np.asarray([total])}
     for stat in ("min", "max"):
         if all(stat in e and e[stat].shape == mean.shape for e in usable):
@@ -158,4 +167,14 @@ def aggregate(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     for stat in sorted(names):
         if all(stat in e and e[stat].shape == mean.shape for e in usable):
             out[stat] = (np.stack([e[stat] for e in usable]) * weights).sum(axis=0) / total
+    return out
+
+
+def fold(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """`meta/stats.json` as LeRobot 0.4 writes it while recording: after every episode,
+    `stats = aggregate_stats([stats, episode])` (the first episode's statistics as they are), on
+    the episodes' statistics in their own dtypes (`lerobot_04(..., native=True)`)."""
+    out: dict[str, np.ndarray] = {}
+    for entry in entries:
+        out = dict(entry) if not out else aggregate([out, entry])
     return out

@@ -94,6 +94,15 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         raise ConfigError(
             "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
         )
+    from accelkit.stats import repo_ids
+
+    settings = settings.model_copy(  # `owner/name`: the folder LeRobot keeps it in
+        update={
+            "dataset": repo_ids.resolve(settings.dataset),
+            "write_into": settings.write_into
+            and repo_ids.resolve(settings.write_into, "--write-into"),
+        }
+    )
     levels = settings.quantiles or list(
         LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED
     )
