@@ -1,4 +1,4 @@
-"""`VectorStore`: image vectors with string ids and JSON metadata in Milvus, through `pymilvus`.
+"""The vector store (`VectorStore`): image vectors with string ids and JSON metadata in Milvus, through `pymilvus`.
 
 One client serves both deployments: a Milvus Lite database file (`./accelkit_images.db`,
 embedded in this process, the default) or a Milvus server/cluster (`http://host:19530` + token).
@@ -27,56 +27,38 @@ Why the details below exist:
   without engine internals, so its logger is quieted.
 """
 
-from accelkit.images.config import StoreConfig
-from accelkit.images.store.errors import (
-    CollectionExistsError,
-    CollectionNotFoundError,
-    FilterError,
-    StoreError,
-    StoreTimeoutError,
-)
-from accelkit.images.store.lite import (
-    ORPHAN_WAIT_S,
-    _engine_output_to,
-    _lite_holders,
-    check_lite_free,
-    lite_lock_holder,
-)
-from accelkit.images.store.records import (
-    ID_BATCH,
-    ID_FIELD,
-    METADATA_FIELD,
-    VECTOR_FIELD,
-    Hit,
-    IndexSpec,
-    ids_filter,
-    is_local_uri,
-    literal,
-    redact_uri,
-)
-from accelkit.images.store.vector_store import VectorStore
+from accelkit.runtime.output import lazy_exports
 
-__all__ = [
-    "ID_BATCH",
-    "ID_FIELD",
-    "METADATA_FIELD",
-    "ORPHAN_WAIT_S",
-    "VECTOR_FIELD",
-    "CollectionExistsError",
-    "CollectionNotFoundError",
-    "FilterError",
-    "Hit",
-    "IndexSpec",
-    "StoreConfig",
-    "StoreError",
-    "StoreTimeoutError",
-    "VectorStore",
-    "_engine_output_to",
-    "_lite_holders",
-    "check_lite_free",
-    "ids_filter",
-    "is_local_uri",
-    "lite_lock_holder",
-    "literal",
-    "redact_uri",
-]
+_MODULES = {
+    "accelkit.images.config": ["StoreConfig"],
+    "accelkit.images.store.errors": [
+        "CollectionExistsError",
+        "CollectionNotFoundError",
+        "FilterError",
+        "StoreError",
+        "StoreTimeoutError",
+    ],
+    "accelkit.images.store.lite": [
+        "ORPHAN_WAIT_S",
+        "_engine_output_to",
+        "_lite_holders",
+        "check_lite_free",
+        "lite_lock_holder",
+    ],
+    "accelkit.images.store.records": [
+        "ID_BATCH",
+        "ID_FIELD",
+        "METADATA_FIELD",
+        "VECTOR_FIELD",
+        "Hit",
+        "IndexSpec",
+        "ids_filter",
+        "is_local_uri",
+        "literal",
+        "redact_uri",
+    ],
+    "accelkit.images.store.vector_store": ["VectorStore"],
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
