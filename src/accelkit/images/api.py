@@ -21,6 +21,7 @@ messages about them name the option. For many operations on one store, open it o
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -29,7 +30,7 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
 from accelkit.images.config import ServiceConfig, load_service_config
-from accelkit.images.index import ImageIndex, ImageInput, insert_in_chunks
+from accelkit.images.index import ImageIndex, ImageInput, TextQuery, insert_in_chunks
 from accelkit.images.inputs import (
     check_image_header,
     expand_named,
@@ -39,9 +40,11 @@ from accelkit.images.inputs import (
     sidecar_paths,
 )
 from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
-from accelkit.images.schema import check_collection_name, check_filter
+from accelkit.images.schema import check_collection_name, check_filter, check_text
+from accelkit.images.store.records import ignored_warnings
 from accelkit.runtime import storage
 
+log = logging.getLogger(__name__)
 ConfigLike = str | os.PathLike | ServiceConfig | None
 DEFAULT_OUTPUT = "embeddings.npy"
 DEFAULT_RAY_OUTPUT = "embeddings"  # with Ray: a folder of Parquet shards
@@ -81,6 +84,12 @@ def _open(
 
     phase("opening the store and loading the model")
     return settings, open_local_index(settings)
+
+
+def _warn(lines: Sequence[str]) -> None:
+    """Settings the backend does not apply: one warning line each (in `--json`'s warnings)."""
+    for line in lines:
+        log.warning(line)
 
 
 def _named_inputs(paths: Sequence[str], endpoint_url: str | None) -> list[tuple[str, str]]:
@@ -339,16 +348,19 @@ def insert(
     from accelkit.runtime.progress import rows_progress
 
     settings, index = _open(config, server)
-    with closing(index), rows_progress(progress and len(images) > 1, "images") as bar:
-        task = bar.add_task("inserting", total=len(images))
-        result = insert_in_chunks(
-            index,
-            images,
-            collection,
-            create_collection,
-            flush_after_rows=settings.store.flush_after_rows,
-            progress=lambda n: bar.advance(task, n),
-        )
+    with closing(index):
+        with rows_progress(progress and len(images) > 1, "images") as bar:
+            task = bar.add_task("inserting", total=len(images))
+            result = insert_in_chunks(
+                index,
+                images,
+                collection,
+                create_collection,
+                flush_after_rows=settings.store.flush_after_rows,
+                progress=lambda n: bar.advance(task, n),
+            )
+        if result.ids:
+            _warn(index.ignored(result.collection))
     stored = [(keep[i], id_) for i, id_ in zip(result.indices, result.ids, strict=True)]
     failures = {**missing, **{keep[i]: reason for i, reason in result.failures.items()}}
     return InsertReport(result.collection, named, stored, dict(sorted(failures.items())))
@@ -397,27 +409,37 @@ def _insert_on_ray(
 
 
 def search(
-    query: str,
+    query: str | None = None,
     topk: int = 10,
     *,
+    text: str | None = None,
     filter: str | None = None,
     collection: str | None = None,
     config: ConfigLike = None,
     server: str | None = None,
 ) -> SearchReport:
-    """The stored images nearest to the image file `query`, best first (`filter`: a metadata
-    filter such as `metadata["album"] == "2026"`)."""
+    """The stored images nearest to the image file `query`, or to `text` (words, for a
+    two-tower model), best first; `filter`: a metadata filter such as
+    `metadata["album"] == "2026"`."""
+    if (query is None) == (text is None):
+        raise InputError("give a query image or --text (one of the two)")
     if topk < 1:
         raise InputError(f"--topk {topk} must be at least 1")
     check_filter(filter, "--filter")
-    missing = missing_inputs([query])
-    if missing:
-        raise DataError(missing[0])
-    check_image_header(query)
+    if text is not None:
+        asked: Any = TextQuery(check_text(text, "--text"))
+    else:
+        missing = missing_inputs([query])
+        if missing:
+            raise DataError(missing[0])
+        check_image_header(query)
+        asked = ImageInput(query)
     settings, index = _open(config, server)
     with closing(index):
-        hits = index.search(ImageInput(query), topk, filter, collection)
-    return SearchReport(collection or settings.store.collection_name, query, topk, hits)
+        hits = index.search(asked, topk, filter, collection)
+    _warn(hits.warnings)
+    name = collection or settings.store.collection_name
+    return SearchReport(name, query, topk, hits, text=text, warnings=hits.warnings)
 
 
 # collections -------------------------------------------------------------------------------------
@@ -443,9 +465,11 @@ def create_collection(
     """Create a collection for the model's vectors; returns its description."""
     _, index = _open(config, server)
     with closing(index):
-        return index.create_collection(
+        info = index.create_collection(
             name, dim, description, index_type=index_type, metric_type=metric_type
         )
+    _warn(ignored_warnings(info))
+    return info
 
 
 def describe_collection(

@@ -21,6 +21,7 @@ from accelkit.images.cli_common import (
     RayActorsOption,
     ServerOption,
     emit_json,
+    index_in_use,
     library,
     short_json,
     table,
@@ -206,7 +207,15 @@ def insert_command(
 
 @images_app.command("search")
 def search_command(
-    query: Annotated[str, typer.Argument(help="Query image file.")],
+    query: Annotated[
+        str | None, typer.Argument(help="Query image file (or search by words with --text).")
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            "--text", "-t", help="Search by words instead of an image (a two-tower model's)."
+        ),
+    ] = None,
     topk: Annotated[int, typer.Option("--topk", "-k", help="How many results.")] = 10,
     filter_expr: Annotated[
         str | None,
@@ -219,17 +228,23 @@ def search_command(
     server: ServerOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The stored images nearest to QUERY (best first), with the file each was inserted from."""
+    """The stored images nearest to QUERY or to --text (best first), with the file each was inserted from."""
     from accelkit.images.schema import SOURCE_KEY
 
     report = library().search(
-        query, topk, filter=filter_expr, collection=collection, config=config, server=server
+        query,
+        topk,
+        text=text,
+        filter=filter_expr,
+        collection=collection,
+        config=config,
+        server=server,
     )
     if as_json:
         emit_json(report.to_dict())
         return
     table(
-        f"top {report.topk} in {report.collection} for {report.query}",
+        f"top {report.topk} in {report.collection} for {report.asked}",
         ["rank", "source", "id", "score", "metadata"],
         [
             [
@@ -258,6 +273,7 @@ def health_command(
         rows = [["status", report.report["status"]]]
         for section in ("model", "store"):
             rows += [[f"{section}.{k}", v] for k, v in (report.report.get(section) or {}).items()]
+        rows += [[f"index.{c.get('name', '?')}", index_in_use(c)] for c in report.collections]
         table("accelkit images health", ["check", "value"], rows)
     if not report.ok:
         raise CheckFailed(report.problem)

@@ -79,3 +79,13 @@ def print_info(title: str, info: dict, as_json: bool) -> None:
         ["field", "value"],
         [[k, short_json(v) if isinstance(v, dict) else v] for k, v in info.items()],
     )
+
+
+def index_in_use(collection: dict) -> str:
+    """One health row: `IVF_FLAT COSINE nlist=128 (ignored: nprobe)`."""
+    if "error" in collection:
+        return collection["error"]
+    params = " ".join(f"{k}={v}" for k, v in collection["params"].items())
+    ignored = ", ".join(collection["ignored"])
+    text = " ".join(p for p in (collection["index_type"], collection["metric_type"], params) if p)
+    return text + (f" (ignored: {ignored})" if ignored else "")

@@ -25,15 +25,63 @@ from typing import Any
 
 import numpy as np
 
-from accelkit.errors import InputError
-from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids
-from accelkit.images.store import Hit
+from accelkit.errors import DataError, InputError
+from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids, check_text
 from accelkit.runtime.files import record_kept
 from accelkit.runtime.storage import ObjectPath
 
 
 class ItemNotFoundError(InputError):
     """No stored item has the id given."""
+
+
+class ModelMismatchError(DataError):
+    """A collection's vectors were made by another model than the one configured."""
+
+
+# What a collection without a model record holds: it was made before accelkit recorded models,
+# when EfficientNet-Lite0 was the one model a config could name.
+UNRECORDED_MODEL = {"name": "efficientnet-lite0", "fingerprint": None}
+
+
+def check_same_model(collection: str, recorded: dict | None, mine: dict | None) -> None:
+    """Refuse to fill or search `collection` with a model other than the one that made its
+    vectors: a different name, or (where both are known) different weights."""
+    if mine is None:
+        return
+    theirs = recorded or UNRECORDED_MODEL
+    same_weights = not (theirs.get("fingerprint") and mine.get("fingerprint")) or (
+        theirs["fingerprint"] == mine["fingerprint"]
+    )
+    if theirs.get("name") == mine.get("name") and same_weights:
+        return
+
+    def shown(record: dict) -> str:
+        weights = record.get("fingerprint")
+        return repr(record.get("name")) + (f" (weights {weights})" if weights else "")
+
+    raise ModelMismatchError(
+        f"collection {collection!r} holds vectors of model {shown(theirs)}"
+        f"{'' if recorded else ' (no model recorded: made before accelkit recorded models)'},"
+        f" but the configured model is {shown(mine)}; a collection is filled and searched only by"
+        " the model that made it: use a collection of this model, or that model's config"
+    )
+
+
+class Hits(list):
+    """Search results, best first (a list of `Hit`), and `warnings`: what the backend did not
+    apply of the settings (Milvus Lite's nprobe), one line each."""
+
+    def __init__(self, hits=(), warnings: Sequence[str] = ()):
+        super().__init__(hits)
+        self.warnings = list(warnings)
+
+
+@dataclass(frozen=True)
+class TextQuery:
+    """A query in words, for a two-tower model's text tower."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -144,11 +192,14 @@ class ImageIndex(ABC):
         filter: str | None = None,
         collection: str | None = None,
         consistency: str | None = None,
-    ) -> list[Hit]:
-        """The `topk` nearest stored items to an image or a query vector, best first."""
+    ) -> Hits:
+        """The `topk` nearest stored items to an image, a `TextQuery` (a two-tower model's
+        words) or a query vector, best first."""
         filter = check_filter(filter, max_values=GRAMMAR_ONLY)
         topk = check_topk(topk)
-        if not (isinstance(query, ImageInput) or is_query_vector(query)):
+        if isinstance(query, TextQuery):
+            query = TextQuery(check_text(query.text))
+        elif not (isinstance(query, ImageInput) or is_query_vector(query)):
             query = ImageInput(query)
         return self._search(query, topk, filter, collection, consistency)
 
@@ -192,6 +243,12 @@ class ImageIndex(ABC):
         """name, description, dim, count, index_type, metric_type and index_params."""
         return self._describe(collection)
 
+    def ignored(self, collection: str | None = None) -> list[str]:
+        """What the backend does not apply of the collection's index settings, one line each."""
+        from accelkit.images.store.records import ignored_warnings
+
+        return ignored_warnings(self.describe(collection))
+
     def drop_collection(self, name: str | None = None) -> None:
         """Delete a collection and everything in it."""
         self._drop_collection(name)
@@ -220,7 +277,7 @@ class ImageIndex(ABC):
     @abstractmethod
     def _search(
         self, query: Any, topk: int, filter: str | None, collection: str | None, consistency: Any
-    ) -> list[Hit]: ...
+    ) -> Hits: ...
 
     @abstractmethod
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]: ...

@@ -15,28 +15,36 @@ from typing import Any
 
 import numpy as np
 
-from accelkit.errors import AccelkitError, DataError
+from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.batching import ItemResult
 from accelkit.images.config import ServiceConfig
 from accelkit.images.index import (
+    Hits,
     ImageIndex,
     ImageInput,
     InsertResult,
     ItemNotFoundError,
+    TextQuery,
+    check_same_model,
     content_id,
 )
 from accelkit.images.schema import check_collection_name, check_id, check_metadata
-from accelkit.images.store import CollectionNotFoundError, Hit
+from accelkit.images.store import CollectionNotFoundError
+from accelkit.images.store.records import PROP_MODEL
 
 log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[Any]], list[ItemResult]]
+EmbedTextFn = Callable[[list[str]], np.ndarray]
 
 
 class LocalIndex(ImageIndex):
-    """The model (through `embed`) and a `VectorStore`, in this process.
+    """The model (through `embed`, and `embed_text` for a two-tower model's words) and a
+    `VectorStore`, in this process.
 
     `thumbnails` (a `ThumbnailStore`, optional) receives a small JPEG of every stored image.
+    `model` returns the record of the model (`models.model_record`): kept with the collections
+    it creates, and compared with theirs before it fills or searches one (None: no check).
     """
 
     def __init__(
@@ -47,9 +55,14 @@ class LocalIndex(ImageIndex):
         dim: int,
         thumbnails: Any = None,
         max_pixels: int | None = None,
+        embed_text: EmbedTextFn | None = None,
+        model: Callable[[], dict[str, Any] | None] | None = None,
     ):
         self.store = store
         self.embed = embed
+        self.embed_text = embed_text
+        self._model_fn = model
+        self._model: list[dict[str, Any] | None] = []
         self.default_collection = default_collection
         self.dim = dim
         self.thumbnails = thumbnails
@@ -59,6 +72,15 @@ class LocalIndex(ImageIndex):
 
     def _name(self, collection: str | None) -> str:
         return check_collection_name(collection or self.default_collection)
+
+    def model_record(self) -> dict[str, Any] | None:
+        """The record of this index's model (computed once: it hashes the model's files)."""
+        if not self._model:
+            self._model.append(self._model_fn() if self._model_fn else None)
+        return self._model[0]
+
+    def _same_model(self, name: str) -> None:
+        check_same_model(name, self.store.recorded(name, PROP_MODEL), self.model_record())
 
     # items -----------------------------------------------------------------------------------
 
@@ -73,6 +95,8 @@ class LocalIndex(ImageIndex):
             if not create:
                 raise  # before any embedding
             exists = False
+        if exists:
+            self._same_model(name)  # before any embedding
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
         labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
@@ -106,7 +130,9 @@ class LocalIndex(ImageIndex):
         ids = [item_id for item_id, _ in stored]
         if ids:
             if not exists:  # created only when something is stored: a refused batch leaves nothing
-                self.store.create_collection(name, self.dim, exist_ok=True)
+                self.store.create_collection(
+                    name, self.dim, exist_ok=True, model=self.model_record()
+                )
             vectors = np.stack([vector for _, (_, vector, _) in stored])
             self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
             self._store_thumbnails(
@@ -154,19 +180,26 @@ class LocalIndex(ImageIndex):
             raise ItemNotFoundError(f"id {item_id!r}: no such item in collection {name!r}")
         return rows[0]["vector"]
 
-    def query_vector(self, query: ImageInput | np.ndarray) -> np.ndarray:
+    def query_vector(self, query: ImageInput | TextQuery | np.ndarray) -> np.ndarray:
         if isinstance(query, np.ndarray):
             return query.astype(np.float32)
+        if isinstance(query, TextQuery):
+            if self.embed_text is None:
+                raise InputError("this index has no text tower: search it by an image")
+            return self.embed_text([query.text])[0]
         (result,) = self.embed([query.data])
         if result.error is not None:
             raise DataError(f"query: {result.error}")
         return result.vector
 
-    def _search(self, query, topk, filter, collection, consistency) -> list[Hit]:
+    def _search(self, query, topk, filter, collection, consistency) -> Hits:
         name = self._name(collection)
         self.store.describe_dim(name)  # a missing collection fails before the model runs
+        if not isinstance(query, np.ndarray):  # a vector is the caller's to match
+            self._same_model(name)
         vector = self.query_vector(query)
-        return self.store.search(name, vector, topk, filter, consistency=consistency)[0]
+        hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
+        return Hits(hits, self.store.ignored(name))
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         return self.store.get(self._name(collection), ids)
@@ -201,6 +234,7 @@ class LocalIndex(ImageIndex):
             description,
             **spec,
             exist_ok=exist_ok,
+            model=self.model_record(),
         )
 
     def _drop_collection(self, name: str | None) -> None:
@@ -251,7 +285,17 @@ class LocalIndex(ImageIndex):
         except AccelkitError as exc:
             model.update({"ok": False, "error": str(exc)})
         healthy = store["ok"] and model["ok"]
-        return {"status": "ok" if healthy else "unhealthy", "model": model, "store": store}
+        report = {"status": "ok" if healthy else "unhealthy", "model": model, "store": store}
+        if store["ok"]:
+            report["collections"] = self.indexes_in_use()
+        return report
+
+    def indexes_in_use(self) -> list[dict[str, Any]]:
+        """Per collection, the index its searches use and what of its settings is ignored."""
+        try:
+            return [self.store.index_in_use(n) for n in self.store.list_collections()]
+        except AccelkitError as exc:
+            return [{"error": str(exc)}]
 
     def close(self) -> None:
         for close in self._on_close:
@@ -260,11 +304,16 @@ class LocalIndex(ImageIndex):
 
 
 def open_local_index(
-    config: ServiceConfig, store: Any = None, embed: EmbedFn | None = None
+    config: ServiceConfig,
+    store: Any = None,
+    embed: EmbedFn | None = None,
+    embed_text: EmbedTextFn | None = None,
 ) -> LocalIndex:
     """The `LocalIndex` of a config. `store`: a `VectorStore` the caller keeps (else one is
-    opened now and closed with the index). `embed`: the caller's embed function (else the
-    config's model, loaded on the first embedding, so collection commands never load it)."""
+    opened now and closed with the index). `embed`, `embed_text`: the caller's embed functions
+    (else the config's model, loaded on the first embedding, so collection commands never load
+    it)."""
+    from accelkit.images.models import model_record, no_text_tower
     from accelkit.images.store import VectorStore
     from accelkit.images.thumbnails import open_thumbnails
 
@@ -272,20 +321,27 @@ def open_local_index(
     store = VectorStore(config.store) if owned else store
     loaded: list[Any] = []
 
-    def embed_with_model(items: list[Any]) -> list[ItemResult]:
+    def pipeline():
         if not loaded:
             from accelkit.images.pipeline import EmbeddingPipeline
 
             loaded.append(EmbeddingPipeline(config))
-        return loaded[0].embed_items(items)
+        return loaded[0]
+
+    def text_pipeline():
+        if not config.model.has_text:  # said before any model loads
+            raise no_text_tower(config.model.name)
+        return pipeline()
 
     index = LocalIndex(
         store,
-        embed or embed_with_model,
+        embed or (lambda items: pipeline().embed_items(items)),
         config.store.collection_name,
         config.model.embedding_dim,
         thumbnails=open_thumbnails(config.store.uri, config.store.thumbnails),
         max_pixels=config.preprocess.max_pixels,
+        embed_text=embed_text or (lambda texts: text_pipeline().embed_texts(texts)),
+        model=lambda: model_record(config.model),
     )
     index.model_info = {"name": config.model.name, "backend": config.model.backend}
     index._on_close.append(lambda: loaded and loaded[0].close())

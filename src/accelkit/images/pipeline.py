@@ -11,6 +11,7 @@ EmbeddingTrident's all-in-one `ImageEmbeddingPipeline` is a facade above both
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -68,6 +69,8 @@ class EmbeddingPipeline:
         )
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")
+        self._text: Any = None  # the text tower of a two-tower model, loaded on first use
+        self._text_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -81,6 +84,8 @@ class EmbeddingPipeline:
         self._inference.shutdown(wait=True, cancel_futures=True)
         self.preprocessor.close()
         self.backend.close()
+        if self._text is not None:
+            self._text.close()
 
     def __enter__(self) -> EmbeddingPipeline:
         return self
@@ -166,3 +171,25 @@ class EmbeddingPipeline:
 
         result = self.embed(items)
         return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
+
+    @property
+    def has_text(self) -> bool:
+        """Whether the model has a text tower (text queries)."""
+        return self.config.model.has_text
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, D] embeddings of texts by the model's text tower (L2-normalized unless the
+        config says otherwise), comparable with its image embeddings."""
+        from accelkit.images.models import l2_normalize, make_text_encoder, no_text_tower
+
+        if self._closed:
+            raise RuntimeError("this pipeline is closed")
+        with self._text_lock:
+            if self._text is None:
+                self._text = make_text_encoder(self.config.model)
+                if self._text is None:
+                    raise no_text_tower(self.config.model.name)
+        vectors = self._text.embed(list(texts))
+        if self.config.model.normalize:
+            vectors = l2_normalize(vectors)
+        return vectors.astype(np.float32, copy=False)

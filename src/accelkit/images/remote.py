@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.index import ImageIndex, ImageInput, InsertResult
+from accelkit.images.index import (
+    Hits,
+    ImageIndex,
+    ImageInput,
+    InsertResult,
+    ModelMismatchError,
+    TextQuery,
+)
 from accelkit.images.store import CollectionExistsError, CollectionNotFoundError, Hit, StoreError
 
 # ids sent in one request: within the service's server.max_ids_per_request (10,000 by default);
@@ -101,6 +108,8 @@ class RemoteIndex(ImageIndex):
             kind = CollectionNotFoundError
         elif code == "collection_exists":
             kind = CollectionExistsError
+        elif code == "model_mismatch":
+            kind = ModelMismatchError
         elif response.status_code in (503, 504) or code in ("store_unavailable", "store_timeout"):
             kind = StoreError
         elif response.status_code == 422:
@@ -153,7 +162,7 @@ class RemoteIndex(ImageIndex):
             dict(sorted(failures.items())),
         )
 
-    def _search(self, query, topk, filter, collection, consistency) -> list[Hit]:
+    def _search(self, query, topk, filter, collection, consistency) -> Hits:
         fields: dict[str, Any] = {"topk": topk}
         for key, value in (
             ("filter", filter),
@@ -166,14 +175,19 @@ class RemoteIndex(ImageIndex):
             answer = self._call(
                 "POST", "/search", json={**fields, "vector": query.astype(float).tolist()}
             )
+        elif isinstance(query, TextQuery):
+            answer = self._call("POST", "/search", json={**fields, "text": query.text})
         else:
             name, data = _upload(query, 0)
             form = {k: str(v) for k, v in fields.items()}
             answer = self._call("POST", "/search", files={"file": (name, data)}, data=form)
-        return [
-            Hit(h["id"], float(h["score"]), dict(h.get("metadata") or {}))
-            for h in answer["results"]
-        ]
+        return Hits(
+            [
+                Hit(h["id"], float(h["score"]), dict(h.get("metadata") or {}))
+                for h in answer["results"]
+            ],
+            answer.get("warnings") or [],
+        )
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         where = [("collection", collection)] if collection else []

@@ -134,9 +134,13 @@ def fit_geometry(height: int, width: int, out_h: int, out_w: int, fit: str):
     if fit == "stretch":
         return (0.0, float(height), out_h, 0), (0.0, float(width), out_w, 0)
     if fit == "center-crop":
-        scale = max(out_h / height, out_w / width)
-        crop_h, crop_w = out_h / scale, out_w / scale
-        top, left = (height - crop_h) / 2.0, (width - crop_w) / 2.0
+        # The side that binds is kept whole, exactly: dividing by a float scale once gave a
+        # 214-row crop of 214.00000000000003 rows, a box starting at -1e-14, which PIL refuses.
+        if out_h * width >= out_w * height:
+            crop_h, crop_w = float(height), out_w * height / out_h
+        else:
+            crop_h, crop_w = out_h * width / out_w, float(width)
+        top, left = max(0.0, (height - crop_h) / 2.0), max(0.0, (width - crop_w) / 2.0)
         return (top, top + crop_h, out_h, 0), (left, left + crop_w, out_w, 0)
     if fit == "letterbox":
         scale = min(out_h / height, out_w / width)

@@ -75,19 +75,26 @@ class InsertReport:
 
 @dataclass
 class SearchReport:
-    """The `topk` nearest items in `collection` to `query`, best first."""
+    """The `topk` nearest items in `collection` to the image file `query` or to `text`, best
+    first; `warnings`: what the store did not apply of the settings (e.g. Milvus Lite's nprobe)."""
 
     collection: str
-    query: str
+    query: str | None
     topk: int
     hits: list[Hit]
+    text: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def asked(self) -> str:
+        """The query as a person reads it: the file, or the words in quotes."""
+        return self.query if self.text is None else f'"{self.text}"'
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "collection": self.collection,
-            "query": self.query,
-            "results": [hit.to_dict() for hit in self.hits],
-        }
+        out = {"collection": self.collection, "query": self.query}
+        if self.text is not None:
+            out["text"] = self.text
+        return {**out, "results": [hit.to_dict() for hit in self.hits]}
 
 
 @dataclass
@@ -112,6 +119,11 @@ class HealthReport:
             if (report.get(s) or {}).get("error")
         ]
         return f"unhealthy: {'; '.join(problems) or report.get('error') or report['status']}"
+
+    @property
+    def collections(self) -> list[dict[str, Any]]:
+        """Per collection, the index its searches use and the settings ignored."""
+        return self.report.get("collections") or []
 
     def to_dict(self) -> dict[str, Any]:
         return self.report

@@ -244,6 +244,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                     else {"error": "unreachable; see the service log"}
                 ),
             },
+            # the index each collection's searches use, and what of its settings is ignored
+            **({"collections": await state.run(state.index.indexes_in_use)} if store["ok"] else {}),
         }
 
     @app.get("/favicon.ico", include_in_schema=False)

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.index import ImageInput
+from accelkit.images.index import ImageInput, TextQuery
 from accelkit.images.schema import (
     DeleteRequest,
     EmbedRequest,
@@ -101,6 +101,8 @@ def add_routes(app, state: ServiceState) -> None:
 
             if body.id is not None:  # "search by this result": the stored vector, nothing read
                 query = await state.run(state.index.stored_vector, body.id, name)
+            elif body.text is not None:  # words, through the model's text tower
+                query = TextQuery(body.text)
             else:
                 query = np.asarray(body.vector, np.float32)
             hits = await state.run(
@@ -126,6 +128,7 @@ def add_routes(app, state: ServiceState) -> None:
             "topk": body.topk,
             "results": results,
             "took_ms": took,
+            "warnings": hits.warnings,  # what the store did not apply (Milvus Lite's nprobe)
             # EmbeddingTrident's fields
             "collection_name": name,
             "count": len(results),

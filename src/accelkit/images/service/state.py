@@ -72,7 +72,12 @@ class ServiceState:
             on_batch,
         )
         self.batcher.start()
-        self.index = open_local_index(self.config, store=self.store, embed=self.embed_blocking)
+        self.index = open_local_index(
+            self.config,
+            store=self.store,
+            embed=self.embed_blocking,
+            embed_text=self.pipeline.embed_texts,  # one text at a time: no batcher needed
+        )
 
     async def stop(self) -> None:
         if self.batcher is not None:

@@ -19,8 +19,12 @@ from accelkit.images.store.records import (
     METADATA_FIELD,
     PROP_DESCRIPTION,
     PROP_INDEX,
+    PROP_MODEL,
+    PROP_ORIGIN,
     VECTOR_FIELD,
     IndexSpec,
+    ignored_params,
+    ignored_warnings,
 )
 
 log = logging.getLogger(__name__)
@@ -39,8 +43,12 @@ class CollectionAdmin(StoreClient):
         metric_type: str | None = None,
         index_params: Mapping[str, Any] | None = None,
         exist_ok: bool = False,
+        model: Mapping[str, Any] | None = None,
+        origin: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create `name` with a `dim`-d vector field; returns `describe(name)`.
+        """Create `name` with a `dim`-d vector field; returns `describe(name)`. `model` (what
+        `models.model_record` says of the model that fills it) and `origin` (where a migration
+        copies it from) are recorded with it.
         An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim.
         All or nothing: everything is checked first, and a collection whose index or load fails is dropped."""
         check_collection_name(name)
@@ -99,6 +107,8 @@ class CollectionAdmin(StoreClient):
                 f"indexing collection {name!r}", client.create_index, name, self._index_params(spec)
             )
             self._call(f"loading collection {name!r}", client.load_collection, name)
+            records = {PROP_MODEL: model, PROP_ORIGIN: origin}
+            self._record(name, {k: dict(v) for k, v in records.items() if v is not None})
         except BaseException:
             try:  # all or nothing: no half-created collection is left behind
                 client.drop_collection(name, timeout=self.config.timeout)
@@ -137,6 +147,41 @@ class CollectionAdmin(StoreClient):
             "index_type": spec.index_type,
             "metric_type": spec.metric_type,
             "index_params": dict(spec.params),
+            "ignored": ignored_params(spec.index_type, self.is_server),
+            "model": self.recorded(name, PROP_MODEL),
+        }
+
+    def ignored(self, name: str) -> list[str]:
+        """What this deployment does not apply of the collection's index settings, one line
+        each (`records.ignored_params`)."""
+        spec = self._spec(name)
+        return ignored_warnings(
+            {
+                "name": name,
+                "index_type": spec.index_type,
+                "index_params": spec.params,
+                "ignored": ignored_params(spec.index_type, self.is_server),
+            }
+        )
+
+    def index_in_use(self, name: str) -> dict[str, Any]:
+        """The index a collection's searches actually use: type, metric and build parameters as
+        Milvus reports them, the search parameters that apply, and those ignored."""
+        info = self._index_info(name)
+        spec = self._spec(name)
+        build = {
+            k: int(info[k])
+            for k in ("nlist", "M", "efConstruction")
+            if k in info and str(info[k]).isdigit()
+        }
+        ignored = ignored_params(spec.index_type, self.is_server)
+        searched = {k: v for k, v in spec.params.items() if k in ("nprobe", "ef")}
+        return {
+            "name": name,
+            "index_type": str(info.get("index_type") or spec.index_type).upper(),
+            "metric_type": str(info.get("metric_type") or spec.metric_type).upper(),
+            "params": {**build, **{k: v for k, v in searched.items() if k not in ignored}},
+            "ignored": ignored,
         }
 
     def count(self, name: str, consistency: str | None = None) -> int:
@@ -159,6 +204,7 @@ class CollectionAdmin(StoreClient):
             self._loaded.discard(name)
             self._specs.pop(name, None)
             self._dims.pop(name, None)
+        self._forget(name)
 
     def flush(self, name: str) -> None:
         """Seal the collection's growing segments so the index can cover them (a server builds

@@ -32,10 +32,16 @@ from accelkit.images.store.lite import (
     lite_lock_holder,
 )
 from accelkit.images.store.records import (
+    CATALOG,
     CONSISTENCY_LEVELS,
+    ID_FIELD,
+    MAX_ID_LENGTH,
+    METADATA_FIELD,
     PROP_INDEX,
+    RESERVED_PREFIX,
     VECTOR_FIELD,
     IndexSpec,
+    ids_filter,
     is_local_uri,
     redact_uri,
 )
@@ -54,6 +60,7 @@ class StoreClient:
         self.config = config.model_copy(update=overrides) if config else StoreConfig(**overrides)
         self._loaded: set[str] = set()
         self._specs: dict[str, IndexSpec] = {}
+        self._records: dict[str, dict[str, Any]] = {}  # our properties of each collection
         self._dims: dict[str, int] = {}  # cached: searches should not pay two extra RPCs
         # Collections with a delete that no later write's timestamp covers: Milvus 2.3 answers a
         # delete with timestamp 0, so a Session read would not wait for it; such reads go Strong
@@ -161,14 +168,16 @@ class StoreClient:
             return "Strong" if level == "Session" and name in self._deleted else level
 
     def list_collections(self) -> list[str]:
-        return sorted(self._call("listing collections", self._client.list_collections))
+        """The collections' names, sorted (our catalog left out)."""
+        names = self._call("listing collections", self._client.list_collections)
+        return sorted(n for n in names if not n.startswith(RESERVED_PREFIX))
 
     def has_collection(self, name: str) -> bool:
         return bool(
             self._call(
                 f"checking collection {name!r}",
                 self._client.has_collection,
-                check_collection_name(name),
+                check_collection_name(name, reserved_ok=True),
             )
         )
 
@@ -191,6 +200,67 @@ class StoreClient:
         with self._lock:
             self._dims[name] = dim
         return dim
+
+    def recorded(self, name: str, key: str) -> dict[str, Any] | None:
+        """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`) from the
+        catalog, or None when it has none (made before we recorded it, or by another program)."""
+        with self._lock:
+            cached = self._records.get(name)
+        if cached is None:
+            self._require(name)
+            cached = {}
+            if self.has_collection(CATALOG):
+                rows = self._with_load(
+                    CATALOG,
+                    "reading the catalog",
+                    self._client.query,
+                    CATALOG,
+                    filter=ids_filter([name]),
+                    output_fields=[METADATA_FIELD],
+                    consistency_level="Strong",
+                )
+                cached = dict(rows[0].get(METADATA_FIELD) or {}) if rows else {}
+            with self._lock:
+                self._records[name] = cached
+        value = cached.get(key)
+        return value if isinstance(value, dict) else None
+
+    def _record(self, name: str, records: dict[str, Any]) -> None:
+        """Keep `records` (JSON objects by key) for collection `name` in the catalog."""
+        if not self.has_collection(CATALOG):
+            from pymilvus import DataType
+
+            schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
+            schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
+            schema.add_field(METADATA_FIELD, DataType.JSON)
+            index = self._client.prepare_index_params()
+            index.add_index(VECTOR_FIELD, index_type="FLAT", metric_type="L2")
+            self._call(
+                "creating the catalog",
+                self._client.create_collection,
+                CATALOG,
+                schema=schema,
+                index_params=index,
+                consistency_level="Strong",
+            )
+        row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
+        self._with_load(CATALOG, "writing the catalog", self._client.upsert, CATALOG, [row])
+        with self._lock:
+            self._records[name] = dict(records)
+
+    def _forget(self, name: str) -> None:
+        """Remove a dropped collection's records from the catalog."""
+        with self._lock:
+            self._records.pop(name, None)
+        if self.has_collection(CATALOG):
+            self._with_load(
+                CATALOG,
+                "writing the catalog",
+                self._client.delete,
+                CATALOG,
+                filter=ids_filter([name]),
+            )
 
     def _spec(self, name: str) -> IndexSpec:
         with self._lock:

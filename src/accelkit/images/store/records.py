@@ -11,13 +11,20 @@ from typing import Any
 
 from accelkit.errors import ConfigError
 from accelkit.images.config import StoreConfig
-from accelkit.images.schema import MAX_INDEX_PARAM, check_ids
+from accelkit.images.schema import MAX_INDEX_PARAM, RESERVED_NAMES, check_ids
 
 ID_FIELD, VECTOR_FIELD, METADATA_FIELD = "id", "vector", "metadata"
 MAX_ID_LENGTH = (
     512  # the VARCHAR's capacity in the schema; ids themselves are at most 256 characters
 )
 PROP_DESCRIPTION, PROP_INDEX = "accelkit.description", "accelkit.index"
+# Our records of a collection — the model that fills it (`models.model_record`), where a
+# migrated collection came from — live in a catalog collection of the same database, one row per
+# collection: Milvus Lite keeps no collection properties (it returns none of those given at
+# creation, and cannot alter them), and the catalog travels with the database on both.
+CATALOG = RESERVED_NAMES + "catalog"
+RESERVED_PREFIX = RESERVED_NAMES
+PROP_MODEL, PROP_ORIGIN = "model", "origin"
 CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
 # ids in one `id in [...]` expression: one delete of 1,000,000 ids took 7-12 s and left Milvus Lite
 # 0.6-0.9 GB larger; the service takes at most server.max_ids_per_request ids in a request
@@ -111,3 +118,21 @@ def redact_uri(uri: str) -> str:
 
 def is_local_uri(uri: str) -> bool:
     return "://" not in uri
+
+
+def ignored_params(index_type: str, is_server: bool) -> list[str]:
+    """The index settings a deployment takes but does not apply: Milvus Lite builds IVF_FLAT
+    and searches it the same whatever `nprobe` says (measured: identical results for nprobe 1,
+    16 and 128; tests/images/test_store.py)."""
+    return ["nprobe"] if not is_server and index_type == "IVF_FLAT" else []
+
+
+def ignored_warnings(info: Mapping[str, Any]) -> list[str]:
+    """One line per ignored setting of a collection (`info`: its description)."""
+    params = info.get("index_params") or {}
+    return [
+        f"collection {info['name']!r}: Milvus Lite ignores {key} ({params.get(key)}) for"
+        f" {info['index_type']}, its searches do not change with it; use FLAT for exact results,"
+        f" or a Milvus server where {key} applies"
+        for key in info.get("ignored") or []
+    ]
