@@ -522,6 +522,50 @@ def delete_collection(name: str, config: ConfigLike = None, server: str | None =
         index.drop_collection(name)
 
 
+def migrate(
+    source: str,
+    target: str,
+    collections: Sequence[str] | None = None,
+    *,
+    config: ConfigLike = None,
+    source_token: str | None = None,
+    target_token: str | None = None,
+    source_db: str | None = None,
+    target_db: str | None = None,
+    batch_size: int = 1000,
+    index_type: str | None = None,
+    sample: int = 100,
+    source_thumbnails: str = "auto",
+    target_thumbnails: str = "auto",
+    restart: bool = False,
+    progress: bool = False,
+):
+    """Copy collections (default: all) from the store `source` to the store `target` (a Milvus
+    Lite file or a server URI each): ids, vectors, metadata, thumbnails and the model record, in
+    batches, resumable, verified (`accelkit.images.migrate`). Settings not given (timeout, batch
+    sizes, consistency) come from the config's `store` section."""
+    from accelkit.images.config import StoreConfig
+    from accelkit.images.migrate import migrate as copy
+
+    base = load_settings(config).store.model_dump()
+
+    def store(uri: str, token: str | None, db: str | None) -> StoreConfig:
+        return StoreConfig(**{**base, "uri": uri, "token": token, "db_name": db or ""})
+
+    return copy(
+        store(source, source_token, source_db),
+        store(target, target_token, target_db),
+        collections,
+        batch_size=batch_size,
+        index_type=index_type,
+        sample=sample,
+        source_thumbnails=source_thumbnails,
+        target_thumbnails=target_thumbnails,
+        restart=restart,
+        progress=progress,
+    )
+
+
 # health and the service --------------------------------------------------------------------------
 
 

@@ -277,3 +277,91 @@ def health_command(
         table("accelkit images health", ["check", "value"], rows)
     if not report.ok:
         raise CheckFailed(report.problem)
+
+
+@images_app.command("migrate")
+def migrate_command(
+    source: Annotated[
+        str, typer.Argument(help="Store to copy from: a Milvus Lite .db or a server URI.")
+    ],
+    target: Annotated[
+        str, typer.Argument(help="Store to copy into: a Milvus Lite .db or a server URI.")
+    ],
+    collection: Annotated[
+        list[str] | None,
+        typer.Option("--collection", "-c", help="Collection to copy (repeat; default: all)."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Items per batch.")] = 1000,
+    index_type: Annotated[
+        str | None,
+        typer.Option(
+            "--index-type", help="Index of the copies (default: the source's; HNSW needs a server)."
+        ),
+    ] = None,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="Drop an unfinished or stale copy and start over.")
+    ] = False,
+    source_token: Annotated[
+        str | None, typer.Option("--source-token", help="SRC server's token.")
+    ] = None,
+    target_token: Annotated[
+        str | None, typer.Option("--target-token", help="DST server's token.")
+    ] = None,
+    source_db: Annotated[
+        str | None, typer.Option("--source-db", help="SRC server's database.")
+    ] = None,
+    target_db: Annotated[
+        str | None, typer.Option("--target-db", help="DST server's database.")
+    ] = None,
+    source_thumbnails: Annotated[
+        str,
+        typer.Option(
+            "--source-thumbnails", help="auto (beside a Lite file), off or a SQLite file."
+        ),
+    ] = "auto",
+    target_thumbnails: Annotated[
+        str,
+        typer.Option(
+            "--target-thumbnails", help="auto (beside a Lite file), off or a SQLite file."
+        ),
+    ] = "auto",
+    config: ConfigOption = None,
+    progress: ProgressOption = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy collections from SRC to DST (Milvus Lite <-> a server): ids, vectors, metadata, thumbnails, model; resumable, verified."""
+    report = library().migrate(
+        source,
+        target,
+        collection,
+        config=config,
+        source_token=source_token,
+        target_token=target_token,
+        source_db=source_db,
+        target_db=target_db,
+        batch_size=batch_size,
+        index_type=index_type,
+        source_thumbnails=source_thumbnails,
+        target_thumbnails=target_thumbnails,
+        restart=restart,
+        progress=progress,
+    )
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    table(
+        f"migrated {report.source} -> {report.target}",
+        ["collection", "copied", "total", "resumed after", "thumbnails", "verified", "index"],
+        [
+            [
+                c.name,
+                c.copied,
+                c.total,
+                c.resumed_after or "",
+                c.thumbnails,
+                f"{c.sampled} equal" if c.verified else "no",
+                c.index_type,
+            ]
+            for c in report.collections
+        ],
+    )

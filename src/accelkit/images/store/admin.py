@@ -108,7 +108,7 @@ class CollectionAdmin(StoreClient):
             )
             self._call(f"loading collection {name!r}", client.load_collection, name)
             records = {PROP_MODEL: model, PROP_ORIGIN: origin}
-            self._record(name, {k: dict(v) for k, v in records.items() if v is not None})
+            self.record(name, {k: dict(v) for k, v in records.items() if v is not None})
         except BaseException:
             try:  # all or nothing: no half-created collection is left behind
                 client.drop_collection(name, timeout=self.config.timeout)

@@ -225,7 +225,7 @@ class StoreClient:
         value = cached.get(key)
         return value if isinstance(value, dict) else None
 
-    def _record(self, name: str, records: dict[str, Any]) -> None:
+    def record(self, name: str, records: dict[str, Any]) -> None:
         """Keep `records` (JSON objects by key) for collection `name` in the catalog."""
         if not self.has_collection(CATALOG):
             from pymilvus import DataType

@@ -3,7 +3,7 @@ and items by id."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from accelkit.images.store.records import (
     VECTOR_FIELD,
     Hit,
     ids_filter,
+    literal,
 )
 
 
@@ -107,3 +108,39 @@ class ItemSearch(StoreClient):
                     item["vector"] = np.asarray(row[VECTOR_FIELD], np.float32)
                 by_id[item["id"]] = item
         return [by_id[i] for i in ids if i in by_id]
+
+    def iterate(
+        self, name: str, batch_size: int = 1000, after: str | None = None, ids_only: bool = False
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Every item (id, vector, metadata; or only its id) of a collection in batches, in
+        ascending id order from the id after `after` (Milvus' query iterator pages by primary
+        key)."""
+        self._require(name)
+        self._ensure_loaded(name)
+        iterator = self._call(
+            f"reading {name!r}",
+            self._client.query_iterator,
+            name,
+            batch_size=batch_size,
+            filter="" if after is None else f"{ID_FIELD} > {literal(after)}",
+            output_fields=[ID_FIELD] if ids_only else [ID_FIELD, VECTOR_FIELD, METADATA_FIELD],
+            consistency_level="Strong",
+        )
+        try:
+            while True:
+                rows = self._call(f"reading {name!r}", lambda timeout: iterator.next())
+                if not rows:
+                    return
+                if ids_only:
+                    yield [{"id": str(row[ID_FIELD])} for row in rows]
+                    continue
+                yield [
+                    {
+                        "id": str(row[ID_FIELD]),
+                        "vector": np.asarray(row[VECTOR_FIELD], np.float32),
+                        "metadata": dict(row.get(METADATA_FIELD) or {}),
+                    }
+                    for row in rows
+                ]
+        finally:
+            iterator.close()
