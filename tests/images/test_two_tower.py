@@ -36,7 +36,6 @@ def setup(built, photos):
     """The photos stored by the two-tower model in a Milvus Lite collection, and the model's
     own unit embeddings of them (on the preprocessed pixels, by PyTorch)."""
     from accelkit import images
-    from accelkit.images.preprocess import make_preprocessor
 
     model, files, folder = built
     (folder / "photos").mkdir()
@@ -49,12 +48,7 @@ def setup(built, photos):
     config.write_text(two_tower.config_yaml(files, str(folder / "tiny.db")))
     report = images.insert(paths, "pics", create_collection=True, config=config)
     assert report.ok and len(report.stored) == len(NAMES)
-    pre = make_preprocessor(
-        "host", image_size=two_tower.SIZE, fit="center-crop", cache_compiled=False
-    )
-    with pre:
-        vectors = two_tower.embed_image(model, pre.preprocess_batch(paths))
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = two_tower.image_vectors(model, paths)
     return {"config": config, "paths": paths, "vectors": vectors, "model": model}
 
 

@@ -129,6 +129,22 @@ def reference_tokens(text: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([ids + [0] * (CONTEXT - len(ids))]), np.asarray([mask])
 
 
+def image_vectors(model, paths: list) -> np.ndarray:
+    """The model's own unit embeddings of image files: preprocessed as the config above says
+    (PIL on the host, center crop to SIZE), then its PyTorch image tower."""
+    from accelkit.images.preprocess import make_preprocessor
+
+    pre = make_preprocessor("host", image_size=SIZE, fit="center-crop", cache_compiled=False)
+    with pre:
+        vectors = embed_image(model, pre.preprocess_batch([str(p) for p in paths]))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def text_vector(model, text: str) -> np.ndarray:
+    vector = embed_text(model, text)
+    return vector / np.linalg.norm(vector)
+
+
 def embed_image(model, pixels: np.ndarray) -> np.ndarray:
     """The model's own image embeddings of preprocessed [N, 3, H, W] pixels."""
     import torch
