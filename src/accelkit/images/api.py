@@ -532,18 +532,13 @@ def migrate(
     target_token: str | None = None,
     source_db: str | None = None,
     target_db: str | None = None,
-    batch_size: int = 1000,
-    index_type: str | None = None,
-    sample: int = 100,
-    source_thumbnails: str = "auto",
-    target_thumbnails: str = "auto",
-    restart: bool = False,
-    progress: bool = False,
+    **options: Any,
 ):
     """Copy collections (default: all) from the store `source` to the store `target` (a Milvus
     Lite file or a server URI each): ids, vectors, metadata, thumbnails and the model record, in
-    batches, resumable, verified (`accelkit.images.migrate`). Settings not given (timeout, batch
-    sizes, consistency) come from the config's `store` section."""
+    batches, resumable, verified. `options`: those of `accelkit.images.migrate.migrate`
+    (batch_size, index_type, sample, source_thumbnails, target_thumbnails, restart, progress).
+    Settings not given (timeout, batch sizes, consistency) come from the config's `store`."""
     from accelkit.images.config import StoreConfig
     from accelkit.images.migrate import migrate as copy
 
@@ -556,13 +551,7 @@ def migrate(
         store(source, source_token, source_db),
         store(target, target_token, target_db),
         collections,
-        batch_size=batch_size,
-        index_type=index_type,
-        sample=sample,
-        source_thumbnails=source_thumbnails,
-        target_thumbnails=target_thumbnails,
-        restart=restart,
-        progress=progress,
+        **options,
     )
 
 

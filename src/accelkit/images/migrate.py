@@ -4,9 +4,9 @@ server (the documented growth path) or back — without re-embedding a photo.
 Per collection: ids, vectors (float32, bit for bit), metadata, thumbnails (where both sides keep
 them) and the model record. The destination collection is created with the source's dimension,
 metric, description and index (Milvus Lite builds no HNSW: such a collection gets FLAT there,
-with a warning), and its catalog row records where it came from (`origin`) and how far the copy
-got. Items are read in ascending id order (Milvus' query iterator) and upserted in batches; after
-each batch the destination's catalog row moves its mark to the batch's last id. So whenever the
+with a warning), and its record (`origin`: a property on a server, a catalog row on Milvus Lite)
+says where it came from and how far the copy got. Items are read in ascending id order (Milvus' query iterator) and upserted in batches; after
+each batch the destination's record moves its mark to the batch's last id. So whenever the
 copy stops, the destination holds whole copies of source items — every one up to the mark, and
 at most the batch that was in flight beyond it — and the same command resumes after the mark
 (that batch is written again: upserts are idempotent). At the end the counts are compared and a sample of
@@ -124,12 +124,8 @@ def _origin(store, name: str) -> dict[str, Any]:
 
 
 def _mark(dst, name: str, origin: dict[str, Any]) -> None:
-    """Move the destination's record of the copy (its catalog row)."""
-    records = {PROP_ORIGIN: origin}
-    model = dst.recorded(name, PROP_MODEL)
-    if model is not None:
-        records[PROP_MODEL] = model
-    dst.record(name, records)
+    """Move the destination's record of the copy (its other records stay)."""
+    dst.record(name, {PROP_ORIGIN: origin})
 
 
 def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict[str, Any]:

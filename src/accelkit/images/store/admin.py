@@ -21,6 +21,7 @@ from accelkit.images.store.records import (
     PROP_INDEX,
     PROP_MODEL,
     PROP_ORIGIN,
+    PROPERTY_PREFIX,
     VECTOR_FIELD,
     IndexSpec,
     ignored_params,
@@ -93,6 +94,10 @@ class CollectionAdmin(StoreClient):
                 }
             ),
         }
+        records = {k: dict(v) for k, v in ((PROP_MODEL, model), (PROP_ORIGIN, origin)) if v}
+        properties.update(
+            {f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True) for k, v in records.items()}
+        )
         self._call(
             f"creating collection {name!r}",
             client.create_collection,
@@ -107,8 +112,8 @@ class CollectionAdmin(StoreClient):
                 f"indexing collection {name!r}", client.create_index, name, self._index_params(spec)
             )
             self._call(f"loading collection {name!r}", client.load_collection, name)
-            records = {PROP_MODEL: model, PROP_ORIGIN: origin}
-            self.record(name, {k: dict(v) for k, v in records.items() if v is not None})
+            if not self.is_server:  # a server took them with the collection's properties
+                self.record(name, records)
         except BaseException:
             try:  # all or nothing: no half-created collection is left behind
                 client.drop_collection(name, timeout=self.config.timeout)

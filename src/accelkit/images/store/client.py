@@ -38,6 +38,8 @@ from accelkit.images.store.records import (
     MAX_ID_LENGTH,
     METADATA_FIELD,
     PROP_INDEX,
+    PROPERTY_PREFIX,
+    RECORD_KEYS,
     RESERVED_PREFIX,
     VECTOR_FIELD,
     IndexSpec,
@@ -202,31 +204,68 @@ class StoreClient:
         return dim
 
     def recorded(self, name: str, key: str) -> dict[str, Any] | None:
-        """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`) from the
-        catalog, or None when it has none (made before we recorded it, or by another program)."""
+        """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None
+        when it has none (made before we recorded it, or by another program). A server keeps
+        them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
+        properties, in the catalog collection of its database."""
         with self._lock:
             cached = self._records.get(name)
         if cached is None:
             self._require(name)
-            cached = {}
-            if self.has_collection(CATALOG):
-                rows = self._with_load(
-                    CATALOG,
-                    "reading the catalog",
-                    self._client.query,
-                    CATALOG,
-                    filter=ids_filter([name]),
-                    output_fields=[METADATA_FIELD],
-                    consistency_level="Strong",
-                )
-                cached = dict(rows[0].get(METADATA_FIELD) or {}) if rows else {}
+            cached = self._server_records(name) if self.is_server else self._catalog_records(name)
             with self._lock:
                 self._records[name] = cached
         value = cached.get(key)
         return value if isinstance(value, dict) else None
 
     def record(self, name: str, records: dict[str, Any]) -> None:
-        """Keep `records` (JSON objects by key) for collection `name` in the catalog."""
+        """Keep `records` (JSON objects by key) for collection `name`, replacing the keys given."""
+        if not records:
+            return
+        if self.is_server:
+            self._call(
+                f"recording {name!r}",
+                self._client.alter_collection_properties,
+                name,
+                {
+                    f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True)
+                    for k, v in records.items()
+                },
+            )
+        else:
+            merged = {**(self._catalog_records(name) or {}), **records}
+            self._catalog_write(name, merged)
+        with self._lock:
+            self._records.pop(name, None)
+
+    def _server_records(self, name: str) -> dict[str, Any]:
+        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        found = {}
+        for prop, text in (info.get("properties") or {}).items():
+            key = str(prop).removeprefix(PROPERTY_PREFIX)
+            if str(prop).startswith(PROPERTY_PREFIX) and key in RECORD_KEYS:
+                try:
+                    found[key] = json.loads(text)
+                except ValueError:
+                    continue
+        return found
+
+    def _catalog_records(self, name: str) -> dict[str, Any]:
+        if not self.has_collection(CATALOG):
+            return {}
+        rows = self._with_load(
+            CATALOG,
+            "reading the catalog",
+            self._client.query,
+            CATALOG,
+            filter=ids_filter([name]),
+            output_fields=[METADATA_FIELD],
+            consistency_level="Strong",
+        )
+        return dict(rows[0].get(METADATA_FIELD) or {}) if rows else {}
+
+    def _catalog_write(self, name: str, records: dict[str, Any]) -> None:
+        """The catalog row of collection `name` (Milvus Lite), the catalog made on first use."""
         if not self.has_collection(CATALOG):
             from pymilvus import DataType
 
@@ -246,14 +285,12 @@ class StoreClient:
             )
         row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
         self._with_load(CATALOG, "writing the catalog", self._client.upsert, CATALOG, [row])
-        with self._lock:
-            self._records[name] = dict(records)
 
     def _forget(self, name: str) -> None:
-        """Remove a dropped collection's records from the catalog."""
+        """Remove a dropped collection's records (a server's went with its properties)."""
         with self._lock:
             self._records.pop(name, None)
-        if self.has_collection(CATALOG):
+        if not self.is_server and self.has_collection(CATALOG):
             self._with_load(
                 CATALOG,
                 "writing the catalog",

@@ -19,12 +19,15 @@ MAX_ID_LENGTH = (
 )
 PROP_DESCRIPTION, PROP_INDEX = "accelkit.description", "accelkit.index"
 # Our records of a collection — the model that fills it (`models.model_record`), where a
-# migrated collection came from — live in a catalog collection of the same database, one row per
-# collection: Milvus Lite keeps no collection properties (it returns none of those given at
-# creation, and cannot alter them), and the catalog travels with the database on both.
+# migrated collection came from and how far the copy got — travel with the database: on a server
+# as collection properties (`accelkit.model`, `accelkit.origin`); on Milvus Lite, which keeps no
+# collection properties (it returns none of those given at creation, and cannot alter them), as
+# one row per collection of a catalog collection, hidden from listings.
 CATALOG = RESERVED_NAMES + "catalog"
 RESERVED_PREFIX = RESERVED_NAMES
 PROP_MODEL, PROP_ORIGIN = "model", "origin"
+RECORD_KEYS = (PROP_MODEL, PROP_ORIGIN)
+PROPERTY_PREFIX = "accelkit."
 CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
 # ids in one `id in [...]` expression: one delete of 1,000,000 ids took 7-12 s and left Milvus Lite
 # 0.6-0.9 GB larger; the service takes at most server.max_ids_per_request ids in a request
