@@ -187,7 +187,7 @@ def bench_images(args, result: dict) -> None:
     from accelkit.images import cluster
     from accelkit.images.cluster import read_shards
     from accelkit.images.config import ServiceConfig
-    from accelkit.images.pipeline import ImageEmbeddingPipeline
+    from accelkit.images.pipeline import EmbeddingPipeline
     from accelkit.runtime.timing import interleaved
 
     named = ensure_images(args.data_dir, args.images)
@@ -197,7 +197,7 @@ def bench_images(args, result: dict) -> None:
     current = {"cpus": None}
 
     def local():
-        with ImageEmbeddingPipeline(settings) as pipeline:
+        with EmbeddingPipeline(settings) as pipeline:
             return pipeline.embed([path for path, _ in named]).embeddings
 
     def on_ray(name: str):

@@ -263,9 +263,9 @@ def test_config_errors():
 # --------------------------------------------------------------------------- the host engine
 
 
-def float64_reference(image, fit, data_format="NCHW"):
+def float64_reference(image, fit, size=(224, 224), data_format="NCHW"):
     """PIL's pixels, normalized in float64 and rounded once: what the host engine promises."""
-    pixels, mask = pil_reference(image, (224, 224), fit)
+    pixels, mask = pil_reference(image, size, fit)
     out = ((pixels / 255.0 - MEAN) / STD).astype(np.float32)
     out[~mask] = 0.0
     return out.transpose(2, 0, 1) if data_format == "NCHW" else out
@@ -283,6 +283,26 @@ def test_host_engine_is_pils_pixels_normalized_exactly(preprocessors, inputs, fi
     assert np.abs(jax_rows - got).max() <= 5e-7
     assert np.array_equal(np.rint(to_uint8_space(jax_rows)), np.rint(to_uint8_space(got)))
     assert host.compile_count == 0
+
+
+@pytest.mark.parametrize("size", [(214, 320), (427, 640), (320, 214), (333, 500), (97, 61)])
+@pytest.mark.parametrize("target", [64, (64, 48), 224])
+def test_center_crop_boxes_never_leave_the_image(size, target):
+    """A float scale once made a 214-row crop of 214.00000000000003 rows: a box starting at
+    -1.4e-14, which PIL refuses, so the host engine failed such photos (a 427x640 photo reduced
+    by 2 to 214x320, center-cropped to 64x64)."""
+    from accelkit.images.resample import fit_geometry
+
+    height, width = size
+    out = (target, target) if isinstance(target, int) else target
+    (y0, y1, _, _), (x0, x1, _, _) = fit_geometry(height, width, *out, "center-crop")
+    assert 0 <= y0 <= y1 <= height and 0 <= x0 <= x1 <= width
+    assert (y0, y1) == (0.0, height) or (x0, x1) == (0.0, width)  # the binding side is whole
+    image = np.random.default_rng(0).integers(0, 256, (height, width, 3), np.uint8)
+    host = HostImagePreprocessor(image_size=out, fit="center-crop", reducing_gap=None)
+    assert np.array_equal(
+        host.preprocess_batch([image])[0], float64_reference(image, "center-crop", out)
+    )
 
 
 def test_host_engine_reduces_huge_photos_like_the_jax_engine(photos):

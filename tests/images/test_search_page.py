@@ -10,7 +10,6 @@ import io
 import os
 import re
 import shutil
-import signal
 from pathlib import Path
 
 import httpx
@@ -22,7 +21,6 @@ from accelkit.images.thumbnails import MAX_BYTES, MAX_SIDE, make_thumbnail
 from tests.images.conftest import encode
 from tests.images.test_service import AUTH, KEY, ROOT, Server, store_yaml
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 COLLECTION = "page_photos"
 XSS_NAME = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>.png"
 XSS_VALUE = "<b>bold</b><script>window.pwned=3</script>"
@@ -206,50 +204,6 @@ def test_search_by_a_stored_id_and_deleted_items_lose_their_thumbnail(service, p
 
 
 # -- the browser ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def browser(tmp_path_factory):
-    """Headless Chromium through the system chromedriver (Selenium Manager is never asked to
-    download anything), on 127.0.0.1; chromedriver is stopped by its PID at the end."""
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
-    if missing:
-        pytest.skip(
-            f"no headless Chromium here ({', '.join(missing)} missing); "
-            "install Debian's chromium and chromium-driver (.ci/run does, as root)"
-        )
-    pytest.importorskip("selenium", reason="selenium is in the test extra")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # belt and braces: the driver's path is given below
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # as root in a container
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1280,1000",
-        "--no-first-run",
-        "--disable-extensions",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(CHROMEDRIVER, log_output=str(tmp_path_factory.mktemp("chromedriver") / "log"))
-    driver = webdriver.Chrome(service=service, options=options)
-    process = service.process  # chromedriver, by its PID; Chromium is its child
-    try:
-        yield driver
-    finally:
-        try:
-            driver.quit()  # closes Chromium
-        finally:
-            service.stop()  # SIGTERM to the PID, then a wait
-            if process.poll() is None:  # still running: stop it for good
-                process.send_signal(signal.SIGKILL)
-                process.wait()
 
 
 class Page:

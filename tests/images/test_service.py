@@ -212,7 +212,8 @@ def test_collections_endpoints(server, setup):
         },
     )
     assert created.status_code == 200, created.text
-    assert created.json() == {
+    model = created.json().pop("model")
+    assert {**created.json(), "model": None} == {
         "name": "tmp_c",
         "description": "d",
         "dim": 1280,
@@ -220,8 +221,11 @@ def test_collections_endpoints(server, setup):
         "index_type": "FLAT",
         "metric_type": "L2",
         "index_params": {},
+        "ignored": [],
+        "model": None,
         "message": "Collection 'tmp_c' created successfully",
     }
+    assert model["name"] == "efficientnet-lite0" and model["dim"] == 1280 and not model["text"]
     again = httpx.post(server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"})
     assert again.status_code == 409 and error_of(again)["code"] == "collection_exists"
     listed = httpx.get(server.url + "/collections", headers=AUTH).json()

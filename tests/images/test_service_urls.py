@@ -297,8 +297,8 @@ def test_one_deadline_for_all_the_sources_of_a_request(helper):
     of each waiting its turn for a deadline of its own (256 slow sources once held a request for
     minutes)."""
     from accelkit.images.config import ServiceConfig
-    from accelkit.images.service.app import FETCH_CONCURRENCY, ServiceState
     from accelkit.images.service.sources import Source
+    from accelkit.images.service.state import FETCH_CONCURRENCY, ServiceState
 
     server = ServerConfig(allow_urls=True, url_allow=["127.0.0.1"], fetch_timeout_s=1.0)
     state = ServiceState(ServiceConfig(server=server), pipeline=object())

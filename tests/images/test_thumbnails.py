@@ -88,7 +88,7 @@ def test_every_insert_of_the_index_makes_thumbnails(pipeline, photos, tmp_path):
     delete removes them and only stored items have one."""
     from accelkit.images import ServiceConfig
     from accelkit.images.index import ImageInput, ItemNotFoundError
-    from accelkit.images.pipeline import open_local_index
+    from accelkit.images.local import open_local_index
 
     config = ServiceConfig.from_env(
         env={},

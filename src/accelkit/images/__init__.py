@@ -1,35 +1,55 @@
 """`accelkit images`: exact JAX image preprocessing, a real offline embedding model, a Milvus
 vector store and an HTTP service for image search.
 
-Heavy libraries (jax, onnxruntime, torch, pymilvus, fastapi) load on first use, so importing this package is cheap.
+The operations a user runs are plain functions (`accelkit.images.api`), the same ones the
+command line calls: `embed`, `insert`, `search`, `serve`, `health`, and the collection admin
+`list_collections`, `create_collection`, `describe_collection`, `flush_collection`,
+`index_collection`, `delete_collection`; `open_index` gives the application layer itself
+(`ImageIndex`: local, or a running service). Heavy libraries (jax, onnxruntime, torch, pymilvus,
+fastapi) load on first use, so importing this package is cheap.
 """
 
 from __future__ import annotations
 
 from accelkit.runtime.output import lazy_exports
 
-_EXPORTS = {
-    "JAXImagePreprocessor": "accelkit.images.preprocess",
-    "HostImagePreprocessor": "accelkit.images.preprocess",
-    "make_preprocessor": "accelkit.images.preprocess",
-    "PreprocessConfig": "accelkit.images.config",
-    "ModelConfig": "accelkit.images.config",
-    "ServiceConfig": "accelkit.images.config",
-    "ImageEmbeddingPipeline": "accelkit.images.pipeline",
-    "EmbeddingResult": "accelkit.images.pipeline",
-    "InsertResult": "accelkit.images.index",
-    "ImageIndex": "accelkit.images.index",
-    "LocalIndex": "accelkit.images.index",
-    "ImageInput": "accelkit.images.index",
-    "RemoteIndex": "accelkit.images.remote",
-    "StoreConfig": "accelkit.images.config",
-    "ServerConfig": "accelkit.images.config",
-    "VectorStore": "accelkit.images.store",
-    "Hit": "accelkit.images.store",
-    "IndexSpec": "accelkit.images.store",
-    "ImageDecodeError": "accelkit.images.decode",
-    "decode_image": "accelkit.images.decode",
+_MODULES = {
+    "accelkit.images.api": [
+        "create_collection",
+        "delete_collection",
+        "describe_collection",
+        "embed",
+        "flush_collection",
+        "health",
+        "index_collection",
+        "insert",
+        "list_collections",
+        "load_settings",
+        "open_index",
+        "search",
+        "serve",
+    ],
+    "accelkit.images.results": ["EmbedReport", "HealthReport", "InsertReport", "SearchReport"],
+    "accelkit.images.preprocess": [
+        "HostImagePreprocessor",
+        "JAXImagePreprocessor",
+        "make_preprocessor",
+    ],
+    "accelkit.images.config": [
+        "ModelConfig",
+        "PreprocessConfig",
+        "ServerConfig",
+        "ServiceConfig",
+        "StoreConfig",
+    ],
+    "accelkit.images.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
+    "accelkit.images.compat": ["ImageEmbeddingPipeline"],
+    "accelkit.images.index": ["ImageIndex", "ImageInput", "InsertResult"],
+    "accelkit.images.local": ["LocalIndex"],
+    "accelkit.images.remote": ["RemoteIndex"],
+    "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
+    "accelkit.images.decode": ["ImageDecodeError", "decode_image"],
 }
-
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -149,7 +149,8 @@ class EmbedActor:
 
     def _insert(self, batch, ok, vectors, ids, errors):
         from accelkit.images.batching import ItemResult
-        from accelkit.images.index import ImageInput, LocalIndex
+        from accelkit.images.index import ImageInput
+        from accelkit.images.local import LocalIndex
 
         found = dict(zip(ok, vectors, strict=True))
         index = LocalIndex(

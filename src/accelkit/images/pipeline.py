@@ -1,18 +1,17 @@
-"""`ImageEmbeddingPipeline`: decode → preprocess → inference, overlapped, with per-item results.
+"""`EmbeddingPipeline`: decode → preprocess → inference, overlapped, with per-item results.
 
 Three stages run at once: decoding in the preprocessor's thread pool, resizing on the JAX device
 (asynchronous dispatch), and inference in one worker thread (ONNX Runtime and tritonclient release
 the GIL). A bad image fails only itself: its position and reason land in `EmbeddingResult.failures`.
-On top of `embed`, the vector-store API of EmbeddingTrident: `create_collection`,
-`insert_images` (idempotent upserts; ids given or derived from the image bytes), `search_images`,
-`delete`, `list_collections`, `collection_stats`. The store opens on first use.
+Embedding only: storing and searching are the index's (`accelkit.images.index`), and
+EmbeddingTrident's all-in-one `ImageEmbeddingPipeline` is a facade above both
+(`accelkit.images.compat`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,12 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from accelkit.errors import DataError, InputError
+from accelkit.errors import DataError
 from accelkit.images.config import ServiceConfig
-from accelkit.images.index import ImageInput, InsertResult, LocalIndex, content_id
-from accelkit.runtime.storage import ObjectPath
 
-__all__ = ["EmbeddingResult", "ImageEmbeddingPipeline", "InsertResult", "content_id"]
+__all__ = ["EmbeddingPipeline", "EmbeddingResult"]
 
 log = logging.getLogger(__name__)
 
@@ -47,57 +44,11 @@ class EmbeddingResult:
         return out
 
 
-def open_local_index(config: ServiceConfig) -> LocalIndex:
-    """The `LocalIndex` of a config: its store now, its model on the first embedding (so
-    collection commands never load the model). It lives here, above the index, so that the index
-    never imports the pipeline."""
-    from accelkit.images.batching import ItemResult
-    from accelkit.images.store import VectorStore
-    from accelkit.images.thumbnails import open_thumbnails
-
-    store = VectorStore(config.store)
-    loaded: list[ImageEmbeddingPipeline] = []
-
-    def embed(items: list[Any]) -> list[ItemResult]:
-        if not loaded:
-            loaded.append(ImageEmbeddingPipeline(config, store=store))
-        return loaded[0].embed_items(items)
-
-    index = LocalIndex(
-        store,
-        embed,
-        config.store.collection_name,
-        config.model.embedding_dim,
-        thumbnails=open_thumbnails(config.store.uri, config.store.thumbnails),
-        max_pixels=config.preprocess.max_pixels,
-    )
-    index.model_info = {"name": config.model.name, "backend": config.model.backend}
-    index._on_close.append(lambda: loaded and loaded[0].close())
-    index._on_close.append(store.close)
-    return index
-
-
-def is_query_vector(item: Any) -> bool:
-    """A 1-D float array is a query vector; anything else is an image input."""
-    return (
-        isinstance(item, np.ndarray) and item.ndim == 1 and np.issubdtype(item.dtype, np.floating)
-    )
-
-
-def source_name(item: Any) -> str | None:
-    """What an input is called in metadata["source"]: a path's file name; None for bytes/arrays."""
-    if isinstance(item, (str, os.PathLike)):
-        return os.path.basename(os.fspath(item)) or None
-    if isinstance(item, ObjectPath):
-        return item.name or None
-    return None
-
-
-class ImageEmbeddingPipeline:
+class EmbeddingPipeline:
     """Embed images with the configured preprocessing and model backend.
 
     ```python
-    with ImageEmbeddingPipeline(ServiceConfig.from_yaml("configs/images.yaml")) as pipeline:
+    with EmbeddingPipeline(ServiceConfig.from_yaml("configs/images.yaml")) as pipeline:
         vectors = pipeline.embed_images(["a.jpg", "b.png"])   # [2, 1280], L2-normalized
     ```
     """
@@ -108,7 +59,6 @@ class ImageEmbeddingPipeline:
         *,
         preprocessor: Any = None,
         backend: Any = None,
-        store: Any = None,
     ):
         from accelkit.images.models import make_backend
         from accelkit.images.preprocess import make_preprocessor
@@ -119,8 +69,8 @@ class ImageEmbeddingPipeline:
         )
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")
-        self._store = store
-        self._owns_store = store is None
+        self._text: Any = None  # the text tower of a two-tower model, loaded on first use
+        self._text_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -134,10 +84,10 @@ class ImageEmbeddingPipeline:
         self._inference.shutdown(wait=True, cancel_futures=True)
         self.preprocessor.close()
         self.backend.close()
-        if self._store is not None and self._owns_store:
-            self._store.close()
+        if self._text is not None:
+            self._text.close()
 
-    def __enter__(self) -> ImageEmbeddingPipeline:
+    def __enter__(self) -> EmbeddingPipeline:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -159,7 +109,7 @@ class ImageEmbeddingPipeline:
     ) -> EmbeddingResult:
         """Per-item embeddings; `progress(n)` is called with the number of inputs finished so far."""
         if self._closed:
-            raise RuntimeError("this ImageEmbeddingPipeline is closed")
+            raise RuntimeError("this pipeline is closed")
         from accelkit.images.decode import describe_input
 
         items = list(inputs)
@@ -222,99 +172,24 @@ class ImageEmbeddingPipeline:
         result = self.embed(items)
         return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
 
-    # vector store: a facade over `LocalIndex`, with EmbeddingTrident's method names ------
-
     @property
-    def store(self):
-        """The `VectorStore` of `config.store`, opened on first use."""
-        if self._store is None:
-            if self._closed:
-                raise RuntimeError("this ImageEmbeddingPipeline is closed")
-            from accelkit.images.store import VectorStore
+    def has_text(self) -> bool:
+        """Whether the model has a text tower (text queries)."""
+        return self.config.model.has_text
 
-            self._store = VectorStore(self.config.store)
-        return self._store
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, D] embeddings of texts by the model's text tower (L2-normalized unless the
+        config says otherwise), comparable with its image embeddings."""
+        from accelkit.images.models import l2_normalize, make_text_encoder, no_text_tower
 
-    @functools.cached_property
-    def index(self) -> LocalIndex:
-        """The application layer over this pipeline's model and store."""
-        from accelkit.images.thumbnails import open_thumbnails
-
-        return LocalIndex(
-            self.store,
-            self.embed_items,
-            self.config.store.collection_name,
-            self.config.model.embedding_dim,
-            thumbnails=open_thumbnails(self.config.store.uri, self.config.store.thumbnails),
-            max_pixels=self.config.preprocess.max_pixels,
-        )
-
-    def create_collection(
-        self, name: str | None = None, dim: int | None = None, description: str = "", **index: Any
-    ) -> dict[str, Any]:
-        """Create a collection (default name `store.collection_name`, default dim the model's);
-        `index` may hold index_type, metric_type, index_params, exist_ok. Returns its stats."""
-        return self.index.create_collection(name, dim, description, **index)
-
-    def list_collections(self) -> list[str]:
-        return self.index.list_collections()
-
-    def collection_stats(self, collection_name: str | None = None) -> dict[str, Any]:
-        return self.index.describe(collection_name)
-
-    def drop_collection(self, collection_name: str | None = None) -> None:
-        self.index.drop_collection(collection_name)
-
-    def insert_images(
-        self,
-        inputs: Sequence[Any],
-        ids: Sequence[str] | None = None,
-        metadata: Sequence[dict | None] | None = None,
-        collection_name: str | None = None,
-        create_collection: bool = False,
-    ) -> InsertResult:
-        """Embed and store images. A bad image, id or metadata entry is reported in `failures` and
-        the rest are stored; the call returns only after the store has accepted every stored item.
-        A path's file name is recorded in metadata["source"] unless the metadata has one."""
-        items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        for what, values in (("ids", ids), ("metadata entries", metadata)):
-            if values is not None and len(values) != len(items):
-                raise InputError(
-                    f"got {len(items)} images but {len(values)} {what}; give one per image or none"
-                )
-        from accelkit.images.index import insert_in_chunks
-
-        return insert_in_chunks(
-            self.index,
-            [
-                ImageInput(
-                    item,
-                    ids[i] if ids is not None else None,
-                    metadata[i] if metadata is not None else None,
-                    source_name(item),
-                )
-                for i, item in enumerate(items)
-            ],
-            collection_name,
-            create_collection,
-            flush_after_rows=self.config.store.flush_after_rows,
-        )
-
-    def search_images(
-        self,
-        query_input: Any,
-        topk: int = 10,
-        filter_expr: str | None = None,
-        collection_name: str | None = None,
-    ) -> list:
-        """The `topk` nearest stored items (`Hit`: id, score, metadata) to an image or a query vector."""
-        query = (
-            np.asarray(query_input, np.float32)
-            if is_query_vector(query_input)
-            else ImageInput(query_input)
-        )
-        return self.index.search(query, topk, filter_expr, collection_name)
-
-    def delete(self, ids: Sequence[str], collection_name: str | None = None) -> int:
-        """Delete items by id; returns how many existed."""
-        return self.index.delete(list(ids), collection=collection_name)
+        if self._closed:
+            raise RuntimeError("this pipeline is closed")
+        with self._text_lock:
+            if self._text is None:
+                self._text = make_text_encoder(self.config.model)
+                if self._text is None:
+                    raise no_text_tower(self.config.model.name)
+        vectors = self._text.embed(list(texts))
+        if self.config.model.normalize:
+            vectors = l2_normalize(vectors)
+        return vectors.astype(np.float32, copy=False)

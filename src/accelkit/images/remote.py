@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.index import ImageInput, InsertResult, with_source
+from accelkit.images.index import (
+    Hits,
+    ImageIndex,
+    ImageInput,
+    InsertResult,
+    ModelMismatchError,
+    TextQuery,
+)
 from accelkit.images.store import CollectionExistsError, CollectionNotFoundError, Hit, StoreError
 
 # ids sent in one request: within the service's server.max_ids_per_request (10,000 by default);
@@ -67,7 +74,7 @@ def _upload(item: ImageInput, position: int) -> tuple[str, bytes]:
     return item.source or f"image{position}.png", buffer.getvalue()
 
 
-class RemoteIndex:
+class RemoteIndex(ImageIndex):
     """An `ImageIndex` whose work happens in the service at `url` (API key: `api_key`)."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0):
@@ -101,6 +108,8 @@ class RemoteIndex:
             kind = CollectionNotFoundError
         elif code == "collection_exists":
             kind = CollectionExistsError
+        elif code == "model_mismatch":
+            kind = ModelMismatchError
         elif response.status_code in (503, 504) or code in ("store_unavailable", "store_timeout"):
             kind = StoreError
         elif response.status_code == 422:
@@ -116,11 +125,8 @@ class RemoteIndex:
 
     # items -----------------------------------------------------------------------------------
 
-    def insert(
-        self,
-        items: Sequence[ImageInput],
-        collection: str | None = None,
-        create_collection: bool = False,
+    def _insert(
+        self, items: list[ImageInput], metadata: list[Any], collection: str | None, create: bool
     ) -> InsertResult:
         files, sent, failures = [], [], {}
         for i, item in enumerate(items):
@@ -131,14 +137,13 @@ class RemoteIndex:
                 continue
             files.append(("files", (name, data)))
             sent.append(i)
-        form = {"create_collection": str(bool(create_collection)).lower()}
+        form = {"create_collection": str(bool(create)).lower()}
         if collection:
             form["collection"] = collection
         if any(items[i].id is not None for i in sent):
             form["ids"] = json.dumps([items[i].id for i in sent])
-        metadata = [with_source(items[i].metadata, items[i].source) for i in sent]
-        if any(m is not None for m in metadata):  # the source as a local insert records it
-            form["metadata"] = json.dumps(metadata)
+        if any(metadata[i] is not None for i in sent):  # the source as a local insert records it
+            form["metadata"] = json.dumps([metadata[i] for i in sent])
         if not files:
             return InsertResult(collection or "", [], [], failures)
         try:
@@ -157,14 +162,7 @@ class RemoteIndex:
             dict(sorted(failures.items())),
         )
 
-    def search(
-        self,
-        query: ImageInput | np.ndarray,
-        topk: int = 10,
-        filter: str | None = None,
-        collection: str | None = None,
-        consistency: str | None = None,
-    ) -> list[Hit]:
+    def _search(self, query, topk, filter, collection, consistency) -> Hits:
         fields: dict[str, Any] = {"topk": topk}
         for key, value in (
             ("filter", filter),
@@ -173,21 +171,25 @@ class RemoteIndex:
         ):
             if value is not None:
                 fields[key] = value
-        if isinstance(query, np.ndarray) and query.ndim == 1:
+        if isinstance(query, np.ndarray):
             answer = self._call(
                 "POST", "/search", json={**fields, "vector": query.astype(float).tolist()}
             )
+        elif isinstance(query, TextQuery):
+            answer = self._call("POST", "/search", json={**fields, "text": query.text})
         else:
-            item = query if isinstance(query, ImageInput) else ImageInput(query)
-            name, data = _upload(item, 0)
+            name, data = _upload(query, 0)
             form = {k: str(v) for k, v in fields.items()}
             answer = self._call("POST", "/search", files={"file": (name, data)}, data=form)
-        return [
-            Hit(h["id"], float(h["score"]), dict(h.get("metadata") or {}))
-            for h in answer["results"]
-        ]
+        return Hits(
+            [
+                Hit(h["id"], float(h["score"]), dict(h.get("metadata") or {}))
+                for h in answer["results"]
+            ],
+            answer.get("warnings") or [],
+        )
 
-    def get(self, ids: Sequence[str], collection: str | None = None) -> list[dict[str, Any]]:
+    def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         where = [("collection", collection)] if collection else []
         items = []
         seen: set[str] = set()
@@ -200,68 +202,45 @@ class RemoteIndex:
                     items.append(item)
         return items
 
-    def delete(
-        self,
-        ids: Sequence[str] | None = None,
-        filter: str | None = None,
-        collection: str | None = None,
-    ) -> int:
+    def _delete_ids(self, ids: list[str], collection: str | None) -> int:
         body: dict[str, Any] = {"collection": collection} if collection else {}
-        if ids is None:
-            return self._call("POST", "/delete", json={**body, "filter": filter})["deleted"]
         return sum(
             self._call("DELETE", "/items", json={**body, "ids": group})["deleted"]
             for group in list(_id_groups(ids)) or [[]]
         )
+
+    def _delete_matching(self, filter: str, collection: str | None) -> int:
+        body: dict[str, Any] = {"collection": collection} if collection else {}
+        return self._call("POST", "/delete", json={**body, "filter": filter})["deleted"]
 
     # collections -----------------------------------------------------------------------------
 
     def list_collections(self) -> list[str]:
         return self._call("GET", "/collections")["collections"]
 
-    def describe(self, collection: str | None = None) -> dict[str, Any]:
+    def _describe(self, collection: str | None) -> dict[str, Any]:
         if not collection:
             raise InputError("name the collection")
         return self._call("GET", f"/collections/{collection}")
 
-    def create_collection(
-        self,
-        name: str | None = None,
-        dim: int | None = None,
-        description: str = "",
-        *,
-        index_type: str | None = None,
-        metric_type: str | None = None,
-        index_params: dict[str, int] | None = None,
-        exist_ok: bool = False,
-    ) -> dict[str, Any]:
-        body = {
-            "name": name,
-            "dim": dim,
-            "description": description,
-            "index_type": index_type,
-            "metric_type": metric_type,
-            "index_params": index_params,
-            "exist_ok": exist_ok,
-        }
+    def _create_collection(self, name, dim, description, spec, exist_ok) -> dict[str, Any]:
+        body = {"name": name, "dim": dim, "description": description, **spec, "exist_ok": exist_ok}
         info = self._call(
             "POST", "/collections/create", json={k: v for k, v in body.items() if v is not None}
         )
         info.pop("message", None)
         return info
 
-    def drop_collection(self, name: str | None = None) -> None:
+    def _drop_collection(self, name: str | None) -> None:
         self._call("DELETE", f"/collections/{name}")
 
-    def flush(self, name: str | None = None) -> dict[str, Any]:
+    def _flush(self, name: str | None) -> dict[str, Any]:
         return self._call("POST", f"/collections/{name}/flush")
 
-    def index_progress(
-        self, name: str | None = None, wait: bool = False, progress=None
-    ) -> dict[str, Any]:
+    def _index_progress(self, name, wait, progress) -> dict[str, Any]:
         return self._call("GET", f"/collections/{name}/index", params={"wait": str(wait).lower()})
 
-    def rebuild_index(self, name: str | None = None, **spec: Any) -> dict[str, Any]:
+    def _rebuild_index(self, name: str | None, spec: dict[str, Any]) -> dict[str, Any]:
         return self._call(
             "POST",
             f"/collections/{name}/index",

@@ -92,11 +92,49 @@ def check_ids(values: Any, where: str = "ids") -> list[str]:
     return [check_id(v, f"{where}[{i}]") for i, v in enumerate(values)]
 
 
-def check_collection_name(name: Any, where: str = "collection") -> str:
+MAX_TEXT_CHARS = 1000  # a text query: a sentence or a paragraph, never a document
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=~-]{0,127}")
+
+
+def check_model_name(name: Any) -> str:
+    """A model's name as it is recorded with collections: 1-128 characters of an id's alphabet."""
+    if not isinstance(name, str) or not _MODEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"model name {_shown(name)} is invalid; use 1-128 characters from {ID_CHARACTERS},"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+def check_text(value: Any, where: str = "text") -> str:
+    """A text query: a non-empty string of at most MAX_TEXT_CHARS characters, no control
+    characters (new lines and tabs are spaces to a tokenizer, and are allowed)."""
+    if not isinstance(value, str):
+        raise InputError(f"{where} must be a string")
+    if not value.strip():
+        raise InputError(f"{where} is empty; give a few words to search for")
+    if len(value) > MAX_TEXT_CHARS:
+        raise InputError(
+            f"{where} has {len(value):,} characters, over the limit of {MAX_TEXT_CHARS:,}"
+        )
+    if re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", value):
+        raise InputError(f"{where} contains a control character")
+    return value
+
+
+RESERVED_NAMES = "_accelkit_"  # the store's own collections (its catalog) start with it
+
+
+def check_collection_name(name: Any, where: str = "collection", reserved_ok: bool = False) -> str:
+    """A collection name; the store's own (`RESERVED_NAMES`…) only where `reserved_ok`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InputError(
             f"{where} name {_shown(name)} is invalid; use letters, digits and underscores, "
             f"starting with a letter or _ (at most {MAX_NAME_CHARS})"
+        )
+    if name.startswith(RESERVED_NAMES) and not reserved_ok:
+        raise InputError(
+            f"{where} name {_shown(name)} is reserved ({RESERVED_NAMES}…); pick another"
         )
     return name
 
@@ -293,6 +331,7 @@ CollectionName = Annotated[str, _pydantic(check_collection_name)]
 FilterExpr = Annotated[str | None, AfterValidator(_filter)]
 Metadata = Annotated[dict[str, Any] | None, BeforeValidator(_keys_capped)]
 Description = Annotated[str, _pydantic(check_description)]
+TextQueryText = Annotated[str, _pydantic(check_text)]
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 IndexType = Literal["FLAT", "IVF_FLAT", "HNSW"]
 MetricType = Literal["COSINE", "IP", "L2"]
@@ -366,6 +405,10 @@ class SearchRequest(Body):
     query_input: str | None = None
     vector: Annotated[list[float] | None, _capped("vector")] = None
     id: ItemId | None = Field(None, description="a stored item's id: search by its vector")
+    text: TextQueryText | None = Field(
+        None,
+        description=f"words, for a two-tower model's text tower (at most {MAX_TEXT_CHARS} characters)",
+    )
     topk: StrictInt = Field(10, ge=1)
     filter: FilterExpr = Field(
         None,

@@ -121,6 +121,22 @@ class ThumbnailStore:
             ).fetchone()
         return None if row is None else bytes(row[0])
 
+    def get_many(self, collection: str, ids: Sequence[str]) -> dict[str, bytes]:
+        """The thumbnails of `ids` that exist, by id."""
+        if not self._exists() or not ids:
+            return {}
+        found: dict[str, bytes] = {}
+        with self._connect() as db:
+            for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+                part = list(ids[start : start + 500])
+                marks = ", ".join("?" * len(part))
+                rows = db.execute(
+                    f"SELECT id, jpeg FROM thumbnails WHERE collection = ? AND id IN ({marks})",
+                    (collection, *part),
+                )
+                found.update({item_id: bytes(jpeg) for item_id, jpeg in rows})
+        return found
+
     def delete(self, collection: str, ids: Sequence[str]) -> None:
         if self._exists():
             with self._connect() as db:

@@ -1,17 +1,20 @@
-"""The HTTP service of `accelkit images`, by concern: `app` (routes over `LocalIndex`), `forms`
+"""The HTTP service of `accelkit images`, by concern: `app` (the FastAPI app: errors, key,
+admission, page, health), `collections` and `items` (the routes, each one call of the
+`LocalIndex`), `state` (what the routes share), `server` (uvicorn), `openapi`, `forms`
 (request bodies into the schema's models), `sources` (uploads and paths under their limits),
 `urls` (URLs, from public addresses only),
 `guards` (body limit, API key, decode budget, metrics), `errors` (one JSON error shape)."""
 
-from accelkit.images.service.app import ServiceState, create_app, fastapi_app, serve
-from accelkit.images.service.errors import ServiceError, error_body, status_for
+from accelkit.runtime.output import lazy_exports
 
-__all__ = [
-    "ServiceError",
-    "ServiceState",
-    "create_app",
-    "error_body",
-    "fastapi_app",
-    "serve",
-    "status_for",
-]
+_EXPORTS = {
+    "ServiceError": "accelkit.images.service.errors",
+    "ServiceState": "accelkit.images.service.state",
+    "create_app": "accelkit.images.service.app",
+    "error_body": "accelkit.images.service.errors",
+    "fastapi_app": "accelkit.images.service.app",
+    "serve": "accelkit.images.service.server",
+    "status_for": "accelkit.images.service.errors",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -33,7 +33,7 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> dict
 
 def status_for(exc: AccelkitError) -> tuple[int, str]:
     """HTTP status and code for an accelkit error."""
-    from accelkit.images.index import ItemNotFoundError
+    from accelkit.images.index import ItemNotFoundError, ModelMismatchError
     from accelkit.images.store import (
         CollectionExistsError,
         CollectionNotFoundError,
@@ -48,6 +48,8 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         return 404, "item_not_found"
     if isinstance(exc, CollectionExistsError):
         return 409, "collection_exists"
+    if isinstance(exc, ModelMismatchError):
+        return 409, "model_mismatch"
     if isinstance(exc, FilterError):
         return 400, "invalid_filter"
     if isinstance(exc, StoreTimeoutError):

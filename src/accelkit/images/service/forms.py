@@ -227,15 +227,19 @@ def insert_sources(
 
 
 def search_source(request: SearchRequest, uploads: list[tuple[str | None, bytes]]) -> Source | None:
-    """The query image (None when the query is a vector); exactly one query must be given."""
+    """The query image (None when the query is a vector, an id or a text); exactly one query
+    must be given."""
     given = [
         k
         for k in ("image_base64", "path", "url", "input", "query", "query_input")
         if getattr(request, k) is not None
     ]
-    count = len(given) + len(uploads) + (request.vector is not None) + (request.id is not None)
+    count = len(given) + len(uploads)
+    count += (request.vector is not None) + (request.id is not None) + (request.text is not None)
     if count != 1:
-        raise InputError("give exactly one query: a file, image_base64, path, url, vector or id")
+        raise InputError(
+            "give exactly one query: a file, image_base64, path, url, vector, id or text"
+        )
     if uploads:
         name, data = uploads[0]
         return Source("bytes", data, name)

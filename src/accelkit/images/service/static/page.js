@@ -1,12 +1,20 @@
 // The search page of `accelkit images serve`. Plain DOM, no framework, no build step.
-// Every text from the service goes in with textContent (never as markup), so a file name or
-// metadata value such as "<script>" stays text; the CSP forbids inline script besides.
+// Every text from the service or from the address goes in with textContent or an input's value
+// (never as markup), so a file name, metadata value or URL parameter such as "<script>" stays
+// text; the CSP forbids inline script besides.
+//
+// The search lives in the address: ?q=words or ?id=stored-id, and filter, k (top k) and c
+// (collection). Every search writes it (history.pushState), so reload, back/forward and a
+// pasted link run the same search again. An uploaded query image cannot travel in a link: the
+// page says so, and the address then keeps the rest.
 "use strict";
 
 (() => {
   const $ = (id) => document.getElementById(id);
   const KEY = "accelkit.images.key";
-  const state = { query: null, blobs: [], preview: null };
+  const TOPK = { min: 1, max: 100, initial: 12 };
+  const MAX_TEXT = 1000;
+  const state = { query: null, blobs: [], preview: null, results: [], searched: null };
 
   function authHeaders() {
     const key = sessionStorage.getItem(KEY);
@@ -79,8 +87,10 @@
       if (previous && body.collections.includes(previous)) select.value = previous;
       show("status", `${body.count} collection${body.count === 1 ? "" : "s"}`);
       show("error", "");
+      return true;
     } catch (error) {
       show("error", error.message);
+      return false;
     }
   }
 
@@ -92,13 +102,15 @@
   function render(results) {
     for (const url of state.blobs) URL.revokeObjectURL(url);
     state.blobs = [];
+    state.results = results;
+    $("export-csv").disabled = $("export-json").disabled = !results.length;
     const list = $("results");
     list.replaceChildren();
     for (const hit of results) {
       const item = document.createElement("li");
       item.className = "result";
       item.tabIndex = 0;
-      item.title = "search by this image";
+      item.title = "search by this image (Enter)";
       const img = document.createElement("img");
       img.alt = "";
       const name = document.createElement("div");
@@ -124,10 +136,32 @@
       item.addEventListener("click", searchByThis);
       item.addEventListener("keydown", (event) => {
         if (event.key === "Enter") searchByThis();
+        else moveFocus(item, event);
       });
       list.append(item);
       loadThumbnail(img, hit.id);
     }
+  }
+
+  // Arrow keys move through the grid: left/right by one, up/down by a row (as many items as
+  // share the first item's line), Home/End to the ends.
+  function moveFocus(item, event) {
+    const items = Array.from($("results").children);
+    const at = items.indexOf(item);
+    const columns = Math.max(1, items.filter((i) => i.offsetTop === items[0].offsetTop).length);
+    const step = {
+      ArrowLeft: -1,
+      ArrowRight: 1,
+      ArrowUp: -columns,
+      ArrowDown: columns,
+      Home: -at,
+      End: items.length - 1 - at,
+    }[event.key];
+    if (step === undefined) return;
+    event.preventDefault();
+    const next = items[at + step];
+    if (next) next.focus();
+    else if (event.key === "ArrowUp") $("text").focus();
   }
 
   function setQuery(query) {
@@ -136,12 +170,17 @@
     if (state.preview) URL.revokeObjectURL(state.preview);
     state.preview = null;
     preview.hidden = true;
-    show("query-name", query.file ? query.file.name : query.name);
+    if (!query) {
+      show("query-name", "or drop a query image here, or");
+      return;
+    }
+    if (!query.text) $("text").value = "";
+    show("query-name", query.file ? query.file.name : query.text ? "" : query.name);
     if (query.file) {
       state.preview = URL.createObjectURL(query.file);
       preview.src = state.preview;
       preview.hidden = false;
-    } else {
+    } else if (query.id) {
       fetch(itemPath(query.id), { headers: authHeaders() })
         .then((response) => (response.ok ? response.blob() : null))
         .then((blob) => {
@@ -154,28 +193,97 @@
     }
   }
 
-  async function search() {
+  // -- the address -------------------------------------------------------------------------
+
+  function topk() {
+    return Number($("topk").value);
+  }
+
+  function setTopk(value) {
+    const k = Number.isInteger(value) && value >= TOPK.min && value <= TOPK.max ? value : TOPK.initial;
+    $("topk").value = String(k);
+    show("topk-value", String(k));
+  }
+
+  // The address of the search on the page (no image upload: it cannot travel in a link).
+  function address() {
+    const params = new URLSearchParams();
+    const query = state.query;
+    if (query && query.text) params.set("q", query.text);
+    if (query && query.id) params.set("id", query.id);
+    const filter = $("filter").value.trim();
+    if (filter) params.set("filter", filter);
+    params.set("k", String(topk()));
+    if (collection()) params.set("c", collection());
+    return "?" + params.toString();
+  }
+
+  function remember(replace) {
+    const target = address();
+    $("link-note").hidden = !(state.query && state.query.file);
+    if (target === location.search) return;
+    if (replace) history.replaceState(null, "", target);
+    else history.pushState(null, "", target);
+  }
+
+  // Put a search from the address on the page (values only, never markup); true when it names
+  // a query to run. Anything out of range is left at its default.
+  function applyAddress() {
+    const params = new URLSearchParams(location.search);
+    const wanted = params.get("c");
+    const names = Array.from($("collection").options).map((o) => o.value);
+    if (wanted !== null && names.includes(wanted)) $("collection").value = wanted;
+    else if (wanted !== null) show("error", "the collection in the address is not on this service");
+    const k = params.get("k");
+    setTopk(k !== null && /^[0-9]{1,3}$/.test(k) ? Number(k) : TOPK.initial);
+    $("filter").value = (params.get("filter") || "").slice(0, 4096);
+    const text = (params.get("q") || "").slice(0, MAX_TEXT);
+    const id = params.get("id");
+    $("text").value = text;
+    if (text.trim()) setQuery({ text });
+    else if (id) setQuery({ id, name: id });
+    else setQuery(null);
+    return Boolean(state.query);
+  }
+
+  // -- search --------------------------------------------------------------------------------
+
+  function clearSearch() {
+    setQuery(null);
+    $("text").value = "";
+    $("filter").value = "";
     show("filter-error", "");
     show("error", "");
+    show("status", "");
+    render([]);
+    state.searched = null;
+    remember(false);
+  }
+
+  async function search(options = {}) {
+    show("filter-error", "");
+    show("error", "");
+    const words = $("text").value.trim();
+    if (words && !(state.query && state.query.text === words)) setQuery({ text: words });
     if (!state.query) {
-      show("error", "choose or drop a query image first");
+      show("error", "type words, choose or drop a query image first");
       return;
     }
-    const topk = Number($("topk").value);
+    const k = topk();
     const filter = $("filter").value.trim();
-    let options;
+    let request;
     if (state.query.file) {
       const form = new FormData();
       form.append("file", state.query.file, state.query.file.name);
-      form.append("topk", String(topk));
+      form.append("topk", String(k));
       if (collection()) form.append("collection", collection());
       if (filter) form.append("filter", filter);
-      options = { method: "POST", body: form };
+      request = { method: "POST", body: form };
     } else {
-      const body = { id: state.query.id, topk };
+      const body = state.query.text ? { text: state.query.text, topk: k } : { id: state.query.id, topk: k };
       if (collection()) body.collection = collection();
       if (filter) body.filter = filter;
-      options = {
+      request = {
         method: "POST",
         body: JSON.stringify(body),
         headers: { "Content-Type": "application/json" },
@@ -183,9 +291,13 @@
     }
     show("status", "searching…");
     try {
-      const body = await api("search", options);
+      const body = await api("search", request);
       render(body.results);
-      show("status", `${body.results.length} results in ${body.took_ms} ms`);
+      state.searched = { collection: body.collection, topk: k, filter, query: describeQuery() };
+      const warned = (body.warnings || []).join("; ");
+      show("status", `${body.results.length} results in ${body.took_ms} ms` + (warned ? ` (${warned})` : ""));
+      if (!options.fromAddress) remember(false);
+      else remember(true);
     } catch (error) {
       show("status", "");
       // the service names the field first ("filter: …"); a filter's error goes beside its box
@@ -196,6 +308,65 @@
       }
     }
   }
+
+  function describeQuery() {
+    const query = state.query;
+    if (query.text) return { text: query.text };
+    if (query.id) return { id: query.id };
+    return { file: query.file.name };
+  }
+
+  // -- export --------------------------------------------------------------------------------
+
+  // A CSV cell: quoted, quotes doubled; text a spreadsheet would read as a formula (= + - @,
+  // or a tab or carriage return first) is prefixed with ' so that it stays text there too.
+  // Numbers (a negative score) are numbers.
+  function cell(value) {
+    let text = value === undefined || value === null ? "" : String(value);
+    if (typeof value !== "number" && /^[=+\-@\t\r]/.test(text)) text = "'" + text;
+    return '"' + text.replace(/"/g, '""') + '"';
+  }
+
+  function rows() {
+    return state.results.map((hit, i) => ({
+      rank: i + 1,
+      id: hit.id,
+      source: sourceOf(hit),
+      score: hit.score,
+      metadata: hit.metadata || {},
+    }));
+  }
+
+  function download(name, type, text) {
+    const url = URL.createObjectURL(new Blob([text], { type }));
+    const link = document.createElement("a");
+    link.href = url;
+    link.download = name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  function exportName(extension) {
+    const name = (state.searched && state.searched.collection) || "results";
+    return `accelkit-search-${name.replace(/[^A-Za-z0-9_]/g, "_")}.${extension}`;
+  }
+
+  function exportCsv() {
+    const lines = [["rank", "id", "source", "score", "metadata"].map(cell).join(",")];
+    for (const row of rows()) {
+      lines.push([row.rank, row.id, row.source, row.score, JSON.stringify(row.metadata)].map(cell).join(","));
+    }
+    download(exportName("csv"), "text/csv", lines.join("\r\n") + "\r\n");
+  }
+
+  function exportJson() {
+    const document_ = { ...(state.searched || {}), results: rows() };
+    download(exportName("json"), "application/json", JSON.stringify(document_, null, 2) + "\n");
+  }
+
+  // -- insert ----------------------------------------------------------------------------------
 
   async function insert(files) {
     if (!files.length) return;
@@ -231,7 +402,19 @@
     });
   }
 
-  function start() {
+  function typing(element) {
+    return element && (element.tagName === "INPUT" || element.tagName === "SELECT" || element.tagName === "TEXTAREA");
+  }
+
+  async function fromAddress() {
+    if (applyAddress()) await search({ fromAddress: true });
+    else {
+      render([]);
+      $("link-note").hidden = true;
+    }
+  }
+
+  async function start() {
     // a file dropped anywhere else must not make the browser leave the page
     window.addEventListener("dragover", (event) => event.preventDefault());
     window.addEventListener("drop", (event) => event.preventDefault());
@@ -260,14 +443,35 @@
       event.preventDefault();
       search();
     });
-    $("key-form").addEventListener("submit", (event) => {
+    $("text").addEventListener("keydown", (event) => {
+      if (event.key === "ArrowDown" && $("results").firstElementChild) {
+        event.preventDefault();
+        $("results").firstElementChild.focus();
+      }
+    });
+    $("export-csv").addEventListener("click", exportCsv);
+    $("export-json").addEventListener("click", exportJson);
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "/" && !typing(document.activeElement)) {
+        event.preventDefault();
+        $("text").focus();
+        $("text").select();
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        clearSearch();
+        $("text").focus();
+      }
+    });
+    window.addEventListener("popstate", fromAddress);
+    $("key-form").addEventListener("submit", async (event) => {
       event.preventDefault();
       sessionStorage.setItem(KEY, $("api-key").value);
       $("api-key").value = "";
       $("key-form").hidden = true;
-      loadCollections();
+      if (await loadCollections()) await fromAddress();
     });
-    loadCollections();
+    setTopk(TOPK.initial);
+    if (await loadCollections()) await fromAddress();
   }
 
   if (document.readyState === "loading") {

@@ -1,0 +1,350 @@
+"""`LocalIndex`: the `ImageIndex` that embeds with a model and stores in a `VectorStore` (Milvus
+Lite or a Milvus server) in this process; `open_local_index` builds it from a config.
+
+The model is reached through one function, `embed(items) -> [ItemResult]` (a vector or a reason
+per item): the pipeline's `embed_items` in the CLI and the Python API, the dynamic batcher in
+the service (which merges concurrent requests), vectors embedded already on a Ray actor.
+Thumbnails for the search page are made here, at insert time, so every face makes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from accelkit.errors import AccelkitError, DataError, InputError
+from accelkit.images.batching import ItemResult
+from accelkit.images.config import ServiceConfig
+from accelkit.images.index import (
+    Hits,
+    ImageIndex,
+    ImageInput,
+    InsertResult,
+    ItemNotFoundError,
+    TextQuery,
+    check_same_model,
+    content_id,
+)
+from accelkit.images.schema import check_collection_name, check_id, check_metadata
+from accelkit.images.store import CollectionNotFoundError
+from accelkit.images.store.records import PROP_MODEL
+
+log = logging.getLogger(__name__)
+
+EmbedFn = Callable[[list[Any]], list[ItemResult]]
+EmbedTextFn = Callable[[list[str]], np.ndarray]
+
+
+class LocalIndex(ImageIndex):
+    """The model (through `embed`, and `embed_text` for a two-tower model's words) and a
+    `VectorStore`, in this process.
+
+    `thumbnails` (a `ThumbnailStore`, optional) receives a small JPEG of every stored image.
+    `model` returns the record of the model (`models.model_record`): kept with the collections
+    it creates, and compared with theirs before it fills or searches one (None: no check).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        embed: EmbedFn,
+        default_collection: str,
+        dim: int,
+        thumbnails: Any = None,
+        max_pixels: int | None = None,
+        embed_text: EmbedTextFn | None = None,
+        model: Callable[[], dict[str, Any] | None] | None = None,
+    ):
+        self.store = store
+        self.embed = embed
+        self.embed_text = embed_text
+        self._model_fn = model
+        self._model: list[dict[str, Any] | None] = []
+        self.default_collection = default_collection
+        self.dim = dim
+        self.thumbnails = thumbnails
+        self.max_pixels = max_pixels
+        self.model_info: dict[str, Any] = {}
+        self._on_close: list[Callable[[], None]] = []
+
+    def _name(self, collection: str | None) -> str:
+        return check_collection_name(collection or self.default_collection)
+
+    def model_record(self) -> dict[str, Any] | None:
+        """The record of this index's model (computed once: it hashes the model's files)."""
+        if not self._model:
+            self._model.append(self._model_fn() if self._model_fn else None)
+        return self._model[0]
+
+    def _same_model(self, name: str) -> None:
+        check_same_model(name, self.store.recorded(name, PROP_MODEL), self.model_record())
+
+    # items -----------------------------------------------------------------------------------
+
+    def _insert(
+        self, items: list[ImageInput], metadata: list[Any], collection: str | None, create: bool
+    ) -> InsertResult:
+        name = self._name(collection)
+        try:  # cached after the first call: no round trip per insert
+            self.store.describe_dim(name)
+            exists = True
+        except CollectionNotFoundError:
+            if not create:
+                raise  # before any embedding
+            exists = False
+        if exists:
+            self._same_model(name)  # before any embedding
+        failures: dict[int, str] = {}
+        checked: list[tuple[int, str | None, dict[str, Any]]] = []
+        labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
+        for i, item in enumerate(items):  # ids and metadata first: a bad one costs no embedding
+            try:
+                item_id = None if item.id is None else check_id(item.id, f"{labels[i]}: id")
+                checked.append(
+                    (i, item_id, dict(check_metadata(metadata[i], f"{labels[i]}: metadata")))
+                )
+            except AccelkitError as exc:
+                failures[i] = str(exc)
+        results = self.embed([items[i].data for i, _, _ in checked]) if checked else []
+        rows: dict[str, tuple[int, np.ndarray, dict[str, Any]]] = {}
+        for (i, item_id, meta), result in zip(checked, results, strict=True):
+            if result.error is not None:
+                failures[i] = f"{labels[i]}: {result.error}"
+                continue
+            if item_id is None:
+                try:
+                    item_id = content_id(items[i].data)
+                except OSError as exc:  # the file changed between embedding and hashing
+                    failures[i] = f"{labels[i]}: cannot read ({exc.strerror})"
+                    continue
+            if item_id in rows:  # the last item with an id wins, as consecutive upserts would
+                earlier = rows[item_id][0]
+                failures[earlier] = (
+                    f"{labels[earlier]}: replaced by {labels[i]}, which has the same id {item_id!r}"
+                )
+            rows[item_id] = (i, result.vector, meta)
+        stored = sorted(rows.items(), key=lambda kv: kv[1][0])
+        ids = [item_id for item_id, _ in stored]
+        if ids:
+            if not exists:  # created only when something is stored: a refused batch leaves nothing
+                self.store.create_collection(
+                    name, self.dim, exist_ok=True, model=self.model_record()
+                )
+            vectors = np.stack([vector for _, (_, vector, _) in stored])
+            self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
+            self._store_thumbnails(
+                name, [(item_id, items[i].data) for item_id, (i, _, _) in stored]
+            )
+        return InsertResult(
+            name, ids, [i for _, (i, _, _) in stored], dict(sorted(failures.items()))
+        )
+
+    def _store_thumbnails(self, name: str, items: list[tuple[str, Any]]) -> None:
+        """A thumbnail per stored item, after the store accepted them; one that cannot be made
+        or kept costs the page its picture, never the insert."""
+        if self.thumbnails is None:
+            return
+        from accelkit.images.thumbnails import make_thumbnail
+
+        made = []
+        for item_id, data in items:
+            try:
+                made.append((item_id, make_thumbnail(data, max_pixels=self.max_pixels)))
+            except (AccelkitError, OSError, ValueError) as exc:
+                log.warning("no thumbnail for %r in %r: %s", item_id, name, exc)
+        try:
+            self.thumbnails.put(name, made)
+        except Exception as exc:  # sqlite3.Error, a full disk: the items are stored regardless
+            log.warning("thumbnails of %d items in %r not kept: %s", len(made), name, exc)
+
+    def thumbnail(self, item_id: str, collection: str | None = None) -> bytes | None:
+        """The JPEG thumbnail of a stored item, or None (no such item, or no thumbnail of it).
+        Only items the store holds have one: a thumbnail a delete by filter left is not shown."""
+        name = self._name(collection)
+        item_id = check_id(item_id)
+        if self.thumbnails is None:
+            self.store.describe_dim(name)  # a missing collection is still a 404 of its own
+            return None
+        if not self.store.get(name, [item_id]):
+            return None
+        return self.thumbnails.get(name, item_id)
+
+    def stored_vector(self, item_id: str, collection: str | None = None) -> np.ndarray:
+        """The stored vector of an item ("search by this result"); `InputError` if there is none."""
+        name = self._name(collection)
+        rows = self.store.get(name, [check_id(item_id)], with_vectors=True)
+        if not rows:
+            raise ItemNotFoundError(f"id {item_id!r}: no such item in collection {name!r}")
+        return rows[0]["vector"]
+
+    def query_vector(self, query: ImageInput | TextQuery | np.ndarray) -> np.ndarray:
+        if isinstance(query, np.ndarray):
+            return query.astype(np.float32)
+        if isinstance(query, TextQuery):
+            if self.embed_text is None:
+                raise InputError("this index has no text tower: search it by an image")
+            return self.embed_text([query.text])[0]
+        (result,) = self.embed([query.data])
+        if result.error is not None:
+            raise DataError(f"query: {result.error}")
+        return result.vector
+
+    def _search(self, query, topk, filter, collection, consistency) -> Hits:
+        name = self._name(collection)
+        self.store.describe_dim(name)  # a missing collection fails before the model runs
+        if not isinstance(query, np.ndarray):  # a vector is the caller's to match
+            self._same_model(name)
+        vector = self.query_vector(query)
+        hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
+        return Hits(hits, self.store.ignored(name))
+
+    def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
+        return self.store.get(self._name(collection), ids)
+
+    def _delete_ids(self, ids: list[str], collection: str | None) -> int:
+        name = self._name(collection)
+        deleted = self.store.delete(name, ids)
+        self._forget_thumbnails(name, ids)
+        return deleted
+
+    def _delete_matching(self, filter: str, collection: str | None) -> int:
+        return self.store.delete_matching(self._name(collection), filter)  # thumbnails stay, unseen
+
+    # collections -----------------------------------------------------------------------------
+
+    def list_collections(self) -> list[str]:
+        return self.store.list_collections()
+
+    def _describe(self, collection: str | None) -> dict[str, Any]:
+        return self.store.describe(self._name(collection))
+
+    def _create_collection(self, name, dim, description, spec, exist_ok) -> dict[str, Any]:
+        if dim is not None and dim != self.dim:
+            model = self.model_info.get("name") or "the model"
+            raise DataError(
+                f"dim {dim!r}: {model} makes {self.dim}-d embeddings, so every insert into a"
+                f" {dim!r}-d collection would be refused; leave dim out (or give {self.dim})"
+            )
+        return self.store.create_collection(
+            self._name(name),
+            self.dim if dim is None else dim,
+            description,
+            **spec,
+            exist_ok=exist_ok,
+            model=self.model_record(),
+        )
+
+    def _drop_collection(self, name: str | None) -> None:
+        name = self._name(name)
+        self.store.drop_collection(name)
+        self._forget_thumbnails(name, None)
+
+    def _forget_thumbnails(self, name: str, ids: list[str] | None) -> None:
+        if self.thumbnails is None:
+            return
+        try:
+            if ids is None:
+                self.thumbnails.drop(name)
+            else:
+                self.thumbnails.delete(name, ids)
+        except Exception as exc:  # left behind: never shown, replaced when an id comes back
+            log.warning("thumbnails in %r not removed: %s", name, exc)
+
+    def _flush(self, name: str | None) -> dict[str, Any]:
+        name = self._name(name)
+        self.store.flush(name)
+        return self.store.index_progress(name)
+
+    def _index_progress(self, name, wait, progress) -> dict[str, Any]:
+        name = self._name(name)
+        if wait:
+            return self.store.wait_for_index(name, progress=progress)
+        return self.store.index_progress(name)
+
+    def _rebuild_index(self, name: str | None, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.store.rebuild_index(self._name(name), **spec)
+
+    def health(self) -> dict[str, Any]:
+        """The store's status, and the model's: it embeds a plain 64×64 test image."""
+        store = self.store.ping()
+        store.pop("uri", None)
+        model: dict[str, Any] = dict(self.model_info)
+        try:
+            (result,) = self.embed([np.full((64, 64, 3), 128, np.uint8)])
+            model.update(
+                {
+                    "ok": result.error is None,
+                    "dim": None if result.vector is None else int(result.vector.shape[0]),
+                }
+            )
+            if result.error is not None:
+                model["error"] = result.error
+        except AccelkitError as exc:
+            model.update({"ok": False, "error": str(exc)})
+        healthy = store["ok"] and model["ok"]
+        report = {"status": "ok" if healthy else "unhealthy", "model": model, "store": store}
+        if store["ok"]:
+            report["collections"] = self.indexes_in_use()
+        return report
+
+    def indexes_in_use(self) -> list[dict[str, Any]]:
+        """Per collection, the index its searches use and what of its settings is ignored."""
+        try:
+            return [self.store.index_in_use(n) for n in self.store.list_collections()]
+        except AccelkitError as exc:
+            return [{"error": str(exc)}]
+
+    def close(self) -> None:
+        for close in self._on_close:
+            close()
+        self._on_close.clear()
+
+
+def open_local_index(
+    config: ServiceConfig,
+    store: Any = None,
+    embed: EmbedFn | None = None,
+    embed_text: EmbedTextFn | None = None,
+) -> LocalIndex:
+    """The `LocalIndex` of a config. `store`: a `VectorStore` the caller keeps (else one is
+    opened now and closed with the index). `embed`, `embed_text`: the caller's embed functions
+    (else the config's model, loaded on the first embedding, so collection commands never load
+    it)."""
+    from accelkit.images.models import model_record, no_text_tower
+    from accelkit.images.store import VectorStore
+    from accelkit.images.thumbnails import open_thumbnails
+
+    owned = store is None
+    store = VectorStore(config.store) if owned else store
+    loaded: list[Any] = []
+
+    def pipeline():
+        if not loaded:
+            from accelkit.images.pipeline import EmbeddingPipeline
+
+            loaded.append(EmbeddingPipeline(config))
+        return loaded[0]
+
+    def text_pipeline():
+        if not config.model.has_text:  # said before any model loads
+            raise no_text_tower(config.model.name)
+        return pipeline()
+
+    index = LocalIndex(
+        store,
+        embed or (lambda items: pipeline().embed_items(items)),
+        config.store.collection_name,
+        config.model.embedding_dim,
+        thumbnails=open_thumbnails(config.store.uri, config.store.thumbnails),
+        max_pixels=config.preprocess.max_pixels,
+        embed_text=embed_text or (lambda texts: text_pipeline().embed_texts(texts)),
+        model=lambda: model_record(config.model),
+    )
+    index.model_info = {"name": config.model.name, "backend": config.model.backend}
+    index._on_close.append(lambda: loaded and loaded[0].close())
+    if owned:
+        index._on_close.append(store.close)
+    return index

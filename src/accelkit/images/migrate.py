@@ -1,0 +1,240 @@
+"""`accelkit images migrate SRC DST`: copy collections between stores — Milvus Lite to a Milvus
+server (the documented growth path) or back — without re-embedding a photo.
+
+Per collection: ids, vectors (float32, bit for bit), metadata, thumbnails (where both sides keep
+them) and the model record. The destination collection is created with the source's dimension,
+metric, description and index (Milvus Lite builds no HNSW: such a collection gets FLAT there,
+with a warning), and its record (`origin`: a property on a server, a catalog row on Milvus Lite)
+says where it came from and how far the copy got. Items are read in ascending id order (Milvus' query iterator) and upserted in batches; after
+each batch the destination's record moves its mark to the batch's last id. So whenever the
+copy stops, the destination holds whole copies of source items — every one up to the mark, and
+at most the batch that was in flight beyond it — and the same command resumes after the mark
+(that batch is written again: upserts are idempotent). At the end the counts are compared and a sample of
+vectors and metadata is read back from both sides and compared exactly; only then is the copy
+marked complete. A collection of that name in the destination that did not come from this
+source is never written to.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from accelkit.errors import CheckFailed, InputError
+from accelkit.images.config import StoreConfig
+from accelkit.images.schema import check_collection_name
+from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN, redact_uri
+from accelkit.runtime.files import record_kept
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectionCopy:
+    """One collection's migration: `copied` items this run (`resumed_after`: the id it went on
+    after), `total` in the source, `verified` (counts equal, `sampled` vectors read back equal)."""
+
+    name: str
+    total: int
+    copied: int = 0
+    resumed_after: str | None = None
+    thumbnails: int = 0
+    sampled: int = 0
+    verified: bool = False
+    index_type: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class MigrateReport:
+    source: str
+    target: str
+    collections: list[CollectionCopy] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "collections": [c.to_dict() for c in self.collections],
+        }
+
+
+def resume_hint(source: str, target: str) -> str:
+    return f"accelkit images migrate {redact_uri(source)} {redact_uri(target)}"
+
+
+def migrate(
+    source: StoreConfig,
+    target: StoreConfig,
+    collections: Sequence[str] | None = None,
+    *,
+    batch_size: int = 1000,
+    index_type: str | None = None,
+    sample: int = 100,
+    source_thumbnails: str = "auto",
+    target_thumbnails: str = "auto",
+    restart: bool = False,
+    progress: bool = False,
+) -> MigrateReport:
+    """Copy `collections` (default: all) of the store `source` into the store `target`."""
+    from accelkit.images.store import VectorStore
+    from accelkit.images.thumbnails import open_thumbnails
+
+    if not 1 <= batch_size <= 16384:
+        raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
+    if redact_uri(source.uri) == redact_uri(target.uri) and source.db_name == target.db_name:
+        raise InputError("SRC and DST are the same store; name two different ones")
+    report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
+    with ExitStack() as stack:
+        src = stack.enter_context(VectorStore(source))
+        dst = stack.enter_context(VectorStore(target))
+        names = list(collections or src.list_collections())
+        for name in names:
+            check_collection_name(name)
+            if not src.has_collection(name):
+                known = ", ".join(src.list_collections()) or "none"
+                raise InputError(f"collection {name!r} is not in SRC (its collections: {known})")
+        thumbs = (
+            open_thumbnails(source.uri, source_thumbnails),
+            open_thumbnails(target.uri, target_thumbnails),
+        )
+        for name in names:
+            copy = _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress)
+            copy.sampled, copy.verified = _verify(src, dst, name, sample)
+            origin = dst.recorded(name, PROP_ORIGIN) or {}
+            _mark(dst, name, {**origin, "complete": True})
+            report.collections.append(copy)
+    return report
+
+
+def _origin(store, name: str) -> dict[str, Any]:
+    return {
+        "uri": redact_uri(store.config.uri),
+        "db_name": store.config.db_name,
+        "collection": name,
+    }
+
+
+def _mark(dst, name: str, origin: dict[str, Any]) -> None:
+    """Move the destination's record of the copy (its other records stay)."""
+    dst.record(name, {PROP_ORIGIN: origin})
+
+
+def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict[str, Any]:
+    """The destination collection, created like the source's or found as an earlier run of
+    this copy left it; returns its origin record."""
+    origin = _origin(src, name)
+    if dst.has_collection(name):
+        found = dst.recorded(name, PROP_ORIGIN) or {}
+        same = {k: found.get(k) for k in origin} == origin
+        if not same:
+            where = "another store" if found else "no migration"
+            raise InputError(
+                f"collection {name!r} exists in DST and came from {where}; delete it there or"
+                " migrate other collections (--collection)"
+            )
+        if not restart:
+            return found
+        dst.drop_collection(name)
+    info = src.describe(name)
+    kind = (index_type or info["index_type"]).upper()
+    params = dict(info["index_params"]) if kind == info["index_type"] else None
+    if kind == "HNSW" and not dst.is_server:
+        log.warning(
+            "collection %r: Milvus Lite builds no HNSW index; its copy gets FLAT (exact)", name
+        )
+        kind, params = "FLAT", None
+    origin = {**origin, "after": None, "copied": 0, "complete": False}
+    dst.create_collection(
+        name,
+        info["dim"],
+        info["description"],
+        index_type=kind,
+        metric_type=info["metric_type"],
+        index_params=params,
+        model=src.recorded(name, PROP_MODEL),
+        origin=origin,
+    )
+    return origin
+
+
+def _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress) -> CollectionCopy:
+    from accelkit.runtime.progress import rows_progress
+
+    origin = _prepare(src, dst, name, index_type, restart)
+    total = src.count(name, consistency="Strong")
+    copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
+    if origin.get("complete"):
+        return copy  # nothing left: verified again below
+    after, done = origin.get("after"), int(origin.get("copied") or 0)
+    copy.resumed_after = after
+    where = f"{name!r} in {redact_uri(dst.config.uri)}"
+    with rows_progress(progress and total > 0, "items") as bar:
+        task = bar.add_task(f"copying {name}", total=total)
+        bar.update(task, advance=done)
+        for rows in src.iterate(name, batch_size, after=after):
+            ids = [row["id"] for row in rows]
+            if after is not None and min(ids) <= after:
+                raise InputError(
+                    f"collection {name!r}: SRC returned ids out of order; cannot resume safely,"
+                    " run again with --restart"
+                )
+            dst.upsert(
+                name, ids, np.stack([r["vector"] for r in rows]), [r["metadata"] for r in rows]
+            )
+            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
+            after, done = max(ids), done + len(ids)
+            copy.copied += len(ids)
+            _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
+            record_kept(
+                f"migrate {name}",
+                f"{done:,} of {total:,} items of {where} (run `{resume_hint(src.config.uri, dst.config.uri)}`"
+                " again to resume)",
+            )
+            bar.advance(task, len(ids))
+    dst.flush(name)
+    return copy
+
+
+def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
+    source, target = thumbs
+    if source is None or target is None:
+        return 0
+    found = source.get_many(name, ids)
+    target.put(name, list(found.items()))
+    return len(found)
+
+
+def _verify(src, dst, name: str, sample: int) -> tuple[int, bool]:
+    """Counts equal, and `sample` items (chosen at random, seeded by the name) read back from
+    both stores with equal vectors (bit for bit) and metadata; `CheckFailed` otherwise."""
+    have, want = dst.count(name, consistency="Strong"), src.count(name, consistency="Strong")
+    if have != want:
+        raise CheckFailed(
+            f"collection {name!r}: DST holds {have:,} items, SRC {want:,}; the source changed"
+            " during the copy, or DST was written to: run again with --restart"
+        )
+    ids = [row["id"] for rows in src.iterate(name, 16384, ids_only=True) for row in rows]
+    chosen = random.Random(name).sample(ids, min(sample, len(ids)))
+    theirs = {r["id"]: r for r in src.get(name, chosen, with_vectors=True, consistency="Strong")}
+    ours = {r["id"]: r for r in dst.get(name, chosen, with_vectors=True, consistency="Strong")}
+    for item_id in chosen:
+        a, b = theirs.get(item_id), ours.get(item_id)
+        if (
+            b is None
+            or not np.array_equal(a["vector"], b["vector"])
+            or a["metadata"] != b["metadata"]
+        ):
+            raise CheckFailed(
+                f"collection {name!r}: item {item_id!r} read back from DST differs from SRC;"
+                " run again with --restart"
+            )
+    return len(chosen), True

@@ -1,0 +1,64 @@
+"""The vector store (`VectorStore`): image vectors with string ids and JSON metadata in Milvus, through `pymilvus`.
+
+One client serves both deployments: a Milvus Lite database file (`./accelkit_images.db`,
+embedded in this process, the default) or a Milvus server/cluster (`http://host:19530` + token).
+A collection has three fields: `id` (VARCHAR primary key, user-given or generated), `vector`
+(FLOAT_VECTOR) and `metadata` (JSON, filterable as `metadata["category"] == "nature"`).
+
+Why the details below exist:
+* **No user string changes what an operation means.** Ids and collection names are checked
+  against strict rules (`accelkit.images.schema`) before they reach Milvus, and the primary-key
+  expressions for get/delete are built here with escaped string literals, never by pymilvus'
+  `get(ids=)`/`delete(ids=)`, which paste ids between quotes unescaped. Milvus Lite pastes ids
+  into SQL on upsert, so the id alphabet has no quote at all.
+* **Every call is bounded** by `store.timeout` (a filter over 20,000 terms once ran 573 s).
+* **Consistency per call.** Collections are created Strong; reads ask for `store.consistency`
+  (default Session: this client's own writes are visible at once, which is what an insert followed
+  by a search from the same process or service needs, at ~2-5 ms instead of Strong's ~200 ms on a
+  server). Any read may ask for another level.
+* **Flush and index.** On a server, inserted rows sit in growing segments that no HNSW/IVF index
+  covers until they are sealed; `flush` seals them and `wait_for_index` waits until the index
+  covers every row. Bulk inserts call `flush` at the end (`store.flush_after_rows`).
+* A collection that was released, or reopened from disk, must be loaded before search/get/query;
+  `_ensure_loaded` does it once per collection and again if Milvus says it is not loaded.
+* Inserts are upserts (idempotent by id), sent in `insert_batch_size` rows; duplicate ids within
+  one call keep the last row, as a sequence of single upserts would.
+* pymilvus logs every failed RPC with a traceback; each failure becomes one `AccelkitError` line
+  without engine internals, so its logger is quieted.
+"""
+
+from accelkit.runtime.output import lazy_exports
+
+_MODULES = {
+    "accelkit.images.config": ["StoreConfig"],
+    "accelkit.images.store.errors": [
+        "CollectionExistsError",
+        "CollectionNotFoundError",
+        "FilterError",
+        "StoreError",
+        "StoreTimeoutError",
+    ],
+    "accelkit.images.store.lite": [
+        "ORPHAN_WAIT_S",
+        "_engine_output_to",
+        "_lite_holders",
+        "check_lite_free",
+        "lite_lock_holder",
+    ],
+    "accelkit.images.store.records": [
+        "ID_BATCH",
+        "ID_FIELD",
+        "METADATA_FIELD",
+        "VECTOR_FIELD",
+        "Hit",
+        "IndexSpec",
+        "ids_filter",
+        "is_local_uri",
+        "literal",
+        "redact_uri",
+    ],
+    "accelkit.images.store.vector_store": ["VectorStore"],
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

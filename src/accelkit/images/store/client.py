@@ -1,0 +1,379 @@
+"""`StoreClient`: the connection to Milvus (Lite file or server) and what every operation
+needs — one bounded call (`_call`), the consistency of a read, the collection checks and caches
+(dimension, index spec, loaded state). The operations build on it: `admin` (collections, flush,
+index), `writes` (upsert, delete), `search` (search, get)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from accelkit.errors import AccelkitError, ConfigError, InputError, require
+from accelkit.images.config import StoreConfig
+from accelkit.images.schema import check_collection_name
+from accelkit.images.store.errors import (
+    CollectionNotFoundError,
+    StoreError,
+    StoreTimeoutError,
+    _reason,
+    _timed_out,
+)
+from accelkit.images.store.lite import (
+    _engine_home,
+    _engine_output_to,
+    _held_by,
+    _quiet_pymilvus,
+    check_lite_free,
+    lite_lock_holder,
+)
+from accelkit.images.store.records import (
+    CATALOG,
+    CONSISTENCY_LEVELS,
+    ID_FIELD,
+    MAX_ID_LENGTH,
+    METADATA_FIELD,
+    PROP_INDEX,
+    PROPERTY_PREFIX,
+    RECORD_KEYS,
+    RESERVED_PREFIX,
+    VECTOR_FIELD,
+    IndexSpec,
+    ids_filter,
+    is_local_uri,
+    redact_uri,
+)
+from accelkit.runtime.logs import import_library
+
+log = logging.getLogger(__name__)
+
+
+class StoreClient:
+    """The connection and the shared steps; `VectorStore` adds the operations.
+
+    Thread-safe: the pymilvus client is, and the caches have a lock.
+    """
+
+    def __init__(self, config: StoreConfig | None = None, **overrides: Any):
+        self.config = config.model_copy(update=overrides) if config else StoreConfig(**overrides)
+        self._loaded: set[str] = set()
+        self._specs: dict[str, IndexSpec] = {}
+        self._records: dict[str, dict[str, Any]] = {}  # our properties of each collection
+        self._dims: dict[str, int] = {}  # cached: searches should not pay two extra RPCs
+        # Collections with a delete that no later write's timestamp covers: Milvus 2.3 answers a
+        # delete with timestamp 0, so a Session read would not wait for it; such reads go Strong
+        # until the next upsert (whose timestamp is later than the delete's) returns.
+        self._deleted: set[str] = set()
+        self._lock = threading.Lock()
+        self._client = self._connect()
+
+    @property
+    def uri(self) -> str:
+        return redact_uri(self.config.uri)
+
+    @property
+    def is_server(self) -> bool:
+        return not is_local_uri(self.config.uri)
+
+    def _connect(self):
+        import_library("pymilvus", "images")
+        _quiet_pymilvus()
+        from pymilvus import MilvusClient
+
+        uri = self.config.uri
+        if is_local_uri(uri) and not uri.endswith(".db"):
+            raise ConfigError(
+                f"store uri {uri!r}: a Milvus Lite database must end in .db (or give a server URI such as http://host:19530)"
+            )
+        try:
+            with warnings.catch_warnings():  # milvus-lite 2.x imports the deprecated pkg_resources
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                if is_local_uri(uri):
+                    require("milvus_lite", "images")
+                    # Checked first: a refused Milvus Lite start deletes the holder's lock file,
+                    # after which a third process could open the same database.
+                    check_lite_free(uri)
+                    db = os.path.abspath(uri)
+                    log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
+                    with _engine_home(db), _engine_output_to(log_path):
+                        return MilvusClient(
+                            uri=uri, token=self.config.token or "", timeout=self.config.timeout
+                        )
+                return MilvusClient(
+                    uri=uri,
+                    token=self.config.token or "",
+                    db_name=self.config.db_name,
+                    timeout=self.config.timeout,
+                )
+        except AccelkitError:
+            raise
+        except Exception as exc:
+            if is_local_uri(uri):
+                holder = lite_lock_holder(uri)
+                if holder is not None:
+                    raise _held_by(uri, holder) from exc
+                raise StoreError(
+                    f"cannot open the Milvus Lite database {uri}: {_reason(exc)}"
+                ) from exc
+            raise StoreError(
+                f"cannot connect to Milvus at {self.uri}: {_reason(exc)}; check store.uri/token and that the server runs"
+            ) from exc
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            finally:
+                if is_local_uri(self.config.uri):
+                    # release the embedded server now (and its file lock), not at process exit
+                    try:
+                        from milvus_lite.server_manager import server_manager_instance
+
+                        server_manager_instance.release_server(self.config.uri)
+                    except Exception:  # older milvus-lite: released at exit
+                        pass
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """One pymilvus call, bounded by `store.timeout`; failures become one clean line."""
+        if self._client is None:
+            raise StoreError("this VectorStore is closed")
+        kwargs.setdefault("timeout", self.config.timeout)
+        try:
+            return fn(*args, **kwargs)
+        except AccelkitError:
+            raise
+        except Exception as exc:
+            if _timed_out(exc):
+                raise StoreTimeoutError(
+                    f"{what} took longer than store.timeout ({self.config.timeout:g} s); "
+                    "retry, narrow the filter, or raise store.timeout"
+                ) from exc
+            raise StoreError(f"{what} failed: {_reason(exc)}") from exc
+
+    def _consistency(self, name: str, level: str | None) -> str:
+        level = level or self.config.consistency
+        if level not in CONSISTENCY_LEVELS:
+            raise InputError(f"consistency {level!r} is not one of {', '.join(CONSISTENCY_LEVELS)}")
+        with self._lock:
+            return "Strong" if level == "Session" and name in self._deleted else level
+
+    def list_collections(self) -> list[str]:
+        """The collections' names, sorted (our catalog left out)."""
+        names = self._call("listing collections", self._client.list_collections)
+        return sorted(n for n in names if not n.startswith(RESERVED_PREFIX))
+
+    def has_collection(self, name: str) -> bool:
+        return bool(
+            self._call(
+                f"checking collection {name!r}",
+                self._client.has_collection,
+                check_collection_name(name, reserved_ok=True),
+            )
+        )
+
+    def _require(self, name: str) -> None:
+        if not self.has_collection(name):
+            known = ", ".join(self.list_collections()) or "none"
+            raise CollectionNotFoundError(
+                f"collection {name!r} does not exist (collections: {known}); create it first"
+                f" (accelkit images collection create {name}), or insert with --create-collection"
+                ' ("create_collection": true over HTTP)'
+            )
+
+    def describe_dim(self, name: str) -> int:
+        with self._lock:
+            if name in self._dims:
+                return self._dims[name]
+        self._require(name)
+        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
+        with self._lock:
+            self._dims[name] = dim
+        return dim
+
+    def recorded(self, name: str, key: str) -> dict[str, Any] | None:
+        """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None
+        when it has none (made before we recorded it, or by another program). A server keeps
+        them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
+        properties, in the catalog collection of its database."""
+        with self._lock:
+            cached = self._records.get(name)
+        if cached is None:
+            self._require(name)
+            cached = self._server_records(name) if self.is_server else self._catalog_records(name)
+            with self._lock:
+                self._records[name] = cached
+        value = cached.get(key)
+        return value if isinstance(value, dict) else None
+
+    def record(self, name: str, records: dict[str, Any]) -> None:
+        """Keep `records` (JSON objects by key) for collection `name`, replacing the keys given."""
+        if not records:
+            return
+        if self.is_server:
+            self._call(
+                f"recording {name!r}",
+                self._client.alter_collection_properties,
+                name,
+                {
+                    f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True)
+                    for k, v in records.items()
+                },
+            )
+        else:
+            merged = {**(self._catalog_records(name) or {}), **records}
+            self._catalog_write(name, merged)
+        with self._lock:
+            self._records.pop(name, None)
+
+    def _server_records(self, name: str) -> dict[str, Any]:
+        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        found = {}
+        for prop, text in (info.get("properties") or {}).items():
+            key = str(prop).removeprefix(PROPERTY_PREFIX)
+            if str(prop).startswith(PROPERTY_PREFIX) and key in RECORD_KEYS:
+                try:
+                    found[key] = json.loads(text)
+                except ValueError:
+                    continue
+        return found
+
+    def _catalog_records(self, name: str) -> dict[str, Any]:
+        if not self.has_collection(CATALOG):
+            return {}
+        rows = self._with_load(
+            CATALOG,
+            "reading the catalog",
+            self._client.query,
+            CATALOG,
+            filter=ids_filter([name]),
+            output_fields=[METADATA_FIELD],
+            consistency_level="Strong",
+        )
+        return dict(rows[0].get(METADATA_FIELD) or {}) if rows else {}
+
+    def _catalog_write(self, name: str, records: dict[str, Any]) -> None:
+        """The catalog row of collection `name` (Milvus Lite), the catalog made on first use."""
+        if not self.has_collection(CATALOG):
+            from pymilvus import DataType
+
+            schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
+            schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
+            schema.add_field(METADATA_FIELD, DataType.JSON)
+            index = self._client.prepare_index_params()
+            index.add_index(VECTOR_FIELD, index_type="FLAT", metric_type="L2")
+            self._call(
+                "creating the catalog",
+                self._client.create_collection,
+                CATALOG,
+                schema=schema,
+                index_params=index,
+                consistency_level="Strong",
+            )
+        row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
+        self._with_load(CATALOG, "writing the catalog", self._client.upsert, CATALOG, [row])
+
+    def _forget(self, name: str) -> None:
+        """Remove a dropped collection's records (a server's went with its properties)."""
+        with self._lock:
+            self._records.pop(name, None)
+        if not self.is_server and self.has_collection(CATALOG):
+            self._with_load(
+                CATALOG,
+                "writing the catalog",
+                self._client.delete,
+                CATALOG,
+                filter=ids_filter([name]),
+            )
+
+    def _spec(self, name: str) -> IndexSpec:
+        with self._lock:
+            if name in self._specs:
+                return self._specs[name]
+        properties = (
+            self._call(
+                f"describing collection {name!r}", self._client.describe_collection, name
+            ).get("properties")
+            or {}
+        )
+        if PROP_INDEX in properties:
+            try:
+                saved = json.loads(properties[PROP_INDEX])
+                spec = IndexSpec(saved["index_type"], saved["metric_type"], saved["params"])
+            except (ValueError, KeyError, TypeError):
+                spec = None
+            if spec is not None:
+                with self._lock:
+                    self._specs[name] = spec
+                return spec
+        info = self._index_info(name)
+        kind = str(info.get("index_type", "FLAT")).upper()
+        params = {
+            k: int(info[k])
+            for k in ("nlist", "M", "efConstruction")
+            if k in info and str(info[k]).isdigit()
+        }
+        if kind == "IVF_FLAT":
+            params = {"nlist": params.get("nlist", self.config.nlist), "nprobe": self.config.nprobe}
+        elif kind == "HNSW":
+            params = {
+                "M": params.get("M", self.config.M),
+                "efConstruction": params.get("efConstruction", self.config.efConstruction),
+                "ef": self.config.ef,
+            }
+        else:
+            params = {}
+        spec = IndexSpec(
+            kind, str(info.get("metric_type", self.config.metric_type)).upper(), params
+        )
+        with self._lock:
+            self._specs[name] = spec
+        return spec
+
+    def _index_info(self, name: str) -> dict[str, Any]:
+        names = self._call(
+            f"listing the indexes of {name!r}", self._client.list_indexes, name, VECTOR_FIELD
+        )
+        if not names:
+            return {}
+        return (
+            self._call(
+                f"describing the index of {name!r}", self._client.describe_index, name, names[0]
+            )
+            or {}
+        )
+
+    def _ensure_loaded(self, name: str, force: bool = False) -> None:
+        with self._lock:
+            if name in self._loaded and not force:
+                return
+        self._require(name)
+        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        with self._lock:
+            self._loaded.add(name)
+
+    def _with_load(self, name: str, what: str, fn, *args, **kwargs):
+        """Run a read; if Milvus says the collection is not loaded (released elsewhere), load and retry once."""
+        self._ensure_loaded(name)
+        try:
+            return self._call(what, fn, *args, **kwargs)
+        except StoreTimeoutError:
+            raise
+        except StoreError as exc:
+            if "load" not in str(exc).lower():
+                raise
+            self._ensure_loaded(name, force=True)
+            return self._call(what, fn, *args, **kwargs)

@@ -1,0 +1,181 @@
+"""Milvus Lite's engine, which runs as a child process of ours: where it keeps its scratch
+(`HOME`), where its C++ output goes, quieting its and pymilvus' loggers, and which other process
+holds a database file (Linux /proc), so a refused open names the holder."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+
+from accelkit.images.store.errors import StoreError
+from accelkit.images.store.records import is_local_uri
+
+
+class _NotMilvusLite(logging.Filter):
+    """milvus_lite logs to the root logger (e.g. "Open x.db failed ..." before our own one-line
+    error); its records are shown only at debug level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "milvus_lite" not in record.pathname or logging.getLogger().level <= logging.DEBUG
+
+
+_FILTER = _NotMilvusLite()
+
+
+def _quiet_pymilvus() -> None:
+    for name in ("pymilvus", "milvus_lite"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    root = logging.getLogger()
+    if _FILTER not in root.filters:
+        root.addFilter(_FILTER)
+
+
+@contextlib.contextmanager
+def _engine_output_to(log_path: str):
+    """Milvus Lite's engine is a child process that writes its C++ logs and assertion messages
+    (a parse error, a type check) to our stdout and stderr: started inside this block, it writes
+    to `log_path` instead, unless debug logging is on."""
+    if logging.getLogger().level <= logging.DEBUG:
+        yield
+        return
+    try:
+        target = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield
+        return
+    import sys
+
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd in saved:
+            os.dup2(target, fd)
+        yield
+    finally:
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(target)
+
+
+_ENVIRON = threading.Lock()
+
+
+@contextlib.contextmanager
+def _engine_home(db: str):
+    """Milvus Lite's engine keeps its memory-mapped scratch in `$HOME/.cache/milvus` and deletes
+    and re-creates that folder when its first collection call arrives: two engines of one user
+    (two stores opened at once, two commands, two test workers) racing there leave one of them
+    failing every collection call ("Mmap manager has not been init"), and a `~/.cache` that is
+    not a writable folder breaks them all. The engine started inside this block gets a HOME of
+    its own beside the database (one engine per database: the database's lock), so no other
+    engine touches its scratch. The engine copies the environment when it starts, inside the
+    block; the swap is under a lock for other stores opening in this process."""
+    home = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.engine")
+    try:
+        os.makedirs(home, exist_ok=True)
+    except OSError:  # a read-only folder: the database cannot be opened there anyway
+        yield
+        return
+    with _ENVIRON:
+        saved = os.environ.get("HOME")
+        os.environ["HOME"] = home
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = saved
+
+
+def _held_by(uri: str, pid: int) -> StoreError:
+    return StoreError(
+        f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
+        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
+    )
+
+
+ORPHAN_WAIT_S = (
+    15.0  # an engine whose owner exited notices it and stops; under load it takes seconds
+)
+
+
+def check_lite_free(uri: str) -> None:
+    """Refuse, in one line naming the process, a Milvus Lite file another process has open. An
+    engine left behind by a process that has exited (a Ctrl-C, a kill) is still stopping: wait for
+    it rather than fail on the file it still holds."""
+    if is_local_uri(uri):
+        deadline = time.monotonic() + ORPHAN_WAIT_S
+        while _lite_engines(uri, orphans=True) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        holder = lite_lock_holder(uri)
+        if holder is not None:
+            raise _held_by(uri, holder)
+        left = _lite_engines(uri, orphans=True)
+        if left:
+            raise StoreError(
+                f"{uri} is still held by a Milvus Lite engine (process {left[0]}) whose owner "
+                f"exited {ORPHAN_WAIT_S:g} s ago or more; end it (kill {left[0]}) and try again"
+            )
+
+
+def _lite_engines(uri: str, orphans: bool) -> list[int]:
+    """PIDs of Milvus Lite engines (other than ours) with `uri` open; `orphans`: only those whose
+    owner has exited (reparented to init)."""
+    return [pid for pid, owner in _lite_holders(uri) if not orphans or owner in (0, 1)]
+
+
+def lite_lock_holder(uri: str) -> int | None:
+    """PID of another process that has the Milvus Lite database `uri` open, or None.
+
+    Milvus Lite runs its engine as a child process that holds the file; the process reported is
+    that child's parent (e.g. `accelkit images serve`). Read from /proc (Linux), so a refused open
+    says who holds the file only when that is true. An engine whose owner died (reparented to init)
+    is stopping: it is not reported (`check_lite_free` waits for it)."""
+    for _, owner in _lite_holders(uri):
+        if owner not in (0, 1):
+            return owner
+    return None
+
+
+def _lite_holders(uri: str) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every other process with the file open, our own engines left out."""
+    from pathlib import Path
+
+    db = str(Path(uri).expanduser().resolve())
+    me = os.getpid()
+
+    def parent(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target == db:
+                owner = parent(pid)
+                if owner != me:  # our own engine
+                    found.append((pid, owner))
+                break
+    return found

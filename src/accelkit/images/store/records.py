@@ -1,0 +1,141 @@
+"""What a collection holds and how it is addressed: the three fields, the properties in which
+we record the description and the index, `Hit`, `IndexSpec`, and the expressions built from
+checked ids (every string escaped, never pasted)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelkit.errors import ConfigError
+from accelkit.images.config import StoreConfig
+from accelkit.images.schema import MAX_INDEX_PARAM, RESERVED_NAMES, check_ids
+
+ID_FIELD, VECTOR_FIELD, METADATA_FIELD = "id", "vector", "metadata"
+MAX_ID_LENGTH = (
+    512  # the VARCHAR's capacity in the schema; ids themselves are at most 256 characters
+)
+PROP_DESCRIPTION, PROP_INDEX = "accelkit.description", "accelkit.index"
+# Our records of a collection — the model that fills it (`models.model_record`), where a
+# migrated collection came from and how far the copy got — travel with the database: on a server
+# as collection properties (`accelkit.model`, `accelkit.origin`); on Milvus Lite, which keeps no
+# collection properties (it returns none of those given at creation, and cannot alter them), as
+# one row per collection of a catalog collection, hidden from listings.
+CATALOG = RESERVED_NAMES + "catalog"
+RESERVED_PREFIX = RESERVED_NAMES
+PROP_MODEL, PROP_ORIGIN = "model", "origin"
+RECORD_KEYS = (PROP_MODEL, PROP_ORIGIN)
+PROPERTY_PREFIX = "accelkit."
+CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
+# ids in one `id in [...]` expression: one delete of 1,000,000 ids took 7-12 s and left Milvus Lite
+# 0.6-0.9 GB larger; the service takes at most server.max_ids_per_request ids in a request
+ID_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: `score` is Milvus' distance (COSINE/IP: larger is closer; L2: smaller)."""
+
+    id: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "score": self.score, "metadata": self.metadata}
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """Index type, metric and parameters, for building (`build_params`) and searching (`search_params`)."""
+
+    index_type: str = "HNSW"
+    metric_type: str = "COSINE"
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: StoreConfig,
+        index_type: str | None = None,
+        metric_type: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> IndexSpec:
+        kind = (index_type or config.index_type).upper()
+        metric = (metric_type or config.metric_type).upper()
+        if kind not in ("FLAT", "IVF_FLAT", "HNSW"):
+            raise ConfigError(f"index_type {kind!r} is not supported; use FLAT, IVF_FLAT or HNSW")
+        if metric not in ("COSINE", "IP", "L2"):
+            raise ConfigError(f"metric_type {metric!r} is not supported; use COSINE, IP or L2")
+        defaults = {
+            "FLAT": {},
+            "IVF_FLAT": {"nlist": config.nlist, "nprobe": config.nprobe},
+            "HNSW": {"M": config.M, "efConstruction": config.efConstruction, "ef": config.ef},
+        }[kind]
+        given = dict(params or {})
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            allowed = ", ".join(defaults) or "none"
+            raise ConfigError(
+                f"index parameter {unknown[0]!r} does not apply to {kind}; its parameters: {allowed}"
+            )
+        merged = {**defaults, **given}
+        for key, value in merged.items():
+            low = 2 if key == "M" else 1
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not low <= value <= MAX_INDEX_PARAM
+            ):
+                raise ConfigError(
+                    f"index parameter {key}={value!r} must be a whole number from {low} to {MAX_INDEX_PARAM}"
+                )
+        return cls(kind, metric, merged)
+
+    def build_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.params.items() if k in ("nlist", "M", "efConstruction")}
+
+    def search_params(self, topk: int) -> dict[str, Any]:
+        if self.index_type == "IVF_FLAT":
+            return {"nprobe": min(int(self.params["nprobe"]), int(self.params["nlist"]))}
+        if self.index_type == "HNSW":
+            return {"ef": max(int(self.params["ef"]), topk)}  # HNSW needs ef >= top-k
+        return {}
+
+
+def literal(text: str) -> str:
+    """`text` as a Milvus string literal: double quotes, with backslash and quote escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def ids_filter(ids: Sequence[str]) -> str:
+    """`id in ["a", "b"]` for checked ids, every one escaped (defence in depth)."""
+    return f"{ID_FIELD} in [{', '.join(literal(i) for i in check_ids(list(ids)))}]"
+
+
+def redact_uri(uri: str) -> str:
+    """A URI safe to show: credentials in `user:password@` are hidden."""
+    return re.sub(r"//[^/@]*@", "//***@", uri)
+
+
+def is_local_uri(uri: str) -> bool:
+    return "://" not in uri
+
+
+def ignored_params(index_type: str, is_server: bool) -> list[str]:
+    """The index settings a deployment takes but does not apply: Milvus Lite builds IVF_FLAT
+    and searches it the same whatever `nprobe` says (measured: identical results for nprobe 1,
+    16 and 128; tests/images/test_store.py)."""
+    return ["nprobe"] if not is_server and index_type == "IVF_FLAT" else []
+
+
+def ignored_warnings(info: Mapping[str, Any]) -> list[str]:
+    """One line per ignored setting of a collection (`info`: its description)."""
+    params = info.get("index_params") or {}
+    return [
+        f"collection {info['name']!r}: Milvus Lite ignores {key} ({params.get(key)}) for"
+        f" {info['index_type']}, its searches do not change with it; use FLAT for exact results,"
+        f" or a Milvus server where {key} applies"
+        for key in info.get("ignored") or []
+    ]

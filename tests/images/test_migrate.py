@@ -1,0 +1,213 @@
+"""`accelkit images migrate`: Milvus Lite to the suite's real Milvus server and back, with
+nothing lost (ids, vectors bit for bit, metadata, thumbnails, the model record), in batches; an
+interrupted copy (a real SIGINT to the command) leaves the destination consistent and resumes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.images import two_tower
+from tests.support.cli import result_of
+from tests.support.groups import SERVERS
+
+pytestmark = pytest.mark.xdist_group(SERVERS)
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera"]
+BULK = 1500
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    from accelkit.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["images", *args])
+    out = capsys.readouterr()
+    return done.value.code or 0, out.out, out.err
+
+
+def everything(settings: dict, name: str) -> dict[str, tuple[np.ndarray, dict]]:
+    """Every item of a collection: id -> (vector, metadata)."""
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    with VectorStore(StoreConfig(**settings)) as store:
+        return {
+            row["id"]: (row["vector"], row["metadata"])
+            for rows in store.iterate(name, 500)
+            for row in rows
+        }
+
+
+def same_items(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(
+        np.array_equal(a[i][0], b[i][0]) and a[i][1] == b[i][1] for i in a
+    )
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, photos):
+    """A Milvus Lite database with a two-tower model's photos (thumbnails, a model record) and a
+    bulk collection of odd vectors and metadata."""
+    from accelkit import images
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    folder = tmp_path_factory.mktemp("migrate")
+    _, files = two_tower.build(folder / "model")
+    for name in NAMES:
+        Image.fromarray(photos[name]).save(folder / f"{name}.png")
+    database = folder / "source.db"
+    config = folder / "tiny.yaml"
+    config.write_text(two_tower.config_yaml(files, str(database)))
+    report = images.insert([str(folder / f"{n}.png") for n in NAMES], "pics", create_collection=True, config=config)  # fmt: skip
+    assert len(report.stored) == len(NAMES)
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(BULK, 8)).astype(np.float32)
+    vectors[0] = np.float32(1e-38)  # tiny, and exact bits to keep
+    metadata = [{"i": i, "tags": ["é", "ü"] if i % 2 else [], "deep": {"a": {"b": i}}} for i in range(BULK)]  # fmt: skip
+    with VectorStore(StoreConfig(uri=str(database))) as store:
+        store.create_collection("bulk", 8, "odd vectors", metric_type="L2")
+        store.upsert("bulk", [f"item-{i:05d}@x/y" for i in range(BULK)], vectors, metadata)
+    return {"folder": folder, "database": str(database), "config": config, "files": files}
+
+
+@pytest.fixture(scope="module")
+def server_db(milvus_server):
+    from tests.support.milvus_server import server_database
+
+    return {"uri": milvus_server.uri, "db_name": server_database(milvus_server, "migrate"), "timeout": 60}  # fmt: skip
+
+
+def test_lite_to_server_and_back_loses_nothing(source, server_db, onnx_path, tmp_path, capsys):
+    from accelkit import images
+    from accelkit.images.index import ModelMismatchError
+    from accelkit.images.thumbnails import ThumbnailStore
+
+    lite = {"uri": source["database"]}
+    server_thumbs = tmp_path / "server-thumbnails.sqlite"
+    code, out, err = run(capsys, "migrate", source["database"], server_db["uri"], "--target-db", server_db["db_name"], "--target-thumbnails", str(server_thumbs), "--batch-size", "100", "--json")  # fmt: skip
+    assert code == 0, err
+    report = {c["name"]: c for c in result_of(out)["collections"]}
+    assert set(report) == {"bulk", "pics"} and report["bulk"]["copied"] == BULK
+    assert report["bulk"]["verified"] and report["bulk"]["sampled"] == 100
+    assert report["pics"]["thumbnails"] == len(NAMES)
+    for name in ("bulk", "pics"):
+        assert same_items(everything(lite, name), everything(server_db, name)), name
+    source_thumbs = ThumbnailStore(source["database"] + ".thumbnails.sqlite")
+    ids = list(everything(lite, "pics"))
+    assert ThumbnailStore(str(server_thumbs)).get_many("pics", ids) == source_thumbs.get_many(
+        "pics", ids
+    )
+    described = images.describe_collection("pics", config=source["config"])
+    on_server = source["folder"] / "server.yaml"
+    on_server.write_text(
+        source["config"]
+        .read_text()
+        .replace(
+            f"uri: {source['database']}",
+            f"uri: {server_db['uri']}\n  db_name: {server_db['db_name']}\n  timeout: 60",
+        )
+    )
+    copied = images.describe_collection("pics", config=on_server)
+    assert copied["model"] == described["model"] and copied["dim"] == two_tower.DIM
+    assert images.describe_collection("bulk", config=on_server)["metric_type"] == "L2"
+    here = images.search(text="a photo of a cat", collection="pics", config=source["config"])
+    there = images.search(text="a photo of a cat", collection="pics", config=on_server)
+    assert [(h.id, h.metadata) for h in here.hits] == [(h.id, h.metadata) for h in there.hits]
+    assert np.allclose([h.score for h in here.hits], [h.score for h in there.hits], atol=1e-6)
+    other = tmp_path / "default.yaml"  # the record travelled: no other model searches the copy
+    other.write_text(
+        f"model:\n  onnx_path: {onnx_path}\n  embedding_dim: {two_tower.DIM}\n"
+        f"store:\n  uri: {server_db['uri']}\n  db_name: {server_db['db_name']}\n  timeout: 60\n"
+    )
+    with pytest.raises(ModelMismatchError, match="tiny-clip"):
+        images.search(str(source["folder"] / "coffee.png"), collection="pics", config=other)
+
+    back = tmp_path / "back.db"
+    code, out, err = run(capsys, "migrate", server_db["uri"], str(back), "--source-db", server_db["db_name"], "--source-thumbnails", str(server_thumbs), "--json")  # fmt: skip
+    assert code == 0, err
+    for name in ("bulk", "pics"):
+        assert same_items(everything(lite, name), everything({"uri": str(back)}, name)), name
+    assert ThumbnailStore(f"{back}.thumbnails.sqlite").get_many("pics", ids) == source_thumbs.get_many("pics", ids)  # fmt: skip
+    code, out, err = run(capsys, "migrate", server_db["uri"], str(back), "--source-db", server_db["db_name"], "--json")  # fmt: skip
+    again = {c["name"]: c for c in result_of(out)["collections"]}
+    assert code == 0 and again["bulk"]["copied"] == 0 and again["bulk"]["verified"]
+
+
+def test_refusals_are_one_line(source, tmp_path, capsys):
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    target = tmp_path / "t.db"
+    with VectorStore(StoreConfig(uri=str(target))) as store:
+        store.create_collection("bulk", 8)  # not a copy of anything
+    code, _, err = run(capsys, "migrate", source["database"], str(target), "-c", "bulk")
+    assert code == 2 and "exists in DST and came from no migration" in err
+    code, _, err = run(capsys, "migrate", source["database"], str(target), "-c", "nope")
+    assert code == 2 and "collection 'nope' is not in SRC (its collections: bulk, pics)" in err
+    code, _, err = run(capsys, "migrate", source["database"], source["database"])
+    assert code == 2 and "the same store" in err
+    assert everything({"uri": str(target)}, "bulk") == {}
+
+
+def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_path, capsys):
+    """A real SIGINT to `accelkit images migrate` in the middle of the copy: exit 130, one line
+    saying how far it got and how to resume; the destination then holds whole copies of the
+    source's items: all of those up to its mark, and at most the batch that was in flight; the
+    same command finishes the copy."""
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.records import PROP_ORIGIN
+
+    database = server_db["db_name"] + "_resume"
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=server_db["uri"], timeout=30)
+    if database not in client.list_databases():
+        client.create_database(database)
+    client.close()
+    target = {**server_db, "db_name": database}
+    args = [sys.executable, "-m", "accelkit", "images", "migrate", source["database"], target["uri"], "--target-db", database, "-c", "bulk", "--batch-size", "20", "--no-progress"]  # fmt: skip
+    child = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    with VectorStore(StoreConfig(**target)) as store:
+        while time.monotonic() < deadline:
+            if store.has_collection("bulk"):
+                store._records.clear()
+                mark = store.recorded("bulk", PROP_ORIGIN) or {}
+                if mark.get("copied", 0) >= 200:
+                    break
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 130, err
+        *activity, line = [x for x in err.splitlines() if x.strip()]
+        assert all(x.startswith("[") for x in activity), err  # timestamped progress lines only
+        assert line.startswith("interrupted (SIGINT); kept what was written before it:")
+        assert f"of {BULK:,} items of 'bulk'" in line and "again to resume" in line
+        assert f"accelkit images migrate {source['database']} {target['uri']}" in line
+        store._records.clear()
+        mark = store.recorded("bulk", PROP_ORIGIN)
+    assert not mark["complete"] and 200 <= mark["copied"] < BULK
+    held = everything(target, "bulk")
+    wanted = everything({"uri": source["database"]}, "bulk")
+    marked = {i for i in wanted if i <= mark["after"]}
+    following = sorted(i for i in wanted if i > mark["after"])[:20]  # the batch in flight
+    assert marked <= set(held) <= marked | set(following) and len(marked) == mark["copied"]
+    assert all(np.array_equal(held[i][0], wanted[i][0]) and held[i][1] == wanted[i][1] for i in held)  # fmt: skip
+    code, out, err = run(capsys, "migrate", source["database"], target["uri"], "--target-db", database, "-c", "bulk", "--json")  # fmt: skip
+    (bulk,) = result_of(out)["collections"]
+    assert code == 0 and bulk["resumed_after"] == mark["after"] and bulk["verified"]
+    assert bulk["copied"] == BULK - mark["copied"]
+    assert same_items(everything(target, "bulk"), wanted)
+    with VectorStore(StoreConfig(**target)) as store:
+        assert store.recorded("bulk", PROP_ORIGIN)["complete"] is True
+    assert json.dumps(bulk)  # plain JSON
