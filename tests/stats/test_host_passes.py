@@ -201,3 +201,34 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
         assert done.returncode == 0, done.stderr
         counts.append(int(done.stdout.split("frozen")[-1]))
     assert counts[0] > 10_000 and counts[1] == 0, counts
+
+
+def test_the_moments_shift_is_the_nanmedian_of_the_counted_values(rng):
+    """The shift of the moments' sums (the first chunk's median per dimension) decides the last
+    bits of every mean and std: its faster form must give np.nanmedian's numbers, bit for bit,
+    with NaN, Inf, zero weights, integers and both of nanmedian's paths (under and over 600 rows)."""
+    import warnings
+
+    from accelkit.stats.engine import _center_of
+    from accelkit.stats.types import Column
+
+    def nanmedian_form(column):
+        values = np.where(
+            np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan
+        )
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nan_to_num(np.nanmedian(values, axis=0), nan=0.0).astype(np.float32)
+
+    for trial in range(400):
+        rows = int(rng.choice([1, 2, 5, 599, 600, 601, 4000]))
+        if trial % 4 == 3:
+            x = rng.integers(-(2**62), 2**62, (rows, 3))
+        else:
+            x = (rng.standard_normal((rows, 3)) * 10.0 ** rng.integers(-40, 38)).astype(np.float32)
+            x[rng.random(x.shape) < 0.1 * (trial % 4)] = np.nan
+            x[rng.random(x.shape) < 0.05 * (trial % 4)] = -np.inf
+            x[:, 2] = np.nan if trial % 4 == 2 else x[:, 2]
+        weight = (rng.integers(0, 3, rows) * (rng.random(rows) > 0.2)).astype(np.int32)
+        column = Column(x, weight, np.arange(rows))
+        assert _center_of(column).tobytes() == nanmedian_form(column).tobytes()

@@ -74,17 +74,20 @@ def _center_of(column: Column) -> np.ndarray:
     """A per-dimension value near the data: the median of the first chunk's finite values.
 
     It shifts the moments' sums (so |mean| >> std costs no precision) and centers fast mode's keys.
-    """
-    values = np.where(
-        np.isfinite(column.values) & (column.weight[:, None] > 0), column.values, np.nan
-    )
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            center = np.nanmedian(values, axis=0)
-    return np.nan_to_num(center, nan=0.0).astype(np.float32)
+    numpy's median of each dimension's counted values, one contiguous copy at a time: the same
+    numbers as `np.nanmedian` over the chunk with the others set to NaN (a test compares them bit
+    for bit), without its per-column `apply_along_axis` over a strided float64 copy, which took
+    0.12 s per key of a 262,144-row first chunk on the run's critical path."""
+    values = column.values
+    if values.dtype.kind in "iu":  # as np.where made them: float64, then the median
+        values = values.astype(np.float64)
+    counted = np.isfinite(values) & (column.weight[:, None] > 0)
+    center = np.zeros(values.shape[1], np.float32)
+    for d in range(values.shape[1]):
+        kept = values[:, d][counted[:, d]]
+        if len(kept):
+            center[d] = np.nan_to_num(np.median(kept, overwrite_input=True), nan=0.0)
+    return center
 
 
 def compute_stats(

@@ -57,6 +57,18 @@ def _parquet_rows(path: Path) -> int:
         ) from exc
 
 
+def open_parquet(path: Path):
+    """`pq.ParquetFile` of a local or object-storage path. A local file is read without
+    pyarrow's pre-buffering (its default, which coalesces ranged requests for object storage):
+    on a page-cached local disk it only adds a copy of every column chunk and an I/O thread hop.
+    Reading LeRobot datasets' two vector columns here took 0.47 against 0.85-1.14 CPU-s (v3.0,
+    4 files) and 0.80 against 1.01 CPU-s (v2.1, 2,165 files) with it."""
+    import pyarrow.parquet as pq
+
+    source, filesystem = storage.arrow_source(path)
+    return pq.ParquetFile(source, filesystem=filesystem, pre_buffer=filesystem is not None)
+
+
 def arrow_values(array) -> np.ndarray:
     """A null-free numeric or boolean pyarrow array as numpy, read from its buffers.
 
@@ -219,12 +231,9 @@ class FileReader:
         self, path: Path, columns: list[str]
     ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
         if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            source, filesystem = storage.arrow_source(path)
             try:
                 # ParquetFile, not read_table: no dataset discovery, half the cost per small file
-                parquet = pq.ParquetFile(source, filesystem=filesystem)
+                parquet = open_parquet(path)
                 names = set(parquet.schema_arrow.names)
                 wanted = [c for c in columns if c in names]
                 with_episodes = "episode_index" in names
@@ -269,11 +278,8 @@ class FileReader:
         if path.suffix != ".parquet":
             yield self.read(path, columns)
             return
-        import pyarrow.parquet as pq
-
-        source, filesystem = storage.arrow_source(path)
         try:
-            parquet = pq.ParquetFile(source, filesystem=filesystem)
+            parquet = open_parquet(path)
             if listed_rows is not None:
                 lerobot.check_rows(path, parquet.metadata.num_rows, listed_rows)
             schema = parquet.schema_arrow
