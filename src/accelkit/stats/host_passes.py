@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from accelkit.stats import pass_state
+from accelkit.stats import pass_state, windows
 from accelkit.stats.moments import BLOCK_ROWS, Extremes
 from accelkit.stats.pass_state import PassSpec, PassState
 
@@ -35,6 +35,7 @@ RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 _kernel = None
 _kernel_lock = threading.Lock()
 _warming: threading.Thread | None = None  # warm_up's thread
+_NO_WINDOWS: dict = {}  # per key type: windows for no level (a pass without windows)
 
 
 def kernel():
@@ -83,12 +84,14 @@ def warm_up(freeze: bool = False) -> threading.Thread:
 def own(state: PassState) -> PassState:
     """A copy of `state` that `update` may change in place (int64 counts)."""
     e = state.extremes
+    counts = np.array(state.counts, np.int64)
     return PassState(
         Extremes(np.array(e.count, np.int64), np.array(e.min_key), np.array(e.max_key)),
-        np.array(state.counts, np.int64),
+        counts,
         np.asarray(state.prefixes),
         np.asarray(state.center, np.float32),
         np.array(state.nonfinite, np.int64),
+        windows.marked(state.windows, counts),  # not copied: made for this state
     )
 
 
@@ -112,6 +115,13 @@ def update(
     blocks = rows // BLOCK_ROWS if spec.with_moments else 0
     s1, s2 = np.empty((blocks, dim)), np.empty((blocks, dim))
     e = state.extremes
+    w = state.windows if spec.with_moments else None
+    if w is None:  # no window: the same types, nothing to loop over
+        w = _NO_WINDOWS.get(kind)
+        if w is None:
+            w = _NO_WINDOWS[kind] = windows.start([], 0, integer)
+    if w.lo.shape[0] not in (0, dim):
+        raise ValueError(f"windows for {w.lo.shape[0]} dimensions, rows of {dim}")
     kernel()(
         x,
         x.view(kind),
@@ -134,6 +144,15 @@ def update(
         state.nonfinite,
         s1,
         s2,
+        w.levels,
+        w.lo,
+        w.hi,
+        w.partial,
+        w.keys,
+        w.weights,
+        w.merged,
+        w.fill,
+        windows.FLAG,
     )
     return state, ((s1, s2) if spec.with_moments else None)
 
@@ -160,7 +179,12 @@ def block_sums(
 def _compile():
     import numba
 
-    return numba.njit(cache=True, nogil=True, error_model="numpy")(_loop)
+    jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+    module = globals()
+    for name in ("_radix_sort", "_narrow", "_windows_add"):  # the loop's callees, compiled first
+        if not isinstance(module[name], numba.core.dispatcher.Dispatcher):
+            module[name] = jit(module[name])
+    return jit(_loop)
 
 
 def _loop(
@@ -185,17 +209,31 @@ def _loop(
     nonfinite,
     s1,
     s2,
+    w_levels,
+    w_lo,
+    w_hi,
+    w_partial,
+    w_keys,
+    w_weights,
+    w_merged,
+    w_fill,
+    flag,
 ):
     """One batch, row by row (every argument a numpy array or scalar; the counters are updated in
     place): per value its weight, its moment terms (into the running runs and blocks), and, when
-    counted, its histogram bin (under its group's prefix) and its extremes."""
+    counted, its histogram bin (under its group's prefix), its extremes and, on a pass with
+    windows (`windows`), the values whose bin carries `flag` (a bin some window reaches), handed
+    to `_windows_add` after each block of rows: the bin's count is loaded and stored anyway, so
+    every other value costs one comparison more."""
     rows, dim = x.shape
     groups = counts.shape[1]
+    block_keys = np.empty(BLOCK_ROWS, raw.dtype)  # a block's values in flagged bins
+    block_weights = np.empty(BLOCK_ROWS, np.int64)
     for start in range(0, rows, BLOCK_ROWS):  # a block of rows stays in cache for every column
         stop = min(rows, start + BLOCK_ROWS)
         for d in range(dim):
             shift = center[d]
-            seen, lo, hi, bad = 0, low[d], high[d], 0
+            seen, lo, hi, bad, flagged = 0, low[d], high[d], 0, 0
             total1, total2 = 0.0, 0.0
             for run in range(start, stop, RUN_ROWS):
                 run1, run2 = 0.0, 0.0
@@ -233,7 +271,13 @@ def _loop(
                                 break
                         if group < 0:
                             continue
-                    counts[d, group, (key >> low_shift) & digit_mask] += w
+                    bin_ = (key >> low_shift) & digit_mask
+                    c = counts[d, group, bin_] + w
+                    counts[d, group, bin_] = c
+                    if c >= flag:  # a bin a window reaches: the value goes to the windows
+                        block_keys[flagged] = key
+                        block_weights[flagged] = w
+                        flagged += 1
                     if with_moments:
                         seen += w
                         lo = min(lo, key)
@@ -244,8 +288,166 @@ def _loop(
                     total1 += run1
                     total2 += run2
             if with_moments:
+                if flagged:
+                    _windows_add(
+                        block_keys, block_weights, flagged, d, count[d] + seen, low_shift,
+                        counts, w_levels, w_lo, w_hi, w_partial, w_keys, w_weights, w_merged,
+                        w_fill, flag,
+                    )  # fmt: skip
                 count[d] += seen
                 low[d], high[d] = lo, hi
                 nonfinite[d] += bad
                 s1[start // BLOCK_ROWS, d] = total1
                 s2[start // BLOCK_ROWS, d] = total2
+
+
+# --- the windows of the speculative pass (`windows`): compiled with the loop --------------------
+
+
+def _windows_add(
+    block_keys, block_weights, n, d, seen, bin_shift, counts, levels, lo, hi, partial, keys,
+    weights, merged, fill, flag,
+):  # fmt: skip
+    """A block's `n` values of dimension d in flagged bins into its windows: inside a window,
+    appended (or added to the last entry, a run of one value); under it in lo's own bin, its
+    weight goes to `partial` (under lo's bin, the histogram counts it). A full window is narrowed.
+    `seen`: the dimension's weight so far. One window at a time, its bounds in registers."""
+    capacity = keys.shape[2]
+    for u in range(levels.shape[0]):
+        low, high, f, m = lo[d, u], hi[d, u], fill[d, u], merged[d, u]
+        low_bin, under = np.uint64(low) >> bin_shift, 0
+        for i in range(n):
+            key, w = block_keys[i], block_weights[i]
+            if key < low:
+                if np.uint64(key) >> bin_shift == low_bin:
+                    under += w
+            elif key <= high:
+                if f > m and keys[d, u, f - 1] == key:
+                    weights[d, u, f - 1] += w
+                    continue
+                keys[d, u, f] = key
+                weights[d, u, f] = w
+                f += 1
+                if f == capacity:
+                    partial[d, u] += under
+                    fill[d, u] = f
+                    _narrow(
+                        keys, weights, lo, hi, partial, merged, fill, d, u, levels[u], seen,
+                        bin_shift, counts, flag,
+                    )  # fmt: skip
+                    low, high, f, m = lo[d, u], hi[d, u], fill[d, u], merged[d, u]
+                    low_bin, under = np.uint64(low) >> bin_shift, 0
+        partial[d, u] += under
+        fill[d, u] = f
+
+
+def _narrow(
+    keys, weights, lo, hi, partial, merged, fill, d, u, level, seen, bin_shift, counts, flag
+):  # fmt: skip
+    """Window (d, u) is full: its appended entries are sorted into its sorted part (`merged`
+    entries; equal keys merged), then what lies more than a quarter of the capacity from the
+    level's weighted rank among the `seen` values so far goes: the entries under it count as
+    below the window (in `partial` where they share the new lo's bin), those over it are
+    dropped, and [lo, hi] shrinks to the gaps beside what stays (no value lies in a gap). Bins no
+    window of the dimension reaches any more lose their flag."""
+    size = keys.shape[2]
+    m, f = merged[d, u], fill[d, u]
+    tail_keys = keys[d, u, m:f].copy()
+    tail_weights = weights[d, u, m:f].copy()
+    _radix_sort(tail_keys, tail_weights)
+    out_keys = np.empty(f, keys.dtype)
+    out_weights = np.empty(f, np.int64)
+    i, j, n = 0, 0, 0
+    while i < m or j < f - m:
+        if j >= f - m or (i < m and keys[d, u, i] <= tail_keys[j]):
+            k, v = keys[d, u, i], weights[d, u, i]
+            i += 1
+        else:
+            k, v = tail_keys[j], tail_weights[j]
+            j += 1
+        if n and out_keys[n - 1] == k:
+            out_weights[n - 1] += v
+        else:
+            out_keys[n], out_weights[n] = k, v
+            n += 1
+    start, stop = 0, n
+    if n > size // 2:
+        one = np.uint64(1)
+        old_low_bin, old_high_bin = (
+            np.uint64(lo[d, u]) >> bin_shift,
+            np.uint64(hi[d, u]) >> bin_shift,
+        )
+        below = partial[d, u]  # under the window so far: partial + the counts of the bins under
+        for b in range(old_low_bin):
+            below += counts[d, 0, b] & ~flag
+        rank = level * (seen - 1) - below  # the level's rank inside the window, so far
+        total, t = 0, 0
+        while t < n - 1 and total + out_weights[t] <= rank:
+            total += out_weights[t]
+            t += 1
+        start, stop = max(0, t - size // 4), min(n, t + size // 4)
+        if start:
+            lo[d, u] = np.uint64(out_keys[start - 1]) + one
+        if stop < n:
+            hi[d, u] = np.uint64(out_keys[stop]) - one
+        low_bin, high_bin = np.uint64(lo[d, u]) >> bin_shift, np.uint64(hi[d, u]) >> bin_shift
+        under = partial[d, u] if low_bin == old_low_bin else 0
+        for x in range(start):
+            if np.uint64(out_keys[x]) >> bin_shift == low_bin:
+                under += out_weights[x]
+        partial[d, u] = under
+        for b in range(old_low_bin, old_high_bin + one):  # unflag what left the window
+            if b < low_bin or b > high_bin:
+                reached = False
+                for v in range(lo.shape[1]):
+                    if (
+                        v != u
+                        and np.uint64(lo[d, v]) >> bin_shift
+                        <= b
+                        <= np.uint64(hi[d, v]) >> bin_shift
+                    ):
+                        reached = True
+                        break
+                if not reached:
+                    counts[d, 0, b] &= ~flag
+    for x in range(start, stop):
+        keys[d, u, x - start] = out_keys[x]
+        weights[d, u, x - start] = out_weights[x]
+    merged[d, u] = stop - start
+    fill[d, u] = stop - start
+
+
+def _radix_sort(keys, weights):
+    """Sort (keys, weights) by key in place: least significant byte first, stable; a byte all
+    keys share (the high bytes of a narrow window) costs one counting pass."""
+    n = keys.shape[0]
+    if n < 2:
+        return
+    byte = np.uint64(255)
+    src_keys, src_weights = keys, weights
+    dst_keys, dst_weights = np.empty_like(keys), np.empty_like(weights)
+    count = np.empty(256, np.int64)
+    moved = False
+    for step in range(keys.itemsize):
+        shift = np.uint64(8 * step)
+        count[:] = 0
+        for i in range(n):
+            count[(np.uint64(src_keys[i]) >> shift) & byte] += 1
+        if count.max() == n:
+            continue
+        total = 0
+        for b in range(256):
+            c = count[b]
+            count[b] = total
+            total += c
+        for i in range(n):
+            b = (np.uint64(src_keys[i]) >> shift) & byte
+            dst_keys[count[b]] = src_keys[i]
+            dst_weights[count[b]] = src_weights[i]
+            count[b] += 1
+        src_keys, dst_keys = dst_keys, src_keys
+        src_weights, dst_weights = dst_weights, src_weights
+        moved = not moved
+    if moved:
+        keys[:] = src_keys
+        weights[:] = src_weights

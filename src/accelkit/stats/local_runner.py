@@ -103,6 +103,8 @@ class HostKernel:
         return blocks
 
     def gather(self, state):
+        if state.windows is not None:  # the histogram without the windows' flags
+            self.host_passes.windows.settled(state.counts)
         return state
 
 
@@ -165,6 +167,7 @@ class Runner:
         self.stream = stream
         self.devices = list(devices)
         self.kernel = HostKernel() if self.devices == [HOST] else DeviceKernel(self.devices)
+        self.speculates = isinstance(self.kernel, HostKernel)  # its pass 1 fills windows
         self.batch_override = batch_size
         self.batch_sizes: dict[str, int] = {}
         self.progress = progress

@@ -125,6 +125,12 @@ class FileStream(Stream):
             np.random.default_rng(seed).shuffle(self.order)
         self._offsets = [f.row_offset for f in fragments]
 
+    @property
+    def rereadable(self) -> bool:
+        """Local files are read again at the cost of a read (object storage: downloaded again,
+        so a run keeps what it decoded instead)."""
+        return not any(isinstance(f.path, storage.ObjectPath) for f in self.fragments)
+
     def column_name(self, key: str) -> str:
         return self.keys.get(key, key)
 
