@@ -181,7 +181,8 @@ def _compile():
 
     jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     module = globals()
-    for name in ("_radix_sort", "_narrow", "_windows_add"):  # the loop's callees, compiled first
+    callees = ("_radix_sort", "_lower_to", "_unflag", "_narrow_sorted", "_narrow", "_windows_add")
+    for name in callees:  # the loop's callees, compiled first
         if not isinstance(module[name], numba.core.dispatcher.Dispatcher):
             module[name] = jit(module[name])
     return jit(_loop)
@@ -341,15 +342,118 @@ def _windows_add(
         fill[d, u] = f
 
 
+BUCKETS = 4096  # a narrowing's histogram of a window's entries
+
+
 def _narrow(
     keys, weights, lo, hi, partial, merged, fill, d, u, level, seen, bin_shift, counts, flag
 ):  # fmt: skip
-    """Window (d, u) is full: its appended entries are sorted into its sorted part (`merged`
-    entries; equal keys merged), then what lies more than a quarter of the capacity from the
-    level's weighted rank among the `seen` values so far goes: the entries under it count as
-    below the window (in `partial` where they share the new lo's bin), those over it are
-    dropped, and [lo, hi] shrinks to the gaps beside what stays (no value lies in a gap). Bins no
+    """Window (d, u) is full: keep what lies within about a quarter of its capacity on each side
+    of the level's weighted rank among the `seen` values so far. The entries under the kept part
+    count as below the window (in `partial` where they share the new lo's bin), those over it
+    are dropped, and [lo, hi] shrinks to the gaps beside what stays (no value lies in a gap).
+    The cut comes from a histogram of the entries (`BUCKETS` equal key ranges: three passes over
+    them); where the target's range holds more than a quarter of the capacity (a point mass, or
+    values closer than the ranges), the entries are sorted with equal keys merged (`_narrow_sorted`). Bins no
     window of the dimension reaches any more lose their flag."""
+    size = keys.shape[2]
+    n = fill[d, u]
+    one = np.uint64(1)
+    old_low, old_high = np.uint64(lo[d, u]), np.uint64(hi[d, u])
+    old_low_bin, old_high_bin = old_low >> bin_shift, old_high >> bin_shift
+    below = partial[d, u]  # under the window so far: partial + the counts of the bins under it
+    for b in range(old_low_bin):
+        below += counts[d, 0, b] & ~flag
+    rank = level * (seen - 1) - below  # the level's rank inside the window, so far
+    first, last = np.uint64(keys[d, u, 0]), np.uint64(keys[d, u, 0])
+    for i in range(n):
+        k = np.uint64(keys[d, u, i])
+        first, last = min(first, k), max(last, k)
+    shift = np.uint64(0)
+    while (last - first) >> shift >= BUCKETS:
+        shift += one
+    count = np.zeros(BUCKETS, np.int64)
+    mass = np.zeros(BUCKETS, np.int64)
+    for i in range(n):
+        b = np.int64((np.uint64(keys[d, u, i]) - first) >> shift)
+        count[b] += 1
+        mass[b] += weights[d, u, i]
+    buckets = np.int64((last - first) >> shift) + 1
+    target, total = 0, 0
+    for b in range(buckets):
+        if count[b]:
+            target = b
+            if total + mass[b] > rank:
+                break
+            total += mass[b]
+    if count[target] > size // 4:  # (so what stays is at most 3/4 of the capacity)
+        _narrow_sorted(keys, weights, lo, hi, partial, merged, fill, d, u, rank, bin_shift)
+    else:
+        a, b, left, right = target, target, 0, 0
+        while a > 0 and left + count[a - 1] <= size // 4:
+            a -= 1
+            left += count[a]
+        while b < buckets - 1 and right + count[b + 1] <= size // 4:
+            b += 1
+            right += count[b]
+        cut_low = first + (np.uint64(a) << shift)
+        cut_high = first + (np.uint64(b + 1) << shift) - one if b < buckets - 1 else last
+        kept, under_max, over_min, under_bin, under = 0, first, last, first, 0
+        some_under, some_over = False, False
+        for i in range(n):
+            k, w = np.uint64(keys[d, u, i]), weights[d, u, i]
+            if k < cut_low:  # the weight under in the highest bin with some (the new lo's)
+                kb = k >> bin_shift
+                if not some_under or kb > under_bin:
+                    under_bin, under = kb, w
+                elif kb == under_bin:
+                    under += w
+                under_max = max(under_max, k) if some_under else k
+                some_under = True
+            elif k > cut_high:
+                over_min = min(over_min, k) if some_over else k
+                some_over = True
+            else:
+                keys[d, u, kept], weights[d, u, kept] = k, w
+                kept += 1
+        if some_under:
+            _lower_to(lo, partial, d, u, under_max + one, under_bin, under, old_low_bin, bin_shift)
+        if some_over:
+            hi[d, u] = over_min - one
+        fill[d, u], merged[d, u] = kept, 0
+    _unflag(lo, hi, d, u, old_low_bin, old_high_bin, bin_shift, counts, flag)
+
+
+def _lower_to(lo, partial, d, u, new_low, under_bin, under, old_low_bin, bin_shift):
+    """Window (d, u)'s lo moves up to `new_low`; `under` is the weight cut off in `under_bin`,
+    the highest bin of what was cut off. `partial` becomes the weight under lo in lo's bin."""
+    low_bin = new_low >> bin_shift
+    kept = partial[d, u] if low_bin == old_low_bin else 0  # under the old lo, in the same bin
+    partial[d, u] = kept + (under if low_bin == under_bin else 0)
+    lo[d, u] = new_low
+
+
+def _unflag(lo, hi, d, u, old_low_bin, old_high_bin, bin_shift, counts, flag):
+    """Bins window (d, u) reached before narrowing, and no window of the dimension reaches now,
+    lose their flag."""
+    low_bin, high_bin = np.uint64(lo[d, u]) >> bin_shift, np.uint64(hi[d, u]) >> bin_shift
+    for b in range(old_low_bin, old_high_bin + np.uint64(1)):
+        if b < low_bin or b > high_bin:
+            reached = False
+            for v in range(lo.shape[1]):
+                low, high = np.uint64(lo[d, v]) >> bin_shift, np.uint64(hi[d, v]) >> bin_shift
+                if v != u and low <= b <= high:
+                    reached = True
+                    break
+            if not reached:
+                counts[d, 0, b] &= ~flag
+
+
+def _narrow_sorted(keys, weights, lo, hi, partial, merged, fill, d, u, rank, bin_shift):
+    """`_narrow` where one histogram range holds too many entries: the appended entries are
+    sorted into the sorted part (`merged` entries; equal keys merged, so a point mass is one
+    entry), and the entries more than a quarter of the capacity from the one holding `rank`
+    go."""
     size = keys.shape[2]
     m, f = merged[d, u], fill[d, u]
     tail_keys = keys[d, u, m:f].copy()
@@ -372,44 +476,24 @@ def _narrow(
             n += 1
     start, stop = 0, n
     if n > size // 2:
-        one = np.uint64(1)
-        old_low_bin, old_high_bin = (
-            np.uint64(lo[d, u]) >> bin_shift,
-            np.uint64(hi[d, u]) >> bin_shift,
-        )
-        below = partial[d, u]  # under the window so far: partial + the counts of the bins under
-        for b in range(old_low_bin):
-            below += counts[d, 0, b] & ~flag
-        rank = level * (seen - 1) - below  # the level's rank inside the window, so far
         total, t = 0, 0
         while t < n - 1 and total + out_weights[t] <= rank:
             total += out_weights[t]
             t += 1
         start, stop = max(0, t - size // 4), min(n, t + size // 4)
         if start:
-            lo[d, u] = np.uint64(out_keys[start - 1]) + one
+            under_max = np.uint64(out_keys[start - 1])
+            under_bin, under = under_max >> bin_shift, 0
+            for x in range(start):
+                if np.uint64(out_keys[x]) >> bin_shift == under_bin:
+                    under += out_weights[x]
+            old_low_bin = np.uint64(lo[d, u]) >> bin_shift
+            _lower_to(
+                lo, partial, d, u, under_max + np.uint64(1), under_bin, under, old_low_bin,
+                bin_shift,
+            )  # fmt: skip
         if stop < n:
-            hi[d, u] = np.uint64(out_keys[stop]) - one
-        low_bin, high_bin = np.uint64(lo[d, u]) >> bin_shift, np.uint64(hi[d, u]) >> bin_shift
-        under = partial[d, u] if low_bin == old_low_bin else 0
-        for x in range(start):
-            if np.uint64(out_keys[x]) >> bin_shift == low_bin:
-                under += out_weights[x]
-        partial[d, u] = under
-        for b in range(old_low_bin, old_high_bin + one):  # unflag what left the window
-            if b < low_bin or b > high_bin:
-                reached = False
-                for v in range(lo.shape[1]):
-                    if (
-                        v != u
-                        and np.uint64(lo[d, v]) >> bin_shift
-                        <= b
-                        <= np.uint64(hi[d, v]) >> bin_shift
-                    ):
-                        reached = True
-                        break
-                if not reached:
-                    counts[d, 0, b] &= ~flag
+            hi[d, u] = np.uint64(out_keys[stop]) - np.uint64(1)
     for x in range(start, stop):
         keys[d, u, x - start] = out_keys[x]
         weights[d, u, x - start] = out_weights[x]

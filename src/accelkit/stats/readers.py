@@ -151,18 +151,29 @@ def _numpy_rows(array: np.ndarray, where: str) -> np.ndarray:
     return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
 
+_VALUE_DTYPES: dict = {}  # arrow type -> arrow_value_dtype's answer (asked per column per file)
+
+
 def arrow_value_dtype(kind) -> str:
     """numpy dtype name of the values of a scalar or (fixed-size) list arrow type."""
+    known = _VALUE_DTYPES.get(kind)
+    if known is not None:
+        return known
     import pyarrow as pa
 
+    inner = kind
     while (
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        pa.types.is_list(inner)
+        or pa.types.is_large_list(inner)
+        or pa.types.is_fixed_size_list(inner)
     ):
-        kind = kind.value_type
+        inner = inner.value_type
     try:
-        return np.dtype(kind.to_pandas_dtype()).name
+        name = np.dtype(inner.to_pandas_dtype()).name
     except (NotImplementedError, TypeError):
-        return str(kind)
+        name = str(inner)
+    _VALUE_DTYPES[kind] = name
+    return name
 
 
 class FileReader:
@@ -302,7 +313,8 @@ class FileReader:
                         f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); "
                         "re-export or remove it"
                     ) from exc
-                self._check_dtypes(schema, wanted, path)
+                if first_row == 0:  # the file's schema, once it proved readable
+                    self._check_dtypes(schema, wanted, path)
                 out = {
                     c: arrow_column_rows(
                         batch.column(c), f"{path} column {c!r}", first_row, first_row == 0
