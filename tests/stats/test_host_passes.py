@@ -203,6 +203,34 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
     assert counts[0] > 10_000 and counts[1] == 0, counts
 
 
+def test_the_cli_loads_the_loop_without_numbas_blas_probe():
+    """numba's BLAS probe imports scipy.linalg (~0.2 CPU-s of every command); the command's own
+    process answers it "no BLAS" while the loop loads, then puts numba's probe back: np.dot still
+    compiles in that process, and a library caller's process keeps the probe. Child processes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from accelkit.stats import host_passes\n"
+        "host_passes.warm_up(freeze={freeze}).join()\n"
+        "print('scipy.linalg' in sys.modules)\n"
+        "import numba, numpy as np\n"
+        "print(numba.njit(lambda a: np.dot(a, a))(np.ones(3)))\n"
+    )
+    seen = []
+    for freeze in (True, False):
+        done = subprocess.run(
+            [sys.executable, "-c", code.format(freeze=freeze)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        seen.append(done.stdout.split())
+    assert seen == [["False", "3.0"], ["True", "3.0"]]
+
+
 def test_the_moments_shift_is_the_nanmedian_of_the_counted_values(rng):
     """The shift of the moments' sums (the first chunk's median per dimension) decides the last
     bits of every mean and std: its faster form must give np.nanmedian's numbers, bit for bit,
