@@ -47,6 +47,7 @@ READ_THREADS = 2
 PREFETCH = 4
 SPLIT_ROWS = 1 << 18  # a file's rows reach the reduction in pieces of about this many rows
 PIECES_AHEAD = 2  # decoded pieces of one file waiting for the reduction
+GROUP_ROWS = 1 << 16  # small files' chunks are joined up to about this many rows
 
 
 def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: str) -> np.ndarray:
@@ -149,13 +150,18 @@ class FileStream(Stream):
         return mask
 
     def chunks(self) -> Iterator[dict[str, Column]]:
-        """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts.
+        """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts,
+        or several small files' whole rows joined (`GROUP_ROWS`).
 
         Files are read ahead by a small thread pool, each a piece at a time into a bounded queue:
         pyarrow and numpy release the GIL while decoding, so reading overlaps with the device
         work on earlier chunks, inside one large file too (a LeRobot v3.0 file holds ~2M rows;
         read whole, it kept a time budget from being checked for seconds, and the reduction
-        waited for it). The order of rows never changes, so neither do the results.
+        waited for it). The reader threads also cut the pieces into chunks and join small files
+        (a v2.1 dataset's file per episode): the thread that runs the reduction gets one chunk
+        per ~GROUP_ROWS rows instead of one per file. Action chunks and transforms, which follow
+        episodes across files, are cut on the consuming thread, a file at a time. The order of
+        rows never changes, so neither do the results.
         """
         import queue
         import threading
@@ -165,50 +171,91 @@ class FileStream(Stream):
         columns_wanted = list(dict.fromkeys(self.keys.values()))
         stop = threading.Event()
         queues: dict[int, queue.Queue] = {}
+        joined = not self.horizons and self.chunk_transform is None  # chunks cut by the readers
 
-        def produce(pieces: queue.Queue, index: int) -> None:
+        def pieces_of(index: int):
+            fragment = self.fragments[index]
+            listed = fragment.num_rows if fragment.listed else None
+            return self.reader.read_pieces(fragment.path, columns_wanted, SPLIT_ROWS, listed)
+
+        def produce(items: queue.Queue, indexes: list[int]) -> None:
             def put(item) -> bool:
                 while not stop.is_set():
                     try:
-                        pieces.put(item, timeout=0.1)
+                        items.put(item, timeout=0.1)
                         return True
                     except queue.Full:
                         continue
                 return False
 
             try:
-                fragment = self.fragments[index]
-                listed = fragment.num_rows if fragment.listed else None
-                for piece in self.reader.read_pieces(
-                    fragment.path, columns_wanted, SPLIT_ROWS, listed
-                ):
-                    if not put(("piece", piece)):
+                if not joined:
+                    for piece in pieces_of(indexes[0]):
+                        if not put(("item", piece)):
+                            return
+                elif len(indexes) == 1:  # a large file: its chunks as they are cut
+                    for chunk in self._file_chunks(indexes[0], pieces_of(indexes[0]), {}):
+                        if not put(("item", chunk)):
+                            return
+                else:  # small files: their chunks joined
+                    pending, rows = [], 0
+                    for index in indexes:
+                        for chunk in self._file_chunks(index, pieces_of(index), {}):
+                            if pending and not _joinable(pending[0], chunk):  # the batcher says
+                                if not put(("item", _joined(pending))):  # what differs, and where
+                                    return
+                                pending, rows = [], 0
+                            pending.append(chunk)
+                            rows += _chunk_rows(chunk)
+                        if rows >= GROUP_ROWS:
+                            if not put(("item", _joined(pending))):
+                                return
+                            pending, rows = [], 0
+                    if pending and not put(("item", _joined(pending))):
                         return
                 put(("end", None))
             except BaseException as exc:  # handed to the consumer, raised there
                 put(("error", exc))
 
         pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read")
-        order = list(self.order)
+        tasks = self._tasks(joined)
         submitted = 0
 
         def submit_next() -> None:
             nonlocal submitted
-            if submitted < len(order):
+            if submitted < len(tasks):
                 queues[submitted] = queue.Queue(maxsize=PIECES_AHEAD)
-                pool.submit(produce, queues[submitted], order[submitted])
+                pool.submit(produce, queues[submitted], tasks[submitted])
                 submitted += 1
 
         try:
             for _ in range(PREFETCH):
                 submit_next()
-            for position, index in enumerate(order):
-                pieces = queues.pop(position)
-                yield from self._file_chunks(index, _drain(pieces), seen_episodes)
+            for position, indexes in enumerate(tasks):
+                items = _drain(queues.pop(position))
+                if joined:
+                    yield from items
+                else:
+                    yield from self._file_chunks(indexes[0], items, seen_episodes)
                 submit_next()
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _tasks(self, joined: bool) -> list[list[int]]:
+        """The reader threads' tasks, in order: runs of consecutive small files of about
+        `GROUP_ROWS` rows (when their chunks may be joined), else one file each."""
+        tasks: list[list[int]] = []
+        rows = GROUP_ROWS
+        for index in self.order:
+            size = self.fragments[index].num_rows
+            if not joined or size >= GROUP_ROWS or rows >= GROUP_ROWS:
+                tasks.append([index])
+                rows = size
+            else:
+                tasks[-1].append(index)
+                rows += size
+        return tasks
 
     def _file_chunks(self, index: int, pieces, seen_episodes: dict) -> Iterator[dict[str, Column]]:
         """One file's chunks from its pieces: each ends where an episode starts (the rows of the
@@ -427,6 +474,36 @@ def _rows_of(columns: dict, episodes: np.ndarray | None) -> int:
     if columns:
         return len(next(iter(columns.values())))
     return 0 if episodes is None else len(episodes)
+
+
+def _chunk_rows(chunk: dict) -> int:
+    return max((len(column.weight) for column in chunk.values()), default=0)
+
+
+def _joinable(a: dict, b: dict) -> bool:
+    """Chunks whose keys' rows have one width and type (and both know episodes, or neither)."""
+    return a.keys() == b.keys() and all(
+        a[k].values.shape[1:] == b[k].values.shape[1:]
+        and a[k].values.dtype == b[k].values.dtype
+        and (a[k].episode is None) == (b[k].episode is None)
+        for k in a
+    )
+
+
+def _joined(chunks: list[dict]) -> dict[str, Column]:
+    """Consecutive `_joinable` chunks as one (each key's rows in order)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    out = {}
+    for key in chunks[0]:
+        parts = [chunk[key] for chunk in chunks]
+        out[key] = Column(
+            np.concatenate([part.values for part in parts]),
+            np.concatenate([part.weight for part in parts]),
+            np.concatenate([part.row_id for part in parts]),
+            None if parts[0].episode is None else np.concatenate([p.episode for p in parts]),
+        )
+    return out
 
 
 def _drain(pieces) -> Iterator:
