@@ -244,12 +244,14 @@ class FileStream(Stream):
 
     def _tasks(self, joined: bool) -> list[list[int]]:
         """The reader threads' tasks, in order: runs of consecutive small files of about
-        `GROUP_ROWS` rows (when their chunks may be joined), else one file each."""
+        `GROUP_ROWS` rows (when their chunks may be joined), else one file each. The first file
+        is a task of its own: the first chunk is the first file's whatever the joining (the
+        moments' shift is its median, and a Ray run's driver reads that file alone)."""
         tasks: list[list[int]] = []
         rows = GROUP_ROWS
         for index in self.order:
             size = self.fragments[index].num_rows
-            if not joined or size >= GROUP_ROWS or rows >= GROUP_ROWS:
+            if not joined or size >= GROUP_ROWS or rows >= GROUP_ROWS or len(tasks) == 1:
                 tasks.append([index])
                 rows = size
             else:
