@@ -31,7 +31,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from accelkit.stats.host_loop import spare
 from accelkit.stats.keys import key_dtype
+from accelkit.stats.moments import BLOCK_ROWS
 
 BYTES_PER_KEY = 16 << 20  # the buffers of one key's windows (untouched pages cost nothing)
 FLAG = np.int64(1 << 62)  # on a pass-1 histogram count: some window reaches this bin
@@ -64,6 +66,8 @@ class Windows(NamedTuple):
     weights: np.ndarray  # int64 [D, W, C]
     merged: np.ndarray  # int64 [D, W]: entries sorted by the last narrowing
     fill: np.ndarray  # int64 [D, W]: entries in use
+    spare_keys: np.ndarray  # the loop's room to narrow these windows in (`host_loop.spare`)
+    spare_ints: np.ndarray
 
     @property
     def capacity(self) -> int:
@@ -87,6 +91,7 @@ def start(levels, dim: int, integer: bool, total_rows: int | None = None) -> Win
     kind = key_dtype(integer)
     width = len(levels)
     size = capacity(dim, width, integer, total_rows)
+    spare_keys, spare_ints = spare(size + BLOCK_ROWS, kind)  # the loop's: a block, then these
     return Windows(
         levels=levels,
         lo=np.zeros((dim, width), kind),
@@ -96,6 +101,8 @@ def start(levels, dim: int, integer: bool, total_rows: int | None = None) -> Win
         weights=np.empty((dim, width, size), np.int64),
         merged=np.zeros((dim, width), np.int64),
         fill=np.zeros((dim, width), np.int64),
+        spare_keys=spare_keys,
+        spare_ints=spare_ints,
     )
 
 
