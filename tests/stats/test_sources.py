@@ -337,10 +337,10 @@ def test_v30_files_are_packed_as_lerobot_records_them(tmp_path, monkeypatch):
             assert e.stats["actions"].count[0] == np.sum(episodes == e.index)
 
 
-def test_small_files_reach_the_reduction_joined(tmp_path, monkeypatch):
-    """A file per episode (v2.1): the reader threads join whole files' rows into chunks of about
-    GROUP_ROWS, in order, with each row's id and episode; a file wider or of another type than
-    the ones before starts a chunk of its own, so the batcher's error still names it."""
+def test_small_files_are_read_in_runs_and_reach_the_reduction_in_order(tmp_path, monkeypatch):
+    """A file per episode (v2.1): the reader threads read runs of small files of about GROUP_ROWS
+    rows as one task each (the first file alone), and their chunks reach the reduction in order,
+    with each row's id and episode."""
     from accelkit.stats import sources
 
     monkeypatch.setattr(sources, "GROUP_ROWS", 700)
@@ -348,25 +348,14 @@ def test_small_files_reach_the_reduction_joined(tmp_path, monkeypatch):
         tmp_path / "v21", episodes=30, frames_per_episode=100, dim=3, layout="v2.1", seed=5
     )
     stream = open_source(root)
+    tasks = stream._tasks(True)
+    assert tasks[0] == [0] and 2 < len(tasks) < len(stream.fragments) == 30
+    assert [i for task in tasks for i in task] == list(range(30))
+    assert all(sum(stream.fragments[i].num_rows for i in t[:-1]) < 700 for t in tasks)
     chunks = list(stream.chunks())
-    assert 1 < len(chunks) < len(stream.fragments) == 30
-    first = stream.chunk_at(0)  # the first file alone: the moments' shift is its median
-    np.testing.assert_array_equal(chunks[0]["state"].row_id, first["state"].row_id)
-    assert len(first["state"].row_id) == stream.fragments[0].num_rows
     for key, name in stream.keys.items():
         values, episodes = read_all(root, name)
-        got = np.concatenate([c[key].values for c in chunks])
-        np.testing.assert_array_equal(got, values)
+        np.testing.assert_array_equal(np.concatenate([c[key].values for c in chunks]), values)
         np.testing.assert_array_equal(np.concatenate([c[key].episode for c in chunks]), episodes)
         row_id = np.concatenate([c[key].row_id for c in chunks])
         np.testing.assert_array_equal(row_id, np.arange(len(values)))
-    for chunk in chunks[1:-1]:  # whole episodes, about GROUP_ROWS rows
-        assert 700 <= len(chunk["state"].weight) < 700 + 150
-    (tmp_path / "mixed").mkdir()
-    for name, width in (("a", 2), ("b", 2), ("c", 3)):
-        write_parquet(
-            tmp_path / "mixed" / f"{name}.parquet",
-            state=pa.array([[1.0] * width] * 3, pa.list_(pa.float32(), width)),
-        )
-    with pytest.raises(DataError, match=r"c\.parquet.*3 values per row, but earlier rows had 2"):
-        compute_stats(open_source(tmp_path / "mixed", keys={"state": "state"}))

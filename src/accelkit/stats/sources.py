@@ -47,7 +47,7 @@ READ_THREADS = 2
 PREFETCH = 4
 SPLIT_ROWS = 1 << 18  # a file's rows reach the reduction in pieces of about this many rows
 PIECES_AHEAD = 2  # decoded pieces of one file waiting for the reduction
-GROUP_ROWS = 1 << 16  # small files' chunks are joined up to about this many rows
+GROUP_ROWS = 1 << 16  # small files are read by one task up to about this many rows
 
 
 def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: str) -> np.ndarray:
@@ -150,18 +150,18 @@ class FileStream(Stream):
         return mask
 
     def chunks(self) -> Iterator[dict[str, Column]]:
-        """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts,
-        or several small files' whole rows joined (`GROUP_ROWS`).
+        """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts.
 
         Files are read ahead by a small thread pool, each a piece at a time into a bounded queue:
         pyarrow and numpy release the GIL while decoding, so reading overlaps with the device
         work on earlier chunks, inside one large file too (a LeRobot v3.0 file holds ~2M rows;
         read whole, it kept a time budget from being checked for seconds, and the reduction
-        waited for it). The reader threads also cut the pieces into chunks and join small files
-        (a v2.1 dataset's file per episode): the thread that runs the reduction gets one chunk
-        per ~GROUP_ROWS rows instead of one per file. Action chunks and transforms, which follow
-        episodes across files, are cut on the consuming thread, a file at a time. The order of
-        rows never changes, so neither do the results.
+        waited for it). The reader threads also cut the pieces into chunks, and read runs of
+        small files (a v2.1 dataset's file per episode) as one task of ~GROUP_ROWS rows whose
+        chunks reach the queue together: the thread that runs the reduction gets one item per
+        ~GROUP_ROWS rows, not a queue, a task and a cut per file. Action chunks and transforms,
+        which follow episodes across files, are cut on the consuming thread, a file at a time.
+        The order of rows never changes, so neither do the results.
         """
         import queue
         import threading
@@ -171,7 +171,7 @@ class FileStream(Stream):
         columns_wanted = list(dict.fromkeys(self.keys.values()))
         stop = threading.Event()
         queues: dict[int, queue.Queue] = {}
-        joined = not self.horizons and self.chunk_transform is None  # chunks cut by the readers
+        cut = not self.horizons and self.chunk_transform is None  # chunks cut by the readers
 
         def pieces_of(index: int):
             fragment = self.fragments[index]
@@ -189,7 +189,7 @@ class FileStream(Stream):
                 return False
 
             try:
-                if not joined:
+                if not cut:
                     for piece in pieces_of(indexes[0]):
                         if not put(("item", piece)):
                             return
@@ -197,28 +197,24 @@ class FileStream(Stream):
                     for chunk in self._file_chunks(indexes[0], pieces_of(indexes[0]), {}):
                         if not put(("item", chunk)):
                             return
-                else:  # small files: their chunks joined
+                else:  # small files: their chunks together
                     pending, rows = [], 0
                     for index in indexes:
                         for chunk in self._file_chunks(index, pieces_of(index), {}):
-                            if pending and not _joinable(pending[0], chunk):  # the batcher says
-                                if not put(("item", _joined(pending))):  # what differs, and where
-                                    return
-                                pending, rows = [], 0
                             pending.append(chunk)
                             rows += _chunk_rows(chunk)
                         if rows >= GROUP_ROWS:
-                            if not put(("item", _joined(pending))):
+                            if not put(("items", pending)):
                                 return
                             pending, rows = [], 0
-                    if pending and not put(("item", _joined(pending))):
+                    if pending and not put(("items", pending)):
                         return
                 put(("end", None))
             except BaseException as exc:  # handed to the consumer, raised there
                 put(("error", exc))
 
         pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read")
-        tasks = self._tasks(joined)
+        tasks = self._tasks(cut)
         submitted = 0
 
         def submit_next() -> None:
@@ -233,7 +229,7 @@ class FileStream(Stream):
                 submit_next()
             for position, indexes in enumerate(tasks):
                 items = _drain(queues.pop(position))
-                if joined:
+                if cut:
                     yield from items
                 else:
                     yield from self._file_chunks(indexes[0], items, seen_episodes)
@@ -242,16 +238,16 @@ class FileStream(Stream):
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _tasks(self, joined: bool) -> list[list[int]]:
+    def _tasks(self, cut: bool) -> list[list[int]]:
         """The reader threads' tasks, in order: runs of consecutive small files of about
-        `GROUP_ROWS` rows (when their chunks may be joined), else one file each. The first file
-        is a task of its own: the first chunk is the first file's whatever the joining (the
-        moments' shift is its median, and a Ray run's driver reads that file alone)."""
+        `GROUP_ROWS` rows (when the readers cut their chunks), else one file each; the first
+        file alone, so that the run's first chunk (whose median is the moments' shift) comes as
+        early as it can."""
         tasks: list[list[int]] = []
         rows = GROUP_ROWS
         for index in self.order:
             size = self.fragments[index].num_rows
-            if not joined or size >= GROUP_ROWS or rows >= GROUP_ROWS or len(tasks) == 1:
+            if not cut or size >= GROUP_ROWS or rows >= GROUP_ROWS or len(tasks) == 1:
                 tasks.append([index])
                 rows = size
             else:
@@ -482,41 +478,19 @@ def _chunk_rows(chunk: dict) -> int:
     return max((len(column.weight) for column in chunk.values()), default=0)
 
 
-def _joinable(a: dict, b: dict) -> bool:
-    """Chunks whose keys' rows have one width and type (and both know episodes, or neither)."""
-    return a.keys() == b.keys() and all(
-        a[k].values.shape[1:] == b[k].values.shape[1:]
-        and a[k].values.dtype == b[k].values.dtype
-        and (a[k].episode is None) == (b[k].episode is None)
-        for k in a
-    )
-
-
-def _joined(chunks: list[dict]) -> dict[str, Column]:
-    """Consecutive `_joinable` chunks as one (each key's rows in order)."""
-    if len(chunks) == 1:
-        return chunks[0]
-    out = {}
-    for key in chunks[0]:
-        parts = [chunk[key] for chunk in chunks]
-        out[key] = Column(
-            np.concatenate([part.values for part in parts]),
-            np.concatenate([part.weight for part in parts]),
-            np.concatenate([part.row_id for part in parts]),
-            None if parts[0].episode is None else np.concatenate([p.episode for p in parts]),
-        )
-    return out
-
-
 def _drain(pieces) -> Iterator:
-    """A file's pieces from its reader thread's queue, in order; its error raised here."""
+    """A task's pieces (or chunks) from its reader thread's queue, in order; its error raised
+    here."""
     while True:
         kind, item = pieces.get()
         if kind == "end":
             return
         if kind == "error":
             raise item
-        yield item
+        if kind == "items":
+            yield from item
+        else:
+            yield item
 
 
 # --- opening a path ---------------------------------------------------------------------------
