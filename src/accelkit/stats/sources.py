@@ -420,7 +420,12 @@ class FileStream(Stream):
         """Rows `first`.. of file `index` (whole episodes) as a chunk."""
         fragment = self.fragments[index]
         n = _rows_of(columns, episodes)
-        sampled = self._sampled(fragment)[first : first + n]
+        every = self.sample is None  # every row once, unless a key has a horizon
+        sampled = None if every else self._sampled(fragment)[first : first + n]
+        ones = np.ones(n, np.int32) if every else None  # shared by the keys: read, never written
+        row_id = np.arange(
+            fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
+        )
         known_episodes = episodes is not None
         if episodes is None:
             episodes = np.full(n, -1 - index, np.int64)  # the file is one episode
@@ -444,20 +449,19 @@ class FileStream(Stream):
                     f"{fragment.path} column {name!r} has {first + len(values)} rows, expected {fragment.num_rows}"
                 )
             horizon = self.horizons.get(out)
-            weight = (
-                chunk_weights(episodes, sampled, horizon, self.chunk_end)
-                if horizon
-                else sampled.astype(np.int32)
-            )
-            row_id = np.arange(
-                fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
-            )
             episode = episodes if known_episodes else None
+            if not horizon and every:
+                chunk[out] = Column(values, ones, row_id, episode)
+                continue
+            weight = chunk_weights(
+                episodes, np.ones(n, bool) if every else sampled, horizon, self.chunk_end
+            ) if horizon else sampled.astype(np.int32)  # fmt: skip
+            ids = row_id
             keep = weight > 0
             if not keep.all():  # rows outside the sample cost nothing downstream
-                values, weight, row_id = values[keep], weight[keep], row_id[keep]
+                values, weight, ids = values[keep], weight[keep], ids[keep]
                 episode = None if episode is None else episode[keep]
-            chunk[out] = Column(values, weight, row_id, episode)
+            chunk[out] = Column(values, weight, ids, episode)
         return chunk
 
 
