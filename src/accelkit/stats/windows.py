@@ -111,7 +111,7 @@ def contents(windows: Windows, d: int, u: int) -> tuple[np.ndarray, np.ndarray]:
     fill = int(windows.fill[d, u])
     keys = windows.keys[d, u, :fill]
     weights = windows.weights[d, u, :fill]
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)  # equal keys are merged below: their order does not matter
     keys, weights = keys[order], weights[order]
     if not len(keys):
         return keys, weights
