@@ -35,6 +35,13 @@ from accelkit.stats.readers import (  # noqa: F401  (FileReader: where tests cou
     arrow_values,
     parquet_names,
 )
+from accelkit.stats.stream_rows import (  # chunk_weights: also this module's, as it always was
+    chunk_rows,
+    chunk_weights,
+    drain,
+    last_rows,
+    rows_of,
+)
 from accelkit.stats.transforms import ACTIONS, STATE, ChunkTransform, check_keys, materialize
 from accelkit.stats.types import Column, Stream
 
@@ -48,33 +55,6 @@ PREFETCH = 4
 SPLIT_ROWS = 1 << 18  # a file's rows reach the reduction in pieces of about this many rows
 PIECES_AHEAD = 2  # decoded pieces of one file waiting for the reduction
 GROUP_ROWS = 1 << 16  # small files are read by one task up to about this many rows
-
-
-def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: str) -> np.ndarray:
-    """How many times each row appears in the flattened action chunks of the sampled frames.
-
-    episode: int64 [R] episode index per row (contiguous runs); sampled: bool [R].
-    """
-    weights = np.zeros(len(episode), np.int64)
-    if len(episode) == 0:
-        return weights.astype(np.int32)
-    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    stops = np.r_[starts[1:], len(episode)]
-    for a, b in zip(starts, stops, strict=True):
-        s = sampled[a:b].astype(np.int64)
-        cumulative = np.cumsum(s)
-        lagged = np.r_[
-            np.zeros(min(horizon, b - a), np.int64), cumulative[: max(0, b - a - horizon)]
-        ]
-        w = cumulative - lagged  # sampled frames t with j - H < t <= j
-        if end == "clamp":
-            length = b - a
-            t = np.arange(length)
-            w[-1] += int((s * np.maximum(0, t + horizon - length)).sum())
-        weights[a:b] = w
-    if weights.max(initial=0) > np.iinfo(np.int32).max:
-        raise DataError("action horizon too large: a row's multiplicity overflows int32")
-    return weights.astype(np.int32)
 
 
 # --- the stream over files --------------------------------------------------------------------
@@ -202,7 +182,7 @@ class FileStream(Stream):
                     for index in indexes:
                         for chunk in self._file_chunks(index, pieces_of(index), {}):
                             pending.append(chunk)
-                            rows += _chunk_rows(chunk)
+                            rows += chunk_rows(chunk)
                         if rows >= GROUP_ROWS:
                             if not put(("items", pending)):
                                 return
@@ -228,7 +208,7 @@ class FileStream(Stream):
             for _ in range(PREFETCH):
                 submit_next()
             for position, indexes in enumerate(tasks):
-                items = _drain(queues.pop(position))
+                items = drain(queues.pop(position))
                 if cut:
                     yield from items
                 else:
@@ -283,7 +263,7 @@ class FileStream(Stream):
                     for c, v in columns.items()
                 }
                 episodes = None if episodes is None else np.concatenate([carry[1], episodes])
-            n = _rows_of(columns, episodes)
+            n = rows_of(columns, episodes)
             if episodes is not None:
                 starts = np.flatnonzero(np.diff(episodes)) + 1
                 cut = int(starts[-1]) if len(starts) else 0
@@ -303,9 +283,9 @@ class FileStream(Stream):
                 {c: v[cut:] for c, v in columns.items()},
                 None if episodes is None else episodes[cut:],
             )
-        if carry is not None and _rows_of(*carry):
+        if carry is not None and rows_of(*carry):
             yield from self._emit(index, carry[0], carry[1], seen_episodes, done)
-            done += _rows_of(*carry)
+            done += rows_of(*carry)
         if done != fragment.num_rows:
             raise DataError(
                 f"{fragment.path} has {done} rows, expected {fragment.num_rows}; the file changed "
@@ -326,7 +306,7 @@ class FileStream(Stream):
         SPLIT_ROWS chunk elements each (a 50-step horizon makes 50 rows of every frame)."""
         spec = self.chunk_transform
         fragment = self.fragments[index]
-        n = _rows_of(columns, episodes)
+        n = rows_of(columns, episodes)
         for name in self.keys.values():
             if name not in columns:
                 raise DataError(
@@ -371,7 +351,7 @@ class FileStream(Stream):
                     frame_rows, value_rows = frame_of, row_of
                 else:  # one chunk step's rows: the frames whose chunk reaches it
                     step = int(key.split("@")[1])
-                    last = _last_rows(episode_rows, frames)
+                    last = last_rows(episode_rows, frames)
                     reach = (
                         frames + step <= last
                         if spec.end == "truncate"
@@ -419,7 +399,7 @@ class FileStream(Stream):
     ) -> dict[str, Column]:
         """Rows `first`.. of file `index` (whole episodes) as a chunk."""
         fragment = self.fragments[index]
-        n = _rows_of(columns, episodes)
+        n = rows_of(columns, episodes)
         every = self.sample is None  # every row once, unless a key has a horizon
         sampled = None if every else self._sampled(fragment)[first : first + n]
         ones = np.ones(n, np.int32) if every else None  # shared by the keys: read, never written
@@ -463,38 +443,6 @@ class FileStream(Stream):
                 episode = None if episode is None else episode[keep]
             chunk[out] = Column(values, weight, ids, episode)
         return chunk
-
-
-def _last_rows(episode: np.ndarray, frames: np.ndarray) -> np.ndarray:
-    """The last row of each frame's episode (episodes contiguous in `episode`)."""
-    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    ends = np.r_[starts[1:], len(episode)]
-    return ends[np.searchsorted(starts, frames, side="right") - 1] - 1
-
-
-def _rows_of(columns: dict, episodes: np.ndarray | None) -> int:
-    if columns:
-        return len(next(iter(columns.values())))
-    return 0 if episodes is None else len(episodes)
-
-
-def _chunk_rows(chunk: dict) -> int:
-    return max((len(column.weight) for column in chunk.values()), default=0)
-
-
-def _drain(pieces) -> Iterator:
-    """A task's pieces (or chunks) from its reader thread's queue, in order; its error raised
-    here."""
-    while True:
-        kind, item = pieces.get()
-        if kind == "end":
-            return
-        if kind == "error":
-            raise item
-        if kind == "items":
-            yield from item
-        else:
-            yield item
 
 
 # --- opening a path ---------------------------------------------------------------------------
