@@ -101,3 +101,35 @@ def test_a_command_whose_loop_is_kept_does_not_import_numba(tmp_path):
         assert done.returncode == 0, done.stderr
         seen.append(done.stdout.split("numba imported:")[-1].strip())
     assert seen == ["True", "False"]
+
+
+def test_numba_works_after_the_kept_loop_is_linked(cache, tmp_path):
+    """Linking the kept loop gives some symbols an address process-wide; numba compiled after it
+    in the same process must still reach its real runtime (allocations, raising) and the
+    interpreter's C API. A child process whose loop is kept, then numba at work."""
+    import os
+
+    host_passes._native(False)  # kept in `cache`
+    child = (
+        "import sys, numpy as np\n"
+        "from accelkit.stats import host_passes\n"
+        "host_passes.kernel(False)\n"
+        "assert 'numba' not in sys.modules\n"
+        "import numba\n"
+        "@numba.njit\n"
+        "def f(n):\n"
+        "    if n < 0:\n"
+        "        raise ValueError('negative')\n"
+        "    return np.zeros(n).sum() + n\n"
+        "print(f(3))\n"
+        "try:\n"
+        "    f(-1)\n"
+        "except ValueError as exc:\n"
+        "    print('raised', exc)\n"
+    )
+    env = {**os.environ, "ACCELKIT_CACHE_DIR": str(cache.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3.0", "raised", "negative"]

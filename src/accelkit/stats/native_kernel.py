@@ -15,10 +15,12 @@ instructions), the interpreter — and checked on load: its SHA-256, then a prob
 data whose outputs must have the digest numba's own build gave when it was stored. Anything
 else (no cache, an unwritable folder, a check that fails, llvmlite refusing the object) falls
 back to numba, which is always correct, only slower to start. The object refers to a few of
-numba's runtime functions (`numba_*`, `NRT_*`) in the cfunc wrapper's error path only; the
-native function called here never reaches them, and they are linked to a function that stops
-the process with a message, never silently; so are the interpreter's C API functions it names
-there.
+numba's runtime functions (`numba_*`, `NRT_*`) and the interpreter's C API in the cfunc
+wrapper's error path only (the native function called here never reaches them: checked on the
+module's call graph before it is kept). The C API names are linked to the interpreter's own;
+numba's, where numba has not given them already, to a function that stops the process with a
+message, never silently — and numba replaces those with its own when it starts, so its later
+compilations in the same process link to its real runtime.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def load(name: str, prototype) -> tuple[object, str] | None:
         machine = llvm.Target.from_default_triple().create_target_machine()
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         for symbol in meta["trapped"]:
-            llvm.add_symbol(symbol, _trap_address())
+            _link(llvm, symbol)
         engine.add_object_file(llvm.ObjectFileRef.from_data(code))
         engine.finalize_object()
         address = engine.get_function_address(meta["symbol"])
@@ -157,6 +159,19 @@ def load(name: str, prototype) -> tuple[object, str] | None:
         return None
     _engines.append(engine)
     return prototype(address), meta["probe"]
+
+
+def _link(llvm, symbol: str) -> None:
+    """Give `symbol` an address in LLVM's process-wide table, changing nothing numba relies on:
+    the interpreter's own (what any JIT of this process finds for it), a numba runtime symbol
+    numba has already given, or else the stop (numba gives its own when it starts, replacing it
+    for everything numba links later; what is linked here keeps the stop)."""
+    if symbol.startswith(("Py", "_Py")):
+        llvm.add_symbol(
+            symbol, ctypes.cast(getattr(ctypes.pythonapi, symbol), ctypes.c_void_p).value
+        )
+    elif not llvm.address_of_symbol(symbol):
+        llvm.add_symbol(symbol, _trap_address())
 
 
 def _trap_address() -> int:
