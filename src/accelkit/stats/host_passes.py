@@ -267,14 +267,19 @@ def _native(integer: bool):
         return kept[0]
     library, symbol = _compile(integer)
     function = PROTOTYPE(library.get_pointer_to_function(symbol))
-    if name:
+    kept = bool(name) and native_kernel.writable()
+    if kept and not native_kernel.store(name, library, symbol, _probe(function, integer)):
+        # numba's build came from numba's cache, which keeps no object code to hand on: built
+        # afresh once, so that the next process links it without numba
+        library, symbol = _compile(integer, cache=False)
+        function = PROTOTYPE(library.get_pointer_to_function(symbol))
         native_kernel.store(name, library, symbol, _probe(function, integer))
     return function
 
 
-def _compile(integer: bool):
+def _compile(integer: bool, cache: bool = True):
     """numba's build of the entry for float32 (or int64) batches: (its code library, the name of
-    its native function)."""
+    its native function); `cache`: the entry from numba's cache where it has it."""
     import numba
     from numba import types
 
@@ -290,7 +295,9 @@ def _compile(integer: bool):
             *[types.uint64 if keyed else types.int64 for _, keyed in SCALARS],
         )
         value, key = (np.int64, np.uint64) if integer else (np.float32, np.uint32)
-        entry = numba.cfunc(signature, nopython=True, error_model="numpy")(_entry(value, key))
+        entry = numba.cfunc(signature, nopython=True, error_model="numpy", cache=cache)(
+            _entry(value, key)
+        )
     return entry._library, entry.native_name[len("cfunc.") :]
 
 

@@ -78,23 +78,42 @@ def key(variant: str, sources: list[Path]) -> str:
     return f"{variant}-{digest.hexdigest()[:32]}"
 
 
-def store(name: str, library, symbol: str, probe: str) -> None:
+def writable() -> bool:
+    """Whether a kept object can be written (the folder exists or can be made, and is writable)."""
+    where = folder()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(where, os.W_OK)
+
+
+def store(name: str, library, symbol: str, probe: str) -> bool:
     """Write numba's compiled `library` (its native function `symbol`) as `name`, with the digest
-    of its probe run; quietly nothing where the folder is not writable or the object refers to
-    a symbol this module would not know how to link."""
+    of its probe run. False where it cannot be kept: numba loaded it from its own cache (no
+    object code, no IR to check), the object refers to a symbol this module would not know how
+    to link, or the folder refuses the files."""
+    import warnings
+
     from accelkit.runtime.files import atomic_open
 
-    ir = library.get_llvm_str()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numba warns that a cached library has no IR
+            ir = library.get_llvm_str()
+            code = library.serialize_using_object_code()[2][0]
+    except Exception:
+        return False
     externals = sorted(
         set(re.findall(r'^declare [^@]*@"?([\w.$]+)"?\(', ir, re.M))
         | set(re.findall(r'^@"?([\w.$]+)"? = external ', ir, re.M))
     )
     unknown = [n for n in externals if not n.startswith(TRAPPED + PROCESS)]
     reached = [n for n in _reached(ir, symbol) & set(externals) if n.startswith(TRAPPED)]
-    if unknown or set(reached) - set(DORMANT):
+    defined = re.search(rf'^define [^@]*@"?{re.escape(symbol)}"?\(', ir, re.M)
+    if unknown or set(reached) - set(DORMANT) or not defined:
         log.info("the statistics loop is not kept: it calls %s", ", ".join(unknown + reached))
-        return
-    code = library.serialize_using_object_code()[2][0]
+        return False
     meta = {
         "symbol": symbol,
         "sha256": hashlib.sha256(code).hexdigest(),
@@ -109,6 +128,8 @@ def store(name: str, library, symbol: str, probe: str) -> None:
             json.dump(meta, handle)
     except Exception as exc:  # a cache: never a reason to fail
         log.info("the statistics loop is not kept in %s: %s", where, exc)
+        return False
+    return True
 
 
 def _reached(ir: str, entry: str) -> set[str]:
