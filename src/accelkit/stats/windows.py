@@ -161,15 +161,20 @@ def resolve(
             covered[d] = True
             continue
         for u in range(width):
-            keys, weights = contents(windows, d, u)
-            cumulative = np.cumsum(weights)
+            fill = int(windows.fill[d, u])
+            keys, weights = windows.keys[d, u, :fill], windows.weights[d, u, :fill]
             low_bin = int(windows.lo[d, u]) >> shift
             below = int(counts[d, 0, :low_bin].sum()) + int(windows.partial[d, u])
-            inside = int(cumulative[-1]) if len(cumulative) else 0
-            for t in range(u, targets, width):
-                rank = int(ranks[d, t])
-                if below <= rank < below + inside:
-                    i = int(np.searchsorted(cumulative, rank - below, side="right"))
-                    found[d, t] = keys[i]
-                    covered[d, t] = True
+            inside = int(weights.sum())
+            wanted = [t for t in range(u, targets, width) if below <= ranks[d, t] < below + inside]
+            if not wanted:
+                continue
+            within = [int(ranks[d, t]) - below for t in wanted]
+            if int(weights.max()) == 1:  # one entry per value: select, no sort (O(entries))
+                chosen = np.partition(keys, within)[within]
+            else:
+                keys, weights = contents(windows, d, u)
+                chosen = keys[np.searchsorted(np.cumsum(weights), within, side="right")]
+            found[d, wanted] = chosen
+            covered[d, wanted] = True
     return found, covered
