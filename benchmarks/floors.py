@@ -4,6 +4,9 @@ does only the part no implementation can skip.
     python benchmarks/floors.py read DATASET [COLUMN ...]
         Read COLUMN (default observation.state and action) of every parquet file under DATASET/data
         into numpy float32 [rows, dim] arrays with pyarrow (its threads on), and nothing else.
+    python benchmarks/floors.py read-lean DATASET [COLUMN ...]
+        The same without pyarrow's pre-buffering of column chunks (its default is on; accelkit
+        reads local files without it: a cheaper read, so a stricter floor).
     python benchmarks/floors.py model TENSORS.npy IMAGES [BATCH]
         Load the embedding model the way `accelkit images embed` does (same ONNX file, same
         session options) and run it on IMAGES ready 224x224 tensors in batches of BATCH (default
@@ -19,21 +22,22 @@ import sys
 from pathlib import Path
 
 
-def read(dataset: str, columns: list[str]) -> dict:
+def read(dataset: str, columns: list[str], pre_buffer: bool = True) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
     rows = 0
     total = 0.0
     for path in sorted(Path(dataset, "data").rglob("*.parquet")):
-        table = pq.ParquetFile(path).read(columns=columns, use_threads=True)  # no dataset layer
+        parquet = pq.ParquetFile(path, pre_buffer=pre_buffer)
+        table = parquet.read(columns=columns, use_threads=True)  # no dataset layer
         for name in columns:
             column = table.column(name).combine_chunks()
             values = np.asarray(column.flatten().to_numpy(zero_copy_only=False), np.float32)
             values = values.reshape(len(column), -1)
             total += float(values[:1].sum()) if len(values) else 0.0  # touch the result
         rows += table.num_rows
-    return {"floor": "read", "rows": rows, "columns": columns}
+    return {"floor": "read" if pre_buffer else "read-lean", "rows": rows, "columns": columns}
 
 
 def model(tensors: str, images: int, batch: int) -> dict:
@@ -54,8 +58,8 @@ def model(tensors: str, images: int, batch: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) >= 2 and argv[0] == "read":
-        report = read(argv[1], argv[2:] or ["observation.state", "action"])
+    if len(argv) >= 2 and argv[0] in ("read", "read-lean"):
+        report = read(argv[1], argv[2:] or ["observation.state", "action"], argv[0] == "read")
     elif len(argv) in (3, 4) and argv[0] == "model":
         report = model(argv[1], int(argv[2]), int(argv[3]) if len(argv) == 4 else 32)
     else:

@@ -335,3 +335,27 @@ def test_v30_files_are_packed_as_lerobot_records_them(tmp_path, monkeypatch):
         _, episodes = read_all(root, "action")
         for e in result.episodes:  # every episode whole, however the pieces cut it
             assert e.stats["actions"].count[0] == np.sum(episodes == e.index)
+
+
+def test_small_files_are_read_in_runs_and_reach_the_reduction_in_order(tmp_path, monkeypatch):
+    """A file per episode (v2.1): the reader threads read runs of small files of about GROUP_ROWS
+    rows as one task each (the first file alone), and their chunks reach the reduction in order,
+    with each row's id and episode."""
+    from accelkit.stats import sources
+
+    monkeypatch.setattr(sources, "GROUP_ROWS", 700)
+    root = write_sample_dataset(
+        tmp_path / "v21", episodes=30, frames_per_episode=100, dim=3, layout="v2.1", seed=5
+    )
+    stream = open_source(root)
+    tasks = stream._tasks(True)
+    assert tasks[0] == [0] and 2 < len(tasks) < len(stream.fragments) == 30
+    assert [i for task in tasks for i in task] == list(range(30))
+    assert all(sum(stream.fragments[i].num_rows for i in t[:-1]) < 700 for t in tasks)
+    chunks = list(stream.chunks())
+    for key, name in stream.keys.items():
+        values, episodes = read_all(root, name)
+        np.testing.assert_array_equal(np.concatenate([c[key].values for c in chunks]), values)
+        np.testing.assert_array_equal(np.concatenate([c[key].episode for c in chunks]), episodes)
+        row_id = np.concatenate([c[key].row_id for c in chunks])
+        np.testing.assert_array_equal(row_id, np.arange(len(values)))

@@ -249,8 +249,9 @@ def stats_command(
         float | None,
         typer.Option(
             "--cache-mb",
-            help="Exact mode keeps pass 1's decoded data for pass 2 in this much memory, the rest"
-            " in a temporary file (default: a quarter of free memory, at most 32).",
+            help="Where exact mode keeps pass 1's decoded data for pass 2 (levels between 2 and"
+            " 98 %, object storage, JAX devices): this much memory, the rest in a temporary file"
+            " (default: a quarter of free memory, at most 32).",
         ),
     ] = None,
     endpoint_url: Annotated[str | None, endpoint_option()] = None,

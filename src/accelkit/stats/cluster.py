@@ -93,6 +93,7 @@ class RayRunner:
     """The `runner.Runner` protocol's `run_pass`, each pass run as Ray tasks over groups of files."""
 
     replays = False  # each pass reads its files again (on the workers)
+    speculates = False  # windows do not merge across tasks: the radix passes run
 
     def __init__(
         self,

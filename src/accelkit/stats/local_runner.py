@@ -42,15 +42,16 @@ class Batcher:
         self.weight = np.empty(self.batch_size, np.int32)
         self.filled = 0
 
-    def push(self, column: Column, where: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def push(self, column: Column, where) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """`where()`: the rows' place, for an error's message."""
         if column.values.shape[1] != self.dim:
             raise DataError(
-                f"{where}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
+                f"{where()}: key {self.key!r} has {column.values.shape[1]} values per row, but earlier rows had {self.dim}; "
                 "every row of a column must have the same width"
             )
         if column.values.dtype != self.dtype:
             raise DataError(
-                f"{where}: key {self.key!r} holds {column.values.dtype} values, but earlier rows were "
+                f"{where()}: key {self.key!r} holds {column.values.dtype} values, but earlier rows were "
                 f"{self.dtype}; every file must store the column with one type"
             )
         size, start, total = self.batch_size, 0, len(column.weight)
@@ -103,6 +104,8 @@ class HostKernel:
         return blocks
 
     def gather(self, state):
+        if state.windows is not None:  # the histogram without the windows' flags
+            self.host_passes.windows.settled(state.counts)
         return state
 
 
@@ -165,6 +168,7 @@ class Runner:
         self.stream = stream
         self.devices = list(devices)
         self.kernel = HostKernel() if self.devices == [HOST] else DeviceKernel(self.devices)
+        self.speculates = isinstance(self.kernel, HostKernel)  # its pass 1 fills windows
         self.batch_override = batch_size
         self.batch_sizes: dict[str, int] = {}
         self.progress = progress
@@ -311,11 +315,12 @@ class Runner:
                             self.batch_size(key, dim), dim, key, column.values.dtype
                         )
                         weight_since_flush[key] = 0
-                    where = (
-                        stream.describe_row(key, int(column.row_id[0]))
-                        if len(column.row_id)
-                        else key
-                    )
+
+                    def where(key=key, column=column):  # for an error's message only
+                        if not len(column.row_id):
+                            return key
+                        return stream.describe_row(key, int(column.row_id[0]))
+
                     key_rows[key] = key_rows.get(key, 0) + len(column.weight)
                     for batch in batchers[key].push(column, where):
                         run_batch(key, *batch)

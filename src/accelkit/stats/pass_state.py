@@ -33,21 +33,28 @@ class PassState(NamedTuple):
     nonfinite: (
         np.ndarray
     )  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    # the host kernel's first pass only: the values near each quantile (`windows.Windows`)
+    windows: object = None
 
 
-def init(spec: PassSpec, prefixes: np.ndarray, center: np.ndarray) -> PassState:
-    """A fresh state as host (numpy) arrays; `replicate_per_device` places it."""
+def init(
+    spec: PassSpec, prefixes: np.ndarray, center: np.ndarray, windows: object = None
+) -> PassState:
+    """A fresh state as host (numpy) arrays; `replicate_per_device` places it. `windows`
+    (`windows.start`, the host kernel's first pass only) keep the values near each quantile."""
     return PassState(
         extremes=mom.init(spec.dim, spec.integer),
         counts=np.zeros((spec.dim, spec.groups, 1 << spec.digit_bits), np.int32),
         prefixes=np.asarray(prefixes, key_dtype(spec.integer)),
         center=np.asarray(center, np.float32),
         nonfinite=np.zeros(spec.dim, np.int64),
+        windows=windows,
     )
 
 
 def merge(a: PassState, b: PassState) -> PassState:
-    """Combine two partial states of the same pass (same prefixes and center); host or device."""
+    """Combine two partial states of the same pass (same prefixes and center); host or device.
+    Windows do not merge: the result has none (its quantiles come from the radix passes)."""
     return PassState(
         extremes=mom.merge(a.extremes, b.extremes),
         counts=a.counts + b.counts,

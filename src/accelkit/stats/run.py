@@ -145,12 +145,14 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
     from accelkit.stats.engine import compute_stats
-    from accelkit.stats.runner import host_kernel_chosen
+    from accelkit.stats.runner import HOST, host_kernel_chosen
 
+    devices = None  # chosen by compute_stats (JAX's), unless the host kernel is known to run
     if host_kernel_chosen(settings.platform, host=settings.ray is None and not settings.fast):
         from accelkit.stats import host_passes
 
         host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
+        devices = [HOST]  # decided once: the plugin search is a listing of sys.path
 
     result = compute_stats(
         stream,
@@ -159,6 +161,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         skip_nonfinite=settings.skip_nonfinite,
         batch_size=settings.batch_size,
         platform=settings.platform,
+        devices=devices,
         max_time_minutes=settings.max_time_minutes,
         budget_from_process_start=True,  # the user's clock: from the command, start-up included
         progress=progress,

@@ -41,6 +41,7 @@ class Runner(Protocol):
     """What the engine asks of a runner: one pass of a kernel over the stream at a time."""
 
     replays: bool  # exact mode may replay pass 1's decoded chunks (False: tasks re-read files)
+    speculates: bool  # pass 1 can keep the values near each quantile (`stats.windows`)
     skip_nonfinite: bool
     batch_sizes: dict[str, int]
     compiled: set

@@ -35,6 +35,13 @@ from accelkit.stats.readers import (  # noqa: F401  (FileReader: where tests cou
     arrow_values,
     parquet_names,
 )
+from accelkit.stats.stream_rows import (  # chunk_weights: also this module's, as it always was
+    chunk_rows,
+    chunk_weights,
+    drain,
+    last_rows,
+    rows_of,
+)
 from accelkit.stats.transforms import ACTIONS, STATE, ChunkTransform, check_keys, materialize
 from accelkit.stats.types import Column, Stream
 
@@ -47,33 +54,7 @@ READ_THREADS = 2
 PREFETCH = 4
 SPLIT_ROWS = 1 << 18  # a file's rows reach the reduction in pieces of about this many rows
 PIECES_AHEAD = 2  # decoded pieces of one file waiting for the reduction
-
-
-def chunk_weights(episode: np.ndarray, sampled: np.ndarray, horizon: int, end: str) -> np.ndarray:
-    """How many times each row appears in the flattened action chunks of the sampled frames.
-
-    episode: int64 [R] episode index per row (contiguous runs); sampled: bool [R].
-    """
-    weights = np.zeros(len(episode), np.int64)
-    if len(episode) == 0:
-        return weights.astype(np.int32)
-    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    stops = np.r_[starts[1:], len(episode)]
-    for a, b in zip(starts, stops, strict=True):
-        s = sampled[a:b].astype(np.int64)
-        cumulative = np.cumsum(s)
-        lagged = np.r_[
-            np.zeros(min(horizon, b - a), np.int64), cumulative[: max(0, b - a - horizon)]
-        ]
-        w = cumulative - lagged  # sampled frames t with j - H < t <= j
-        if end == "clamp":
-            length = b - a
-            t = np.arange(length)
-            w[-1] += int((s * np.maximum(0, t + horizon - length)).sum())
-        weights[a:b] = w
-    if weights.max(initial=0) > np.iinfo(np.int32).max:
-        raise DataError("action horizon too large: a row's multiplicity overflows int32")
-    return weights.astype(np.int32)
+GROUP_ROWS = 1 << 16  # small files are read by one task up to about this many rows
 
 
 # --- the stream over files --------------------------------------------------------------------
@@ -125,6 +106,12 @@ class FileStream(Stream):
             np.random.default_rng(seed).shuffle(self.order)
         self._offsets = [f.row_offset for f in fragments]
 
+    @property
+    def rereadable(self) -> bool:
+        """Local files are read again at the cost of a read (object storage: downloaded again,
+        so a run keeps what it decoded instead)."""
+        return not any(isinstance(f.path, storage.ObjectPath) for f in self.fragments)
+
     def column_name(self, key: str) -> str:
         return self.keys.get(key, key)
 
@@ -149,7 +136,12 @@ class FileStream(Stream):
         pyarrow and numpy release the GIL while decoding, so reading overlaps with the device
         work on earlier chunks, inside one large file too (a LeRobot v3.0 file holds ~2M rows;
         read whole, it kept a time budget from being checked for seconds, and the reduction
-        waited for it). The order of rows never changes, so neither do the results.
+        waited for it). The reader threads also cut the pieces into chunks, and read runs of
+        small files (a v2.1 dataset's file per episode) as one task of ~GROUP_ROWS rows whose
+        chunks reach the queue together: the thread that runs the reduction gets one item per
+        ~GROUP_ROWS rows, not a queue, a task and a cut per file. Action chunks and transforms,
+        which follow episodes across files, are cut on the consuming thread, a file at a time.
+        The order of rows never changes, so neither do the results.
         """
         import queue
         import threading
@@ -159,50 +151,89 @@ class FileStream(Stream):
         columns_wanted = list(dict.fromkeys(self.keys.values()))
         stop = threading.Event()
         queues: dict[int, queue.Queue] = {}
+        cut = not self.horizons and self.chunk_transform is None  # chunks cut by the readers
 
-        def produce(pieces: queue.Queue, index: int) -> None:
+        def pieces_of(index: int):
+            fragment = self.fragments[index]
+            listed = fragment.num_rows if fragment.listed else None
+            return self.reader.read_pieces(fragment.path, columns_wanted, SPLIT_ROWS, listed)
+
+        def produce(items: queue.Queue, indexes: list[int]) -> None:
             def put(item) -> bool:
                 while not stop.is_set():
                     try:
-                        pieces.put(item, timeout=0.1)
+                        items.put(item, timeout=0.1)
                         return True
                     except queue.Full:
                         continue
                 return False
 
             try:
-                fragment = self.fragments[index]
-                listed = fragment.num_rows if fragment.listed else None
-                for piece in self.reader.read_pieces(
-                    fragment.path, columns_wanted, SPLIT_ROWS, listed
-                ):
-                    if not put(("piece", piece)):
+                if not cut:
+                    for piece in pieces_of(indexes[0]):
+                        if not put(("item", piece)):
+                            return
+                elif len(indexes) == 1:  # a large file: its chunks as they are cut
+                    for chunk in self._file_chunks(indexes[0], pieces_of(indexes[0]), {}):
+                        if not put(("item", chunk)):
+                            return
+                else:  # small files: their chunks together
+                    pending, rows = [], 0
+                    for index in indexes:
+                        for chunk in self._file_chunks(index, pieces_of(index), {}):
+                            pending.append(chunk)
+                            rows += chunk_rows(chunk)
+                        if rows >= GROUP_ROWS:
+                            if not put(("items", pending)):
+                                return
+                            pending, rows = [], 0
+                    if pending and not put(("items", pending)):
                         return
                 put(("end", None))
             except BaseException as exc:  # handed to the consumer, raised there
                 put(("error", exc))
 
         pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="accelkit-read")
-        order = list(self.order)
+        tasks = self._tasks(cut)
         submitted = 0
 
         def submit_next() -> None:
             nonlocal submitted
-            if submitted < len(order):
+            if submitted < len(tasks):
                 queues[submitted] = queue.Queue(maxsize=PIECES_AHEAD)
-                pool.submit(produce, queues[submitted], order[submitted])
+                pool.submit(produce, queues[submitted], tasks[submitted])
                 submitted += 1
 
         try:
             for _ in range(PREFETCH):
                 submit_next()
-            for position, index in enumerate(order):
-                pieces = queues.pop(position)
-                yield from self._file_chunks(index, _drain(pieces), seen_episodes)
+            for position, indexes in enumerate(tasks):
+                items = drain(queues.pop(position))
+                if cut:
+                    yield from items
+                else:
+                    yield from self._file_chunks(indexes[0], items, seen_episodes)
                 submit_next()
         finally:  # a consumer that stops early (time budget, error) should not wait for unread files
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _tasks(self, cut: bool) -> list[list[int]]:
+        """The reader threads' tasks, in order: runs of consecutive small files of about
+        `GROUP_ROWS` rows (when the readers cut their chunks), else one file each; the first
+        file alone, so that the run's first chunk (whose median is the moments' shift) comes as
+        early as it can."""
+        tasks: list[list[int]] = []
+        rows = GROUP_ROWS
+        for index in self.order:
+            size = self.fragments[index].num_rows
+            if not cut or size >= GROUP_ROWS or rows >= GROUP_ROWS or len(tasks) == 1:
+                tasks.append([index])
+                rows = size
+            else:
+                tasks[-1].append(index)
+                rows += size
+        return tasks
 
     def _file_chunks(self, index: int, pieces, seen_episodes: dict) -> Iterator[dict[str, Column]]:
         """One file's chunks from its pieces: each ends where an episode starts (the rows of the
@@ -232,7 +263,7 @@ class FileStream(Stream):
                     for c, v in columns.items()
                 }
                 episodes = None if episodes is None else np.concatenate([carry[1], episodes])
-            n = _rows_of(columns, episodes)
+            n = rows_of(columns, episodes)
             if episodes is not None:
                 starts = np.flatnonzero(np.diff(episodes)) + 1
                 cut = int(starts[-1]) if len(starts) else 0
@@ -252,9 +283,9 @@ class FileStream(Stream):
                 {c: v[cut:] for c, v in columns.items()},
                 None if episodes is None else episodes[cut:],
             )
-        if carry is not None and _rows_of(*carry):
+        if carry is not None and rows_of(*carry):
             yield from self._emit(index, carry[0], carry[1], seen_episodes, done)
-            done += _rows_of(*carry)
+            done += rows_of(*carry)
         if done != fragment.num_rows:
             raise DataError(
                 f"{fragment.path} has {done} rows, expected {fragment.num_rows}; the file changed "
@@ -275,7 +306,7 @@ class FileStream(Stream):
         SPLIT_ROWS chunk elements each (a 50-step horizon makes 50 rows of every frame)."""
         spec = self.chunk_transform
         fragment = self.fragments[index]
-        n = _rows_of(columns, episodes)
+        n = rows_of(columns, episodes)
         for name in self.keys.values():
             if name not in columns:
                 raise DataError(
@@ -320,7 +351,7 @@ class FileStream(Stream):
                     frame_rows, value_rows = frame_of, row_of
                 else:  # one chunk step's rows: the frames whose chunk reaches it
                     step = int(key.split("@")[1])
-                    last = _last_rows(episode_rows, frames)
+                    last = last_rows(episode_rows, frames)
                     reach = (
                         frames + step <= last
                         if spec.end == "truncate"
@@ -368,8 +399,13 @@ class FileStream(Stream):
     ) -> dict[str, Column]:
         """Rows `first`.. of file `index` (whole episodes) as a chunk."""
         fragment = self.fragments[index]
-        n = _rows_of(columns, episodes)
-        sampled = self._sampled(fragment)[first : first + n]
+        n = rows_of(columns, episodes)
+        every = self.sample is None  # every row once, unless a key has a horizon
+        sampled = None if every else self._sampled(fragment)[first : first + n]
+        ones = np.ones(n, np.int32) if every else None  # shared by the keys: read, never written
+        row_id = np.arange(
+            fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
+        )
         known_episodes = episodes is not None
         if episodes is None:
             episodes = np.full(n, -1 - index, np.int64)  # the file is one episode
@@ -393,45 +429,20 @@ class FileStream(Stream):
                     f"{fragment.path} column {name!r} has {first + len(values)} rows, expected {fragment.num_rows}"
                 )
             horizon = self.horizons.get(out)
-            weight = (
-                chunk_weights(episodes, sampled, horizon, self.chunk_end)
-                if horizon
-                else sampled.astype(np.int32)
-            )
-            row_id = np.arange(
-                fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
-            )
             episode = episodes if known_episodes else None
+            if not horizon and every:
+                chunk[out] = Column(values, ones, row_id, episode)
+                continue
+            weight = chunk_weights(
+                episodes, np.ones(n, bool) if every else sampled, horizon, self.chunk_end
+            ) if horizon else sampled.astype(np.int32)  # fmt: skip
+            ids = row_id
             keep = weight > 0
             if not keep.all():  # rows outside the sample cost nothing downstream
-                values, weight, row_id = values[keep], weight[keep], row_id[keep]
+                values, weight, ids = values[keep], weight[keep], ids[keep]
                 episode = None if episode is None else episode[keep]
-            chunk[out] = Column(values, weight, row_id, episode)
+            chunk[out] = Column(values, weight, ids, episode)
         return chunk
-
-
-def _last_rows(episode: np.ndarray, frames: np.ndarray) -> np.ndarray:
-    """The last row of each frame's episode (episodes contiguous in `episode`)."""
-    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    ends = np.r_[starts[1:], len(episode)]
-    return ends[np.searchsorted(starts, frames, side="right") - 1] - 1
-
-
-def _rows_of(columns: dict, episodes: np.ndarray | None) -> int:
-    if columns:
-        return len(next(iter(columns.values())))
-    return 0 if episodes is None else len(episodes)
-
-
-def _drain(pieces) -> Iterator:
-    """A file's pieces from its reader thread's queue, in order; its error raised here."""
-    while True:
-        kind, item = pieces.get()
-        if kind == "end":
-            return
-        if kind == "error":
-            raise item
-        yield item
 
 
 # --- opening a path ---------------------------------------------------------------------------

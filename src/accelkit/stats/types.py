@@ -33,6 +33,9 @@ class Stream:
     """A re-iterable supply of chunks. Sources subclass it; `from_batches` wraps dict batches."""
 
     total_rows: int | None = None
+    # reading it again gives the same rows at the cost of reading (files): exact mode then keeps
+    # no copy of pass 1's chunks, and reads it again where a later pass is needed
+    rereadable: bool = False
 
     def chunks(self) -> Iterator[Chunk]:
         raise NotImplementedError
