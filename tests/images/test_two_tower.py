@@ -217,3 +217,47 @@ def test_words_through_the_service(setup, tmp_path, capsys):
         assert code == 0 and [h["id"] for h in result_of(out)["results"]] == [h.id for h in hits]
     finally:
         server.stop()
+
+
+def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
+    """An argument of bytes that are not UTF-8 (Python decodes it to lone surrogates, which no
+    tokenizer takes), C1 control characters and text of nothing but invisible format characters
+    are the caller's mistake: exit 2 naming --text, and 4xx naming the field through the service."""
+    import subprocess
+    import sys
+
+    from accelkit import images
+    from accelkit.errors import InputError
+    from tests.images.test_service import Server
+
+    done = subprocess.run(
+        [sys.executable, "-m", "accelkit", "images", "search", "--text", b"red \xff\xfe bicycle",
+         "-c", "pics", "--config", str(setup["config"])],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "--text holds an unpaired UTF-16 surrogate" in err, err
+    assert err.count("\n") == 1
+    for text, reason in (
+        ("cat \udcff", "surrogate"),
+        ("cat\u0085dog", "control character"),
+        ("\u200b\ufeff \u2060", "is empty"),
+    ):
+        with pytest.raises(InputError, match=reason):
+            images.search(text=text, collection="pics", config=setup["config"])
+    config = tmp_path / "service.yaml"
+    config.write_text(
+        setup["config"]
+        .read_text()
+        .replace(str(setup["config"].parent / "tiny.db"), str(tmp_path / "s.db"))
+    )
+    server = Server(config, tmp_path / "server.log").start()
+    try:
+        import httpx
+
+        for text in ("cat\u0085dog", "\u200b\u200b", "\u0090"):
+            answer = httpx.post(server.url + "/search", json={"text": text, "collection": "pics"})
+            assert answer.status_code == 422, (text, answer.text)
+            assert answer.json()["error"]["message"].startswith("text: ")
+    finally:
+        server.stop()
