@@ -82,21 +82,30 @@ class LocalIndex(ImageIndex):
     def _same_model(self, name: str) -> None:
         check_same_model(name, self.store.recorded(name, PROP_MODEL), self.model_record())
 
+    def fillable(self, name: str, create: bool) -> bool:
+        """Whether collection `name` exists, checked as one this index's model may fill (the
+        model that made its vectors); a missing one is `CollectionNotFoundError` unless `create`
+        (then False: `create_for_insert` makes it). Every insert asks this first, on Ray too."""
+        try:  # cached after the first call: no round trip per insert
+            self.store.describe_dim(name)
+        except CollectionNotFoundError:
+            if not create:
+                raise
+            return False
+        self._same_model(name)
+        return True
+
+    def create_for_insert(self, name: str) -> None:
+        """The collection an insert made: this model's dimension and record."""
+        self.store.create_collection(name, self.dim, exist_ok=True, model=self.model_record())
+
     # items -----------------------------------------------------------------------------------
 
     def _insert(
         self, items: list[ImageInput], metadata: list[Any], collection: str | None, create: bool
     ) -> InsertResult:
         name = self._name(collection)
-        try:  # cached after the first call: no round trip per insert
-            self.store.describe_dim(name)
-            exists = True
-        except CollectionNotFoundError:
-            if not create:
-                raise  # before any embedding
-            exists = False
-        if exists:
-            self._same_model(name)  # before any embedding
+        exists = self.fillable(name, create)  # before any embedding
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
         labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
@@ -130,9 +139,7 @@ class LocalIndex(ImageIndex):
         ids = [item_id for item_id, _ in stored]
         if ids:
             if not exists:  # created only when something is stored: a refused batch leaves nothing
-                self.store.create_collection(
-                    name, self.dim, exist_ok=True, model=self.model_record()
-                )
+                self.create_for_insert(name)
             vectors = np.stack([vector for _, (_, vector, _) in stored])
             self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
             self._store_thumbnails(
