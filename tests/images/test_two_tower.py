@@ -206,6 +206,7 @@ def test_words_through_the_service(setup, tmp_path, capsys):
         for hit in answer["results"]:
             assert hit["score"] == pytest.approx(want[hit["metadata"]["source"]], abs=2e-5)
         assert answer["warnings"] == []
+        assert httpx.get(server.url + "/health").json()["model"]["text"] is True
         refused = httpx.post(server.url + "/search", json={"text": "", "collection": "pics"})
         assert refused.status_code == 422 and "text" in refused.json()["error"]["message"]
         both = httpx.post(server.url + "/search", json={"text": "cat", "id": "x"})
@@ -261,3 +262,47 @@ def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
             assert answer.json()["error"]["message"].startswith("text: ")
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["narrow", "per-token"])
+def test_a_text_tower_that_does_not_fit_the_image_tower_is_named(built, setup, tmp_path, capsys, per_token):  # fmt: skip
+    """A text encoder returning vectors of another width than the image tower's, or one per
+    token, is a configuration error naming model.text_onnx_path — never a query of the wrong
+    dimension blamed on the caller (nor per-token states flattened into one long vector)."""
+    _, files, _ = built
+    misfit = two_tower.misfit_text_encoder(tmp_path / "misfit.onnx", per_token)
+    config = tmp_path / "misfit.yaml"
+    config.write_text(two_tower.config_yaml({**files, "text": misfit}, str(tmp_path / "m.db")))
+    assert run(capsys, "insert", setup["paths"][0], "-c", "pics", "--create-collection", "--no-progress", "--config", str(config))[0] == 0  # fmt: skip
+    code, _out, err = run(capsys, "search", "--text", "coffee cup", "-c", "pics", "--config", str(config))  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    assert "model.text_onnx_path" in err and f"one {two_tower.DIM}-d vector per text" in err
+
+
+def test_a_broken_text_tower_is_unhealthy_and_stops_the_service_at_start(built, setup, tmp_path, capsys):  # fmt: skip
+    """A text tower whose tokenizer is missing, or whose tokenizer gives ids the encoder has no
+    row for: `images health` is unhealthy (it embeds a few words too) and the service does not
+    start (as with a broken image model), instead of answering every text query 400 or 500."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tests.images.test_service import Server
+
+    _, files, _ = built
+    foreign = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 5000}, unk_token="[UNK]"))
+    foreign.pre_tokenizer = pre_tokenizers.Whitespace()
+    foreign.save(str(tmp_path / "foreign.json"))
+    code, out, _ = run(capsys, "health", "--config", str(setup["config"]), "--json")
+    assert code == 0 and result_of(out)["model"]["text"] is True
+    for tokenizer, named in ((tmp_path / "gone.json", "gone.json"), (tmp_path / "foreign.json", "own tokenizer")):  # fmt: skip
+        config = tmp_path / "broken.yaml"
+        config.write_text(two_tower.config_yaml({**files, "tokenizer": tokenizer}, str(tmp_path / "b.db")))  # fmt: skip
+        code, out, _err = run(capsys, "health", "--config", str(config), "--json")
+        assert code == 3 and result_of(out)["model"]["ok"] is False, out
+        assert named in result_of(out)["model"]["error"]
+        server = Server(config, tmp_path / "server.log")
+        try:
+            with pytest.raises(RuntimeError, match="server exited"):
+                server.start()
+        finally:
+            server.stop()
+        assert named in (tmp_path / "server.log").read_text()

@@ -275,7 +275,10 @@ class LocalIndex(ImageIndex):
         return self.store.rebuild_index(self._name(name), **spec)
 
     def health(self) -> dict[str, Any]:
-        """The store's status, and the model's: it embeds a plain 64×64 test image."""
+        """The store's status, and the model's: it embeds a plain 64×64 test image, and with a
+        text tower (`model_info["text"]`) a few words."""
+        from accelkit.images.models import PROBE_TEXT
+
         store = self.store.ping()
         store.pop("uri", None)
         model: dict[str, Any] = dict(self.model_info)
@@ -289,6 +292,8 @@ class LocalIndex(ImageIndex):
             )
             if result.error is not None:
                 model["error"] = result.error
+            elif model.get("text") and self.embed_text is not None:
+                self.embed_text([PROBE_TEXT])
         except AccelkitError as exc:
             model.update({"ok": False, "error": str(exc)})
         healthy = store["ok"] and model["ok"]
@@ -350,7 +355,11 @@ def open_local_index(
         embed_text=embed_text or (lambda texts: text_pipeline().embed_texts(texts)),
         model=lambda: model_record(config.model),
     )
-    index.model_info = {"name": config.model.name, "backend": config.model.backend}
+    index.model_info = {
+        "name": config.model.name,
+        "backend": config.model.backend,
+        "text": config.model.has_text,  # words can be searched
+    }
     index._on_close.append(lambda: loaded and loaded[0].close())
     if owned:
         index._on_close.append(store.close)
