@@ -216,6 +216,14 @@ def test_words_through_the_service(setup, tmp_path, capsys):
         assert [h.id for h in hits] == [h["id"] for h in answer["results"]]
         code, out, _err = run(capsys, "search", "--text", TEXTS[0], "-c", "pics", "--server", server.url, "--config", str(config), "--json")  # fmt: skip
         assert code == 0 and [h["id"] for h in result_of(out)["results"]] == [h.id for h in hits]
+        # no collection named: the service searches its own default, and the answer says which
+        # (not the default of a config this side, which the service never read)
+        code, out, _err = run(capsys, "search", "--text", TEXTS[0], "--server", server.url, "--json")  # fmt: skip
+        assert code == 0 and result_of(out)["collection"] == "pics", out
+        assert [h["id"] for h in result_of(out)["results"]] == [h.id for h in hits][:10]
+        code, out, _err = run(capsys, "search", "--text", TEXTS[0], "--server", server.url)
+        assert code == 0 and f'in pics for "{TEXTS[0]}"' in " ".join(out.split())
+        assert images.search(text=TEXTS[0], server=server.url).collection == "pics"
     finally:
         server.stop()
 

@@ -434,7 +434,7 @@ def search(
     with closing(index):
         hits = index.search(asked, topk, filter, collection)
     _warn(hits.warnings)
-    name = collection or settings.store.collection_name
+    name = hits.collection or collection or settings.store.collection_name
     return SearchReport(name, query, topk, hits, text=text, warnings=hits.warnings)
 
 

@@ -206,7 +206,7 @@ class LocalIndex(ImageIndex):
             self._same_model(name)
         vector = self.query_vector(query)
         hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
-        return Hits(hits, self.store.ignored(name))
+        return Hits(hits, self.store.ignored(name), name)
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         return self.store.get(self._name(collection), ids)
