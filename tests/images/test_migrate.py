@@ -152,7 +152,47 @@ def test_refusals_are_one_line(source, tmp_path, capsys):
     assert code == 2 and "collection 'nope' is not in SRC (its collections: bulk, pics)" in err
     code, _, err = run(capsys, "migrate", source["database"], source["database"])
     assert code == 2 and "the same store" in err
+    # the same file by another name is the same store too (it was told to "delete it there":
+    # the source's own collection)
+    link = tmp_path / "link.db"
+    link.symlink_to(source["database"])
+    folder, file = os.path.split(source["database"])
+    for alias in (str(link), os.path.join(folder, ".", file), os.path.join(folder, "..", os.path.basename(folder), file)):  # fmt: skip
+        code, _, err = run(capsys, "migrate", source["database"], alias, "-c", "bulk")
+        assert code == 2 and "the same store" in err, (alias, err)
     assert everything({"uri": str(target)}, "bulk") == {}
+
+
+def test_a_copy_resumes_only_from_the_file_it_came_from(source, tmp_path, capsys, monkeypatch):
+    """A Lite SRC is recorded by its absolute path: `migrate photos.db …` run again from another
+    folder names another file, whose items must not go on into the unfinished copy."""
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.records import PROP_ORIGIN
+
+    here, elsewhere, target = tmp_path / "here", tmp_path / "elsewhere", tmp_path / "t.db"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "source.db").symlink_to(source["database"])
+    monkeypatch.chdir(here)
+    code, _out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics", "--batch-size", "2")  # fmt: skip
+    assert code == 0, err
+    copied = everything({"uri": str(target)}, "pics")
+    with VectorStore(StoreConfig(uri=str(target))) as store:  # as if stopped after 2 items
+        origin = store.recorded("pics", PROP_ORIGIN)
+        assert origin["complete"] is True
+        first = sorted(copied)[:2]
+        store.record("pics", {PROP_ORIGIN: {**origin, "after": first[-1], "copied": 2, "complete": False}})  # fmt: skip
+    with VectorStore(StoreConfig(uri=str(elsewhere / "source.db"))) as store:  # another file
+        store.create_collection("pics", two_tower.DIM)
+        store.upsert("pics", ["zz-other"], np.ones((1, two_tower.DIM), np.float32))
+    monkeypatch.chdir(elsewhere)
+    code, _out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics")
+    assert code == 2 and "came from another store" in err, err
+    assert same_items(everything({"uri": str(target)}, "pics"), copied)
+    monkeypatch.chdir(here)  # the file it came from: the copy goes on and completes
+    code, out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics", "--json")
+    (pics,) = result_of(out)["collections"]
+    assert code == 0 and pics["resumed_after"] == first[-1] and pics["verified"], err
 
 
 def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_path, capsys):
@@ -193,7 +233,8 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
         assert all(x.startswith("[") for x in activity), err  # timestamped progress lines only
         assert line.startswith("interrupted (SIGINT); kept what was written before it:")
         assert f"of {BULK:,} items of 'bulk'" in line and "again to resume" in line
-        assert f"accelkit images migrate {source['database']} {target['uri']}" in line
+        resume = f"accelkit images migrate {source['database']} {target['uri']} --target-db {database} --collection bulk"  # fmt: skip
+        assert resume in line  # the whole command: without --target-db it copied elsewhere
         store._records.clear()
         mark = store.recorded("bulk", PROP_ORIGIN)
     assert not mark["complete"] and 200 <= mark["copied"] < BULK
