@@ -252,3 +252,38 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
     with VectorStore(StoreConfig(**target)) as store:
         assert store.recorded("bulk", PROP_ORIGIN)["complete"] is True
     assert json.dumps(bulk)  # plain JSON
+
+
+def test_a_copy_does_not_go_on_from_a_collection_made_again(tmp_path, capsys):
+    """SRC's collection deleted and filled again by another model (the same photos keep their
+    content-hash ids, so the counts still agree and 100 items read back can miss the few copied
+    before) is not resumed into the copy that began with the old vectors."""
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.records import PROP_ORIGIN
+
+    source, target = str(tmp_path / "s.db"), str(tmp_path / "t.db")
+    ids = [f"photo-{i:04d}" for i in range(300)]
+    rng = np.random.default_rng(0)
+
+    def fill(model: str) -> None:
+        with VectorStore(StoreConfig(uri=source)) as store:
+            if store.has_collection("pics"):
+                store.drop_collection("pics")
+            record = {"name": model, "dim": 8, "text": False, "fingerprint": None}
+            store.create_collection("pics", 8, model=record)
+            store.upsert("pics", ids, rng.normal(size=(len(ids), 8)).astype(np.float32))
+
+    fill("old-model")
+    code, _out, err = run(capsys, "migrate", source, target, "--batch-size", "100")
+    assert code == 0, err
+    with VectorStore(StoreConfig(uri=target)) as store:  # as if stopped after the first batch
+        origin = store.recorded("pics", PROP_ORIGIN)
+        store.record("pics", {PROP_ORIGIN: {**origin, "after": ids[99], "copied": 100, "complete": False}})  # fmt: skip
+    copied = everything({"uri": target}, "pics")
+    fill("new-model")
+    code, _out, err = run(capsys, "migrate", source, target)
+    assert code == 2 and "now holds another model's" in err and "--restart" in err, err
+    assert same_items(everything({"uri": target}, "pics"), copied)
+    code, out, err = run(capsys, "migrate", source, target, "--restart", "--json")
+    assert code == 0 and result_of(out)["collections"][0]["copied"] == len(ids), err
+    assert same_items(everything({"uri": target}, "pics"), everything({"uri": source}, "pics"))

@@ -178,9 +178,15 @@ def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict
                 f"collection {name!r} exists in DST and came from {where}; delete it there or"
                 " migrate other collections (--collection)"
             )
-        if not restart:
+        if restart:
+            dst.drop_collection(name)
+        elif _same_vectors(src, dst, name):
             return found
-        dst.drop_collection(name)
+        else:  # SRC's collection was made again since: its items are not the ones copied
+            raise InputError(
+                f"collection {name!r} in SRC now holds another model's or another dimension's"
+                " vectors than its copy in DST began with; run again with --restart"
+            )
     info = src.describe(name)
     kind = (index_type or info["index_type"]).upper()
     params = dict(info["index_params"]) if kind == info["index_type"] else None
@@ -201,6 +207,15 @@ def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict
         origin=origin,
     )
     return origin
+
+
+def _same_vectors(src, dst, name: str) -> bool:
+    """Whether SRC's collection still holds vectors of the model and dimension its copy in DST
+    records (a collection made again under its name with a re-embedding keeps the ids, and
+    a sample read back can miss the few items copied before)."""
+    return src.describe_dim(name) == dst.describe_dim(name) and src.recorded(
+        name, PROP_MODEL
+    ) == dst.recorded(name, PROP_MODEL)
 
 
 def _copy(
