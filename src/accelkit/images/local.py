@@ -79,8 +79,9 @@ class LocalIndex(ImageIndex):
             self._model.append(self._model_fn() if self._model_fn else None)
         return self._model[0]
 
-    def _same_model(self, name: str) -> None:
-        check_same_model(name, self.store.recorded(name, PROP_MODEL), self.model_record())
+    def _same_model(self, name: str, fresh: bool = False) -> None:
+        recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh)
+        check_same_model(name, recorded, self.model_record())
 
     def fillable(self, name: str, create: bool) -> bool:
         """Whether collection `name` exists, checked as one this index's model may fill (the
@@ -92,7 +93,9 @@ class LocalIndex(ImageIndex):
             if not create:
                 raise
             return False
-        self._same_model(name)
+        # read again each time on a server: another client may have made the collection anew
+        # with another model since (a write into it would mix two models' vectors for good)
+        self._same_model(name, fresh=True)
         return True
 
     def create_for_insert(self, name: str) -> None:
