@@ -314,3 +314,27 @@ def test_a_broken_text_tower_is_unhealthy_and_stops_the_service_at_start(built, 
         finally:
             server.stop()
         assert named in (tmp_path / "server.log").read_text()
+
+
+def test_a_tokenizer_pads_and_cuts_on_its_own_side(built, tmp_path):
+    """A tokenizer.json that pads (and cuts) on the left feeds the encoder the ids its model was
+    made with: padded and cut to context_length on the left, its own pad token kept."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from accelkit.images.models import TextEncoder
+
+    _, files, _ = built
+    vocab = {"<pad>": 7, "[UNK]": 1, **{w: i + 10 for i, w in enumerate(two_tower.WORDS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.enable_padding(direction="left", pad_id=7, pad_token="<pad>")
+    tokenizer.enable_truncation(512, direction="left")
+    tokenizer.save(str(tmp_path / "left.json"))
+    encoder = TextEncoder(files["text"], tmp_path / "left.json", context_length=4)
+    ids, mask = encoder.tokenize(["red bicycle", "a photo of a cat at night"])
+    word = {w: i + 10 for i, w in enumerate(two_tower.WORDS)}
+    assert ids.tolist() == [
+        [7, 7, word["red"], word["bicycle"]],
+        [word["a"], word["cat"], word["at"], word["night"]],  # the last four words
+    ]
+    assert mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]

@@ -389,13 +389,22 @@ class TextEncoder:
             raise InputError(
                 f"{path}: not a tokenizer file tokenizers can read ({str(exc).splitlines()[0]})"
             ) from exc
+        # to context_length, on the side and with the tokens the tokenizer itself pads and cuts
+        # (a left-padding tokenizer padded on the right fed its encoder other positions)
         padding = self.tokenizer.padding or {}
+        truncation = self.tokenizer.truncation or {}
         self.tokenizer.enable_padding(
             length=context_length,
             pad_id=padding.get("pad_id", 0),
             pad_token=padding.get("pad_token", "[PAD]"),
+            pad_type_id=padding.get("pad_type_id", 0),
+            direction=padding.get("direction", "right"),
         )
-        self.tokenizer.enable_truncation(context_length)
+        self.tokenizer.enable_truncation(
+            context_length,
+            strategy=truncation.get("strategy", "longest_first"),
+            direction=truncation.get("direction", "right"),
+        )
         self.session = _onnx_session(Path(onnx_path), "model.text_onnx_path", intra_op_threads)
         inputs = {i.name: i.type for i in self.session.get_inputs()}
         self.ids_name = "input_ids" if "input_ids" in inputs else next(iter(inputs))
