@@ -237,7 +237,9 @@
     const k = params.get("k");
     setTopk(k !== null && /^[0-9]{1,3}$/.test(k) ? Number(k) : TOPK.initial);
     $("filter").value = (params.get("filter") || "").slice(0, 4096);
-    const text = (params.get("q") || "").slice(0, MAX_TEXT);
+    // at most MAX_TEXT characters as the service counts them (code points): a cut in UTF-16
+    // units could split an emoji and send half of it, which the service refuses
+    const text = Array.from(params.get("q") || "").slice(0, MAX_TEXT).join("");
     const id = params.get("id");
     $("text").value = text;
     if (text.trim()) setQuery({ text });
