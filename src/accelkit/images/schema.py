@@ -116,12 +116,7 @@ def check_text(value: Any, where: str = "text") -> str:
     UTF-16 pair (what an argument of invalid UTF-8 decodes to: no tokenizer takes it)."""
     import unicodedata
 
-    if not isinstance(value, str):
-        raise InputError(f"{where} must be a string")
-    if len(value) > MAX_TEXT_CHARS:
-        raise InputError(
-            f"{where} has {len(value):,} characters, over the limit of {MAX_TEXT_CHARS:,}"
-        )
+    _bounded_string(value, where, MAX_TEXT_CHARS)
     if SURROGATE.search(value):
         raise InputError(
             f"{where} holds an unpaired UTF-16 surrogate (\\ud800-\\udfff, e.g. from bytes"
@@ -230,13 +225,16 @@ def check_metadata(value: Any, where: str = "metadata") -> dict[str, Any]:
     return value
 
 
-def check_description(value: Any, where: str = "description") -> str:
+def _bounded_string(value: Any, where: str, limit: int) -> str:
     if not isinstance(value, str):
         raise InputError(f"{where} must be a string")
-    if len(value) > MAX_DESCRIPTION_CHARS:
-        raise InputError(
-            f"{where} has {len(value):,} characters, over the limit of {MAX_DESCRIPTION_CHARS:,}"
-        )
+    if len(value) > limit:
+        raise InputError(f"{where} has {len(value):,} characters, over the limit of {limit:,}")
+    return value
+
+
+def check_description(value: Any, where: str = "description") -> str:
+    _bounded_string(value, where, MAX_DESCRIPTION_CHARS)
     if _CONTROL.search(value):
         raise InputError(f"{where} contains a control character")
     return value
