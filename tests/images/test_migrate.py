@@ -152,6 +152,10 @@ def test_refusals_are_one_line(source, tmp_path, capsys):
     assert code == 2 and "collection 'nope' is not in SRC (its collections: bulk, pics)" in err
     code, _, err = run(capsys, "migrate", source["database"], source["database"])
     assert code == 2 and "the same store" in err
+    typo = tmp_path / "typo.db"  # once: "migrated" nothing, exit 0, and two empty databases made
+    code, _, err = run(capsys, "migrate", str(typo), str(tmp_path / "new.db"))
+    assert code == 2 and f"SRC {typo}: no such Milvus Lite database" in err, err
+    assert not typo.exists() and not (tmp_path / "new.db").exists()
     # the same file by another name is the same store too (it was told to "delete it there":
     # the source's own collection)
     link = tmp_path / "link.db"

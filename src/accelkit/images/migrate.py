@@ -128,6 +128,11 @@ def migrate(
         is_local_uri(source.uri) or source.db_name == target.db_name
     ):
         raise InputError("SRC and DST are the same store; name two different ones")
+    if is_local_uri(source.uri) and not os.path.isfile(source.uri):  # opening would make it
+        raise InputError(
+            f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
+            " URI such as http://host:19530)"
+        )
     hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
