@@ -291,3 +291,26 @@ def test_a_copy_does_not_go_on_from_a_collection_made_again(tmp_path, capsys):
     code, out, err = run(capsys, "migrate", source, target, "--restart", "--json")
     assert code == 0 and result_of(out)["collections"][0]["copied"] == len(ids), err
     assert same_items(everything({"uri": target}, "pics"), everything({"uri": source}, "pics"))
+
+
+def test_thumbnails_left_behind_are_said(source, server_db, capsys):
+    """Lite -> server without --target-thumbnails: a server keeps no thumbnails beside it, so
+    the copy has none; that is one warning (in --json's warnings), not a quiet 0."""
+    from pymilvus import MilvusClient
+
+    from tests.support.cli import envelope_of
+
+    database = server_db["db_name"] + "_thumbs"
+    client = MilvusClient(uri=server_db["uri"], timeout=30)
+    if database not in client.list_databases():
+        client.create_database(database)
+    client.close()
+    code, out, err = run(capsys, "migrate", source["database"], server_db["uri"], "--target-db", database, "-c", "pics", "--json")  # fmt: skip
+    assert code == 0, err
+    envelope = envelope_of(out)
+    assert envelope["result"]["collections"][0]["thumbnails"] == 0
+    (warning,) = [w for w in envelope["warnings"] if "thumbnails" in w]
+    assert (
+        f"its {len(NAMES)} thumbnails are not copied" in warning
+        and "--target-thumbnails" in warning
+    )

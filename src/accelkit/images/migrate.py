@@ -149,6 +149,16 @@ def migrate(
             open_thumbnails(target.uri, target_thumbnails),
         )
         for name in names:
+            if thumbs[0] is not None and thumbs[1] is None and target_thumbnails == "auto":
+                kept = thumbs[0].count(name)
+                if kept:  # said, not silently left behind: the page shows none for the copies
+                    log.warning(
+                        "collection %r: its %d thumbnails are not copied: DST keeps none of its"
+                        " own (a server's are where its service's store.thumbnails says: give"
+                        " that file with --target-thumbnails)",
+                        name,
+                        kept,
+                    )
             copy = _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress, hint)
             copy.sampled, copy.verified = _verify(src, dst, name, sample)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
