@@ -284,3 +284,10 @@ def test_a_long_text_in_the_address_is_cut_between_characters(service, browser):
     page.wait.until(lambda d: "results" in page.text("#status") or page.text("#error"))
     assert page.text("#error") == "" and "results" in page.text("#status")
     assert page.find("#text").get_attribute("value") == words[:1000]
+    page.clear_status()  # a filter of 2,126 characters (4,226 UTF-16 units): whole, and run
+    emoji = 'metadata["source"] == "ab' + "\U0001f600" * 2100 + '"'
+    browser.get(server.url + "/?" + urlencode({"q": "cat", "filter": emoji, "c": "pics"}))
+    page.wait.until(lambda d: "results" in page.text("#status") or page.text("#error"))
+    assert page.text("#error") == "" and page.text("#filter-error") == ""
+    assert page.text("#status").startswith("0 results")
+    assert page.find("#filter").get_attribute("value") == emoji
