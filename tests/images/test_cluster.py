@@ -177,6 +177,23 @@ def test_insert_on_the_cluster_into_a_milvus_server(
     assert set(rows["ray"]) == set(ids)
     for item_id in ids:
         np.testing.assert_allclose(rows["ray"][item_id], rows["local"][item_id], atol=1e-6)
+    # the collection Ray made records its model, as a local insert's does; and another model's
+    # vectors go into it neither locally nor on Ray (once it made one without a record and
+    # filled anyone's collection unchecked)
+    from accelkit import images
+
+    made = {n: images.describe_collection(n, config=config)["model"] for n in ("local", "ray")}
+    assert made["ray"] == made["local"] and made["ray"]["name"] == "efficientnet-lite0"
+    other = tmp_path / "other.yaml"
+    other.write_text(config.read_text() + "model:\n  name: another-model\n")
+    for extra in ([], ["--ray", ray_cluster.address]):
+        code, _out, err = run_cli(
+            ["images", "insert", str(photo_folder / "b"), "--config", str(other), "-c", "ray",
+             "--no-progress", *extra],
+            capsys,
+        )  # fmt: skip
+        assert code == 2 and "holds vectors of model 'efficientnet-lite0'" in err, err
+    assert images.describe_collection("ray", config=config)["count"] == len(ids)
 
 
 def test_ray_refusals_are_one_line_errors(photo_folder, tmp_path, capsys):

@@ -152,7 +152,51 @@ def test_refusals_are_one_line(source, tmp_path, capsys):
     assert code == 2 and "collection 'nope' is not in SRC (its collections: bulk, pics)" in err
     code, _, err = run(capsys, "migrate", source["database"], source["database"])
     assert code == 2 and "the same store" in err
+    typo = tmp_path / "typo.db"  # once: "migrated" nothing, exit 0, and two empty databases made
+    code, _, err = run(capsys, "migrate", str(typo), str(tmp_path / "new.db"))
+    assert code == 2 and f"SRC {typo}: no such Milvus Lite database" in err, err
+    assert not typo.exists() and not (tmp_path / "new.db").exists()
+    # the same file by another name is the same store too (it was told to "delete it there":
+    # the source's own collection)
+    link = tmp_path / "link.db"
+    link.symlink_to(source["database"])
+    folder, file = os.path.split(source["database"])
+    for alias in (str(link), os.path.join(folder, ".", file), os.path.join(folder, "..", os.path.basename(folder), file)):  # fmt: skip
+        code, _, err = run(capsys, "migrate", source["database"], alias, "-c", "bulk")
+        assert code == 2 and "the same store" in err, (alias, err)
     assert everything({"uri": str(target)}, "bulk") == {}
+
+
+def test_a_copy_resumes_only_from_the_file_it_came_from(source, tmp_path, capsys, monkeypatch):
+    """A Lite SRC is recorded by its absolute path: `migrate photos.db …` run again from another
+    folder names another file, whose items must not go on into the unfinished copy."""
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.records import PROP_ORIGIN
+
+    here, elsewhere, target = tmp_path / "here", tmp_path / "elsewhere", tmp_path / "t.db"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "source.db").symlink_to(source["database"])
+    monkeypatch.chdir(here)
+    code, _out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics", "--batch-size", "2")  # fmt: skip
+    assert code == 0, err
+    copied = everything({"uri": str(target)}, "pics")
+    with VectorStore(StoreConfig(uri=str(target))) as store:  # as if stopped after 2 items
+        origin = store.recorded("pics", PROP_ORIGIN)
+        assert origin["complete"] is True
+        first = sorted(copied)[:2]
+        store.record("pics", {PROP_ORIGIN: {**origin, "after": first[-1], "copied": 2, "complete": False}})  # fmt: skip
+    with VectorStore(StoreConfig(uri=str(elsewhere / "source.db"))) as store:  # another file
+        store.create_collection("pics", two_tower.DIM)
+        store.upsert("pics", ["zz-other"], np.ones((1, two_tower.DIM), np.float32))
+    monkeypatch.chdir(elsewhere)
+    code, _out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics")
+    assert code == 2 and "came from another store" in err, err
+    assert same_items(everything({"uri": str(target)}, "pics"), copied)
+    monkeypatch.chdir(here)  # the file it came from: the copy goes on and completes
+    code, out, err = run(capsys, "migrate", "source.db", str(target), "-c", "pics", "--json")
+    (pics,) = result_of(out)["collections"]
+    assert code == 0 and pics["resumed_after"] == first[-1] and pics["verified"], err
 
 
 def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_path, capsys):
@@ -193,7 +237,8 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
         assert all(x.startswith("[") for x in activity), err  # timestamped progress lines only
         assert line.startswith("interrupted (SIGINT); kept what was written before it:")
         assert f"of {BULK:,} items of 'bulk'" in line and "again to resume" in line
-        assert f"accelkit images migrate {source['database']} {target['uri']}" in line
+        resume = f"accelkit images migrate {source['database']} {target['uri']} --target-db {database} --collection bulk"  # fmt: skip
+        assert resume in line  # the whole command: without --target-db it copied elsewhere
         store._records.clear()
         mark = store.recorded("bulk", PROP_ORIGIN)
     assert not mark["complete"] and 200 <= mark["copied"] < BULK
@@ -211,3 +256,61 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
     with VectorStore(StoreConfig(**target)) as store:
         assert store.recorded("bulk", PROP_ORIGIN)["complete"] is True
     assert json.dumps(bulk)  # plain JSON
+
+
+def test_a_copy_does_not_go_on_from_a_collection_made_again(tmp_path, capsys):
+    """SRC's collection deleted and filled again by another model (the same photos keep their
+    content-hash ids, so the counts still agree and 100 items read back can miss the few copied
+    before) is not resumed into the copy that began with the old vectors."""
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.records import PROP_ORIGIN
+
+    source, target = str(tmp_path / "s.db"), str(tmp_path / "t.db")
+    ids = [f"photo-{i:04d}" for i in range(300)]
+    rng = np.random.default_rng(0)
+
+    def fill(model: str) -> None:
+        with VectorStore(StoreConfig(uri=source)) as store:
+            if store.has_collection("pics"):
+                store.drop_collection("pics")
+            record = {"name": model, "dim": 8, "text": False, "fingerprint": None}
+            store.create_collection("pics", 8, model=record)
+            store.upsert("pics", ids, rng.normal(size=(len(ids), 8)).astype(np.float32))
+
+    fill("old-model")
+    code, _out, err = run(capsys, "migrate", source, target, "--batch-size", "100")
+    assert code == 0, err
+    with VectorStore(StoreConfig(uri=target)) as store:  # as if stopped after the first batch
+        origin = store.recorded("pics", PROP_ORIGIN)
+        store.record("pics", {PROP_ORIGIN: {**origin, "after": ids[99], "copied": 100, "complete": False}})  # fmt: skip
+    copied = everything({"uri": target}, "pics")
+    fill("new-model")
+    code, _out, err = run(capsys, "migrate", source, target)
+    assert code == 2 and "now holds another model's" in err and "--restart" in err, err
+    assert same_items(everything({"uri": target}, "pics"), copied)
+    code, out, err = run(capsys, "migrate", source, target, "--restart", "--json")
+    assert code == 0 and result_of(out)["collections"][0]["copied"] == len(ids), err
+    assert same_items(everything({"uri": target}, "pics"), everything({"uri": source}, "pics"))
+
+
+def test_thumbnails_left_behind_are_said(source, server_db, capsys):
+    """Lite -> server without --target-thumbnails: a server keeps no thumbnails beside it, so
+    the copy has none; that is one warning (in --json's warnings), not a quiet 0."""
+    from pymilvus import MilvusClient
+
+    from tests.support.cli import envelope_of
+
+    database = server_db["db_name"] + "_thumbs"
+    client = MilvusClient(uri=server_db["uri"], timeout=30)
+    if database not in client.list_databases():
+        client.create_database(database)
+    client.close()
+    code, out, err = run(capsys, "migrate", source["database"], server_db["uri"], "--target-db", database, "-c", "pics", "--json")  # fmt: skip
+    assert code == 0, err
+    envelope = envelope_of(out)
+    assert envelope["result"]["collections"][0]["thumbnails"] == 0
+    (warning,) = [w for w in envelope["warnings"] if "thumbnails" in w]
+    assert (
+        f"its {len(NAMES)} thumbnails are not copied" in warning
+        and "--target-thumbnails" in warning
+    )

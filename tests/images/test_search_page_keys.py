@@ -269,3 +269,25 @@ def test_the_address_cannot_inject_markup_or_script(service, browser):
         assert page.text("#error")  # the service refused the id; nothing ran
     log = [entry["message"] for entry in browser.get_log("browser")]
     assert not [m for m in log if "Content Security Policy" in m or "Refused" in m], log
+
+
+def test_a_long_text_in_the_address_is_cut_between_characters(service, browser):
+    """A link whose words run past the limit is cut to 1,000 characters as the service counts
+    them: never inside an emoji (half of one is refused by the service), and the search runs."""
+    server = service["server"]
+    page = Page(browser, server.url)
+    enter_key(page, browser, server.url + "/")
+    page.clear_status()
+    words = "a" + "\U0001f600" * 1200  # past the limit; cut in UTF-16 units, it split an emoji
+    browser.get(server.url + "/?" + urlencode({"q": words, "c": "pics"}))
+    page.wait.until(lambda d: page.text("#status") or page.text("#error"))
+    page.wait.until(lambda d: "results" in page.text("#status") or page.text("#error"))
+    assert page.text("#error") == "" and "results" in page.text("#status")
+    assert page.find("#text").get_attribute("value") == words[:1000]
+    page.clear_status()  # a filter of 2,126 characters (4,226 UTF-16 units): whole, and run
+    emoji = 'metadata["source"] == "ab' + "\U0001f600" * 2100 + '"'
+    browser.get(server.url + "/?" + urlencode({"q": "cat", "filter": emoji, "c": "pics"}))
+    page.wait.until(lambda d: "results" in page.text("#status") or page.text("#error"))
+    assert page.text("#error") == "" and page.text("#filter-error") == ""
+    assert page.text("#status").startswith("0 results")
+    assert page.find("#filter").get_attribute("value") == emoji

@@ -206,6 +206,7 @@ def test_words_through_the_service(setup, tmp_path, capsys):
         for hit in answer["results"]:
             assert hit["score"] == pytest.approx(want[hit["metadata"]["source"]], abs=2e-5)
         assert answer["warnings"] == []
+        assert httpx.get(server.url + "/health").json()["model"]["text"] is True
         refused = httpx.post(server.url + "/search", json={"text": "", "collection": "pics"})
         assert refused.status_code == 422 and "text" in refused.json()["error"]["message"]
         both = httpx.post(server.url + "/search", json={"text": "cat", "id": "x"})
@@ -215,5 +216,125 @@ def test_words_through_the_service(setup, tmp_path, capsys):
         assert [h.id for h in hits] == [h["id"] for h in answer["results"]]
         code, out, _err = run(capsys, "search", "--text", TEXTS[0], "-c", "pics", "--server", server.url, "--config", str(config), "--json")  # fmt: skip
         assert code == 0 and [h["id"] for h in result_of(out)["results"]] == [h.id for h in hits]
+        # no collection named: the service searches its own default, and the answer says which
+        # (not the default of a config this side, which the service never read)
+        code, out, _err = run(capsys, "search", "--text", TEXTS[0], "--server", server.url, "--json")  # fmt: skip
+        assert code == 0 and result_of(out)["collection"] == "pics", out
+        assert [h["id"] for h in result_of(out)["results"]] == [h.id for h in hits][:10]
+        code, out, _err = run(capsys, "search", "--text", TEXTS[0], "--server", server.url)
+        assert code == 0 and f'in pics for "{TEXTS[0]}"' in " ".join(out.split())
+        assert images.search(text=TEXTS[0], server=server.url).collection == "pics"
     finally:
         server.stop()
+
+
+def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
+    """An argument of bytes that are not UTF-8 (Python decodes it to lone surrogates, which no
+    tokenizer takes), C1 control characters and text of nothing but invisible format characters
+    are the caller's mistake: exit 2 naming --text, and 4xx naming the field through the service."""
+    import subprocess
+    import sys
+
+    from accelkit import images
+    from accelkit.errors import InputError
+    from tests.images.test_service import Server
+
+    done = subprocess.run(
+        [sys.executable, "-m", "accelkit", "images", "search", "--text", b"red \xff\xfe bicycle",
+         "-c", "pics", "--config", str(setup["config"])],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "--text holds an unpaired UTF-16 surrogate" in err, err
+    assert err.count("\n") == 1
+    for text, reason in (
+        ("cat \udcff", "surrogate"),
+        ("cat\u0085dog", "control character"),
+        ("\u200b\ufeff \u2060", "is empty"),
+    ):
+        with pytest.raises(InputError, match=reason):
+            images.search(text=text, collection="pics", config=setup["config"])
+    config = tmp_path / "service.yaml"
+    config.write_text(
+        setup["config"]
+        .read_text()
+        .replace(str(setup["config"].parent / "tiny.db"), str(tmp_path / "s.db"))
+    )
+    server = Server(config, tmp_path / "server.log").start()
+    try:
+        import httpx
+
+        for text in ("cat\u0085dog", "\u200b\u200b", "\u0090"):
+            answer = httpx.post(server.url + "/search", json={"text": text, "collection": "pics"})
+            assert answer.status_code == 422, (text, answer.text)
+            assert answer.json()["error"]["message"].startswith("text: ")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["narrow", "per-token"])
+def test_a_text_tower_that_does_not_fit_the_image_tower_is_named(built, setup, tmp_path, capsys, per_token):  # fmt: skip
+    """A text encoder returning vectors of another width than the image tower's, or one per
+    token, is a configuration error naming model.text_onnx_path — never a query of the wrong
+    dimension blamed on the caller (nor per-token states flattened into one long vector)."""
+    _, files, _ = built
+    misfit = two_tower.misfit_text_encoder(tmp_path / "misfit.onnx", per_token)
+    config = tmp_path / "misfit.yaml"
+    config.write_text(two_tower.config_yaml({**files, "text": misfit}, str(tmp_path / "m.db")))
+    assert run(capsys, "insert", setup["paths"][0], "-c", "pics", "--create-collection", "--no-progress", "--config", str(config))[0] == 0  # fmt: skip
+    code, _out, err = run(capsys, "search", "--text", "coffee cup", "-c", "pics", "--config", str(config))  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    assert "model.text_onnx_path" in err and f"one {two_tower.DIM}-d vector per text" in err
+
+
+def test_a_broken_text_tower_is_unhealthy_and_stops_the_service_at_start(built, setup, tmp_path, capsys):  # fmt: skip
+    """A text tower whose tokenizer is missing, or whose tokenizer gives ids the encoder has no
+    row for: `images health` is unhealthy (it embeds a few words too) and the service does not
+    start (as with a broken image model), instead of answering every text query 400 or 500."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tests.images.test_service import Server
+
+    _, files, _ = built
+    foreign = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 5000}, unk_token="[UNK]"))
+    foreign.pre_tokenizer = pre_tokenizers.Whitespace()
+    foreign.save(str(tmp_path / "foreign.json"))
+    code, out, _ = run(capsys, "health", "--config", str(setup["config"]), "--json")
+    assert code == 0 and result_of(out)["model"]["text"] is True
+    for tokenizer, named in ((tmp_path / "gone.json", "gone.json"), (tmp_path / "foreign.json", "own tokenizer")):  # fmt: skip
+        config = tmp_path / "broken.yaml"
+        config.write_text(two_tower.config_yaml({**files, "tokenizer": tokenizer}, str(tmp_path / "b.db")))  # fmt: skip
+        code, out, _err = run(capsys, "health", "--config", str(config), "--json")
+        assert code == 3 and result_of(out)["model"]["ok"] is False, out
+        assert named in result_of(out)["model"]["error"]
+        server = Server(config, tmp_path / "server.log")
+        try:
+            with pytest.raises(RuntimeError, match="server exited"):
+                server.start()
+        finally:
+            server.stop()
+        assert named in (tmp_path / "server.log").read_text()
+
+
+def test_a_tokenizer_pads_and_cuts_on_its_own_side(built, tmp_path):
+    """A tokenizer.json that pads (and cuts) on the left feeds the encoder the ids its model was
+    made with: padded and cut to context_length on the left, its own pad token kept."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from accelkit.images.models import TextEncoder
+
+    _, files, _ = built
+    vocab = {"<pad>": 7, "[UNK]": 1, **{w: i + 10 for i, w in enumerate(two_tower.WORDS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.enable_padding(direction="left", pad_id=7, pad_token="<pad>")
+    tokenizer.enable_truncation(512, direction="left")
+    tokenizer.save(str(tmp_path / "left.json"))
+    encoder = TextEncoder(files["text"], tmp_path / "left.json", context_length=4)
+    ids, mask = encoder.tokenize(["red bicycle", "a photo of a cat at night"])
+    word = {w: i + 10 for i, w in enumerate(two_tower.WORDS)}
+    assert ids.tolist() == [
+        [7, 7, word["red"], word["bicycle"]],
+        [word["a"], word["cat"], word["at"], word["night"]],  # the last four words
+    ]
+    assert mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]

@@ -170,3 +170,32 @@ def config_yaml(files: dict, store_uri: str, name: str = "tiny-clip") -> str:
         f"  context_length: {CONTEXT}\n  embedding_dim: {DIM}\n"
         f"store:\n  uri: {store_uri}\n  collection_name: pics\n"
     )
+
+
+def misfit_text_encoder(path: Path, per_token: bool = False) -> Path:
+    """A text encoder that does not fit the image tower above: it returns DIM // 2 wide vectors,
+    or (`per_token`) one DIM-wide vector per token ([N, CONTEXT, DIM]) instead of one per text."""
+    import torch
+
+    class Misfit(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(len(WORDS) + 2, DIM if per_token else DIM // 2)
+
+        def forward(self, input_ids, attention_mask):
+            states = self.embedding(input_ids) * attention_mask.unsqueeze(-1)
+            return states if per_token else states.mean(1)
+
+    ids = torch.zeros(1, CONTEXT, dtype=torch.int64)
+    batch = {0: "batch"}
+    torch.onnx.export(
+        Misfit(),
+        (ids, torch.ones_like(ids)),
+        str(path),
+        input_names=["input_ids", "attention_mask"],
+        output_names=["out"],
+        dynamic_axes={"input_ids": batch, "attention_mask": batch, "out": batch},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path

@@ -371,7 +371,7 @@ def _insert_on_ray(
 ) -> InsertReport:
     from accelkit.images import cluster
     from accelkit.images.local import open_local_index
-    from accelkit.images.store import CollectionNotFoundError, is_local_uri
+    from accelkit.images.store import is_local_uri
 
     settings = load_settings(config)
     if is_local_uri(settings.store.uri):
@@ -381,12 +381,8 @@ def _insert_on_ray(
         )
     with closing(open_local_index(settings)) as index:  # the collection, checked or made first
         name = check_collection_name(collection or settings.store.collection_name)
-        try:
-            index.store.describe_dim(name)
-        except CollectionNotFoundError:
-            if not create_collection:
-                raise
-            index.store.create_collection(name, settings.model.embedding_dim, exist_ok=True)
+        if not index.fillable(name, create_collection):  # another model's collection: refused
+            index.create_for_insert(name)
         sink = cluster.Sink(collection=name)
         outcome = _run_on_ray(
             named,
@@ -438,7 +434,7 @@ def search(
     with closing(index):
         hits = index.search(asked, topk, filter, collection)
     _warn(hits.warnings)
-    name = collection or settings.store.collection_name
+    name = hits.collection or collection or settings.store.collection_name
     return SearchReport(name, query, topk, hits, text=text, warnings=hits.warnings)
 
 

@@ -69,12 +69,14 @@ def check_same_model(collection: str, recorded: dict | None, mine: dict | None) 
 
 
 class Hits(list):
-    """Search results, best first (a list of `Hit`), and `warnings`: what the backend did not
-    apply of the settings (Milvus Lite's nprobe), one line each."""
+    """Search results, best first (a list of `Hit`), `warnings`: what the backend did not
+    apply of the settings (Milvus Lite's nprobe), one line each, and the `collection` searched
+    (through a service, the service's default when none was named)."""
 
-    def __init__(self, hits=(), warnings: Sequence[str] = ()):
+    def __init__(self, hits=(), warnings: Sequence[str] = (), collection: str | None = None):
         super().__init__(hits)
         self.warnings = list(warnings)
+        self.collection = collection
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,28 @@ class LocalIndex(ImageIndex):
             self._model.append(self._model_fn() if self._model_fn else None)
         return self._model[0]
 
-    def _same_model(self, name: str) -> None:
-        check_same_model(name, self.store.recorded(name, PROP_MODEL), self.model_record())
+    def _same_model(self, name: str, fresh: bool = False) -> None:
+        recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh)
+        check_same_model(name, recorded, self.model_record())
+
+    def fillable(self, name: str, create: bool) -> bool:
+        """Whether collection `name` exists, checked as one this index's model may fill (the
+        model that made its vectors); a missing one is `CollectionNotFoundError` unless `create`
+        (then False: `create_for_insert` makes it). Every insert asks this first, on Ray too."""
+        try:  # cached after the first call: no round trip per insert
+            self.store.describe_dim(name)
+        except CollectionNotFoundError:
+            if not create:
+                raise
+            return False
+        # read again each time on a server: another client may have made the collection anew
+        # with another model since (a write into it would mix two models' vectors for good)
+        self._same_model(name, fresh=True)
+        return True
+
+    def create_for_insert(self, name: str) -> None:
+        """The collection an insert made: this model's dimension and record."""
+        self.store.create_collection(name, self.dim, exist_ok=True, model=self.model_record())
 
     # items -----------------------------------------------------------------------------------
 
@@ -88,15 +108,7 @@ class LocalIndex(ImageIndex):
         self, items: list[ImageInput], metadata: list[Any], collection: str | None, create: bool
     ) -> InsertResult:
         name = self._name(collection)
-        try:  # cached after the first call: no round trip per insert
-            self.store.describe_dim(name)
-            exists = True
-        except CollectionNotFoundError:
-            if not create:
-                raise  # before any embedding
-            exists = False
-        if exists:
-            self._same_model(name)  # before any embedding
+        exists = self.fillable(name, create)  # before any embedding
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
         labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
@@ -130,9 +142,7 @@ class LocalIndex(ImageIndex):
         ids = [item_id for item_id, _ in stored]
         if ids:
             if not exists:  # created only when something is stored: a refused batch leaves nothing
-                self.store.create_collection(
-                    name, self.dim, exist_ok=True, model=self.model_record()
-                )
+                self.create_for_insert(name)
             vectors = np.stack([vector for _, (_, vector, _) in stored])
             self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
             self._store_thumbnails(
@@ -199,7 +209,7 @@ class LocalIndex(ImageIndex):
             self._same_model(name)
         vector = self.query_vector(query)
         hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
-        return Hits(hits, self.store.ignored(name))
+        return Hits(hits, self.store.ignored(name), name)
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         return self.store.get(self._name(collection), ids)
@@ -268,7 +278,10 @@ class LocalIndex(ImageIndex):
         return self.store.rebuild_index(self._name(name), **spec)
 
     def health(self) -> dict[str, Any]:
-        """The store's status, and the model's: it embeds a plain 64×64 test image."""
+        """The store's status, and the model's: it embeds a plain 64×64 test image, and with a
+        text tower (`model_info["text"]`) a few words."""
+        from accelkit.images.models import PROBE_TEXT
+
         store = self.store.ping()
         store.pop("uri", None)
         model: dict[str, Any] = dict(self.model_info)
@@ -282,6 +295,8 @@ class LocalIndex(ImageIndex):
             )
             if result.error is not None:
                 model["error"] = result.error
+            elif model.get("text") and self.embed_text is not None:
+                self.embed_text([PROBE_TEXT])
         except AccelkitError as exc:
             model.update({"ok": False, "error": str(exc)})
         healthy = store["ok"] and model["ok"]
@@ -343,7 +358,11 @@ def open_local_index(
         embed_text=embed_text or (lambda texts: text_pipeline().embed_texts(texts)),
         model=lambda: model_record(config.model),
     )
-    index.model_info = {"name": config.model.name, "backend": config.model.backend}
+    index.model_info = {
+        "name": config.model.name,
+        "backend": config.model.backend,
+        "text": config.model.has_text,  # words can be searched
+    }
     index._on_close.append(lambda: loaded and loaded[0].close())
     if owned:
         index._on_close.append(store.close)

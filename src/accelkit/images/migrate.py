@@ -18,7 +18,9 @@ source is never written to.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import shlex
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ import numpy as np
 from accelkit.errors import CheckFailed, InputError
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
-from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN, redact_uri
+from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN, is_local_uri, redact_uri
 from accelkit.runtime.files import record_kept
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,40 @@ class MigrateReport:
         }
 
 
-def resume_hint(source: str, target: str) -> str:
-    return f"accelkit images migrate {redact_uri(source)} {redact_uri(target)}"
+def store_key(config: StoreConfig) -> str:
+    """Where a store is, as migrations record and compare it: a Milvus Lite file by its real
+    absolute path (`photos.db`, `./photos.db` and a link to it are one store, and `photos.db`
+    run from another folder is another), a server by its URI (credentials hidden)."""
+    if is_local_uri(config.uri):
+        return os.path.realpath(config.uri)
+    return redact_uri(config.uri).rstrip("/")
+
+
+def resume_hint(
+    source: StoreConfig,
+    target: StoreConfig,
+    collections: Sequence[str] | None = None,
+    source_thumbnails: str = "auto",
+    target_thumbnails: str = "auto",
+) -> str:
+    """The command that goes on with a migration: the same stores, databases, collections and
+    thumbnail files (tokens and credentials are not shown: give them again)."""
+    words = ["accelkit", "images", "migrate", redact_uri(source.uri), redact_uri(target.uri)]
+    for flag, value in (("--source-db", source.db_name), ("--target-db", target.db_name)):
+        words += [flag, value] if value else []
+    for name in collections or ():
+        words += ["--collection", name]
+    for flag, value in (
+        ("--source-thumbnails", source_thumbnails),
+        ("--target-thumbnails", target_thumbnails),
+    ):
+        words += [flag, value] if value != "auto" else []
+    secret = [
+        f"--{side}-token"
+        for side, config in (("source", source), ("target", target))
+        if config.token or redact_uri(config.uri) != config.uri
+    ]
+    return shlex.join(words) + (f" (with the same {' and '.join(secret)})" if secret else "")
 
 
 def migrate(
@@ -90,8 +124,16 @@ def migrate(
 
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
-    if redact_uri(source.uri) == redact_uri(target.uri) and source.db_name == target.db_name:
+    if store_key(source) == store_key(target) and (
+        is_local_uri(source.uri) or source.db_name == target.db_name
+    ):
         raise InputError("SRC and DST are the same store; name two different ones")
+    if is_local_uri(source.uri) and not os.path.isfile(source.uri):  # opening would make it
+        raise InputError(
+            f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
+            " URI such as http://host:19530)"
+        )
+    hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
         src = stack.enter_context(VectorStore(source))
@@ -107,7 +149,17 @@ def migrate(
             open_thumbnails(target.uri, target_thumbnails),
         )
         for name in names:
-            copy = _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress)
+            if thumbs[0] is not None and thumbs[1] is None and target_thumbnails == "auto":
+                kept = thumbs[0].count(name)
+                if kept:  # said, not silently left behind: the page shows none for the copies
+                    log.warning(
+                        "collection %r: its %d thumbnails are not copied: DST keeps none of its"
+                        " own (a server's are where its service's store.thumbnails says: give"
+                        " that file with --target-thumbnails)",
+                        name,
+                        kept,
+                    )
+            copy = _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress, hint)
             copy.sampled, copy.verified = _verify(src, dst, name, sample)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
             _mark(dst, name, {**origin, "complete": True})
@@ -117,7 +169,7 @@ def migrate(
 
 def _origin(store, name: str) -> dict[str, Any]:
     return {
-        "uri": redact_uri(store.config.uri),
+        "uri": store_key(store.config),
         "db_name": store.config.db_name,
         "collection": name,
     }
@@ -141,9 +193,15 @@ def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict
                 f"collection {name!r} exists in DST and came from {where}; delete it there or"
                 " migrate other collections (--collection)"
             )
-        if not restart:
+        if restart:
+            dst.drop_collection(name)
+        elif _same_vectors(src, dst, name):
             return found
-        dst.drop_collection(name)
+        else:  # SRC's collection was made again since: its items are not the ones copied
+            raise InputError(
+                f"collection {name!r} in SRC now holds another model's or another dimension's"
+                " vectors than its copy in DST began with; run again with --restart"
+            )
     info = src.describe(name)
     kind = (index_type or info["index_type"]).upper()
     params = dict(info["index_params"]) if kind == info["index_type"] else None
@@ -166,7 +224,18 @@ def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict
     return origin
 
 
-def _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress) -> CollectionCopy:
+def _same_vectors(src, dst, name: str) -> bool:
+    """Whether SRC's collection still holds vectors of the model and dimension its copy in DST
+    records (a collection made again under its name with a re-embedding keeps the ids, and
+    a sample read back can miss the few items copied before)."""
+    return src.describe_dim(name) == dst.describe_dim(name) and src.recorded(
+        name, PROP_MODEL
+    ) == dst.recorded(name, PROP_MODEL)
+
+
+def _copy(
+    src, dst, name, thumbs, batch_size, index_type, restart, progress, hint
+) -> CollectionCopy:
     from accelkit.runtime.progress import rows_progress
 
     origin = _prepare(src, dst, name, index_type, restart)
@@ -196,8 +265,7 @@ def _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress) -> 
             _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
             record_kept(
                 f"migrate {name}",
-                f"{done:,} of {total:,} items of {where} (run `{resume_hint(src.config.uri, dst.config.uri)}`"
-                " again to resume)",
+                f"{done:,} of {total:,} items of {where} (run `{hint}` again to resume)",
             )
             bar.advance(task, len(ids))
     dst.flush(name)

@@ -351,6 +351,7 @@ def _onnx_session(path: Path, setting: str, intra_op_threads: int | None = None)
 
 
 TOKENIZER_FILE = "tokenizer.json"
+PROBE_TEXT = "a photo"  # what a health check (and a service's start) embeds with a text tower
 
 
 def tokenizer_file(path: str | os.PathLike) -> Path:
@@ -378,6 +379,7 @@ class TextEncoder:
         tokenizer_path: str | os.PathLike,
         context_length: int = 77,
         intra_op_threads: int | None = None,
+        dim: int | None = None,
     ):
         tokenizers = require("tokenizers", "images")
         path = tokenizer_file(tokenizer_path)
@@ -387,13 +389,22 @@ class TextEncoder:
             raise InputError(
                 f"{path}: not a tokenizer file tokenizers can read ({str(exc).splitlines()[0]})"
             ) from exc
+        # to context_length, on the side and with the tokens the tokenizer itself pads and cuts
+        # (a left-padding tokenizer padded on the right fed its encoder other positions)
         padding = self.tokenizer.padding or {}
+        truncation = self.tokenizer.truncation or {}
         self.tokenizer.enable_padding(
             length=context_length,
             pad_id=padding.get("pad_id", 0),
             pad_token=padding.get("pad_token", "[PAD]"),
+            pad_type_id=padding.get("pad_type_id", 0),
+            direction=padding.get("direction", "right"),
         )
-        self.tokenizer.enable_truncation(context_length)
+        self.tokenizer.enable_truncation(
+            context_length,
+            strategy=truncation.get("strategy", "longest_first"),
+            direction=truncation.get("direction", "right"),
+        )
         self.session = _onnx_session(Path(onnx_path), "model.text_onnx_path", intra_op_threads)
         inputs = {i.name: i.type for i in self.session.get_inputs()}
         self.ids_name = "input_ids" if "input_ids" in inputs else next(iter(inputs))
@@ -406,6 +417,7 @@ class TextEncoder:
             )
         self.int_type = np.int32 if inputs[self.ids_name] == "tensor(int32)" else np.int64
         self.path = Path(onnx_path)
+        self.dim = dim
 
     def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, attention mask), each [N, context_length]."""
@@ -415,13 +427,22 @@ class TextEncoder:
         return ids, mask
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """[N, D] float32 (not normalized)."""
+        """[N, D] float32 (not normalized). An encoder that returns anything but one `dim`-d
+        vector per text (per-token states, another width than the image tower's) is a
+        `ConfigError`: its vectors could not be compared with the collection's."""
         ids, mask = self.tokenize(texts)
         feed = {self.ids_name: ids}
         if self.mask_name:
             feed[self.mask_name] = mask
         (out,) = self.session.run([self.session.get_outputs()[0].name], feed)
-        return np.asarray(out, np.float32).reshape(len(texts), -1)
+        out = np.asarray(out, np.float32)
+        if out.ndim != 2 or out.shape[0] != len(texts) or self.dim not in (None, out.shape[1]):
+            raise ConfigError(
+                f"{self.path}: the text encoder returns shape {list(out.shape)} for"
+                f" {len(texts)} text(s); it must return one {self.dim or 'D'}-d vector per text"
+                " (model.embedding_dim, the image encoder's width): check model.text_onnx_path"
+            )
+        return out
 
     def close(self) -> None:
         self.session = None
@@ -459,11 +480,28 @@ def no_text_tower(name: str) -> InputError:
 
 
 def make_text_encoder(config) -> TextEncoder | None:
-    """The text tower a `ModelConfig` names (None without one)."""
+    """The text tower a `ModelConfig` names (None without one), tried on `PROBE_TEXT` first: a
+    tokenizer and an encoder that do not fit each other (a pad id or a special token the
+    encoder has no row for, more special tokens than `context_length`) are one line naming the
+    settings now, not a failure of every query."""
     files = text_tower_files(config)
     if files is None:
         return None
-    return TextEncoder(files[0], files[1], config.context_length, config.intra_op_threads)
+    encoder = TextEncoder(
+        files[0], files[1], config.context_length, config.intra_op_threads, config.embedding_dim
+    )
+    try:
+        encoder.embed([PROBE_TEXT])
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"{files[0]}: the text tower cannot embed the test text {PROBE_TEXT!r}"
+            f" ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''});"
+            " model.tokenizer_path must be this encoder's own tokenizer, and"
+            " model.context_length its input length"
+        ) from exc
+    return encoder
 
 
 _fingerprints: dict[tuple, str] = {}

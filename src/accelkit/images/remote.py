@@ -187,6 +187,7 @@ class RemoteIndex(ImageIndex):
                 for h in answer["results"]
             ],
             answer.get("warnings") or [],
+            answer.get("collection"),
         )
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:

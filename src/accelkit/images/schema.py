@@ -61,6 +61,9 @@ SOURCE_KEY = "source"  # metadata key that records where an inserted image came 
 _ID = re.compile(r"[A-Za-z0-9._:/@+=~-]{1,256}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# C0 and C1 controls but tab, new line and carriage return
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: never valid text
 
 
 def _shown(value: Any, limit: int = 40) -> str:
@@ -107,18 +110,22 @@ def check_model_name(name: Any) -> str:
 
 
 def check_text(value: Any, where: str = "text") -> str:
-    """A text query: a non-empty string of at most MAX_TEXT_CHARS characters, no control
-    characters (new lines and tabs are spaces to a tokenizer, and are allowed)."""
-    if not isinstance(value, str):
-        raise InputError(f"{where} must be a string")
-    if not value.strip():
-        raise InputError(f"{where} is empty; give a few words to search for")
-    if len(value) > MAX_TEXT_CHARS:
+    """A text query: a string of at most MAX_TEXT_CHARS characters with something to read in it
+    (not only white space and invisible format characters such as U+200B), no control
+    characters (new lines and tabs are spaces to a tokenizer, and are allowed) and no half of a
+    UTF-16 pair (what an argument of invalid UTF-8 decodes to: no tokenizer takes it)."""
+    import unicodedata
+
+    _bounded_string(value, where, MAX_TEXT_CHARS)
+    if SURROGATE.search(value):
         raise InputError(
-            f"{where} has {len(value):,} characters, over the limit of {MAX_TEXT_CHARS:,}"
+            f"{where} holds an unpaired UTF-16 surrogate (\\ud800-\\udfff, e.g. from bytes"
+            " that are not UTF-8); give valid Unicode text"
         )
-    if re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", value):
+    if _TEXT_CONTROL.search(value):
         raise InputError(f"{where} contains a control character")
+    if all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in value):
+        raise InputError(f"{where} is empty; give a few words to search for")
     return value
 
 
@@ -218,13 +225,16 @@ def check_metadata(value: Any, where: str = "metadata") -> dict[str, Any]:
     return value
 
 
-def check_description(value: Any, where: str = "description") -> str:
+def _bounded_string(value: Any, where: str, limit: int) -> str:
     if not isinstance(value, str):
         raise InputError(f"{where} must be a string")
-    if len(value) > MAX_DESCRIPTION_CHARS:
-        raise InputError(
-            f"{where} has {len(value):,} characters, over the limit of {MAX_DESCRIPTION_CHARS:,}"
-        )
+    if len(value) > limit:
+        raise InputError(f"{where} has {len(value):,} characters, over the limit of {limit:,}")
+    return value
+
+
+def check_description(value: Any, where: str = "description") -> str:
+    _bounded_string(value, where, MAX_DESCRIPTION_CHARS)
     if _CONTROL.search(value):
         raise InputError(f"{where} contains a control character")
     return value

@@ -233,6 +233,7 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
                 "name": config.model.name,
                 "backend": config.model.backend,
                 "dim": config.model.embedding_dim,
+                "text": config.model.has_text,  # loaded at start: words can be searched
                 "loaded": state.pipeline is not None,
             },
             "store": {

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from accelkit.errors import InputError
 from accelkit.images.schema import (
     LIMIT_SETTINGS,
+    SURROGATE,
     TOO_MANY,
     ImageItem,
     InsertRequest,
@@ -73,14 +74,11 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _lone_surrogate(value: Any) -> bool:
     """A string holding half of a UTF-16 pair (JSON "\\ud800"): it cannot be stored or even
     written back as UTF-8."""
     if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
+        return SURROGATE.search(value) is not None
     if isinstance(value, dict):
         return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
     if isinstance(value, list):

@@ -54,6 +54,10 @@ class ServiceState:
             from accelkit.images.pipeline import EmbeddingPipeline
 
             self.pipeline = await asyncio.to_thread(EmbeddingPipeline, self.config)
+        if self.config.model.has_text:  # a broken text tower fails the start, not each query
+            from accelkit.images.models import PROBE_TEXT
+
+            await asyncio.to_thread(self.pipeline.embed_texts, [PROBE_TEXT])
         # open the store and load its collections now: fail at start, and no first request waits
         from accelkit.images.store import VectorStore
 

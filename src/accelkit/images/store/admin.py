@@ -113,7 +113,9 @@ class CollectionAdmin(StoreClient):
             )
             self._call(f"loading collection {name!r}", client.load_collection, name)
             if not self.is_server:  # a server took them with the collection's properties
-                self.record(name, records)
+                # a catalog row left by a collection of this name dropped by another program
+                # (or a drop stopped before its row went) is replaced, not inherited
+                self.record(name, records, replace=True)
         except BaseException:
             try:  # all or nothing: no half-created collection is left behind
                 client.drop_collection(name, timeout=self.config.timeout)

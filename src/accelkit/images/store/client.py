@@ -203,13 +203,15 @@ class StoreClient:
             self._dims[name] = dim
         return dim
 
-    def recorded(self, name: str, key: str) -> dict[str, Any] | None:
+    def recorded(self, name: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
         """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None
         when it has none (made before we recorded it, or by another program). A server keeps
         them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
-        properties, in the catalog collection of its database."""
+        properties, in the catalog collection of its database. Kept after the first read;
+        `fresh` reads a server's again (another client may have made the collection anew since:
+        Milvus Lite has no other client)."""
         with self._lock:
-            cached = self._records.get(name)
+            cached = None if fresh and self.is_server else self._records.get(name)
         if cached is None:
             self._require(name)
             cached = self._server_records(name) if self.is_server else self._catalog_records(name)
@@ -218,9 +220,10 @@ class StoreClient:
         value = cached.get(key)
         return value if isinstance(value, dict) else None
 
-    def record(self, name: str, records: dict[str, Any]) -> None:
-        """Keep `records` (JSON objects by key) for collection `name`, replacing the keys given."""
-        if not records:
+    def record(self, name: str, records: dict[str, Any], replace: bool = False) -> None:
+        """Keep `records` (JSON objects by key) for collection `name`, replacing the keys given
+        (`replace`: all of them — a new collection inherits nothing of an old one's)."""
+        if not records and not (replace and not self.is_server):
             return
         if self.is_server:
             self._call(
@@ -232,8 +235,10 @@ class StoreClient:
                     for k, v in records.items()
                 },
             )
+        elif replace and not records:
+            self._forget(name)
         else:
-            merged = {**(self._catalog_records(name) or {}), **records}
+            merged = records if replace else {**(self._catalog_records(name) or {}), **records}
             self._catalog_write(name, merged)
         with self._lock:
             self._records.pop(name, None)

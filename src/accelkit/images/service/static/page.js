@@ -14,6 +14,7 @@
   const KEY = "accelkit.images.key";
   const TOPK = { min: 1, max: 100, initial: 12 };
   const MAX_TEXT = 1000;
+  const MAX_FILTER = 4096;
   const state = { query: null, blobs: [], preview: null, results: [], searched: null };
 
   function authHeaders() {
@@ -226,6 +227,10 @@
     else history.pushState(null, "", target);
   }
 
+  function characters(value, most) {
+    return Array.from(value || "").slice(0, most).join("");
+  }
+
   // Put a search from the address on the page (values only, never markup); true when it names
   // a query to run. Anything out of range is left at its default.
   function applyAddress() {
@@ -236,8 +241,10 @@
     else if (wanted !== null) show("error", "the collection in the address is not on this service");
     const k = params.get("k");
     setTopk(k !== null && /^[0-9]{1,3}$/.test(k) ? Number(k) : TOPK.initial);
-    $("filter").value = (params.get("filter") || "").slice(0, 4096);
-    const text = (params.get("q") || "").slice(0, MAX_TEXT);
+    // at most as many characters as the service takes, counted as it counts them (code
+    // points): a cut in UTF-16 units could split an emoji and send half of it, which it refuses
+    $("filter").value = characters(params.get("filter"), MAX_FILTER);
+    const text = characters(params.get("q"), MAX_TEXT);
     const id = params.get("id");
     $("text").value = text;
     if (text.trim()) setQuery({ text });
