@@ -273,6 +273,25 @@ def test_small_windows_resolve_or_fall_back_to_the_passes(rng, small_windows, we
     assert passes[-1] > 1 and min(passes) == 1, passes
 
 
+def test_members_overlapping_in_the_tails_with_small_windows(rng, small_windows):
+    """A member of another spread and offset overlaps the other's tails: each member's window
+    narrows around its own rank, so a target often lies below one member's window (whose count
+    there is unknown) or in windows of both; either way the result is the definition's."""
+    for _ in range(12):
+        a = rng.standard_normal((int(rng.integers(200, 5000)), 1)).astype(np.float32)
+        spread, offset = rng.uniform(0.1, 2), rng.uniform(-4, 4)
+        b = (rng.standard_normal((int(rng.integers(20, 2000)), 1)) * spread + offset).astype(
+            np.float32
+        )
+        members = [as_batches(a, 300), as_batches(b, 300)]
+        union = compute_mixture_stats(members, quantiles=TAILS).stats["x"]
+        expected = np.quantile(np.concatenate([a, b]), TAILS, axis=0)
+        np.testing.assert_array_equal(quantiles_of(union, TAILS), expected)
+        weights = [Fraction(1), Fraction(1)]
+        weighted = compute_mixture_stats(members, quantiles=TAILS, weights=weights).stats["x"]
+        assert_exact_where_numpy_is(quantiles_of(weighted, TAILS), [a, b], weights, TAILS)
+
+
 @pytest.mark.parametrize("weights", [None, ["0.6", "0.4"]], ids=["union", "weighted"])
 def test_any_device_count_and_batch_size_give_identical_bits(rng, eight_devices, weights):
     """The XLA kernel on 1, 2 and 8 devices and the host loop, at several batch sizes."""
@@ -348,6 +367,33 @@ def test_bad_weights_are_refused(weights, message):
     members = [[{"x": np.ones((3, 1), np.float32)}]] * 2
     with pytest.raises(ConfigError, match=message):
         compute_mixture_stats(members, weights=weights)
+
+
+@pytest.mark.parametrize("weights", [None, ["0.25", "0.75"]], ids=["union", "weighted"])
+def test_a_dimension_empty_in_one_member_is_the_others(rng, weights, caplog):
+    """Under --skip-nonfinite: dimension 1 is NaN in every row of the first member (the mixture's
+    values there are the second's: its weight renormalized), dimension 2 in both (NaN, warned)."""
+    a = rng.standard_normal((800, 3)).astype(np.float32)
+    b = (3 + rng.standard_normal((300, 3))).astype(np.float32)
+    a[:, 1:] = np.nan
+    b[:, 2] = np.nan
+    b[::7, 0] = np.inf  # skipped where it is
+    stats = compute_mixture_stats(
+        [as_batches(a), as_batches(b)], quantiles=LEVELS, weights=weights, skip_nonfinite=True
+    ).stats["x"]
+    finite = [a[:, :1], b[np.isfinite(b[:, 0]), :1]]
+    if weights is None:
+        expected = np.quantile(np.concatenate(finite), LEVELS, axis=0)[:, 0]
+    else:
+        expected = exact_reference(finite, [Fraction(1, 4), Fraction(3, 4)], LEVELS)[:, 0]
+    np.testing.assert_array_equal(quantiles_of(stats, LEVELS)[:, 0], expected)
+    method = "linear" if weights is None else "inverted_cdf"
+    only_b = np.quantile(b[:, 1], LEVELS, method=method)
+    np.testing.assert_array_equal(quantiles_of(stats, LEVELS)[:, 1], only_b)
+    assert np.isnan(quantiles_of(stats, LEVELS)[:, 2]).all() and np.isnan(stats.mean[2])
+    assert stats.count.tolist() == [800 + len(finite[1]), 300, 0]
+    assert stats.mean[1] == pytest.approx(b[:, 1].astype(np.float64).mean(), rel=1e-12)
+    assert "dimensions [2] hold no finite values" in caplog.text
 
 
 def test_one_member_union_is_the_single_run(rng):

@@ -157,15 +157,19 @@ class _Mixture:
         for m, (runner, source) in enumerate(zip(self.runners, sources, strict=True)):
             outcome = runner.run_pass(self.label(label, m), spec_for, init_for(m), stream=source)
             source.freeze()
-            stream = self.streams[m]
-            _check_nonfinite(stream, outcome.states, runner.skip_nonfinite)
-            try:
-                _require_rows(stream, outcome.states)
-            except DataError as exc:
-                raise DataError(f"{_name(self.streams, m)}: {exc}") from None
+            _check_nonfinite(self.streams[m], outcome.states, runner.skip_nonfinite)
+            if not outcome.states:
+                raise DataError(f"{_name(self.streams, m)} holds no rows; check the path")
             outcomes.append(outcome)
             self.rows += outcome.rows
         _check_agree(self.streams, [o.states for o in outcomes])
+        # what the mixture holds: a dimension empty in one member is the others' (weighted: the
+        # others' weights, renormalized); empty in all, its statistics are NaN, with a warning
+        merged = {
+            key: state._replace(extremes=_merged_extremes([o.states[key] for o in outcomes]))
+            for key, state in outcomes[0].states.items()
+        }
+        _require_rows(self.streams[0], merged)
         return outcomes
 
     # --- exact mode ---
