@@ -292,6 +292,27 @@ def test_members_overlapping_in_the_tails_with_small_windows(rng, small_windows)
         assert_exact_where_numpy_is(quantiles_of(weighted, TAILS), [a, b], weights, TAILS)
 
 
+def test_a_cluster_at_another_members_window_edge(small_windows):
+    """A small member clustered at a large member's tail level: the target's bucket holds values
+    of the large member under (or over) its narrowed window and the cluster's, so the window
+    alone does not know the large member's count there; resolving must see it (or leave the
+    target to the passes). Seeds where a resolver that ignores this returns wrong keys."""
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((int(rng.integers(500, 6000)), 1)).astype(np.float32)
+        level = np.quantile(a, rng.choice([0.01, 0.02, 0.99]))
+        spread, offset = rng.uniform(0.001, 0.05), rng.uniform(-0.05, 0.05)
+        size = int(rng.integers(5, 300))
+        b = (level + offset + rng.standard_normal((size, 1)) * spread).astype(np.float32)
+        members = [as_batches(a, 250), [{"x": b}]]
+        union = compute_mixture_stats(members, quantiles=TAILS).stats["x"]
+        expected = np.quantile(np.concatenate([a, b]), TAILS, axis=0)
+        np.testing.assert_array_equal(quantiles_of(union, TAILS), expected, err_msg=str(seed))
+        weights = [Fraction(1), Fraction(1)]
+        weighted = compute_mixture_stats(members, quantiles=TAILS, weights=weights).stats["x"]
+        assert_exact_where_numpy_is(quantiles_of(weighted, TAILS), [a, b], weights, TAILS)
+
+
 @pytest.mark.parametrize("weights", [None, ["0.6", "0.4"]], ids=["union", "weighted"])
 def test_any_device_count_and_batch_size_give_identical_bits(rng, eight_devices, weights):
     """The XLA kernel on 1, 2 and 8 devices and the host loop, at several batch sizes."""

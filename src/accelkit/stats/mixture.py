@@ -101,6 +101,7 @@ class MixturePlan(NamedTuple):
     inside: np.ndarray  # int64 [M, D, T]: member m's values inside it
     prefix_bits: int
     key_bits: int
+    top: tuple = ()  # D Python ints: S at the largest key (every value counted)
 
 
 def start_plan(
@@ -133,6 +134,9 @@ def start_plan(
         scale = tuple(scales)
     shape = (dims, thresholds.shape[1])
     inside = np.broadcast_to(counts[:, :, None], (members, *shape)).copy()
+    top = tuple(
+        sum(s * int(n) for s, n in zip(scale[d], counts[:, d], strict=True)) for d in range(dims)
+    )
     return (
         MixturePlan(
             scale,
@@ -142,6 +146,7 @@ def start_plan(
             inside,
             0,
             key_bits,
+            top,
         ),
         targets,
     )
@@ -248,65 +253,72 @@ def resolve_windows(
     plan: MixturePlan,
     member_windows: list,
     member_counts: list[np.ndarray],
-    counted: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The keys of the targets where every member's windows (`stats.windows`, one per level)
-    together hold every value near them: (keys [D, T] uint64, covered [D, T] bool).
+    """The keys of the targets that the members' windows (`stats.windows`, one per level) hold
+    together: (keys [D, T] uint64, covered [D, T] bool). `plan` has pass 1's digits (each target's
+    bucket, and each member's count below and inside it); `member_counts` are the members' settled
+    pass-1 histograms [D, 1, K] (they count what lies below a window).
 
-    Member m knows c_m(k) exactly for k in its window's range [lo, hi] (below + the window's
-    weight up to k), and also below lo where nothing of it lies below the window, above hi where
-    nothing lies above. Inside the intersection I of those ranges every value of every member is
-    in a window, so S is known there: a target is covered when S(just below I) < tau <= S(top of
-    I), and its key is the first window key in I with S >= tau. `member_counts`: the members'
-    settled pass-1 histograms [D, 1, K]; `counted` [M, D] their values per dimension."""
+    Inside a target's bucket member m knows its cumulative count c_m(k) exactly where its window
+    holds every value of the bucket up to k: from the bucket's start where none of its bucket
+    values lie under the window (else from the window's lo) to the bucket's end where none lie
+    above it (else to hi). Inside the intersection I of those ranges (members without values in
+    the bucket add a constant) every value is a window entry, so S is known there: the target is
+    covered when S(just below I) < tau <= S(top of I), and its key is the first entry in I with
+    S >= tau. Only entries inside the bucket are sorted (a tail bucket holds few values)."""
     dims, targets = plan.prefixes.shape
     found = np.zeros((dims, targets), np.uint64)
     covered = np.zeros((dims, targets), bool)
     if any(w is None for w in member_windows):
         return found, covered
     levels = len(member_windows[0].levels)
-    top = np.iinfo(member_windows[0].keys.dtype).max
+    width = plan.key_bits - plan.prefix_bits
     for d in range(dims):
-        members = [m for m in range(len(member_windows)) if counted[m, d] > 0]
-        if not members:
-            covered[d] = True
+        if not plan.inside[:, d].any():
+            covered[d] = True  # no values: no quantiles
             continue
-        for u in range(levels):
-            wanted = list(range(u, targets, levels))
-            parts = []
-            for m in members:
-                w = member_windows[m]
+        scale, small = plan.scale[d], plan.top[d] < SAFE  # int64 sums, else Python integers
+        for t in range(targets):
+            u = t % levels  # `start_plan` lists every level's targets, then again (union)
+            b_lo = int(plan.prefixes[d, t]) << width
+            b_hi = b_lo | ((1 << width) - 1)
+            start, stop, parts = b_lo, b_hi, []
+            for m, w in enumerate(member_windows):
+                below_plan, inside_plan = int(plan.below[m, d, t]), int(plan.inside[m, d, t])
+                if not inside_plan:
+                    continue  # a constant below_plan across the bucket
                 shift = win.bin_shift(w, member_counts[m])
                 lo, hi = int(w.lo[d, u]), int(w.hi[d, u])
                 below = int(member_counts[m][d, 0, : lo >> shift].sum()) + int(w.partial[d, u])
-                keys, weights = win.contents(w, d, u)
+                fill = int(w.fill[d, u])
+                keys, weights = w.keys[d, u, :fill], w.weights[d, u, :fill]
                 inside = int(weights.sum())
-                low = 0 if below == 0 else lo
-                high = top if below + inside == int(counted[m, d]) else hi
-                parts.append((below, keys, np.concatenate([[0], np.cumsum(weights)]), low, high))
-            start = max(p[3] for p in parts)
-            stop = min(p[4] for p in parts)
+                if below > below_plan:  # some of its bucket values lie under the window
+                    start = max(start, lo)
+                if below_plan + inside_plan > below + inside:  # some lie above it
+                    stop = min(stop, hi)
+                parts.append((m, below, keys, weights))
             if start > stop:
                 continue
-            candidates = np.unique(
-                np.concatenate([p[1][(p[1] >= start) & (p[1] <= stop)] for p in parts])
-            )
-            if not len(candidates):
+            before = sum(s * int(b) for s, b in zip(scale, plan.below[:, d, t], strict=True))
+            keys_in, weights_in = [], []
+            for m, below, keys, weights in parts:
+                before += scale[m] * (
+                    below + int(weights[keys < start].sum()) - int(plan.below[m, d, t])
+                )
+                kept = (keys >= start) & (keys <= stop)
+                keys_in.append(keys[kept])
+                held = weights[kept] if small else weights[kept].astype(object)
+                weights_in.append(held * scale[m])
+            keys_in = np.concatenate(keys_in)
+            if not len(keys_in):
                 continue
-            scale = [plan.scale[d][m] for m in members]
-            before = sum(
-                s * (p[0] + int(p[2][np.searchsorted(p[1], start, side="left")]))
-                for s, p in zip(scale, parts, strict=True)
-            )
-            at = _weighted_sum(
-                [p[0] + p[2][np.searchsorted(p[1], candidates, side="right")] for p in parts],
-                tuple(scale),
-            )
-            for t in wanted:
-                tau = int(plan.thresholds[d, t])
-                if before < tau <= at[-1]:
-                    found[d, t] = candidates[int(np.searchsorted(at, tau, side="left"))]
-                    covered[d, t] = True
+            order = np.argsort(keys_in, kind="stable")
+            cumulative = np.cumsum(np.concatenate(weights_in)[order]) + before
+            tau = int(plan.thresholds[d, t])
+            if before < tau <= cumulative[-1]:  # else the target lies outside I
+                found[d, t] = keys_in[order[int(np.searchsorted(cumulative, tau, side="left"))]]
+                covered[d, t] = True
     return found, covered
 
 

@@ -232,7 +232,7 @@ class _Mixture:
             )
             if all(s.windows is not None for s in states):
                 found, covered = mx.resolve_windows(
-                    plan, [s.windows for s in states], [s.counts for s in states], counted
+                    plan, [s.windows for s in states], [s.counts for s in states]
                 )
                 guessed[key] = (found, covered)
                 plan = mx.with_prefixes(plan, _known(mx.view(plan), found, covered, merged.count))
