@@ -51,6 +51,12 @@ def write_files(folder, x: np.ndarray, files: int) -> None:
         pq.write_table(pa.table({"x": column}), folder / f"part_{i:03d}.parquet")
 
 
+def test_tail_levels_are_the_decimals_they_are_written_as():
+    """1 - 0.98 is 0.020000000000000018 in floats: q02/q98 are tail levels all the same."""
+    assert windows.worth_trying([0.02, 0.98]) and windows.worth_trying([0.0, 1.0])
+    assert not windows.worth_trying([0.01, 0.021]) and not windows.worth_trying([0.5])
+
+
 def test_tail_quantiles_of_files_come_from_one_read(tmp_path, rng, reads):
     n = 60_000
     x = np.stack(

@@ -13,107 +13,45 @@ from accelkit.errors import ConfigError
 from accelkit.runtime.config import load_settings
 from accelkit.runtime.output import endpoint_option, ray_option
 from accelkit.stats.check_cli import check_command
+from accelkit.stats.compute_report import print_report
 from accelkit.stats.diff_cli import diff_command
 from accelkit.stats.sample_cli import sample_dataset_command
-from accelkit.stats.settings import ENV_PREFIX, StatsSettings, parse_keys, parse_quantiles
+from accelkit.stats.settings import (
+    ENV_PREFIX,
+    StatsSettings,
+    parse_member_keys,
+    parse_quantiles,
+)
 
 __all__ = ["ENV_PREFIX", "StatsSettings", "register"]
 
 
-def _format_count(n: float) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,.0f}"
-
-
-def print_report(result, output: Path, fmt: str, source_name: str) -> None:
-    import numpy as np
-    from rich.text import Text
-
-    from accelkit.runtime.output import Col, print_table, stdout_console
-    from accelkit.stats.formats import quantile_name, sidecar_path
-
-    console = stdout_console()
-    s = result.summary
-    run = [
-        ["mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)"],
-        [
-            "devices",
-            f"{s.platform}: {len(s.devices)} ({', '.join(s.devices[:4])}{' …' if len(s.devices) > 4 else ''})",
-        ],
-        [
-            "batch size",
-            f"{s.batch_size:,} rows ({s.compiles} kernel shape{'s' if s.compiles != 1 else ''} compiled or loaded from cache)",
-        ],
-        ["rows", f"{s.rows:,}"],
-        [
-            "time",
-            f"{s.seconds:.2f} s, {_format_count(s.rows_per_second)} rows/s end to end (passes: {', '.join(f'{t:.2f} s' for t in s.pass_seconds)})",
-        ],
-    ]
-    memory = f"{s.peak_rss_bytes / 2**20:,.0f} MiB host RSS"
-    if s.peak_device_bytes is not None:
-        memory += f", {s.peak_device_bytes / 2**20:,.0f} MiB device"
-    run.append(["peak memory", memory])
-    if s.partial:
-        run.append(
-            [Text("partial", style="yellow"), "time budget ran out; results cover the rows above"]
-        )
-    print_table(
-        f"accelkit stats: {source_name}",
-        [Col("what", numeric=False), Col("value", numeric=False)],
-        run,
-        console=console,
-        show_header=False,
-    )
-    for key, stats in result.stats.items():
-        levels = sorted(stats.quantiles)
-        names = ["mean", "std", "min", "max", *(quantile_name(q) for q in levels)]
-        shown = min(stats.dim, 16)
-        rows = []
-        for d in range(shown):
-            cells = [
-                stats.mean[d],
-                stats.std[d],
-                stats.min[d],
-                stats.max[d],
-                *(stats.quantiles[q][d] for q in levels),
-            ]
-            rows.append([str(d), *(f"{float(v):.5g}" for v in cells)])
-        print_table(
-            f"{key}: {stats.dim} dims, count {int(stats.count.max()):,}",
-            [Col("dim", numeric=True, key=True), *(Col(n, numeric=True) for n in names)],
-            rows,
-            console=console,
-            caption=f"{stats.dim - shown} more dimensions in {output}"
-            if stats.dim > shown
-            else None,
-        )
-        if stats.rank_error_bound is not None:
-            worst = max(float(np.max(b)) for b in stats.rank_error_bound.values())
-            console.print(
-                f"  fast-mode rank error bound for {key}: {worst:.2e} of the rows (exact mode: 0)"
-            )
-        if int(stats.nonfinite.sum()):
-            console.print(
-                f"  skipped {int(stats.nonfinite.sum()):,} non-finite values in {key} (per dimension: {stats.nonfinite.tolist()})"
-            )
-    console.print(
-        f"wrote {output} ({fmt}{', partial' if s.partial else ''}); run facts in {output.parent / sidecar_path(output.name).name}",
-        soft_wrap=True,
-    )
-
-
 def stats_command(
     dataset: Annotated[
-        str | None,
+        list[str] | None,
         typer.Argument(
             help="LeRobot dataset folder (v2.1 or v3.0) or repo id (owner/name, found where LeRobot"
-            " keeps it: $HF_LEROBOT_HOME), a .parquet/.npz/.npy file, or a folder of them."
+            " keeps it: $HF_LEROBOT_HOME), a .parquet/.npz/.npy file, or a folder of them. Several:"
+            " the exact statistics of their union (every frame once), or with --weights of their"
+            " weighted mixture."
         ),
     ] = None,
     keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keys",
+            help="Output keys and their columns: state=observation.state,actions=action. With"
+            " several datasets: once for all, or repeated once per dataset in their order"
+            " (--keys state=obs,actions=act --keys state=observation.state,actions=action).",
+        ),
+    ] = None,
+    weights: Annotated[
         str | None,
         typer.Option(
-            "--keys", help="Output keys and their columns: state=observation.state,actions=action"
+            "--weights",
+            help="With several datasets: one weight each (0.7,0.2,0.1 or 1/3,2/3; normalized):"
+            " a frame of dataset i weighs w_i / N_i, as a weighted sampler draws; quantiles as"
+            " numpy.quantile(weights=…, method='inverted_cdf'), exact.",
         ),
     ] = None,
     output: Annotated[
@@ -308,8 +246,9 @@ def stats_command(
         yaml_path=config,
         section=config_name if config is not None else None,
         env_prefix=ENV_PREFIX,
-        dataset=dataset,
-        keys=parse_keys(keys),
+        dataset=dataset[0] if dataset and len(dataset) == 1 else (dataset or None),
+        keys=parse_member_keys(keys),
+        weights=weights,
         output=output,
         format=fmt,
         fast=fast,

@@ -164,7 +164,9 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     s = result.summary
     facts = {
         "accelkit": __version__,
-        "dataset": str(settings.dataset),
+        "dataset": list(settings.dataset)
+        if isinstance(settings.dataset, list)
+        else str(settings.dataset),
         "source": stream.name,
         "keys": dict(stream.keys),
         "mode": s.mode,
@@ -192,6 +194,8 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
         from accelkit.stats.transforms import describe
 
         facts["actions_transform"] = describe(stream.chunk_transform)
+    if hasattr(stream, "facts"):  # a mixture: its kind and members (`mixture_run`)
+        facts["mixture"] = stream.facts()
     if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
         facts["ray"] = settings.ray
     cameras = getattr(result, "cameras", None)

@@ -19,7 +19,7 @@ from accelkit.errors import ConfigError
 from accelkit.runtime import storage
 from accelkit.runtime.files import temporary_folder
 from accelkit.stats.outputs import write_outputs, write_plot
-from accelkit.stats.settings import StatsSettings
+from accelkit.stats.settings import StatsSettings, engine_options
 from accelkit.stats.types import StatsResult
 
 
@@ -74,8 +74,28 @@ def compute(
     return _run(settings, progress)
 
 
-def _text(dataset) -> str | None:
-    return None if dataset is None else str(dataset)
+def _text(dataset) -> str | list[str] | None:
+    """A dataset, or several (a mixture), as text."""
+    if dataset is None:
+        return None
+    if isinstance(dataset, list | tuple):
+        return [str(d) for d in dataset]
+    return str(dataset)
+
+
+def dataset_keys(settings: StatsSettings):
+    """The keys to compute: --keys, or with --per-episode/--write-into every numeric feature
+    of a LeRobot dataset (LeRobot's statistics files hold them all: compute_episode_stats)."""
+    if (
+        settings.keys is None
+        and (settings.per_episode or settings.write_into)
+        and not settings.trust_files
+        and not storage.is_uri(settings.dataset)
+    ):
+        from accelkit.stats import lerobot
+
+        return lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
+    return settings.keys
 
 
 def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
@@ -96,13 +116,15 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         )
     from accelkit.stats import repo_ids
 
-    settings = settings.model_copy(  # `owner/name`: the folder LeRobot keeps it in
-        update={
-            "dataset": repo_ids.resolve(settings.dataset),
-            "write_into": settings.write_into
-            and repo_ids.resolve(settings.write_into, "--write-into"),
-        }
-    )
+    mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture_run.py`
+    if not mixture:
+        settings = settings.model_copy(  # `owner/name`: the folder LeRobot keeps it in
+            update={
+                "dataset": repo_ids.resolve(settings.dataset),
+                "write_into": settings.write_into
+                and repo_ids.resolve(settings.write_into, "--write-into"),
+            }
+        )
     levels = settings.quantiles or list(
         LEROBOT_QUANTILES if settings.format == "lerobot" else OPENPI_REQUIRED
     )
@@ -115,33 +137,30 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
 
         plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
-    phase(f"reading the metadata of {settings.dataset}")
-    keys = settings.keys
-    if (
-        keys is None
-        and (settings.per_episode or settings.write_into)
-        and not settings.trust_files
-        and not storage.is_uri(settings.dataset)
-    ):
-        from accelkit.stats import lerobot
+    cameras = None
+    if mixture:
+        from accelkit.stats import mixture_run
 
-        # a LeRobot dataset's statistics files hold every numeric feature (compute_episode_stats)
-        keys = lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
-    stream = open_source(
-        settings.dataset,
-        keys=keys,
-        action_horizon=settings.action_horizon,
-        chunk_end=settings.chunk_end,
-        max_frames=settings.max_frames,
-        seed=settings.seed,
-        shuffle=settings.max_time_minutes is not None,
-        trust_files=settings.trust_files,
-        endpoint_url=settings.endpoint_url,
-        chunk_transform=chunk_transform,
-    )
-    target = dataset_target(settings, stream)
-    # cameras first: a missing or broken video answers before JAX starts, and nothing is written
-    cameras = camera_stats(settings, stream, levels, progress)
+        phase(f"reading the metadata of {len(settings.dataset)} datasets")
+        stream = mixture_run.open_mixture(settings, chunk_transform)
+        target = stream.target
+    else:
+        phase(f"reading the metadata of {settings.dataset}")
+        stream = open_source(
+            settings.dataset,
+            keys=dataset_keys(settings),
+            action_horizon=settings.action_horizon,
+            chunk_end=settings.chunk_end,
+            max_frames=settings.max_frames,
+            seed=settings.seed,
+            shuffle=settings.max_time_minutes is not None,
+            trust_files=settings.trust_files,
+            endpoint_url=settings.endpoint_url,
+            chunk_transform=chunk_transform,
+        )
+        target = dataset_target(settings, stream)
+        # cameras first: a missing or broken video answers before JAX starts; nothing is written
+        cameras = camera_stats(settings, stream, levels, progress)
     phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
     from accelkit.stats.engine import compute_stats
@@ -154,22 +173,16 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
         devices = [HOST]  # decided once: the plugin search is a listing of sys.path
 
-    result = compute_stats(
-        stream,
-        quantiles=levels,
-        fast=settings.fast,
-        skip_nonfinite=settings.skip_nonfinite,
-        batch_size=settings.batch_size,
-        platform=settings.platform,
-        devices=devices,
-        max_time_minutes=settings.max_time_minutes,
-        budget_from_process_start=True,  # the user's clock: from the command, start-up included
-        progress=progress,
-        per_episode=settings.per_episode,
-        cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),
-        ray=settings.ray,
-        ray_tasks=settings.ray_tasks,
-    )
+    if mixture:
+        result = mixture_run.compute(settings, stream, levels, devices, progress)
+    else:
+        result = compute_stats(
+            stream,
+            **engine_options(settings, levels, devices, progress),
+            max_time_minutes=settings.max_time_minutes,
+            budget_from_process_start=True,  # the user's clock: from the command, start-up included
+            per_episode=settings.per_episode,
+        )
     result.cameras = cameras
     output = storage.as_path(
         settings.output or DEFAULT_OUTPUT[settings.format], settings.endpoint_url
@@ -276,7 +289,8 @@ def check_episode_options(settings: StatsSettings) -> None:
             raise ConfigError(
                 f"{wanted[0]} writes statistics of every frame of the dataset; drop {flag}"
             )
-    for what, value in (("the dataset", settings.dataset), ("--output", settings.output)):
+    datasets = settings.dataset if isinstance(settings.dataset, list) else [settings.dataset]
+    for what, value in (*(("the dataset", d) for d in datasets), ("--output", settings.output)):
         if storage.is_uri(value) and not str(value).startswith("file:"):
             raise ConfigError(
                 f"{wanted[0]} writes LeRobot's files into local folders; {what} {value} is on "

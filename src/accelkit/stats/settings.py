@@ -17,8 +17,11 @@ ENV_PREFIX = "ACCELKIT_STATS_"
 class StatsSettings(Settings):
     """One stats job; a YAML file may hold several, picked with --config-name."""
 
-    dataset: str | None = None
-    keys: dict[str, str] | None = None
+    # several datasets: the statistics of their mixture (`stats/mixture.py`), with `keys` once
+    # for all of them or once per dataset, and `weights` one per dataset (None: the union)
+    dataset: str | list[str] | None = None
+    keys: dict[str, str] | list[dict[str, str]] | None = None
+    weights: list[str] | None = None
     output: str | None = None
     format: Literal["openpi", "lerobot"] = "openpi"
     fast: bool = False
@@ -47,6 +50,57 @@ class StatsSettings(Settings):
     # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
     # None: "sample" for --format lerobot, "none" for openpi (stats/cameras.py, docs/stats.md)
     images: Literal["none", "sample", "all"] | None = None
+
+    @field_validator("dataset")
+    @classmethod
+    def _datasets(cls, value):
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("give at least one dataset")
+            if len(value) == 1:  # one dataset in a list is that dataset
+                return value[0]
+        return value
+
+    @field_validator("keys")
+    @classmethod
+    def _member_keys(cls, value, info):
+        if isinstance(value, list):
+            if len(value) == 1:
+                return value[0]
+            if not isinstance(info.data.get("dataset"), list):
+                raise ValueError(f"given {len(value)} times for one dataset; give it once")
+        return value
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _weights_text(cls, value):
+        if value is None:
+            return value
+        parts = value.split(",") if isinstance(value, str) else list(value)
+        return [str(part).strip() for part in parts]
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value, info):
+        """One positive rational per dataset (`mixture.parse_weight`), for several datasets."""
+        if value is None:
+            return value
+        from accelkit.stats.mixture import parse_weight
+
+        try:
+            for i, part in enumerate(value):
+                parse_weight(part, f"value {i + 1}")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        datasets = info.data.get("dataset")
+        if not isinstance(datasets, list):
+            raise ValueError("the weights of a mixture need several datasets")
+        if len(value) != len(datasets):
+            raise ValueError(
+                f"{len(value)} value(s) for {len(datasets)} datasets; give one weight per"
+                " dataset, in the order the datasets are given"
+            )
+        return value
 
     @field_validator("delta_actions")
     @classmethod
@@ -95,6 +149,22 @@ class StatsSettings(Settings):
         return value
 
 
+def engine_options(settings: StatsSettings, levels, devices, progress: bool) -> dict:
+    """The engine's keywords (`compute_stats`, `compute_mixture_stats`) a run's settings give."""
+    return dict(
+        quantiles=levels,
+        fast=settings.fast,
+        skip_nonfinite=settings.skip_nonfinite,
+        batch_size=settings.batch_size,
+        platform=settings.platform,
+        devices=devices,
+        progress=progress,
+        cache_bytes=None if settings.cache_mb is None else int(settings.cache_mb * 2**20),
+        ray=settings.ray,
+        ray_tasks=settings.ray_tasks,
+    )
+
+
 def parse_keys(text: str | None) -> dict[str, str] | None:
     """ "state=observation.state,actions=action" -> {"state": "observation.state", "actions": "action"}."""
     if not text:
@@ -112,6 +182,14 @@ def parse_keys(text: str | None) -> dict[str, str] | None:
             )
         keys[out.strip()] = column.strip()
     return keys
+
+
+def parse_member_keys(texts: list[str] | None) -> dict[str, str] | list[dict[str, str]] | None:
+    """--keys given once (every dataset's) or once per dataset of a mixture, in their order."""
+    if not texts:
+        return None
+    parsed = [parse_keys(text) for text in texts]
+    return parsed[0] if len(parsed) == 1 else parsed
 
 
 def parse_quantiles(text: str | None) -> list[float] | None:

@@ -27,6 +27,7 @@ Pure numpy here; the loop that fills and narrows the windows is `host_passes`'s.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
@@ -51,8 +52,10 @@ def worth_trying(levels) -> bool:
     On the benchmarks' 2.19M-frame datasets (2,165 episodes, 14 dimensions of 2 keys), windows of
     32,768 entries held every q01/q99, q02/q98 and q05/q95 value, but missed 54 of 280 values of
     LeRobot's five levels (q10, q50, q90; 12 at 65,536 entries, for +0.9 s of the loop's time):
-    there, a second pass would follow anyway."""
-    return all(min(q, 1 - q) <= TAIL for q in levels)
+    there, a second pass would follow anyway. Levels are compared as the decimals they are
+    written as (in floats, 1 - 0.98 is just above 0.02)."""
+    tail = Fraction(repr(TAIL))
+    return all(min(d, 1 - d) <= tail for d in (Fraction(repr(float(q))) for q in levels))
 
 
 class Windows(NamedTuple):
