@@ -32,17 +32,28 @@ def module_files(src: Path = SRC) -> dict[str, Path]:
 
 
 def lazy_exports(path: Path, package: str) -> dict[str, str]:
-    """The names a package's __init__ exports lazily: module-level dict literals of str -> str,
-    values either dotted module paths or submodule names."""
+    """The names a package's __init__ exports lazily, from its module-level dict literals: name ->
+    module (`{"compute": "accelkit.stats.run"}`, or a submodule's name alone) or module -> names
+    (`{"accelkit.images.api": ["embed", ...]}`)."""
+
+    def module(name: str) -> str:
+        return name if "." in name else f"{package}.{name}"
+
     exports = {}
     for node in ast.parse(path.read_text()).body:
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         if not isinstance(value, ast.Dict):
             continue
         for key, target in zip(value.keys, value.values, strict=True):
-            key, target = getattr(key, "value", None), getattr(target, "value", None)
-            if isinstance(key, str) and isinstance(target, str):
-                exports[key] = target if "." in target else f"{package}.{target}"
+            key = getattr(key, "value", None)
+            if not isinstance(key, str):
+                continue
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                exports[key] = module(target.value)
+            elif isinstance(target, ast.List | ast.Tuple):
+                for item in target.elts:
+                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                        exports[item.value] = module(key)
     return exports
 
 
@@ -139,12 +150,16 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
-    (package / "__init__.py").write_text('_EXPORTS = {"thing": "pkg.sub.deep"}\n')
+    (package / "__init__.py").write_text(
+        '_EXPORTS = {"thing": "pkg.sub.deep"}\n_MODULES = {"pkg.top": ["other"]}\n'
+    )
     (package / "sub" / "__init__.py").write_text("")
     (package / "sub" / "deep.py").write_text("def f():\n    from .. import top\n")
     (package / "top.py").write_text("from pkg import thing\n")
+    (package / "user.py").write_text("import pkg.sub\nfrom pkg import other\n")
     graph = import_graph(tmp_path)
     assert graph["pkg.top"] == {"pkg.sub.deep"}
+    assert graph["pkg.user"] == {"pkg.sub", "pkg.top"}
     assert graph["pkg.sub.deep"] == {"pkg.top"}
     assert cycles(graph) == [["pkg.sub.deep", "pkg.top"]]
 
