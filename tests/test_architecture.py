@@ -1,0 +1,218 @@
+"""The house rules of docs/architecture.md, checked on the source tree (read as text, nothing is
+imported): arrows point down and never close a circle, a capability never imports another, the
+command lines stay thin and no file grows into several rooms.
+
+Every import counts, also one inside a function (a lazy import still makes the two modules depend
+on each other), and so does a name a package exports lazily (`from accelkit.stats import
+compute_stats` depends on the module that defines it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+CAPABILITIES = ("stats", "images", "quant", "bench")
+MAX_LINES = 700  # any source file: past this it holds more than one concern
+MAX_CLI_LINES = 400  # a command line only parses, calls one library function and renders
+
+
+def module_files(src: Path = SRC) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (packages by __init__.py)."""
+    modules = {}
+    for path in sorted(src.rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def lazy_exports(path: Path, package: str) -> dict[str, str]:
+    """The names a package's __init__ exports lazily, from its module-level dict literals: name ->
+    module (`{"compute": "accelkit.stats.run"}`, or a submodule's name alone) or module -> names
+    (`{"accelkit.images.api": ["embed", ...]}`)."""
+
+    def module(name: str) -> str:
+        return name if "." in name else f"{package}.{name}"
+
+    exports = {}
+    for node in ast.parse(path.read_text()).body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not isinstance(value, ast.Dict):
+            continue
+        for key, target in zip(value.keys, value.values, strict=True):
+            key = getattr(key, "value", None)
+            if not isinstance(key, str):
+                continue
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                exports[key] = module(target.value)
+            elif isinstance(target, ast.List | ast.Tuple):
+                for item in target.elts:
+                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                        exports[item.value] = module(key)
+    return exports
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere in its body)."""
+    modules = module_files(src)
+    exports = {
+        name: lazy_exports(path, name) for name, path in modules.items() if path.stem == "__init__"
+    }
+
+    def resolve(target: str, name: str | None) -> str | None:
+        if name is not None and f"{target}.{name}" in modules:
+            return f"{target}.{name}"
+        if name is not None and name in exports.get(target, {}):
+            return exports[target][name]
+        return target if target in modules else None
+
+    graph = {}
+    for module, path in modules.items():
+        package = module if path.stem == "__init__" else module.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    found = resolve(target, alias.name)
+                    if found:
+                        edges.add(found)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def capability(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in CAPABILITIES else None
+
+
+def test_the_cycle_finder_finds_cycles():
+    """The checks below are only as good as this: a circle through three modules and a pair."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}}
+    assert sorted(cycles(graph)) == [["a", "b", "c"], ["e", "f"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        '_EXPORTS = {"thing": "pkg.sub.deep"}\n_MODULES = {"pkg.top": ["other"]}\n'
+    )
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "deep.py").write_text("def f():\n    from .. import top\n")
+    (package / "top.py").write_text("from pkg import thing\n")
+    (package / "user.py").write_text("import pkg.sub\nfrom pkg import other\n")
+    graph = import_graph(tmp_path)
+    assert graph["pkg.top"] == {"pkg.sub.deep"}
+    assert graph["pkg.user"] == {"pkg.sub", "pkg.top"}
+    assert graph["pkg.sub.deep"] == {"pkg.top"}
+    assert cycles(graph) == [["pkg.sub.deep", "pkg.top"]]
+
+
+def test_no_import_circles():
+    found = cycles(import_graph())
+    assert not found, "import circles (move the shared piece below both): " + "; ".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_a_capability_never_imports_another_and_runtime_imports_none():
+    wrong = []
+    for module, edges in import_graph().items():
+        own = capability(module)
+        for target in edges:
+            other = capability(target)
+            below = module.startswith("accelkit.runtime") or (own and other != own)
+            if other and below:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports across capabilities (shared needs go to runtime/): " + ", ".join(
+        sorted(wrong)
+    )
+
+
+def test_arrows_point_down_to_the_command_lines():
+    """Only the root CLI imports a capability's command line; nothing below a face imports it."""
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, edges in import_graph().items()
+        for target in edges
+        if target.endswith(".cli")
+        and capability(target)
+        and module != "accelkit.cli"
+        and not module.startswith(target.rpartition(".")[0] + ".cli")
+    )
+    assert not wrong, "a library module imports a command line: " + ", ".join(wrong)
+
+
+@pytest.mark.parametrize("folder", ["src", "benchmarks"])
+def test_no_file_holds_several_rooms(folder):
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"files over {MAX_LINES} lines (split by concern): {long}"
+
+
+def test_command_lines_stay_thin():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted(SRC.rglob("cli.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_CLI_LINES
+    }
+    assert not long, f"cli.py over {MAX_CLI_LINES} lines (move the work into the library): {long}"
