@@ -39,19 +39,12 @@ import time
 
 import torch
 
-from accelkit.quant.apply import quantize
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.evaluate import (
-    Subject,
-    Texts,
-    load_minilm,
-    model_max_length,
-    prepare,
-    quant_layer_bytes,
-    subject_fidelity,
-    subject_reference,
-    with_abits,
-)
+from accelkit.quant.convert import quantize
+from accelkit.quant.fidelity import Subject, quant_layer_bytes, subject_fidelity, subject_reference
+from accelkit.quant.models import load_minilm, model_max_length
+from accelkit.quant.sweep import with_abits
+from accelkit.quant.texts import Texts, prepare
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
 from accelkit.runtime.timing import interleaved
@@ -117,7 +110,7 @@ def antiberty_model():
 
 
 def build(name: str, n_texts: int, max_length: int) -> Subject:
-    from accelkit.quant.evaluate import CausalLogits, SentenceEncoder
+    from accelkit.quant.models import CausalLogits, SentenceEncoder
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
 
     n_pairs = None

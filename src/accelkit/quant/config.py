@@ -238,3 +238,20 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
         arguments={None: keywords},
         argument_names={None: FLAG_NAMES},
     )[None]
+
+
+def config_for_run(source=None, group_size: int | None = None, **flags) -> QuantConfig:
+    """The config of one `evaluate` / `apply` run: `source` — a `QuantConfig`, or a YAML file
+    loaded over the defaults and the environment (`load_config`) — with the flags that are not
+    None on top. `group_size=0` (`--group-size 0`) asks for per output channel even when the file
+    or the environment set groups."""
+    if isinstance(source, QuantConfig):
+        updates = {key: value for key, value in flags.items() if value is not None}
+        if group_size:
+            updates["weight_group_size"] = group_size
+        config = QuantConfig(**{**source.model_dump(), **updates})
+    else:
+        config = load_config(source, weight_group_size=group_size or None, **flags)
+    if group_size == 0:
+        config.weight_group_size = None
+    return config
