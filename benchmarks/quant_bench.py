@@ -98,7 +98,7 @@ def interleaved_latency(
     from accelkit.quant.config import QuantConfig
     from accelkit.quant.convert import quantize
     from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.sweep import compile_model
+    from accelkit.quant.speed import compile_model
 
     fp32, tok = load_minilm()
     calib = batches(tok, calibration_sentences(), 32)

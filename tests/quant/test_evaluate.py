@@ -101,7 +101,9 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
     assert doc["kind"] == "causal-lm"
     fp32, dq = doc["rows"]
     assert fp32["top1_agreement"] == 1.0 and fp32["perplexity_ratio"] == pytest.approx(1.0)
-    assert dq["mean_cosine"] is None and 0.0 < dq["top1_agreement"] <= 1.0
+    # causal LMs: cosine of each real token's last hidden state to FP32's
+    assert fp32["mean_cosine"] == pytest.approx(1.0) and 0.0 < dq["mean_cosine"] < 1.0
+    assert 0.0 < dq["top1_agreement"] <= 1.0
     assert dq["perplexity_ratio"] == pytest.approx(dq["perplexity"] / dq["perplexity_fp32"])
     # the FP32 perplexity against transformers' own loss (labels masked where padded)
     from accelkit.quant.models import load_folder

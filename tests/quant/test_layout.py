@@ -29,9 +29,7 @@ def quant_imports(path: Path) -> set[str]:
 def graph() -> dict[str, set[str]]:
     modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     return {
-        p.stem: quant_imports(p) & modules
-        for p in PACKAGE.glob("*.py")
-        if p.stem != "__init__"
+        p.stem: quant_imports(p) & modules for p in PACKAGE.glob("*.py") if p.stem != "__init__"
     }
 
 

@@ -68,6 +68,18 @@ EvalDataOption = Annotated[
         "--eval-data", help="Text file, one evaluation text per line (default: shipped pairs)."
     ),
 ]
+TargetOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-cosine",
+        help="Reach this mean cosine to FP32 (e.g. 0.99): the most sensitive layers (worst"
+        " first by their output error) move out of 4-bit to W8A8, then float, until it holds;"
+        " the size and time it cost are reported.",
+    ),
+]
+PairsOption = Annotated[
+    int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
+]
 
 
 @quant_app.command("eval")
@@ -79,17 +91,19 @@ def eval_command(
         str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")
     ] = "fp32,rtn,smoothquant,duquant",
     bits: Annotated[
-        str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")
-    ] = "w4a8,w4a4",
+        str | None,
+        typer.Option(
+            help="Comma-separated wXaY settings, e.g. w4a8,w4a4 (the default; plus w4a7 on a CPU"
+            " without VNNI, where 8-bit codes cannot run exactly on an int8 GEMM)."
+        ),
+    ] = None,
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Also write the results as JSON here.")
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the results as JSON on stdout instead of a table.")
     ] = False,
-    pairs: Annotated[
-        int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
-    ] = 300,
+    pairs: PairsOption = 300,
     group_size: Annotated[
         int | None,
         typer.Option(
@@ -122,6 +136,7 @@ def eval_command(
             " (a previous report there is replaced).",
         ),
     ] = None,
+    target_cosine: TargetOption = None,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.quant.api import evaluate
@@ -144,6 +159,7 @@ def eval_command(
             latency=latency,
             compiled=compiled,
             report=report,
+            target_cosine=target_cosine,
             progress=lambda s: activity(f"{s}…"),
         )
     finally:
@@ -170,25 +186,41 @@ def _print_eval_table(result) -> None:
         f" texts of ≤ {result.max_length} tokens, fidelity vs the unquantized model"
     )
     columns = [
-        ("method", "method", None),
-        ("bits", "bits", None),
+        ("setting", "label", None),
         *fidelity_columns(result.kind),
         ("layers MB", "quant_layers_mb", ".2f"),
+        ("kernel", "kernels", "kernels"),
         ("eager ms", "eager_ms", ".2f"),
         ("compiled ms", "compiled_ms", ".2f"),
+        ("× FP32", "compiled_ratio", ".2f"),
+        ("1 text ms", "compiled_one_ms", ".2f"),
+        ("× FP32 (1 text)", "compiled_one_ratio", ".2f"),
     ]
 
     def fmt(v, spec):
+        if spec == "kernels":
+            return (
+                "-" if not v else ", ".join(f"{k} {n}" if len(v) > 1 else k for k, n in v.items())
+            )
         return "-" if v is None else str(v) if spec is None else format(v, spec)
 
     print_table(
         title,
-        [Col(name, numeric=spec is not None, key=key == "method") for name, key, spec in columns],
+        [
+            Col(name, numeric=spec not in (None, "kernels"), key=key == "label")
+            for name, key, spec in columns
+        ],
         [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in result.rows],
         console=stdout_console(),
     )
+    if result.timing_batch:
+        shape = "×".join(map(str, result.timing_batch))
+        typer.echo(f"timed on a batch of {shape} tokens and on its first text alone")
+    if result.target:
+        typer.echo(_target_line(result.target))
     if result.recommendation:
         typer.echo(f"recommended for this model: {result.recommendation['text']}")
+    typer.echo("phases: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in result.phases.items()))
     if result.report:
         typer.echo(f"report: {result.report}/report.md, report.png, report.json")
 
@@ -216,6 +248,9 @@ def apply_command(
         bool,
         typer.Option("--json", help="Print the report (layers, sizes, path) as JSON on stdout."),
     ] = False,
+    target_cosine: TargetOption = None,
+    eval_data: EvalDataOption = None,
+    pairs: PairsOption = 300,
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
     from accelkit.quant.api import apply
@@ -236,6 +271,9 @@ def apply_command(
             dtype=dtype,
             tokenizer=tokenizer,
             config=config,
+            target_cosine=target_cosine,
+            eval_data=eval_data,
+            pairs=pairs,
             progress=activity,
         )
     finally:
@@ -253,7 +291,31 @@ def apply_command(
         )
     else:
         q_bytes, fp_bytes = result.quantized_layers_bytes, result.fp32_layers_bytes
+        kernels = ", ".join(f"{k} {n}" for k, n in result.kernels.items())
         typer.echo(
             f"{result.summary}; quantized layers {q_bytes / 2**20:.2f} MB vs"
-            f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); wrote {result.output}"
+            f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); CPU kernels: {kernels};"
+            f" wrote {result.output}"
         )
+        if result.target:
+            typer.echo(_target_line(result.target))
+
+
+def _target_line(t: dict) -> str:
+    """--target-cosine in one line: what moved out of 4-bit (worst first) and what it cost."""
+    levels = list(t["layers"].values())
+    shown = ", ".join(list(t["layers"])[:3]) + (", …" if len(levels) > 3 else "")
+    moved = (
+        f"{levels.count('w8a8')} layers to W8A8 and {levels.count('float')} to float"
+        f" (worst first: {shown}; all in --json)"
+        if levels
+        else "nothing moved"
+    )
+    before, after = t["linear_bytes_before"] / 2**20, t["linear_bytes_after"] / 2**20
+    cost = f"Linear layers {before:.2f} → {after:.2f} MB"
+    if t.get("eager_ratio_after") is not None:
+        cost += f", eager {t['eager_ratio_before']:.2f}× → {t['eager_ratio_after']:.2f}× FP32"
+    return (
+        f"target cosine {t['target']}: {t['base']} {t['base_cosine']:.4f} → {t['cosine']:.4f}"
+        f" ({'reached' if t['reached'] else 'NOT reached'}), {moved}; {cost}"
+    )

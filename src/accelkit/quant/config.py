@@ -182,14 +182,18 @@ class QuantConfig(Settings):
     def layer_weights(
         self, name: str | None, in_features: int | None = None
     ) -> tuple[int, int | None, str]:
-        """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`;
-        progressive applies to 4-bit layers (others stay plain) and always has groups — of
-        `weight_group_size`, else the default size, where that divides `in_features`; a layer it
-        does not divide keeps plain per-channel weights (an explicit group size that does not
-        divide leaves the layer in float instead, see `indivisible`)."""
+        """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`.
+        Progressive applies to 4-bit layers and always has groups — of `weight_group_size`, else
+        the default size, where that divides `in_features`; a layer it does not divide keeps
+        plain per-channel weights (an explicit group size that does not divide leaves the layer
+        in float instead, see `indivisible`). 8-bit layers of the progressive family are
+        symmetric int8 per output channel (`int8`: they run on the int8 GEMM as stored); other
+        bit widths stay plain."""
         from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
 
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
+        if self.weight_format == "progressive" and wbits == 8:
+            return wbits, None, "int8"
         if self.weight_format == "progressive" and wbits == 4:
             if self.weight_group_size:
                 return wbits, self.weight_group_size, "progressive"

@@ -59,53 +59,72 @@ def neighbour_fidelity(emb: torch.Tensor, ref: torch.Tensor) -> dict[str, float]
 @dataclass
 class LMReference:
     """What the FP32 causal LM predicts, kept small: per batch the top-1 next token at each
-    position (int32), and the summed negative log-likelihood of the real next tokens."""
+    position (int32), the last hidden state of every real token (float32), and the summed
+    negative log-likelihood of the real next tokens."""
 
     argmax: list[torch.Tensor]
     nll: float
     count: int
+    hidden: list[torch.Tensor] | None = None
 
 
 def _next_token_mask(batch) -> torch.Tensor:
     return batch["attention_mask"][:, 1:].bool() & batch["attention_mask"][:, :-1].bool()
 
 
+def _logits_and_hidden(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits (float64) and the real tokens' last hidden states (float32)."""
+    logits, hidden = model(**batch, hidden=True)
+    return logits.to(torch.float64), hidden[batch["attention_mask"].bool()].to(torch.float32)
+
+
 @torch.no_grad()
 def lm_reference(model: nn.Module, data) -> LMReference:
-    argmax, nll, count = [], 0.0, 0
+    argmax, hiddens, nll, count = [], [], 0.0, 0
     for batch in data:
-        logits = model(**batch).to(torch.float64)[:, :-1]
+        logits, hidden = _logits_and_hidden(model, batch)
+        logits = logits[:, :-1]
         mask = _next_token_mask(batch)
         target = batch["input_ids"][:, 1:]
         loss = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
         nll += float(loss[mask].sum())
         count += int(mask.sum())
         argmax.append(logits.argmax(-1).to(torch.int32))
-    return LMReference(argmax, nll, count)
+        hiddens.append(hidden)
+    return LMReference(argmax, nll, count, hiddens)
 
 
 @torch.no_grad()
 def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, float]:
     """Next-token top-1 agreement with FP32 and the perplexity ratio (quantized / FP32), over
-    every position whose next token is real (attention mask 1)."""
+    every position whose next token is real (attention mask 1); and the mean / min cosine of each
+    real token's last hidden state to its FP32 one (float64)."""
     import math
 
     agree = count = 0
     nll_q = 0.0
-    for batch, ref in zip(data, reference.argmax, strict=True):
-        logits = model(**batch).to(torch.float64)[:, :-1]
+    cosines = []
+    for batch, ref, ref_hidden in zip(data, reference.argmax, reference.hidden, strict=True):
+        logits, hidden = _logits_and_hidden(model, batch)
+        logits = logits[:, :-1]
         target = batch["input_ids"][:, 1:]
         mask = _next_token_mask(batch)
         agree += int(((logits.argmax(-1) == ref) & mask).sum())
         count += int(mask.sum())
         nll = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
         nll_q += float(nll[mask].sum())
+        cosines.append(
+            nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)
+        )
     if not count:
         raise InputError(
             "the evaluation texts have no position with a next token; use longer texts"
         )
     nll_f = reference.nll
+    cos = torch.cat(cosines)
     return {
+        "mean_cosine": float(cos.mean()),
+        "min_cosine": float(cos.min()),
         "top1_agreement": agree / count,
         "perplexity": math.exp(nll_q / count),
         "perplexity_fp32": math.exp(nll_f / count),

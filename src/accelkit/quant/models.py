@@ -87,14 +87,23 @@ def load_tokenizer(path, flag: str | None):
 
 
 class CausalLogits(nn.Module):
-    """A causal LM as (input_ids, attention_mask) -> next-token logits."""
+    """A causal LM as (input_ids, attention_mask) -> next-token logits (with `hidden=True`, also
+    the last hidden state, which the fidelity metrics compare by cosine)."""
 
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, hidden: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        out = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            output_hidden_states=hidden,
+        )
+        return (out.logits, out.hidden_states[-1]) if hidden else out.logits
 
 
 def model_kind(config) -> str:
