@@ -359,3 +359,31 @@ def test_a_kernel_that_is_not_exact_is_never_used(monkeypatch):
     )
     for got in outputs.values():
         assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
+
+
+def test_int8_weights_are_symmetric_per_channel_and_rebuilt_in_float64():
+    """8-bit layers of the progressive family: q = clamp(round(w / s), ±127), s = clip·max|w|/127
+    per output channel, against numpy float64; the layer computes quant(x)·(q·s)ᵀ."""
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.transforms import Transform
+
+    gen = torch.Generator().manual_seed(8)
+    w = torch.randn(24, 64, dtype=torch.float64, generator=gen)
+    w[3] *= 40  # one loud row: its own scale
+    q, scale = qz.int8_quantize(w, 0.9)
+    wn = w.numpy()
+    s_np = 0.9 * np.abs(wn).max(axis=1, keepdims=True) / 127
+    q_np = np.clip(np.round(wn / s_np), -127, 127)
+    assert q.dtype == torch.int8 and np.array_equal(q.numpy(), q_np)
+    assert np.allclose(scale.numpy(), s_np, rtol=1e-15)
+    spec = LayerSpec(
+        in_features=64, out_features=24, bias=False, wbits=8, abits=8, group_size=None,
+        act_granularity="per-token-dynamic", act_clip=1.0, smooth=False, block=None,
+        permutation=False, weight_format="int8",
+    )  # fmt: skip
+    layer = QuantLinear(spec)
+    x = torch.randn(6, 64, generator=gen)
+    layer.load_from_float(w, None, Transform(), x.double(), 0.9, None)
+    want = qz.fake_quant_per_token(x.double(), 8, 1.0).numpy() @ (q_np * s_np).T
+    got = layer(x).double().numpy()
+    assert np.abs(got - want).max() / np.abs(want).max() < 2e-6

@@ -87,7 +87,7 @@ def net() -> nn.Module:
 
 
 @pytest.mark.parametrize("kernel", ["onednn", "fbgemm", "float"])
-@pytest.mark.parametrize("weights", ["progressive", "plain"])
+@pytest.mark.parametrize("weights", ["progressive", "plain", "int8"])
 def test_every_kernel_is_bit_identical_after_save_and_load_and_one_graph(
     kernel, weights, monkeypatch, tmp_path
 ):
@@ -96,9 +96,14 @@ def test_every_kernel_is_bit_identical_after_save_and_load_and_one_graph(
     monkeypatch.setenv(kernels.ENV_KERNEL, kernel)
     gen = torch.Generator().manual_seed(1)
     calib = [torch.randn(16, 128, generator=gen) for _ in range(4)]
-    fmt = {"weight_format": weights, "weight_group_size": 32 if weights == "progressive" else None}
+    fmt = {
+        "progressive": {"weight_group_size": 32},
+        "plain": {"weight_format": "plain"},
+        "int8": {"wbits": 8},  # 8-bit layers of the progressive family: symmetric int8
+    }[weights]
     model = quantize(net(), QuantConfig(method="duquant", block_size=32, **fmt), calib)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    assert {m.spec.weight_format for m in layers} == {weights}
     wmax = max(int(m.weight_int8.abs().max()) for m in layers)
     expect = kernel if kernel == "float" or kernels.exact(kernel, 255, wmax) else "float"
     assert {m.kernel for m in layers} == {expect}

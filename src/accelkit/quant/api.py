@@ -181,6 +181,7 @@ def evaluate(
     compiled: bool | None = None,
     report: str | os.PathLike | None = None,
     target_cosine: float | None = None,
+    compile_all: bool = False,
     progress: Progress = None,
 ) -> EvalResult:
     """Quantize `model` with each method × bit setting; fidelity to FP32, size and latency per row.
@@ -194,7 +195,9 @@ def evaluate(
     whose int8 GEMMs cannot sum full-range 8-bit codes exactly. `target_cosine`: the fidelity
     bar of the recommendation (default 0.98); when no setting reaches it, the most faithful one's
     most sensitive layers are moved out of 4-bit until it does (`target.py`), and that variant is
-    measured as one more row. `progress(text)` hears what is being done.
+    measured as one more row. Compiled latency is measured for FP32 and the settings that reach
+    that bar (the candidates), or for every row with `compile_all`. `progress(text)` hears what
+    is being done.
     """
     from accelkit.quant import sweep
     from accelkit.quant.fidelity import load_subject
@@ -226,6 +229,7 @@ def evaluate(
     if progress:
         progress(f"loading {model} and its evaluation data")
     started = time.perf_counter()
+    min_cosine = MIN_COSINE if target_cosine is None else target_cosine
     with ExitStack() as stack:
         layers = None
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
@@ -260,6 +264,7 @@ def evaluate(
             models=models,
             reference=reference,
             bench=bench,
+            compile_min_cosine=None if compile_all else min_cosine,
         )
     target = None
     if target_cosine is not None:
@@ -282,9 +287,7 @@ def evaluate(
         max_length=subject.data.length,
         pairs=subject.n_pairs,
         rows=rows,
-        recommendation=recommend(
-            rows, min_cosine=MIN_COSINE if target_cosine is None else target_cosine
-        ),
+        recommendation=recommend(rows, min_cosine=min_cosine),
         timing_batch=list(subject.data.first()["input_ids"].shape),
         phases=phases.rounded(),
         kernels=kernels.table().report(),

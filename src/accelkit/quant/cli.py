@@ -123,10 +123,14 @@ def eval_command(
         bool | None,
         typer.Option(
             "--compile/--no-compile",
-            help="Also time torch.compile (slow first compile). Default: on, unless"
-            " OPENPI_DISABLE_TORCH_COMPILE / ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
+            help="Also time torch.compile (slow first compile) for FP32 and the settings that"
+            " reach the fidelity bar. Default: on, unless OPENPI_DISABLE_TORCH_COMPILE /"
+            " ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
     ] = None,
+    compile_all: Annotated[
+        bool, typer.Option("--compile-all", help="Time every row compiled, faithful or not.")
+    ] = False,
     report: Annotated[
         str | None,
         typer.Option(
@@ -160,6 +164,7 @@ def eval_command(
             compiled=compiled,
             report=report,
             target_cosine=target_cosine,
+            compile_all=compile_all,
             progress=lambda s: activity(f"{s}…"),
         )
     finally:
@@ -306,7 +311,8 @@ def _target_line(t: dict) -> str:
     levels = list(t["layers"].values())
     shown = ", ".join(list(t["layers"])[:3]) + (", …" if len(levels) > 3 else "")
     moved = (
-        f"{levels.count('w8a8')} layers to W8A8 and {levels.count('float')} to float"
+        f"{len(levels) - levels.count('float')} layers to 8-bit weights and"
+        f" {levels.count('float')} to float"
         f" (worst first: {shown}; all in --json)"
         if levels
         else "nothing moved"

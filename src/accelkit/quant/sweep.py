@@ -116,13 +116,16 @@ def run_eval(
     models: dict | None = None,
     reference: list | None = None,
     bench: SpeedBench | None = None,
+    compile_min_cosine: float | None = None,
 ) -> list[EvalRow]:
     """Quantize the model (default: MiniLM on the shipped sentences) with each method × bits and
     measure fidelity, size and latency against FP32. `layers` (a `report.LayerErrors`) watches
     every Linear during the FP32 reference pass and each quantized row's evaluation pass;
     `models`, when given, receives each quantized model by its label (method/bits) and
     `reference` the FP32 reference outputs (so a later pass can reuse them); `bench` times the
-    rows (default: against this FP32 model on the first evaluation batch)."""
+    rows (default: against this FP32 model on the first evaluation batch).
+    `compile_min_cosine`: time compiled only FP32 and the rows whose mean cosine reaches it (the
+    candidates of the recommendation; compiles dominate the run's time)."""
     from contextlib import nullcontext
 
     from accelkit.quant.config import QuantConfig
@@ -197,6 +200,8 @@ def run_eval(
         if latency:
             say(f"{meth} {b}: timing", by=1)
             want = compiled if isinstance(compiled, bool) else label in compiled
+            if compile_min_cosine is not None and meth != "fp32":
+                want = want and (fid.get("mean_cosine") or 0.0) >= compile_min_cosine
             timed = vars(bench.measure(model, want))
         steps.done += 1
         rows.append(

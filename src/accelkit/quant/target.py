@@ -32,7 +32,7 @@ class TargetResult:
     base_cosine: float
     reached: bool
     cosine: float
-    layers: dict[str, str] = field(default_factory=dict)  # layer -> "w8a8" | "float"
+    layers: dict[str, str] = field(default_factory=dict)  # layer -> "w8a8" (w8a<bits>) | "float"
     tried: list[dict] = field(default_factory=list)  # {"changes": k, "mean_cosine": c}
     order: list[dict] = field(default_factory=list)  # {"layer", "relative_error"}, worst first
     linear_bytes_before: int = 0
@@ -98,8 +98,11 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
 class Ladder:
     """The models along the order: step k moves the k first changes (see the module doc)."""
 
-    def __init__(self, base: nn.Module, w8: nn.Module, fp32: nn.Module, order: list[str]):
+    def __init__(
+        self, base: nn.Module, w8: nn.Module, fp32: nn.Module, order: list[str], w8_name: str
+    ):
         self.base, self.w8, self.fp32, self.order = base, w8, fp32, order
+        self.w8_name = w8_name  # "w8a8" (or w8a4 … : the activations keep the setting's bits)
 
     @property
     def steps(self) -> int:
@@ -107,14 +110,14 @@ class Ladder:
 
     def levels(self, k: int) -> dict[str, str]:
         n = len(self.order)
-        moved = {name: "w8a8" for name in self.order[: min(k, n)]}
+        moved = {name: self.w8_name for name in self.order[: min(k, n)]}
         moved.update({name: "float" for name in self.order[: max(0, k - n)]})
         return moved
 
     def model(self, k: int) -> nn.Module:
         variant = copy.deepcopy(self.base)
         for name, level in self.levels(k).items():
-            source = self.w8 if level == "w8a8" else self.fp32
+            source = self.fp32 if level == "float" else self.w8
             _set_module(variant, name, copy.deepcopy(source.get_submodule(name)))
         return variant
 
@@ -164,7 +167,7 @@ def reach(
         update={"wbits": 8, "weight_format": "progressive", "layer_wbits": {}}
     )
     w8 = quantize(copy.deepcopy(subject.model), w8_config, subject.calibration)
-    ladder = Ladder(base, w8, subject.model, ranked)
+    ladder = Ladder(base, w8, subject.model, ranked, f"w8a{base_config.abits}")
     seen: dict[int, tuple[nn.Module, dict]] = {}
 
     def at(k: int) -> tuple[nn.Module, dict]:
