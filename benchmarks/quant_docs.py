@@ -129,7 +129,7 @@ def _setting(row: dict) -> str:
     name = {"rtn": "RTN", "smoothquant": "SmoothQuant", "duquant": "DuQuant"}[row["method"]]
     if row["permutation"] is not None:
         name += ", perm on" if row["permutation"] else ", perm off"
-    if row.get("block") and row["block"] != 128:
+    if row.get("block"):
         name += f", block {row['block']}"
     return f"{name}, {row['weights']}"
 

@@ -161,6 +161,7 @@ def build(name: str, n_texts: int, max_length: int) -> Subject:
 # the permutation, progressive 64 against per channel, RTN as the baseline), so that a run stopped
 # early has answered them on every model
 ORDER = [  # (method, permutation, weights, rotation block)
+    ("duquant", False, "progressive-64", "auto"),  # the default
     ("duquant", False, "progressive-64", 128),
     ("duquant", False, "progressive-64", 32),
     ("rtn", None, "progressive-64", None),
@@ -180,7 +181,7 @@ ORDER = [  # (method, permutation, weights, rotation block)
 
 def label(method, perm, weights, block, bits) -> str:
     p = "" if perm is None else (" perm" if perm else " no-perm")
-    b = f" block{block}" if block and block != 128 else ""
+    b = f" block{block}" if block else ""
     return f"{method}{p}{b} {weights} {bits}"
 
 
@@ -188,7 +189,7 @@ def measure(subject: Subject, ref, setting, bench: SpeedBench, compiled: bool) -
     """Quantize `subject` once at W4A8 with `setting`; the W4A8 and W4A4 rows."""
     method, perm, weights, block = setting
     cfg = QuantConfig(
-        method=method, wbits=4, abits=8, block_size=block or 128,
+        method=method, wbits=4, abits=8, block_size=block or "auto",
         permutation=True if perm is None else perm, **WEIGHTS[weights],
     )  # fmt: skip
     t = time.perf_counter()

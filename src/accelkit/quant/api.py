@@ -125,6 +125,21 @@ def _check_target(target: float | None) -> None:
         raise ConfigError(f"--target-cosine {target} must lie between 0 and 1, e.g. 0.99")
 
 
+def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer):
+    """The model with its calibration and evaluation texts (`fidelity.load_subject`)."""
+    from accelkit.quant.fidelity import load_subject
+
+    return load_subject(
+        model,
+        n_pairs=pairs,
+        calibration_file=calibration,
+        eval_file=eval_data,
+        max_length=max_length,
+        dtype=dtype,
+        tokenizer_path=tokenizer,
+    )
+
+
 def default_bits() -> list[str]:
     """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
     cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
@@ -200,7 +215,6 @@ def evaluate(
     is being done.
     """
     from accelkit.quant import sweep
-    from accelkit.quant.fidelity import load_subject
     from accelkit.quant.models import check_model, parse_dtype
     from accelkit.quant.recommend import MIN_COSINE, recommend
     from accelkit.quant.speed import Phases, SpeedBench
@@ -237,15 +251,7 @@ def evaluate(
             from accelkit.runtime.files import temporary_folder
 
             layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
-        subject = load_subject(
-            model,
-            n_pairs=pairs,
-            calibration_file=calibration,
-            eval_file=eval_data,
-            max_length=max_length,
-            dtype=torch_dtype,
-            tokenizer_path=tokenizer,
-        )
+        subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
         models: dict = {}
@@ -261,7 +267,7 @@ def evaluate(
             subject=subject,
             layers=layers,
             phases=phases,
-            models=models,
+            models=models if target_cosine is not None else None,  # only --target-cosine needs them
             reference=reference,
             bench=bench,
             compile_min_cosine=None if compile_all else min_cosine,
@@ -359,17 +365,7 @@ def apply(
         progress(f"loading {model}…")
     subject = None
     if target_cosine is not None and not cfg.dry_run:  # the evaluation texts too
-        from accelkit.quant.fidelity import load_subject
-
-        subject = load_subject(
-            model,
-            n_pairs=pairs,
-            calibration_file=calibration,
-            eval_file=eval_data,
-            max_length=max_length,
-            dtype=torch_dtype,
-            tokenizer_path=tokenizer,
-        )
+        subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         float_model, data = copy.deepcopy(subject.model), subject.calibration
     else:
         float_model, tok, _ = load_model(model, torch_dtype, tokenizer)

@@ -73,7 +73,10 @@ class QuantConfig(Settings):
     wbits: int = 4
     abits: int = 8
     method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
-    block_size: int = 128
+    # the rotation block: an int, or "auto" = per layer, at most 1/12 of its output width (see
+    # `layer_block`), between 32 and 128 — the online transform's cost is n·b multiply-adds per
+    # token against the layer's n·m int8 GEMM
+    block_size: int | Literal["auto"] = "auto"
     rotation_steps: int = 256
     # defaults chosen on benchmarks/results/quant_matrix.json (docs/quant.md, "Which default")
     permutation: bool = False
@@ -149,9 +152,20 @@ class QuantConfig(Settings):
         check_bits(value, info.field_name)
         return value
 
+    @field_validator("block_size", mode="before")
+    @classmethod
+    def _block(cls, value):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+            raise ValueError("must be a positive integer or 'auto'")
+        return value
+
     @field_validator("block_size", "rotation_steps", "calibration_rows")
     @classmethod
     def _positive(cls, value, info):
+        if value == "auto" and info.field_name == "block_size":
+            return value
         if value < (0 if info.field_name == "rotation_steps" else 1):
             raise ValueError(f"{info.field_name} must be positive")
         return value
@@ -178,6 +192,19 @@ class QuantConfig(Settings):
         if value != "search" and not 0.0 < float(value) <= 1.0:
             raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
         return value
+
+    def layer_block(self, in_features: int, out_features: int) -> int:
+        """The rotation block of one layer: `block_size`, or with "auto" the largest power of
+        two ≤ out_features / 12 within 32..128 that divides `in_features` (halved while it does
+        not, down to 32). The transform then costs at most 1/12 of the layer's GEMM in
+        multiply-adds: 128 for wide layers (LLMs, FFN-in), 32 for MiniLM's 384-wide outputs, where
+        128 made the transform dearer than the int8 GEMM it feeds (docs/quant.md, "Speed")."""
+        if self.block_size != "auto":
+            return self.block_size
+        block = 128
+        while block > 32 and (block * 12 > out_features or in_features % block):
+            block //= 2
+        return block
 
     def layer_weights(
         self, name: str | None, in_features: int | None = None
