@@ -270,7 +270,7 @@ def target_table(doc: dict) -> str:
     """--target-cosine on each model: from which setting, how many layers moved, at what cost."""
     lines = [
         "| model | target | from | cosine before → after | layers moved | Linear MB before → after"
-        " | compiled × FP32 after | 1 text × FP32 after |",
+        " | compiled × FP32 before → after | 1 text × FP32 before → after |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in doc["runs"]:
@@ -278,14 +278,21 @@ def target_table(doc: dict) -> str:
         if t is None:
             lines.append(f"| {run['model']} | {run['target_cosine']} | (reached as measured) |||||")
             continue
+        base = next((r for r in run["rows"] if r.get("label") == t["base"]), {})
         levels = list(t["layers"].values())
         moved = f"{len(levels) - levels.count('float')} to 8-bit, {levels.count('float')} float"
         lines.append(
             f"| {run['model']} | {t['target']} | {t['base']} | {t['base_cosine']:.4f} →"
             f" {t['cosine']:.4f} | {moved} | {t['linear_bytes_before'] / 2**20:.2f} →"
-            f" {t['linear_bytes_after'] / 2**20:.2f} | {_x(row.get('compiled_ratio'))} |"
-            f" {_x(row.get('compiled_one_ratio'))} |"
+            f" {t['linear_bytes_after'] / 2**20:.2f} |"
+            f" {_x(base.get('compiled_ratio'))} → {_x(row.get('compiled_ratio'))} |"
+            f" {_x(base.get('compiled_one_ratio'))} → {_x(row.get('compiled_one_ratio'))} |"
         )
+    env = doc["environment"]
+    lines.append(
+        f"\n({env.get('time_utc', '')}, {env.get('threads', '?')} torch thread(s), load"
+        f" {env.get('load_average', ['?'])[0]}; times interleaved with the FP32 model, medians.)"
+    )
     return "\n".join(lines)
 
 

@@ -218,9 +218,16 @@ def _print_eval_table(result) -> None:
         [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in result.rows],
         console=stdout_console(),
     )
-    if result.timing_batch:
+    if result.timing_batch and any(r.eager_ms is not None for r in result.rows):
         shape = "×".join(map(str, result.timing_batch))
         typer.echo(f"timed on a batch of {shape} tokens and on its first text alone")
+    if result.kernels and result.kernels.get("seconds"):
+        key = result.kernels["machine"]
+        typer.echo(
+            f"CPU kernels: the fastest exact one per layer shape, measured on {key['cpu']}"
+            f" ({', '.join(key['isa'])}), torch {key['torch']}, {key['threads']} threads;"
+            f" cached in {result.kernels['cache']}"
+        )
     if result.target:
         typer.echo(_target_line(result.target))
     if result.recommendation:

@@ -28,10 +28,6 @@ def _quality(row: EvalRow) -> tuple[float, float]:
     return (row.top1_agreement or 0.0, second)
 
 
-def _ms(row: EvalRow) -> float | None:
-    return row.compiled_ms if row.compiled_ms is not None else row.eager_ms
-
-
 def ratios(row: EvalRow, fp32: EvalRow | None) -> tuple[float | None, float | None, str]:
     """(time over FP32 at the timing batch, at one text, which timing): the interleaved ratios
     when measured, else the quotient of the medians."""
@@ -54,17 +50,19 @@ def _per_bits(quantized: list[EvalRow], fp32, top1_slack: float, second_slack: f
         close = [r for r in group if _quality(r)[0] >= best_top1 - top1_slack]
         best_second = max(_quality(r)[1] for r in close)
         close = [r for r in close if _quality(r)[1] >= best_second - second_slack]
-        timed = [r for r in close if _ms(r) is not None]
-        pick = min(timed, key=_ms) if timed else max(close, key=_quality)
+        # like with like: compiled times when every candidate has one, else eager
+        key = "compiled_ms" if all(r.compiled_ms is not None for r in close) else "eager_ms"
+        timed = [r for r in close if getattr(r, key) is not None]
+        pick = min(timed, key=lambda r: getattr(r, key)) if timed else max(close, key=_quality)
         why = f"top-1 {pick.top1_agreement:.3f}"
         why += (
             f", mean cos {pick.mean_cosine:.4f}"
             if pick.mean_cosine is not None
             else f", ppl ratio {pick.perplexity_ratio:.4f}"
         )
-        base = fp32 and _ms(fp32)
+        base = fp32 and getattr(fp32, key)
         if timed and base:
-            why += f", {_ms(pick) / base:.2f}× the unquantized model's time"
+            why += f", {getattr(pick, key) / base:.2f}× the unquantized model's time"
         picks[bits] = {"method": pick.method, "bits": bits, "why": why}
     return picks
 
