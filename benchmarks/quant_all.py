@@ -8,10 +8,11 @@ candidates with their baseline and reports medians and ratios):
 1. `quant_kernels.py` — int8 GEMM kernels per layer shape, native ISA and held to AVX2;
 2. `accelkit quant eval --json` with every default — rows, recommendation, seconds per phase
    (`quant_eval_default.json`, the command's own --json document);
-3. `quant_target.py` — `--target-cosine` on MiniLM and on the causal LM;
-4. `quant_matrix.py` — the settings matrix with compiled timings at both shapes (`--quick`:
+3. `quant_avx2.py` — `quant eval` (FP32, DuQuant W4A8 / W4A7) with the libraries held to AVX2;
+4. `quant_target.py` — `--target-cosine` on MiniLM and on the causal LM;
+5. `quant_matrix.py` — the settings matrix with compiled timings at both shapes (`--quick`:
    MiniLM and the causal LM, the first four settings);
-5. `quant_docs.py` — the generated blocks of docs/quant.md.
+6. `quant_docs.py` — the generated blocks of docs/quant.md.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     env_threads = [] if not args.threads else ["env", f"OMP_NUM_THREADS={args.threads}"]
     run([*env_threads, py, "-m", "accelkit", "quant", "eval", "--json"],
         stdout_to=RESULTS / "quant_eval_default.json")  # fmt: skip
+    run([py, "benchmarks/quant_avx2.py", *threads])
     run([py, "benchmarks/quant_target.py", *threads])
     quick = ["--models", "minilm,llama-random", "--limit", "4"] if args.quick else []
     run([py, "benchmarks/quant_matrix.py", *threads, *quick])

@@ -23,6 +23,7 @@ MATRIX = ROOT / "benchmarks" / "results" / "quant_matrix.json"
 MATRIX_EAGER = ROOT / "benchmarks" / "results" / "quant_matrix_2026-11-25.json"  # eager only
 KERNELS = ROOT / "benchmarks" / "results" / "quant_kernels.json"
 EVAL = ROOT / "benchmarks" / "results" / "quant_eval_default.json"
+EVAL_AVX2 = ROOT / "benchmarks" / "results" / "quant_eval_avx2.json"
 TARGET = ROOT / "benchmarks" / "results" / "quant_target.json"
 
 
@@ -256,12 +257,18 @@ def eval_default(doc: dict) -> str:
         )
     phases = ", ".join(f"{name} {sec:.0f} s" for name, sec in result["phases"].items())
     total = doc.get("run", {}).get("seconds")
+    env = doc.get("environment") or {}
+    when = doc.get("run", {}).get("started_utc") or env.get("time_utc", "")
+    threads = (result.get("kernels") or {}).get("machine", {}).get("threads", "?")
     lines += [
         "",
-        f"Recommended: {result['recommendation']['text']}",
+        f"Recommended: {(result['recommendation'].get('setting') or result['recommendation'])['text']}",
         "",
         f"Seconds per phase: {phases}"
-        + (f"; {total:.0f} s in all (the command's own clock)." if total else "."),
+        + (f"; {total:.0f} s in all (the command's own clock)" if total else "")
+        + f" ({when}, {threads} torch thread(s)"
+        + (f", load {env['load_average'][0]}" if env.get("load_average") else "")
+        + ").",
     ]
     return "\n".join(lines)
 
@@ -306,10 +313,11 @@ BLOCKS = {  # name -> (source, renderer)
     "matrix-2026-11-25": (MATRIX_EAGER, matrix_table),
     "kernels": (KERNELS, kernel_table),
     "eval-default": (EVAL, eval_default),
+    "eval-avx2": (EVAL_AVX2, eval_default),
     "target": (TARGET, target_table),
 }
 _BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
+    r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
     re.S,
 )
 

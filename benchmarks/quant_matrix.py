@@ -89,6 +89,10 @@ def antibody_sequences(n: int, seed: int) -> list[str]:
     return out
 
 
+class Unavailable(Exception):
+    """A model whose package is not installed: the matrix runs without it and says so."""
+
+
 def antiberty_model():
     """transformers.BertModel with AntiBERTy's trained weights, and its 25-token tokenizer."""
     import importlib.util
@@ -98,7 +102,7 @@ def antiberty_model():
 
     spec = importlib.util.find_spec("antiberty")
     if spec is None:
-        raise SystemExit("pip install --no-deps 'antiberty==0.1.3' (the wheel that ships weights)")
+        raise Unavailable("pip install --no-deps 'antiberty==0.1.3' (the wheel that ships weights)")
     root = Path(spec.submodule_search_locations[0]) / "trained_models"
     folder = root / "AntiBERTy_md_smooth"
     config = transformers.BertConfig.from_pretrained(folder)
@@ -262,8 +266,14 @@ def main() -> None:
     t0 = time.perf_counter()
     texts = {k: int(v) for k, v in (p.split(":") for p in args.texts.split(","))}
     subjects, refs, results, benches = {}, {}, {}, {}
+    skipped = {}
     for name in args.models.split(","):
-        subjects[name] = build(name, texts.get(name, 32), args.max_length)
+        try:
+            subjects[name] = build(name, texts.get(name, 32), args.max_length)
+        except Unavailable as exc:
+            print(f"{name}: skipped ({exc})", flush=True)
+            skipped[name] = str(exc)
+            continue
         refs[name] = subject_reference(subjects[name])
         subject = subjects[name]
         benches[name] = SpeedBench(subject.model, subject.data.first(), Phases(), args.rounds)
@@ -283,6 +293,7 @@ def main() -> None:
             "threads": torch.get_num_threads(),
         },
         "texts_per_model": texts,
+        "skipped_models": skipped,
         "max_length": args.max_length,
         "latency": f"medians of {args.rounds} rounds interleaved with the unquantized model:"
         " eager at the timing batch (the first evaluation batch), compiled (inductor, fullgraph)"

@@ -50,19 +50,25 @@ def _per_bits(quantized: list[EvalRow], fp32, top1_slack: float, second_slack: f
         close = [r for r in group if _quality(r)[0] >= best_top1 - top1_slack]
         best_second = max(_quality(r)[1] for r in close)
         close = [r for r in close if _quality(r)[1] >= best_second - second_slack]
-        # like with like: compiled times when every candidate has one, else eager
-        key = "compiled_ms" if all(r.compiled_ms is not None for r in close) else "eager_ms"
-        timed = [r for r in close if getattr(r, key) is not None]
-        pick = min(timed, key=lambda r: getattr(r, key)) if timed else max(close, key=_quality)
+        # like with like: compiled when every candidate was compiled, else eager; the ratio to
+        # FP32 of the same interleaved rounds where measured, else the quotient of the medians
+        kind = "compiled" if all(r.compiled_ms is not None for r in close) else "eager"
+
+        def speed(r: EvalRow, kind=kind) -> float | None:
+            ratio, ms = getattr(r, f"{kind}_ratio"), getattr(r, f"{kind}_ms")
+            base = fp32 and getattr(fp32, f"{kind}_ms")
+            return ratio if ratio is not None else (ms / base if ms and base else None)
+
+        timed = [r for r in close if speed(r) is not None]
+        pick = min(timed, key=speed) if timed else max(close, key=_quality)
         why = f"top-1 {pick.top1_agreement:.3f}"
         why += (
             f", mean cos {pick.mean_cosine:.4f}"
             if pick.mean_cosine is not None
             else f", ppl ratio {pick.perplexity_ratio:.4f}"
         )
-        base = fp32 and getattr(fp32, key)
-        if timed and base:
-            why += f", {getattr(pick, key) / base:.2f}× the unquantized model's time"
+        if timed:
+            why += f", {speed(pick):.2f}× the unquantized model's time"
         picks[bits] = {"method": pick.method, "bits": bits, "why": why}
     return picks
 
