@@ -17,8 +17,11 @@ from dataclasses import asdict
 
 import torch
 
-from accelkit.quant.evaluate import batches, embed, fidelity, latency_ms, load_minilm, run_eval
+from accelkit.quant.fidelity import embed, fidelity, latency_ms
+from accelkit.quant.models import load_minilm
 from accelkit.quant.sentences import eval_pairs
+from accelkit.quant.sweep import run_eval
+from accelkit.quant.texts import batches
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
 from accelkit.runtime.timing import interleaved
@@ -33,8 +36,8 @@ def torchao_crosscheck(n_pairs: int) -> dict:
         from torchao.quantization.quant_primitives import MappingType
     except Exception as exc:  # torchao missing or broken on this machine
         return {"status": f"torchao unavailable: {exc}"}
-    from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
+    from accelkit.quant.convert import quantize
     from accelkit.quant.layers import QuantLinear
     from accelkit.quant.sentences import calibration_sentences
 
@@ -92,10 +95,10 @@ def interleaved_latency(
 ) -> dict:
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
-    from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.evaluate import compile_model
+    from accelkit.quant.convert import quantize
     from accelkit.quant.sentences import calibration_sentences
+    from accelkit.quant.speed import compile_model
 
     fp32, tok = load_minilm()
     calib = batches(tok, calibration_sentences(), 32)
@@ -152,8 +155,8 @@ def interleaved_latency(
 def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
     packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
-    from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
+    from accelkit.quant.convert import quantize
     from accelkit.quant.sentences import calibration_sentences
 
     fp32, tok = load_minilm()

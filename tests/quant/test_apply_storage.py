@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from accelkit.errors import ConfigError, DataError, InputError
-from accelkit.quant.apply import quantize, quantize_with_report
 from accelkit.quant.config import QuantConfig, load_config
+from accelkit.quant.convert import quantize, quantize_with_report
 from accelkit.quant.layers import QuantLinear
 from accelkit.quant.storage import load_quantized, save_quantized
 

@@ -69,7 +69,7 @@ def test_small_eval_writes_json(tmp_path, capsys):
 def test_compile_flag_beats_the_environment(monkeypatch, env, flag, expected):
     import typer
 
-    from accelkit.quant import evaluate
+    from accelkit.quant import sweep
 
     seen = []
 
@@ -81,7 +81,7 @@ def test_compile_flag_beats_the_environment(monkeypatch, env, flag, expected):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(evaluate, "run_eval", record)
+    monkeypatch.setattr(sweep, "run_eval", record)
     with pytest.raises(SystemExit):
         main(["quant", "eval", "--methods", "fp32", "--bits", "w4a8", *flag])
     assert seen == [expected]

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from accelkit.quant.apply import quantize
 from accelkit.quant.config import QuantConfig
+from accelkit.quant.convert import quantize
 
 
 class TinyBlock(nn.Module):

@@ -228,11 +228,18 @@ def test_quantlinear_input_transform_every_form_matches_float64(blocks, permutat
         (3, 4, 50, "per-token-dynamic", None),
     ],
 )
-def test_integer_matmul_equals_the_dequantized_product_in_float64(
-    wbits, abits, in_features, granularity, group_size
+@pytest.mark.parametrize("kernel", ["onednn", "fbgemm", "float"])
+def test_every_kernel_equals_the_dequantized_product_in_float64(
+    kernel, wbits, abits, in_features, granularity, group_size, monkeypatch
 ):
-    """The int8 GEMM path computes exactly dequant(quant(x))·dequant(W)ᵀ: checked against float64
-    arithmetic on the same codes, on tokens with an outlier, a constant token and an all-zero token."""
+    """Each CPU kernel (forced by ACCELKIT_QUANT_KERNEL) computes exactly
+    dequant(quant(x))·dequant(W)ᵀ: checked against float64 arithmetic on the same codes, on tokens
+    with an outlier, a constant token and an all-zero token. A kernel that is not exact on this
+    CPU for the layer's values is not used (the layer takes the float path, checked too)."""
+    from accelkit.quant import kernels
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+
+    monkeypatch.setenv(kernels.ENV_KERNEL, kernel)
     gen = torch.Generator().manual_seed(wbits * 100 + in_features)
     out_features = 40
     x = torch.randn(3, 7, in_features, generator=gen)
@@ -253,15 +260,6 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(
         torch.float64
     )
     want = x_hat @ qz.dequantize_weight(codes, w_scale, w_zero).T
-    if (
-        qz.int8_gemm_is_exact()
-    ):  # else this CPU's int8 GEMM saturates and the layer keeps the float path
-        b, rowsum = qz.int8_weight(codes, w_zero.float())
-        got = qz.integer_linear(rows, x_scale, x_zero, abits, b, rowsum, w_scale.float())
-        assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
-
-    from accelkit.quant.layers import LayerSpec, QuantLinear
-
     spec = LayerSpec(
         in_features=in_features,
         out_features=out_features,
@@ -280,7 +278,6 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(
         **{**spec.to_dict(), "group_size": 16}
     ).integer_matmul  # groups: the float path
     layer = QuantLinear(spec)
-    assert layer.integer_gemm == qz.int8_gemm_is_exact()
     with torch.no_grad():
         layer.qweight.copy_(qz.pack_int4(codes) if spec.packed else codes)
         layer.w_scale.copy_(w_scale.float())
@@ -290,23 +287,37 @@ def test_integer_matmul_equals_the_dequantized_product_in_float64(
             layer.act_scale.copy_(x_scale)
             layer.act_zero.copy_(x_zero)
     layer.refresh_derived()  # buffers written by hand: recompute what derives from them
+    wmax = int(layer.weight_int8.abs().max())
+    usable = kernel == "float" or kernels.exact(kernel, 2**abits - 1, wmax)
+    assert layer.kernel == (kernel if usable else "float")
     y = layer(x)
     assert y.shape == (3, 7, out_features)
     reference = (want + bias).reshape(3, 7, out_features)
     assert float((y.double() - reference).abs().max() / reference.abs().max()) < 2e-6
 
 
-def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
-    """Without an exact int8 GEMM (no VNNI) layers keep the dequantized float path, same results."""
+def test_a_kernel_that_is_not_exact_is_never_used(monkeypatch):
+    """Without an exact int8 GEMM (no VNNI: pairs saturate) a layer keeps the float path, with the
+    same results; the exactness check itself catches a saturating kernel."""
+    from accelkit.quant import kernels
     from accelkit.quant.layers import LayerSpec, QuantLinear
 
-    machine_exact = qz.int8_gemm_is_exact()
-    a = torch.full((17, 64), 127, dtype=torch.int8)
-    b = torch.full((9, 64), -128, dtype=torch.int8)
-    if machine_exact:  # the extreme case oneDNN gets wrong without VNNI
-        assert torch.equal(
-            torch._int_mm(a, b.t()), torch.full((17, 9), 127 * -128 * 64, dtype=torch.int32)
-        )
+    def saturating(codes, weight):  # what a pre-VNNI u8·s8 kernel does with large pairs
+        q = codes.to(torch.int64)
+        w = weight.to(torch.int64)
+        pairs = q[:, None, 0::2] * w[None, :, 0::2] + q[:, None, 1::2] * w[None, :, 1::2]
+        return pairs.clamp(-32768, 32767).sum(-1).to(torch.float32)
+
+    kernels.exact.cache_clear()
+    monkeypatch.setattr(kernels, "fbgemm_mm", saturating)
+    try:
+        assert not kernels.exact("fbgemm", 255, 127)  # 255·127·2 > 32767: caught
+        assert kernels.exact("fbgemm", 255, 64)  # |b| ≤ 64 cannot saturate
+        assert kernels.exact("fbgemm", 127, 127)  # nor can 7-bit activations
+    finally:
+        kernels.exact.cache_clear()
+    monkeypatch.undo()
+
     gen = torch.Generator().manual_seed(3)
     spec = LayerSpec(
         in_features=64,
@@ -325,16 +336,17 @@ def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
     x = torch.randn(5, 64, generator=gen)
     outputs = {}
     for exact in (True, False):
-        monkeypatch.setattr(qz, "int8_gemm_is_exact", lambda exact=exact: exact)
+        monkeypatch.setattr(kernels, "exact", lambda *_, exact=exact: exact)
         layer = QuantLinear(spec)
-        assert layer.integer_gemm is exact
         with torch.no_grad():
             layer.qweight.copy_(qz.pack_int4(codes))
             layer.w_scale.fill_(0.01)
             layer.w_zero.fill_(7.0)
         layer.refresh_derived()
-        if exact and not machine_exact:
-            continue  # this CPU cannot run the integer path correctly; only the fallback is checked
+        assert (layer.kernel != "float") is exact
+        monkeypatch.undo()
+        if exact and not kernels.exact(layer.kernel, 255, 15):
+            continue  # this CPU cannot run it correctly; only the fallback is checked
         outputs[exact] = layer(x)
     x_hat = qz.fake_quant_per_token(x.double(), 8, 1.0)
     want = (
@@ -347,3 +359,31 @@ def test_int8_gemm_self_check_and_float_fallback(monkeypatch):
     )
     for got in outputs.values():
         assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
+
+
+def test_int8_weights_are_symmetric_per_channel_and_rebuilt_in_float64():
+    """8-bit layers of the progressive family: q = clamp(round(w / s), ±127), s = clip·max|w|/127
+    per output channel, against numpy float64; the layer computes quant(x)·(q·s)ᵀ."""
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.transforms import Transform
+
+    gen = torch.Generator().manual_seed(8)
+    w = torch.randn(24, 64, dtype=torch.float64, generator=gen)
+    w[3] *= 40  # one loud row: its own scale
+    q, scale = qz.int8_quantize(w, 0.9)
+    wn = w.numpy()
+    s_np = 0.9 * np.abs(wn).max(axis=1, keepdims=True) / 127
+    q_np = np.clip(np.round(wn / s_np), -127, 127)
+    assert q.dtype == torch.int8 and np.array_equal(q.numpy(), q_np)
+    assert np.allclose(scale.numpy(), s_np, rtol=1e-15)
+    spec = LayerSpec(
+        in_features=64, out_features=24, bias=False, wbits=8, abits=8, group_size=None,
+        act_granularity="per-token-dynamic", act_clip=1.0, smooth=False, block=None,
+        permutation=False, weight_format="int8",
+    )  # fmt: skip
+    layer = QuantLinear(spec)
+    x = torch.randn(6, 64, generator=gen)
+    layer.load_from_float(w, None, Transform(), x.double(), 0.9, None)
+    want = qz.fake_quant_per_token(x.double(), 8, 1.0).numpy() @ (q_np * s_np).T
+    got = layer(x).double().numpy()
+    assert np.abs(got - want).max() / np.abs(want).max() < 2e-6

@@ -68,13 +68,18 @@ def test_matrix_table_reads_back_equal_the_json():
     minilm = next(m for m in matrix["models"] if m["model"] == "minilm")
     row = next(
         r for r in minilm["rows"]
-        if (r["method"], r["permutation"], r["weights"], r["bits"])
-        == ("duquant", False, "progressive-64", "w4a8")
+        if (r["method"], r["permutation"], r["weights"], r.get("block"), r["bits"])
+        == ("duquant", False, "progressive-64", 128, "w4a8")
     )  # fmt: skip
     line = next(
-        x for x in block.splitlines() if x.startswith("| DuQuant, perm off, progressive-64")
+        x
+        for x in block.splitlines()
+        if x.startswith("| DuQuant, perm off, block 128, progressive-64")
     )
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert float(cells[1]) == round(row["top1_agreement"], 3)
     assert float(cells[2]) == round(row["mean_cosine"], 4)
     assert float(cells[3].rstrip("×")) == round(row["eager_ratio"], 2)
+    if row.get("compiled_ratio") is not None:  # both shapes, compiled
+        assert float(cells[4].rstrip("×")) == round(row["compiled_ratio"], 2)
+        assert float(cells[5].rstrip("×")) == round(row["compiled_one_ratio"], 2)

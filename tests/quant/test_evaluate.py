@@ -33,7 +33,7 @@ TEXTS = [
 
 
 def with_tokenizer(folder):
-    from accelkit.quant.evaluate import minilm_path
+    from accelkit.quant.models import minilm_path
 
     for name in TOKENIZER_FILES:
         shutil.copy(minilm_path() / name, folder / name)
@@ -101,10 +101,13 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
     assert doc["kind"] == "causal-lm"
     fp32, dq = doc["rows"]
     assert fp32["top1_agreement"] == 1.0 and fp32["perplexity_ratio"] == pytest.approx(1.0)
-    assert dq["mean_cosine"] is None and 0.0 < dq["top1_agreement"] <= 1.0
+    # causal LMs: cosine of each real token's last hidden state to FP32's
+    assert fp32["mean_cosine"] == pytest.approx(1.0) and 0.0 < dq["mean_cosine"] < 1.0
+    assert 0.0 < dq["top1_agreement"] <= 1.0
     assert dq["perplexity_ratio"] == pytest.approx(dq["perplexity"] / dq["perplexity_fp32"])
     # the FP32 perplexity against transformers' own loss (labels masked where padded)
-    from accelkit.quant.evaluate import load_folder, tokenize
+    from accelkit.quant.models import load_folder
+    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(causal_dir))
     batch = tokenize(tokenizer, TEXTS[2:])
@@ -115,8 +118,8 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
 
 
 def test_apply_a_folder_and_load_it_back(causal_dir, texts, tmp_path, capsys):
-    from accelkit.quant.evaluate import model_factory
     from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.models import model_factory
     from accelkit.quant.storage import load_quantized
 
     out = tmp_path / "q.safetensors"
@@ -155,9 +158,9 @@ def test_bad_model_inputs_are_one_line(tmp_path, causal_dir, capsys, setup, args
 
 
 def test_include_patterns_that_match_nothing_name_the_candidates(causal_dir):
-    from accelkit.quant.apply import quantize
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.evaluate import load_folder
+    from accelkit.quant.convert import quantize
+    from accelkit.quant.models import load_folder
 
     model, _, _ = load_folder(str(causal_dir))
     with pytest.raises(InputError, match=r"no nn.Linear matches .*candidates: lm.model.layers.0"):
@@ -191,7 +194,7 @@ def test_a_folder_without_tokenizer_files_is_refused_unless_one_is_given(tmp_pat
     assert "vocab.txt" in last and "tokenizer.json" in last and "--tokenizer PATH" in last
     assert not out.exists()
     # the same folder with --tokenizer: every text tokenized by it (no [UNK] warning), written
-    from accelkit.quant.evaluate import minilm_path
+    from accelkit.quant.models import minilm_path
 
     code, doc, err = run_full([*args, "--tokenizer", str(minilm_path()), "--json"], capsys)
     assert code == 0 and out.exists(), err
@@ -207,7 +210,8 @@ def test_a_folder_without_tokenizer_files_is_refused_unless_one_is_given(tmp_pat
 
 def test_calibration_tokens_are_the_real_ones(encoder_dir, tmp_path, capsys):
     from accelkit.quant.calibrate import collect_inputs
-    from accelkit.quant.evaluate import load_folder, tokenize
+    from accelkit.quant.models import load_folder
+    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(encoder_dir))
     batch = tokenize(tokenizer, TEXTS[:3], max_length=32)
@@ -233,7 +237,7 @@ def test_calibration_tokens_are_the_real_ones(encoder_dir, tmp_path, capsys):
 
 
 def test_texts_are_padded_to_the_longest_and_cut_only_with_a_line(encoder_dir, texts, capsys):
-    from accelkit.quant.evaluate import load_folder
+    from accelkit.quant.models import load_folder
 
     _, tokenizer, _ = load_folder(str(encoder_dir))
     lengths = [len(tokenizer(t)["input_ids"]) for t in TEXTS[2:]]

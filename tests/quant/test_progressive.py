@@ -11,8 +11,8 @@ from torch import nn
 
 from accelkit.errors import ConfigError
 from accelkit.quant import quantizers as qz
-from accelkit.quant.apply import quantize
 from accelkit.quant.config import QuantConfig
+from accelkit.quant.convert import quantize
 from accelkit.quant.layers import QuantLinear
 from accelkit.quant.storage import load_quantized, save_quantized
 

@@ -1,7 +1,8 @@
 """`quant eval` recommends, per bit setting, the fastest of the rows as faithful as the best
 (top-1 agreement first, then cosine or perplexity ratio) — from the user's own run."""
 
-from accelkit.quant.evaluate import EvalRow, recommend
+from accelkit.quant.recommend import recommend
+from accelkit.quant.sweep import EvalRow
 
 
 def row(method, bits, top1, cos=None, ppl=None, ms=None):
@@ -34,3 +35,62 @@ def test_without_timings_the_most_faithful_and_causal_lms_by_perplexity():
     ]
     assert recommend(rows)["per_bits"][0]["method"] == "duquant"
     assert recommend([row("fp32", "w32a32", 1.0, 1.0)]) is None
+
+
+def timed(method, bits, cos, batch, one):
+    return EvalRow(method, bits, 1.0, 8.0, mean_cosine=cos, top1_agreement=1.0,
+                   compiled_ms=100.0 * batch, compiled_ratio=batch, compiled_one_ratio=one,
+                   label=f"{method}/{bits}")  # fmt: skip
+
+
+FP32 = timed("fp32", "w32a32", 1.0, 1.0, 1.0)
+
+
+def test_the_verdict_is_the_fastest_setting_meeting_both_targets():
+    rows = [
+        FP32,
+        timed("rtn", "w4a8", 0.9690, 0.30, 0.40),  # fastest, not faithful enough
+        timed("duquant", "w4a8", 0.9826, 0.55, 0.70),  # meets both
+        timed("smoothquant", "w4a8", 0.9830, 0.58, 0.75),  # meets both, slower
+        timed("duquant", "w4a4", 0.9600, 0.50, 0.60),
+    ]
+    setting = recommend(rows)["setting"]
+    assert setting["label"] == "duquant/w4a8" and setting["meets_targets"]
+    assert setting["text"].startswith("duquant/w4a8 (mean cos 0.9826, 0.55× compiled FP32")
+    assert "meets mean cosine ≥ 0.98" in setting["text"]
+
+
+def test_when_no_setting_meets_both_the_line_says_so_first():
+    rows = [
+        FP32,
+        timed("duquant", "w4a8", 0.9826, 0.65, 0.70),
+        timed("rtn", "w4a8", 0.97, 0.3, 0.3),
+    ]
+    advice = recommend(rows)
+    assert advice["text"].startswith("no setting reaches mean cosine ≥ 0.98 at ≤ 0.6× compiled")
+    assert advice["setting"]["label"] == "duquant/w4a8" and not advice["setting"]["meets_targets"]
+    # fast enough at the batch but not at one text: still not both
+    rows[1] = timed("duquant", "w4a8", 0.9826, 0.55, 0.95)
+    assert not recommend(rows)["setting"]["meets_targets"]
+
+
+def test_a_setting_slower_than_fp32_is_never_recommended_silently():
+    rows = [
+        FP32,
+        timed("duquant", "w4a8", 0.9826, 1.43, 1.80),
+        timed("rtn", "w4a8", 0.96, 0.9, 0.9),
+    ]
+    text = recommend(rows)["text"]
+    assert text.startswith("no setting reaches")
+    assert "duquant/w4a8" in text and "slower than the unquantized model" in text
+
+
+def test_nothing_faithful_enough_and_a_higher_bar():
+    rows = [FP32, timed("rtn", "w4a8", 0.97, 0.3, 0.3), timed("duquant", "w4a8", 0.975, 0.5, 0.6)]
+    advice = recommend(rows)
+    assert advice["text"].startswith("no setting reaches mean cosine ≥ 0.98; the most faithful")
+    assert advice["setting"]["label"] == "duquant/w4a8"
+    # --target-cosine raises the bar: 0.9826 is no longer enough
+    rows[2] = timed("duquant", "w4a8", 0.9826, 0.5, 0.6)
+    assert recommend(rows)["setting"]["meets_targets"]
+    assert not recommend(rows, min_cosine=0.99)["setting"]["meets_targets"]

@@ -87,7 +87,7 @@ def test_markdown_tables_equal_the_json(run):
 
 
 def fp32_model():
-    from accelkit.quant.evaluate import load_subject
+    from accelkit.quant.fidelity import load_subject
 
     return load_subject("minilm", n_pairs=16).model
 
@@ -112,14 +112,13 @@ def outputs(model, names, batch) -> dict[str, np.ndarray]:
 
 def test_layer_errors_equal_an_independent_computation(run):
     _, report, _ = run
-    from accelkit.quant.apply import quantize
-    from accelkit.quant.cli import load_quant_config
-    from accelkit.quant.config import QuantConfig
-    from accelkit.quant.evaluate import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.config import QuantConfig, config_for_run
+    from accelkit.quant.convert import quantize
+    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
 
     subject = load_subject("minilm", n_pairs=16)
     fp32 = subject.model
-    base = load_quant_config(None, None).model_dump(
+    base = config_for_run(None, None).model_dump(
         exclude={"method", "wbits", "abits", "disable_compile"}
     )
     qmodel = quantize(

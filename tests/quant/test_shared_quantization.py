@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from accelkit.quant.apply import quantize
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.evaluate import with_abits
+from accelkit.quant.convert import quantize
 from accelkit.quant.layers import QuantLinear
+from accelkit.quant.sweep import with_abits
 
 
 def block():

@@ -13,24 +13,9 @@ quant_app = command_group(
     "DuQuant / SmoothQuant / RTN quantization of PyTorch Linear layers that stays pure under torch.compile.",
 )
 
-METHODS = ("fp32", "rtn", "smoothquant", "duquant")
-
 
 def register(app: typer.Typer) -> None:
     app.add_typer(quant_app, name="quant")
-
-
-def _split(text: str, what: str, allowed: tuple[str, ...] | None = None) -> list[str]:
-    from accelkit.errors import ConfigError
-
-    items = [p.strip().lower() for p in text.split(",") if p.strip()]
-    if not items:
-        raise ConfigError(f"--{what} is empty; e.g. --{what} {','.join(allowed or ('w4a8',))}")
-    if allowed:
-        bad = [p for p in items if p not in allowed]
-        if bad:
-            raise ConfigError(f"--{what} {bad[0]!r} is not known; choose from {', '.join(allowed)}")
-    return items
 
 
 ModelOption = Annotated[
@@ -83,17 +68,18 @@ EvalDataOption = Annotated[
         "--eval-data", help="Text file, one evaluation text per line (default: shipped pairs)."
     ),
 ]
-
-
-def load_quant_config(path: str | None, group_size: int | None, **flags):
-    """The config from defaults < environment < file < flags; `--group-size 0` asks for per
-    output channel even when the file or the environment set groups."""
-    from accelkit.quant.config import load_config
-
-    config = load_config(path, weight_group_size=group_size or None, **flags)
-    if group_size == 0:
-        config.weight_group_size = None
-    return config
+TargetOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-cosine",
+        help="Reach this mean cosine to FP32 (e.g. 0.99): the most sensitive layers (worst"
+        " first by their output error) move out of 4-bit to W8A8, then float, until it holds;"
+        " the size and time it cost are reported.",
+    ),
+]
+PairsOption = Annotated[
+    int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
+]
 
 
 @quant_app.command("eval")
@@ -105,17 +91,19 @@ def eval_command(
         str, typer.Option(help="Comma-separated: fp32,rtn,smoothquant,duquant.")
     ] = "fp32,rtn,smoothquant,duquant",
     bits: Annotated[
-        str, typer.Option(help="Comma-separated wXaY settings, e.g. w4a8,w4a4.")
-    ] = "w4a8,w4a4",
+        str | None,
+        typer.Option(
+            help="Comma-separated wXaY settings, e.g. w4a8,w4a4 (the default; plus w4a7 on a CPU"
+            " without VNNI, where 8-bit codes cannot run exactly on an int8 GEMM)."
+        ),
+    ] = None,
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Also write the results as JSON here.")
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the results as JSON on stdout instead of a table.")
     ] = False,
-    pairs: Annotated[
-        int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
-    ] = 300,
+    pairs: PairsOption = 300,
     group_size: Annotated[
         int | None,
         typer.Option(
@@ -135,10 +123,14 @@ def eval_command(
         bool | None,
         typer.Option(
             "--compile/--no-compile",
-            help="Also time torch.compile (slow first compile). Default: on, unless"
-            " OPENPI_DISABLE_TORCH_COMPILE / ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
+            help="Also time torch.compile (slow first compile) for FP32 and the settings that"
+            " reach the fidelity bar. Default: on, unless OPENPI_DISABLE_TORCH_COMPILE /"
+            " ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
     ] = None,
+    compile_all: Annotated[
+        bool, typer.Option("--compile-all", help="Time every row compiled, faithful or not.")
+    ] = False,
     report: Annotated[
         str | None,
         typer.Option(
@@ -148,143 +140,101 @@ def eval_command(
             " (a previous report there is replaced).",
         ),
     ] = None,
+    target_cosine: TargetOption = None,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
-    from accelkit.errors import ConfigError
+    from accelkit.quant.api import evaluate
+    from accelkit.runtime.progress import activity, pause
 
-    method_list = _split(methods, "methods", METHODS)
-    bit_list = _split(bits, "bits")
-    if not 1 <= pairs <= 300:
-        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
-    if max_length is not None and max_length < 2:
-        raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
-    from accelkit.quant.evaluate import (
-        check_model,
-        load_subject,
-        parse_bits,
-        parse_dtype,
-        recommend,
-        run_eval,
-    )
-
-    check_model(model)
-    if report:
-        from accelkit.quant.report import check_folder
-
-        check_folder(report)
-    torch_dtype = parse_dtype(dtype)
-    for b in bit_list:
-        parse_bits(b)
-    base = load_quant_config(
-        config,
-        group_size,
-        disable_compile=None if compiled is None else not compiled,
-        weight_format=weight_format,
-    )
-    overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
-    compiled = not base.disable_compile
-    from contextlib import ExitStack
-
-    from accelkit.runtime.output import stdout_console
-    from accelkit.runtime.progress import status as status_line
-
-    with ExitStack() as stack:
-        update = stack.enter_context(status_line(f"loading {model} and its evaluation data…"))
-        layers = None
-        if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
-            from accelkit.quant.report import LayerErrors
-            from accelkit.runtime.files import temporary_folder
-
-            layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
-        subject = load_subject(
+    try:  # the activity line appears once the arguments are checked
+        result = evaluate(
             model,
-            n_pairs=pairs,
-            calibration_file=calibration,
-            eval_file=eval_data,
+            methods=methods,
+            bits=bits,
+            pairs=pairs,
+            calibration=calibration,
+            eval_data=eval_data,
+            group_size=group_size,
+            weight_format=weight_format,
             max_length=max_length,
-            dtype=torch_dtype,
-            tokenizer_path=tokenizer,
-        )
-        rows = run_eval(
-            method_list,
-            bit_list,
-            n_pairs=pairs,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            config=config,
             latency=latency,
             compiled=compiled,
-            config_overrides=overrides,
-            progress=lambda s: update(f"{s}…"),
-            subject=subject,
-            layers=layers,
+            report=report,
+            target_cosine=target_cosine,
+            compile_all=compile_all,
+            progress=lambda s: activity(f"{s}…"),
         )
-    texts = subject.texts
-    lm = subject.kind == "causal-lm"
-    title = (
-        f"accelkit quant eval — {model} ({subject.kind}, {subject.dtype}), {texts} texts of"
-        f" ≤ {subject.data.length} tokens, fidelity vs the unquantized model"
-    )
-    fidelity_columns = (
-        [("next-token agree", "top1_agreement", ".3f"), ("ppl ratio", "perplexity_ratio", ".4f")]
-        if lm
-        else [
-            ("mean cos", "mean_cosine", ".4f"),
-            ("min cos", "min_cosine", ".4f"),
-            ("top-1 agree", "top1_agreement", ".3f"),
-        ]
-    )
-    columns = [
-        ("method", "method", None),
-        ("bits", "bits", None),
-        *fidelity_columns,
-        ("layers MB", "quant_layers_mb", ".2f"),
-        ("eager ms", "eager_ms", ".2f"),
-        ("compiled ms", "compiled_ms", ".2f"),
-    ]
-
-    def fmt(v, spec):
-        return "-" if v is None else str(v) if spec is None else format(v, spec)
-
-    table_rows = [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in rows]
-    from dataclasses import asdict
-
-    advice = recommend(rows)
-    document = {
-        "model": model,
-        "kind": subject.kind,
-        "dtype": subject.dtype,
-        "texts": texts,
-        "max_length": subject.data.length,
-        "pairs": subject.n_pairs,
-        "rows": [asdict(r) for r in rows],
-        "recommendation": advice,
-    }
-    if report:
-        from accelkit.quant.report import build, write_report
-
-        write_report(report, build(document, layers))
+    finally:
+        pause()
+    document = result.to_dict()
     if as_json:
         from accelkit.runtime.output import print_json
 
         print_json(document)
     else:
-        from accelkit.runtime.output import Col, print_table
-
-        print_table(
-            title,
-            [
-                Col(name, numeric=spec is not None, key=key == "method")
-                for name, key, spec in columns
-            ],
-            table_rows,
-            console=stdout_console(),
-        )
-        if advice:
-            typer.echo(f"recommended for this model: {advice['text']}")
-        if report:
-            typer.echo(f"report: {report}/report.md, report.png, report.json")
+        _print_eval_table(result)
     if output:
         from accelkit.runtime.files import write_json_atomic
 
         write_json_atomic(output, document)
+
+
+def _print_eval_table(result) -> None:
+    from accelkit.quant.report import fidelity_columns
+    from accelkit.runtime.output import Col, print_table, stdout_console
+
+    title = (
+        f"accelkit quant eval — {result.model} ({result.kind}, {result.dtype}), {result.texts}"
+        f" texts of ≤ {result.max_length} tokens, fidelity vs the unquantized model"
+    )
+    columns = [
+        ("setting", "label", None),
+        *fidelity_columns(result.kind),
+        ("layers MB", "quant_layers_mb", ".2f"),
+        ("kernel", "kernels", "kernels"),
+        ("eager ms", "eager_ms", ".2f"),
+        ("compiled ms", "compiled_ms", ".2f"),
+        ("× FP32", "compiled_ratio", ".2f"),
+        ("1 text ms", "compiled_one_ms", ".2f"),
+        ("× FP32 (1 text)", "compiled_one_ratio", ".2f"),
+    ]
+
+    def fmt(v, spec):
+        if spec == "kernels":
+            return (
+                "-" if not v else ", ".join(f"{k} {n}" if len(v) > 1 else k for k, n in v.items())
+            )
+        return "-" if v is None else str(v) if spec is None else format(v, spec)
+
+    print_table(
+        title,
+        [
+            Col(name, numeric=spec not in (None, "kernels"), key=key == "label")
+            for name, key, spec in columns
+        ],
+        [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in result.rows],
+        console=stdout_console(),
+    )
+    if result.timing_batch and any(r.eager_ms is not None for r in result.rows):
+        shape = "×".join(map(str, result.timing_batch))
+        typer.echo(f"timed on a batch of {shape} tokens and on its first text alone")
+    if result.kernels and result.kernels.get("seconds"):
+        key = result.kernels["machine"]
+        typer.echo(
+            f"CPU kernels: the fastest exact one per layer shape, measured on {key['cpu']}"
+            f" ({', '.join(key['isa'])}), torch {key['torch']}, {key['threads']} threads;"
+            f" cached in {result.kernels['cache']}"
+        )
+    if result.target:
+        typer.echo(_target_line(result.target))
+    if result.recommendation:
+        typer.echo(f"recommended for this model: {result.recommendation['text']}")
+    typer.echo("phases: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in result.phases.items()))
+    if result.report:
+        typer.echo(f"report: {result.report}/report.md, report.png, report.json")
 
 
 @quant_app.command("apply")
@@ -310,93 +260,75 @@ def apply_command(
         bool,
         typer.Option("--json", help="Print the report (layers, sizes, path) as JSON on stdout."),
     ] = False,
+    target_cosine: TargetOption = None,
+    eval_data: EvalDataOption = None,
+    pairs: PairsOption = 300,
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
-    from accelkit.errors import ConfigError
-    from accelkit.quant.apply import quantize_with_report
-    from accelkit.quant.evaluate import (
-        Texts,
-        check_model,
-        load_model,
-        model_max_length,
-        parse_dtype,
-        prepare,
-        quant_layer_bytes,
-    )
-    from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.storage import save_quantized
+    from accelkit.quant.api import apply
+    from accelkit.runtime.output import print_json
+    from accelkit.runtime.progress import activity, pause
 
-    check_model(model)
-    torch_dtype = parse_dtype(dtype)
-    if max_length is not None and max_length < 2:
-        raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
-    cfg = load_quant_config(
-        config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
-    )
-    texts = (
-        Texts("--calibration", calibration)
-        if calibration
-        else Texts("the shipped calibration sentences", items=calibration_sentences())
-    )
-    from accelkit.runtime.progress import Steps, status
-
-    with status(f"loading {model}…") as update:
-        float_model, tok, _ = load_model(model, torch_dtype, tokenizer)
-        data = prepare(
-            tok,
-            texts,
+    try:
+        result = apply(
+            model,
+            output,
+            calibration=calibration,
+            method=method,
+            wbits=wbits,
+            abits=abits,
+            group_size=group_size,
+            weight_format=weight_format,
             max_length=max_length,
-            model_max=model_max_length(float_model, tok),
-            batch_size=32,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            config=config,
+            target_cosine=target_cosine,
+            eval_data=eval_data,
+            pairs=pairs,
+            progress=activity,
         )
-        import torch.nn as nn
-
-        steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
-        update(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
-
-        def layer_done(name: str) -> None:
-            steps.done += 1
-            update(steps.text(f"quantized {name}"))
-
-        qmodel, report = quantize_with_report(float_model, cfg, data, layer_done)
-    if cfg.dry_run:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
-        plan = {
-            "dry_run": True,
-            "planned": report.planned,
-            "quantized": [],
-            "skipped": report.skipped,
-        }
-        if as_json:
-            from accelkit.runtime.output import print_json
-
-            print_json(plan)
-        else:
-            for name, bits in report.planned.items():
-                typer.echo(f"would quantize {name} (W{bits}A{cfg.abits})")
-            for name, why in report.skipped.items():
-                typer.echo(f"would leave {name} in float ({why})")
-            typer.echo(
-                f"dry run: {len(report.planned)} layers to quantize, {len(report.skipped)} left"
-                f" in float; nothing written to {output}"
-            )
-        return
-    path = save_quantized(qmodel, output)
-    q_bytes, fp_bytes = quant_layer_bytes(qmodel)
+    finally:
+        pause()
     if as_json:
-        from accelkit.runtime.output import print_json
-
-        print_json(
-            {
-                "output": str(path),
-                "quantized": report.quantized,
-                "skipped": report.skipped,
-                "calibration": {"texts": data.count, "tokens": data.tokens, "length": data.length},
-                "quantized_layers_bytes": q_bytes,
-                "fp32_layers_bytes": fp_bytes,
-            }
+        print_json(result.to_dict())
+    elif result.dry_run:
+        for name, bits in result.planned.items():
+            typer.echo(f"would quantize {name} (W{bits}A{result.abits})")
+        for name, why in result.skipped.items():
+            typer.echo(f"would leave {name} in float ({why})")
+        typer.echo(
+            f"dry run: {len(result.planned)} layers to quantize, {len(result.skipped)} left"
+            f" in float; nothing written to {output}"
         )
-        return
-    typer.echo(
-        f"{report.summary()}; quantized layers {q_bytes / 2**20:.2f} MB vs {fp_bytes / 2**20:.2f} MB FP32 "
-        f"({q_bytes / fp_bytes:.3f}x); wrote {path}"
+    else:
+        q_bytes, fp_bytes = result.quantized_layers_bytes, result.fp32_layers_bytes
+        kernels = ", ".join(f"{k} {n}" for k, n in result.kernels.items())
+        typer.echo(
+            f"{result.summary}; quantized layers {q_bytes / 2**20:.2f} MB vs"
+            f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); CPU kernels: {kernels};"
+            f" wrote {result.output}"
+        )
+        if result.target:
+            typer.echo(_target_line(result.target))
+
+
+def _target_line(t: dict) -> str:
+    """--target-cosine in one line: what moved out of 4-bit (worst first) and what it cost."""
+    levels = list(t["layers"].values())
+    shown = ", ".join(list(t["layers"])[:3]) + (", …" if len(levels) > 3 else "")
+    moved = (
+        f"{len(levels) - levels.count('float')} layers to 8-bit weights and"
+        f" {levels.count('float')} to float"
+        f" (worst first: {shown}; all in --json)"
+        if levels
+        else "nothing moved"
+    )
+    before, after = t["linear_bytes_before"] / 2**20, t["linear_bytes_after"] / 2**20
+    cost = f"Linear layers {before:.2f} → {after:.2f} MB"
+    if t.get("eager_ratio_after") is not None:
+        cost += f", eager {t['eager_ratio_before']:.2f}× → {t['eager_ratio_after']:.2f}× FP32"
+    return (
+        f"target cosine {t['target']}: {t['base']} {t['base_cosine']:.4f} → {t['cosine']:.4f}"
+        f" ({'reached' if t['reached'] else 'NOT reached'}), {moved}; {cost}"
     )

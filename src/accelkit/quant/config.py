@@ -73,7 +73,10 @@ class QuantConfig(Settings):
     wbits: int = 4
     abits: int = 8
     method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
-    block_size: int = 128
+    # the rotation block: an int, or "auto" = per layer, at most 1/12 of its output width (see
+    # `layer_block`), between 32 and 128 — the online transform's cost is n·b multiply-adds per
+    # token against the layer's n·m int8 GEMM
+    block_size: int | Literal["auto"] = "auto"
     rotation_steps: int = 256
     # defaults chosen on benchmarks/results/quant_matrix.json (docs/quant.md, "Which default")
     permutation: bool = False
@@ -149,9 +152,20 @@ class QuantConfig(Settings):
         check_bits(value, info.field_name)
         return value
 
+    @field_validator("block_size", mode="before")
+    @classmethod
+    def _block(cls, value):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+            raise ValueError("must be a positive integer or 'auto'")
+        return value
+
     @field_validator("block_size", "rotation_steps", "calibration_rows")
     @classmethod
     def _positive(cls, value, info):
+        if value == "auto" and info.field_name == "block_size":
+            return value
         if value < (0 if info.field_name == "rotation_steps" else 1):
             raise ValueError(f"{info.field_name} must be positive")
         return value
@@ -179,17 +193,34 @@ class QuantConfig(Settings):
             raise ValueError("weight_clip must be 'search' or a ratio in (0, 1]")
         return value
 
+    def layer_block(self, in_features: int, out_features: int) -> int:
+        """The rotation block of one layer: `block_size`, or with "auto" the largest power of
+        two ≤ out_features / 12 within 32..128 that divides `in_features` (halved while it does
+        not, down to 32). The transform then costs at most 1/12 of the layer's GEMM in
+        multiply-adds: 128 for wide layers (LLMs, FFN-in), 32 for MiniLM's 384-wide outputs, where
+        128 made the transform dearer than the int8 GEMM it feeds (docs/quant.md, "Speed")."""
+        if self.block_size != "auto":
+            return self.block_size
+        block = 128
+        while block > 32 and (block * 12 > out_features or in_features % block):
+            block //= 2
+        return block
+
     def layer_weights(
         self, name: str | None, in_features: int | None = None
     ) -> tuple[int, int | None, str]:
-        """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`;
-        progressive applies to 4-bit layers (others stay plain) and always has groups — of
-        `weight_group_size`, else the default size, where that divides `in_features`; a layer it
-        does not divide keeps plain per-channel weights (an explicit group size that does not
-        divide leaves the layer in float instead, see `indivisible`)."""
+        """(wbits, group size, weight format) of one layer: `layer_wbits` wins over `wbits`.
+        Progressive applies to 4-bit layers and always has groups — of `weight_group_size`, else
+        the default size, where that divides `in_features`; a layer it does not divide keeps
+        plain per-channel weights (an explicit group size that does not divide leaves the layer
+        in float instead, see `indivisible`). 8-bit layers of the progressive family are
+        symmetric int8 per output channel (`int8`: they run on the int8 GEMM as stored); other
+        bit widths stay plain."""
         from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
 
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
+        if self.weight_format == "progressive" and wbits == 8:
+            return wbits, None, "int8"
         if self.weight_format == "progressive" and wbits == 4:
             if self.weight_group_size:
                 return wbits, self.weight_group_size, "progressive"
@@ -238,3 +269,20 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
         arguments={None: keywords},
         argument_names={None: FLAG_NAMES},
     )[None]
+
+
+def config_for_run(source=None, group_size: int | None = None, **flags) -> QuantConfig:
+    """The config of one `evaluate` / `apply` run: `source` — a `QuantConfig`, or a YAML file
+    loaded over the defaults and the environment (`load_config`) — with the flags that are not
+    None on top. `group_size=0` (`--group-size 0`) asks for per output channel even when the file
+    or the environment set groups."""
+    if isinstance(source, QuantConfig):
+        updates = {key: value for key, value in flags.items() if value is not None}
+        if group_size:
+            updates["weight_group_size"] = group_size
+        config = QuantConfig(**{**source.model_dump(), **updates})
+    else:
+        config = load_config(source, weight_group_size=group_size or None, **flags)
+    if group_size == 0:
+        config.weight_group_size = None
+    return config

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from accelkit.quant import kernels
 from accelkit.quant import quantizers as qz
 from accelkit.quant.transforms import Transform
 
@@ -37,11 +38,17 @@ class LayerSpec:
     permutation: bool
     rotation_steps: int = 0  # width of the stored greedy-step records
     seed: int = 0  # seeds the base block matrix the rotations are built from
-    weight_format: str = "plain"  # "progressive": int4 groups over per-channel int8 (QServe)
+    # "progressive": int4 groups over per-channel int8 (QServe); "int8": symmetric int8 per channel
+    weight_format: str = "plain"
 
     @property
     def progressive(self) -> bool:
         return self.weight_format == "progressive"
+
+    @property
+    def int8(self) -> bool:
+        """Symmetric int8 per output channel (8-bit layers of the progressive family)."""
+        return self.weight_format == "int8"
 
     @property
     def dense_transform(self) -> bool:
@@ -76,7 +83,7 @@ class LayerSpec:
         run here too. Same result as the float path up to float32 rounding of the final scaling.
         """
         return self.abits <= 8 and (
-            self.progressive or (self.wbits <= 7 and self.group_size is None)
+            self.progressive or self.int8 or (self.wbits <= 7 and self.group_size is None)
         )
 
     @property
@@ -94,19 +101,27 @@ class QuantLinear(nn.Module):
         super().__init__()
         self.spec = spec
         n, m = spec.in_features, spec.out_features
-        # int8 GEMMs on CPU only where this machine computes them exactly (VNNI, checked once); on
-        # CUDA where torch._int_mm takes the shapes (k, n multiples of 8; rows checked per call)
-        self.cpu_integer = spec.integer_matmul and qz.int8_gemm_is_exact()
+        # the CPU kernel (`kernels.py`: an exact int8 GEMM, the fastest measured here, or the
+        # float path) is chosen by `refresh_derived` once the weights are known; on CUDA
+        # torch._int_mm where it takes the shapes (k, n multiples of 8; rows checked per call)
+        self.kernel = "float"
         self.cuda_integer = (
             spec.integer_matmul and torch.cuda.is_available() and n % 8 == 0 and m % 8 == 0
         )
-        self.integer_gemm = self.cpu_integer or self.cuda_integer  # the int8 buffers exist
+        self.integer_gemm = spec.integer_matmul  # the int8 buffers exist
         if spec.progressive and (spec.wbits != 4 or not spec.group_size or n % spec.group_size):
             from accelkit.errors import ConfigError
 
             raise ConfigError(
                 f"progressive weights are int4 groups over int8 (wbits 4, a group size dividing"
                 f" {n}); got wbits {spec.wbits}, group size {spec.group_size}"
+            )
+        if spec.int8 and (spec.wbits != 8 or spec.group_size):
+            from accelkit.errors import ConfigError
+
+            raise ConfigError(
+                f"int8 weights are 8 bits per output channel; got wbits {spec.wbits}, group size"
+                f" {spec.group_size}"
             )
         self.in_features, self.out_features = n, m
         f32 = torch.float32
@@ -115,8 +130,11 @@ class QuantLinear(nn.Module):
         else:
             groups = 1 if spec.group_size is None else n // spec.group_size
             cols = n // 2 if spec.packed else n
-            self.register_buffer("qweight", torch.zeros(m, cols, dtype=torch.uint8))
-            if spec.progressive:  # s₁ per output channel; integer s₂ and z per group (uint8)
+            code_dtype = torch.int8 if spec.int8 else torch.uint8
+            self.register_buffer("qweight", torch.zeros(m, cols, dtype=code_dtype))
+            if spec.int8:  # one scale per output channel, no zero point
+                self.register_buffer("w_scale", torch.ones(m, 1, dtype=f32))
+            elif spec.progressive:  # s₁ per output channel; integer s₂ and z per group (uint8)
                 self.register_buffer("w_scale", torch.ones(m, 1, dtype=f32))
                 self.register_buffer("w_gscale", torch.ones(m, groups, dtype=torch.uint8))
                 self.register_buffer("w_gzero", torch.zeros(m, groups, dtype=torch.uint8))
@@ -208,17 +226,39 @@ class QuantLinear(nn.Module):
                 blocks = self.inv_smooth.double().reshape(k, b, 1) * blocks
             self.transform_blocks.copy_(blocks.to(torch.float32))
         if self.integer_gemm:
-            if self.spec.progressive:
-                b = qz.progressive_int8(self.weight_codes(), self.w_gscale, self.w_gzero)
+            if self.spec.progressive or self.spec.int8:
+                b = (
+                    self.qweight
+                    if self.spec.int8
+                    else qz.progressive_int8(self.weight_codes(), self.w_gscale, self.w_gzero)
+                )
                 rowsum = b.sum(dim=1, dtype=torch.int32)
             else:
                 b, rowsum = qz.int8_weight(self.weight_codes(), self.w_zero)
+            kernels.forget(self.weight_int8)
             self.weight_int8.copy_(b)
             self.weight_rowsum.copy_(rowsum)
+        self.choose_kernel()
+
+    def choose_kernel(self) -> None:
+        """The CPU kernel for this layer's weights and activation bits (`kernels.py`): the fastest
+        exact integer GEMM measured on this machine, else the float path; the fbgemm packing is
+        made now, in this eager step, not on the first call."""
+        spec = self.spec
+        self.kernel = "float"
+        if self.integer_gemm and spec.abits <= 8:
+            wmax = int(self.weight_int8.abs().max()) if self.weight_int8.numel() else 0
+            self.kernel = kernels.table().pick(
+                self.in_features, self.out_features, spec.abits, wmax
+            )
+        if self.kernel == "fbgemm":
+            kernels.prepack(self.weight_int8)
 
     def dequantized_weight(self) -> torch.Tensor:
         if self.spec.wbits == 16:
             return self.weight
+        if self.spec.int8:
+            return self.qweight.to(self.w_scale.dtype) * self.w_scale
         if self.spec.progressive:
             return qz.progressive_dequantize(
                 self.weight_codes(), self.w_scale, self.w_gscale, self.w_gzero
@@ -245,7 +285,7 @@ class QuantLinear(nn.Module):
 
     def use_integer(self, x: torch.Tensor) -> bool:
         if x.device.type == "cpu":
-            return self.cpu_integer
+            return self.kernel != "float"
         return (
             x.device.type == "cuda"
             and self.cuda_integer
@@ -259,9 +299,12 @@ class QuantLinear(nn.Module):
             scale, zero = self.act_scale, self.act_zero
         else:
             scale, zero = qz.per_token_params(rows, spec.abits, spec.act_clip)
-        y = qz.integer_linear(
-            rows, scale, zero, spec.abits, self.weight_int8, self.weight_rowsum, self.w_scale
+        codes = qz.quantize_asym(rows, scale, zero, spec.abits)
+        kernel = self.kernel if x.device.type == "cpu" else "onednn"  # CUDA: torch._int_mm
+        sums = kernels.integer_sums(
+            kernel, codes, self.weight_int8, self.weight_rowsum, zero, spec.abits
         )
+        y = sums.to(x.dtype) * (scale * self.w_scale.reshape(1, -1))
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -271,6 +314,8 @@ class QuantLinear(nn.Module):
         parts = [f"in={s.in_features}", f"out={s.out_features}", f"w{s.wbits}a{s.abits}"]
         if s.group_size:
             parts.append(f"{'progressive ' if s.progressive else ''}group={s.group_size}")
+        if s.int8:
+            parts.append("int8")
         if s.smooth:
             parts.append("smooth")
         if s.block:
@@ -300,11 +345,19 @@ class QuantLinear(nn.Module):
                 if x_t is None:
                     raise ValueError("weight_clip='search' needs calibration activations")
                 ratio = qz.search_weight_clip(
-                    w, x_t, spec.wbits, spec.group_size, progressive=spec.progressive
+                    w,
+                    x_t,
+                    spec.wbits,
+                    spec.group_size,
+                    progressive=spec.progressive,
+                    int8=spec.int8,
                 )
             else:
                 ratio = float(clip)
-            if spec.progressive:
+            if spec.int8:
+                q, scale = qz.int8_quantize(w, ratio)
+                self.w_scale.copy_(scale.to(torch.float32))
+            elif spec.progressive:
                 q, s1, s2, zero = qz.progressive_quantize(w, spec.group_size, ratio)
                 self.w_scale.copy_(s1.to(torch.float32))
                 self.w_gscale.copy_(s2)

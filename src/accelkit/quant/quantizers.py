@@ -8,8 +8,6 @@ x ≈ (q - zero) * scale.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 SCALE_FLOOR = (
@@ -98,12 +96,14 @@ def search_weight_clip(
     group_size: int | None,
     grid: tuple[float, ...] = tuple(1.0 - 0.05 * i for i in range(11)),
     progressive: bool = False,
+    int8: bool = False,
 ) -> torch.Tensor:
     """Per output channel clip ratio minimizing the output error ||x (w_i - ŵ_i)ᵀ||² on calibration rows x.
 
     Each output channel's error depends only on its own row, so the search is exact per row: with
     H = xᵀx the error of row i is e_i H e_iᵀ (e = w - ŵ), evaluated for every ratio on the grid.
-    `progressive`: ŵ is the two-level weight of `progressive_quantize` (the clip is level 1's).
+    `progressive`: ŵ is the two-level weight of `progressive_quantize` (the clip is level 1's);
+    `int8`: ŵ is the symmetric int8 weight of `int8_quantize`.
     """
     h = x.T @ x
     best_err = torch.full((w.shape[0],), float("inf"), dtype=w.dtype)
@@ -111,6 +111,9 @@ def search_weight_clip(
     for ratio in grid:
         if progressive:
             e = w - progressive_dequantize(*progressive_quantize(w, group_size, ratio))
+        elif int8:
+            q, scale = int8_quantize(w, ratio)
+            e = w - q.to(w.dtype) * scale
         else:
             e = w - fake_quant_weight(w, bits, group_size, ratio)
         err = ((e @ h) * e).sum(dim=1)
@@ -186,6 +189,19 @@ def progressive_dequantize(
     return progressive_int8(codes, s2, zero).to(s1.dtype) * s1
 
 
+# ---- symmetric int8 per output channel: 8-bit weights that run as they are on the int8 GEMM ----
+
+
+def int8_quantize(w: torch.Tensor, clip: torch.Tensor | float = 1.0):
+    """Symmetric int8 weights per output channel: s = clip · max|wᵢ| / 127,
+    q = clamp(round(w / s), −127, 127). Returns q (m, n) int8 and s (m, 1) in w's dtype."""
+    clip_t = (
+        torch.as_tensor(clip, dtype=w.dtype).reshape(-1, 1) if torch.as_tensor(clip).ndim else clip
+    )
+    scale = torch.clamp(w.abs().amax(dim=1, keepdim=True) * clip_t / 127, min=SCALE_FLOOR)
+    return torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8), scale
+
+
 # ---- activations ----
 
 
@@ -202,59 +218,10 @@ def fake_quant_per_token(x: torch.Tensor, bits: int, clip: float) -> torch.Tenso
     return dequantize_asym(quantize_asym(x, scale, zero, bits), scale, zero)
 
 
-@functools.cache
-def int8_gemm_is_exact() -> bool:
-    """Whether this CPU's `torch._int_mm` returns exact int32 sums (checked once per process).
-
-    oneDNN computes s8·s8 exactly only with VNNI/AMX dot products; on older x86 (AVX2, AVX-512
-    without VNNI) its u8·s8 pair instruction saturates at int16 and the sums come back wrong
-    (measured here with ONEDNN_MAX_CPU_ISA=AVX2: off by millions at the extremes). So the integer
-    path needs VNNI and must also pass an extreme-value check against an int64 product.
-    """
-    if not (hasattr(torch.cpu, "_is_vnni_supported") and torch.cpu._is_vnni_supported()):
-        return False
-    try:
-        edge = torch.tensor([127, -128, 127, 127, -128, -128, 127, -1], dtype=torch.int8)
-        a = edge.repeat(32, 48).reshape(32, 384)
-        b = edge.flip(0).repeat(64, 48).reshape(64, 384)
-        rng = torch.Generator().manual_seed(0)
-        c = torch.randint(-128, 128, (33, 384), dtype=torch.int8, generator=rng)
-        d = torch.randint(-128, 128, (40, 384), dtype=torch.int8, generator=rng)
-        return all(
-            torch.equal(torch._int_mm(x, y.t()).long(), x.long() @ y.long().t())
-            for x, y in ((a, b), (c, d))
-        )
-    except RuntimeError:  # no CPU kernel in this build
-        return False
-
-
 def int8_weight(codes: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """b = codes − zero as int8 (exact while wbits ≤ 7; zero is (out, 1)) and its row sums in int32."""
     b = (codes.to(torch.int16) - zero.to(torch.int16)).to(torch.int8)
     return b, b.sum(dim=1, dtype=torch.int32)
-
-
-def integer_linear(
-    x: torch.Tensor,
-    x_scale: torch.Tensor,
-    x_zero: torch.Tensor,
-    abits: int,
-    w_int8: torch.Tensor,
-    w_rowsum: torch.Tensor,
-    w_scale: torch.Tensor,
-) -> torch.Tensor:
-    """dequant(quant(x)) · dequant(W)ᵀ for x (t, n) as one int8 GEMM with int32 accumulation.
-
-    With x ≈ sₓ(q − zₓ) per token (or tensor) and W ≈ s_w b per output channel, b = codes − z_w
-    (`int8_weight`), let a = q − 2^(abits−1) (int8): the product is sₓ s_w (a·bᵀ − (zₓ − 2^(abits−1))·Σₖ b),
-    exact in integers up to the final float scaling. `torch._int_mm` runs on the CPU's int8
-    dot-product units (VNNI): 4.5× the float32 matmul here; callers check `int8_gemm_is_exact()`
-    first. Zero points are integers by construction (asym_params rounds them).
-    """
-    offset = 2 ** (abits - 1)
-    a = (quantize_asym(x, x_scale, x_zero, abits) - offset).to(torch.int8)
-    exact = torch._int_mm(a, w_int8.t()) - (x_zero - offset).to(torch.int32) * w_rowsum
-    return exact.to(x.dtype) * (x_scale * w_scale.reshape(1, -1))
 
 
 def fake_quant_static(

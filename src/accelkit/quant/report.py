@@ -204,7 +204,7 @@ def write_report(path: str | os.PathLike, report: dict) -> Path:
 
 
 def label(row: dict) -> str:
-    return f"{row['method']}/{row['bits']}"
+    return row.get("label") or f"{row['method']}/{row['bits']}"
 
 
 def build(document: dict, layers: LayerErrors | None) -> dict:
@@ -230,6 +230,7 @@ def fidelity_columns(kind: str) -> list[tuple[str, str, str]]:
         return [
             ("next-token agree", "top1_agreement", ".3f"),
             ("ppl ratio", "perplexity_ratio", ".4f"),
+            ("mean cos", "mean_cosine", ".4f"),  # of the last hidden states
         ]
     return [
         ("mean cos", "mean_cosine", ".4f"),

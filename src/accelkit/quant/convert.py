@@ -99,7 +99,7 @@ def layer_spec(
         act_granularity=config.act_granularity,
         act_clip=config.act_clip,
         smooth=config.method in ("smoothquant", "duquant"),
-        block=config.block_size if rotate else None,
+        block=config.layer_block(linear.in_features, linear.out_features) if rotate else None,
         permutation=rotate and config.permutation,
         rotation_steps=config.rotation_steps if rotate else 0,
         seed=config.seed,
@@ -121,8 +121,9 @@ def plan_layers(
     for name, lin in layers.items():
         n = lin.in_features
         why = None
-        if config.method == "duquant" and n % config.block_size:
-            why = f"input width {n} is not divisible by block_size {config.block_size}"
+        block = config.layer_block(n, lin.out_features)
+        if config.method == "duquant" and n % block:
+            why = f"input width {n} is not divisible by block_size {block}"
         elif (
             (group := config.layer_weights(name, n)[1])
             and config.layer_weights(name, n)[0] < 16
@@ -212,7 +213,7 @@ def quantize_with_report(
             lin.weight.detach(),
             method=config.method,
             alpha=config.smooth_alpha,
-            block=config.block_size,
+            block=config.layer_block(lin.in_features, lin.out_features),
             steps=config.rotation_steps,
             permutation=config.permutation,
             seed=config.seed,

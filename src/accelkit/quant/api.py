@@ -1,0 +1,459 @@
+"""The library API of `accelkit quant`: `evaluate` and `apply`, the operations the command line runs.
+
+Both take what the flags of `accelkit quant eval|apply` take (the same names, Python values), do
+the whole operation — load the model and texts, calibrate, quantize, measure or save — and return
+a result object; `accelkit.quant.cli` only parses the flags, calls one of them and renders the
+result (a table, or `to_dict()` in the `--json` envelope). A notebook calls the same functions:
+
+    from accelkit.quant import apply, evaluate
+
+    result = evaluate("minilm", methods=["fp32", "duquant"], bits=["w4a8"], pairs=32)
+    result.rows[1].mean_cosine, result.recommendation["text"]
+    saved = apply("minilm", "minilm_w4a8.safetensors")  # saved.quantized, saved.output
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from accelkit.errors import ConfigError
+from accelkit.quant.config import QuantConfig, config_for_run
+
+METHODS = ("fp32", "rtn", "smoothquant", "duquant")
+Progress = Callable[[str], None] | None
+
+
+@dataclass
+class EvalResult:
+    """What `evaluate` measured: one `EvalRow` per method × bits, and the setting it recommends."""
+
+    model: str
+    kind: str  # "encoder" | "causal-lm"
+    dtype: str
+    texts: int
+    max_length: int
+    pairs: int | None
+    rows: list  # [EvalRow]
+    recommendation: dict | None
+    report: Path | None = None  # the report folder, when one was asked for
+    timing_batch: list[int] | None = None  # texts × tokens of the timed batch
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the run
+    kernels: dict | None = None  # the CPU kernel measurements the layers were placed by
+    target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
+
+    def to_dict(self) -> dict:
+        """The document `--json` prints and `--output` writes."""
+        return {
+            "model": self.model,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "texts": self.texts,
+            "max_length": self.max_length,
+            "pairs": self.pairs,
+            "rows": [asdict(r) for r in self.rows],
+            "recommendation": self.recommendation,
+            "timing_batch": self.timing_batch,
+            "phases": self.phases,
+            "kernels": self.kernels,
+            "target": self.target,
+        }
+
+
+@dataclass
+class ApplyResult:
+    """What `apply` did: the layers quantized or left in float (and why), the sizes and the file
+    (`output` is None and `dry_run` True when only a plan was asked for)."""
+
+    output: Path | None
+    quantized: list[str]
+    skipped: dict[str, str]
+    calibration: dict  # texts, tokens, length
+    quantized_layers_bytes: int | None = None
+    fp32_layers_bytes: int | None = None
+    dry_run: bool = False
+    planned: dict[str, int] = field(default_factory=dict)  # dry run: layer -> weight bits
+    abits: int = 8
+    summary: str = ""
+    kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
+    target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
+
+    def to_dict(self) -> dict:
+        if self.dry_run:
+            return {
+                "dry_run": True,
+                "planned": self.planned,
+                "quantized": [],
+                "skipped": self.skipped,
+            }
+        return {
+            "output": str(self.output),
+            "quantized": self.quantized,
+            "skipped": self.skipped,
+            "calibration": self.calibration,
+            "quantized_layers_bytes": self.quantized_layers_bytes,
+            "fp32_layers_bytes": self.fp32_layers_bytes,
+            "kernels": self.kernels,
+            "target": self.target,
+        }
+
+
+def _items(value: str | Sequence[str], what: str, allowed: tuple[str, ...] | None = None):
+    """A comma-separated string or a sequence, lower-cased; empty or unknown entries are errors."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    items = [p.strip().lower() for p in parts if p.strip()]
+    if not items:
+        raise ConfigError(f"--{what} is empty; e.g. --{what} {','.join(allowed or ('w4a8',))}")
+    if allowed:
+        bad = [p for p in items if p not in allowed]
+        if bad:
+            raise ConfigError(f"--{what} {bad[0]!r} is not known; choose from {', '.join(allowed)}")
+    return items
+
+
+def _check_max_length(max_length: int | None) -> None:
+    if max_length is not None and max_length < 2:
+        raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
+
+
+def _check_target(target: float | None) -> None:
+    if target is not None and not 0.0 < target < 1.0:
+        raise ConfigError(f"--target-cosine {target} must lie between 0 and 1, e.g. 0.99")
+
+
+def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer):
+    """The model with its calibration and evaluation texts (`fidelity.load_subject`)."""
+    from accelkit.quant.fidelity import load_subject
+
+    return load_subject(
+        model,
+        n_pairs=pairs,
+        calibration_file=calibration,
+        eval_file=eval_data,
+        max_length=max_length,
+        dtype=dtype,
+        tokenizer_path=tokenizer,
+    )
+
+
+def default_bits() -> list[str]:
+    """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
+    cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
+    7-bit codes they do sum exactly (`kernels.py`) — the setting that can be fast there."""
+    from accelkit.quant import kernels
+
+    return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
+
+
+def _target_row(subject, reference, rows, models, overrides, target, progress) -> dict | None:
+    """--target-cosine on an evaluation: None when a measured setting reaches the target as is;
+    else the most faithful setting with its most sensitive layers moved out of 4-bit, as one more
+    row ("row", "model") and what was moved (the rest of the dict)."""
+    from accelkit.quant import target as tgt
+    from accelkit.quant.config import QuantConfig
+    from accelkit.quant.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
+
+    quantized = [r for r in rows if r.method != "fp32" and r.mean_cosine is not None]
+    if not quantized or max(r.mean_cosine for r in quantized) >= target:
+        return None
+    best = max(quantized, key=lambda r: r.mean_cosine)
+    wbits, abits = parse_bits(best.bits)
+    config = QuantConfig(method=best.method, wbits=wbits, abits=abits, **overrides)
+    model, found = tgt.reach(
+        subject, reference, models[best.label], best.label, config, target, progress
+    )
+    row = EvalRow(
+        best.method,
+        best.bits,
+        **found.fidelity,
+        quant_layers_mb=found.linear_bytes_after / 2**20,  # float layers included, in FP32
+        fp32_layers_mb=fp32_bytes(subject.model) / 2**20,
+        kernels=kernel_counts(model),
+        label=f"{best.label}+target{target:g}",
+    )
+    return {**found.to_dict(), "row": row, "model": model}
+
+
+def evaluate(
+    model: str = "minilm",
+    *,
+    methods: str | Sequence[str] = METHODS,
+    bits: str | Sequence[str] | None = None,
+    pairs: int = 300,
+    calibration: str | os.PathLike | None = None,
+    eval_data: str | os.PathLike | None = None,
+    group_size: int | None = None,
+    weight_format: str | None = None,
+    max_length: int | None = None,
+    dtype: str = "auto",
+    tokenizer: str | os.PathLike | None = None,
+    config: QuantConfig | str | os.PathLike | None = None,
+    latency: bool = True,
+    compiled: bool | None = None,
+    report: str | os.PathLike | None = None,
+    target_cosine: float | None = None,
+    compile_all: bool = False,
+    progress: Progress = None,
+) -> EvalResult:
+    """Quantize `model` with each method × bit setting; fidelity to FP32, size and latency per row.
+
+    `model`: "minilm" or a local transformers folder; `calibration` / `eval_data`: text files, one
+    text per line (default: the shipped sentences, `pairs` paraphrase pairs to evaluate on).
+    `config`: a `QuantConfig` or a YAML file, the base of every row (`group_size`,
+    `weight_format` on top; `group_size=0` = per output channel). `compiled`: also time
+    torch.compile (None: unless the config's `disable_compile`). `report`: a new or empty folder
+    for report.md/.png/.json. `bits` (default `default_bits()`): w4a8 and w4a4, and w4a7 on a CPU
+    whose int8 GEMMs cannot sum full-range 8-bit codes exactly. `target_cosine`: the fidelity
+    bar of the recommendation (default 0.98); when no setting reaches it, the most faithful one's
+    most sensitive layers are moved out of 4-bit until it does (`target.py`), and that variant is
+    measured as one more row. Compiled latency is measured for FP32 and the settings that reach
+    that bar (the candidates), or for every row with `compile_all`. `progress(text)` hears what
+    is being done.
+    """
+    from accelkit.quant import sweep
+    from accelkit.quant.models import check_model, parse_dtype
+    from accelkit.quant.recommend import MIN_COSINE, recommend
+    from accelkit.quant.speed import Phases, SpeedBench
+
+    method_list = _items(methods, "methods", METHODS)
+    bit_list = _items(default_bits() if bits is None else bits, "bits")
+    _check_target(target_cosine)
+    if not 1 <= pairs <= 300:
+        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
+    _check_max_length(max_length)
+    check_model(model)
+    if report:
+        from accelkit.quant.report import check_folder
+
+        check_folder(report)
+    torch_dtype = parse_dtype(dtype)
+    for b in bit_list:
+        sweep.parse_bits(b)
+    base = config_for_run(
+        config,
+        group_size,
+        disable_compile=None if compiled is None else not compiled,
+        weight_format=weight_format,
+    )
+    overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
+    if progress:
+        progress(f"loading {model} and its evaluation data")
+    started = time.perf_counter()
+    min_cosine = MIN_COSINE if target_cosine is None else target_cosine
+    with ExitStack() as stack:
+        layers = None
+        if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
+            from accelkit.quant.report import LayerErrors
+            from accelkit.runtime.files import temporary_folder
+
+            layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
+        subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
+        phases = Phases({"load": time.perf_counter() - started})
+        bench = SpeedBench(subject.model, subject.data.first(), phases)
+        models: dict = {}
+        reference: list = []
+        rows = sweep.run_eval(
+            method_list,
+            bit_list,
+            n_pairs=pairs,
+            latency=latency,
+            compiled=not base.disable_compile,
+            config_overrides=overrides,
+            progress=progress,
+            subject=subject,
+            layers=layers,
+            phases=phases,
+            models=models if target_cosine is not None else None,  # only --target-cosine needs them
+            reference=reference,
+            bench=bench,
+            # the candidates: reaching the bar, or 0.98 (the rows a target starts from)
+            compile_min_cosine=None if compile_all else min(min_cosine, MIN_COSINE),
+        )
+    target = None
+    if target_cosine is not None:
+        with phases("target cosine"):
+            target = _target_row(
+                subject, reference[0], rows, models, overrides, target_cosine, progress
+            )
+        if target is not None:
+            row, variant = target.pop("row"), target.pop("model")
+            if latency:
+                row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
+            rows.append(row)
+    from accelkit.quant import kernels
+
+    result = EvalResult(
+        model=model,
+        kind=subject.kind,
+        dtype=subject.dtype,
+        texts=subject.texts,
+        max_length=subject.data.length,
+        pairs=subject.n_pairs,
+        rows=rows,
+        recommendation=recommend(rows, min_cosine=min_cosine),
+        timing_batch=list(subject.data.first()["input_ids"].shape),
+        phases=phases.rounded(),
+        kernels=kernels.table().report(),
+        target=target,
+    )
+    if report:
+        from accelkit.quant.report import build, write_report
+
+        result.report = write_report(report, build(result.to_dict(), layers))
+    return result
+
+
+def apply(
+    model: str = "minilm",
+    output: str | os.PathLike | None = None,
+    *,
+    calibration: str | os.PathLike | None = None,
+    method: str | None = None,
+    wbits: int | None = None,
+    abits: int | None = None,
+    group_size: int | None = None,
+    weight_format: str | None = None,
+    max_length: int | None = None,
+    dtype: str = "auto",
+    tokenizer: str | os.PathLike | None = None,
+    config: QuantConfig | str | os.PathLike | None = None,
+    target_cosine: float | None = None,
+    eval_data: str | os.PathLike | None = None,
+    pairs: int = 300,
+    progress: Progress = None,
+) -> ApplyResult:
+    """Quantize `model` (calibrated on the shipped sentences or the `calibration` text file) and
+    save it to `output` (int4 packed safetensors; `load_quantized` reads it back bit-exactly).
+
+    `config`: a `QuantConfig` or a YAML file; `method`, `wbits`, `abits`, `group_size`,
+    `weight_format` on top. With the config's `dry_run` nothing is quantized or written: the
+    result lists the layers that would be (`planned`). `target_cosine`: measure the mean cosine
+    to FP32 on `eval_data` (default: `pairs` of the shipped paraphrase pairs) and move the most
+    sensitive layers out of 4-bit until it is reached (`target.py`); `target` says what moved and
+    what it cost (size, and eager time against FP32 before and after)."""
+    import copy
+
+    import torch.nn as nn
+
+    from accelkit.quant.convert import quantize_with_report
+    from accelkit.quant.fidelity import quant_layer_bytes
+    from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
+    from accelkit.quant.sentences import calibration_sentences
+    from accelkit.quant.storage import save_quantized
+    from accelkit.quant.sweep import kernel_counts
+    from accelkit.quant.texts import Texts, prepare
+    from accelkit.runtime.progress import Steps
+
+    if output is None:
+        raise ConfigError("apply needs output=PATH (where to write the quantized model)")
+    _check_target(target_cosine)
+    check_model(model)
+    torch_dtype = parse_dtype(dtype)
+    _check_max_length(max_length)
+    cfg = config_for_run(
+        config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
+    )
+    texts = (
+        Texts("--calibration", calibration)
+        if calibration
+        else Texts("the shipped calibration sentences", items=calibration_sentences())
+    )
+    if progress:
+        progress(f"loading {model}…")
+    subject = None
+    if target_cosine is not None and not cfg.dry_run:  # the evaluation texts too
+        subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
+        float_model, data = copy.deepcopy(subject.model), subject.calibration
+    else:
+        float_model, tok, _ = load_model(model, torch_dtype, tokenizer)
+        data = prepare(
+            tok,
+            texts,
+            max_length=max_length,
+            model_max=model_max_length(float_model, tok),
+            batch_size=32,
+        )
+    steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
+    if progress:
+        progress(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
+
+    def layer_done(name: str) -> None:
+        steps.done += 1
+        if progress:
+            progress(steps.text(f"quantized {name}"))
+
+    qmodel, report = quantize_with_report(float_model, cfg, data, layer_done)
+    calib = {"texts": data.count, "tokens": data.tokens, "length": data.length}
+    if cfg.dry_run:  # dry run (OPENPI_DUQUANT_DRYRUN / ACCELKIT_QUANT_DRY_RUN): nothing written
+        return ApplyResult(
+            output=None,
+            quantized=[],
+            skipped=report.skipped,
+            calibration=calib,
+            dry_run=True,
+            planned=report.planned,
+            abits=cfg.abits,
+            summary=report.summary(),
+        )
+    target = None
+    if subject is not None:
+        qmodel, target = _apply_target(subject, qmodel, cfg, target_cosine, progress)
+    _warn_float_fallback(qmodel, cfg)
+    path = save_quantized(qmodel, output)
+    q_bytes, fp_bytes = quant_layer_bytes(qmodel)
+    return ApplyResult(
+        output=path,
+        quantized=report.quantized,
+        skipped=report.skipped,
+        calibration=calib,
+        quantized_layers_bytes=q_bytes,
+        fp32_layers_bytes=fp_bytes,
+        abits=cfg.abits,
+        summary=report.summary(),
+        kernels=kernel_counts(qmodel),
+        target=target,
+    )
+
+
+def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
+    """`apply --target-cosine`: the model that reaches the target, and what it took."""
+    from accelkit.quant import target as tgt
+    from accelkit.quant.fidelity import subject_reference
+    from accelkit.quant.speed import Phases, SpeedBench
+
+    if progress:
+        progress(f"measuring the mean cosine on {subject.texts} texts")
+    reference = subject_reference(subject)
+    label = f"{cfg.method}/w{cfg.wbits}a{cfg.abits}"
+    final, found = tgt.reach(subject, reference, qmodel, label, cfg, target_cosine, progress)
+    done = found.to_dict()
+    if final is not qmodel:  # what it costs in time: eager, against FP32, in the same rounds
+        bench = SpeedBench(subject.model, subject.data.first(), Phases())
+        done["eager_ratio_before"] = bench.measure(qmodel, compiled=False).eager_ratio
+        done["eager_ratio_after"] = bench.measure(final, compiled=False).eager_ratio
+    return final, done
+
+
+def _warn_float_fallback(model, cfg) -> None:
+    """One line when layers that could run on an int8 GEMM take the float path because no
+    kernel sums their values exactly on this CPU (and what does)."""
+    import logging
+
+    from accelkit.quant.layers import QuantLinear
+
+    slow = [
+        m
+        for m in model.modules()
+        if isinstance(m, QuantLinear) and m.integer_gemm and m.kernel == "float"
+    ]
+    if slow and cfg.abits == 8:
+        logging.getLogger(__name__).warning(
+            "quant: %d layers run on the float path on this CPU: its int8 GEMMs cannot sum"
+            " full-range 8-bit activations times these weights exactly (no VNNI: u8·s8 pairs"
+            " saturate); --abits 7 runs them on an exact int8 kernel",
+            len(slow),
+        )

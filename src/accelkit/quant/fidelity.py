@@ -1,0 +1,248 @@
+"""Fidelity of a quantized model against its FP32 self, and the subject it is measured on.
+
+Encoder metrics against FP32: mean/min cosine of each text's embedding to its FP32 embedding and
+top-1 retrieval agreement — on the shipped paraphrase pairs, is each query's nearest partner the
+same as under FP32; on a user's texts, is each text's nearest other text the same.
+Causal-LM metrics: next-token top-1 agreement with FP32 over every real position, and the ratio
+of perplexities (quantized / FP32) on the evaluation texts. What is kept per evaluation text is
+one float32 embedding (encoders) or its next-token choices (causal LMs), so memory grows by a few
+hundred bytes per text, not by the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from accelkit.errors import InputError
+from accelkit.quant.models import load_model, model_max_length
+from accelkit.quant.texts import Batches, Texts, prepare
+
+
+@torch.no_grad()
+def embed(model: nn.Module, data) -> torch.Tensor:
+    """Embeddings of every batch, float64 (lists of batches, as the benchmarks pass)."""
+    return torch.cat([model(**b).to(torch.float64) for b in data])
+
+
+@torch.no_grad()
+def embed_stream(model: nn.Module, data) -> torch.Tensor:
+    """Embeddings of every batch, stored float32 (one vector per text; the metrics compute in
+    float64)."""
+    return torch.cat([model(**b).to(torch.float32) for b in data])
+
+
+def nearest_other(emb: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Index of each row's most similar other row (cosine), in row chunks (memory: chunk × N)."""
+    e = nn.functional.normalize(emb.to(torch.float32), dim=-1)
+    out = torch.empty(len(e), dtype=torch.long)
+    for i in range(0, len(e), chunk):
+        sims = e[i : i + chunk] @ e.T
+        rows = torch.arange(i, min(i + chunk, len(e)))
+        sims[rows - i, rows] = -2
+        out[i : i + chunk] = sims.argmax(dim=1)
+    return out
+
+
+def neighbour_fidelity(emb: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
+    """Cosine to FP32 and whether each text's nearest other text is the same as under FP32."""
+    e, r = emb.to(torch.float64), ref.to(torch.float64)
+    cos = (nn.functional.normalize(e, dim=-1) * nn.functional.normalize(r, dim=-1)).sum(-1)
+    out = {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min())}
+    if len(emb) > 1:
+        out["top1_agreement"] = float((nearest_other(emb) == nearest_other(ref)).double().mean())
+    return out
+
+
+@dataclass
+class LMReference:
+    """What the FP32 causal LM predicts, kept small: per batch the top-1 next token at each
+    position (int32), the last hidden state of every real token (float32), and the summed
+    negative log-likelihood of the real next tokens."""
+
+    argmax: list[torch.Tensor]
+    nll: float
+    count: int
+    hidden: list[torch.Tensor] | None = None
+
+
+def _next_token_mask(batch) -> torch.Tensor:
+    return batch["attention_mask"][:, 1:].bool() & batch["attention_mask"][:, :-1].bool()
+
+
+def _logits_and_hidden(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits (float64) and the real tokens' last hidden states (float32)."""
+    logits, hidden = model(**batch, hidden=True)
+    return logits.to(torch.float64), hidden[batch["attention_mask"].bool()].to(torch.float32)
+
+
+@torch.no_grad()
+def lm_reference(model: nn.Module, data) -> LMReference:
+    argmax, hiddens, nll, count = [], [], 0.0, 0
+    for batch in data:
+        logits, hidden = _logits_and_hidden(model, batch)
+        logits = logits[:, :-1]
+        mask = _next_token_mask(batch)
+        target = batch["input_ids"][:, 1:]
+        loss = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        nll += float(loss[mask].sum())
+        count += int(mask.sum())
+        argmax.append(logits.argmax(-1).to(torch.int32))
+        hiddens.append(hidden)
+    return LMReference(argmax, nll, count, hiddens)
+
+
+@torch.no_grad()
+def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, float]:
+    """Next-token top-1 agreement with FP32 and the perplexity ratio (quantized / FP32), over
+    every position whose next token is real (attention mask 1); and the mean / min cosine of each
+    real token's last hidden state to its FP32 one (float64)."""
+    import math
+
+    agree = count = 0
+    nll_q = 0.0
+    cosines = []
+    for batch, ref, ref_hidden in zip(data, reference.argmax, reference.hidden, strict=True):
+        logits, hidden = _logits_and_hidden(model, batch)
+        logits = logits[:, :-1]
+        target = batch["input_ids"][:, 1:]
+        mask = _next_token_mask(batch)
+        agree += int(((logits.argmax(-1) == ref) & mask).sum())
+        count += int(mask.sum())
+        nll = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        nll_q += float(nll[mask].sum())
+        cosines.append(
+            nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)
+        )
+    if not count:
+        raise InputError(
+            "the evaluation texts have no position with a next token; use longer texts"
+        )
+    nll_f = reference.nll
+    cos = torch.cat(cosines)
+    return {
+        "mean_cosine": float(cos.mean()),
+        "min_cosine": float(cos.min()),
+        "top1_agreement": agree / count,
+        "perplexity": math.exp(nll_q / count),
+        "perplexity_fp32": math.exp(nll_f / count),
+        "perplexity_ratio": math.exp((nll_q - nll_f) / count),
+    }
+
+
+def fidelity(emb: torch.Tensor, ref: torch.Tensor, n_pairs: int) -> dict[str, float]:
+    """emb/ref: (2·n_pairs, d) rows [queries..., partners...], unit norm."""
+    cos = (nn.functional.normalize(emb, dim=-1) * nn.functional.normalize(ref, dim=-1)).sum(-1)
+    q, p = emb[:n_pairs], emb[n_pairs:]
+    rq, rp = ref[:n_pairs], ref[n_pairs:]
+    top = (q @ p.T).argmax(dim=1)
+    rtop = (rq @ rp.T).argmax(dim=1)
+    return {
+        "mean_cosine": float(cos.mean()),
+        "min_cosine": float(cos.min()),
+        "top1_agreement": float((top == rtop).double().mean()),
+        "top1_partner_accuracy": float((top == torch.arange(n_pairs)).double().mean()),
+    }
+
+
+def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
+    """(bytes of the quantized layers' tensors, bytes the same layers take in FP32)."""
+    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.storage import compact_tensors
+
+    q_bytes = fp_bytes = 0
+    for mod in model.modules():
+        if isinstance(mod, QuantLinear):
+            q_bytes += sum(t.numel() * t.element_size() for t in compact_tensors(mod).values())
+            fp_bytes += 4 * (
+                mod.in_features * mod.out_features + (mod.out_features if mod.spec.bias else 0)
+            )
+    return q_bytes, fp_bytes
+
+
+def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 10) -> float:
+    """Median wall time of one synchronized forward in ms (the first call and one warm-up apart),
+    timed by `accelkit.runtime.timing` like every other measurement."""
+    from accelkit.runtime.timing import Protocol, measure
+
+    with torch.no_grad():
+        timing, _ = measure(
+            "forward", "pytorch", lambda: model(**batch), Protocol(repeats=repeats, warmup=1)
+        )
+    return 1e3 * timing.median_s
+
+
+@dataclass
+class Subject:
+    """What is evaluated: the model, its kind, calibration and evaluation batches (`Batches`, or
+    lists of batches), and `n_pairs` when the evaluation texts are the shipped paraphrase pairs."""
+
+    name: str
+    model: nn.Module
+    kind: str
+    calibration: object
+    data: object
+    n_pairs: int | None = None
+
+    @property
+    def texts(self) -> int:
+        data = self.data
+        return data.count if isinstance(data, Batches) else sum(len(b["input_ids"]) for b in data)
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+
+
+def load_subject(
+    spec: str = "minilm",
+    *,
+    n_pairs: int = 300,
+    calibration_file: str | None = None,
+    eval_file: str | None = None,
+    max_length: int | None = None,
+    dtype=None,
+    tokenizer_path: str | None = None,
+) -> Subject:
+    """The model and its data: the shipped sentences unless text files are given (streamed)."""
+    from accelkit.quant.sentences import calibration_sentences, eval_pairs
+
+    model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
+    calib = (
+        Texts("--calibration", calibration_file)
+        if calibration_file
+        else Texts("the shipped calibration sentences", items=calibration_sentences())
+    )
+    pairs = None
+    if eval_file:
+        texts = Texts("--eval-data", eval_file)
+    else:
+        pairs = eval_pairs(n_pairs)
+        texts = Texts("the shipped pairs", items=[a for a, _ in pairs] + [b for _, b in pairs])
+    limit = model_max_length(model, tokenizer)
+    return Subject(
+        spec,
+        model,
+        kind,
+        prepare(tokenizer, calib, max_length=max_length, model_max=limit, batch_size=32),
+        prepare(tokenizer, texts, max_length=max_length, model_max=limit, batch_size=64),
+        len(pairs) if pairs and kind == "encoder" else None,
+    )
+
+
+def subject_fidelity(subject: Subject, model: nn.Module, reference) -> dict[str, float]:
+    if subject.kind == "causal-lm":
+        return lm_fidelity(model, reference, subject.data)
+    emb = embed_stream(model, subject.data)
+    if subject.n_pairs:
+        return fidelity(emb.to(torch.float64), reference.to(torch.float64), subject.n_pairs)
+    return neighbour_fidelity(emb, reference)
+
+
+@torch.no_grad()
+def subject_reference(subject: Subject):
+    if subject.kind == "causal-lm":
+        return lm_reference(subject.model, subject.data)
+    return embed_stream(subject.model, subject.data)

@@ -1,0 +1,220 @@
+"""`run_eval`: quantize one model with each method × bit setting and measure every row.
+
+Each row: fidelity against FP32 (`fidelity.py`), the quantized layers' size, which CPU kernel its
+layers run on (`kernels.py`), and eager / compiled latency against FP32 at the timing batch and at
+one text (`speed.py`). Rows that differ only in activation bits share one quantization
+(`with_abits`). The seconds of each phase go to a `Phases`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+from torch import nn
+
+from accelkit.errors import InputError
+from accelkit.quant.fidelity import (
+    Subject,
+    load_subject,
+    quant_layer_bytes,
+    subject_fidelity,
+    subject_reference,
+)
+from accelkit.quant.speed import Phases, SpeedBench
+from accelkit.quant.texts import Batches
+
+
+@dataclass
+class EvalRow:
+    method: str
+    bits: str
+    quant_layers_mb: float
+    fp32_layers_mb: float
+    mean_cosine: float | None = None  # encoders: embeddings; causal LMs: last hidden states
+    min_cosine: float | None = None
+    top1_agreement: float | None = None  # encoders: retrieval; causal LMs: next token
+    top1_partner_accuracy: float | None = None  # the shipped paraphrase pairs only
+    perplexity: float | None = None  # causal LMs
+    perplexity_fp32: float | None = None
+    perplexity_ratio: float | None = None
+    eager_ms: float | None = None  # the timing batch
+    compiled_ms: float | None = None
+    quantize_s: float | None = None
+    compiled_one_ms: float | None = None  # one text
+    eager_ratio: float | None = None  # time over FP32's, in the same interleaved rounds
+    compiled_ratio: float | None = None
+    compiled_one_ratio: float | None = None
+    compile_s: float | None = None
+    kernels: dict[str, int] | None = None  # CPU kernel -> number of layers on it
+    label: str = ""  # method/bits, or a name given to a variant (target-cosine)
+
+
+def kernel_counts(model: nn.Module) -> dict[str, int]:
+    """How many quantized layers run on each CPU kernel (`kernels.py`)."""
+    from accelkit.quant.layers import QuantLinear
+
+    counts: dict[str, int] = {}
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            counts[m.kernel] = counts.get(m.kernel, 0) + 1
+    return counts
+
+
+def fp32_bytes(model: nn.Module) -> int:
+    return sum(
+        4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0)
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    )
+
+
+def parse_bits(text: str) -> tuple[int, int]:
+    import re
+
+    m = re.fullmatch(r"w(\d+)a(\d+)", text.strip().lower())
+    if not m:
+        raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
+    from accelkit.quant.config import check_bits
+
+    return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
+
+
+def with_abits(model: nn.Module, abits: int) -> nn.Module:
+    """A copy of a quantized model with its activations at `abits`. With per-token dynamic
+    activation scales nothing calibration fits depends on the activation bits (transform, weight
+    codes and clip ratios come from the weights and the float calibration inputs:
+    `QuantLinear.load_from_float`), so W4A4 is W4A8's layers with another spec — the same model
+    `quantize` builds for W4A4 (tested), without calibrating again."""
+    import dataclasses
+
+    from accelkit.quant.layers import QuantLinear
+
+    out = copy.deepcopy(model)
+    for m in out.modules():
+        if isinstance(m, QuantLinear):
+            if m.spec.act_granularity != "per-token-dynamic":
+                raise ValueError("with_abits needs per-token dynamic activations")
+            m.spec = dataclasses.replace(m.spec, abits=abits)
+            m.choose_kernel()  # which GEMM is exact depends on the activation bits
+    return out
+
+
+def run_eval(
+    methods: list[str],
+    bits: list[str],
+    *,
+    n_pairs: int = 300,
+    latency: bool = True,
+    compiled: bool | set[str] = True,
+    config_overrides: dict | None = None,
+    progress=None,
+    subject: Subject | None = None,
+    layers=None,
+    phases: Phases | None = None,
+    models: dict | None = None,
+    reference: list | None = None,
+    bench: SpeedBench | None = None,
+    compile_min_cosine: float | None = None,
+) -> list[EvalRow]:
+    """Quantize the model (default: MiniLM on the shipped sentences) with each method × bits and
+    measure fidelity, size and latency against FP32. `layers` (a `report.LayerErrors`) watches
+    every Linear during the FP32 reference pass and each quantized row's evaluation pass;
+    `models`, when given, receives each quantized model by its label (method/bits) and
+    `reference` the FP32 reference outputs (so a later pass can reuse them); `bench` times the
+    rows (default: against this FP32 model on the first evaluation batch).
+    `compile_min_cosine`: time compiled only FP32 and the rows whose mean cosine reaches it (the
+    candidates of the recommendation; compiles dominate the run's time)."""
+    from contextlib import nullcontext
+
+    from accelkit.quant.config import QuantConfig
+    from accelkit.quant.convert import quantize
+
+    phases = phases if phases is not None else Phases()
+    subject = subject or load_subject("minilm", n_pairs=n_pairs)
+    fp32, data, calib = subject.model, subject.data, subject.calibration
+    with phases("fidelity"), layers.reference(fp32) if layers else nullcontext():
+        ref = subject_reference(subject)
+    if reference is not None:
+        reference.append(ref)
+    timing_batch = data.first() if isinstance(data, Batches) else data[0]
+    bench = bench or SpeedBench(fp32, timing_batch, phases)
+    rows: list[EvalRow] = []
+
+    from accelkit.runtime.progress import Steps
+
+    plan = [
+        (meth, b)
+        for method in methods
+        for meth, b in ([("fp32", "w32a32")] if method == "fp32" else [(method, b) for b in bits])
+    ]
+    n_linear = sum(isinstance(m, nn.Linear) for m in fp32.modules())
+    # rows that differ only in activation bits share one quantization (`with_abits`)
+    shared = (config_overrides or {}).get("act_granularity", "per-token-dynamic") == (
+        "per-token-dynamic"
+    )
+    firsts = {(meth, parse_bits(b)[0]) for meth, b in plan if meth != "fp32"}
+    quantizations = len(firsts) if shared else sum(meth != "fp32" for meth, _ in plan)
+    # steps: every layer quantized, each evaluation, each latency measurement
+    steps = Steps(n_linear * quantizations + len(plan) * (1 + int(latency)), "quant eval")
+    done_models: dict[tuple[str, int], nn.Module] = {}
+
+    def say(what: str, by: int = 0) -> None:
+        steps.done += by
+        if progress:
+            progress(steps.text(what))
+
+    for meth, b in plan:
+        say(f"{meth} {b}")
+        label = "fp32" if meth == "fp32" else f"{meth}/{b}"
+        if meth == "fp32":
+            model, took = fp32, None
+            q_bytes = fp_bytes = fp32_bytes(fp32)
+        else:
+            wbits, abits = parse_bits(b)
+            cfg = QuantConfig(method=meth, wbits=wbits, abits=abits, **(config_overrides or {}))
+            t0 = time.perf_counter()
+            before = steps.done
+
+            def layer_done(name, meth=meth, b=b):
+                say(f"{meth} {b}: quantized {name}", by=1)
+
+            with phases("calibration"):
+                if shared and (meth, wbits) in done_models:
+                    model = with_abits(done_models[(meth, wbits)], abits)
+                else:
+                    model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
+                    steps.done = before + n_linear  # layers left in float count as done too
+                    if shared:
+                        done_models[(meth, wbits)] = model
+            took = time.perf_counter() - t0
+            q_bytes, fp_bytes = quant_layer_bytes(model)
+            if models is not None:
+                models[label] = model
+        say(f"{meth} {b}: evaluating on {subject.texts} texts")
+        watch = layers and meth != "fp32"
+        with phases("fidelity"), layers.compare(label, model) if watch else nullcontext():
+            fid = subject_fidelity(subject, model, ref)
+        timed = {}
+        if latency:
+            say(f"{meth} {b}: timing", by=1)
+            want = compiled if isinstance(compiled, bool) else label in compiled
+            if compile_min_cosine is not None and meth != "fp32":
+                want = want and (fid.get("mean_cosine") or 0.0) >= compile_min_cosine
+            timed = vars(bench.measure(model, want))
+        steps.done += 1
+        rows.append(
+            EvalRow(
+                meth,
+                b,
+                **fid,
+                quant_layers_mb=q_bytes / 2**20,
+                fp32_layers_mb=fp_bytes / 2**20,
+                quantize_s=took,
+                kernels=None if meth == "fp32" else kernel_counts(model),
+                label=label,
+                **timed,
+            )
+        )
+    return rows

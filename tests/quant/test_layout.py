@@ -1,0 +1,80 @@
+"""The house rules for `accelkit.quant` (issue 39): imports point down (no circle among its
+modules), the command line is thin (≤ 400 lines, calls the library API only) and no file holds
+several rooms (≤ 700 lines)."""
+
+import ast
+from pathlib import Path
+
+import accelkit.quant
+
+PACKAGE = Path(accelkit.quant.__file__).parent
+
+
+def quant_imports(path: Path) -> set[str]:
+    """The accelkit.quant modules a file imports (at any depth: lazy imports count too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "accelkit.quant":
+                found |= {alias.name for alias in node.names}
+            elif node.module.startswith("accelkit.quant."):
+                found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("accelkit.quant."):
+                    found.add(alias.name.split(".")[2])
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    return {
+        p.stem: quant_imports(p) & modules for p in PACKAGE.glob("*.py") if p.stem != "__init__"
+    }
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the list of modules around it, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_circle():
+    assert cycle(graph()) is None, cycle(graph())
+
+
+def test_the_circle_finder_finds_one():  # the check above can fail
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_command_line_only_calls_the_library():
+    cli = PACKAGE / "cli.py"
+    assert len(cli.read_text(encoding="utf-8").splitlines()) <= 400
+    assert quant_imports(cli) <= {"api", "report"}  # the API, and report's column names
+
+
+def test_no_file_over_700_lines():
+    long = {
+        p.name: n
+        for p in PACKAGE.glob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 700
+    }
+    assert not long
