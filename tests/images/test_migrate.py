@@ -22,6 +22,7 @@ pytestmark = pytest.mark.xdist_group(SERVERS)
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera"]
 BULK = 1500
+BATCH = 2  # the interrupted copy's batch size
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
@@ -203,7 +204,9 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
     """A real SIGINT to `accelkit images migrate` in the middle of the copy: exit 130, one line
     saying how far it got and how to resume; the destination then holds whole copies of the
     source's items: all of those up to its mark, and at most the batch that was in flight; the
-    same command finishes the copy."""
+    same command finishes the copy. Batches of BATCH items, so that the copy's ~750 server round
+    trips outlast the watcher on a loaded machine (with batches of 20, a trial's copy ended before
+    the signal was sent)."""
     from accelkit.images.store import StoreConfig, VectorStore
     from accelkit.images.store.records import PROP_ORIGIN
 
@@ -215,7 +218,7 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
         client.create_database(database)
     client.close()
     target = {**server_db, "db_name": database}
-    args = [sys.executable, "-m", "accelkit", "images", "migrate", source["database"], target["uri"], "--target-db", database, "-c", "bulk", "--batch-size", "20", "--no-progress"]  # fmt: skip
+    args = [sys.executable, "-m", "accelkit", "images", "migrate", source["database"], target["uri"], "--target-db", database, "-c", "bulk", "--batch-size", str(BATCH), "--no-progress"]  # fmt: skip
     child = subprocess.Popen(
         args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
@@ -226,7 +229,7 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
             if store.has_collection("bulk"):
                 store._records.clear()
                 mark = store.recorded("bulk", PROP_ORIGIN) or {}
-                if mark.get("copied", 0) >= 200:
+                if mark.get("copied", 0) >= 10 * BATCH:
                     break
             assert child.poll() is None, child.communicate()
             time.sleep(0.05)
@@ -241,11 +244,11 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
         assert resume in line  # the whole command: without --target-db it copied elsewhere
         store._records.clear()
         mark = store.recorded("bulk", PROP_ORIGIN)
-    assert not mark["complete"] and 200 <= mark["copied"] < BULK
+    assert not mark["complete"] and 10 * BATCH <= mark["copied"] < BULK
     held = everything(target, "bulk")
     wanted = everything({"uri": source["database"]}, "bulk")
     marked = {i for i in wanted if i <= mark["after"]}
-    following = sorted(i for i in wanted if i > mark["after"])[:20]  # the batch in flight
+    following = sorted(i for i in wanted if i > mark["after"])[:BATCH]  # the batch in flight
     assert marked <= set(held) <= marked | set(following) and len(marked) == mark["copied"]
     assert all(np.array_equal(held[i][0], wanted[i][0]) and held[i][1] == wanted[i][1] for i in held)  # fmt: skip
     code, out, err = run(capsys, "migrate", source["database"], target["uri"], "--target-db", database, "-c", "bulk", "--json")  # fmt: skip

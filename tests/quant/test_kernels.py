@@ -53,6 +53,32 @@ def test_the_table_measures_each_shape_once_and_caches_it(tmp_path, monkeypatch)
     assert len(json.loads(path.read_text())["machines"]) == 2
 
 
+def test_measuring_is_a_phase_of_its_own_not_calibration(tmp_path, monkeypatch):
+    """The kernels are measured while a model is quantized: that time is reported as "kernel
+    choice" and taken out of the phase it happened in, so the phases still add up."""
+    import time
+
+    from accelkit.quant.speed import Phases
+
+    def measure(n, m):
+        time.sleep(0.2)
+        return {"onednn": [1.0, 1.0], "fbgemm": [2.0, 2.0], "float": [3.0, 3.0]}
+
+    monkeypatch.setattr(kernels, "eligible", lambda *_a, **_k: ["onednn", "fbgemm", "float"])
+    monkeypatch.delenv(kernels.ENV_KERNEL, raising=False)
+    phases, table = Phases(), kernels.KernelTable(tmp_path / "kernels.json", measure)
+    table.phases = phases
+    started = time.perf_counter()
+    with phases("calibration"):
+        time.sleep(0.1)
+        assert table.pick(64, 32, 8, 100) == "onednn"
+        assert table.pick(64, 32, 8, 100) == "onednn"  # measured once
+    total = time.perf_counter() - started
+    assert 0.2 <= phases.seconds["kernel choice"] < total
+    assert 0.1 <= phases.seconds["calibration"] < total - 0.2
+    assert sum(phases.seconds.values()) == pytest.approx(total, abs=0.01)
+
+
 def test_the_cache_lives_in_the_user_cache_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("ACCELKIT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -152,8 +152,10 @@ def test_quant_eval_table_fits(tmp_path, capsys, monkeypatch, width):
     rows = json.loads(out.read_text())["rows"]
     cells = []
     for r in rows:
-        cells += [r["method"], r["bits"], f"{r['mean_cosine']:.4f}", f"{r['min_cosine']:.4f}"]
+        cells += [r["label"], f"{r['mean_cosine']:.4f}", f"{r['min_cosine']:.4f}"]
         cells += [f"{r['top1_agreement']:.3f}", f"{r['quant_layers_mb']:.2f}"]
+        kernels = r["kernels"] or {}
+        cells += [f"{k}×{n}" if len(kernels) > 1 else k for k, n in kernels.items()]
     assert_whole(printed, width, cells)
 
 

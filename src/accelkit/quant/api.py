@@ -254,6 +254,10 @@ def evaluate(
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
+        from accelkit.quant import kernels
+
+        kernels.table().phases = phases  # a shape measured on this machine: "kernel choice"
+        stack.callback(setattr, kernels.table(), "phases", None)
         models: dict = {}
         reference: list = []
         rows = sweep.run_eval(
@@ -284,8 +288,6 @@ def evaluate(
             if latency:
                 row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
             rows.append(row)
-    from accelkit.quant import kernels
-
     result = EvalResult(
         model=model,
         kind=subject.kind,

@@ -205,7 +205,8 @@ def _print_eval_table(result) -> None:
     def fmt(v, spec):
         if spec == "kernels":
             return (
-                "-" if not v else ", ".join(f"{k} {n}" if len(v) > 1 else k for k, n in v.items())
+                # a kernel and its layer count stay together when the cell wraps
+                "-" if not v else ", ".join(f"{k}×{n}" if len(v) > 1 else k for k, n in v.items())
             )
         return "-" if v is None else str(v) if spec is None else format(v, spec)
 

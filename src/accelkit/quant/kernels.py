@@ -266,6 +266,7 @@ class KernelTable:
         self.key = machine_key()
         self.shapes: dict[str, dict[str, list[float]]] = {}
         self.loaded = False
+        self.phases: Callable | None = None  # a run's `speed.Phases`: measuring is its own phase
 
     def _file(self) -> Path:
         return self.path or cache_path()
@@ -283,7 +284,10 @@ class KernelTable:
             machine = self._read().get("machines", {}).get(_key_text(self.key), {})
             self.shapes.update(machine.get("shapes", {}))
         if shape not in self.shapes:
-            self.shapes[shape] = self.measure(n, m)
+            from contextlib import nullcontext
+
+            with self.phases("kernel choice") if self.phases else nullcontext():
+                self.shapes[shape] = self.measure(n, m)
             self._write(shape)
         return self.shapes[shape]
 

@@ -24,17 +24,26 @@ EAGER_ROUNDS = 5  # eager: a few (it is reported, but the recommendation reads c
 
 @dataclass
 class Phases:
-    """Seconds spent per phase of a run (calibration, fidelity passes, compiles, timing…)."""
+    """Seconds spent per phase of a run (calibration, fidelity passes, compiles, timing…). A
+    phase opened inside another (the kernels' measurement during calibration) counts as its own,
+    not as the outer one's: the phases add up to the run."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    _open: list[str] = field(default_factory=list, repr=False)
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
+        self._open.append(name)
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self._open.pop()
+            took = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + took
+            if self._open:
+                outer = self._open[-1]
+                self.seconds[outer] = self.seconds.get(outer, 0.0) - took
 
     def rounded(self) -> dict[str, float]:
         return {name: round(s, 2) for name, s in self.seconds.items()}
