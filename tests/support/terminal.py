@@ -52,6 +52,19 @@ def accelkit(*args: str) -> list[str]:
     return [sys.executable, "-m", "accelkit", *args]
 
 
+def with_default_signals(argv: list[str]) -> list[str]:
+    """`argv` run with SIGINT and SIGTERM at their defaults and unblocked, whatever this worker's
+    state — for a child started with pipes (subprocess), as `Spawned` does for one on a pty. A
+    trial started as a background job has SIGINT ignored, and a child inherits that: it would
+    rightly ignore the test's Ctrl-C, as a background job should. `argv[0]` is an absolute path."""
+    code = (
+        "import os, signal, sys; watched = (signal.SIGINT, signal.SIGTERM); "
+        "[signal.signal(s, signal.SIG_DFL) for s in watched]; "
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, watched); os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", code, *argv]
+
+
 class Spawned:
     """A child started the way a shell starts a foreground job: its own session (the pty its
     controlling terminal), stdin/stdout/stderr on the pty, and SIGINT/SIGTERM at their defaults
