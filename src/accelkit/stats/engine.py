@@ -321,31 +321,7 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
         )
     pass_times = [first.seconds]
     while any(plan.prefix_bits < plan.key_bits for plan in plans.values()):
-        # each unfinished key fixes its next digit (16 bits, or 8 where tables would be too big)
-        groups, digits = {}, {}
-        for key, plan in plans.items():
-            if plan.prefix_bits < plan.key_bits:
-                groups[key] = qt.group_prefixes(plan)
-                remaining = plan.key_bits - plan.prefix_bits
-                width = groups[key][0].shape[0] * groups[key][0].shape[1]
-                digit = min(remaining, EXACT_FIRST_DIGIT)
-                digits[key] = digit if width * (4 << digit) <= TABLE_BUDGET_BYTES else min(8, digit)
-
-        def spec_for(key, dim, integer, groups=groups, digits=digits):
-            if key not in groups:
-                return None
-            return PassSpec(
-                dim,
-                groups[key][0].shape[1],
-                plans[key].prefix_bits,
-                digits[key],
-                False,
-                integer=integer,
-            )
-
-        def init_for(key, spec, column, groups=groups):
-            return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
-
+        groups, digits, spec_for, init_for = select_pass(plans)
         outcome = runner.run_pass(
             f"pass {len(pass_times) + 1} (exact select)",
             spec_for,
@@ -369,6 +345,34 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
         for key, state in first.states.items()
     }
     return stats, first.rows, pass_times, first.stopped_early, first.observed
+
+
+def select_pass(plans: Mapping[str, qt.RadixPlan]) -> tuple[dict, dict, Callable, Callable]:
+    """The next exact-select pass: each unfinished key's prefix groups and the digit it fixes
+    (16 bits, or 8 where its tables would be too big), and the runner's `spec_for`/`init_for`.
+    Shared by one stream's passes and a mixture's (which pass `mixture.view`s of its plans)."""
+    from accelkit.stats.pass_state import PassSpec, init
+
+    groups, digits = {}, {}
+    for key, plan in plans.items():
+        if plan.prefix_bits < plan.key_bits:
+            groups[key] = qt.group_prefixes(plan)
+            width = groups[key][0].shape[0] * groups[key][0].shape[1]
+            digit = min(plan.key_bits - plan.prefix_bits, EXACT_FIRST_DIGIT)
+            digits[key] = digit if width * (4 << digit) <= TABLE_BUDGET_BYTES else min(8, digit)
+
+    def spec_for(key, dim, integer):
+        if key not in groups:
+            return None
+        prefix_bits = plans[key].prefix_bits
+        return PassSpec(
+            dim, groups[key][0].shape[1], prefix_bits, digits[key], False, integer=integer
+        )
+
+    def init_for(key, spec, column):
+        return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
+
+    return groups, digits, spec_for, init_for
 
 
 def _known(plan: qt.RadixPlan, found: np.ndarray, covered: np.ndarray, count) -> qt.RadixPlan:

@@ -34,6 +34,7 @@ from accelkit.stats.engine import (
     _check_nonfinite,
     _known,
     _require_rows,
+    select_pass,
 )
 from accelkit.stats.runner import choose_devices, x64_for
 from accelkit.stats.types import BatchStream, KeyStats, RunSummary, StatsResult, Stream
@@ -246,31 +247,8 @@ class _Mixture:
             )
         pass_times = [sum(o.seconds for o in first)]
         while any(plan.prefix_bits < plan.key_bits for plan in plans.values()):
-            groups, digits = {}, {}
-            for key, plan in plans.items():
-                if plan.prefix_bits < plan.key_bits:
-                    groups[key] = qt.group_prefixes(mx.view(plan))
-                    width = groups[key][0].shape[0] * groups[key][0].shape[1]
-                    digit = min(plan.key_bits - plan.prefix_bits, EXACT_FIRST_DIGIT)
-                    digits[key] = (
-                        digit if width * (4 << digit) <= TABLE_BUDGET_BYTES else min(8, digit)
-                    )
-
-            def spec_for(key, dim, integer, groups=groups, digits=digits):
-                if key not in groups:
-                    return None
-                return PassSpec(
-                    dim,
-                    groups[key][0].shape[1],
-                    plans[key].prefix_bits,
-                    digits[key],
-                    False,
-                    integer=integer,
-                )
-
-            def init_for_pass(key, spec, column, groups=groups):
-                return init(spec, groups[key][0], np.zeros(spec.dim, np.float32))
-
+            views = {key: mx.view(plan) for key, plan in plans.items()}
+            groups, digits, spec_for, init_for_pass = select_pass(views)
             label = f"pass {len(pass_times) + 1} (exact select)"
             outcomes = [
                 runner.run_pass(self.label(label, m), spec_for, init_for_pass, stream=sources[m])
