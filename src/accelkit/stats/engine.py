@@ -158,22 +158,7 @@ def compute_stats(
     started = time.perf_counter()
 
     with x64_for(devices):
-        if ray is None:
-            from accelkit.stats.local_runner import Runner as LocalRunner
-
-            runner = LocalRunner(stream, devices, batch_size, progress, skip_nonfinite)
-        else:
-            from accelkit.stats.cluster import RayRunner
-
-            runner = RayRunner(
-                stream,
-                ray,
-                platform=devices[0].platform,
-                batch_size=batch_size,
-                progress=progress,
-                skip_nonfinite=skip_nonfinite,
-                tasks=ray_tasks,
-            )
+        runner = open_runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks)
         if fast:
             stats, rows, pass_times, partial, episodes = _fast(
                 runner, stream, levels, budget, observer
@@ -345,6 +330,25 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
         for key, state in first.states.items()
     }
     return stats, first.rows, pass_times, first.stopped_early, first.observed
+
+
+def open_runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks):
+    """The runner of a stream's passes: here (`local_runner`), or on the Ray cluster `ray`."""
+    if ray is None:
+        from accelkit.stats.local_runner import Runner
+
+        return Runner(stream, devices, batch_size, progress, skip_nonfinite)
+    from accelkit.stats.cluster import RayRunner
+
+    return RayRunner(
+        stream,
+        ray,
+        platform=devices[0].platform,
+        batch_size=batch_size,
+        progress=progress,
+        skip_nonfinite=skip_nonfinite,
+        tasks=ray_tasks,
+    )
 
 
 def select_pass(plans: Mapping[str, qt.RadixPlan]) -> tuple[dict, dict, Callable, Callable]:

@@ -34,6 +34,7 @@ from accelkit.stats.engine import (
     _check_nonfinite,
     _known,
     _require_rows,
+    open_runner,
     select_pass,
 )
 from accelkit.stats.runner import choose_devices, x64_for
@@ -87,7 +88,7 @@ def compute_mixture_stats(
     started = time.perf_counter()
     with x64_for(devices):
         runners = [
-            _runner(s, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks)
+            open_runner(s, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks)
             for s in streams
         ]
         run = _Mixture(streams, runners, levels, shares, cache_bytes)
@@ -110,24 +111,6 @@ def compute_mixture_stats(
         cluster=None if ray is None else {"members": [r.traffic() for r in runners]},
     )
     return StatsResult(stats, summary)
-
-
-def _runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks):
-    if ray is None:
-        from accelkit.stats.local_runner import Runner
-
-        return Runner(stream, devices, batch_size, progress, skip_nonfinite)
-    from accelkit.stats.cluster import RayRunner
-
-    return RayRunner(
-        stream,
-        ray,
-        platform=devices[0].platform,
-        batch_size=batch_size,
-        progress=progress,
-        skip_nonfinite=skip_nonfinite,
-        tasks=ray_tasks,
-    )
 
 
 class _Mixture:
