@@ -354,3 +354,21 @@ def test_calibration_files_are_streamed_in_bounded_memory(tmp_path):
         assert doc["calibration"]["length"] == 64 and len(doc["quantized"]) == 6
     print(f"peak RSS MB: {peaks}")
     assert peaks["big"] - peaks["small"] < 40, peaks
+
+
+def test_apply_defaults_to_7_bit_activations_where_8_bit_has_no_exact_kernel(
+    encoder_dir, tmp_path, monkeypatch
+):
+    """On a CPU without VNNI, W4A8 would run on the float path (slower than FP32): apply's
+    default is W4A7 there, W4A8 elsewhere; bits the user set are kept either way."""
+    from accelkit.quant import apply, kernels
+
+    monkeypatch.setenv("OPENPI_DUQUANT_DRYRUN", "1")  # the plan only: the config is what counts
+    out = tmp_path / "o.safetensors"
+    for exact_here, expected in ((True, 8), (False, 7)):
+        monkeypatch.setattr(kernels, "full_range_exact", lambda exact_here=exact_here: exact_here)
+        assert apply(str(encoder_dir), out, method="rtn").abits == expected
+        assert apply(str(encoder_dir), out, method="rtn", abits=8).abits == 8
+        monkeypatch.setenv("OPENPI_DUQUANT_ABITS", "8")
+        assert apply(str(encoder_dir), out, method="rtn").abits == 8
+        monkeypatch.delenv("OPENPI_DUQUANT_ABITS")

@@ -359,6 +359,7 @@ def apply(
     cfg = config_for_run(
         config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
     )
+    _default_abits(cfg)
     texts = (
         Texts("--calibration", calibration)
         if calibration
@@ -438,6 +439,23 @@ def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
         done["eager_ratio_before"] = bench.measure(qmodel, compiled=False).eager_ratio
         done["eager_ratio_after"] = bench.measure(final, compiled=False).eager_ratio
     return final, done
+
+
+def _default_abits(cfg) -> None:
+    """Activation bits by default where none were set (flag, file, environment): 8, or 7 on a
+    CPU whose int8 GEMMs cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs
+    saturate). There W4A8's layers run on the float path, slower than FP32 (held to AVX2:
+    1.22× compiled), and W4A7 runs them on fbgemm (0.86×; mean cos 0.9816 against 0.9820 on
+    MiniLM) — docs/quant.md, "Speed"."""
+    from accelkit.quant import kernels
+
+    if "abits" not in cfg.model_fields_set and cfg.abits == 8 and not kernels.full_range_exact():
+        import logging
+
+        cfg.abits = 7
+        logging.getLogger(__name__).info(
+            "quant: 7-bit activations by default on this CPU (no exact int8 kernel for 8-bit)"
+        )
 
 
 def _warn_float_fallback(model, cfg) -> None:
