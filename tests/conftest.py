@@ -15,6 +15,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
 from tests.support.ray_cluster import client_env
+from tests.support.require import absent, failure_for_skip
 
 # the test Ray cluster's driver settings: Ray reads them when it is imported, so before any test
 os.environ.update(client_env())
@@ -49,6 +50,32 @@ def pytest_configure(config):
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             faulthandler.register(signum, file=log, all_threads=True, chain=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In a run that requires every real component (.ci/run), a skipped test fails instead,
+    unless it skipped as not applicable (tests/support/require.py)."""
+    outcome = yield
+    _fail_a_required_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same rule for a whole module skipped at collection (a module-level importorskip)."""
+    outcome = yield
+    _fail_a_required_skip(outcome.get_result())
+
+
+def _fail_a_required_skip(report) -> None:
+    if not report.skipped or getattr(report, "wasxfail", None) is not None:
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    failure = failure_for_skip(reason.removeprefix("Skipped: "))
+    if failure is not None:
+        report.outcome = "failed"
+        report.longrepr = failure
 
 
 def _kernel_signal_state() -> dict[str, int]:
@@ -211,7 +238,7 @@ def milvus_server(tmp_path_factory):
 
     reason = unavailable()
     if reason:
-        pytest.skip(f"no Milvus server here: {reason}")
+        absent("a Milvus server", reason)
     server = MilvusServer(tmp_path_factory.mktemp("milvus-server")).start()
     yield server
     server.stop()

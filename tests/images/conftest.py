@@ -7,6 +7,8 @@ import signal
 import numpy as np
 import pytest
 
+from tests.support.require import absent
+
 
 @pytest.fixture(scope="session")
 def photos() -> dict[str, np.ndarray]:
@@ -59,9 +61,10 @@ def browser(tmp_path_factory):
     download anything), on 127.0.0.1; chromedriver is stopped by its PID at the end."""
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
     if missing:
-        pytest.skip(
+        absent(
+            "headless Chromium",
             f"no headless Chromium here ({', '.join(missing)} missing); "
-            "install Debian's chromium and chromium-driver (.ci/run does, as root)"
+            "install Debian's chromium and chromium-driver (.ci/run does, as root)",
         )
     pytest.importorskip("selenium", reason="selenium is in the test extra")
     from selenium import webdriver

@@ -24,6 +24,7 @@ from accelkit.images.store import (
     VectorStore,
     literal,
 )
+from tests.support.require import not_applicable
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +57,9 @@ def reference_scores(metric, data, query):
 @pytest.mark.parametrize("metric", ["COSINE", "IP", "L2"])
 def test_search_matches_numpy(store, index_type, metric):
     if index_type not in index_types(store):
-        pytest.skip("Milvus Lite builds FLAT and IVF_FLAT only (HNSW is tested on the server)")
+        not_applicable("Milvus Lite builds FLAT and IVF_FLAT only (HNSW is tested on the server)")
     if store.is_server and index_type != "FLAT" and metric != "COSINE":
-        pytest.skip(
+        not_applicable(
             "on the server every metric runs on FLAT, the indexes on COSINE (each index waits ~15 s for its hand-off)"
         )
     rng = np.random.default_rng(len(index_type) * 7 + len(metric))
@@ -767,7 +768,7 @@ def test_a_file_held_by_an_engine_whose_owner_exited_is_waited_for(tmp_path):
     holders = _lite_holders(str(db))
     assert holders  # orphaned, still holding it
     if any(parent != 1 for _, parent in holders):
-        pytest.skip("orphans are reparented to a subreaper here, not to init")
+        not_applicable("orphans are reparented to a subreaper here, not to init")
     assert lite_lock_holder(str(db)) is None  # no live owner to name
     check_lite_free(str(db))
     assert _lite_holders(str(db)) == []  # it returned once the engine was gone
