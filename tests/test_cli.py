@@ -78,3 +78,32 @@ def test_docs_state_the_exit_code_the_code_gives():
         for line in doc.read_text().splitlines():
             if "images health" in line and "exit" in line and "unhealthy" in line:
                 assert f"exit {CheckFailed.exit_code}" in line, (doc.name, line)
+
+
+def test_a_full_disk_ends_a_command_in_one_line_and_leaves_the_old_output(tmp_path):
+    """`accelkit stats DS -o FULL/stats.json` once ended `internal error: OSError: [Errno 28]` (exit
+    1, the path not named). Now: exit 2, one line naming the path, the old file kept, nothing
+    partial beside it."""
+    from tests.support.small_disk import fill, small_disk
+
+    dataset = tmp_path / "ds"
+    made = subprocess.run(
+        [sys.executable, "-m", "accelkit", "sample-dataset", str(dataset), "--episodes", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    with small_disk(tmp_path / "disk") as disk:
+        target = disk / "norm_stats.json"
+        target.write_text("{}")
+        fill(disk)
+        ran = subprocess.run(
+            [sys.executable, "-m", "accelkit", "stats", str(dataset), "-o", str(target),
+             "--no-progress"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        lines = ran.stderr.strip().splitlines()
+        assert ran.returncode == 2, ran.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: no space left on device writing")
+        assert str(target) in lines[0] and "unchanged" in lines[0]
+        assert target.read_text() == "{}"
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "norm_stats.json"]

@@ -179,6 +179,18 @@ def _run(args: list[str], debug: bool) -> int:
     return code
 
 
+def _full_disk(exc: BaseException):
+    """The NoSpaceError for a full file system anywhere in `exc`'s chain, or None."""
+    from accelkit.runtime.files import FULL, no_space
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FULL:
+            return no_space(seen.filename, seen, unchanged=False)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
     """(exit code, the one-line message printed for a failure)."""
     from accelkit.runtime import interrupts
@@ -217,6 +229,10 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
             return 2, message
         if debug:
             raise
+        full = _full_disk(exc)
+        if full is not None:  # a full disk met outside an atomic write (a store, a cache)
+            typer.echo(f"error: {full}", err=True)
+            return full.exit_code, str(full)
         message = (
             f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
         )

@@ -20,6 +20,11 @@ class DataError(InputError):
     """The data itself is unusable: missing column, ragged rows, NaN/Inf, empty, corrupt file."""
 
 
+class NoSpaceError(InputError):
+    """The file system holding an output is full (or over its quota): exit 2, the output named and
+    left as it was (docs/reliability.md)."""
+
+
 class ConfigError(AccelkitError):
     """A config file, environment variable or option is invalid."""
 

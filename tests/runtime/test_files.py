@@ -55,3 +55,19 @@ def test_unserializable_payload_never_touches_the_file(tmp_path):
 def test_folder_target_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="is a folder"):
         write_json_atomic(tmp_path, {})
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_leaves_the_old_file(tmp_path):
+    from accelkit.errors import NoSpaceError
+    from tests.support.small_disk import fill, small_disk
+
+    with small_disk(tmp_path / "disk") as disk:
+        target = disk / "stats.json"
+        target.write_text("old")
+        fill(disk)
+        with pytest.raises(NoSpaceError) as caught, atomic_open(target, "wb") as handle:
+            handle.write(b"x" * 200_000)
+        message = str(caught.value)
+        assert "\n" not in message and str(target) in message and "no space left" in message
+        assert target.read_text() == "old"
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "stats.json"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -10,7 +11,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
-from accelkit.errors import InputError
+from accelkit.errors import InputError, NoSpaceError
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a full file system, or the user's quota on it
 
 # What this process is writing and has written, for interrupts (runtime/interrupts.py): the
 # temporary files still open are removed by a forced exit, and the line an interrupted command
@@ -114,6 +117,12 @@ def atomic_open(
             ) from exc
         if output and not any(str(target).startswith(folder + os.sep) for folder in _pending):
             _completed.append(str(target))  # a user's output (not a temporary folder's file)
+    except OSError as exc:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        if exc.errno in FULL:
+            raise no_space(target, exc, unchanged=target.exists()) from exc
+        raise
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
@@ -145,10 +154,30 @@ def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
             target.rmdir()
         os.rename(folder, target)
         _completed.append(str(target))
+    except OSError as exc:
+        if exc.errno in FULL:
+            raise no_space(target, exc, unchanged=target.exists()) from exc
+        raise
     finally:
         if os.path.isdir(folder):
             shutil.rmtree(folder, ignore_errors=True)
         _pending.discard(folder)
+
+
+def no_space(path: str | os.PathLike | None, exc: OSError, *, unchanged: bool) -> NoSpaceError:
+    """The one line for a full file system under `path`: what is free there, what was kept."""
+    reason = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    if path is None:
+        return NoSpaceError(f"{reason}; free some space and run the command again")
+    where = Path(path)
+    free = ""
+    with suppress(OSError):
+        stat = os.statvfs(where if where.is_dir() else where.parent)
+        free = f" ({stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free there)"
+    kept = f"{where} is unchanged" if unchanged else f"nothing was written to {where}"
+    return NoSpaceError(
+        f"{reason} writing {where}{free}; {kept}; free some space or choose another output path"
+    )
 
 
 def _mode_for(target: Path) -> int:
