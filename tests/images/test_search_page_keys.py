@@ -291,3 +291,224 @@ def test_a_long_text_in_the_address_is_cut_between_characters(service, browser):
     assert page.text("#error") == "" and page.text("#filter-error") == ""
     assert page.text("#status").startswith("0 results")
     assert page.find("#filter").get_attribute("value") == emoji
+
+
+# -- answers that arrive late, and Escape in a box ------------------------------------------------
+
+# Holds the answer to the page's next POST /search: the request goes out at once and the service
+# answers it, but the page gets the answer only when the test calls window.__held.release().
+# held.done turns true when the page has read the body; what the page does with it then runs in
+# the same chain of microtasks, so once the test sees held.done (from a later script), the page
+# has rendered it or dropped it. No sleep: the order is forced, and the test waits on the DOM.
+HOLD_NEXT_SEARCH = """
+if (!window.__realFetch) {
+  window.__realFetch = window.fetch.bind(window);
+  window.fetch = (resource, init) => {
+    const answer = window.__realFetch(resource, init);
+    if (!(window.__holdNext && String(resource).endsWith("search"))) return answer;
+    window.__holdNext = false;
+    const held = { done: false, status: null };
+    window.__held = held;
+    return new Promise((resolve, reject) => {
+      held.release = () =>
+        answer.then(
+          (response) => {
+            held.status = response.status;
+            const json = response.json.bind(response);
+            response.json = () => json().then((value) => { held.done = true; return value; });
+            resolve(response);
+          },
+          (error) => { held.done = true; reject(error); }
+        );
+    });
+  };
+}
+window.__held = null;
+window.__holdNext = true;
+"""
+
+
+def hold_next_search(browser) -> None:
+    browser.execute_script(HOLD_NEXT_SEARCH)
+
+
+def wait_held(page) -> None:
+    """Until the held search has been sent."""
+    page.wait.until(lambda d: d.execute_script("return window.__held !== null"))
+
+
+def release_held(page) -> int:
+    """Hands the held answer to the page and waits until the page has read it; its status."""
+    page.driver.execute_script("window.__held.release()")
+    page.wait.until(lambda d: d.execute_script("return window.__held.done"))
+    return page.driver.execute_script("return window.__held.status")
+
+
+def type_into(element, text: str, *keys) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    element.send_keys(Keys.CONTROL, "a")
+    element.send_keys(Keys.DELETE)
+    if text or keys:
+        element.send_keys(text, *keys)
+
+
+def words_page(service, browser) -> Page:
+    """The page with the key, on the collection "pics", no search yet."""
+    server = service["server"]
+    page = Page(browser, server.url)
+    enter_key(page, browser, server.url + "/?c=pics")
+    assert page.find("#collection").get_attribute("value") == "pics" and not page.names()
+    return page
+
+
+def words_search(page, text: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    page.clear_status()
+    type_into(page.find("#text"), text, Keys.ENTER)
+    page.search_done()
+
+
+FIRST, SECOND, THIRD = "a cup of coffee", "a red bicycle at night", "astronaut on the moon"
+
+
+def rankings(service) -> dict[str, list[str]]:
+    """The model's own top 12 for each of the three texts; they differ, so a grid shows which."""
+    want = {t: ranked(service, two_tower.text_vector(service["model"], t), 12) for t in (FIRST, SECOND, THIRD)}  # fmt: skip
+    assert len({tuple(v) for v in want.values()}) == 3, want
+    return want
+
+
+def test_typing_quickly_shows_the_latest_search_only(service, browser):
+    """Enter, then other words and Enter before the first answer came: the first answer, when it
+    lands last, is dropped; the grid, the words and the address all hold the second search."""
+    from selenium.webdriver.common.keys import Keys
+
+    want = rankings(service)
+    page = words_page(service, browser)
+    hold_next_search(browser)
+    type_into(page.find("#text"), FIRST, Keys.ENTER)
+    wait_held(page)
+    words_search(page, SECOND)
+    assert page.names() == want[SECOND]
+    assert release_held(page) == 200  # the first search's answer, results and all, lands now
+    assert page.names() == want[SECOND]
+    assert params(browser) == {"q": [SECOND], "k": ["12"], "c": ["pics"]}
+    assert page.find("#text").get_attribute("value") == SECOND
+    assert "results" in page.text("#status") and page.text("#error") == ""
+
+
+def test_back_and_forward_quickly_shows_the_address_search(service, browser):
+    """Back, then forward before back's search answered: the grid is forward's search, the one
+    the address names."""
+    want = rankings(service)
+    page = words_page(service, browser)
+    words_search(page, SECOND)
+    words_search(page, THIRD)
+    third_url = browser.current_url
+    hold_next_search(browser)
+    browser.back()  # runs SECOND again: held
+    wait_held(page)
+    page.clear_status()
+    browser.forward()  # runs THIRD
+    page.search_done()
+    assert page.names() == want[THIRD]
+    assert release_held(page) == 200
+    assert browser.current_url == third_url and params(browser)["q"] == [THIRD]
+    assert page.names() == want[THIRD]
+    assert page.find("#text").get_attribute("value") == THIRD
+
+
+def test_the_error_of_an_earlier_search_is_ignored(service, browser):
+    """A search with a filter the grammar refuses, then (before its answer) the filter mended
+    and another search: the refusal, when it lands last, shows nothing; the grid stays."""
+    from selenium.webdriver.common.keys import Keys
+
+    want = rankings(service)
+    page = words_page(service, browser)
+    page.find("#filter").send_keys('metadata["source"] ==')
+    hold_next_search(browser)
+    type_into(page.find("#text"), FIRST, Keys.ENTER)
+    wait_held(page)
+    type_into(page.find("#filter"), "")
+    words_search(page, SECOND)
+    assert page.names() == want[SECOND]
+    assert release_held(page) == 422  # the refused filter's answer
+    assert page.text("#filter-error") == "" and page.text("#error") == ""
+    assert "results" in page.text("#status")
+    assert page.names() == want[SECOND]
+    assert params(browser) == {"q": [SECOND], "k": ["12"], "c": ["pics"]}
+
+
+def test_the_address_is_the_search_sent_not_the_boxes_changed_since(service, browser):
+    """Top k and the filter changed while a search is on its way (no new search): the address
+    written with its answer is the search that was sent, like the grid."""
+    from selenium.webdriver.common.keys import Keys
+
+    want = rankings(service)
+    page = words_page(service, browser)
+    hold_next_search(browser)
+    type_into(page.find("#text"), FIRST, Keys.ENTER)
+    wait_held(page)
+    page.find("#topk").send_keys(Keys.HOME)  # 1
+    page.find("#filter").send_keys('metadata["source"] == "coffee.png"')
+    assert page.text("#topk-value") == "1"
+    page.clear_status()
+    assert release_held(page) == 200
+    page.search_done()
+    assert page.names() == want[FIRST]  # 12 of them, unfiltered: the search sent
+    assert params(browser) == {"q": [FIRST], "k": ["12"], "c": ["pics"]}
+
+
+def test_escape_in_the_key_box_clears_the_key_only(service, browser):
+    from selenium.webdriver.common.keys import Keys
+
+    want = rankings(service)
+    page = words_page(service, browser)
+    words_search(page, FIRST)
+    url = browser.current_url
+    # the key is forgotten: the next search is refused and the page asks for it again
+    browser.execute_script("sessionStorage.clear()")
+    page.find("#search").click()
+    page.wait.until(lambda d: page.find("#key-form").is_displayed() and page.text("#error"))
+    key_box = page.find("#api-key")
+    key_box.send_keys("not the key")
+    key_box.send_keys(Keys.ESCAPE)
+    assert page.names() == want[FIRST] and browser.current_url == url
+    assert page.find("#text").get_attribute("value") == FIRST
+    assert key_box.get_attribute("value") == "" and active(browser) == "api-key"
+    assert page.find("#key-form").is_displayed()
+    # the right key then runs the search in the address again
+    page.clear_status()
+    key_box.send_keys(KEY)
+    page.find("#key-form button").click()
+    page.search_done()
+    assert page.names() == want[FIRST] and browser.current_url == url
+
+
+def test_escape_in_the_filter_box_clears_the_filter_only(service, browser):
+    from selenium.webdriver.common.keys import Keys
+
+    want = rankings(service)
+    page = words_page(service, browser)
+    page.find("#filter").send_keys('metadata["source"] != "coffee.png"')
+    words_search(page, FIRST)
+    shown = [n for n in want[FIRST] if n != "coffee.png"]
+    assert page.names() == shown
+    url = browser.current_url
+    assert params(browser)["filter"] == ['metadata["source"] != "coffee.png"']
+    # a filter refused beside the box, then Escape in the box: the box and its message go
+    filter_box = page.find("#filter")
+    type_into(filter_box, 'metadata["source"] ==', Keys.ENTER)
+    page.wait.until(lambda d: page.text("#filter-error"))
+    filter_box.send_keys(Keys.ESCAPE)
+    assert page.names() == shown and browser.current_url == url
+    assert page.find("#text").get_attribute("value") == FIRST
+    assert filter_box.get_attribute("value") == "" and page.text("#filter-error") == ""
+    assert active(browser) == "filter"
+    # Escape in the words box clears the search, as before
+    page.find("#text").send_keys(Keys.ESCAPE)
+    page.wait.until(lambda d: not page.names())
+    assert page.find("#text").get_attribute("value") == ""
+    assert params(browser) == {"k": ["12"], "c": ["pics"]} and active(browser) == "text"

@@ -7,6 +7,11 @@
 // (collection). Every search writes it (history.pushState), so reload, back/forward and a
 // pasted link run the same search again. An uploaded query image cannot travel in a link: the
 // page says so, and the address then keeps the rest.
+//
+// Only the latest search is shown: each search (and each clearing of the grid) takes the next
+// number, and an answer or error that comes back under an older number is dropped, so a slow
+// earlier answer (back/forward or Enter pressed again quickly) never replaces a newer one. The
+// address written with an answer is the search that was sent, not the boxes as edited since.
 "use strict";
 
 (() => {
@@ -15,7 +20,8 @@
   const TOPK = { min: 1, max: 100, initial: 12 };
   const MAX_TEXT = 1000;
   const MAX_FILTER = 4096;
-  const state = { query: null, blobs: [], preview: null, results: [], searched: null };
+  const CLEARS_ITSELF = ["api-key", "filter"]; // boxes that Escape empties, and nothing else
+  const state = { query: null, blobs: [], preview: null, results: [], searched: null, seq: 0 };
 
   function authHeaders() {
     const key = sessionStorage.getItem(KEY);
@@ -219,8 +225,7 @@
     return "?" + params.toString();
   }
 
-  function remember(replace) {
-    const target = address();
+  function remember(replace, target = address()) {
     $("link-note").hidden = !(state.query && state.query.file);
     if (target === location.search) return;
     if (replace) history.replaceState(null, "", target);
@@ -256,6 +261,7 @@
   // -- search --------------------------------------------------------------------------------
 
   function clearSearch() {
+    state.seq += 1; // a search still on its way is not shown
     setQuery(null);
     $("text").value = "";
     $("filter").value = "";
@@ -268,6 +274,7 @@
   }
 
   async function search(options = {}) {
+    const seq = ++state.seq;
     show("filter-error", "");
     show("error", "");
     const words = $("text").value.trim();
@@ -296,16 +303,18 @@
         headers: { "Content-Type": "application/json" },
       };
     }
+    const sent = { target: address(), query: describeQuery() };
     show("status", "searching…");
     try {
       const body = await api("search", request);
+      if (seq !== state.seq) return; // a newer search was started: its answer is the one shown
       render(body.results);
-      state.searched = { collection: body.collection, topk: k, filter, query: describeQuery() };
+      state.searched = { collection: body.collection, topk: k, filter, query: sent.query };
       const warned = (body.warnings || []).join("; ");
       show("status", `${body.results.length} results in ${body.took_ms} ms` + (warned ? ` (${warned})` : ""));
-      if (!options.fromAddress) remember(false);
-      else remember(true);
+      remember(Boolean(options.fromAddress), sent.target);
     } catch (error) {
+      if (seq !== state.seq) return; // so is its error
       show("status", "");
       // the service names the field first ("filter: …"); a filter's error goes beside its box
       if (error.code === "invalid_filter" || error.message.startsWith("filter")) {
@@ -416,6 +425,7 @@
   async function fromAddress() {
     if (applyAddress()) await search({ fromAddress: true });
     else {
+      state.seq += 1; // this address has no search: one still on its way is not shown
       render([]);
       $("link-note").hidden = true;
     }
@@ -463,7 +473,13 @@
         event.preventDefault();
         $("text").focus();
         $("text").select();
+      } else if (event.key === "Escape" && CLEARS_ITSELF.includes(event.target.id)) {
+        // Escape in the key or filter box empties that box only (and the filter's message)
+        event.preventDefault();
+        event.target.value = "";
+        if (event.target.id === "filter") show("filter-error", "");
       } else if (event.key === "Escape") {
+        // anywhere else (the words box, a result, the page) it clears the search
         event.preventDefault();
         clearSearch();
         $("text").focus();
