@@ -299,9 +299,9 @@ def main() -> None:
     output = args.output or RESULTS / f"soak_{args.store}.json"
 
     import httpx
+    from tests.images import two_tower
 
     from accelkit.runtime.environment import record as environment
-    from tests.images import two_tower
 
     with tempfile.TemporaryDirectory(prefix="accelkit-soak-") as tmp:
         workdir = Path(tmp)
