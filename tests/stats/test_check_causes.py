@@ -329,7 +329,53 @@ def test_check_and_diff_name_the_same_cause_at_the_reproduction_boundary(tmp_pat
         for d in diffed.comparison.differences
         if d.key == "frame_index" and d.stat in ("q01", "q99")
     }
-    assert in_check == in_diff == {
-        "q01": "mean of per-episode quantiles",
-        "q99": "no known cause",
+    assert (
+        in_check
+        == in_diff
+        == {
+            "q01": "mean of per-episode quantiles",
+            "q99": "no known cause",
+        }
+    )
+
+
+def test_a_dataset_wide_std_aggregated_from_an_edited_entry_is_no_known_cause():
+    """Two episodes of 1000 + N(0, 1); episode 0's std edited to 1.5×, and stats.json holding
+    LeRobot's aggregate of the stored entries (weighted mean of std² + (mean − total mean)²,
+    written out here): the aggregate gives it back, but what it aggregates has no known cause,
+    so neither has it — not "float32 moments", whose rounding bound it lies within."""
+    x = [offset_column(1000.0, 1.0, 1000, seed) for seed in (1, 2)]
+    truth = {e: {"x": numpy_entry(rows)} for e, rows in enumerate(x)}
+    stored = {0: {"x": dict(truth[0]["x"], std=truth[0]["x"]["std"] * 1.5)}, 1: truth[1]}
+    report = check.Report("d", check.TOLERANCE)
+    check.check_episodes(
+        report,
+        "meta/episodes",
+        stored,
+        truth,
+        {0: 1000, 1: 1000},
+        rows_of=lambda wanted: [(e, "x", x[e]) for e in wanted],
+        levels=LEVELS,
+    )
+    means = np.asarray([stored[e]["x"]["mean"][0] for e in (0, 1)])
+    stds = np.asarray([stored[e]["x"]["std"][0] for e in (0, 1)])
+    total = means.mean()
+    aggregated = dict(
+        numpy_entry(np.concatenate(x)), std=np.sqrt([np.mean(stds**2 + (means - total) ** 2)])
+    )
+    whole = numpy_entry(np.concatenate(x))
+    check.check_global(
+        report,
+        "meta/stats.json",
+        {"x": aggregated},
+        {"x": whole},
+        frames=2000,
+        episodes_stored=stored,
+        episodes_exact=truth,
+        episode_file="meta/episodes",
+    )
+    causes = {(f.file, f.stat): (f.cause, f.confirmed) for f in report.failures}
+    assert causes == {
+        ("meta/episodes", "std"): ("unknown", True),
+        ("meta/stats.json", "std"): ("unknown", True),
     }
