@@ -379,3 +379,29 @@ def test_a_dataset_wide_std_aggregated_from_an_edited_entry_is_no_known_cause():
         ("meta/episodes", "std"): ("unknown", True),
         ("meta/stats.json", "std"): ("unknown", True),
     }
+
+
+def test_stale_needs_every_number_given_back_within_1e_6_of_its_unit():
+    """Episodes 0 and 1 hold the numbers of their first 5 of 6 frames (an earlier frame count),
+    their max moved by 3e-7 and by 3e-6 of the range: the first is still given back (stale),
+    the second is not (no known cause) — the window `stats diff` uses, not 0.1 × the tolerance."""
+    x = np.arange(12.0).reshape(-1, 1)
+    rows = {0: x[:6], 1: x[6:]}
+    truth = {e: {"x": numpy_entry(r)} for e, r in rows.items()}
+    stored = {}
+    for e, offset in ((0, 3e-7), (1, 3e-6)):
+        earlier = numpy_entry(rows[e][:5])
+        span = float(truth[e]["x"]["max"][0] - truth[e]["x"]["min"][0])
+        stored[e] = {"x": dict(earlier, max=earlier["max"] + offset * span)}
+    report = check.Report("d", check.TOLERANCE)
+    check.check_episodes(
+        report,
+        "meta/episodes",
+        stored,
+        truth,
+        {0: 6, 1: 6},
+        rows_of=lambda wanted: [(e, f, rows[e]) for e, fs in wanted.items() for f in fs],
+        levels=LEVELS,
+    )
+    causes = {(f.episode, f.cause) for f in report.failures}
+    assert causes == {(0, "stale"), (1, "unknown")}
