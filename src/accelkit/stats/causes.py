@@ -295,28 +295,31 @@ def explain_entry(
             _name(f, "unknown", "")
 
 
-def _aggregates(
-    entries: list[Mapping[str, np.ndarray]], integer: bool = False
-) -> list[dict[str, np.ndarray]]:
-    """Every way LeRobot may have aggregated one feature's per-episode `entries` into a
-    dataset-wide entry: all at once (`aggregate_stats` after an edit or on loading) and folded
-    after every episode while recording (`lerobot_rules.fold`), on the numbers in float64 and —
-    for a float feature — on the moments in float32, the dtype LeRobot's own arrays held."""
-    if not entries:
-        return []
-    variants = [list(entries)]
-    if not integer:
-        variants.append(
-            [
+@dataclass
+class Aggregated:
+    """What LeRobot's `aggregate_stats` makes of one feature's per-episode entries: `stored`, every
+    way it may have aggregated the stored ones — all at once (after an edit, on loading) and
+    folded after every episode while recording (`lerobot_rules.fold`), on the numbers in float64
+    and, for a float feature, on the moments in float32, the dtype LeRobot's own arrays held;
+    `exact`, its aggregate of the exact ones (quantiles averaged)."""
+
+    stored: list[dict[str, np.ndarray]] = field(default_factory=list)
+    exact: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stored: list, exact: list, integer: bool = False) -> Aggregated:
+        variants = [list(stored)] if stored else []
+        if stored and not integer:
+            as_float32 = [
                 {k: v.astype(np.float32) if k in MOMENTS else v for k, v in e.items()}
-                for e in entries
+                for e in stored
             ]
+            variants.append(as_float32)
+        found = [way(v) for v in variants for way in (lerobot_rules.aggregate, lerobot_rules.fold)]
+        return cls(
+            [{k: np.asarray(v, np.float64).reshape(-1) for k, v in a.items()} for a in found if a],
+            lerobot_rules.aggregate(list(exact)) if exact else {},
         )
-    out = []
-    for values in variants:
-        out.append(lerobot_rules.aggregate(values))
-        out.append(lerobot_rules.fold(values))
-    return [{k: np.asarray(v, np.float64).reshape(-1) for k, v in a.items()} for a in out if a]
 
 
 def explain_global(
@@ -324,15 +327,14 @@ def explain_global(
     exact: Mapping[str, np.ndarray],
     *,
     frames: int,
-    episodes_stored: list[Mapping[str, np.ndarray]],
-    episodes_exact: list[Mapping[str, np.ndarray]],
+    aggregated: Aggregated | None = None,
     episode_causes: Mapping[str, Mapping[str, bool]],
     integer: bool = False,
 ) -> None:
     """The cause of a failing dataset-wide finding (`stats.json`, a `norm_stats.json`).
 
-    `episodes_stored` / `episodes_exact`: the feature's per-episode statistics (what LeRobot
-    aggregates them from); `episode_causes`: statistic -> cause named for its failing per-episode
+    `aggregated`: LeRobot's aggregates of the feature's per-episode statistics (None: it has
+    none); `episode_causes`: statistic -> cause named for its failing per-episode
     entries -> whether every one of them was confirmed."""
     if not finding.fails or finding.cause is not None:
         return
@@ -344,9 +346,9 @@ def explain_global(
     if stat == "std" and "stale" in episode_causes.get("mean", {}):
         # the aggregate's variance adds each episode's (stale) mean's spread
         causes["stale"] = causes.get("stale", True) and episode_causes["mean"]["stale"]
+    aggregated = aggregated or Aggregated()
     given_back = any(
-        stat in a and _near(finding.stored, a[stat][d], exact, stat, d)
-        for a in _aggregates(list(episodes_stored), integer)
+        stat in a and _near(finding.stored, a[stat][d], exact, stat, d) for a in aggregated.stored
     )
     if given_back:
         if "stale" in causes:
@@ -383,8 +385,8 @@ def explain_global(
                 " gives back",
             )
             return
-    if stat.startswith("q") and episodes_exact:
-        averaged = lerobot_rules.aggregate(list(episodes_exact))
+    if stat.startswith("q"):
+        averaged = aggregated.exact
         if stat in averaged and _near(finding.stored, averaged[stat][d], exact, stat, d):
             _name(
                 finding,

@@ -289,20 +289,22 @@ def check_global(
             if f.file == episode_file and f.feature == feature and f.fails:
                 named = episode_causes.setdefault(f.stat, {})
                 named[f.cause] = named.get(f.cause, True) and f.confirmed
-        for finding in compare(
+        found = compare(
             entry, exact[feature], file=file, feature=feature, tolerance=report.tolerance
-        ):
-            report.numbers += len(finding.errors) or 1
-            causes.explain_global(
-                finding,
-                exact[feature],
-                frames=frames,
-                episodes_stored=per_stored,
-                episodes_exact=per_exact,
-                episode_causes=episode_causes,
-                integer=feature in integers,
-            )
-            report.findings.append(finding)
+        )
+        report.numbers += sum(len(f.errors) or 1 for f in found)
+        if any(f.fails for f in found):  # LeRobot's aggregates, once per feature
+            aggregated = causes.Aggregated.of(per_stored, per_exact, feature in integers)
+            for finding in found:
+                causes.explain_global(
+                    finding,
+                    exact[feature],
+                    frames=frames,
+                    aggregated=aggregated,
+                    episode_causes=episode_causes,
+                    integer=feature in integers,
+                )
+        report.findings.extend(found)
 
 
 RowsOf = Callable[[dict[int, set[str]]], Iterable[tuple[int, str, np.ndarray]]]
