@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from accelkit.stats import compare as check
 from accelkit.stats import lerobot_rules
 from accelkit.stats.sample import write_sample_dataset
 from tests.support.cli import run_cli
@@ -157,3 +158,250 @@ def test_our_writer_passes_our_check(name, per_episode, tmp_path, capsys):
         assert code == 0, result["summary"]
     written = json.loads((root / "meta" / "stats.json").read_text())
     assert {"index", "frame_index", "episode_index", "task_index", "timestamp"} <= set(written)
+
+
+# --- moments: a cause named only where LeRobot's arithmetic gives the stored number back --------
+
+
+def lerobot_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LeRobot 0.4's per-episode mean and std (compute_stats.py, RunningQuantileStats.update with
+    the episode's rows): np.mean of x and of x² in x's dtype, std = sqrt(max(0, E[x²] − E[x]²))."""
+    mean = np.mean(x, axis=0)
+    squares = np.mean(x**2, axis=0)
+    return mean, np.sqrt(np.maximum(0, squares - mean**2))
+
+
+def numpy_entry(x: np.ndarray) -> dict[str, np.ndarray]:
+    wide = x.astype(np.float64)
+    out = {
+        "mean": wide.mean(0),
+        "std": wide.std(0),
+        "min": wide.min(0),
+        "max": wide.max(0),
+        "count": np.asarray([len(x)], np.float64),
+    }
+    for q in LEVELS:
+        out[f"q{int(q * 100):02d}"] = np.quantile(wide, q, axis=0)
+    return out
+
+
+def explained(x: np.ndarray, stored: dict, *, rows: bool) -> dict:
+    """The failing findings of one episode's entry (rows re-read when `rows`), by statistic."""
+    report = check.Report("d", check.TOLERANCE)
+    truth = {0: {"x": numpy_entry(x)}}
+    check.check_episodes(
+        report,
+        "meta/episodes",
+        {0: {"x": stored}},
+        truth,
+        {0: len(x)},
+        rows_of=(lambda wanted: [(0, "x", x)]) if rows else None,
+        levels=LEVELS,
+    )
+    return {f.stat: f for f in report.failures}
+
+
+def offset_column(offset: float, spread: float, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (offset + rng.normal(0, spread, size=(n, 1))).astype(np.float32)
+
+
+def test_a_std_edited_to_1_5x_on_an_offset_column_is_not_float32_moments():
+    """1000 + N(0, 1) in float32: the float32 rounding bound of E[x²] − E[x]² admits any std
+    from 0 to ~1.6, so a bound is no confirmation; with the rows at hand, LeRobot's own float32
+    arithmetic gives its std back (named, confirmed) and not 1.5× the true one."""
+    x = offset_column(1000.0, 1.0, 1000)
+    truth = numpy_entry(x)
+    edited = dict(truth, std=truth["std"] * 1.5)
+    found = explained(x, edited, rows=True)
+    assert set(found) == {"std"} and found["std"].cause == "unknown"
+    _, std32 = lerobot_moments(x)
+    assert abs(float(std32[0]) - truth["std"][0]) > 0.01 * truth["std"][0]  # it does fail
+    found = explained(x, dict(truth, std=std32.astype(np.float64)), rows=True)
+    assert found["std"].cause == "float32" and found["std"].confirmed is True
+    # without the rows, neither is confirmed: both are only consistent with float32 moments
+    for std in (truth["std"] * 1.5, std32.astype(np.float64)):
+        found = explained(x, dict(truth, std=std), rows=False)
+        assert found["std"].cause == "float32" and found["std"].confirmed is False
+        assert found["std"].as_dict()["cause"] == "consistent with float32 moments"
+        assert found["std"].as_dict()["confirmed"] is False
+
+
+def test_a_mean_off_by_a_float32_step_is_float32_moments_only_where_reproduced():
+    """1e4 + N(0, 0.01) in float32: LeRobot's float32 mean is a float32 step from the exact one
+    (> 1e-3 std); one float32 step further is within the rounding bound too, but no arithmetic
+    gives it back."""
+    x = offset_column(1e4, 0.01, 5000)
+    truth = numpy_entry(x)
+    mean32, _ = lerobot_moments(x)
+    assert abs(float(mean32[0]) - truth["mean"][0]) > 1e-3 * truth["std"][0]
+    reproduced = dict(truth, mean=mean32.astype(np.float64))
+    found = explained(x, reproduced, rows=True)
+    assert found["mean"].cause == "float32" and found["mean"].confirmed is True
+    step = np.nextafter(mean32, np.float32(np.inf)).astype(np.float64)
+    found = explained(x, dict(truth, mean=step), rows=True)
+    assert found["mean"].cause == "unknown"
+    for stored in (reproduced, dict(truth, mean=step)):
+        found = explained(x, stored, rows=False)
+        assert found["mean"].cause == "float32" and found["mean"].confirmed is False
+
+
+def test_a_dataset_wide_moment_without_episodes_is_only_consistent(capsys):
+    """stats.json / norm_stats.json numbers with no per-episode entries to aggregate: the weaker
+    label, in the table and in --json."""
+    x = offset_column(1000.0, 1.0, 1000)
+    truth = numpy_entry(x)
+    report = check.Report("d", check.TOLERANCE)
+    stored = dict(truth, std=truth["std"] * 1.5)
+    check.check_global(report, "meta/stats.json", {"x": stored}, {"x": truth}, frames=len(x))
+    (finding,) = report.failures
+    assert (finding.cause, finding.confirmed) == ("float32", False)
+    (row,) = check.summary_rows(report)
+    assert row["cause"] == "consistent with float32 moments" and row["confirmed"] is False
+
+
+def edit_episode_stat(root: Path, episode: int, column: str, change) -> None:
+    for path in sorted((root / "meta" / "episodes").rglob("*.parquet")):
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        for row in rows:
+            if row["episode_index"] == episode:
+                row[column] = change(row[column])
+        pq.write_table(type(table).from_pylist(rows, schema=table.schema), path)
+
+
+def test_an_edited_std_in_lerobots_own_file_is_no_known_cause(tmp_path, capsys):
+    """lerobot_v30's action dimension 2 (1e4 + N(0, 0.01)): LeRobot stored float32 moments,
+    ~300 std off, confirmed by recomputing them; the same std × 1.5 is not float32 moments."""
+    root = Path(shutil.copytree(FIXTURES / "lerobot_v30", tmp_path / "ds"))
+    _, result = check_json(root, capsys)
+
+    def std_finding(result, episode):
+        return next(
+            f
+            for f in result["findings"]
+            if (f["episode"], f["feature"], f["statistic"]) == (episode, "action", "std")
+        )
+
+    before = std_finding(result, 1)
+    assert before["dimension"] == 2
+    assert (before["cause"], before["confirmed"]) == ("float32 moments", True)
+    edit_episode_stat(root, 1, "stats/action/std", lambda v: [*v[:2], v[2] * 1.5, *v[3:]])
+    _, result = check_json(root, capsys)
+    after = std_finding(result, 1)
+    assert after["dimension"] == 2 and after["cause"] == "no known cause"
+    assert std_finding(result, 0)["cause"] == "float32 moments"  # the others untouched
+
+
+def test_check_and_diff_name_the_same_cause_at_the_reproduction_boundary(tmp_path, capsys):
+    """One rule decides, in check and in diff, whether a recomputation gives a number back:
+    frame_index's dataset-wide q01 set 3e-7 of the range from the count-weighted mean of the
+    episodes' exact q01 (numpy here), its q99 3e-6 from theirs: both commands call the first
+    "mean of per-episode quantiles" and the second "no known cause"."""
+    import accelkit.stats as stats
+
+    root = Path(shutil.copytree(FIXTURES / "lerobot_v30", tmp_path / "ds"))
+    tables = [pq.read_table(p) for p in sorted((root / "data").rglob("*.parquet"))]
+    values = np.concatenate([t.column("frame_index").to_numpy() for t in tables]).astype(float)
+    episodes = np.concatenate([t.column("episode_index").to_numpy() for t in tables])
+    span = values.max() - values.min()
+    path = root / "meta" / "stats.json"
+    written = json.loads(path.read_text())
+    for name, q, offset in (("q01", 0.01, 3e-7), ("q99", 0.99, 3e-6)):
+        counts = np.asarray([np.sum(episodes == e) for e in np.unique(episodes)], float)
+        per = np.asarray([np.quantile(values[episodes == e], q) for e in np.unique(episodes)])
+        averaged = float((per * counts).sum() / counts.sum())
+        assert abs(averaged - np.quantile(values, q)) > 1e-3 * span  # it fails the tolerance
+        written["frame_index"][name] = [averaged + offset * span]
+    path.write_text(json.dumps(written))
+    checked = stats.check(root)
+    in_check = {
+        f.stat: f.as_dict()["cause"]
+        for f in checked.failures
+        if (f.file, f.feature) == ("meta/stats.json", "frame_index") and f.stat in ("q01", "q99")
+    }
+    exact = stats.compute(
+        root, output=tmp_path / "exact.json", format="lerobot", keys={"frame_index": "frame_index"}
+    ).output
+    diffed = stats.diff(path, exact, dataset=root)
+    in_diff = {
+        d.stat: d.causes[0].removesuffix(" (A)")
+        for d in diffed.comparison.differences
+        if d.key == "frame_index" and d.stat in ("q01", "q99")
+    }
+    assert (
+        in_check
+        == in_diff
+        == {
+            "q01": "mean of per-episode quantiles",
+            "q99": "no known cause",
+        }
+    )
+
+
+def test_a_dataset_wide_std_aggregated_from_an_edited_entry_is_no_known_cause():
+    """Two episodes of 1000 + N(0, 1); episode 0's std edited to 1.5×, and stats.json holding
+    LeRobot's aggregate of the stored entries (weighted mean of std² + (mean − total mean)²,
+    written out here): the aggregate gives it back, but what it aggregates has no known cause,
+    so neither has it — not "float32 moments", whose rounding bound it lies within."""
+    x = [offset_column(1000.0, 1.0, 1000, seed) for seed in (1, 2)]
+    truth = {e: {"x": numpy_entry(rows)} for e, rows in enumerate(x)}
+    stored = {0: {"x": dict(truth[0]["x"], std=truth[0]["x"]["std"] * 1.5)}, 1: truth[1]}
+    report = check.Report("d", check.TOLERANCE)
+    check.check_episodes(
+        report,
+        "meta/episodes",
+        stored,
+        truth,
+        {0: 1000, 1: 1000},
+        rows_of=lambda wanted: [(e, "x", x[e]) for e in wanted],
+        levels=LEVELS,
+    )
+    means = np.asarray([stored[e]["x"]["mean"][0] for e in (0, 1)])
+    stds = np.asarray([stored[e]["x"]["std"][0] for e in (0, 1)])
+    total = means.mean()
+    aggregated = dict(
+        numpy_entry(np.concatenate(x)), std=np.sqrt([np.mean(stds**2 + (means - total) ** 2)])
+    )
+    whole = numpy_entry(np.concatenate(x))
+    check.check_global(
+        report,
+        "meta/stats.json",
+        {"x": aggregated},
+        {"x": whole},
+        frames=2000,
+        episodes_stored=stored,
+        episodes_exact=truth,
+        episode_file="meta/episodes",
+    )
+    causes = {(f.file, f.stat): (f.cause, f.confirmed) for f in report.failures}
+    assert causes == {
+        ("meta/episodes", "std"): ("unknown", True),
+        ("meta/stats.json", "std"): ("unknown", True),
+    }
+
+
+def test_stale_needs_every_number_given_back_within_1e_6_of_its_unit():
+    """Episodes 0 and 1 hold the numbers of their first 5 of 6 frames (an earlier frame count),
+    their max moved by 3e-7 and by 3e-6 of the range: the first is still given back (stale),
+    the second is not (no known cause) — the window `stats diff` uses, not 0.1 × the tolerance."""
+    x = np.arange(12.0).reshape(-1, 1)
+    rows = {0: x[:6], 1: x[6:]}
+    truth = {e: {"x": numpy_entry(r)} for e, r in rows.items()}
+    stored = {}
+    for e, offset in ((0, 3e-7), (1, 3e-6)):
+        earlier = numpy_entry(rows[e][:5])
+        span = float(truth[e]["x"]["max"][0] - truth[e]["x"]["min"][0])
+        stored[e] = {"x": dict(earlier, max=earlier["max"] + offset * span)}
+    report = check.Report("d", check.TOLERANCE)
+    check.check_episodes(
+        report,
+        "meta/episodes",
+        stored,
+        truth,
+        {0: 6, 1: 6},
+        rows_of=lambda wanted: [(e, f, rows[e]) for e, fs in wanted.items() for f in fs],
+        levels=LEVELS,
+    )
+    causes = {(f.episode, f.cause) for f in report.failures}
+    assert causes == {(0, "stale"), (1, "unknown")}

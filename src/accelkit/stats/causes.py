@@ -1,13 +1,15 @@
 """Why a stored statistic is off — named only where a recomputation confirms it.
 
 `stats check` compares stored numbers with exact ones (`stats/compare.py`); a failing finding then
-gets a cause from `CAUSES` only when redoing what the cause claims gives the stored number back:
+gets a cause from `CAUSES` only when redoing what the cause claims gives the stored number back —
+within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` follows too
+(`stats/tolerance.py`):
 
 * **binned quantiles / float32 (float64) moments** — LeRobot's own arithmetic
-  (`stats/lerobot_rules.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]²) on this
-  episode's rows, re-read from the data, reproduces the stored number. Where no rows are at hand
-  (a dataset-wide file) or the stored moments came from another summation order, "float32 moments"
-  needs the error to lie within the rounding bound of E[x²] − E[x]² for these values.
+  (`stats/lerobot_rules.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]², 0.3's
+  numpy moments) on this episode's rows, re-read from the data, reproduces the stored number. A
+  dataset-wide number: LeRobot's aggregate of the stored per-episode entries reproduces it and
+  those entries' own cause was confirmed.
 * **stale after an edit** — the whole stored entry equals the statistics of other frames: these
   frames numbered as before an edit (`index`, `episode_index` shifted by a constant, as LeRobot's
   `delete_episodes` and `merge_datasets` leave them), the episode's first or last k frames (an
@@ -15,8 +17,13 @@ gets a cause from `CAUSES` only when redoing what the cause claims gives the sto
   LeRobot's aggregate of per-episode entries that are.
 * **mean of per-episode quantiles** — the count-weighted mean of the stored (or exact) per-episode
   quantiles reproduces it.
-* **float32 rounding** — the stored number is the float32 rounding of the exact (or LeRobot's).
+* **float32 rounding** — the stored number is the float32 rounding of the exact one.
 
+Where no rows are at hand (a dataset-wide number no aggregate of per-episode entries gives back,
+a `norm_stats.json`, or no rows passed), a mean or std whose error lies within the rounding bound
+of E[x²] − E[x]² for these values is only *consistent with* float32 (float64) moments: the finding
+keeps the cause with `confirmed = False`, shown as "consistent with …". With the rows at hand,
+a bound is no confirmation (any std from 0 to ~1.6 is within it for 1000 + N(0, 1)).
 Anything else is "no known cause": a wrong cause sends a user after an edit nobody made.
 """
 
@@ -29,11 +36,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from accelkit.stats import lerobot_rules
+from accelkit.stats.tolerance import reproduces
 
 F32 = 2.0**-24  # float32's unit roundoff
 F64 = 2.0**-53
 MOMENTS = ("mean", "std")
-REPRODUCED = 1e-6  # of the std or range: what "gives the stored number back" allows (JSON, float32)
+CONSISTENT = "consistent with"  # a cause not confirmed by a recomputation (no rows at hand)
 
 # the causes a finding may name (docs/stats.md lists them with what each means)
 CAUSES = {
@@ -69,7 +77,30 @@ CAUSE_HELP = {
     "shape": "wrong number of values: the stored entry does not match the feature's dimensions",
     "unknown": "no known cause: no recomputation (LeRobot's arithmetic, other frames, an average)"
     " gives the stored number back",
+    "consistent": f"{CONSISTENT} …: not confirmed — no rows were at hand to recompute it; the"
+    " error lies within that arithmetic's rounding bound for these values (so would others)",
 }
+
+
+def legend(labels: Iterable[str]) -> list[str]:
+    """The lines explaining each cause among `labels` (as `label` writes them), in CAUSES' order;
+    "consistent with …" explained once where one is not confirmed."""
+    used = set(labels)
+    out = [
+        CAUSE_HELP[key]
+        for key, name in CAUSES.items()
+        if key in CAUSE_HELP and ({name, f"{CONSISTENT} {name}"} & used)
+    ]
+    if any(u.startswith(CONSISTENT) for u in used):
+        out.append(CAUSE_HELP["consistent"])
+    return out
+
+
+def label(cause: str | None, confirmed: bool = True) -> str:
+    """A cause as the table and --json name it: "consistent with …" where it is not confirmed."""
+    if cause is None:
+        return ""
+    return CAUSES[cause] if confirmed else f"{CONSISTENT} {CAUSES[cause]}"
 
 
 def scale(stat: str, exact: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -79,10 +110,9 @@ def scale(stat: str, exact: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.where(unit > 0, unit, 1.0)
 
 
-def _near(value, target, exact, stat: str, d: int, within: float) -> bool:
-    if value is None or target is None or not np.isfinite(target):
-        return False
-    return abs(value - float(target)) <= within * float(scale(stat, exact)[d])
+def _near(value, target, exact, stat: str, d: int) -> bool:
+    """`target` (a recomputation) gives the stored `value` back (`tolerance.reproduces`)."""
+    return reproduces(target, value, float(scale(stat, exact)[d]), stat)
 
 
 def exact_entry(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
@@ -138,8 +168,9 @@ def recompute(
     return out
 
 
-def _same(stored: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], exact, within):
-    """Every statistic both hold agrees (counts exactly), and at least mean, min and max do."""
+def _same(stored: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], exact) -> bool:
+    """Every statistic both hold is given back (counts exactly), and at least mean, min and max
+    are."""
     shared = [s for s in stored if s in candidate]
     if not {"mean", "min", "max"} <= set(shared):
         return False
@@ -151,9 +182,9 @@ def _same(stored: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray],
             continue
         if a.shape != b.shape or a.shape != exact["mean"].shape:
             return False
-        with np.errstate(invalid="ignore", over="ignore"):
-            if not np.all(np.abs(a - b) <= within * scale(stat, exact)):
-                return False
+        unit = scale(stat, exact)
+        if not all(reproduces(b[d], a[d], float(unit[d])) for d in range(a.size)):
+            return False
     return True
 
 
@@ -165,7 +196,7 @@ def _own(finding, recomputed: Recomputed | None, exact) -> str | None:
     for precision, stats in recomputed.own:
         values = stats.get(finding.stat)
         found = values is not None and values.size > d
-        if found and _near(finding.stored, values[d], exact, finding.stat, d, REPRODUCED):
+        if found and _near(finding.stored, values[d], exact, finding.stat, d):
             return precision
     return None
 
@@ -195,8 +226,19 @@ def _float32_rounding(finding) -> bool:
     return stored == float(np.float32(truth)) and stored != truth
 
 
-def _name(finding, cause: str, detail: str) -> None:
-    finding.cause, finding.detail = cause, detail
+def _name(finding, cause: str, detail: str, confirmed: bool = True) -> None:
+    finding.cause, finding.detail, finding.confirmed = cause, detail, confirmed
+
+
+def _consistent(finding, count: float, kind: str) -> None:
+    """A mean or std within `kind` rounding of E[x²] − E[x]², with no rows to recompute it."""
+    _name(
+        finding,
+        kind,
+        f"not confirmed (no rows recomputed): within {kind} rounding of E[x²] − E[x]² over"
+        f" {count:,.0f} values this far from 0",
+        confirmed=False,
+    )
 
 
 def explain_entry(
@@ -204,13 +246,15 @@ def explain_entry(
     stored: Mapping[str, np.ndarray],
     exact: Mapping[str, np.ndarray],
     *,
-    tolerance: float,
     recomputed: Recomputed | None,
     others: Iterable[tuple[str, Mapping[str, np.ndarray]]] = (),
     integer: bool = False,
 ) -> None:
-    """Causes for one episode's failing findings of one feature (sets `cause`, `detail`).
+    """Causes for one episode's failing findings of one feature (sets `cause`, `detail`,
+    `confirmed`).
 
+    `recomputed`: LeRobot's arithmetic on the episode's rows (None: the rows are not at hand, and
+    a moment within the rounding bound is only consistent with float32/float64 moments);
     `others`: (description, statistics) of other episodes' frames — what a moved entry would hold;
     `integer`: the feature is integer or bool (LeRobot's moments of it are float64)."""
     failing = [f for f in findings if f.fails and f.cause is None]
@@ -221,10 +265,11 @@ def explain_entry(
     if not all(own.values()):
         candidates = list(recomputed.others if recomputed else []) + list(others)
         for what, stats in candidates:
-            if _same(stored, stats, exact, 0.1 * tolerance):
+            if _same(stored, stats, exact):
                 for f in failing:
                     _name(f, "stale", what)
                 return
+    kind, roundoff = ("float64", F64) if integer else ("float32", F32)
     for f in failing:
         precision = own[id(f)]
         if f.stat == "count":
@@ -237,49 +282,81 @@ def explain_entry(
                 f" {count:,.0f} frames gives the stored number",
             )
         elif precision and f.stat in MOMENTS:
-            _name(f, precision, f"E[x²] − E[x]² in {precision} on this episode's rows gives it")
-        elif f.stat in MOMENTS and _within_rounding(f, exact, count, F64 if integer else F32):
-            kind = "float64" if integer else "float32"
-            _name(f, kind, f"within {kind} rounding of E[x²] − E[x]² for these values")
+            _name(
+                f, precision, f"LeRobot's {f.stat} in {precision} on this episode's rows gives it"
+            )
         elif _float32_rounding(f):
             _name(f, "float32-values", f"{f.exact:.17g} stored as float32 ({f.stored:.17g})")
+        elif (
+            recomputed is None and f.stat in MOMENTS and _within_rounding(f, exact, count, roundoff)
+        ):
+            _consistent(f, count, kind)
         else:
             _name(f, "unknown", "")
+
+
+@dataclass
+class Aggregated:
+    """What LeRobot's `aggregate_stats` makes of one feature's per-episode entries: `stored`, every
+    way it may have aggregated the stored ones — all at once (after an edit, on loading) and
+    folded after every episode while recording (`lerobot_rules.fold`), on the numbers in float64
+    and, for a float feature, on the moments in float32, the dtype LeRobot's own arrays held;
+    `exact`, its aggregate of the exact ones (quantiles averaged)."""
+
+    stored: list[dict[str, np.ndarray]] = field(default_factory=list)
+    exact: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stored: list, exact: list, integer: bool = False) -> Aggregated:
+        variants = [list(stored)] if stored else []
+        if stored and not integer:
+            as_float32 = [
+                {k: v.astype(np.float32) if k in MOMENTS else v for k, v in e.items()}
+                for e in stored
+            ]
+            variants.append(as_float32)
+        found = [way(v) for v in variants for way in (lerobot_rules.aggregate, lerobot_rules.fold)]
+        return cls(
+            [{k: np.asarray(v, np.float64).reshape(-1) for k, v in a.items()} for a in found if a],
+            lerobot_rules.aggregate(list(exact)) if exact else {},
+        )
 
 
 def explain_global(
     finding,
     exact: Mapping[str, np.ndarray],
     *,
-    tolerance: float,
     frames: int,
-    episodes_stored: list[Mapping[str, np.ndarray]],
-    episodes_exact: list[Mapping[str, np.ndarray]],
-    episode_causes: Mapping[str, set[str]],
+    aggregated: Aggregated | None = None,
+    episode_causes: Mapping[str, Mapping[str, bool]],
     integer: bool = False,
 ) -> None:
     """The cause of a failing dataset-wide finding (`stats.json`, a `norm_stats.json`).
 
-    `episodes_stored` / `episodes_exact`: the feature's per-episode statistics (what LeRobot
-    aggregates them from); `episode_causes`: statistic -> causes named for its per-episode entries."""
+    `aggregated`: LeRobot's aggregates of the feature's per-episode statistics (None: it has
+    none); `episode_causes`: statistic -> cause named for its failing per-episode
+    entries -> whether every one of them was confirmed."""
     if not finding.fails or finding.cause is not None:
         return
     stat, d = finding.stat, finding.dim or 0
     if stat == "count":
         _name(finding, "counts", f"{finding.stored:,.0f} counted, the data holds {frames:,} frames")
         return
-    causes = set(episode_causes.get(stat, set()))
-    if stat == "std" and "stale" in episode_causes.get("mean", set()):
-        causes.add("stale")  # the aggregate's variance adds each episode's (stale) mean's spread
-    aggregated = lerobot_rules.aggregate(list(episodes_stored)) if episodes_stored else {}
-    if stat in aggregated and _near(
-        finding.stored, aggregated[stat][d], exact, stat, d, 0.1 * tolerance
-    ):
+    causes = dict(episode_causes.get(stat, {}))
+    if stat == "std" and "stale" in episode_causes.get("mean", {}):
+        # the aggregate's variance adds each episode's (stale) mean's spread
+        causes["stale"] = causes.get("stale", True) and episode_causes["mean"]["stale"]
+    aggregated = aggregated or Aggregated()
+    given_back = any(
+        stat in a and _near(finding.stored, a[stat][d], exact, stat, d) for a in aggregated.stored
+    )
+    if given_back:
         if "stale" in causes:
             _name(
                 finding,
                 "stale",
                 "LeRobot's aggregate of the stored per-episode statistics, some of which are stale",
+                causes["stale"],
             )
             return
         if stat.startswith("q"):
@@ -297,13 +374,20 @@ def explain_global(
                 inherited[0],
                 f"LeRobot's aggregate of per-episode {stat}s computed as E[x²] − E[x]² in"
                 f" {inherited[0]}",
+                causes[inherited[0]],
+            )
+            return
+        if "unknown" in causes:
+            _name(
+                finding,
+                "unknown",
+                "LeRobot's aggregate of the stored per-episode statistics, which no recomputation"
+                " gives back",
             )
             return
     if stat.startswith("q"):
-        averaged = lerobot_rules.aggregate(list(episodes_exact)) if episodes_exact else {}
-        if stat in averaged and _near(
-            finding.stored, averaged[stat][d], exact, stat, d, 0.1 * tolerance
-        ):
+        averaged = aggregated.exact
+        if stat in averaged and _near(finding.stored, averaged[stat][d], exact, stat, d):
             _name(
                 finding,
                 "averaged",
@@ -311,13 +395,12 @@ def explain_global(
                 " (LeRobot's aggregate_stats), not the dataset's quantile",
             )
             return
-    if stat in MOMENTS:
-        unit = F64 if integer else F32
-        if _within_rounding(finding, exact, float(frames), unit):
-            kind = "float64" if integer else "float32"
-            _name(finding, kind, f"within {kind} rounding of E[x²] − E[x]² for these values")
-            return
     if _float32_rounding(finding):
         _name(finding, "float32-values", f"{finding.exact:.17g} stored as float32")
         return
+    if stat in MOMENTS:
+        kind = "float64" if integer else "float32"
+        if _within_rounding(finding, exact, float(frames), F64 if integer else F32):
+            _consistent(finding, float(frames), kind)
+            return
     _name(finding, "unknown", "")

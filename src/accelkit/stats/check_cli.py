@@ -120,7 +120,7 @@ def render(report, as_json: bool) -> None:
         )
         return
     from accelkit.runtime.output import Col, print_table, stdout_console
-    from accelkit.stats.causes import CAUSE_HELP, CAUSES
+    from accelkit.stats.causes import legend
 
     if rows:
         table = [
@@ -146,11 +146,9 @@ def render(report, as_json: bool) -> None:
             ],
             table,
         )
-        used = {r["cause"] for r in rows}
         console = stdout_console()
-        for key, name in CAUSES.items():
-            if name in used and key in CAUSE_HELP:  # wrapped at the terminal's width
-                console.print(CAUSE_HELP[key], markup=False, highlight=False)
+        for line in legend(r["cause"] for r in rows):  # wrapped at the terminal's width
+            console.print(line, markup=False, highlight=False)
     worst = report.worst_by_file()
     for file, item in worst.items():
         print(

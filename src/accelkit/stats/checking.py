@@ -20,8 +20,10 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
-from accelkit.stats.compare import TOLERANCE, Report, summary_rows
+from accelkit.stats import tolerance as tolerance_rule
+from accelkit.stats.compare import Report, summary_rows
 from accelkit.stats.settings import StatsSettings
+from accelkit.stats.tolerance import TOLERANCE
 
 __all__ = ["CheckReport", "FixResult", "check", "fix"]
 
@@ -93,9 +95,7 @@ def check(
     ones. `tolerance`: the largest error allowed, in stds (mean, std) or ranges (min, max,
     quantiles); `images`: camera statistics none (named, not compared), sample or all; `plot`: a
     .png of each feature's error per dimension. Bad input raises an `AccelkitError` naming it."""
-    tolerance = TOLERANCE if tolerance is None else tolerance
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise ConfigError(f"--tolerance must be a positive number, not {tolerance}")
+    tolerance = tolerance_rule.given(tolerance)
     if images not in (None, "none", "sample", "all"):
         raise ConfigError(f"--images takes none, sample or all, not {images!r}")
     if chunk_end not in (None, "truncate", "clamp"):

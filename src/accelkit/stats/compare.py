@@ -8,10 +8,9 @@ user can judge it by: moments (mean, std) in units of the exact std, min/max/qua
 the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
 the stored number back (`stats/causes.py`); `stats/checking.py` computes the exact ones and fixes.
 
-Why 1e-3 by default (`TOLERANCE`): a model sees (x − mean) / std or a value scaled by q01..q99; an
-error of 1e-3 std or 1e-3 of the range moves every normalized input by at most about that much,
-a quarter of bfloat16's resolution near 1 (2⁻⁸ ≈ 0.0039) — below what a bf16 policy can see. Exact
-statistics stored as float64 JSON are ~1e-15 off; float32 storage ~1e-7.
+The tolerance (default `TOLERANCE`, 1e-3) and what "gives the stored number back" means (1e-6 of
+the unit) are one rule shared with `stats diff` (`stats/tolerance.py`). Exact statistics stored as
+float64 JSON are ~1e-15 off; float32 storage ~1e-7.
 """
 
 from __future__ import annotations
@@ -26,9 +25,10 @@ import numpy as np
 
 from accelkit.errors import DataError
 from accelkit.stats import causes
-from accelkit.stats.causes import CAUSES, scale
+from accelkit.stats import tolerance as tolerance_rule
+from accelkit.stats.causes import scale
+from accelkit.stats.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
 
-TOLERANCE = 1e-3
 UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
 
 
@@ -43,6 +43,7 @@ class Finding:
     unit: str  # "std", "range", "frames" or ""
     cause: str | None = None  # a key of CAUSES, None when within tolerance
     detail: str = ""
+    confirmed: bool = True  # False: no recomputation gave it back, only "consistent with" it
     dim: int | None = None
     stored: float | None = None
     exact: float | None = None
@@ -62,7 +63,8 @@ class Finding:
             "stored": self.stored,
             "exact": self.exact,
             "fails": self.fails,
-            "cause": None if self.cause is None else CAUSES[self.cause],
+            "cause": causes.label(self.cause, self.confirmed) or None,
+            "confirmed": None if self.cause is None else self.confirmed,
             "detail": self.detail,
         }
         return out
@@ -209,17 +211,12 @@ def compare(
                 )
             )
             continue
-        if stat == "count":
-            errors = np.abs(values - truth)
-            unit = "frames"
-        else:
-            with np.errstate(invalid="ignore", over="ignore"):
-                errors = np.abs(values - truth) / scale(stat, exact)
-            errors = np.where(np.isfinite(errors), errors, math.inf)
-            unit = UNITS.get(stat, "range")
+        size = 1.0 if stat == "count" else scale(stat, exact)
+        errors = tolerance_rule.errors(values, truth, size)
+        unit = UNITS.get(stat, "range")
         dim = int(np.argmax(errors)) if errors.size else 0
         worst = float(errors[dim]) if errors.size else 0.0
-        fails = worst > 0 if stat == "count" else worst > tolerance
+        fails = bool(tolerance_rule.fails(worst, tolerance, stat))
         out.append(
             Finding(
                 file,
@@ -287,25 +284,27 @@ def check_global(
             continue
         per_stored = [e[feature] for e in (episodes_stored or {}).values() if feature in e]
         per_exact = [e[feature] for e in (episodes_exact or {}).values() if feature in e]
-        episode_causes: dict[str, set[str]] = {}
+        episode_causes: dict[str, dict[str, bool]] = {}  # stat -> cause -> all confirmed
         for f in report.findings:
             if f.file == episode_file and f.feature == feature and f.fails:
-                episode_causes.setdefault(f.stat, set()).add(f.cause)
-        for finding in compare(
+                named = episode_causes.setdefault(f.stat, {})
+                named[f.cause] = named.get(f.cause, True) and f.confirmed
+        found = compare(
             entry, exact[feature], file=file, feature=feature, tolerance=report.tolerance
-        ):
-            report.numbers += len(finding.errors) or 1
-            causes.explain_global(
-                finding,
-                exact[feature],
-                tolerance=report.tolerance,
-                frames=frames,
-                episodes_stored=per_stored,
-                episodes_exact=per_exact,
-                episode_causes=episode_causes,
-                integer=feature in integers,
-            )
-            report.findings.append(finding)
+        )
+        report.numbers += sum(len(f.errors) or 1 for f in found)
+        if any(f.fails for f in found):  # LeRobot's aggregates, once per feature
+            aggregated = causes.Aggregated.of(per_stored, per_exact, feature in integers)
+            for finding in found:
+                causes.explain_global(
+                    finding,
+                    exact[feature],
+                    frames=frames,
+                    aggregated=aggregated,
+                    episode_causes=episode_causes,
+                    integer=feature in integers,
+                )
+        report.findings.extend(found)
 
 
 RowsOf = Callable[[dict[int, set[str]]], Iterable[tuple[int, str, np.ndarray]]]
@@ -327,8 +326,8 @@ def check_episodes(
 
     `rows_of({episode: {feature, …}})` yields (episode, feature, rows in the data's dtype) for the
     entries with a failing number, re-read so that a cause is named only where recomputing it
-    gives the stored number back (`stats/causes.py`); without it every failing number is
-    "no known cause" unless it is float32 rounding."""
+    gives the stored number back (`stats/causes.py`); without it a failing mean or std within
+    the rounding bound of LeRobot's arithmetic is only "consistent with" it (`confirmed` False)."""
     for episode in sorted(set(stored) - set(lengths)):
         report.findings.append(
             Finding(
@@ -399,7 +398,6 @@ def check_episodes(
             found,
             entry,
             exact[episode][feature],
-            tolerance=report.tolerance,
             recomputed=recomputed.get((episode, feature)),
             others=others,
             integer=feature in integers,
@@ -410,10 +408,10 @@ def summary_rows(report: Report) -> list[dict]:
     """The table: one row per (file, feature, cause) with a failing statistic — which statistics,
     the worst one (its dimension, error and episode) and how many episodes."""
     groups: dict[tuple, list[Finding]] = {}
-    for finding in report.failures:
-        groups.setdefault((finding.file, finding.feature, finding.cause), []).append(finding)
+    for f in report.failures:
+        groups.setdefault((f.file, f.feature, f.cause, f.confirmed), []).append(f)
     rows = []
-    for (file, feature, cause), found in groups.items():
+    for (file, feature, cause, confirmed), found in groups.items():
         worst = max(found, key=lambda f: _sortable(f.error))
         stats = sorted({f.stat for f in found}, key=_stat_order)
         rows.append(
@@ -426,7 +424,8 @@ def summary_rows(report: Report) -> list[dict]:
                 "unit": worst.unit,
                 "episodes": sorted({f.episode for f in found if f.episode is not None}),
                 "worst_episode": worst.episode,
-                "cause": CAUSES[cause] if cause else "",
+                "cause": causes.label(cause, confirmed),
+                "confirmed": None if cause is None else confirmed,
                 "detail": worst.detail,
             }
         )

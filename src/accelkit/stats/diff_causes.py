@@ -5,8 +5,8 @@ numbers back, the rule `stats check` follows (`stats/causes.py`).
 `Hypothesis` is one way of computing them (exact, LeRobot's per-episode arithmetic aggregated,
 openpi's RunningStats, ...) over one set of rows (frames or action chunks, with or without
 openpi's DeltaActions, every frame or only some). A file's number at one statistic and dimension
-is *reproduced* by the first hypothesis (simplest first) that gives it back within `REPRODUCED`
-of the unit. Where both files' numbers are reproduced, by `ha` and `hb`, the difference splits
+is *reproduced* by the first hypothesis (simplest first) that gives it back — within 1e-6 of the
+unit, a count exactly: `tolerance.reproduces`, the one rule `stats check` applies too. Where both files' numbers are reproduced, by `ha` and `hb`, the difference splits
 exactly into three parts, each recomputed:
 
     A − B = (A − exact(rows of ha)) + (exact(rows of ha) − exact(rows of hb)) + (exact(rows of hb) − B)
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.causes import MOMENTS, REPRODUCED
+from accelkit.stats import tolerance
+from accelkit.stats.causes import MOMENTS
 
 # the causes a difference may name (docs/stats.md lists them)
 DIFF_CAUSES = {
@@ -92,12 +93,7 @@ class Hypothesis:
 
 
 def reproduces(h: Hypothesis, stat: str, d: int, stored: float, scale: float) -> bool:
-    value = h.value(stat, d)
-    if value is None or not np.isfinite(value) or not np.isfinite(stored):
-        return False
-    if stat == "count":
-        return value == stored
-    return abs(value - stored) <= REPRODUCED * scale
+    return tolerance.reproduces(h.value(stat, d), stored, scale, stat)
 
 
 def first_reproducing(hypotheses, stat: str, d: int, stored: float, scale: float):

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accelkit.stats import tolerance as tolerance_rule
 from accelkit.stats.causes import MOMENTS
-
-TOLERANCE = 1e-3  # as stats check: a quarter of bfloat16's step near 1 (stats/compare.py)
+from accelkit.stats.tolerance import TOLERANCE as TOLERANCE  # stats check's, re-exported
 
 
 @dataclass
@@ -162,19 +162,18 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
         problem = f"A holds {a.size} values, B {b.size}"
         return found(np.asarray([math.inf]), np.ones(1), np.asarray([True]), problem=problem)
     n = a.size
-    finite = np.isfinite(a) & np.isfinite(b)
 
     def measured(scale: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.where(finite, np.abs(a - b) / scale, math.inf)
+        return tolerance_rule.errors(a, b, scale)
 
     if stat == "count":
         errors = measured(np.ones(n))
-        return found(errors, np.ones(n), errors > 0)
+        return found(errors, np.ones(n), tolerance_rule.fails(errors, tolerance, stat))
     in_std, in_range = measured(unit_scale(pair, "std", n)), measured(unit_scale(pair, "min", n))
     errors = in_std if stat in MOMENTS else in_range
     scale = unit_scale(pair, stat, n)
-    return found(errors, scale, errors > tolerance, in_std=in_std, in_range=in_range)
+    fails = tolerance_rule.fails(errors, tolerance, stat)
+    return found(errors, scale, fails, in_std=in_std, in_range=in_range)
 
 
 @dataclass

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.stats import diff_causes, difference, stats_files
-from accelkit.stats.difference import TOLERANCE
+from accelkit.stats import tolerance as tolerance_rule
+from accelkit.stats.tolerance import TOLERANCE
 
 __all__ = ["DiffReport", "diff"]
 
@@ -92,9 +93,7 @@ def diff(
     cause is recomputed: `action_horizon`, `chunk_end`, `delta_actions` (openpi's mask) and
     `openpi_batch_size` describe how an openpi file without run facts was made. Bad input raises
     an `AccelkitError` naming it."""
-    tolerance = TOLERANCE if tolerance is None else tolerance
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise ConfigError(f"--tolerance must be a positive number, not {tolerance}")
+    tolerance = tolerance_rule.given(tolerance)
     if chunk_end not in (None, "truncate", "clamp"):
         raise ConfigError(f"--chunk-end takes truncate or clamp, not {chunk_end!r}")
     if action_horizon is not None and action_horizon < 1:
