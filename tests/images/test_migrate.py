@@ -426,7 +426,7 @@ def test_a_database_flag_on_a_lite_side_is_refused(tmp_path, capsys):
     src = small_lite(tmp_path / "src.db")
     target = tmp_path / "t.db"
     for flag in ("--source-db", "--target-db"):
-        code, out, err = run(capsys, "migrate", src, str(target), flag, "team")
+        code, _, err = run(capsys, "migrate", src, str(target), flag, "team")
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert flag in err and "Milvus Lite" in err and "no databases" in err, err
     assert not target.exists()
@@ -530,4 +530,6 @@ def test_a_stopped_copy_names_the_stage_it_stopped_in(tmp_path, capsys, monkeypa
             assert str(failure) in line, line
         code, out, err = run(capsys, "migrate", src, str(target), "--json")  # it goes on and ends
         assert code == 0 and result_of(out)["collections"][0]["verified"], err
-        assert same_items(everything({"uri": str(target)}, "pics"), everything({"uri": src}, "pics"))
+        assert same_items(
+            everything({"uri": str(target)}, "pics"), everything({"uri": src}, "pics")
+        )
