@@ -16,9 +16,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.records import is_local_uri
+
+T = TypeVar("T")
 
 
 class _NotMilvusLite(logging.Filter):
@@ -110,17 +115,35 @@ def file_identity(path: str) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+@dataclass
+class _Engine:
+    """One of this process's Milvus Lite engines: the path it was started with, the identity of
+    its file, and how many open stores use it."""
+
+    path: str
+    identity: tuple[int, int] | None
+    users: int = 0
+
+
 _ENGINES = threading.Lock()
-# this process's Milvus Lite engines: [the path each was started with, its identity, its users]
-_engines: list[list] = []
+_engines: list[_Engine] = []
 
 
-def _engine_of(uri: str) -> list | None:
-    identity = file_identity(uri)
-    return next((e for e in _engines if identity is not None and e[1] == identity), None)
+def _engine_of(uri: str) -> _Engine | None:
+    """This process's engine on the file `uri` names (by its real path, or by device and inode:
+    a hard link), or None."""
+    from pathlib import Path
+
+    path, identity = str(Path(uri).expanduser().resolve()), file_identity(uri)
+    for engine in _engines:
+        if engine.identity is None:  # a database the engine has not written yet when opened
+            engine.identity = file_identity(engine.path)
+        if engine.path == path or (identity is not None and engine.identity == identity):
+            return engine
+    return None
 
 
-def open_engine(uri: str, start):
+def open_engine(uri: str, start: Callable[[str], T]) -> tuple[str, T]:
     """`start(path)` (a client of the engine on `path`) for the file `uri` names, with the path
     under which this process already runs an engine on that file if it does, so that one file
     never gets two engines here (Milvus Lite's own manager would start one per spelling);
@@ -129,13 +152,12 @@ def open_engine(uri: str, start):
 
     with _ENGINES:
         engine = _engine_of(uri)
-        path = engine[0] if engine else str(Path(uri).expanduser().resolve())
+        path = engine.path if engine else str(Path(uri).expanduser().resolve())
         client = start(path)
-        engine = engine or _engine_of(path)
         if engine is None:
-            engine = [path, file_identity(path), 0]
+            engine = _Engine(path, file_identity(path))
             _engines.append(engine)
-        engine[2] += 1
+        engine.users += 1
     return path, client
 
 
@@ -143,11 +165,11 @@ def close_engine(path: str) -> bool:
     """One user of the engine started on `path` is done; True when it was the last (the engine
     is then to be released)."""
     with _ENGINES:
-        engine = next((e for e in _engines if e[0] == path), None)
+        engine = next((e for e in _engines if e.path == path), None)
         if engine is None:
             return True
-        engine[2] -= 1
-        if engine[2] > 0:
+        engine.users -= 1
+        if engine.users > 0:
             return False
         _engines.remove(engine)
         return True
