@@ -533,3 +533,44 @@ def test_a_stopped_copy_names_the_stage_it_stopped_in(tmp_path, capsys, monkeypa
         assert same_items(
             everything({"uri": str(target)}, "pics"), everything({"uri": src}, "pics")
         )
+
+
+def test_a_source_that_cannot_be_marked(milvus_server, tmp_path, capsys, monkeypatch):
+    """Where SRC's database may not be written (a read-only token: here, creating the marker
+    there fails), DST is marked and SRC read for it: the same database is still found, and a
+    Lite DST is still known to be another store (so deleting its collection may be advised)."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.store import StoreConfig, StoreError, VectorStore
+    from accelkit.images.store.records import MARKER
+
+    database, port = "migrate_unmarked", milvus_server.uri.rsplit(":", 1)[1]
+    client = MilvusClient(uri=milvus_server.uri, timeout=30)
+    if database not in client.list_databases():
+        client.create_database(database)
+    client.close()
+    settings = {"uri": milvus_server.uri, "db_name": database, "timeout": 60}
+    with VectorStore(StoreConfig(**settings)) as store:
+        if store.has_collection(MARKER):
+            store._client.drop_collection(MARKER)
+        if not store.has_collection("pics"):
+            store.create_collection("pics", 8)
+            store.upsert("pics", [f"i{k}" for k in range(5)], np.eye(5, 8, dtype=np.float32))
+    marker = VectorStore.store_marker
+
+    def read_only_127(self, create=False):
+        if create and "127.0.0.1" in self.config.uri:
+            raise StoreError("marking the store failed: permission denied")
+        return marker(self, create)
+
+    monkeypatch.setattr(VectorStore, "store_marker", read_only_127)
+    source = f"http://127.0.0.1:{port}"
+    code, _, err = run(capsys, "migrate", source, f"http://localhost:{port}", "--source-db", database, "--target-db", database)  # fmt: skip
+    assert code == 2 and "the same store" in err and "marker" in err, err
+    target = tmp_path / "t.db"
+    with VectorStore(StoreConfig(uri=str(target))) as store:
+        store.create_collection("pics", 8)  # not a copy of anything
+    code, _, err = run(capsys, "migrate", source, str(target), "--source-db", database)
+    assert code == 2 and "came from no migration; delete it from DST" in err, err
+    code, out, err = run(capsys, "migrate", source, str(tmp_path / "u.db"), "--source-db", database, "--json")  # fmt: skip
+    assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err

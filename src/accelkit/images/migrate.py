@@ -153,7 +153,8 @@ def _identify(src, dst) -> tuple[str | None, bool]:
             f"SRC and DST are the same store: {_where(src.config)} and {_where(dst.config)} hold"
             f" the same server marker ({MARKER} {mine}); name two different ones"
         )
-    return (f"marker {mine}" if mine else None), (mine is not None or theirs is not None)
+    distinct = not dst.is_server or mine is not None or theirs is not None
+    return (f"marker {mine}" if mine else None), distinct
 
 
 def _came_from(found: dict[str, Any], origin: dict[str, Any]) -> bool:
