@@ -253,7 +253,8 @@ def test_an_interrupted_copy_is_consistent_and_resumes(source, server_db, tmp_pa
         *activity, line = [x for x in err.splitlines() if x.strip()]
         assert all(x.startswith("[") for x in activity), err  # timestamped progress lines only
         assert line.startswith("interrupted (SIGINT); kept what was written before it:")
-        assert f"of {BULK:,} items of 'bulk'" in line and "again to resume" in line
+        assert f"of {BULK:,} items of 'bulk'" in line and "stopped in the copy" in line
+        assert "again to resume" in line
         resume = f"accelkit images migrate {source['database']} {target['uri']} --target-db {database} --collection bulk"  # fmt: skip
         assert resume in line  # the whole command: without --target-db it copied elsewhere
         store._records.clear()
@@ -331,3 +332,245 @@ def test_thumbnails_left_behind_are_said(source, server_db, capsys):
         f"its {len(NAMES)} thumbnails are not copied" in warning
         and "--target-thumbnails" in warning
     )
+
+
+# -- store identity: a store is what it is, not how it is spelled -----------------------------
+
+
+def small_lite(path: Path, name: str = "pics", count: int = 5) -> str:
+    """A Milvus Lite database holding one collection of `count` 8-d vectors."""
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    with VectorStore(StoreConfig(uri=str(path))) as store:
+        store.create_collection(name, 8)
+        vectors = np.random.default_rng(1).normal(size=(count, 8)).astype(np.float32)
+        store.upsert(name, [f"i{k}" for k in range(count)], vectors)
+    return str(path)
+
+
+def engines_of_ours_on(path: str) -> set[int]:
+    """PIDs of this process's children that have the file `path` open, by device and inode
+    (read from /proc, not from the code under test)."""
+    wanted = os.stat(path)
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != os.getpid():
+                continue
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except (OSError, ValueError, IndexError):
+            continue
+        for fd in fds:
+            try:
+                held = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (wanted.st_dev, wanted.st_ino):
+                found.add(int(pid))
+    return found
+
+
+def test_one_file_by_any_name_is_the_same_store(tmp_path, capsys):
+    """A hard link, a symbolic link and a path through `..` name the file SRC is: one line,
+    exit 2, saying so and why; never advice to delete a collection "there" (the source's own),
+    and the source untouched."""
+    src = small_lite(tmp_path / "src.db")
+    before = everything({"uri": src}, "pics")
+    os.link(src, tmp_path / "hard.db")
+    (tmp_path / "soft.db").symlink_to(src)
+    (tmp_path / "x").mkdir()
+    for alias in (tmp_path / "hard.db", tmp_path / "soft.db", tmp_path / "x" / ".." / "src.db"):
+        for pair in ((src, str(alias)), (str(alias), src)):
+            code, _, err = run(capsys, "migrate", *pair)
+            lines = err.strip().splitlines()
+            assert code == 2 and len(lines) == 1, (pair, err)
+            assert "SRC and DST are the same store" in err and "same file" in err, (pair, err)
+            assert "delete" not in err, (pair, err)
+    assert same_items(everything({"uri": src}, "pics"), before)
+
+
+def test_one_file_gets_one_engine_whatever_its_name(tmp_path):
+    """In one process, a file opened under two names (a hard link) runs one Milvus Lite engine,
+    and closing one store leaves the other working; another process's engine on the file is
+    named whatever name it was opened by."""
+    from accelkit.images.store import StoreConfig, StoreError, VectorStore
+
+    src = small_lite(tmp_path / "src.db")
+    hard = tmp_path / "hard.db"
+    os.link(src, hard)
+    first = VectorStore(StoreConfig(uri=src))
+    second = VectorStore(StoreConfig(uri=str(hard)))
+    try:
+        assert len(engines_of_ours_on(src)) == 1
+        first.close()
+        assert second.count("pics", consistency="Strong") == 5
+    finally:
+        first.close()
+        second.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom accelkit.images.store import StoreConfig, VectorStore\n"
+         f"s = VectorStore(StoreConfig(uri={src!r})); print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError, match=f"process {holder.pid} holds it"):
+            VectorStore(StoreConfig(uri=str(hard))).close()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_a_database_flag_on_a_lite_side_is_refused(tmp_path, capsys):
+    src = small_lite(tmp_path / "src.db")
+    target = tmp_path / "t.db"
+    for flag in ("--source-db", "--target-db"):
+        code, _, err = run(capsys, "migrate", src, str(target), flag, "team")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert flag in err and "Milvus Lite" in err and "no databases" in err, err
+    assert not target.exists()
+
+
+def test_one_server_by_any_spelling_is_the_same_store(milvus_server, tmp_path, capsys):
+    """localhost, 127.0.0.1 and an upper-case host name reach one server, and db '' is its
+    database 'default': the same store, found by the marker accelkit keeps in SRC's database,
+    not by the URI's text. Two databases of one server are two stores, and a copy made through
+    one spelling resumes through another."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    port = milvus_server.uri.rsplit(":", 1)[1]
+    spellings = [f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://LocalHost:{port}"]
+    one, two = "migrate_same_a", "migrate_same_b"
+    client = MilvusClient(uri=milvus_server.uri, timeout=30)
+    for database in (one, two):
+        if database not in client.list_databases():
+            client.create_database(database)
+    client.close()
+    settings = {"uri": milvus_server.uri, "db_name": one, "timeout": 60}
+    with VectorStore(StoreConfig(**settings)) as store:
+        if not store.has_collection("pics"):
+            store.create_collection("pics", 8)
+            store.upsert("pics", [f"i{k}" for k in range(5)], np.eye(5, 8, dtype=np.float32))
+    before = everything(settings, "pics")
+    for a in spellings:
+        for b in spellings:
+            code, _, err = run(capsys, "migrate", a, b, "--source-db", one, "--target-db", one)
+            assert code == 2 and len(err.strip().splitlines()) == 1, (a, b, err)
+            assert "SRC and DST are the same store" in err and "marker" in err, (a, b, err)
+            assert "delete" not in err, (a, b, err)
+    for dbs in (["--target-db", "default"], ["--source-db", "default"]):
+        code, _, err = run(capsys, "migrate", spellings[0], spellings[1], *dbs)
+        assert code == 2 and "SRC and DST are the same store" in err, (dbs, err)
+    assert same_items(everything(settings, "pics"), before)
+    # two databases are two stores; the copy's record names its source by the marker
+    code, out, err = run(capsys, "migrate", spellings[0], spellings[0], "--source-db", one, "--target-db", two, "-c", "pics", "--restart", "--json")  # fmt: skip
+    assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err
+    code, out, err = run(capsys, "migrate", spellings[2], spellings[1], "--source-db", one, "--target-db", two, "-c", "pics", "--json")  # fmt: skip
+    assert code == 0, err
+    (pics,) = result_of(out)["collections"]
+    assert pics["copied"] == 0 and pics["verified"]
+    assert same_items(everything({**settings, "db_name": two}, "pics"), before)
+
+
+def stopped_line(capsys, monkeypatch, where: str, failure: BaseException, *args):
+    """The one line of a migrate that `failure` stops at `where` (`upsert`: the second batch
+    written; `verify`: the verification)."""
+    import accelkit.images.migrate as migrate_module
+    from accelkit.images.store import VectorStore
+
+    if where == "upsert":
+        calls = []
+        upsert = VectorStore.upsert
+
+        def failing(self, *a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                raise failure
+            return upsert(self, *a, **k)
+
+        monkeypatch.setattr(VectorStore, "upsert", failing)
+    else:
+
+        def failing(*a, **k):
+            raise failure
+
+        monkeypatch.setattr(migrate_module, "_verify", failing)
+    code, _, err = run(capsys, "migrate", *args)
+    monkeypatch.undo()
+    lines = [x for x in err.splitlines() if x.strip()]
+    return code, lines[-1]
+
+
+def test_a_stopped_copy_names_the_stage_it_stopped_in(tmp_path, capsys, monkeypatch):
+    """Interrupted (SIGINT) or failed in the copy or in the verification: the one line says
+    which, with the command that goes on."""
+    from accelkit.images.store import StoreError
+    from accelkit.runtime.interrupts import Interrupted
+
+    src = small_lite(tmp_path / "src.db", count=6)
+    cases = [
+        ("upsert", Interrupted(signal.SIGINT), 130, "interrupted (SIGINT)", "copy"),
+        ("verify", Interrupted(signal.SIGINT), 130, "interrupted (SIGINT)", "verification"),
+        ("upsert", StoreError("upserting into 'pics' failed: gone"), 2, "error: ", "copy"),
+        ("verify", StoreError("reading 'pics' failed: gone"), 2, "error: ", "verification"),
+    ]
+    for k, (where, failure, exit_code, start, stage) in enumerate(cases):
+        target = tmp_path / f"t{k}.db"
+        args = (src, str(target), "--batch-size", "2", "--no-progress")
+        code, line = stopped_line(capsys, monkeypatch, where, failure, *args)
+        assert code == exit_code and line.startswith(start), (where, line)
+        assert f"stopped in the {stage}" in line, (where, line)
+        assert f"accelkit images migrate {src} {target}" in line and "again to" in line, line
+        if stage == "copy":
+            assert "2 of 6 items of 'pics'" in line, line
+        if isinstance(failure, StoreError):
+            assert str(failure) in line, line
+        code, out, err = run(capsys, "migrate", src, str(target), "--json")  # it goes on and ends
+        assert code == 0 and result_of(out)["collections"][0]["verified"], err
+        assert same_items(
+            everything({"uri": str(target)}, "pics"), everything({"uri": src}, "pics")
+        )
+
+
+def test_a_source_that_cannot_be_marked(milvus_server, tmp_path, capsys, monkeypatch):
+    """Where SRC's database may not be written (a read-only token: here, creating the marker
+    there fails), DST is marked and SRC read for it: the same database is still found, and a
+    Lite DST is still known to be another store (so deleting its collection may be advised)."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.store import StoreConfig, StoreError, VectorStore
+    from accelkit.images.store.records import MARKER
+
+    database, port = "migrate_unmarked", milvus_server.uri.rsplit(":", 1)[1]
+    client = MilvusClient(uri=milvus_server.uri, timeout=30)
+    if database not in client.list_databases():
+        client.create_database(database)
+    client.close()
+    settings = {"uri": milvus_server.uri, "db_name": database, "timeout": 60}
+    with VectorStore(StoreConfig(**settings)) as store:
+        if store.has_collection(MARKER):
+            store._client.drop_collection(MARKER)
+        if not store.has_collection("pics"):
+            store.create_collection("pics", 8)
+            store.upsert("pics", [f"i{k}" for k in range(5)], np.eye(5, 8, dtype=np.float32))
+    marker = VectorStore.store_marker
+
+    def read_only_127(self, create=False):
+        if create and "127.0.0.1" in self.config.uri:
+            raise StoreError("marking the store failed: permission denied")
+        return marker(self, create)
+
+    monkeypatch.setattr(VectorStore, "store_marker", read_only_127)
+    source = f"http://127.0.0.1:{port}"
+    code, _, err = run(capsys, "migrate", source, f"http://localhost:{port}", "--source-db", database, "--target-db", database)  # fmt: skip
+    assert code == 2 and "the same store" in err and "marker" in err, err
+    target = tmp_path / "t.db"
+    with VectorStore(StoreConfig(uri=str(target))) as store:
+        store.create_collection("pics", 8)  # not a copy of anything
+    code, _, err = run(capsys, "migrate", source, str(target), "--source-db", database)
+    assert code == 2 and "came from no migration; delete it from DST" in err, err
+    code, out, err = run(capsys, "migrate", source, str(tmp_path / "u.db"), "--source-db", database, "--json")  # fmt: skip
+    assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err

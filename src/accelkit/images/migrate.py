@@ -13,6 +13,14 @@ at most the batch that was in flight beyond it — and the same command resumes 
 vectors and metadata is read back from both sides and compared exactly; only then is the copy
 marked complete. A collection of that name in the destination that did not come from this
 source is never written to.
+
+SRC and DST are compared by what they are, not by how they are spelled: two Milvus Lite files by
+device and inode (a hard link, a symbolic link and `./x/../photos.db` are one file), two servers'
+databases by the random id accelkit keeps in each (`StoreClient.store_marker`: `localhost`,
+`127.0.0.1` and `LOCALHOST`, db_name "" and "default", reach one database). One store named twice
+is refused before anything is written; deleting a collection is advised only where SRC and DST
+are proven two stores. A copy that stops (a signal, a failure) says whether it stopped in the copy
+or in the verification, with the command that goes on.
 """
 
 from __future__ import annotations
@@ -21,17 +29,25 @@ import logging
 import os
 import random
 import shlex
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from accelkit.errors import CheckFailed, InputError
+from accelkit.errors import AccelkitError, CheckFailed, InputError
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
-from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN, is_local_uri, redact_uri
+from accelkit.images.store.errors import StoreError
+from accelkit.images.store.lite import file_identity
+from accelkit.images.store.records import (
+    MARKER,
+    PROP_MODEL,
+    PROP_ORIGIN,
+    is_local_uri,
+    redact_uri,
+)
 from accelkit.runtime.files import record_kept
 
 log = logging.getLogger(__name__)
@@ -70,12 +86,90 @@ class MigrateReport:
 
 
 def store_key(config: StoreConfig) -> str:
-    """Where a store is, as migrations record and compare it: a Milvus Lite file by its real
-    absolute path (`photos.db`, `./photos.db` and a link to it are one store, and `photos.db`
-    run from another folder is another), a server by its URI (credentials hidden)."""
+    """Where a store is, as its copies record it beside its identity (`_identify`): a Milvus
+    Lite file by its real absolute path (a file's device number can change when it is mounted
+    again; its path stays), a server by its URI (credentials hidden)."""
     if is_local_uri(config.uri):
         return os.path.realpath(config.uri)
     return redact_uri(config.uri).rstrip("/")
+
+
+def _database(config: StoreConfig) -> str:
+    """A server's database by its name ("" is the server's default, "default"); none for Lite."""
+    return (config.db_name or "default") if not is_local_uri(config.uri) else ""
+
+
+def _where(config: StoreConfig) -> str:
+    database = _database(config)
+    return redact_uri(config.uri) + (f" (database {database!r})" if database else "")
+
+
+def _refuse_database_flags(source: StoreConfig, target: StoreConfig) -> None:
+    for side, flag, config in (("SRC", "--source-db", source), ("DST", "--target-db", target)):
+        if is_local_uri(config.uri) and config.db_name:
+            raise InputError(
+                f"{flag} {config.db_name!r}: {side} {config.uri} is a Milvus Lite file, and Milvus"
+                f" Lite files have no databases; leave {flag} out"
+            )
+
+
+def _refuse_one_file(source: StoreConfig, target: StoreConfig) -> None:
+    """Refuse SRC and DST that name one Milvus Lite file (before either is opened: one file
+    must not get two engines)."""
+    if not (is_local_uri(source.uri) and is_local_uri(target.uri)):
+        return
+    identity = file_identity(source.uri)
+    if identity is not None and identity == file_identity(target.uri):
+        raise InputError(
+            f"SRC and DST are the same store: {source.uri} and {target.uri} are the same file"
+            f" (device {identity[0]}, inode {identity[1]}); name two different ones"
+        )
+
+
+def _marker(store, create: bool = False) -> str | None:
+    """The id accelkit keeps in a server database; None where it has none or it cannot be read
+    or written (a token that may not create a collection)."""
+    try:
+        return store.store_marker(create=create)
+    except StoreError as exc:
+        log.debug("no store marker in %s: %s", store.uri, exc)
+        return None
+
+
+def _identify(src, dst) -> tuple[str | None, bool]:
+    """SRC's identity as its copies record it, and whether SRC and DST are proven two stores;
+    `InputError` where they are one. A Milvus Lite SRC is its file's device and inode; a
+    server's database is the marker kept in it, written there when it has none. DST is SRC when
+    it reads SRC's marker; where SRC cannot be marked, DST is marked and SRC read for it."""
+    if not src.is_server:
+        identity = file_identity(src.config.uri)
+        return (f"file {identity[0]}:{identity[1]}" if identity else None), True
+    mine = _marker(src, create=True)
+    theirs = _marker(dst, create=mine is None) if dst.is_server else None
+    if mine is None and theirs is not None:
+        mine = _marker(src)
+    if dst.is_server and mine is not None and mine == theirs:
+        raise InputError(
+            f"SRC and DST are the same store: {_where(src.config)} and {_where(dst.config)} hold"
+            f" the same server marker ({MARKER} {mine}); name two different ones"
+        )
+    distinct = not dst.is_server or mine is not None or theirs is not None
+    return (f"marker {mine}" if mine else None), distinct
+
+
+def _came_from(found: dict[str, Any], origin: dict[str, Any]) -> bool:
+    """Whether a copy's record `found` names the source `origin` (its identity when both have
+    one and the source is a server; else, or for a Lite file also, its place)."""
+    if found.get("collection") != origin["collection"]:
+        return False
+    theirs, ours = found.get("store"), origin.get("store")
+    if theirs and ours and theirs == ours:
+        return True
+    if theirs and ours and ours.startswith("marker "):
+        return False
+    return found.get("uri") == origin["uri"] and (found.get("db_name") or "default") == (
+        origin["db_name"] or "default"
+    )
 
 
 def resume_hint(
@@ -124,20 +218,19 @@ def migrate(
 
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
-    if store_key(source) == store_key(target) and (
-        is_local_uri(source.uri) or source.db_name == target.db_name
-    ):
-        raise InputError("SRC and DST are the same store; name two different ones")
+    _refuse_database_flags(source, target)
     if is_local_uri(source.uri) and not os.path.isfile(source.uri):  # opening would make it
         raise InputError(
             f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
             " URI such as http://host:19530)"
         )
+    _refuse_one_file(source, target)
     hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
         src = stack.enter_context(VectorStore(source))
         dst = stack.enter_context(VectorStore(target))
+        identity, distinct = _identify(src, dst)
         names = list(collections or src.list_collections())
         for name in names:
             check_collection_name(name)
@@ -159,19 +252,50 @@ def migrate(
                         name,
                         kept,
                     )
-            copy = _copy(src, dst, name, thumbs, batch_size, index_type, restart, progress, hint)
-            copy.sampled, copy.verified = _verify(src, dst, name, sample)
+            origin = _prepare(src, dst, name, index_type, restart, identity, distinct)
+            copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
+            copied = f"all {copy.total:,} items of {name!r} copied to {_where(dst.config)}"
+            with _stage("verification", f"{copied}, not yet verified", hint):
+                _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
+                copy.sampled, copy.verified = _verify(src, dst, name, sample)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
             _mark(dst, name, {**origin, "complete": True})
+            record_kept(
+                f"migrate {name}", f"{copy.total:,} items of {name!r} in {_where(dst.config)}"
+            )
             report.collections.append(copy)
     return report
 
 
-def _origin(store, name: str) -> dict[str, Any]:
+def _kept(dst, name: str, items: str, stage: str, hint: str, then: str) -> None:
+    """What an interruption now keeps of the copy of `name`, and in which stage it stopped."""
+    record_kept(
+        f"migrate {name}",
+        f"{items} of {name!r} in {_where(dst.config)} (stopped in the {stage}; run `{hint}`"
+        f" again to {then})",
+    )
+
+
+@contextmanager
+def _stage(stage: str, state: str | Callable[[], str], hint: str) -> Iterator[None]:
+    """A failure inside the block says, on its one line, that the migration stopped in `stage`,
+    how far it got (`state`, or what `state()` says then), and (unless it asks for --restart)
+    the command that goes on."""
+    try:
+        yield
+    except AccelkitError as exc:
+        got = state if isinstance(state, str) else state()
+        goes_on = "" if "--restart" in str(exc) else f"; run `{hint}` again to resume"
+        exc.args = (f"migrate stopped in the {stage} ({got}): {exc}{goes_on}",)
+        raise
+
+
+def _origin(store, name: str, identity: str | None) -> dict[str, Any]:
     return {
         "uri": store_key(store.config),
-        "db_name": store.config.db_name,
+        "db_name": _database(store.config),
         "collection": name,
+        "store": identity,
     }
 
 
@@ -180,23 +304,26 @@ def _mark(dst, name: str, origin: dict[str, Any]) -> None:
     dst.record(name, {PROP_ORIGIN: origin})
 
 
-def _prepare(src, dst, name: str, index_type: str | None, restart: bool) -> dict[str, Any]:
+def _prepare(
+    src, dst, name: str, index_type: str | None, restart: bool, identity, distinct: bool
+) -> dict[str, Any]:
     """The destination collection, created like the source's or found as an earlier run of
-    this copy left it; returns its origin record."""
-    origin = _origin(src, name)
+    this copy left it; returns its origin record. `distinct`: SRC and DST are proven two stores
+    (only then is deleting DST's collection of that name advised)."""
+    origin = _origin(src, name, identity)
     if dst.has_collection(name):
         found = dst.recorded(name, PROP_ORIGIN) or {}
-        same = {k: found.get(k) for k in origin} == origin
-        if not same:
+        if not _came_from(found, origin):
             where = "another store" if found else "no migration"
+            fix = f"delete it from DST {_where(dst.config)}" if distinct else "name another DST"
             raise InputError(
-                f"collection {name!r} exists in DST and came from {where}; delete it there or"
-                " migrate other collections (--collection)"
+                f"collection {name!r} exists in DST and came from {where}; {fix} or migrate"
+                " other collections (--collection)"
             )
         if restart:
             dst.drop_collection(name)
         elif _same_vectors(src, dst, name):
-            return found
+            return {**found, **origin}
         else:  # SRC's collection was made again since: its items are not the ones copied
             raise InputError(
                 f"collection {name!r} in SRC now holds another model's or another dimension's"
@@ -233,20 +360,21 @@ def _same_vectors(src, dst, name: str) -> bool:
     ) == dst.recorded(name, PROP_MODEL)
 
 
-def _copy(
-    src, dst, name, thumbs, batch_size, index_type, restart, progress, hint
-) -> CollectionCopy:
+def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> CollectionCopy:
     from accelkit.runtime.progress import rows_progress
 
-    origin = _prepare(src, dst, name, index_type, restart)
     total = src.count(name, consistency="Strong")
     copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
     if origin.get("complete"):
         return copy  # nothing left: verified again below
     after, done = origin.get("after"), int(origin.get("copied") or 0)
     copy.resumed_after = after
-    where = f"{name!r} in {redact_uri(dst.config.uri)}"
-    with rows_progress(progress and total > 0, "items") as bar:
+    where = _where(dst.config)
+    with (
+        _stage("copy", lambda: f"{done:,} of {total:,} items of {name!r} copied to {where}", hint),
+        rows_progress(progress and total > 0, "items") as bar,
+    ):
+        _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
         task = bar.add_task(f"copying {name}", total=total)
         bar.update(task, advance=done)
         for rows in src.iterate(name, batch_size, after=after):
@@ -263,12 +391,9 @@ def _copy(
             after, done = max(ids), done + len(ids)
             copy.copied += len(ids)
             _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
-            record_kept(
-                f"migrate {name}",
-                f"{done:,} of {total:,} items of {where} (run `{hint}` again to resume)",
-            )
+            _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
             bar.advance(task, len(ids))
-    dst.flush(name)
+        dst.flush(name)
     return copy
 
 

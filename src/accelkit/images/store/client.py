@@ -29,12 +29,16 @@ from accelkit.images.store.lite import (
     _held_by,
     _quiet_pymilvus,
     check_lite_free,
+    close_engine,
     lite_lock_holder,
+    open_engine,
 )
 from accelkit.images.store.records import (
     CATALOG,
     CONSISTENCY_LEVELS,
     ID_FIELD,
+    MARKER,
+    MARKER_PREFIX,
     MAX_ID_LENGTH,
     METADATA_FIELD,
     PROP_INDEX,
@@ -69,6 +73,7 @@ class StoreClient:
         # until the next upsert (whose timestamp is later than the delete's) returns.
         self._deleted: set[str] = set()
         self._lock = threading.Lock()
+        self._engine: str | None = None  # the Milvus Lite engine's path (`lite.open_engine`)
         self._client = self._connect()
 
     @property
@@ -98,12 +103,16 @@ class StoreClient:
                     # Checked first: a refused Milvus Lite start deletes the holder's lock file,
                     # after which a third process could open the same database.
                     check_lite_free(uri)
-                    db = os.path.abspath(uri)
-                    log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
-                    with _engine_home(db), _engine_output_to(log_path):
-                        return MilvusClient(
-                            uri=uri, token=self.config.token or "", timeout=self.config.timeout
-                        )
+
+                    def start(db: str):
+                        log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
+                        with _engine_home(db), _engine_output_to(log_path):
+                            return MilvusClient(
+                                uri=db, token=self.config.token or "", timeout=self.config.timeout
+                            )
+
+                    self._engine, client = open_engine(uri, start)
+                    return client
                 return MilvusClient(
                     uri=uri,
                     token=self.config.token or "",
@@ -130,12 +139,14 @@ class StoreClient:
             try:
                 client.close()
             finally:
-                if is_local_uri(self.config.uri):
-                    # release the embedded server now (and its file lock), not at process exit
+                engine, self._engine = self._engine, None
+                if engine is not None and close_engine(engine):
+                    # the last store on the file here: release the embedded server now (and its
+                    # file lock), not at process exit
                     try:
                         from milvus_lite.server_manager import server_manager_instance
 
-                        server_manager_instance.release_server(self.config.uri)
+                        server_manager_instance.release_server(engine)
                     except Exception:  # older milvus-lite: released at exit
                         pass
 
@@ -290,6 +301,43 @@ class StoreClient:
             )
         row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
         self._with_load(CATALOG, "writing the catalog", self._client.upsert, CATALOG, [row])
+
+    def store_marker(self, create: bool = False) -> str | None:
+        """The random id accelkit keeps in this server database (`records.MARKER`), made first
+        when `create` and it has none; None when it has none. Two clients that read one id are
+        on one database, however their URIs and database names are spelled."""
+        if self.has_collection(MARKER):
+            return self._marker_id()
+        if not create:
+            return None
+        import uuid
+
+        from pymilvus import DataType
+
+        schema = self._client.create_schema(
+            auto_id=False,
+            enable_dynamic_field=False,
+            description=f"{MARKER_PREFIX}{uuid.uuid4().hex}",
+        )
+        schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
+        schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
+        try:
+            self._call(
+                "marking the store",
+                self._client.create_collection,
+                MARKER,
+                schema=schema,
+                description=schema.description,
+            )
+        except StoreError:
+            if not self.has_collection(MARKER):  # else another client made it first: its id
+                raise
+        return self._marker_id()
+
+    def _marker_id(self) -> str | None:
+        info = self._call("reading the store's marker", self._client.describe_collection, MARKER)
+        text = str(info.get("description") or "")
+        return text.removeprefix(MARKER_PREFIX) if text.startswith(MARKER_PREFIX) else None
 
     def _forget(self, name: str) -> None:
         """Remove a dropped collection's records (a server's went with its properties)."""

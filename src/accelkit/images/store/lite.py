@@ -1,6 +1,13 @@
 """Milvus Lite's engine, which runs as a child process of ours: where it keeps its scratch
-(`HOME`), where its C++ output goes, quieting its and pymilvus' loggers, and which other process
-holds a database file (Linux /proc), so a refused open names the holder."""
+(`HOME`), where its C++ output goes, quieting its and pymilvus' loggers, one engine per database
+file in this process whatever name opens it, and which other process holds a database file
+(Linux /proc), so a refused open names the holder.
+
+A database file is known by what it is, its device and inode (`file_identity`), not by how it is
+spelled: a hard link, a symbolic link and a path through `..` are one file. Milvus Lite itself
+keys its engines and its lock file on the path text (`milvus_lite.server_manager`,
+`.NAME.lock` beside the file), so a hard link once got an engine and a lock of its own on the
+same file, in this process or another: two engines writing one database."""
 
 from __future__ import annotations
 
@@ -9,9 +16,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.records import is_local_uri
+
+T = TypeVar("T")
 
 
 class _NotMilvusLite(logging.Filter):
@@ -93,6 +105,76 @@ def _engine_home(db: str):
                 os.environ["HOME"] = saved
 
 
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file `path` names, the same for every name of it; None when
+    there is no such file."""
+    try:
+        found = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+@dataclass
+class _Engine:
+    """One of this process's Milvus Lite engines: the path it was started with, the identity of
+    its file, and how many open stores use it."""
+
+    path: str
+    identity: tuple[int, int] | None
+    users: int = 0
+
+
+_ENGINES = threading.Lock()
+_engines: list[_Engine] = []
+
+
+def _engine_of(uri: str) -> _Engine | None:
+    """This process's engine on the file `uri` names (by its real path, or by device and inode:
+    a hard link), or None."""
+    from pathlib import Path
+
+    path, identity = str(Path(uri).expanduser().resolve()), file_identity(uri)
+    for engine in _engines:
+        if engine.identity is None:  # a database the engine has not written yet when opened
+            engine.identity = file_identity(engine.path)
+        if engine.path == path or (identity is not None and engine.identity == identity):
+            return engine
+    return None
+
+
+def open_engine(uri: str, start: Callable[[str], T]) -> tuple[str, T]:
+    """`start(path)` (a client of the engine on `path`) for the file `uri` names, with the path
+    under which this process already runs an engine on that file if it does, so that one file
+    never gets two engines here (Milvus Lite's own manager would start one per spelling);
+    returns (path, client). Each `open_engine` is paired with one `close_engine(path)`."""
+    from pathlib import Path
+
+    with _ENGINES:
+        engine = _engine_of(uri)
+        path = engine.path if engine else str(Path(uri).expanduser().resolve())
+        client = start(path)
+        if engine is None:
+            engine = _Engine(path, file_identity(path))
+            _engines.append(engine)
+        engine.users += 1
+    return path, client
+
+
+def close_engine(path: str) -> bool:
+    """One user of the engine started on `path` is done; True when it was the last (the engine
+    is then to be released)."""
+    with _ENGINES:
+        engine = next((e for e in _engines if e.path == path), None)
+        if engine is None:
+            return True
+        engine.users -= 1
+        if engine.users > 0:
+            return False
+        _engines.remove(engine)
+        return True
+
+
 def _held_by(uri: str, pid: int) -> StoreError:
     return StoreError(
         f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
@@ -144,11 +226,20 @@ def lite_lock_holder(uri: str) -> int | None:
 
 
 def _lite_holders(uri: str) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every other process with the file open, our own engines left out."""
+    """(pid, parent pid) of every other process with the file open under any of its names
+    (device and inode; a Milvus Lite engine opens a `.db` name), our own engines left out."""
     from pathlib import Path
 
     db = str(Path(uri).expanduser().resolve())
+    identity = file_identity(db)
     me = os.getpid()
+
+    def same_file(fd_path: str, target: str) -> bool:
+        if target == db:
+            return True
+        if identity is None or not target.endswith(".db"):
+            return False
+        return file_identity(fd_path) == identity
 
     def parent(pid: int) -> int:
         try:
@@ -173,7 +264,7 @@ def _lite_holders(uri: str) -> list[tuple[int, int]]:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if target == db:
+            if same_file(f"/proc/{pid}/fd/{fd}", target):
                 owner = parent(pid)
                 if owner != me:  # our own engine
                     found.append((pid, owner))

@@ -24,6 +24,11 @@ PROP_DESCRIPTION, PROP_INDEX = "accelkit.description", "accelkit.index"
 # collection properties (it returns none of those given at creation, and cannot alter them), as
 # one row per collection of a catalog collection, hidden from listings.
 CATALOG = RESERVED_NAMES + "catalog"
+# A server's database is known by a random id accelkit keeps in it (the description of this
+# hidden, empty collection), not by the URI that reaches it: `localhost` and `127.0.0.1`, a host
+# name in capitals, db_name "" and "default" all spell one database (`StoreClient.store_marker`).
+MARKER = RESERVED_NAMES + "store"
+MARKER_PREFIX = "accelkit store "
 RESERVED_PREFIX = RESERVED_NAMES
 PROP_MODEL, PROP_ORIGIN = "model", "origin"
 RECORD_KEYS = (PROP_MODEL, PROP_ORIGIN)
