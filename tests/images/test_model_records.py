@@ -256,7 +256,9 @@ def test_every_setting_that_changes_an_image_vector_is_recorded(filled, capsys, 
 def test_other_image_weights_are_named_and_leave_text_queries_alone(filled, tmp_path, capsys):
     config, files, paths = filled
     _, other = two_tower.build(tmp_path / "retrained", seed=1)
-    changed = write_config(tmp_path / "w.yaml", {**files, "image": other["image"]}, tmp_path / "r.db")
+    changed = write_config(
+        tmp_path / "w.yaml", {**files, "image": other["image"]}, tmp_path / "r.db"
+    )
     code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "pics", "--no-progress", "--config", changed)  # fmt: skip
     assert code == 2 and "image encoder weights" in err and err.count("\n") == 1, err
     image, text = searches(capsys, changed, paths[0])
@@ -376,3 +378,66 @@ def test_set_model_without_a_readable_item_needs_force(filled, tmp_path, capsys)
     code, out, err = run(capsys, "collection", "set-model", "pics", "--root", str(elsewhere), "--force", "--config", changed, "--json")  # fmt: skip
     assert code == 0, err
     assert images.describe_collection("pics", config=changed)["model"]["image_tower"]["data_format"] == "NHWC"  # fmt: skip
+
+
+# Paths: a config file's relative paths are beside it; a path that is no file says what it is ---
+
+
+def test_a_config_files_relative_paths_work_from_another_working_folder(built, tmp_path):
+    """Seen: model and tokenizer paths in the YAML resolved against the working folder, so
+    `images serve` under a service manager (which runs in `/`) found no model. Run here from
+    another folder, as a separate process."""
+    import shutil
+    import subprocess
+    import sys
+
+    files, paths = built
+    folder = tmp_path / "deploy"
+    (folder / "model").mkdir(parents=True)
+    for key in ("image", "text", "tokenizer"):
+        shutil.copy(files[key], folder / "model" / files[key].name)
+    relative = {key: f"model/{files[key].name}" for key in files}
+    config = folder / "images.yaml"
+    write_config(config, relative, "data.db")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def accelkit(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "accelkit", "images", *args, "--config", str(config)],
+            cwd=elsewhere, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        return done.returncode, done.stderr
+
+    assert accelkit("insert", str(paths[0]), "-c", "pics", "--create-collection", "--no-progress") == (0, "")  # fmt: skip
+    code, err = accelkit("search", "--text", "a cat", "-c", "pics")
+    assert code == 0, err
+    assert (folder / "data.db").exists() and not (elsewhere / "data.db").exists()
+
+
+@pytest.mark.parametrize("setting", ["image", "text", "tokenizer"])
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder", "a socket"])
+def test_a_model_path_that_is_not_a_file_says_what_it_is(built, tmp_path, capsys, setting, kind):
+    """Seen: a FIFO given as the tokenizer was reported as "does not exist"."""
+    import os
+    import socket
+
+    files, _paths = built
+    odd = named = tmp_path / "odd"
+    if kind == "a FIFO":
+        os.mkfifo(odd)
+    elif kind == "a folder":
+        odd.mkdir()
+        if setting == "tokenizer":  # a folder is where tokenizer.json is looked for
+            named = odd / "tokenizer.json"
+            named.mkdir()
+    else:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(odd))
+    try:
+        config = write_config(tmp_path / "c.yaml", {**files, setting: odd}, tmp_path / "o.db")
+        code, _out, err = run(capsys, "collection", "create", "pics", "--config", config)
+    finally:
+        if kind == "a socket":
+            listener.close()
+    assert code == 2 and err.count("\n") == 1 and f"{named}: is {kind}" in err, err
