@@ -3,11 +3,14 @@ changed behind this process's back: on a Milvus server another client may make a
 anew under the same name with another model, and on Milvus Lite another program may have
 dropped a collection whose catalog row stayed behind."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from tests.images import two_tower
+from tests.support.cli import result_of
 from tests.support.groups import SERVERS
 
 
@@ -254,7 +257,7 @@ def test_every_setting_that_changes_an_image_vector_is_recorded(filled, capsys, 
 
 
 def test_other_image_weights_are_named_and_leave_text_queries_alone(filled, tmp_path, capsys):
-    config, files, paths = filled
+    _config, files, paths = filled
     _, other = two_tower.build(tmp_path / "retrained", seed=1)
     changed = write_config(
         tmp_path / "w.yaml", {**files, "image": other["image"]}, tmp_path / "r.db"
@@ -270,7 +273,7 @@ def legacy_fingerprint(*paths) -> str:
     """The single fingerprint earlier versions recorded: SHA-256 over the files' SHA-256s."""
     import hashlib
 
-    digests = [hashlib.sha256(open(p, "rb").read()).hexdigest() for p in paths]
+    digests = [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths]
     return hashlib.sha256(":".join(digests).encode()).hexdigest()[:16]
 
 
@@ -309,6 +312,9 @@ def test_a_legacy_record_is_compared_as_far_as_it_can_be(built, tmp_path, capsys
     # the user checked it: set-model re-embeds stored items and records each tower
     code, out, err = run(capsys, "collection", "set-model", "pics", "--root", str(paths[0].parent), "--config", config, "--json")  # fmt: skip
     assert code == 0, err
+    result = result_of(out)
+    assert result["checked"] == len(paths) and result["min_cosine"] > 0.9999, result
+    assert result["previous"] == record and result["model"]["text_tower"]["tokenizer"]
     image, text = searches(capsys, config, paths[0])
     assert image == (0, "") and text[0] == 0, (image, text)
 
@@ -369,7 +375,7 @@ def test_set_model_records_a_checked_change(filled, capsys):
 def test_set_model_without_a_readable_item_needs_force(filled, tmp_path, capsys):
     from accelkit import images
 
-    config, _files, paths = filled
+    config, _files, _paths = filled
     elsewhere = tmp_path / "empty"
     elsewhere.mkdir()
     changed = config("nhwc", preprocess={"data_format": "NHWC"})
@@ -377,6 +383,7 @@ def test_set_model_without_a_readable_item_needs_force(filled, tmp_path, capsys)
     assert code == 2 and err.count("\n") == 1 and "--force" in err, err
     code, out, err = run(capsys, "collection", "set-model", "pics", "--root", str(elsewhere), "--force", "--config", changed, "--json")  # fmt: skip
     assert code == 0, err
+    assert result_of(out)["forced"] is True and result_of(out)["checked"] == 0
     assert images.describe_collection("pics", config=changed)["model"]["image_tower"]["data_format"] == "NHWC"  # fmt: skip
 
 
