@@ -48,6 +48,7 @@ def test_the_package_exports_the_operations_a_user_runs():
         "describe_collection",
         "flush_collection",
         "index_collection",
+        "set_model",
         "delete_collection",
         "open_index",
     ):

@@ -116,7 +116,10 @@ def test_collections_remember_their_model(setup, built, onnx_path, tmp_path, cap
 
     info = images.describe_collection("pics", config=setup["config"])
     assert info["model"]["name"] == "tiny-clip" and info["model"]["text"] is True
-    assert info["model"]["dim"] == two_tower.DIM and len(info["model"]["fingerprint"]) == 16
+    assert (
+        info["model"]["dim"] == two_tower.DIM and len(info["model"]["image_tower"]["weights"]) == 16
+    )
+    assert len(info["model"]["text_tower"]["tokenizer"]) == 16
     database = json.dumps(str(setup["config"].parent / "tiny.db"))
     default = tmp_path / "default.yaml"
     default.write_text(

@@ -101,3 +101,49 @@ def test_quant_precedence(tmp_path):
         load_config(layered(tmp_path, "smooth_alpha: 2\n"), env={})
     with pytest.raises(ConfigError, match=r"^OPENPI_DUQUANT_WBITS_DEFAULT 'five': "):
         load_config(env={"OPENPI_DUQUANT_WBITS_DEFAULT": "five"})
+
+
+def test_relative_paths_in_a_file_resolve_beside_it(tmp_path, monkeypatch):
+    """A path a config file gives relative means one beside that file, whatever the working
+    folder (a service manager starts `images serve` in `/`); from the environment or a flag it
+    keeps meaning one below the working folder. Stats jobs alike: `output`/`plot` beside the
+    file, `dataset` too when it is there (else as written: a repo id such as lerobot/pusht)."""
+    folder, elsewhere = tmp_path / "etc", tmp_path / "run"
+    (folder / "episodes").mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    images = folder / "images.yaml"
+    images.write_text(
+        "model:\n  onnx_path: model/image.onnx\n  tokenizer_path: model\n  cache_dir: cache\n"
+        "store:\n  uri: data/images.db\n  thumbnails: auto\n"
+        "server:\n  allowed_roots: [photos, /srv/photos]\n"
+    )
+    config = ServiceConfig.from_yaml("../etc/images.yaml", env={})
+    assert config.model.onnx_path == str(folder / "model" / "image.onnx")
+    assert config.model.tokenizer_path == str(folder / "model")
+    assert config.model.cache_dir == str(folder / "cache")
+    assert config.store.uri == str(folder / "data" / "images.db")
+    assert config.store.thumbnails == "auto"
+    assert config.server.allowed_roots == [str(folder / "photos"), "/srv/photos"]
+    config = ServiceConfig.from_yaml(
+        images,
+        env={"ACCELKIT_STORE_URI": "env.db", "ACCELKIT_MODEL_TEXT_ONNX_PATH": "t.onnx"},
+        model={"onnx_path": "flag.onnx"},
+    )
+    assert config.model.onnx_path == "flag.onnx" and config.model.text_onnx_path == "t.onnx"
+    assert config.store.uri == str(folder / "data" / "images.db")  # the file beats the variable
+    assert ServiceConfig.from_env(env={"ACCELKIT_STORE_URI": "env.db"}).store.uri == "env.db"
+    server = layered(folder, "store:\n  uri: http://milvus:19530\n  thumbnails: thumbs.sqlite\n")
+    config = ServiceConfig.from_yaml(server, env={})
+    assert config.store.uri == "http://milvus:19530"
+    assert config.store.thumbnails == str(folder / "thumbs.sqlite")
+    jobs = folder / "jobs.yaml"
+    jobs.write_text(
+        "here:\n  dataset: episodes\n  output: out/norm_stats.json\n  plot: out/stats.png\n"
+        "hub:\n  dataset: lerobot/pusht\n"
+    )
+    here = load_settings(StatsSettings, yaml_path=jobs, section="here", env={})
+    assert here.dataset == str(folder / "episodes")
+    assert (here.output, here.plot) == (str(folder / "out/norm_stats.json"), str(folder / "out/stats.png"))  # fmt: skip
+    hub = load_settings(StatsSettings, yaml_path=jobs, section="hub", env={}, output="o.json")
+    assert hub.dataset == "lerobot/pusht" and hub.output == "o.json"

@@ -511,6 +511,38 @@ def index_collection(
         return index.index_progress(name, wait=wait)
 
 
+def set_model(
+    name: str,
+    *,
+    roots: Sequence[str] | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    min_cosine: float | None = None,
+    force: bool = False,
+    config: ConfigLike = None,
+) -> dict[str, Any]:
+    """Record the configured model as the one that made collection `name` (after a change the
+    user has checked: a tokenizer saved again, a setting that leaves vectors as they were, a
+    legacy record). Up to `sample` stored items whose `source` is a readable file (absolute,
+    or below one of `roots`, default the working directory) are embedded again and must match
+    their stored vectors (cosine at least `min_cosine`, default 0.999, and the same length
+    within 1%), else `ModelMismatchError` and nothing changes; with no such item, refused
+    unless `force`. Works on the config's store (not through a service). Returns what was
+    checked and the record kept (`LocalIndex.set_model`)."""
+    from accelkit.images.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
+
+    settings = load_settings(config)
+    with closing(open_local_index(settings)) as index:
+        return index.set_model(
+            name,
+            roots=list(roots) if roots else None,
+            sample=SET_MODEL_SAMPLE if sample is None else sample,
+            seed=seed,
+            min_cosine=SET_MODEL_MIN_COSINE if min_cosine is None else min_cosine,
+            force=force,
+        )
+
+
 def delete_collection(name: str, config: ConfigLike = None, server: str | None = None) -> None:
     """Delete a collection and everything in it."""
     _, index = _open(config, server)

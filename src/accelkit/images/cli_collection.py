@@ -1,4 +1,5 @@
-"""`accelkit images collection …`: list, create, describe, flush, index and delete collections,
+"""`accelkit images collection …`: list, create, describe, flush, index, set-model and delete
+collections,
 each one call of the library API rendered as a table or the `--json` envelope."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from accelkit.runtime.output import command_group
 
 collection_app = command_group(
     "collection",
-    "List, create, describe, flush, index and delete collections.",
+    "List, create, describe, flush, index, re-record the model of and delete collections.",
 )
 
 
@@ -142,6 +143,44 @@ def collection_index(
         server=server,
     )
     print_info(f"index of {name}", info, as_json)
+
+
+@collection_app.command("set-model")
+def collection_set_model(
+    name: NameArgument,
+    root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--root",
+            help="Folder the images were inserted from (their 'source' is below it); repeatable."
+            " Default: the working directory.",
+        ),
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", help="Items to embed again (default 32).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample's order.")] = 0,
+    min_cosine: Annotated[
+        float | None,
+        typer.Option("--min-cosine", help="Least cosine with a stored vector (default 0.999)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Record without a check when no item can be read.")
+    ] = False,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record the configured model for a collection, after checking it re-makes stored vectors."""
+    info = library().set_model(
+        name,
+        roots=root,
+        sample=sample,
+        seed=seed,
+        min_cosine=min_cosine,
+        force=force,
+        config=config,
+    )
+    print_info(f"model of {name}", info, as_json)
 
 
 @collection_app.command("delete")

@@ -125,6 +125,8 @@ class ModelConfig(Settings):
     so that a collection is only searched with the model that made its vectors.
     """
 
+    file_paths = ("onnx_path", "text_onnx_path", "tokenizer_path", "cache_dir")
+
     backend: Literal["onnxruntime", "triton"] = "onnxruntime"
     name: str = "efficientnet-lite0"
     onnx_path: str | None = None
@@ -175,6 +177,9 @@ class StoreConfig(Settings):
     default because it is exact: Milvus Lite 2.5 ignores `nprobe`, and its IVF_FLAT missed the
     exact match for ~1 in 5 queries at 100k vectors (benchmarks/service_bench.py).
     """
+
+    file_paths = ("uri", "thumbnails")
+    path_words = frozenset({"auto", "off"})
 
     uri: str = "./accelkit_images.db"
     token: str | None = None
@@ -255,6 +260,8 @@ class ServerConfig(Settings):
     (`allowed_roots` empty), no URL fetching (and when on, no loopback, private, link-local or
     reserved address unless `url_allow` names the host), loopback only, bounded bodies, lists,
     pixels and queues."""
+
+    file_paths = ("allowed_roots",)
 
     host: str = "127.0.0.1"
     port: int = 8080

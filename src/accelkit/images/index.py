@@ -42,29 +42,122 @@ class ModelMismatchError(DataError):
 # What a collection without a model record holds: it was made before accelkit recorded models,
 # when EfficientNet-Lite0 was the one model a config could name.
 UNRECORDED_MODEL = {"name": "efficientnet-lite0", "fingerprint": None}
+# The parts of a tower's record (`models.ModelRecords`), as messages name them.
+IMAGE_PARTS = {
+    "weights": "image encoder weights",
+    "output_name": "model.output_name",
+    "image_size": "preprocess.image_size",
+    "mean": "preprocess.mean",
+    "std": "preprocess.std",
+    "fit": "preprocess.fit",
+    "data_format": "preprocess.data_format",
+    "normalize": "model.normalize",
+}
+TEXT_PARTS = {
+    "weights": "text encoder weights",
+    "tokenizer": "tokenizer",
+    "context_length": "model.context_length",
+}
 
 
-def check_same_model(collection: str, recorded: dict | None, mine: dict | None) -> None:
-    """Refuse to fill or search `collection` with a model other than the one that made its
-    vectors: a different name, or (where both are known) different weights."""
-    if mine is None:
-        return
-    theirs = recorded or UNRECORDED_MODEL
-    same_weights = not (theirs.get("fingerprint") and mine.get("fingerprint")) or (
-        theirs["fingerprint"] == mine["fingerprint"]
+@dataclass
+class ModelCheck:
+    """What `check_same_model` found besides a mismatch: `notes` to show (a legacy record, and
+    what of it could not be compared), and `record_text`: the collection has no text tower
+    recorded, so the configured one is recorded now (a text tower added to an image-only
+    collection)."""
+
+    notes: list[str] = field(default_factory=list)
+    record_text: bool = False
+
+
+def set_model_hint(collection: str) -> str:
+    return (
+        f" (if you have checked that the model still makes the stored vectors,"
+        f" `accelkit images collection set-model {collection}` verifies and records it)"
     )
-    if theirs.get("name") == mine.get("name") and same_weights:
-        return
 
-    def shown(record: dict) -> str:
-        weights = record.get("fingerprint")
-        return repr(record.get("name")) + (f" (weights {weights})" if weights else "")
 
+def check_same_model(collection: str, recorded: dict | None, mine: Any, tower: str) -> ModelCheck:
+    """Refuse to fill or search `collection` with a model other than the one that made its
+    vectors. `mine`: the configured model's `models.ModelRecords` (None: no check); `tower`:
+    "image" (inserts and image searches: the image tower) or "text" (text searches: the text
+    tower). A different name is refused; so is any part of the tower that differs, named.
+    A record of an earlier version (one `fingerprint` over all files' bytes) is legacy: its
+    fingerprint is compared as it was made, and the note says what cannot be checked."""
+    if mine is None:
+        return ModelCheck()
+    theirs = recorded or UNRECORDED_MODEL
+    if theirs.get("name") != mine.name:
+        raise ModelMismatchError(
+            f"collection {collection!r} holds vectors of model {theirs.get('name')!r}"
+            f"{'' if recorded else ' (no model recorded: made before accelkit recorded models)'},"
+            f" but the configured model is {mine.name!r}; a collection is filled and searched"
+            " only by the model that made it: use a collection of this model, or that model's"
+            " config"
+        )
+    if "image_tower" not in theirs:
+        return _check_legacy(collection, theirs, mine, recorded is not None)
+    if tower == "image":
+        differences = _differences(theirs["image_tower"], mine.image()["image_tower"], IMAGE_PARTS)
+    else:
+        configured = mine.text()
+        if configured is None:  # no text tower: the query says so itself
+            return ModelCheck()
+        if not isinstance(theirs.get("text_tower"), dict):
+            return ModelCheck(record_text=True)
+        differences = _differences(theirs["text_tower"], configured, TEXT_PARTS)
+    if differences:
+        raise ModelMismatchError(
+            f"collection {collection!r} was filled by model {mine.name!r} with"
+            f" {'; '.join(differences)}: vectors made otherwise would not compare with the stored"
+            f" ones; set it back, or use another collection{set_model_hint(collection)}"
+        )
+    return ModelCheck()
+
+
+def _differences(theirs: dict, mine: dict, parts: dict[str, str]) -> list[str]:
+    """'<part> <recorded> (configured: <mine>)' for each part that differs; weights that one
+    side cannot know (a Triton model's) are not compared."""
+    found = []
+    for key, named in parts.items():
+        recorded, configured = theirs.get(key), mine.get(key)
+        if key == "weights" and (recorded is None or configured is None):
+            continue
+        if recorded != configured:
+            found.append(f"{named} {_shown(recorded)} (configured: {_shown(configured)})")
+    return found
+
+
+def _shown(value: Any) -> str:
+    return str(value) if isinstance(value, list) else repr(value)
+
+
+def _check_legacy(collection: str, theirs: dict, mine: Any, recorded: bool) -> ModelCheck:
+    fingerprint = theirs.get("fingerprint")
+    if not recorded:  # made before records: the name is all there is
+        return ModelCheck()
+    unchecked = "preprocessing" + ("" if theirs.get("text") else " and the text tower")
+    note = (
+        f"collection {collection!r} has a legacy model record (one fingerprint over the model's"
+        f" files, made by an earlier accelkit): {unchecked} not recorded, not checked;"
+        f" `accelkit images collection set-model {collection}` records each tower"
+    )
+    if not fingerprint:
+        return ModelCheck([note])
+    configured = mine.legacy_fingerprint(bool(theirs.get("text")))
+    if configured is None or configured == fingerprint:
+        return ModelCheck([note])
+    files = (
+        "image and text encoder weights and tokenizer.json"
+        if theirs.get("text")
+        else "image encoder weights"
+    )
     raise ModelMismatchError(
-        f"collection {collection!r} holds vectors of model {shown(theirs)}"
-        f"{'' if recorded else ' (no model recorded: made before accelkit recorded models)'},"
-        f" but the configured model is {shown(mine)}; a collection is filled and searched only by"
-        " the model that made it: use a collection of this model, or that model's config"
+        f"collection {collection!r} has a legacy model record of {mine.name!r}: one fingerprint"
+        f" ({fingerprint}) over the bytes of its {files}, which the configured files do not"
+        f" match ({configured}); which of them differs cannot be told from it (a tokenizer.json"
+        f" saved again differs too): use that model's files{set_model_hint(collection)}"
     )
 
 

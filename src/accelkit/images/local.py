@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,11 +25,12 @@ from accelkit.images.index import (
     ImageInput,
     InsertResult,
     ItemNotFoundError,
+    ModelMismatchError,
     TextQuery,
     check_same_model,
     content_id,
 )
-from accelkit.images.schema import check_collection_name, check_id, check_metadata
+from accelkit.images.schema import SOURCE_KEY, check_collection_name, check_id, check_metadata
 from accelkit.images.store import CollectionNotFoundError
 from accelkit.images.store.records import PROP_MODEL
 
@@ -38,13 +40,47 @@ EmbedFn = Callable[[list[Any]], list[ItemResult]]
 EmbedTextFn = Callable[[list[str]], np.ndarray]
 
 
+# `set_model`: items re-embedded, how many times that many are looked at for a readable source,
+# and the tolerance. Measured on 8 sample photos (lowest cosine with the stored vector): the same
+# model and settings 1.0; preprocess.dtype bfloat16 0.99977 (EfficientNet-Lite0), which passes;
+# fit letterbox instead of center-crop 0.81 (EfficientNet-Lite0) and 0.993 (the tests' random
+# two-tower model), mean/std 0.5 instead of ImageNet's 0.70 and 0.987, which do not
+SET_MODEL_SAMPLE, SET_MODEL_LOOK = 32, 50
+SET_MODEL_MIN_COSINE, SET_MODEL_NORM_TOLERANCE = 0.999, 0.01
+
+
+def _roots(roots: list[str] | None) -> list[Path]:
+    return [Path(root).expanduser() for root in roots] if roots else [Path.cwd()]
+
+
+def _source_file(source: Any, roots: list[str] | None) -> str | None:
+    """The readable local file an item's `source` names: an absolute path, or a path below one
+    of `roots`; None for a URL, an upload's name or a file not found."""
+    if not isinstance(source, str) or not source or "://" in source:
+        return None
+    path = Path(source).expanduser()
+    candidates = [path] if path.is_absolute() else [root / path for root in _roots(roots)]
+    return next((str(c) for c in candidates if c.is_file()), None)
+
+
+def _likeness(vector: np.ndarray, stored: np.ndarray) -> tuple[float, float]:
+    """(cosine, length ratio) of a new vector and the stored one, in float64."""
+    a, b = np.asarray(vector, np.float64), np.asarray(stored, np.float64)
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return (1.0 if na == nb else 0.0), (1.0 if na == nb else 0.0)
+    return float(a @ b) / (na * nb), na / nb
+
+
 class LocalIndex(ImageIndex):
     """The model (through `embed`, and `embed_text` for a two-tower model's words) and a
     `VectorStore`, in this process.
 
     `thumbnails` (a `ThumbnailStore`, optional) receives a small JPEG of every stored image.
-    `model` returns the record of the model (`models.model_record`): kept with the collections
-    it creates, and compared with theirs before it fills or searches one (None: no check).
+    `model` is the configured model's `models.ModelRecords`: its record is kept with the
+    collections this index creates, and compared with theirs before it fills or searches one
+    (the image tower for inserts and image queries, the text tower for text queries; None: no
+    check).
     """
 
     def __init__(
@@ -56,13 +92,13 @@ class LocalIndex(ImageIndex):
         thumbnails: Any = None,
         max_pixels: int | None = None,
         embed_text: EmbedTextFn | None = None,
-        model: Callable[[], dict[str, Any] | None] | None = None,
+        model: Any = None,
     ):
         self.store = store
         self.embed = embed
         self.embed_text = embed_text
-        self._model_fn = model
-        self._model: list[dict[str, Any] | None] = []
+        self.records = model
+        self._noted: set[str] = set()
         self.default_collection = default_collection
         self.dim = dim
         self.thumbnails = thumbnails
@@ -74,14 +110,21 @@ class LocalIndex(ImageIndex):
         return check_collection_name(collection or self.default_collection)
 
     def model_record(self) -> dict[str, Any] | None:
-        """The record of this index's model (computed once: it hashes the model's files)."""
-        if not self._model:
-            self._model.append(self._model_fn() if self._model_fn else None)
-        return self._model[0]
+        """The full record of this index's model (both towers), for a collection it creates."""
+        return None if self.records is None else self.records.full()
 
-    def _same_model(self, name: str, fresh: bool = False) -> None:
+    def _same_model(self, name: str, tower: str = "image", fresh: bool = False) -> None:
+        """`index.check_same_model` for `tower`; a legacy record's note is logged once per
+        collection, and a text tower the collection has no record of is recorded."""
         recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh)
-        check_same_model(name, recorded, self.model_record())
+        checked = check_same_model(name, recorded, self.records, tower)
+        for note in checked.notes:
+            if note not in self._noted:
+                self._noted.add(note)
+                log.warning(note)
+        if checked.record_text and recorded is not None:
+            text = self.records.text()
+            self.store.record(name, {PROP_MODEL: {**recorded, "text": True, "text_tower": text}})
 
     def fillable(self, name: str, create: bool) -> bool:
         """Whether collection `name` exists, checked as one this index's model may fill (the
@@ -95,12 +138,101 @@ class LocalIndex(ImageIndex):
             return False
         # read again each time on a server: another client may have made the collection anew
         # with another model since (a write into it would mix two models' vectors for good)
-        self._same_model(name, fresh=True)
+        self._same_model(name, "image", fresh=True)
         return True
 
     def create_for_insert(self, name: str) -> None:
         """The collection an insert made: this model's dimension and record."""
         self.store.create_collection(name, self.dim, exist_ok=True, model=self.model_record())
+
+    def set_model(
+        self,
+        collection: str | None = None,
+        roots: list[str] | None = None,
+        sample: int = SET_MODEL_SAMPLE,
+        seed: int = 0,
+        min_cosine: float = SET_MODEL_MIN_COSINE,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Record the configured model as the one that made `collection`'s vectors, after
+        checking it: up to `sample` stored items, in a seeded random order, whose `source`
+        metadata names a file this machine can read (an absolute path, or one below one of
+        `roots`, default the working directory) are embedded again, and every new vector must
+        have a cosine of at least `min_cosine` with the stored one and a length within
+        `SET_MODEL_NORM_TOLERANCE` of it; else `ModelMismatchError` and the record stays. With no
+        readable item the model cannot be checked: refused unless `force`. The text tower is
+        recorded as configured: no text vector is stored to check it against."""
+        name = self._name(collection)
+        if self.records is None:
+            raise InputError("this index has no model to record")
+        if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
+            raise InputError(f"--sample {sample!r} must be a whole number of at least 1")
+        if not 0 < min_cosine <= 1:
+            raise InputError(f"--min-cosine {min_cosine!r} must be more than 0 and at most 1")
+        self.store.describe_dim(name)
+        previous = self.store.recorded(name, PROP_MODEL, fresh=True)
+        configured = self.records.full()  # every configured file read and named first
+        found, looked = self._readable_items(name, roots, sample, seed)
+        if not found and not force:
+            raise InputError(
+                f"collection {name!r}: none of the {looked} stored items looked at has a source"
+                f" file this machine can read (metadata 'source' below"
+                f" {', '.join(map(str, _roots(roots)))}), so the model cannot be checked against"
+                " the stored vectors: give --root the folder the images were inserted from, or"
+                " --force to record the configured model unchecked"
+            )
+        results = self.embed([path for _, path, _ in found]) if found else []
+        lowest: float | None = None
+        checked = 0
+        for (item_id, _, stored), result in zip(found, results, strict=True):
+            if result.error is not None:
+                continue
+            checked += 1
+            cosine, ratio = _likeness(result.vector, stored)
+            lowest = cosine if lowest is None else min(lowest, cosine)
+            if cosine < min_cosine or abs(ratio - 1) > SET_MODEL_NORM_TOLERANCE:
+                raise ModelMismatchError(
+                    f"collection {name!r}: item {item_id!r} embedded again by the configured"
+                    f" model has cosine {cosine:.6f} with its stored vector (at least"
+                    f" {min_cosine} needed) and {ratio:.4f} times its length (within"
+                    f" {SET_MODEL_NORM_TOLERANCE:.0%} needed): the configured model does not make"
+                    " this collection's vectors; the record is left as it was"
+                )
+        if not checked and not force:
+            raise InputError(
+                f"collection {name!r}: none of the {len(found)} stored items whose source was"
+                " found could be embedded again, so the model cannot be checked: fix the"
+                " sources, or --force to record the configured model unchecked"
+            )
+        self.store.record(name, {PROP_MODEL: configured})
+        return {
+            "collection": name,
+            "checked": checked,
+            "looked_at": looked,
+            "min_cosine": lowest,
+            "tolerance": min_cosine,
+            "forced": checked == 0,
+            "model": configured,
+            "previous": previous,
+        }
+
+    def _readable_items(
+        self, name: str, roots: list[str] | None, sample: int, seed: int
+    ) -> tuple[list[tuple[str, str, np.ndarray]], int]:
+        """(id, readable source file, stored vector) of up to `sample` items, looked for among
+        at most `SET_MODEL_LOOK` × `sample` items in a random order drawn with `seed`."""
+        ids = [row["id"] for rows in self.store.iterate(name, ids_only=True) for row in rows]
+        order = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+        order = order[: SET_MODEL_LOOK * sample]
+        found: list[tuple[str, str, np.ndarray]] = []
+        for start in range(0, len(order), 256):
+            if len(found) >= sample:
+                break
+            for row in self.store.get(name, order[start : start + 256], with_vectors=True):
+                path = _source_file(row["metadata"].get(SOURCE_KEY), roots)
+                if path is not None and len(found) < sample:
+                    found.append((row["id"], path, row["vector"]))
+        return found, len(order)
 
     # items -----------------------------------------------------------------------------------
 
@@ -206,7 +338,7 @@ class LocalIndex(ImageIndex):
         name = self._name(collection)
         self.store.describe_dim(name)  # a missing collection fails before the model runs
         if not isinstance(query, np.ndarray):  # a vector is the caller's to match
-            self._same_model(name)
+            self._same_model(name, "text" if isinstance(query, TextQuery) else "image")
         vector = self.query_vector(query)
         hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
         return Hits(hits, self.store.ignored(name), name)
@@ -328,7 +460,7 @@ def open_local_index(
     opened now and closed with the index). `embed`, `embed_text`: the caller's embed functions
     (else the config's model, loaded on the first embedding, so collection commands never load
     it)."""
-    from accelkit.images.models import model_record, no_text_tower
+    from accelkit.images.models import ModelRecords, no_text_tower
     from accelkit.images.store import VectorStore
     from accelkit.images.thumbnails import open_thumbnails
 
@@ -356,7 +488,7 @@ def open_local_index(
         thumbnails=open_thumbnails(config.store.uri, config.store.thumbnails),
         max_pixels=config.preprocess.max_pixels,
         embed_text=embed_text or (lambda texts: text_pipeline().embed_texts(texts)),
-        model=lambda: model_record(config.model),
+        model=ModelRecords(config.model, config.preprocess),
     )
     index.model_info = {
         "name": config.model.name,

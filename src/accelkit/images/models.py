@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from accelkit.errors import ConfigError, InputError, require
+from accelkit.runtime.files import regular_file
 
 log = logging.getLogger(__name__)
 
@@ -332,8 +333,7 @@ class TritonBackend:
 def _onnx_session(path: Path, setting: str, intra_op_threads: int | None = None):
     """An ONNX Runtime session of `path`, or one line naming the file and the setting."""
     ort = require("onnxruntime", "images")
-    if not path.is_file():
-        raise InputError(f"{path}: ONNX model file does not exist; check {setting}")
+    regular_file(path, "ONNX model file", setting)
     options = ort.SessionOptions()
     if intra_op_threads:
         options.intra_op_num_threads = int(intra_op_threads)
@@ -359,12 +359,12 @@ def tokenizer_file(path: str | os.PathLike) -> Path:
     found = Path(path)
     if found.is_dir():
         found = found / TOKENIZER_FILE
-    if not found.is_file():
-        raise InputError(
-            f"{found}: tokenizer file does not exist; check model.tokenizer_path"
-            f" (a {TOKENIZER_FILE} of Hugging Face tokenizers, or its folder)"
-        )
-    return found
+    return regular_file(
+        found,
+        "tokenizer file",
+        "model.tokenizer_path",
+        f" (a {TOKENIZER_FILE} of Hugging Face tokenizers, or its folder)",
+    )
 
 
 class TextEncoder:
@@ -381,30 +381,7 @@ class TextEncoder:
         intra_op_threads: int | None = None,
         dim: int | None = None,
     ):
-        tokenizers = require("tokenizers", "images")
-        path = tokenizer_file(tokenizer_path)
-        try:
-            self.tokenizer = tokenizers.Tokenizer.from_file(str(path))
-        except Exception as exc:
-            raise InputError(
-                f"{path}: not a tokenizer file tokenizers can read ({str(exc).splitlines()[0]})"
-            ) from exc
-        # to context_length, on the side and with the tokens the tokenizer itself pads and cuts
-        # (a left-padding tokenizer padded on the right fed its encoder other positions)
-        padding = self.tokenizer.padding or {}
-        truncation = self.tokenizer.truncation or {}
-        self.tokenizer.enable_padding(
-            length=context_length,
-            pad_id=padding.get("pad_id", 0),
-            pad_token=padding.get("pad_token", "[PAD]"),
-            pad_type_id=padding.get("pad_type_id", 0),
-            direction=padding.get("direction", "right"),
-        )
-        self.tokenizer.enable_truncation(
-            context_length,
-            strategy=truncation.get("strategy", "longest_first"),
-            direction=truncation.get("direction", "right"),
-        )
+        self.tokenizer = load_tokenizer(tokenizer_path, context_length)
         self.session = _onnx_session(Path(onnx_path), "model.text_onnx_path", intra_op_threads)
         inputs = {i.name: i.type for i in self.session.get_inputs()}
         self.ids_name = "input_ids" if "input_ids" in inputs else next(iter(inputs))
@@ -515,29 +492,175 @@ def _file_fingerprint(path: Path) -> str:
     return _fingerprints[key]
 
 
-def model_record(config) -> dict:
-    """What a collection records of the model that fills it: `name`, `dim`, whether it has a
-    text tower, and a `fingerprint` of its weights (SHA-256 over the files, 16 hex digits; the
-    packaged weights and export recipe for the default model; None for a Triton model, which
-    only the server knows). Missing files are named here, before anything is stored."""
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+RECORD_VERSION = 2  # records with per-tower parts; version 1 had one `fingerprint` over all files
+
+
+def image_weights(config) -> str | None:
+    """16 hex digits naming the image encoder's weights: SHA-256 over the ONNX file (the packaged
+    weights and export recipe for the default model); None for a Triton model, which only the
+    server knows. A missing file is named here, before anything is stored."""
     if config.backend == "triton":
-        fingerprint = None
-    elif config.onnx_path is None:
-        fingerprint = f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}"
-    else:
-        files = [Path(config.onnx_path), *(text_tower_files(config) or ())]
-        for path, setting in zip(files, ("model.onnx_path", "model.text_onnx_path"), strict=False):
-            if not path.is_file():
-                raise InputError(f"{path}: ONNX model file does not exist; check {setting}")
-        fingerprint = ":".join(_file_fingerprint(path) for path in files)
+        return None
+    if config.onnx_path is None:
+        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+    path = regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")
+    return _short(_file_fingerprint(path))
+
+
+def image_tower_record(config, preprocess=None) -> dict:
+    """What changes the vector of an image: the encoder's weights (`image_weights`), the output
+    read, and the preprocessing settings (`IMAGE_SETTINGS`). Not recorded: `preprocess.dtype`,
+    `engine`, `reducing_gap` and `fast_jpeg_downscale`, which move vectors by rounding only."""
+    if preprocess is None:
+        from accelkit.images.config import PreprocessConfig
+
+        preprocess = PreprocessConfig()
     return {
-        "name": config.name,
-        "dim": config.embedding_dim,
-        "text": config.has_text,
-        "fingerprint": None
-        if fingerprint is None
-        else hashlib.sha256(fingerprint.encode()).hexdigest()[:16],
+        "weights": image_weights(config),
+        "output_name": config.output_name,
+        "image_size": list(preprocess.image_size),
+        "mean": [float(v) for v in preprocess.mean],
+        "std": [float(v) for v in preprocess.std],
+        "fit": preprocess.fit,
+        "data_format": preprocess.data_format,
+        "normalize": bool(config.normalize),
     }
+
+
+_tokenizers: dict[tuple, str] = {}
+
+
+def load_tokenizer(path: str | os.PathLike, context_length: int):
+    """The tokenizer of a tokenizer.json as the text tower runs it: padded and cut to
+    `context_length` on its own sides, with its own pad token (else id 0, on the right)."""
+    tokenizers = require("tokenizers", "images")
+    found = tokenizer_file(path)
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(found))
+    except Exception as exc:
+        raise InputError(
+            f"{found}: not a tokenizer file tokenizers can read ({str(exc).splitlines()[0]});"
+            " check model.tokenizer_path"
+        ) from exc
+    # to context_length, on the side and with the tokens the tokenizer itself pads and cuts
+    # (a left-padding tokenizer padded on the right fed its encoder other positions)
+    padding = tokenizer.padding or {}
+    truncation = tokenizer.truncation or {}
+    tokenizer.enable_padding(
+        length=context_length,
+        pad_id=padding.get("pad_id", 0),
+        pad_token=padding.get("pad_token", "[PAD]"),
+        pad_type_id=padding.get("pad_type_id", 0),
+        direction=padding.get("direction", "right"),
+    )
+    tokenizer.enable_truncation(
+        context_length,
+        strategy=truncation.get("strategy", "longest_first"),
+        direction=truncation.get("direction", "right"),
+    )
+    return tokenizer
+
+
+def tokenizer_identity(path: str | os.PathLike, context_length: int) -> str:
+    """16 hex digits naming what a tokenizer does, not how its file is spelled: the tokenizer as
+    the text tower runs it (`load_tokenizer`: vocabulary, merges, special and added tokens,
+    normalizer, pre-tokenizer, post-processor, decoder, padding and truncation), serialized by
+    `tokenizers` and written canonically (sorted keys, no white space, its `version` left
+    out). The same tokenizer saved with other indentation or key order has the same identity."""
+    import json
+
+    found = tokenizer_file(path)
+    stat = found.stat()
+    key = (str(found.resolve()), stat.st_size, stat.st_mtime_ns, context_length)
+    if key not in _tokenizers:
+        parsed = json.loads(load_tokenizer(found, context_length).to_str())
+        parsed.pop("version", None)
+        _tokenizers[key] = _short(json.dumps(parsed, sort_keys=True, separators=(",", ":")))
+    return _tokenizers[key]
+
+
+def text_tower_record(config) -> dict | None:
+    """What changes the vector of a text: the text encoder's weights, the tokenizer
+    (`tokenizer_identity`) and `context_length`; None without a text tower."""
+    files = text_tower_files(config)
+    if files is None:
+        return None
+    encoder = regular_file(files[0], "ONNX model file", "model.text_onnx_path")
+    return {
+        "weights": _short(_file_fingerprint(encoder)),
+        "tokenizer": tokenizer_identity(files[1], config.context_length),
+        "context_length": config.context_length,
+    }
+
+
+def legacy_fingerprint(config, text: bool) -> str | None:
+    """The one `fingerprint` records of version 1 held: SHA-256 over the bytes of the image
+    encoder (and, for a model with a text tower, the text encoder and tokenizer.json) — what
+    a collection recorded then is compared with this; None for a Triton model."""
+    if config.backend == "triton":
+        return None
+    if config.onnx_path is None:
+        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+    files = [regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")]
+    if text:
+        towers = text_tower_files(config)
+        if towers is None:
+            return _short("no text tower")  # matches no record made with one
+        files += [regular_file(towers[0], "ONNX model file", "model.text_onnx_path"), towers[1]]
+    return _short(":".join(_file_fingerprint(path) for path in files))
+
+
+class ModelRecords:
+    """The record of a configured model, each part made once when first asked: `image()` (name,
+    dim and the image tower: what inserts and image searches compare), `text()` (the text
+    tower, or None: what text searches compare) and `full()` (both, what a new collection
+    records). An image insert never reads the text tower's files."""
+
+    def __init__(self, config, preprocess=None):
+        self.config, self.preprocess = config, preprocess
+        self._parts: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def _part(self, key: str, make) -> Any:
+        if key not in self._parts:
+            self._parts[key] = make()
+        return self._parts[key]
+
+    def image(self) -> dict:
+        return {
+            "version": RECORD_VERSION,
+            "name": self.config.name,
+            "dim": self.config.embedding_dim,
+            "image_tower": self._part(
+                "image", lambda: image_tower_record(self.config, self.preprocess)
+            ),
+        }
+
+    def text(self) -> dict | None:
+        return self._part("text", lambda: text_tower_record(self.config))
+
+    def full(self) -> dict:
+        text = self.text()
+        record = {**self.image(), "text": text is not None}
+        if text is not None:
+            record["text_tower"] = text
+        return record
+
+    def legacy_fingerprint(self, text: bool) -> str | None:
+        return self._part(f"legacy-{text}", lambda: legacy_fingerprint(self.config, text))
+
+
+def model_record(config, preprocess=None) -> dict:
+    """What a collection records of the model that fills it (`ModelRecords.full`): `version`,
+    `name`, `dim`, whether it has a text tower (`text`), `image_tower` and `text_tower`."""
+    return ModelRecords(config, preprocess).full()
 
 
 def make_backend(config) -> EmbeddingBackend:

@@ -9,6 +9,12 @@ layers them, lowest precedence first:
              < the section's own file entry < keywords (flags)
 
 (DESIGN.md's order: an explicit argument beats a config file, which beats the environment.)
+A relative path written in a config file means a path beside that file: the fields a model
+declares in `file_paths` are resolved against the file's folder when they come from a file (so a
+service started from `/` by a service manager finds `model/encoder.onnx` next to its config),
+and `file_paths_if_found` the same when something exists there (a dataset field that may also
+hold a Hugging Face repo id such as `lerobot/pusht`). From the environment or the command line a
+relative path keeps meaning one below the working directory.
 Unknown keys anywhere are an error that names the key and where it came from; a bad value is
 reported by the name the user gave it (`--format`, `ACCELKIT_STATS_SEED`, `jobs.yaml [job]: seed`).
 """
@@ -19,7 +25,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -34,6 +40,11 @@ class Settings(BaseModel):
     line naming the field, as the loader does for flags, variables and files."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # fields holding paths (a string, or a list of strings) that a config file gives relative
+    # to its own folder; values in `path_words` (e.g. "auto") and URIs ("s3://…") are kept
+    file_paths: ClassVar[tuple[str, ...]] = ()
+    file_paths_if_found: ClassVar[tuple[str, ...]] = ()
+    path_words: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **values: Any):
         try:
@@ -185,6 +196,35 @@ def _aliased(
     return Layer(source, renamed, names)
 
 
+def beside(value: Any, folder: Path, words: frozenset[str] = frozenset(), found: bool = False):
+    """`value` (a path, or a list of them) as written in a file in `folder`: a relative path
+    joined to `folder`; an absolute path, `~/…` (expanded), a URI or one of `words` as it is.
+    `found`: joined only when something exists at the joined path."""
+    if isinstance(value, list):
+        return [beside(v, folder, words, found) for v in value]
+    if not isinstance(value, str) or not value.strip() or "://" in value:
+        return value
+    if value.strip().lower() in words:
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    joined = folder / path
+    return value if found and not joined.exists() else str(joined)
+
+
+def _paths_beside(model: type[Settings], values: dict[str, Any], folder: Path | None) -> dict:
+    """A file layer's values with the model's path fields resolved against the file's folder."""
+    if folder is None:
+        return values
+    resolved = dict(values)
+    for name in (*model.file_paths, *model.file_paths_if_found):
+        if name in resolved:
+            found = name in model.file_paths_if_found
+            resolved[name] = beside(resolved[name], folder, model.path_words, found)
+    return resolved
+
+
 def section_layers(
     section: Section,
     data: Mapping[str, Any],
@@ -192,8 +232,10 @@ def section_layers(
     env: Mapping[str, str],
     arguments: Mapping[str, Any] | None = None,
     argument_names: Mapping[str, str] | None = None,
+    folder: Path | None = None,
 ) -> list[Layer]:
-    """The layers of one section, lowest precedence first (see the module docstring)."""
+    """The layers of one section, lowest precedence first (see the module docstring); `folder`:
+    the config file's, against which its relative paths resolve."""
     layers = []
     found = {var: env[var] for var in section.env_aliases if str(env.get(var, "")).strip()}
     if found:
@@ -212,16 +254,31 @@ def section_layers(
         values = {k: v for k, v in values.items() if k in aliases}
         if values:
             where = source if entry is None else f"{source} [{entry}]"
-            layers.append(_aliased(section, values, aliases, where))
+            aliased = _aliased(section, values, aliases, where)
+            layers.append(
+                Layer(
+                    aliased.source,
+                    _paths_beside(section.model, dict(aliased.values), folder),
+                    aliased.names,
+                )
+            )
     own = _own_entry(section, data, source)
     if own:
         where = source if section.key is None else f"{source} [{section.key}]"
         legacy = section.file_aliases.get(section.key, {})
         plain = {k: v for k, v in own.items() if k not in legacy}
         if legacy and len(plain) < len(own):
-            layers.append(
-                _aliased(section, {k: v for k, v in own.items() if k in legacy}, legacy, where)
+            aliased = _aliased(
+                section, {k: v for k, v in own.items() if k in legacy}, legacy, where
             )
+            layers.append(
+                Layer(
+                    aliased.source,
+                    _paths_beside(section.model, dict(aliased.values), folder),
+                    aliased.names,
+                )
+            )
+        plain = _paths_beside(section.model, plain, folder)
         layers.append(Layer(where, plain, {k: f"{where}: {k}" for k in plain}))
     arguments = {k: v for k, v in (arguments or {}).items() if v is not None}
     names = {k: f"--{k.replace('_', '-')}" for k in arguments} | dict(argument_names or {})
@@ -309,10 +366,16 @@ def load(
                 env,
                 arguments.get(section.key),
                 argument_names.get(section.key),
+                config_folder(path),
             ),
         )
         for section in sections
     }
+
+
+def config_folder(path: str | os.PathLike | None) -> Path | None:
+    """The absolute folder of a config file (None without one): its relative paths' base."""
+    return None if path is None else Path(os.path.abspath(Path(path).expanduser())).parent
 
 
 def load_settings(
@@ -340,4 +403,7 @@ def load_settings(
                 f"{yaml_path} holds named entries ({names}); pick one with --config-name NAME"
             )
         _check_file_keys(data, file_keys([declared]), source)
-    return build(model, *section_layers(declared, data, source, env, keywords))
+    return build(
+        model,
+        *section_layers(declared, data, source, env, keywords, folder=config_folder(yaml_path)),
+    )

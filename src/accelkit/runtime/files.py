@@ -207,3 +207,40 @@ def write_json_atomic(
     with atomic_open(path, "w") as handle:
         handle.write(text)
     return Path(path)
+
+
+def file_kind(mode: int) -> str:
+    """What a file whose `st_mode` is `mode` is, for a message: "a regular file", "a folder",
+    "a FIFO", "a device", "a socket" (a path must say what it is when it is not what was asked)."""
+    import stat
+
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def regular_file(path: str | os.PathLike, what: str, setting: str, hint: str = "") -> Path:
+    """`path` when it is a regular file (after symlinks); else one line (`InputError`) naming
+    it, what it is instead (missing, a folder, a FIFO, a socket, a device) and the setting that
+    gave it. Checked with stat, so a FIFO is never opened (an open would wait for a writer)."""
+    found = Path(path)
+    try:
+        mode = found.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{found}: {what} does not exist; check {setting}{hint}") from None
+    except OSError as exc:
+        raise InputError(
+            f"{found}: {what} cannot be read ({exc.strerror}); check {setting}{hint}"
+        ) from None
+    kind = file_kind(mode)
+    if kind != "a regular file":
+        raise InputError(f"{found}: is {kind}, not a {what}; check {setting}{hint}")
+    return found

@@ -15,7 +15,12 @@ ENV_PREFIX = "ACCELKIT_STATS_"
 
 
 class StatsSettings(Settings):
-    """One stats job; a YAML file may hold several, picked with --config-name."""
+    """One stats job; a YAML file may hold several, picked with --config-name. In a file,
+    `output` and `plot` are paths beside it, and `dataset` / `write_into` too when something
+    exists there (else as written: a Hugging Face repo id, or a path below the working folder)."""
+
+    file_paths = ("output", "plot")
+    file_paths_if_found = ("dataset", "write_into")
 
     # several datasets: the statistics of their mixture (`stats/mixture.py`), with `keys` once
     # for all of them or once per dataset, and `weights` one per dataset (None: the union)

@@ -22,6 +22,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServerConfig
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.urls import fetch_url
+from accelkit.runtime.files import file_kind
 
 MAX_SOURCE_NAME = 256
 
@@ -171,17 +172,7 @@ def read_regular_file(fd: int, name: str, limit: int, deadline: float, where: st
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = (
-                "a folder"
-                if stat.S_ISDIR(info.st_mode)
-                else "a FIFO"
-                if stat.S_ISFIFO(info.st_mode)
-                else "a device"
-                if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
-                else "a socket"
-                if stat.S_ISSOCK(info.st_mode)
-                else "not a regular file"
-            )
+            kind = file_kind(info.st_mode)
             raise DataError(f"{where}: {name} is {kind}, not an image file")
         if info.st_size > limit:
             raise DataError(
