@@ -92,7 +92,16 @@ def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
 # --- the stored statistics ---------------------------------------------------------------------
 
 
+def _only_numbers(value) -> bool:
+    """A number, or lists of them: true/false are not numbers (numpy would read them as 1, 0)."""
+    if isinstance(value, list):
+        return all(_only_numbers(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _array(value, where: str) -> np.ndarray:
+    if not _only_numbers(value):
+        raise DataError(f"{where} is not a list of numbers; the file is damaged")
     try:
         array = np.asarray(value, np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -109,13 +118,19 @@ def _entry(raw, where: str) -> dict[str, np.ndarray]:
 def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
     """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
     data = load_json(path)
-    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data.items()}
+    return {k: _entry(v, f"{path}: {k!r}") for k, v in data.items()}
+
+
+def _not_json(token: str):
+    raise ValueError(f"{token} is not a JSON number")
 
 
 def load_json(path: Path) -> dict:
+    """A JSON object from `path`; NaN and Infinity (Python's, not JSON's) are refused: no
+    statistic is read from them."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_not_json)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DataError(f"{path} is not readable JSON ({exc}); repair or remove it") from exc
     if not isinstance(data, dict):
         raise DataError(f"{path} does not hold a JSON object; repair or remove it")
@@ -138,9 +153,7 @@ def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]
             stats = item.get("stats", {})
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
-        out[episode] = {
-            k: _entry(v, f"{path.name} episode {episode} {k!r}") for k, v in stats.items()
-        }
+        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
     return out
 
 
@@ -160,7 +173,7 @@ def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np
                 feature, _, stat = column[len("stats/") :].rpartition("/")
                 value = values[column][row]
                 if value is not None:
-                    where = f"{path.name} episode {episode} {column}"
+                    where = f"{path} episode {episode} {column}"
                     entry.setdefault(feature, {})[stat] = _array(value, where)
     return out
 
@@ -170,7 +183,28 @@ def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
     data = load_json(path)
     if not isinstance(data.get("norm_stats"), Mapping):
         raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
-    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data["norm_stats"].items()}
+    entries = {k: _entry(v, f"{path}: {k!r}") for k, v in data["norm_stats"].items()}
+    return require_statistics(entries, path, NEEDED["openpi"])
+
+
+# What every feature of a file holds (openpi's NormStats: mean and std; LeRobot writes all four):
+# a file without one is damaged, and none of its numbers is read.
+NEEDED = {"openpi": ("mean", "std"), "lerobot": ("mean", "std", "min", "max")}
+
+
+def require_statistics(entries: dict, path: Path, needed) -> dict:
+    """`entries` if every feature holds the `needed` statistics, one width for all of them."""
+    for key, entry in entries.items():
+        missing = [stat for stat in needed if stat not in entry]
+        if missing:
+            raise DataError(f"{path}: {key!r} has no {missing[0]}; the file is damaged")
+        widths = {stat: len(values) for stat, values in entry.items() if stat != "count"}
+        if len(set(widths.values())) > 1:
+            shown = ", ".join(f"{stat} {width}" for stat, width in widths.items())
+            raise DataError(
+                f"{path}: {key!r} has statistics of different widths ({shown}); the file is damaged"
+            )
+    return entries
 
 
 # --- comparing ---------------------------------------------------------------------------------

@@ -84,7 +84,9 @@ def read(given: str | Path, *, keys: Mapping[str, str] | None = None, what: str 
     data = compare.load_json(path)
     facts = _facts(path)
     if isinstance(data.get("norm_stats"), Mapping):
-        entries = _entries(data["norm_stats"], path)
+        entries = compare.require_statistics(
+            _entries(data["norm_stats"], path), path, compare.NEEDED["openpi"]
+        )
         mapping = dict(facts.get("keys") or keys or DEFAULT_KEYS)
         return StatsFile(
             str(given),
@@ -96,7 +98,7 @@ def read(given: str | Path, *, keys: Mapping[str, str] | None = None, what: str 
             facts,
         )
     if data and all(isinstance(v, Mapping) for v in data.values()):
-        entries = _entries(data, path)
+        entries = compare.require_statistics(_entries(data, path), path, compare.NEEDED["lerobot"])
         return StatsFile(
             str(given),
             path,
@@ -117,7 +119,7 @@ def _entries(raw: Mapping, path: Path) -> dict[str, dict[str, np.ndarray]]:
     for key, entry in raw.items():
         if not isinstance(entry, Mapping):
             raise DataError(f"{path}: {key!r} is not a mapping of statistics; the file is damaged")
-        out[str(key)] = compare._entry(entry, f"{path.name}: {key!r}")
+        out[str(key)] = compare._entry(entry, f"{path}: {key!r}")
     return out
 
 
