@@ -84,9 +84,7 @@ def read(given: str | Path, *, keys: Mapping[str, str] | None = None, what: str 
     data = compare.load_json(path)
     facts = _facts(path)
     if isinstance(data.get("norm_stats"), Mapping):
-        entries = compare.require_statistics(
-            _entries(data["norm_stats"], path), path, compare.NEEDED["openpi"]
-        )
+        entries = _entries(data["norm_stats"], path)
         mapping = dict(facts.get("keys") or keys or DEFAULT_KEYS)
         return StatsFile(
             str(given),
@@ -98,7 +96,7 @@ def read(given: str | Path, *, keys: Mapping[str, str] | None = None, what: str 
             facts,
         )
     if data and all(isinstance(v, Mapping) for v in data.values()):
-        entries = compare.require_statistics(_entries(data, path), path, compare.NEEDED["lerobot"])
+        entries = _entries(data, path)
         return StatsFile(
             str(given),
             path,
