@@ -25,6 +25,44 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = "accelkit.fuzz_service/1"
 
 
+def fuzz(operation, route: str, url: str, args, cases, statuses, failures) -> None:
+    """`args.cases` generated requests to one operation, each answer checked; failures recorded
+    (distinct per route, kind and first line), the run goes on."""
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from tests.images.test_service import AUTH
+    from tests.images.test_service_fuzz import CHECKS, error_names_its_field
+
+    @seed(args.seed)
+    @settings(
+        max_examples=args.cases,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    @given(case=operation.as_strategy())
+    def run(case):
+        cases[route] += 1
+        response = case.call(base_url=url, headers=AUTH, timeout=120)
+        statuses[str(response.status_code)] += 1
+        try:
+            case.validate_response(response, checks=CHECKS)
+            error_names_its_field(case, response)
+        except Exception as exc:  # recorded, and the run goes on
+            first = next((line for line in str(exc).splitlines() if line.strip()), "")
+            failures.setdefault(
+                (route, type(exc).__name__, first),
+                {
+                    "route": route,
+                    "status": response.status_code,
+                    "failure": str(exc)[:2000],
+                    "curl": case.as_curl_command(headers={"Authorization": "***"}),
+                },
+            )
+
+    run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=200, help="generated cases per route")
@@ -35,10 +73,9 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import numpy as np
     import schemathesis
-    from hypothesis import HealthCheck, Phase, given, seed, settings
     from PIL import Image
-    from tests.images.test_service import AUTH, Server
-    from tests.images.test_service_fuzz import CHECKS, error_names_its_field, service_config
+    from tests.images.test_service import Server
+    from tests.images.test_service_fuzz import service_config
 
     from accelkit.images.models import cached_onnx_path
     from accelkit.runtime.files import write_json_atomic
@@ -63,35 +100,7 @@ def main() -> None:
                 route = f"{operation.method.upper()} {operation.path}"
                 statuses[route] = Counter()
 
-                @seed(args.seed)
-                @settings(
-                    max_examples=args.cases,
-                    deadline=None,
-                    phases=[Phase.explicit, Phase.generate],
-                    suppress_health_check=list(HealthCheck),
-                    database=None,
-                )
-                @given(case=operation.as_strategy())
-                def run(case, route=route):
-                    cases[route] += 1
-                    response = case.call(base_url=server.url, headers=AUTH, timeout=120)
-                    statuses[route][str(response.status_code)] += 1
-                    try:
-                        case.validate_response(response, checks=CHECKS)
-                        error_names_its_field(case, response)
-                    except Exception as exc:  # recorded, and the run goes on
-                        first = next((line for line in str(exc).splitlines() if line.strip()), "")
-                        failures.setdefault(
-                            (route, type(exc).__name__, first),
-                            {
-                                "route": route,
-                                "status": response.status_code,
-                                "failure": str(exc)[:2000],
-                                "curl": case.as_curl_command(headers={"Authorization": "***"}),
-                            },
-                        )
-
-                run()
+                fuzz(operation, route, server.url, args, cases, statuses[route], failures)
                 print(f"{route}: {cases[route]} cases, {dict(statuses[route])}", flush=True)
         finally:
             code = server.stop()
