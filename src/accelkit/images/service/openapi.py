@@ -42,6 +42,19 @@ ERROR_STATUSES = {
     "503": "the store is unavailable, or the service is shutting down",
     "504": "the store did not answer within store.timeout",
 }
+ITEMS_QUERY = [
+    {
+        "name": "ids",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "array", "items": {"type": "string"}},
+        "style": "form",
+        "explode": True,
+        "description": "item ids, repeated: ?ids=a&ids=b",
+    },
+    {"name": "collection", "in": "query", "required": False, "schema": {"type": "string"}},
+    {"name": "collection_name", "in": "query", "required": False, "schema": {"type": "string"}},
+]
 COLLECTION_PATTERN = rf"^[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME_CHARS - 1}}}$"
 
 
@@ -60,6 +73,8 @@ def _document_answers(schema: dict) -> None:
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "name":
                     parameter["schema"]["pattern"] = COLLECTION_PATTERN
+            if path == "/items" and method == "get":  # read from the query by the route itself
+                operation["parameters"] = ITEMS_QUERY
             if path == "/metrics" and method == "get":
                 responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
 
