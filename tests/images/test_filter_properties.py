@@ -293,7 +293,16 @@ def test_a_filter_selects_what_it_names_and_nothing_else(store, generated):
 
 # -- refused filters: the position, never an internal error ------------------------------------
 
-NOISE = [*"()[]\"'\\,!=<>&|-+*/%.;{}# \t\n\x00\x1b", "and", "or", "not", "in", "like", "metadata", "id"]
+NOISE = [
+    *"()[]\"'\\,!=<>&|-+*/%.;{}# \t\n\x00\x1b",
+    "and",
+    "or",
+    "not",
+    "in",
+    "like",
+    "metadata",
+    "id",
+]
 POSITION = re.compile(r"at character (\d+)|at the end|nested too deeply|over the limit")
 
 

@@ -144,9 +144,7 @@ def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]
             stats = item.get("stats", {})
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
-        out[episode] = {
-            k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()
-        }
+        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
     return out
 
 
