@@ -165,6 +165,8 @@ def test_the_document_lists_every_answer_the_service_gives(server, api_schema):
             for status in ("400", "401", "404", "409", "413", "422", "429", "503"):
                 answer = operation["responses"][status]["content"]["application/json"]
                 assert answer["schema"]["$ref"].endswith("/ErrorResponse"), (method, path)
+    query = {p["name"] for p in document["paths"]["/items"]["get"].get("parameters", [])}
+    assert {"ids", "collection"} <= query  # read by the route itself: once undocumented
     metrics = document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
     assert set(metrics) == {"text/plain"}
     cases = [
