@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from accelkit import __version__
-from accelkit.errors import AccelkitError
+from accelkit.errors import AccelkitError, one_line
 from accelkit.runtime.output import command_group
 
 app = command_group(
@@ -212,8 +212,9 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
             import traceback
 
             traceback.print_exc()
-        typer.echo(f"error: {exc}", err=True)
-        return exc.exit_code, str(exc)
+        message = one_line(str(exc))
+        typer.echo(f"error: {message}", err=True)
+        return exc.exit_code, message
     except KeyboardInterrupt:
         interrupts.report(signal.SIGINT)
         return 130, interrupts.message(signal.SIGINT)
@@ -233,7 +234,7 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
         if full is not None:  # a full disk met outside an atomic write (a store, a cache)
             typer.echo(f"error: {full}", err=True)
             return full.exit_code, str(full)
-        message = (
+        message = one_line(
             f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
         )
         typer.echo(message, err=True)

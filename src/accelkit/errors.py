@@ -57,3 +57,13 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(module, extra) from exc
+
+
+def one_line(message: str) -> str:
+    """`message` on one line: a library's text quoted inside it (pyarrow's, Milvus') may end in or
+    hold line breaks; each break and the blanks around it become one space, and any other
+    control character is shown escaped (\\x0f), never sent to the terminal."""
+    import re
+
+    flat = re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", flat)

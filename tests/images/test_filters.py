@@ -124,3 +124,14 @@ def test_metadata_keys_are_one_token_as_milvus_lexes_them():
         ("number", "1.5e3"),
         ("end", ""),
     ]
+
+
+def test_a_control_character_is_refused_with_its_position():
+    """Issue 47 (generated filters): the refusal said "contains a control character" without
+    saying where, the one refusal of a filter that named no position."""
+    from accelkit.errors import InputError
+    from accelkit.images.schema import check_filter
+
+    for text, position in (('\x00id == "a"', 1), ('id == "a\x1b"', 9), ("id == 'a'\x7f", 10)):
+        with pytest.raises(InputError, match=rf"control character \(.+\) at character {position};"):
+            check_filter(text)

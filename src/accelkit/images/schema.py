@@ -165,8 +165,12 @@ def check_filter(expr: Any, where: str = "filter", max_values: int = MAX_LIST_VA
             f"{where} has {len(expr):,} characters, over the limit of {MAX_FILTER_CHARS:,}; "
             "filter on a metadata field instead of listing many values"
         )
-    if _CONTROL.search(expr):
-        raise InputError(f"{where} contains a control character; send a plain one-line expression")
+    control = _CONTROL.search(expr)
+    if control:
+        raise InputError(
+            f"{where} contains a control character ({control.group()!r}) at character"
+            f" {control.start() + 1}; send a plain one-line expression"
+        )
     try:
         check_syntax(expr, max_values)
     except FilterListTooLong as exc:

@@ -94,7 +94,13 @@ def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
 # --- the stored statistics ---------------------------------------------------------------------
 
 
+def _holds_null(value) -> bool:
+    return value is None or (isinstance(value, list) and any(_holds_null(v) for v in value))
+
+
 def _array(value, where: str) -> np.ndarray:
+    if _holds_null(value):  # numpy would read it as NaN: a number the file does not hold
+        raise DataError(f"{where} holds null among its numbers; the file is damaged")
     try:
         array = np.asarray(value, np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -111,7 +117,7 @@ def _entry(raw, where: str) -> dict[str, np.ndarray]:
 def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
     """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
     data = load_json(path)
-    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data.items()}
+    return {k: _entry(v, f"{path}: {k!r}") for k, v in data.items()}
 
 
 def load_json(path: Path) -> dict:
@@ -140,9 +146,7 @@ def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]
             stats = item.get("stats", {})
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
-        out[episode] = {
-            k: _entry(v, f"{path.name} episode {episode} {k!r}") for k, v in stats.items()
-        }
+        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
     return out
 
 
@@ -162,7 +166,7 @@ def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np
                 feature, _, stat = column[len("stats/") :].rpartition("/")
                 value = values[column][row]
                 if value is not None:
-                    where = f"{path.name} episode {episode} {column}"
+                    where = f"{path} episode {episode} {column}"
                     entry.setdefault(feature, {})[stat] = _array(value, where)
     return out
 
@@ -172,7 +176,7 @@ def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
     data = load_json(path)
     if not isinstance(data.get("norm_stats"), Mapping):
         raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
-    return {k: _entry(v, f"{path.name}: {k!r}") for k, v in data["norm_stats"].items()}
+    return {k: _entry(v, f"{path}: {k!r}") for k, v in data["norm_stats"].items()}
 
 
 # --- comparing ---------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def _entries(raw: Mapping, path: Path) -> dict[str, dict[str, np.ndarray]]:
     for key, entry in raw.items():
         if not isinstance(entry, Mapping):
             raise DataError(f"{path}: {key!r} is not a mapping of statistics; the file is damaged")
-        out[str(key)] = compare._entry(entry, f"{path.name}: {key!r}")
+        out[str(key)] = compare._entry(entry, f"{path}: {key!r}")
     return out
 
 

@@ -56,6 +56,21 @@ def _route_of(request, routes) -> str:
     return "unmatched"
 
 
+def _allowed_methods(request, routes) -> list[str]:
+    """The methods the routes matching the request's path take (a path may have several routes:
+    GET and DELETE /collections/{name})."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for candidate in routes:
+        if (
+            getattr(candidate, "methods", None)
+            and candidate.matches(request.scope)[0] != Match.NONE
+        ):
+            methods |= set(candidate.methods)
+    return sorted(methods)
+
+
 def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     """The FastAPI app (wrapped in `BodyLimit`); `pipeline` may be given (tests), else built at startup."""
     from fastapi import FastAPI
@@ -124,7 +139,10 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(ServiceError(exc.status_code, code, str(exc.detail)))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Allow: what every route of this path takes, not the first's
+            headers["Allow"] = ", ".join(_allowed_methods(request, app.router.routes))
+        return error_response(ServiceError(exc.status_code, code, str(exc.detail), headers))
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):

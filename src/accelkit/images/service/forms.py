@@ -63,13 +63,19 @@ def validate(model: type[Model], data: Any, limits: RequestLimits | None = None)
         raise ServiceError(422, "invalid_field", "; ".join(parts)) from None
 
 
+def shown_key(key: str) -> str:
+    """A field's name as a message shows it: bare when it is a name, else quoted (an empty or
+    odd key is still visible: `'': given twice`)."""
+    return key[:40] if key.isidentifier() else repr(key[:40])
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """JSON objects with a key given twice are refused (which one counts is parser folklore);
     multipart refuses a field given twice the same way."""
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise ServiceError(422, "invalid_field", f"{key[:40]}: given twice")
+            raise ServiceError(422, "invalid_field", f"{shown_key(key)}: given twice")
         seen[key] = value
     return seen
 
@@ -158,7 +164,7 @@ async def read_body(
                 if hasattr(value, "read"):
                     uploads.append((value.filename, await value.read()))
                 elif key in fields:
-                    raise ServiceError(422, "invalid_field", f"{key}: given twice")
+                    raise ServiceError(422, "invalid_field", f"{shown_key(key)}: given twice")
                 else:
                     fields[key] = _form_value(key, value)
         finally:

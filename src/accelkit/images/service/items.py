@@ -12,6 +12,7 @@ from fastapi import Request  # module level: FastAPI resolves the endpoints' ann
 from accelkit.errors import DataError, InputError
 from accelkit.images.index import ImageInput, TextQuery
 from accelkit.images.schema import (
+    LIMIT_SETTINGS,
     DeleteRequest,
     EmbedRequest,
     InsertRequest,
@@ -40,7 +41,9 @@ def add_routes(app, state: ServiceState) -> None:
             raise ServiceError(
                 413,
                 "too_many_items",
-                f"{len(triples)} images in one request; the limit is {server.max_items_per_request}",
+                f"{len(triples)} images in one request (items, inputs, images_base64 and files"
+                f" together); the limit is {server.max_items_per_request}"
+                f" ({LIMIT_SETTINGS['items']})",
             )
         if not triples:
             raise InputError("no images given; send items (JSON) or files (multipart)")
@@ -197,7 +200,9 @@ def add_routes(app, state: ServiceState) -> None:
             raise ServiceError(
                 413,
                 "too_many_items",
-                f"{len(sources)} images in one request; the limit is {server.max_items_per_request}",
+                f"{len(sources)} images in one request (inputs, images_base64 and files"
+                f" together); the limit is {server.max_items_per_request}"
+                f" ({LIMIT_SETTINGS['items']})",
             )
         loaded, failures, cost = await state.load_images(sources, "inputs")
         rows, indices = [], []
