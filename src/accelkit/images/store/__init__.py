@@ -36,6 +36,7 @@ _MODULES = {
         "CollectionNotFoundError",
         "FilterError",
         "StoreError",
+        "StoreFullError",
         "StoreTimeoutError",
     ],
     "accelkit.images.store.lite": [

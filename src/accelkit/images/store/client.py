@@ -29,6 +29,7 @@ from accelkit.images.store.lite import (
     _held_by,
     _quiet_pymilvus,
     check_lite_free,
+    check_lite_space,
     lite_lock_holder,
 )
 from accelkit.images.store.records import (
@@ -117,6 +118,7 @@ class StoreClient:
                 holder = lite_lock_holder(uri)
                 if holder is not None:
                     raise _held_by(uri, holder) from exc
+                check_lite_space(uri, 0, f"opening the Milvus Lite database {uri}")  # a full disk
                 raise StoreError(
                     f"cannot open the Milvus Lite database {uri}: {_reason(exc)}"
                 ) from exc

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import re
 
-from accelkit.errors import AccelkitError, InputError
+from accelkit.errors import AccelkitError, InputError, NoSpaceError
 
 
 class StoreError(AccelkitError):
     """The vector store cannot be reached or refused an operation."""
+
+
+class StoreFullError(StoreError, NoSpaceError):
+    """The file system under a Milvus Lite database has no room for a write: refused before it is
+    sent, since Milvus Lite answers a write it cannot persist as done and loses it on close."""
 
 
 class CollectionNotFoundError(InputError):
