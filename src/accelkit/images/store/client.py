@@ -22,6 +22,7 @@ from accelkit.images.store.errors import (
     StoreTimeoutError,
     _reason,
     _timed_out,
+    _unreachable,
 )
 from accelkit.images.store.lite import (
     _engine_home,
@@ -157,6 +158,11 @@ class StoreClient:
         except AccelkitError:
             raise
         except Exception as exc:
+            if _timed_out(exc) and _unreachable(exc):  # pymilvus retried a dead server till now
+                raise StoreError(
+                    f"{what} failed: Milvus at {self.uri} did not answer within store.timeout"
+                    f" ({self.config.timeout:g} s); it is down or restarting, retry later"
+                ) from exc
             if _timed_out(exc):
                 raise StoreTimeoutError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s); "
