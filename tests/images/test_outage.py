@@ -24,7 +24,7 @@ import pytest
 from tests.images.test_service import AUTH, KEY, ROOT, Server, b64, error_of
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
-from tests.support.outage import Load, server_outage, stored_counts, tile, wait_for_rows
+from tests.support.outage import Load, figures, server_outage, stored_counts, tile, wait_for_rows
 from tests.support.small_disk import fill, small_disk
 
 STORE_TIMEOUT = 10  # seconds; the clients wait three times this before calling it a hang
@@ -101,9 +101,11 @@ def test_a_dead_server_is_503_with_retry_after_and_every_acknowledged_insert_sta
     load = Load(service.url, AUTH, "outage", DIM, threads=2, timeout=3 * STORE_TIMEOUT)
     killed, back = server_outage(server, load, warm_s=3.0, down_s=8.0, recover_s=120.0)
 
+    numbers = figures(load.answers, killed, back)
+    print(numbers)  # the outage's figures, shown when the test fails
     statuses = {a.status for a in load.answers}
     assert 0 not in statuses, "an answer took longer than the client's limit (or none came)"
-    assert statuses <= {200, 503}, sorted(statuses)
+    assert statuses <= {200, 503}, numbers["others"]
     unavailable = [a for a in load.answers if a.status == 503]
     assert unavailable, "the outage was not seen: no 503"
     assert all(a.code == "store_unavailable" and a.retry_after == "1" for a in unavailable)
@@ -242,3 +244,17 @@ def test_insert_command_into_a_lite_file_on_a_full_disk_is_one_line_exit_2(onnx_
         again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert again.returncode == 0, again.stderr
         assert lite_rows(db, "c") == [hashlib.sha256(picture.read_bytes()).hexdigest()[:32]]
+
+
+def test_store_errors_map_to_statuses_with_retry_after_where_a_retry_can_help():
+    from accelkit.errors import NoSpaceError
+    from accelkit.images.service.errors import retry_headers, status_for
+    from accelkit.images.store import StoreError, StoreFullError, StoreTimeoutError
+
+    assert status_for(StoreError("down")) == (503, "store_unavailable")
+    assert status_for(StoreTimeoutError("slow")) == (504, "store_timeout")
+    full = StoreFullError("no space left on device")
+    assert isinstance(full, NoSpaceError) and isinstance(full, StoreError) and full.exit_code == 2
+    assert status_for(full) == (507, "insufficient_storage")
+    assert retry_headers(503, 3) == retry_headers(504, 3) == {"Retry-After": "3"}
+    assert retry_headers(507, 3) == {}

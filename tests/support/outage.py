@@ -37,6 +37,7 @@ class Answer:
     seconds: float
     retry_after: str | None = None
     code: str | None = None
+    message: str | None = None
 
 
 @dataclass
@@ -100,13 +101,22 @@ class Load:
                 try:
                     response = http.post(path, json=body)
                     status, headers = response.status_code, response.headers
-                    code = response.json().get("error", {}).get("code") if status != 200 else None
-                except httpx.HTTPError:
-                    status, headers, code = 0, {}, None
+                    error = response.json().get("error", {}) if status != 200 else {}
+                    code, message = error.get("code"), str(error.get("message"))[:300]
+                except httpx.HTTPError as exc:
+                    status, headers, code, message = 0, {}, None, type(exc).__name__
                 now = time.monotonic()
                 with self._lock:
                     self.answers.append(
-                        Answer(now, kind, status, now - started, headers.get("retry-after"), code)
+                        Answer(
+                            now,
+                            kind,
+                            status,
+                            now - started,
+                            headers.get("retry-after"),
+                            code,
+                            message,
+                        )
                     )
                     if kind == "insert" and status == 200:
                         self.acknowledged.append(item_id)
@@ -148,7 +158,7 @@ def figures(answers: list[Answer], killed: float, back: float) -> dict:
         "after_back": _tally(a for a in answers if a.at >= back),
         # answers other than 200 and 503, when they came (seconds after the kill) and how long
         "others": [
-            [round(a.at - killed, 1), a.kind, a.status, a.code, round(a.seconds, 1)]
+            [round(a.at - killed, 1), a.kind, a.status, a.code, round(a.seconds, 1), a.message]
             for a in failed
             if a.status != 503
         ][:50],

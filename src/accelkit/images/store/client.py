@@ -158,7 +158,9 @@ class StoreClient:
         except AccelkitError:
             raise
         except Exception as exc:
-            if _timed_out(exc) and _unreachable(exc):  # pymilvus retried a dead server till now
+            if _timed_out(exc) and (_unreachable(exc) or not self._answers()):
+                # a dead or restarting server (pymilvus retried it, or the call waited for a
+                # connection until its deadline): unavailable, not slow
                 raise StoreError(
                     f"{what} failed: Milvus at {self.uri} did not answer within store.timeout"
                     f" ({self.config.timeout:g} s); it is down or restarting, retry later"
@@ -169,6 +171,17 @@ class StoreClient:
                     "retry, narrow the filter, or raise store.timeout"
                 ) from exc
             raise StoreError(f"{what} failed: {_reason(exc)}") from exc
+
+    def _answers(self) -> bool:
+        """Whether a server answers a cheap call within 2 s: tells a timeout on a dead server
+        from a slow call on a live one. Milvus Lite runs in-process: always True."""
+        if not self.is_server:
+            return True
+        try:
+            self._client.list_collections(timeout=min(2.0, self.config.timeout))
+        except Exception:
+            return False
+        return True
 
     def _consistency(self, name: str, level: str | None) -> str:
         level = level or self.config.consistency
@@ -374,7 +387,14 @@ class StoreClient:
             if name in self._loaded and not force:
                 return
         self._require(name)
-        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        try:
+            self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet
+            raise StoreError(
+                f"collection {name!r} is still loading (a Milvus server loads its collections"
+                f" again after a restart) and was not ready within store.timeout"
+                f" ({self.config.timeout:g} s); retry later"
+            ) from exc
         with self._lock:
             self._loaded.add(name)
 
