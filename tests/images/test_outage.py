@@ -249,10 +249,19 @@ def test_insert_command_into_a_lite_file_on_a_full_disk_is_one_line_exit_2(onnx_
 def test_store_errors_map_to_statuses_with_retry_after_where_a_retry_can_help():
     from accelkit.errors import NoSpaceError
     from accelkit.images.service.errors import retry_headers, status_for
-    from accelkit.images.store import StoreError, StoreFullError, StoreTimeoutError
+    from accelkit.images.store import (
+        StoreError,
+        StoreFullError,
+        StoreTimeoutError,
+        StoreUnavailableError,
+    )
 
     assert status_for(StoreError("down")) == (503, "store_unavailable")
     assert status_for(StoreTimeoutError("slow")) == (504, "store_timeout")
+    # a timeout on a store that does not answer at all: still a timeout to the library's callers
+    # (a filter is not blamed for it), unavailable to HTTP clients
+    assert issubclass(StoreUnavailableError, StoreTimeoutError)
+    assert status_for(StoreUnavailableError("gone")) == (503, "store_unavailable")
     full = StoreFullError("no space left on device")
     assert isinstance(full, NoSpaceError) and isinstance(full, StoreError) and full.exit_code == 2
     assert status_for(full) == (507, "insufficient_storage")

@@ -40,6 +40,7 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         FilterError,
         StoreError,
         StoreTimeoutError,
+        StoreUnavailableError,
     )
 
     if isinstance(exc, CollectionNotFoundError):
@@ -54,6 +55,8 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         return 400, "invalid_filter"
     if isinstance(exc, NoSpaceError):  # a full disk under the store: until space is freed
         return 507, "insufficient_storage"
+    if isinstance(exc, StoreUnavailableError):  # timed out on a store that does not answer
+        return 503, "store_unavailable"
     if isinstance(exc, StoreTimeoutError):
         return 504, "store_timeout"
     if isinstance(exc, StoreError):

@@ -38,6 +38,7 @@ _MODULES = {
         "StoreError",
         "StoreFullError",
         "StoreTimeoutError",
+        "StoreUnavailableError",
     ],
     "accelkit.images.store.lite": [
         "ORPHAN_WAIT_S",

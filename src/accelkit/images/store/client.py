@@ -20,6 +20,7 @@ from accelkit.images.store.errors import (
     CollectionNotFoundError,
     StoreError,
     StoreTimeoutError,
+    StoreUnavailableError,
     _reason,
     _timed_out,
     _unreachable,
@@ -159,11 +160,11 @@ class StoreClient:
             raise
         except Exception as exc:
             if _timed_out(exc) and (_unreachable(exc) or not self._answers()):
-                # a dead or restarting server (pymilvus retried it, or the call waited for a
-                # connection until its deadline): unavailable, not slow
-                raise StoreError(
-                    f"{what} failed: Milvus at {self.uri} did not answer within store.timeout"
-                    f" ({self.config.timeout:g} s); it is down or restarting, retry later"
+                # pymilvus retried a dead server until now, or the call waited for a connection
+                # to one until its deadline: unavailable, not slow
+                raise StoreUnavailableError(
+                    f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
+                    f" at {self.uri} is unavailable (down or restarting); retry later"
                 ) from exc
             if _timed_out(exc):
                 raise StoreTimeoutError(
@@ -390,10 +391,10 @@ class StoreClient:
         try:
             self._call(f"loading collection {name!r}", self._client.load_collection, name)
         except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet
-            raise StoreError(
-                f"collection {name!r} is still loading (a Milvus server loads its collections"
-                f" again after a restart) and was not ready within store.timeout"
-                f" ({self.config.timeout:g} s); retry later"
+            raise StoreUnavailableError(
+                f"loading collection {name!r} took longer than store.timeout"
+                f" ({self.config.timeout:g} s): it is unavailable until Milvus has loaded it"
+                " (again, after a restart); retry later"
             ) from exc
         with self._lock:
             self._loaded.add(name)

@@ -30,6 +30,12 @@ class StoreTimeoutError(StoreError):
     """A store call ran past `store.timeout`."""
 
 
+class StoreUnavailableError(StoreTimeoutError):
+    """A store call ran past `store.timeout` because the store does not answer at all (a server
+    down or restarting, a collection it has not loaded again yet): unavailable (HTTP 503), not
+    slow (504)."""
+
+
 class FilterError(InputError):
     """Milvus refused a filter expression: one line, without the engine's internals."""
 
