@@ -230,8 +230,11 @@ def wait_for_rows(
 ) -> int:
     """Poll the server (count(*), Strong) until `collection` holds `at_least` rows or `process`
     (a Popen) has exited; returns the last count."""
+    import logging
+
     from pymilvus import MilvusClient
 
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # each refused poll logs a traceback
     kwargs = {"db_name": db_name} if db_name else {}
     client = MilvusClient(uri=uri, timeout=30, **kwargs)
     rows = 0
