@@ -109,7 +109,6 @@ def test_a_dead_server_is_503_with_retry_after_and_every_acknowledged_insert_sta
     unavailable = [a for a in load.answers if a.status == 503]
     assert unavailable, "the outage was not seen: no 503"
     assert all(a.code == "store_unavailable" and a.retry_after == "1" for a in unavailable)
-    assert any(a.at > killed and a.status == 200 for a in load.answers if a.kind == "search")
     recovered = {a.kind for a in load.answers if a.at > back and a.status == 200}
     assert recovered == {"insert", "search"}, "the service did not recover by itself"
     assert_once(stored_counts(server.uri, db, "outage", load.acknowledged), load.acknowledged)
