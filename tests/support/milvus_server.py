@@ -107,24 +107,7 @@ class MilvusServer:
         _run("ip", "netns", "add", self.netns)
         try:
             _run("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
-            log = open(self.data_dir / "milvus-server.log", "ab")  # noqa: SIM115 - the child owns it
-            self.server = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    self.netns,
-                    sys.executable,
-                    "-m",
-                    MODULE,
-                    "--exec",
-                    str(self.data_dir),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=Path(__file__).resolve().parents[2],
-            )
+            log = self._launch_server()
             port_file = self.data_dir / "forwarder.port"
             port_file.unlink(missing_ok=True)
             self.forwarder = subprocess.Popen(
@@ -139,6 +122,44 @@ class MilvusServer:
             self.stop()
             raise
         return self
+
+    def _launch_server(self):
+        """Start the Milvus binary inside the namespace on `data_dir`; returns its log file."""
+        log = open(self.data_dir / "milvus-server.log", "ab")  # noqa: SIM115 - the child owns it
+        self.server = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.netns,
+                sys.executable,
+                "-m",
+                MODULE,
+                "--exec",
+                str(self.data_dir),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        return log
+
+    def kill(self) -> None:
+        """SIGKILL the Milvus process only (a crash: no shutdown, nothing flushed by it); the
+        forwarder stays, so clients keep the same address and meet a dead server behind it."""
+        if self.server is not None and self.server.poll() is None:
+            os.kill(self.server.pid, signal.SIGKILL)
+            self.server.wait(timeout=60)
+
+    def restart(self, timeout: float = 240.0) -> float:
+        """Start Milvus again on the same `data_dir`, behind the same forwarded port; returns the
+        seconds until it answered a real RPC."""
+        self.kill()
+        started = time.monotonic()
+        self._launch_server().close()  # the child holds its own copy
+        self._wait_ready(self.data_dir / "forwarder.port", timeout)
+        return time.monotonic() - started
 
     def _wait_ready(self, port_file: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -181,12 +202,28 @@ class MilvusServer:
 # -- the two child processes ---------------------------------------------------------------------
 
 
+def _try_bind_port(port: int) -> socket.socket | None:
+    """The `milvus` package's port probe with SO_REUSEADDR, as Milvus itself binds: without it, a
+    restarted server finds 19530 taken by the killed one's connections in TIME_WAIT and moves its
+    gRPC port to 19532, where the forwarder does not look."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
 def _exec_milvus(data_dir: str) -> None:
     """Inside the namespace: write the config the `milvus` package would, then become the binary
     (so the PID the parent holds is Milvus itself)."""
     import milvus
 
     config = milvus.MilvusServerConfig(data_dir=data_dir)
+    config.try_bind_port = _try_bind_port
     config.resolve()
     milvus._initialize_data_files(config.base_data_dir)
     binary = os.path.join(config.base_data_dir, "bin", "milvus")

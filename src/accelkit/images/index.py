@@ -27,6 +27,7 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids, check_text
+from accelkit.images.store.errors import StoreError
 from accelkit.runtime.files import record_kept
 from accelkit.runtime.storage import ObjectPath
 
@@ -428,11 +429,18 @@ def insert_in_chunks(
     progress: Callable[[int], None] | None = None,
 ) -> InsertResult:
     """A bulk insert: `chunk` images at a time (bounded memory, visible progress), then a flush
-    when at least `flush_after_rows` were stored, so a server's index covers them."""
+    when at least `flush_after_rows` were stored, so a server's index covers them. A store error
+    (the server went away, the disk filled) says how many images the chunks before it stored."""
     items = list(items)
     ids, indices, failures, name = [], [], {}, collection or ""
     for start in range(0, len(items), chunk):
-        part = index.insert(items[start : start + chunk], collection, create_collection)
+        try:
+            part = index.insert(items[start : start + chunk], collection, create_collection)
+        except StoreError as exc:  # the store went away or filled up: say what is kept
+            raise type(exc)(
+                f"{exc}; {len(ids)} of {len(items)} images were stored before it (run the same"
+                " command again to store the rest: a stored id is replaced, not doubled)"
+            ) from exc
         name = part.collection or name
         ids += part.ids
         indices += [start + i for i in part.indices]

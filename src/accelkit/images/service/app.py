@@ -34,7 +34,7 @@ from accelkit.images.schema import (
     check_collection_name,
 )
 from accelkit.images.service import collections, guards, items, openapi, page
-from accelkit.images.service.errors import ServiceError, error_body, status_for
+from accelkit.images.service.errors import ServiceError, error_body, retry_headers, status_for
 from accelkit.images.service.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     @app.exception_handler(AccelkitError)
     async def _accelkit_error(request: Request, exc: AccelkitError):
         status, code = status_for(exc)
-        return error_response(ServiceError(status, code, str(exc)))
+        headers = retry_headers(status, server.retry_after_s)
+        return error_response(ServiceError(status, code, str(exc), headers))
 
     @app.exception_handler(BatcherClosed)
     async def _closing(request: Request, exc: BatcherClosed):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
+from accelkit.errors import AccelkitError, ConfigError, DataError, InputError, NoSpaceError
 
 
 class ServiceError(Exception):
@@ -40,6 +40,7 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         FilterError,
         StoreError,
         StoreTimeoutError,
+        StoreUnavailableError,
     )
 
     if isinstance(exc, CollectionNotFoundError):
@@ -52,6 +53,10 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         return 409, "model_mismatch"
     if isinstance(exc, FilterError):
         return 400, "invalid_filter"
+    if isinstance(exc, NoSpaceError):  # a full disk under the store: until space is freed
+        return 507, "insufficient_storage"
+    if isinstance(exc, StoreUnavailableError):  # timed out on a store that does not answer
+        return 503, "store_unavailable"
     if isinstance(exc, StoreTimeoutError):
         return 504, "store_timeout"
     if isinstance(exc, StoreError):
@@ -61,3 +66,9 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
     if isinstance(exc, (InputError, ConfigError)):
         return 400, "invalid_request"
     return 400, "error"
+
+
+def retry_headers(status: int, retry_after_s: int) -> dict[str, str]:
+    """`Retry-After` for an answer that a retry may turn into a 200 by itself: the store is
+    down or slow (503, 504); a full disk (507) needs someone to free space first."""
+    return {"Retry-After": str(retry_after_s)} if status in (503, 504) else {}

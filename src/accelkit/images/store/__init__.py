@@ -36,7 +36,9 @@ _MODULES = {
         "CollectionNotFoundError",
         "FilterError",
         "StoreError",
+        "StoreFullError",
         "StoreTimeoutError",
+        "StoreUnavailableError",
     ],
     "accelkit.images.store.lite": [
         "ORPHAN_WAIT_S",

@@ -20,8 +20,10 @@ from accelkit.images.store.errors import (
     CollectionNotFoundError,
     StoreError,
     StoreTimeoutError,
+    StoreUnavailableError,
     _reason,
     _timed_out,
+    _unreachable,
 )
 from accelkit.images.store.lite import (
     _engine_home,
@@ -30,6 +32,7 @@ from accelkit.images.store.lite import (
     _quiet_pymilvus,
     check_lite_free,
     close_engine,
+    check_lite_space,
     lite_lock_holder,
     open_engine,
 )
@@ -126,6 +129,7 @@ class StoreClient:
                 holder = lite_lock_holder(uri)
                 if holder is not None:
                     raise _held_by(uri, holder) from exc
+                check_lite_space(uri, 0, f"opening the Milvus Lite database {uri}")  # a full disk
                 raise StoreError(
                     f"cannot open the Milvus Lite database {uri}: {_reason(exc)}"
                 ) from exc
@@ -166,12 +170,30 @@ class StoreClient:
         except AccelkitError:
             raise
         except Exception as exc:
+            if _timed_out(exc) and (_unreachable(exc) or not self._answers()):
+                # pymilvus retried a dead server until now, or the call waited for a connection
+                # to one until its deadline: unavailable, not slow
+                raise StoreUnavailableError(
+                    f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
+                    f" at {self.uri} is unavailable (down or restarting); retry later"
+                ) from exc
             if _timed_out(exc):
                 raise StoreTimeoutError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s); "
                     "retry, narrow the filter, or raise store.timeout"
                 ) from exc
             raise StoreError(f"{what} failed: {_reason(exc)}") from exc
+
+    def _answers(self) -> bool:
+        """Whether a server answers a cheap call within 2 s: tells a timeout on a dead server
+        from a slow call on a live one. Milvus Lite runs in-process: always True."""
+        if not self.is_server:
+            return True
+        try:
+            self._client.list_collections(timeout=min(2.0, self.config.timeout))
+        except Exception:
+            return False
+        return True
 
     def _consistency(self, name: str, level: str | None) -> str:
         level = level or self.config.consistency
@@ -414,7 +436,14 @@ class StoreClient:
             if name in self._loaded and not force:
                 return
         self._require(name)
-        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        try:
+            self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet
+            raise StoreUnavailableError(
+                f"loading collection {name!r} took longer than store.timeout"
+                f" ({self.config.timeout:g} s): it is unavailable until Milvus has loaded it"
+                " (again, after a restart); retry later"
+            ) from exc
         with self._lock:
             self._loaded.add(name)
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import re
 
-from accelkit.errors import AccelkitError, InputError
+from accelkit.errors import AccelkitError, InputError, NoSpaceError
 
 
 class StoreError(AccelkitError):
     """The vector store cannot be reached or refused an operation."""
+
+
+class StoreFullError(StoreError, NoSpaceError):
+    """The file system under a Milvus Lite database has no room for a write: refused before it is
+    sent, since Milvus Lite answers a write it cannot persist as done and loses it on close."""
 
 
 class CollectionNotFoundError(InputError):
@@ -23,6 +28,12 @@ class CollectionExistsError(InputError):
 
 class StoreTimeoutError(StoreError):
     """A store call ran past `store.timeout`."""
+
+
+class StoreUnavailableError(StoreTimeoutError):
+    """A store call ran past `store.timeout` because the store does not answer at all (a server
+    down or restarting, a collection it has not loaded again yet): unavailable (HTTP 503), not
+    slow (504)."""
 
 
 class FilterError(InputError):

@@ -3,6 +3,7 @@ deletes by filter."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.images.schema import GRAMMAR_ONLY, check_filter, check_ids, check_metadata
 from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import FilterError, StoreError, StoreTimeoutError, _unreachable
+from accelkit.images.store.lite import check_lite_space, row_bytes
 from accelkit.images.store.records import (
     ID_BATCH,
     ID_FIELD,
@@ -63,6 +65,12 @@ class ItemWrites(StoreClient):
             }
             for i in order
         ]
+        if not self.is_server:  # Milvus Lite would take rows it cannot keep (check_lite_space)
+            needed = sum(
+                row_bytes(dim, ids[i], len(json.dumps(metadata[i] or {}, default=str)))
+                for i in order
+            )
+            check_lite_space(self.config.uri, needed, f"inserting {len(order)} items into {name!r}")
         step = self.config.insert_batch_size
         batches = [rows[start : start + step] for start in range(0, len(rows), step)]
         threads = min(self.config.insert_threads if self.is_server else 1, len(batches))

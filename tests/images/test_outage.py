@@ -1,0 +1,268 @@
+"""Outages under the service and the insert command, each for real: the Milvus server SIGKILLed
+and started again on the same data and port (tests/support/milvus_server.py), the service itself
+SIGKILLed and started again, and a Milvus Lite file on a full tmpfs (tests/support/small_disk.py).
+
+What must hold (docs/reliability_outage.md): no 500 and no answer later than the client's limit;
+a dead store is 503 with Retry-After and the service recovers by itself; a full disk is 507 naming
+it while searches go on; every insert acknowledged is stored exactly once; the insert command says
+what happened in one line (exit 2) and the same command again finishes the job.
+"""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.images.test_service import AUTH, KEY, ROOT, Server, b64, error_of
+from tests.support.groups import SERVERS
+from tests.support.milvus_server import server_database
+from tests.support.outage import Load, figures, server_outage, stored_counts, tile, wait_for_rows
+from tests.support.small_disk import fill, small_disk
+
+STORE_TIMEOUT = 10  # seconds; the clients wait three times this before calling it a hang
+DIM = 1280
+
+
+def config_file(folder: Path, onnx_path, store: dict) -> Path:
+    config = folder / "service.yaml"
+    store_lines = "".join(f"  {key}: {value}\n" for key, value in store.items())
+    config.write_text(
+        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
+        f"model:\n  onnx_path: {onnx_path}\n"
+        f"store:\n{store_lines}"
+        f"server:\n  api_key: {KEY}\n  max_concurrency: 4\n  max_queue: 16\n"
+        f"log_level: WARNING\n"
+    )
+    return config
+
+
+def create(url: str, name: str) -> None:
+    response = httpx.post(
+        url + "/collections/create",
+        headers=AUTH,
+        json={"name": name, "exist_ok": True},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+
+
+def insert_one(url: str, collection: str, item_id: str, seed: int) -> httpx.Response:
+    body = {
+        "collection_name": collection,
+        "items": [{"image_base64": b64(tile(seed)), "id": item_id}],
+    }
+    return httpx.post(url + "/insert", headers=AUTH, json=body, timeout=3 * STORE_TIMEOUT)
+
+
+def assert_once(counts, ids: list[str]) -> None:
+    missing = [i for i in ids if counts[i] == 0]
+    doubled = [i for i in ids if counts[i] > 1]
+    assert not missing and not doubled, (len(ids), missing[:5], doubled[:5])
+
+
+# -- a Milvus server killed under the service and under the insert command -------------------------
+
+
+@pytest.fixture
+def server_service(milvus_server, onnx_path, tmp_path, request):
+    """The service on a database of its own on the test server (put back to running if a test
+    leaves it dead)."""
+    name = server_database(milvus_server, "test_outage")
+    store = {"uri": milvus_server.uri, "db_name": name, "timeout": STORE_TIMEOUT}
+    config = config_file(tmp_path, onnx_path, store)
+    service = Server(config, tmp_path / "service.log").start()
+
+    def finish():
+        service.stop()
+        if milvus_server.server is None or milvus_server.server.poll() is not None:
+            milvus_server.restart()
+
+    request.addfinalizer(finish)
+    return milvus_server, service, name, config
+
+
+@pytest.mark.xdist_group(SERVERS)
+def test_a_dead_server_is_503_with_retry_after_and_every_acknowledged_insert_stays(
+    server_service,
+):
+    """Inserts and searches while Milvus is SIGKILLed and started again: only 200 or 503 (with
+    Retry-After, code store_unavailable), every answer within the client's limit, both kinds of
+    request succeed again with the same service, and each acknowledged insert is stored once."""
+    server, service, db, _ = server_service
+    create(service.url, "outage")
+    load = Load(service.url, AUTH, "outage", DIM, threads=2, timeout=3 * STORE_TIMEOUT)
+    killed, back = server_outage(server, load, warm_s=3.0, down_s=8.0, recover_s=120.0)
+
+    numbers = figures(load.answers, killed, back)
+    print(numbers)  # the outage's figures, shown when the test fails
+    statuses = {a.status for a in load.answers}
+    assert 0 not in statuses, "an answer took longer than the client's limit (or none came)"
+    assert statuses <= {200, 503}, numbers["others"]
+    unavailable = [a for a in load.answers if a.status == 503]
+    assert unavailable, "the outage was not seen: no 503"
+    assert all(a.code == "store_unavailable" and a.retry_after == "1" for a in unavailable)
+    recovered = {a.kind for a in load.answers if a.at > back and a.status == 200}
+    assert recovered == {"insert", "search"}, "the service did not recover by itself"
+    assert_once(stored_counts(server.uri, db, "outage", load.acknowledged), load.acknowledged)
+
+
+@pytest.mark.xdist_group(SERVERS)
+def test_the_service_killed_mid_insert_keeps_every_acknowledged_insert_once(server_service):
+    server, service, db, _ = server_service
+    create(service.url, "crash")
+    load = Load(service.url, AUTH, "crash", DIM, threads=2, prefix="crash").start()
+    deadline = time.monotonic() + 120
+    while len(load.acknowledged) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    service.process.send_signal(signal.SIGKILL)  # while the load's next inserts are in flight
+    service.process.wait()
+    load.stop()
+    before = list(load.acknowledged)
+    assert before
+    service.start()
+    after = [f"after-{i}" for i in range(3)]
+    for i, item_id in enumerate(after):
+        assert insert_one(service.url, "crash", item_id, 900 + i).status_code == 200
+    assert_once(stored_counts(server.uri, db, "crash", before + after), before + after)
+
+
+@pytest.mark.xdist_group(SERVERS)
+def test_insert_command_against_a_dead_server_says_so_and_the_same_command_finishes(
+    server_service, tmp_path
+):
+    """`accelkit images insert` of 600 images (chunks of 256) with Milvus SIGKILLed once the first
+    chunk is stored: one line naming the store and how many images were stored, exit 2; the
+    server back, the same command stores the rest, and every image is in the collection once."""
+    server, _, db, config = server_service
+    pictures = tmp_path / "pictures"
+    pictures.mkdir()
+    for i in range(600):
+        (pictures / f"{i:04d}.png").write_bytes(tile(50_000 + i))
+    command = [
+        sys.executable, "-m", "accelkit", "images", "insert", str(pictures), "--collection",
+        "cli", "--create-collection", "--config", str(config), "--no-progress",
+    ]  # fmt: skip
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_rows(server.uri, db, "cli", first)
+    assert first.poll() is None, first.communicate()
+    server.kill()
+    _, err = first.communicate(timeout=6 * STORE_TIMEOUT + 120)
+    lines = err.decode().strip().splitlines()
+    assert first.returncode == 2 and len(lines) == 1, err.decode()
+    said = re.search(r"(\d+) of 600 images were stored before it", lines[0])
+    assert lines[0].startswith("error: ") and said, lines
+    assert int(said.group(1)) in (256, 512) and "run the same command again" in lines[0], lines
+    server.restart()
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=600)
+    assert second.returncode == 0, second.stderr.decode()[-2000:]
+    # ids from the image bytes (docs/images.md): SHA-256, its first 32 hex digits
+    ids = [hashlib.sha256(p.read_bytes()).hexdigest()[:32] for p in sorted(pictures.iterdir())]
+    assert len(set(ids)) == 600
+    assert_once(stored_counts(server.uri, db, "cli", ids), ids)
+
+
+# -- a full disk under Milvus Lite ----------------------------------------------------------------
+
+
+def lite_rows(db: Path, collection: str) -> list[str]:
+    """The ids in a Milvus Lite file, read by a fresh engine (what survived a close)."""
+    probe = (
+        "import json, sys; from pymilvus import MilvusClient;"
+        f"c = MilvusClient({str(db)!r}); c.load_collection({collection!r});"
+        f"rows = c.query({collection!r}, filter='id != \"\"', output_fields=['id'], limit=10000);"
+        "print(json.dumps(sorted(r['id'] for r in rows))); c.close()"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+def test_a_full_disk_under_the_service_is_507_searches_go_on_and_space_freed_inserts_again(
+    onnx_path, tmp_path
+):
+    """Milvus Lite's file on a 24 MiB tmpfs, filled: an insert is 507 insufficient_storage naming
+    the full disk (without Retry-After: space does not free itself), searches are 200, and once
+    the filler is removed inserts are 200 again. Every insert answered 200 is in the file when a
+    fresh engine opens it (Milvus Lite itself answers writes on a full disk as done, and loses
+    them)."""
+    with small_disk(tmp_path / "disk", 24 * 1024) as disk:
+        db = disk / "images.db"
+        config = config_file(tmp_path, onnx_path, {"uri": db})
+        service = Server(config, tmp_path / "service.log").start()
+        try:
+            create(service.url, "full")
+            acknowledged = []
+            assert insert_one(service.url, "full", "before", 1).status_code == 200
+            acknowledged.append("before")
+            fill(disk)
+            refused = insert_one(service.url, "full", "while-full", 2)
+            assert refused.status_code == 507, refused.text
+            error = error_of(refused)
+            assert error["code"] == "insufficient_storage" and "no space left" in error["message"]
+            assert str(db) in error["message"] and "retry-after" not in refused.headers
+            search = httpx.post(
+                service.url + "/search",
+                headers=AUTH,
+                json={"collection_name": "full", "vector": [0.5] * DIM, "topk": 3},
+                timeout=60,
+            )
+            assert search.status_code == 200 and search.json()["results"][0]["id"] == "before"
+            os.unlink(disk / "filler")
+            assert insert_one(service.url, "full", "after", 3).status_code == 200
+            acknowledged.append("after")
+        finally:
+            service.stop()
+        assert lite_rows(db, "full") == sorted(acknowledged)
+
+
+def test_insert_command_into_a_lite_file_on_a_full_disk_is_one_line_exit_2(onnx_path, tmp_path):
+    with small_disk(tmp_path / "disk", 24 * 1024) as disk:
+        db = disk / "images.db"
+        config = config_file(tmp_path, onnx_path, {"uri": db})
+        picture = tmp_path / "one.png"
+        picture.write_bytes(tile(7))
+        command = [
+            sys.executable, "-m", "accelkit", "images", "insert", str(picture),
+            "--collection", "c", "--create-collection", "--config", str(config),
+        ]  # fmt: skip
+        fill(disk)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert lines[0].startswith("error: ") and "no space left on device" in lines[0]
+        assert str(db) in lines[0] and "unchanged" in lines[0], lines[0]
+        os.unlink(disk / "filler")
+        again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr
+        assert lite_rows(db, "c") == [hashlib.sha256(picture.read_bytes()).hexdigest()[:32]]
+
+
+def test_store_errors_map_to_statuses_with_retry_after_where_a_retry_can_help():
+    from accelkit.errors import NoSpaceError
+    from accelkit.images.service.errors import retry_headers, status_for
+    from accelkit.images.store import (
+        StoreError,
+        StoreFullError,
+        StoreTimeoutError,
+        StoreUnavailableError,
+    )
+
+    assert status_for(StoreError("down")) == (503, "store_unavailable")
+    assert status_for(StoreTimeoutError("slow")) == (504, "store_timeout")
+    # a timeout on a store that does not answer at all: still a timeout to the library's callers
+    # (a filter is not blamed for it), unavailable to HTTP clients
+    assert issubclass(StoreUnavailableError, StoreTimeoutError)
+    assert status_for(StoreUnavailableError("gone")) == (503, "store_unavailable")
+    full = StoreFullError("no space left on device")
+    assert isinstance(full, NoSpaceError) and isinstance(full, StoreError) and full.exit_code == 2
+    assert status_for(full) == (507, "insufficient_storage")
+    assert retry_headers(503, 3) == retry_headers(504, 3) == {"Retry-After": "3"}
+    assert retry_headers(507, 3) == {}
