@@ -31,8 +31,8 @@ from accelkit.images.store.lite import (
     _held_by,
     _quiet_pymilvus,
     check_lite_free,
-    close_engine,
     check_lite_space,
+    close_engine,
     lite_lock_holder,
     open_engine,
 )
