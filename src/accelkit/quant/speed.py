@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -30,16 +30,17 @@ class Phases:
 
     seconds: dict[str, float] = field(default_factory=dict)
     _open: list[str] = field(default_factory=list, repr=False)
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # tests: a fake
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self.clock()
         self._open.append(name)
         try:
             yield
         finally:
             self._open.pop()
-            took = time.perf_counter() - start
+            took = self.clock() - start
             self.seconds[name] = self.seconds.get(name, 0.0) + took
             if self._open:
                 outer = self._open[-1]
