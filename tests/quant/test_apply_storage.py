@@ -301,3 +301,11 @@ def test_load_reuses_the_saved_kernel_where_exact_else_says_which_runs(
     assert len(lines) == 1 and "onednn" in lines[0] and str(path) in lines[0], caplog.text
     with torch.no_grad():  # exact integer sums either way: the same outputs
         assert torch.equal(other(x), model(x))
+
+
+def test_activation_bits_per_layer_reach_the_layers():
+    cfg = QuantConfig(method="rtn", layer_abits={"down": 7}, exclude=["narrow"], **SMALL)
+    model = quantize(make_net(), cfg, batches())
+    assert model.down.spec.abits == 7 and model.encoder["up"].spec.abits == 8
+    with pytest.raises(InputError, match=r"per-layer bits name 'nowhere'"):
+        quantize(make_net(), QuantConfig(layer_abits={"nowhere": 7}, **SMALL), batches())

@@ -295,7 +295,8 @@ def apply_command(
         print_json(result.to_dict())
     elif result.dry_run:
         for name, bits in result.planned.items():
-            typer.echo(f"would quantize {name} (W{bits}A{result.abits})")
+            abits = result.layer_abits.get(name, result.abits)
+            typer.echo(f"would quantize {name} (W{bits}A{abits})")
         for name, why in result.skipped.items():
             typer.echo(f"would leave {name} in float ({why})")
         typer.echo(
