@@ -48,6 +48,8 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         """The document `--json` prints and `--output` writes."""
+        from accelkit.quant.speed import TIMING
+
         return {
             "model": self.model,
             "kind": self.kind,
@@ -58,6 +60,7 @@ class EvalResult:
             "rows": [asdict(r) for r in self.rows],
             "recommendation": self.recommendation,
             "timing_batch": self.timing_batch,
+            "timing": TIMING,
             "phases": self.phases,
             "kernels": self.kernels,
             "target": self.target,

@@ -197,8 +197,10 @@ def _print_eval_table(result) -> None:
         ("kernel", "kernels", "kernels"),
         ("eager ms", "eager_ms", ".2f"),
         ("compiled ms", "compiled_ms", ".2f"),
+        ("FP32 ms", "compiled_fp32_ms", ".2f"),  # in the same rounds: the ratio's denominator
         ("× FP32", "compiled_ratio", ".2f"),
         ("1 text ms", "compiled_one_ms", ".2f"),
+        ("FP32 ms (1 text)", "compiled_one_fp32_ms", ".2f"),
         ("× FP32 (1 text)", "compiled_one_ratio", ".2f"),
     ]
 
@@ -221,7 +223,11 @@ def _print_eval_table(result) -> None:
     )
     if result.timing_batch and any(r.eager_ms is not None for r in result.rows):
         shape = "×".join(map(str, result.timing_batch))
-        typer.echo(f"timed on a batch of {shape} tokens and on its first text alone")
+        typer.echo(
+            f"timed on a batch of {shape} tokens and on its first text alone; each row's"
+            " compiled ms, FP32 ms and × FP32 come from the same rounds, interleaved with FP32"
+            " (the fp32 row is timed alone)"
+        )
     if result.kernels and result.kernels.get("seconds"):
         key = result.kernels["machine"]
         typer.echo(
