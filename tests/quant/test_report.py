@@ -250,7 +250,12 @@ def test_eval_times_and_ratios_come_from_the_same_rounds(monkeypatch, capsys):
         assert timed[f"{kind}_ratio"] == pytest.approx(2.0)  # = the two medians shown
         assert base[f"{kind}_ratio"] == 1.0
 
-    sizes = {"quant_layers_mb": 1.0, "fp32_layers_mb": 8.0, "mean_cosine": 0.99, "top1_agreement": 1.0}
+    sizes = {
+        "quant_layers_mb": 1.0,
+        "fp32_layers_mb": 8.0,
+        "mean_cosine": 0.99,
+        "top1_agreement": 1.0,
+    }
     rows = [
         EvalRow("fp32", "w32a32", **sizes, label="fp32", **base),
         EvalRow("duquant", "w4a8", **sizes, label="duquant/w4a8", **timed),

@@ -176,9 +176,7 @@ def exact(kernel: str, qmax: int, wmax: int, k: int = 256) -> bool:
     abits = max(2, int(qmax).bit_length())
     b = w.to(torch.int8)
     try:
-        got = integer_sums(
-            kernel, q.float(), b, b.sum(1, dtype=torch.int32), zero.float(), abits
-        )
+        got = integer_sums(kernel, q.float(), b, b.sum(1, dtype=torch.int32), zero.float(), abits)
     except (RuntimeError, NotImplementedError, AttributeError):
         return False
     finally:
