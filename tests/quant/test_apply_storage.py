@@ -255,3 +255,57 @@ def test_loading_into_the_wrong_model_and_bad_numbers_are_our_errors(tmp_path):
     cfg = QuantConfig()
     with pytest.raises(ConfigError, match="block_size"):
         cfg.block_size = 0
+
+
+def test_load_reuses_the_saved_kernel_where_exact_else_says_which_runs(
+    tmp_path, monkeypatch, caplog
+):
+    """Each saved layer records the kernel it was validated with; load runs it again where it is
+    exact (not whatever the measurements there favour), else another exact one, in one warning."""
+    import json as _json
+
+    from safetensors import safe_open
+
+    from accelkit.quant import kernels
+
+    cfg = QuantConfig(method="rtn", wbits=4, weight_format="plain", exclude=["narrow"], **SMALL)
+    monkeypatch.setenv(kernels.ENV_KERNEL, "fbgemm")
+    model = quantize(make_net(), cfg, batches())
+    assert {m.kernel for m in model.modules() if isinstance(m, QuantLinear)} == {"fbgemm"}
+    path = save_quantized(model, tmp_path / "q.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        saved = _json.loads(f.metadata()["kernels"])
+    assert set(saved.values()) == {"fbgemm"} and "down" in saved
+
+    monkeypatch.delenv(kernels.ENV_KERNEL)
+    fast_onednn = {"onednn": [1e-6, 1e-6], "fbgemm": [1.0, 1.0], "float": [1.0, 1.0]}
+    table = kernels.KernelTable(tmp_path / "k.json", lambda n, m: fast_onednn)
+    monkeypatch.setattr(kernels, "_TABLE", [table])
+    x = batches(1)[0]
+    with caplog.at_level("WARNING"):
+        loaded = load_quantized(path, make_net)
+    assert {m.kernel for m in loaded.modules() if isinstance(m, QuantLinear)} == {"fbgemm"}
+    assert "kernel" not in caplog.text
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+
+    # where fbgemm is not exact, another exact kernel runs the layers, and one line says so
+    real_exact = kernels.exact
+    monkeypatch.setattr(
+        kernels, "exact", lambda kern, *a, **k: kern != "fbgemm" and real_exact(kern, *a, **k)
+    )
+    with caplog.at_level("WARNING"):
+        other = load_quantized(path, make_net)
+    assert {m.kernel for m in other.modules() if isinstance(m, QuantLinear)} == {"onednn"}
+    lines = [r.getMessage() for r in caplog.records if "fbgemm" in r.getMessage()]
+    assert len(lines) == 1 and "onednn" in lines[0] and str(path) in lines[0], caplog.text
+    with torch.no_grad():  # exact integer sums either way: the same outputs
+        assert torch.equal(other(x), model(x))
+
+
+def test_activation_bits_per_layer_reach_the_layers():
+    cfg = QuantConfig(method="rtn", layer_abits={"down": 7}, exclude=["narrow"], **SMALL)
+    model = quantize(make_net(), cfg, batches())
+    assert model.down.spec.abits == 7 and model.encoder["up"].spec.abits == 8
+    with pytest.raises(InputError, match=r"per-layer bits name 'nowhere'"):
+        quantize(make_net(), QuantConfig(layer_abits={"nowhere": 7}, **SMALL), batches())

@@ -356,19 +356,31 @@ def test_calibration_files_are_streamed_in_bounded_memory(tmp_path):
     assert peaks["big"] - peaks["small"] < 40, peaks
 
 
-def test_apply_defaults_to_7_bit_activations_where_8_bit_has_no_exact_kernel(
+def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it(
     encoder_dir, tmp_path, monkeypatch
 ):
-    """On a CPU without VNNI, W4A8 would run on the float path (slower than FP32): apply's
-    default is W4A7 there, W4A8 elsewhere; bits the user set are kept either way."""
+    """On a CPU without VNNI (u8·s8 pairs saturate above 32767; the probe forced so here), a
+    layer whose weights reach |b| = 127 (progressive) would run W4A8 on the float path: apply's
+    default gives it 7-bit activations. Plain 4-bit weights (|b| ≤ 15) sum exactly at 8 bits, so
+    they keep 8; with VNNI every layer keeps 8; bits the user set are kept either way."""
     from accelkit.quant import apply, kernels
 
+    def no_vnni(kernel, qmax, wmax, k=256):
+        return kernel == "float" or qmax * 2 * wmax <= 32767
+
     monkeypatch.setenv("OPENPI_DUQUANT_DRYRUN", "1")  # the plan only: the config is what counts
+    monkeypatch.delenv("OPENPI_DUQUANT_ABITS", raising=False)
     out = tmp_path / "o.safetensors"
-    for exact_here, expected in ((True, 8), (False, 7)):
-        monkeypatch.setattr(kernels, "full_range_exact", lambda exact_here=exact_here: exact_here)
-        assert apply(str(encoder_dir), out, method="rtn").abits == expected
-        assert apply(str(encoder_dir), out, method="rtn", abits=8).abits == 8
+    for vnni in (True, False):
+        monkeypatch.setattr(kernels, "exact", (lambda *a, **k: True) if vnni else no_vnni)
+        plain = apply(str(encoder_dir), out, method="rtn", weight_format="plain")
+        assert (plain.abits, plain.layer_abits) == (8, {})
+        progressive = apply(str(encoder_dir), out, method="rtn")
+        expected = {} if vnni else dict.fromkeys(progressive.planned, 7)
+        assert progressive.planned and progressive.abits == 8
+        assert progressive.layer_abits == expected
+        assert progressive.to_dict()["layer_abits"] == expected
+        assert apply(str(encoder_dir), out, method="rtn", abits=8).layer_abits == {}
         monkeypatch.setenv("OPENPI_DUQUANT_ABITS", "8")
-        assert apply(str(encoder_dir), out, method="rtn").abits == 8
+        assert apply(str(encoder_dir), out, method="rtn").layer_abits == {}
         monkeypatch.delenv("OPENPI_DUQUANT_ABITS")

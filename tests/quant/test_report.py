@@ -210,3 +210,66 @@ def test_a_causal_lm_report(tiny_llama, tmp_path, capsys):
         f"**{rtn['top1_agreement']:.3f}**",
         f"**{rtn['perplexity_ratio']:.4f}**",
     ]
+
+
+def test_eval_times_and_ratios_come_from_the_same_rounds(monkeypatch, capsys):
+    """Under load FP32's own window (175.6 ms) and a setting's rounds differ; a setting whose
+    median over its rounds is twice FP32's median in those same rounds is shown as 2.00× —
+    never as faster (the median of per-round ratios said 0.91×). Timings injected, no clock."""
+    from torch import nn
+
+    from accelkit.quant import speed
+    from accelkit.quant.api import EvalResult
+    from accelkit.quant.cli import _print_eval_table
+    from accelkit.quant.recommend import recommend
+    from accelkit.quant.sweep import EvalRow
+    from accelkit.runtime import timing
+
+    ours = [0.001, 0.001, 0.010, 0.010, 0.010]  # median 10 ms
+    fp32_paired = [0.002, 0.002, 0.011, 0.011, 0.005]  # median 5 ms; per-round ratios' median 0.91
+
+    def rounds(runs, n, **_kwargs):
+        if len(runs) == 1:  # FP32 against itself: its own window
+            wall = {"ours": [0.1756] * n}
+        else:
+            wall = {"fp32": fp32_paired[:n], "ours": ours[:n]}
+        return timing.Rounds(wall, {k: v for k, v in wall.items()}, {}, {})
+
+    class Tiny(nn.Module):
+        def forward(self, input_ids):
+            return input_ids
+
+    monkeypatch.setattr(timing, "interleaved", rounds)
+    monkeypatch.setattr(speed, "compile_model", lambda model: model)
+    fp32, quantized = Tiny(), Tiny()
+    bench = speed.SpeedBench(fp32, {"input_ids": torch.zeros(2, 3)}, speed.Phases(), rounds=5)
+    base, timed = vars(bench.measure(fp32, True)), vars(bench.measure(quantized, True))
+    assert timed["compiled_ms"] == pytest.approx(10.0) and base["compiled_ms"] == 175.6
+    for kind in ("eager", "compiled", "compiled_one"):
+        assert timed[f"{kind}_fp32_ms"] == pytest.approx(5.0)  # FP32 in the same rounds
+        assert timed[f"{kind}_ratio"] == pytest.approx(2.0)  # = the two medians shown
+        assert base[f"{kind}_ratio"] == 1.0
+
+    sizes = {
+        "quant_layers_mb": 1.0,
+        "fp32_layers_mb": 8.0,
+        "mean_cosine": 0.99,
+        "top1_agreement": 1.0,
+    }
+    rows = [
+        EvalRow("fp32", "w32a32", **sizes, label="fp32", **base),
+        EvalRow("duquant", "w4a8", **sizes, label="duquant/w4a8", **timed),
+    ]
+    result = EvalResult(
+        model="m", kind="encoder", dtype="float32", texts=4, max_length=8, pairs=2, rows=rows,
+        recommendation=recommend(rows), timing_batch=[2, 3],
+    )  # fmt: skip
+    assert "2.00× compiled FP32" in result.recommendation["text"]
+    assert "slower than the unquantized model" in result.recommendation["text"]
+    assert "same" in result.to_dict()["timing"]["ratio"]
+    monkeypatch.setenv("COLUMNS", "250")
+    _print_eval_table(result)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "duquant/w4a8" in x)
+    cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+    # eager ms; compiled ms, FP32 ms, × FP32; the same at one text
+    assert cells[-7:] == ["10.00", "10.00", "5.00", "2.00", "10.00", "5.00", "2.00"], line

@@ -48,6 +48,8 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         """The document `--json` prints and `--output` writes."""
+        from accelkit.quant.speed import TIMING
+
         return {
             "model": self.model,
             "kind": self.kind,
@@ -58,6 +60,7 @@ class EvalResult:
             "rows": [asdict(r) for r in self.rows],
             "recommendation": self.recommendation,
             "timing_batch": self.timing_batch,
+            "timing": TIMING,
             "phases": self.phases,
             "kernels": self.kernels,
             "target": self.target,
@@ -78,6 +81,7 @@ class ApplyResult:
     dry_run: bool = False
     planned: dict[str, int] = field(default_factory=dict)  # dry run: layer -> weight bits
     abits: int = 8
+    layer_abits: dict[str, int] = field(default_factory=dict)  # layers at other activation bits
     summary: str = ""
     kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
@@ -89,11 +93,15 @@ class ApplyResult:
                 "planned": self.planned,
                 "quantized": [],
                 "skipped": self.skipped,
+                "abits": self.abits,
+                "layer_abits": self.layer_abits,
             }
         return {
             "output": str(self.output),
             "quantized": self.quantized,
             "skipped": self.skipped,
+            "abits": self.abits,
+            "layer_abits": self.layer_abits,
             "calibration": self.calibration,
             "quantized_layers_bytes": self.quantized_layers_bytes,
             "fp32_layers_bytes": self.fp32_layers_bytes,
@@ -359,7 +367,6 @@ def apply(
     cfg = config_for_run(
         config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
     )
-    _default_abits(cfg)
     texts = (
         Texts("--calibration", calibration)
         if calibration
@@ -380,6 +387,7 @@ def apply(
             model_max=model_max_length(float_model, tok),
             batch_size=32,
         )
+    _default_abits(cfg, float_model)
     steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
     if progress:
         progress(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
@@ -400,6 +408,7 @@ def apply(
             dry_run=True,
             planned=report.planned,
             abits=cfg.abits,
+            layer_abits=dict(cfg.layer_abits),
             summary=report.summary(),
         )
     target = None
@@ -416,6 +425,7 @@ def apply(
         quantized_layers_bytes=q_bytes,
         fp32_layers_bytes=fp_bytes,
         abits=cfg.abits,
+        layer_abits=dict(cfg.layer_abits),
         summary=report.summary(),
         kernels=kernel_counts(qmodel),
         target=target,
@@ -441,20 +451,35 @@ def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
     return final, done
 
 
-def _default_abits(cfg) -> None:
-    """Activation bits by default where none were set (flag, file, environment): 8, or 7 on a
-    CPU whose int8 GEMMs cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs
-    saturate). There W4A8's layers run on the float path, slower than FP32 (held to AVX2:
-    1.22× compiled), and W4A7 runs them on fbgemm (0.86×; mean cos 0.9816 against 0.9820 on
-    MiniLM) — docs/quant.md, "Speed"."""
+def _default_abits(cfg, model) -> None:
+    """Activation bits by default where none were set (flag, file, environment), per layer: 8
+    where an integer kernel sums full-range 8-bit codes exactly for that layer's width and weight
+    bound (always with VNNI/AMX; without, e.g. plain 4-bit weights, |b| ≤ 15), else 7 where
+    7-bit codes run exactly (`layer_abits`). On a CPU without VNNI (u8·s8 pairs saturate) W4A8's
+    progressive layers (|b| up to 127) run on the float path, slower than FP32 (held to AVX2:
+    1.22× compiled), and at 7 bits on fbgemm (0.86×; mean cos 0.9816 against 0.9820 on MiniLM)
+    — docs/quant.md, "Speed"."""
     from accelkit.quant import kernels
+    from accelkit.quant.convert import layer_spec, select_layers
 
-    if "abits" not in cfg.model_fields_set and cfg.abits == 8 and not kernels.full_range_exact():
+    if "abits" in cfg.model_fields_set or cfg.abits != 8:
+        return
+    rotate = cfg.method == "duquant"
+    for name, lin in select_layers(model, cfg).items():
+        if name in cfg.layer_abits:
+            continue
+        spec = layer_spec(lin, cfg, rotate=rotate, name=name)
+        if spec.integer_matmul:
+            bits = kernels.default_abits(spec.in_features, spec.weight_bound)
+            if bits != cfg.abits:
+                cfg.layer_abits[name] = bits
+    if cfg.layer_abits:
         import logging
 
-        cfg.abits = 7
         logging.getLogger(__name__).info(
-            "quant: 7-bit activations by default on this CPU (no exact int8 kernel for 8-bit)"
+            "quant: %d layers at 7-bit activations by default on this CPU (no exact int8 kernel"
+            " for 8-bit codes times their weights)",
+            len(cfg.layer_abits),
         )
 
 
@@ -470,7 +495,7 @@ def _warn_float_fallback(model, cfg) -> None:
         for m in model.modules()
         if isinstance(m, QuantLinear) and m.integer_gemm and m.kernel == "float"
     ]
-    if slow and cfg.abits == 8:
+    if slow and any(m.spec.abits == 8 for m in slow):
         logging.getLogger(__name__).warning(
             "quant: %d layers run on the float path on this CPU: its int8 GEMMs cannot sum"
             " full-range 8-bit activations times these weights exactly (no VNNI: u8·s8 pairs"

@@ -197,8 +197,10 @@ def _print_eval_table(result) -> None:
         ("kernel", "kernels", "kernels"),
         ("eager ms", "eager_ms", ".2f"),
         ("compiled ms", "compiled_ms", ".2f"),
+        ("FP32 ms", "compiled_fp32_ms", ".2f"),  # in the same rounds: the ratio's denominator
         ("× FP32", "compiled_ratio", ".2f"),
         ("1 text ms", "compiled_one_ms", ".2f"),
+        ("FP32 ms (1 text)", "compiled_one_fp32_ms", ".2f"),
         ("× FP32 (1 text)", "compiled_one_ratio", ".2f"),
     ]
 
@@ -221,7 +223,11 @@ def _print_eval_table(result) -> None:
     )
     if result.timing_batch and any(r.eager_ms is not None for r in result.rows):
         shape = "×".join(map(str, result.timing_batch))
-        typer.echo(f"timed on a batch of {shape} tokens and on its first text alone")
+        typer.echo(
+            f"timed on a batch of {shape} tokens and on its first text alone; each row's"
+            " compiled ms, FP32 ms and × FP32 come from the same rounds, interleaved with FP32"
+            " (the fp32 row is timed alone)"
+        )
     if result.kernels and result.kernels.get("seconds"):
         key = result.kernels["machine"]
         typer.echo(
@@ -295,7 +301,8 @@ def apply_command(
         print_json(result.to_dict())
     elif result.dry_run:
         for name, bits in result.planned.items():
-            typer.echo(f"would quantize {name} (W{bits}A{result.abits})")
+            abits = result.layer_abits.get(name, result.abits)
+            typer.echo(f"would quantize {name} (W{bits}A{abits})")
         for name, why in result.skipped.items():
             typer.echo(f"would leave {name} in float ({why})")
         typer.echo(

@@ -100,6 +100,9 @@ class QuantConfig(Settings):
     include_regex: str | None = None
     exclude_regex: str | None = None
     layer_wbits: dict[str, int] = Field(default_factory=dict)
+    # activation bits per layer over `abits` (`quant apply`'s default fills it where a layer's
+    # weights need 7-bit codes to run exactly on this CPU's int8 GEMM)
+    layer_abits: dict[str, int] = Field(default_factory=dict)
     dry_run: bool = False
 
     @field_validator("include_regex", "exclude_regex")
@@ -115,7 +118,7 @@ class QuantConfig(Settings):
             raise ValueError(f"is not a valid regular expression ({exc})") from None
         return value
 
-    @field_validator("layer_wbits", mode="before")
+    @field_validator("layer_wbits", "layer_abits", mode="before")
     @classmethod
     def _layer_bits(cls, value):
         if isinstance(value, str):  # the fork's "name:bits,name:bits"
@@ -132,11 +135,11 @@ class QuantConfig(Settings):
             return pairs
         return value
 
-    @field_validator("layer_wbits")
+    @field_validator("layer_wbits", "layer_abits")
     @classmethod
-    def _layer_bits_valid(cls, value):
+    def _layer_bits_valid(cls, value, info):
         for name, bits in value.items():
-            check_bits(bits, f"wbits of {name}")
+            check_bits(bits, f"{info.field_name[6:]} of {name}")
         return value
 
     @field_validator("include", "exclude", mode="before")

@@ -75,7 +75,7 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
             f"no nn.Linear matches scope={config.scope!r} include={config.include} exclude={config.exclude}"
             f"{regexes}; candidates: {shown or 'none (the model has no nn.Linear)'}"
         )
-    unknown = sorted(set(config.layer_wbits) - set(chosen))
+    unknown = sorted((set(config.layer_wbits) | set(config.layer_abits)) - set(chosen))
     if unknown:
         raise InputError(
             f"per-layer bits name {', '.join(map(repr, unknown))}, which is not among the selected "
@@ -93,7 +93,7 @@ def layer_spec(
         out_features=linear.out_features,
         bias=linear.bias is not None,
         wbits=wbits,
-        abits=config.abits,
+        abits=config.layer_abits.get(name, config.abits) if name is not None else config.abits,
         group_size=group_size,
         weight_format=weight_format,
         act_granularity=config.act_granularity,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import statistics
 import time
@@ -130,46 +131,82 @@ def integer_sums(
 
 # ---- exactness ----
 
+FLOAT32_EXACT = 2**24  # every integer up to this magnitude is a float32
+INT32_MAX = 2**31 - 1
+
+
+def sum_bound(k: int, qmax: int, wmax: int) -> int:
+    """The largest |Σₖ (q − z)·b| a layer of input width `k` can produce with activation codes
+    and zero points in 0..qmax and weights in −wmax..wmax: k · qmax · wmax."""
+    return k * qmax * wmax
+
+
+def in_range(kernel: str, k: int, qmax: int, wmax: int) -> bool:
+    """Whether `kernel`'s number format holds every sum of such a layer exactly: fbgemm returns
+    float32 (integers exact only up to 2^24 — at K = 1024 and full-range 8-bit codes × |b| = 127
+    the sums reach 3.3·10^7 and come back rounded); oneDNN sums in int32."""
+    if kernel == "fbgemm":
+        return sum_bound(k, qmax, wmax) <= FLOAT32_EXACT
+    if kernel == "onednn":  # codes shifted to int8 (|a| ≤ 2^(bits−1)), the correction likewise
+        return k * (qmax + 1) * wmax <= INT32_MAX
+    return True
+
 
 @functools.cache
-def exact(kernel: str, qmax: int, wmax: int) -> bool:
-    """Whether `kernel` sums activation codes in 0..qmax times weights in −wmax..wmax exactly on
-    this CPU: adversarial blocks (runs of qmax against ±wmax, and random values) against an int64
-    product, checked once per process. A kernel that fails or is missing is not exact."""
+def exact(kernel: str, qmax: int, wmax: int, k: int = 256) -> bool:
+    """Whether `kernel` sums activation codes in 0..qmax (less per-token zero points in 0..qmax)
+    times weights in −wmax..wmax exactly on this CPU for a layer of input width `k`: the sums
+    must fit the kernel's number format (`in_range`), and adversarial blocks of width k (runs of
+    qmax against ±wmax, random values and zero points) must equal an int64 product, checked
+    once per process and width. A kernel that fails or is missing is not exact."""
     if kernel == "float":
         return True
+    if not in_range(kernel, k, qmax, wmax):
+        return False
     gen = torch.Generator().manual_seed(0)
-    n, m, t = 256, 40, 33
-    q = torch.full((t, n), qmax, dtype=torch.int64)
-    q[1::2] = torch.randint(0, qmax + 1, (t // 2, n), generator=gen)
+    m, t = 40, 33
+    q = torch.full((t, k), qmax, dtype=torch.int64)
+    q[1::2] = torch.randint(0, qmax + 1, (t // 2, k), generator=gen)
     q[2::5, ::3] = 0
-    w = torch.full((m, n), wmax, dtype=torch.int64)
+    w = torch.full((m, k), wmax, dtype=torch.int64)
     w[::3] = -wmax
-    w[1::2] = torch.randint(-wmax, wmax + 1, (m // 2, n), generator=gen)
-    zero = torch.zeros(t, 1)
+    w[1::2] = torch.randint(-wmax, wmax + 1, (m // 2, k), generator=gen)
+    zero = torch.randint(0, qmax + 1, (t, 1), generator=gen)
+    zero[:3] = 0
     abits = max(2, int(qmax).bit_length())
     b = w.to(torch.int8)
     try:
-        got = integer_sums(kernel, q.float(), b, b.sum(1, dtype=torch.int32), zero, abits)
+        got = integer_sums(kernel, q.float(), b, b.sum(1, dtype=torch.int32), zero.float(), abits)
     except (RuntimeError, NotImplementedError, AttributeError):
         return False
     finally:
         forget(b)
-    return bool(torch.equal(got.to(torch.int64), q @ w.T))
+    return bool(torch.equal(got.to(torch.int64), (q - zero) @ w.T))
 
 
 def full_range_exact() -> bool:
     """Whether some integer kernel sums full-range 8-bit codes times any int8 weight exactly here
-    (VNNI/AMX): then W4A8 runs on the int8 GEMM whatever its weights."""
+    (VNNI/AMX; at the probe's width, 256): then W4A8 runs on the int8 GEMM whatever its weights."""
     return any(exact(k, 255, 127) for k in INTEGER_KERNELS)
 
 
-def eligible(abits: int, wmax: int, only: str | None = None) -> list[str]:
-    """The kernels exact for a layer with `abits`-bit activation codes and largest |weight| `wmax`
-    (`float` always is), in `KERNELS` order; `only` keeps just that one (and float)."""
+def eligible(abits: int, wmax: int, only: str | None = None, k: int = 256) -> list[str]:
+    """The kernels exact for a layer of input width `k` with `abits`-bit activation codes and
+    largest |weight| `wmax` (`float` always is), in `KERNELS` order; `only` keeps just that one
+    (and float)."""
     qmax = 2**abits - 1
-    out = [k for k in INTEGER_KERNELS if exact(k, qmax, wmax) and only in (None, k)]
+    out = [n for n in INTEGER_KERNELS if only in (None, n) and exact(n, qmax, wmax, k)]
     return [*out, "float"]
+
+
+def default_abits(k: int, wbound: int) -> int:
+    """Activation bits by default for a layer of input width `k` whose integer weights are
+    bounded by `wbound`: 8 where an integer kernel sums full-range 8-bit codes exactly for it
+    (always with VNNI/AMX; without, where |b| ≤ 64 — plain 4-bit weights, |b| ≤ 15), else 7
+    where 7-bit codes run exactly (fbgemm on AVX2), else 8 (the float path either way)."""
+    if eligible(8, wbound, k=k) != ["float"] or eligible(7, wbound, k=k) == ["float"]:
+        return 8
+    return 7
 
 
 # ---- choosing by measurement ----
@@ -267,16 +304,37 @@ class KernelTable:
         self.shapes: dict[str, dict[str, list[float]]] = {}
         self.loaded = False
         self.phases: Callable | None = None  # a run's `speed.Phases`: measuring is its own phase
+        self._warned = False  # a malformed cache file is named once
 
     def _file(self) -> Path:
         return self.path or cache_path()
 
     def _read(self) -> dict:
+        """The cache document, or {} when there is none; a file of any wrong shape (not JSON,
+        not ours, lists of uneven length…) counts as empty: named in one warning per table and
+        rewritten empty at once."""
+        file = self._file()
         try:
-            data = json.loads(self._file().read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = file.read_text(encoding="utf-8")
+        except OSError:  # none yet, or unreadable: measured anew
             return {}
-        return data if data.get("version") == CACHE_VERSION else {}
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if _well_formed(data):
+            return data
+        if not self._warned:
+            self._warned = True
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "quant: the kernel cache %s is malformed; read as empty and rewritten (its"
+                " kernel speeds are measured again)",
+                file,
+            )
+        self._store({"version": CACHE_VERSION, "machines": {}})
+        return {}
 
     def seconds(self, n: int, m: int) -> dict[str, list[float]]:
         shape = f"{n}x{m}"
@@ -294,22 +352,26 @@ class KernelTable:
     def _write(self, shape: str) -> None:
         """Merge this shape into the file (atomically; an unwritable cache only costs a new
         measurement in the next process)."""
-        from accelkit.runtime.files import write_json_atomic
-
         data = self._read() or {"version": CACHE_VERSION, "machines": {}}
         machine = data["machines"].setdefault(
             _key_text(self.key), {"key": self.key, "rows": list(ROWS), "shapes": {}}
         )
         machine["shapes"][shape] = self.shapes[shape]
+        self._store(data)
+
+    def _store(self, data: dict) -> None:
+        from accelkit.runtime.files import write_json_atomic
+
         try:
             self._file().parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self._file(), data)
         except OSError:
             pass
 
-    def pick(self, n: int, m: int, abits: int, wmax: int) -> str:
-        """The kernel for a layer: forced by `ACCELKIT_QUANT_KERNEL` where exact, else the
-        fastest exact one measured for its shape."""
+    def pick(self, n: int, m: int, abits: int, wmax: int, prefer: str | None = None) -> str:
+        """The kernel for a layer (n inputs, m outputs): forced by `ACCELKIT_QUANT_KERNEL` where
+        exact; else `prefer` (the kernel a saved layer was validated with) where exact here;
+        else the fastest exact one measured for its shape."""
         forced = (os.environ.get(ENV_KERNEL) or "auto").strip().lower()
         if forced not in (*KERNELS, "auto"):
             from accelkit.errors import ConfigError
@@ -317,9 +379,11 @@ class KernelTable:
             raise ConfigError(
                 f"{ENV_KERNEL}={forced!r} is not a kernel; use auto, {', '.join(KERNELS)}"
             )
-        allowed = eligible(abits, wmax, None if forced == "auto" else forced)
+        allowed = eligible(abits, wmax, None if forced == "auto" else forced, k=n)
         if forced != "auto":
             return allowed[0]
+        if prefer in allowed:
+            return prefer
         if allowed == ["float"]:
             return "float"
         return choose(self.seconds(n, m), allowed)
@@ -328,6 +392,39 @@ class KernelTable:
         """The measured seconds per shape and the machine they belong to (for --json)."""
         return {"machine": self.key, "rows": list(ROWS), "cache": str(self._file()),
                 "seconds": dict(self.shapes)}  # fmt: skip
+
+
+def _seconds(value) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _well_formed(data) -> bool:
+    """A cache document this version reads: machines of shapes of kernel -> equally long lists
+    of seconds."""
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return False
+    machines = data.get("machines")
+    if not isinstance(machines, dict):
+        return False
+    for machine in machines.values():
+        if not isinstance(machine, dict) or not isinstance(machine.get("shapes"), dict):
+            return False
+        for times in machine["shapes"].values():
+            if not isinstance(times, dict):
+                return False
+            lengths = set()
+            for values in times.values():
+                if not isinstance(values, list) or not all(_seconds(v) for v in values):
+                    return False
+                lengths.add(len(values))
+            if len(lengths) > 1:
+                return False
+    return True
 
 
 _TABLE: list[KernelTable] = []

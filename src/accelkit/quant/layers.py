@@ -87,6 +87,13 @@ class LayerSpec:
         )
 
     @property
+    def weight_bound(self) -> int:
+        """The largest |b| the integer path's int8 weights can hold for this format: 127 for
+        int8 and progressive weights (rebuilt ≤ 119 + 8), 2^wbits − 1 for plain codes minus
+        their zero point."""
+        return 127 if self.progressive or self.int8 else 2**self.wbits - 1
+
+    @property
     def packed(self) -> bool:
         return self.wbits <= 4 and self.in_features % 2 == 0
 
@@ -212,10 +219,11 @@ class QuantLinear(nn.Module):
         return x
 
     @torch.no_grad()
-    def refresh_derived(self) -> None:
+    def refresh_derived(self, prefer: str | None = None) -> None:
         """Recompute the buffers derived from the stored ones (an eager step after filling them by
         calibration, loading or by hand): `transform` = the block path applied to the identity (in
-        float64), and the int8 weights and their row sums of the integer path."""
+        float64), and the int8 weights and their row sums of the integer path; then the kernel
+        (`prefer`: the one a saved layer was validated with, where exact here)."""
         if self.spec.dense_transform:
             eye = torch.eye(self.in_features, dtype=torch.float64, device=self.transform.device)
             self.transform.copy_(self._transform_blockwise(eye).to(torch.float32))
@@ -238,18 +246,19 @@ class QuantLinear(nn.Module):
             kernels.forget(self.weight_int8)
             self.weight_int8.copy_(b)
             self.weight_rowsum.copy_(rowsum)
-        self.choose_kernel()
+        self.choose_kernel(prefer)
 
-    def choose_kernel(self) -> None:
-        """The CPU kernel for this layer's weights and activation bits (`kernels.py`): the fastest
-        exact integer GEMM measured on this machine, else the float path; the fbgemm packing is
-        made now, in this eager step, not on the first call."""
+    def choose_kernel(self, prefer: str | None = None) -> None:
+        """The CPU kernel for this layer's input width, weights and activation bits
+        (`kernels.py`): `prefer` where it is exact here, else the fastest exact integer GEMM
+        measured on this machine, else the float path; the fbgemm packing is made now, in this
+        eager step, not on the first call."""
         spec = self.spec
         self.kernel = "float"
         if self.integer_gemm and spec.abits <= 8:
             wmax = int(self.weight_int8.abs().max()) if self.weight_int8.numel() else 0
             self.kernel = kernels.table().pick(
-                self.in_features, self.out_features, spec.abits, wmax
+                self.in_features, self.out_features, spec.abits, wmax, prefer
             )
         if self.kernel == "fbgemm":
             kernels.prepack(self.weight_int8)

@@ -258,7 +258,13 @@ def markdown(report: dict) -> str:
     columns = [("method", "method", None), ("bits", "bits", None)]
     columns += fidelity_columns(report["kind"])
     columns.append(("layers MB", "quant_layers_mb", ".2f"))
-    for title, key in (("eager ms", "eager_ms"), ("compiled ms", "compiled_ms")):
+    # a setting's ms, FP32's ms in the same rounds and their quotient (`speed.TIMING`)
+    for title, key in (
+        ("eager ms", "eager_ms"),
+        ("compiled ms", "compiled_ms"),
+        ("FP32 ms (same rounds)", "compiled_fp32_ms"),
+        ("× FP32", "compiled_ratio"),
+    ):
         if any(r.get(key) is not None for r in rows):
             columns.append((title, key, ".2f"))
     pad = f" of ≤ {report['max_length']} tokens" if report.get("max_length") else ""

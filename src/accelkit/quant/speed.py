@@ -2,8 +2,11 @@
 timing batch and at one text (the latency case).
 
 Each setting is timed in rounds interleaved with the FP32 model (A, B, A, B…: `runtime.timing`),
-so load from other processes hits both alike; the ratio is taken within each round and its median
-reported beside each model's median time. Compiled means `torch.compile(fullgraph=True,
+so load from other processes hits both alike. Reported per setting, all from those same rounds:
+its median time, FP32's median time (`*_fp32_ms`) and their quotient (`*_ratio`), so the ratio
+always agrees with the two times shown beside it (a median of per-round ratios could call a
+setting faster while its median time was the larger). FP32's own row is timed alone, in a window
+of its own: compare a setting with the FP32 time of its own rounds. Compiled means `torch.compile(fullgraph=True,
 dynamic=False)` (inductor): one compile per shape, the FP32 model compiled once per run.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -30,16 +33,17 @@ class Phases:
 
     seconds: dict[str, float] = field(default_factory=dict)
     _open: list[str] = field(default_factory=list, repr=False)
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False)  # tests: a fake
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self.clock()
         self._open.append(name)
         try:
             yield
         finally:
             self._open.pop()
-            took = time.perf_counter() - start
+            took = self.clock() - start
             self.seconds[name] = self.seconds.get(name, 0.0) + took
             if self._open:
                 outer = self._open[-1]
@@ -58,16 +62,28 @@ def one_text(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {key: value[:1] for key, value in batch.items()}
 
 
+# what --json's `timing` says of the times and ratios (`api.EvalResult.to_dict`)
+TIMING = {
+    "ms": "the setting's median time over its rounds interleaved with the FP32 model",
+    "fp32_ms": "the FP32 model's median time in those same rounds (*_fp32_ms)",
+    "ratio": "ms / fp32_ms: the quotient of the two medians shown, from the same rounds"
+    " (below 1 is faster); the FP32 row is timed alone, in a window of its own",
+}
+
+
 @dataclass
 class Speed:
-    """One model's times (ms, medians) and its time over FP32's in the same rounds (medians of the
-    per-round ratios: below 1 is faster)."""
+    """One model's times (ms, medians), FP32's in the same rounds and the quotient of the two
+    (below 1 is faster): eager and compiled at the timing batch, compiled at one text."""
 
     eager_ms: float | None = None
+    eager_fp32_ms: float | None = None
     eager_ratio: float | None = None
     compiled_ms: float | None = None
+    compiled_fp32_ms: float | None = None
     compiled_ratio: float | None = None
     compiled_one_ms: float | None = None
+    compiled_one_fp32_ms: float | None = None
     compiled_one_ratio: float | None = None
     compile_s: float | None = None
 
@@ -81,17 +97,19 @@ class SpeedBench:
         self._fp32_compiled: nn.Module | None = None
         self._fp32_compile_s: float | None = None
 
-    def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float]:
-        from accelkit.runtime.timing import interleaved
+    def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
+        """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
+        from accelkit.runtime import timing
 
         if ours is theirs:  # FP32 against itself: timed once, the ratio is 1 by definition
-            timed = interleaved({"ours": lambda: ours(**batch)}, rounds)
-            return 1e3 * statistics.median(timed.wall["ours"]), 1.0
-        timed = interleaved(
+            timed = timing.interleaved({"ours": lambda: ours(**batch)}, rounds)
+            ms = 1e3 * statistics.median(timed.wall["ours"])
+            return ms, ms, 1.0
+        timed = timing.interleaved(
             {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}, rounds
         )
-        ratios = [a / b for a, b in zip(timed.wall["ours"], timed.wall["fp32"], strict=True)]
-        return 1e3 * statistics.median(timed.wall["ours"]), statistics.median(ratios)
+        ms, base = (1e3 * statistics.median(timed.wall[k]) for k in ("ours", "fp32"))
+        return ms, base, ms / base
 
     def _compile(self, model: nn.Module) -> tuple[nn.Module, float]:
         start = time.perf_counter()
@@ -104,7 +122,7 @@ class SpeedBench:
     def measure(self, model: nn.Module, compiled: bool) -> Speed:
         speed = Speed()
         with self.phases("eager timing"):
-            speed.eager_ms, speed.eager_ratio = self._pair(
+            speed.eager_ms, speed.eager_fp32_ms, speed.eager_ratio = self._pair(
                 model, self.fp32, self.batch, min(EAGER_ROUNDS, self.rounds)
             )
         if not compiled:
@@ -120,10 +138,9 @@ class SpeedBench:
                     ours, speed.compile_s = self._compile(model)
             with self.phases("compiled timing"):
                 base = self._fp32_compiled
-                speed.compiled_ms, speed.compiled_ratio = self._pair(
+                speed.compiled_ms, speed.compiled_fp32_ms, speed.compiled_ratio = self._pair(
                     ours, base, self.batch, self.rounds
                 )
-                speed.compiled_one_ms, speed.compiled_one_ratio = self._pair(
-                    ours, base, self.one, self.rounds
-                )
+                one = self._pair(ours, base, self.one, self.rounds)
+                speed.compiled_one_ms, speed.compiled_one_fp32_ms, speed.compiled_one_ratio = one
         return speed

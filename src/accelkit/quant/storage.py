@@ -46,15 +46,16 @@ def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
     return out
 
 
-def rebuild_derived(layer: QuantLinear) -> None:
-    """Rotations from their greedy steps, then every other derived buffer."""
+def rebuild_derived(layer: QuantLinear, prefer: str | None = None) -> None:
+    """Rotations from their greedy steps, then every other derived buffer and the kernel
+    (`prefer`: the one the layer was saved with, where exact here)."""
     spec = layer.spec
     if spec.block is not None:
         base = block_base(spec.block, spec.seed)
         with torch.no_grad():
             layer.rot1.copy_(rotation_from_steps(base, layer.steps1.long()).to(torch.float32))
             layer.rot2.copy_(rotation_from_steps(base, layer.steps2.long()).to(torch.float32))
-    layer.refresh_derived()
+    layer.refresh_derived(prefer)
 
 
 def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
@@ -75,6 +76,9 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
     meta = {
         "format": FORMAT,
         "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()}),
+        # the CPU kernel each layer ran on here, exact for its width, weights and bits (load
+        # runs it again where it is exact there)
+        "kernels": json.dumps({name: mod.kernel for name, mod in quant.items()}),
     }
     data = st.save(tensors, metadata=meta)
     with atomic_open(path, "wb") as handle:
@@ -102,6 +106,8 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
             f"{file} is not an accelkit quantized model (format {meta.get('format')!r}, expected {FORMAT!r})"
         )
     specs = json.loads(meta["layers"])
+    saved_kernels = json.loads(meta.get("kernels") or "{}")  # absent in files of before
+    switched: dict[tuple[str, str], int] = {}
     model = model_factory()
     for name, spec_dict in specs.items():
         try:
@@ -130,7 +136,10 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
                         "the file is damaged, re-create it with `accelkit quant apply`"
                     )
                 buf.copy_(saved.to(buf.dtype))
-        rebuild_derived(layer)
+        saved = saved_kernels.get(name)
+        rebuild_derived(layer, saved)
+        if saved is not None and saved != layer.kernel:
+            switched[(saved, layer.kernel)] = switched.get((saved, layer.kernel), 0) + 1
         parent, _, child = name.rpartition(".")
         setattr(
             model.get_submodule(parent) if parent else model,
@@ -151,4 +160,25 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
         raise InputError(
             f"{file} does not fit the model from model_factory (missing {bad_missing[:3]}, unexpected {unexpected[:3]})"
         )
+    if switched:
+        _say_switched(file, switched)
     return model.eval()
+
+
+def _say_switched(file: Path, switched: dict[tuple[str, str], int]) -> None:
+    """One line: layers whose saved kernel is not exact (or is overridden) here, and what runs
+    them; outputs stay bit-identical only between exact integer kernels."""
+    import logging
+
+    parts = ", ".join(f"{n} from {old} to {new}" for (old, new), n in switched.items())
+    floats = any("float" in pair for pair in switched)
+    logging.getLogger(__name__).warning(
+        "quant: %s: layers saved on a CPU kernel that is not exact here for them (or another is"
+        " forced) run on another: %s; %s",
+        file,
+        parts,
+        "the float path rounds differently, so outputs differ from the saved model's in the"
+        " last bits"
+        if floats
+        else "both sum exactly, so the outputs are the same",
+    )

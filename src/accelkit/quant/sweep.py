@@ -43,7 +43,11 @@ class EvalRow:
     compiled_ms: float | None = None
     quantize_s: float | None = None
     compiled_one_ms: float | None = None  # one text
-    eager_ratio: float | None = None  # time over FP32's, in the same interleaved rounds
+    # FP32's median time in the same interleaved rounds, and ms over it (`speed.TIMING`)
+    eager_fp32_ms: float | None = None
+    compiled_fp32_ms: float | None = None
+    compiled_one_fp32_ms: float | None = None
+    eager_ratio: float | None = None
     compiled_ratio: float | None = None
     compiled_one_ratio: float | None = None
     compile_s: float | None = None
