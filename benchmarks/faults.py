@@ -339,7 +339,7 @@ def measure(case: Case, kills: int, work: Path, seed: int = SEED, log=print) -> 
     events_log = work / "events.txt"
     for i in range(2):
         folder = trial_folder(case, base, work, f"clean{i}")
-        counting = {"ACCELKIT_FAULTS_EVENTS": str(events_log)} if i == 0 else {}
+        counting = {"ACCELKIT_FAULTS_EVENTS": str(events_log)} if i == 1 else {}  # caches warm
         result = run(injected(case.argv(folder)), folder, env=counting)
         if result.code != 0:
             raise RuntimeError(f"{case.name}: the clean run exited {result.code}:\n{result.output[-3000:]}")
@@ -412,7 +412,7 @@ def measure(case: Case, kills: int, work: Path, seed: int = SEED, log=print) -> 
 def short(event: str, folder: Path) -> str:
     """An event line with the trial's folder left out of its path."""
     kind, _, path = event.partition(" ")
-    for prefix in (str(folder.parent / "clean0") + "/", str(folder.parent / "clean0")):
+    for prefix in (str(folder.parent / "clean1") + "/", str(folder.parent / "clean1")):
         path = path.replace(prefix, "")
     return f"{kind} {path}"
 
