@@ -264,15 +264,18 @@ def equal_files(clean, rerun, masks) -> list[str]:
 # -- kills --------------------------------------------------------------------------------------
 
 
-def kill_points(seconds: float, events: int, kills: int, seed: int) -> list[tuple[str, float]]:
-    """`kills` kill points, seeded: half at moments in (0, `seconds`), stratified over the run;
-    half at write events (faults_inject.py) in 1..`events`, stratified over them (every event
+def kill_points(
+    seconds: float, events: int, kills: int, seed: int, time_share: float = 0.5
+) -> list[tuple[str, float]]:
+    """`kills` kill points, seeded: `time_share` of them at moments in (0, `seconds`),
+    stratified over the run; the rest at write events (faults_inject.py) in 1..`events`,
+    stratified over them (every event
     once when there are fewer than that), alternately just before and just after the event.
     ("time", seconds), ("before", event number) or ("after", event number)."""
     rng = random.Random(seed)
-    by_write = min(kills // 2, events)
+    by_write = min(kills - round(kills * time_share), events)
     by_time = kills - by_write
-    points = [("time", seconds * (i + rng.random()) / by_time) for i in range(by_time)]
+    points = [("time", seconds * (i + rng.random()) / by_time) for i in range(by_time)] if by_time else []
     if by_write:
         step = events / by_write
         points += [
@@ -326,8 +329,18 @@ def trial_folder(case: Case, base: Path, work: Path, name: str) -> Path:
     return folder
 
 
-def measure(case: Case, kills: int, work: Path, seed: int = SEED, log=print) -> dict:
-    """Run `case`: two clean runs, then `kills` kills, each checked and rerun (see the module)."""
+def measure(
+    case: Case,
+    kills: int,
+    work: Path,
+    seed: int = SEED,
+    log=print,
+    clean: int = 2,
+    time_share: float = 0.5,
+) -> dict:
+    """Run `case`: `clean` clean runs (one: timings masked by key name only), then `kills` kills
+    (`time_share` of them at moments, the rest at write events), each checked and rerun (see
+    the module)."""
     from faults_store import compare_stores
 
     base = work / "base"
@@ -337,21 +350,21 @@ def measure(case: Case, kills: int, work: Path, seed: int = SEED, log=print) -> 
     old_store = case.store(base) if case.store else None
     clean_runs = []
     events_log = work / "events.txt"
-    for i in range(2):
+    for i in range(clean):
         folder = trial_folder(case, base, work, f"clean{i}")
-        counting = {"ACCELKIT_FAULTS_EVENTS": str(events_log)} if i == 1 else {}  # caches warm
+        counting = {"ACCELKIT_FAULTS_EVENTS": str(events_log)} if i == clean - 1 else {}
         result = run(injected(case.argv(folder)), folder, env=counting)
         if result.code != 0:
             raise RuntimeError(f"{case.name}: the clean run exited {result.code}:\n{result.output[-3000:]}")
         clean_runs.append((result, files(folder, case.ignore), case.store(folder) if case.store else None))
-    (first, new, new_store), (second, again, _) = clean_runs
-    masks = timing_paths(new, again)
+    (first, new, new_store), (second, again, _) = clean_runs[0], clean_runs[-1]
+    masks = timing_paths(new, again)  # counted in the last run: caches are warm by then
     seconds = min(first.seconds, second.seconds)
     events = events_log.read_text().splitlines() if events_log.exists() else []
     log(f"{case.name}: clean run {seconds:.1f} s, {len(events)} write events; {kills} kills")
     known = {state_key(old, old_store, masks): "the starting state"}
     trials = []
-    for k, (kind, at) in enumerate(kill_points(seconds, len(events), kills, seed)):
+    for k, (kind, at) in enumerate(kill_points(seconds, len(events), kills, seed, time_share)):
         folder = trial_folder(case, base, work, f"kill{k}")
         if kind == "time":
             killed = run(case.argv(folder), folder, kill_at=at)

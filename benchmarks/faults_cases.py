@@ -58,7 +58,7 @@ def photos(folder: Path, server: str | None = None) -> Path:
     arrays = shipped()
     for i, name in enumerate(sorted(arrays)[:PHOTOS]):
         Image.fromarray(arrays[name]).save(images / f"p{i:02d}.jpg")
-    store = f"uri: {server}\n  timeout: 120" if server else f"uri: {folder / 'store' / 'images.db'}"
+    store = f"uri: {server}\n  timeout: 120" if server else "uri: store/images.db"  # relative: each trial's copy has its own
     (folder / "images.yaml").write_text(
         "preprocess:\n  cache_compiled: false\n  batch_size: 4\n"
         f"model:\n  onnx_path: {cached_onnx_path()}\nstore:\n  {store}\n"

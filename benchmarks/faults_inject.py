@@ -84,10 +84,44 @@ def arm() -> None:
         _wrap(shutil, name, name)
 
 
+STORE_WRITES = (
+    "create_collection", "create_index", "load_collection", "release_collection", "upsert",
+    "insert", "delete", "drop_collection", "alter_collection_properties", "flush",
+)  # fmt: skip
+THUMBNAIL_WRITES = ("put", "delete", "drop")
+
+
+def arm_store() -> None:
+    """The writes of `accelkit images`' stores as events too: each pymilvus MilvusClient call that
+    changes the store (`milvus.upsert COLLECTION`), each thumbnail write (`thumbnails.put`)."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.thumbnails import ThumbnailStore
+
+    for name in STORE_WRITES:
+        setattr(MilvusClient, name, _method(getattr(MilvusClient, name), f"milvus.{name}"))
+    for name in THUMBNAIL_WRITES:
+        setattr(ThumbnailStore, name, _method(getattr(ThumbnailStore, name), f"thumbnails.{name}"))
+
+
+def _method(real, kind: str):
+    """A method whose call is an event named `kind`, with its first argument (a collection)."""
+
+    def wrapped(self, *args, **kwargs):
+        number = event(kind, args[0] if args else None)
+        result = real(self, *args, **kwargs)
+        done(number)
+        return result
+
+    return wrapped
+
+
 def main() -> None:
     import runpy
 
     arm()
+    if sys.argv[1:2] == ["images"]:
+        arm_store()
     sys.argv = ["accelkit", *sys.argv[1:]]
     runpy.run_module("accelkit", run_name="__main__", alter_sys=True)
 
