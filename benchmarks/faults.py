@@ -7,8 +7,9 @@ outright (SIGKILL, as the OOM killer does) at points spread over its run (issue 
 
 For each command: a clean run from the starting state (twice: what differs between the two is a
 timing, masked in every later comparison), then for each kill point (seeded, stratified over the
-clean run's duration, a third of them in its last 30 %, where the writes are) a fresh copy of the
-starting state, the command killed at that moment, and then:
+clean run's duration; the other half at its file-system and store writes, just before or just
+after one, benchmarks/faults_inject.py) a fresh copy of the starting state, the command killed
+there, and then:
 
 * every file under the case's folder is byte-for-byte the old one or the new one (the clean
   run's, timings masked); a backup file (meta/.accelkit-backup/) is whole: the bytes some version
@@ -177,7 +178,7 @@ def masked(data: bytes | None, paths: set[tuple]) -> Any:
             return "<masked>"
         if isinstance(node, dict):
             return {
-                k: "<masked>" if TIMING_KEYS.search(str(k)) and not isinstance(v, dict | list)
+                k: "<masked>" if TIMING_KEYS.search(str(k)) and not isinstance(v, dict)
                 else walk(v, (*path, k))
                 for k, v in node.items()
             }  # fmt: skip
@@ -193,7 +194,9 @@ def differing(a: Any, b: Any, path: tuple = ()) -> set[tuple]:
     if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
         return set().union(*(differing(a[k], b[k], (*path, k)) for k in a)) if a else set()
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return set().union(*(differing(x, y, (*path, i)) for i, (x, y) in enumerate(zip(a, b))))
+        return set().union(
+            *(differing(x, y, (*path, i)) for i, (x, y) in enumerate(zip(a, b, strict=True)))
+        )
     return set() if a == b else {path}
 
 
@@ -275,7 +278,11 @@ def kill_points(
     rng = random.Random(seed)
     by_write = min(kills - round(kills * time_share), events)
     by_time = kills - by_write
-    points = [("time", seconds * (i + rng.random()) / by_time) for i in range(by_time)] if by_time else []
+    points = (
+        [("time", seconds * (i + rng.random()) / by_time) for i in range(by_time)]
+        if by_time
+        else []
+    )
     if by_write:
         step = events / by_write
         points += [
@@ -355,8 +362,12 @@ def measure(
         counting = {"ACCELKIT_FAULTS_EVENTS": str(events_log)} if i == clean - 1 else {}
         result = run(injected(case.argv(folder)), folder, env=counting)
         if result.code != 0:
-            raise RuntimeError(f"{case.name}: the clean run exited {result.code}:\n{result.output[-3000:]}")
-        clean_runs.append((result, files(folder, case.ignore), case.store(folder) if case.store else None))
+            raise RuntimeError(
+                f"{case.name}: the clean run exited {result.code}:\n{result.output[-3000:]}"
+            )
+        clean_runs.append(
+            (result, files(folder, case.ignore), case.store(folder) if case.store else None)
+        )
     (first, new, new_store), (second, again, _) = clean_runs[0], clean_runs[-1]
     masks = timing_paths(new, again)  # counted in the last run: caches are warm by then
     seconds = min(first.seconds, second.seconds)
@@ -369,7 +380,9 @@ def measure(
         if kind == "time":
             killed = run(case.argv(folder), folder, kill_at=at)
         else:
-            variable = "ACCELKIT_FAULTS_KILL_AT" if kind == "before" else "ACCELKIT_FAULTS_KILL_AFTER"
+            variable = (
+                "ACCELKIT_FAULTS_KILL_AT" if kind == "before" else "ACCELKIT_FAULTS_KILL_AFTER"
+            )
             at_event = {variable: str(int(at))}
             killed = run(injected(case.argv(folder)), folder, env=at_event)
         after = files(folder, case.ignore)
@@ -398,18 +411,23 @@ def measure(
             again_run = run(case.argv(folder), folder)
             trial["rerun"] = "ran"
             if again_run.code != first.code:
-                problems.append(
-                    f"rerun failed: exit {again_run.code}: {again_run.output[-600:]}"
-                )
+                problems.append(f"rerun failed: exit {again_run.code}: {again_run.output[-600:]}")
             else:
-                problems += [f"rerun differs: {p}" for p in equal_files(new, files(folder, case.ignore), masks)]
+                problems += [
+                    f"rerun differs: {p}"
+                    for p in equal_files(new, files(folder, case.ignore), masks)
+                ]
                 if case.store:
-                    _, differ = compare_stores(new_store, new_store, case.store(folder), 0, exact=True)
+                    _, differ = compare_stores(
+                        new_store, new_store, case.store(folder), 0, exact=True
+                    )
                     problems += [f"rerun differs: {p}" for p in differ]
         trial["outcome"] = outcome_of(trial, problems)
         trial["problems"] = problems
         trials.append(trial)
-        log(f"  kill {k} {trial['kill']}: {trial['outcome']}" + (f" {problems}" if problems else ""))
+        log(
+            f"  kill {k} {trial['kill']}: {trial['outcome']}" + (f" {problems}" if problems else "")
+        )
         shutil.rmtree(folder, ignore_errors=True)
     return {
         "command": case.command,
@@ -419,6 +437,7 @@ def measure(
         "trials": trials,
         "outcomes": dict(Counter(t["outcome"] for t in trials)),
         "failures": sum(bool(t["problems"]) for t in trials),
+        "measured": environment(),
     }
 
 
@@ -453,7 +472,7 @@ def outcome_of(trial: dict, problems: list[str]) -> str:
 
 def table(results: dict) -> str:
     rows = ["| command | kills | outcomes | reruns | failures |", "|---|---|---|---|---|"]
-    for name, result in results.items():
+    for result in results.values():
         trials = result["trials"]
         outcomes = "; ".join(f"{n}× {o}" for o, n in sorted(result["outcomes"].items()))
         reruns = sum(t["rerun"] == "ran" for t in trials)
@@ -466,7 +485,9 @@ def table(results: dict) -> str:
 
 def environment() -> dict:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if "Model name" in ln), "")
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if "Model name" in ln), ""
+    )
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu": model,
@@ -485,29 +506,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--server", action="store_true", help="also the Milvus server cases")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "faults.json"))
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other commands' results already in --output"
+    )
     args = parser.parse_args(argv)
-    chosen = [c for c in cases(server=args.server) if not args.only or c.name in args.only.split(",")]
+    chosen = [
+        c for c in cases(server=args.server) if not args.only or c.name in args.only.split(",")
+    ]
     started = environment()
-    results = {}
+    out = Path(args.output)
+    results: dict[str, Any] = json.loads(out.read_text())["results"] if args.merge else {}
+
+    def write() -> None:  # after each command: a long run killed midway keeps what it measured
+        from accelkit.runtime.files import write_json_atomic
+
+        document = {
+            "schema": SCHEMA,
+            "seed": args.seed,
+            "kills_per_command": args.kills,
+            "environment": {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
+            "results": results,
+            "table": table(results),
+        }
+        write_json_atomic(out, document, trailing_newline=True)
+
     with tempfile.TemporaryDirectory(prefix="accelkit-faults-") as tmp:
         for case in chosen:
             results[case.name] = measure(case, args.kills, Path(tmp) / case.name, args.seed)
-    document = {
-        "schema": SCHEMA,
-        "seed": args.seed,
-        "kills_per_command": args.kills,
-        "environment": {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
-        "results": results,
-        "table": table(results),
-    }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+            write()
     print(table(results))
     print(f"wrote {out}")
     return 1 if any(r["failures"] for r in results.values()) else 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path[:0] = [str(Path(__file__).parent), str(REPO / "src")]
     sys.exit(main())

@@ -22,11 +22,24 @@ def cli(folder: Path, *args: str) -> None:
         accelkit(*args), cwd=folder, env=child_env(), capture_output=True, text=True, timeout=900
     )
     if done.returncode != 0:
-        raise RuntimeError(f"accelkit {' '.join(args)} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"accelkit {' '.join(args)} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
 
 
 def sample(folder: Path, layout: str) -> None:
-    cli(folder, "-q", "sample-dataset", "ds", "--episodes", "12", "--frames", "150", "--layout", layout)
+    cli(
+        folder,
+        "-q",
+        "sample-dataset",
+        "ds",
+        "--episodes",
+        "12",
+        "--frames",
+        "150",
+        "--layout",
+        layout,
+    )
 
 
 def stats_argv(folder: Path) -> list[str]:
@@ -58,7 +71,9 @@ def photos(folder: Path, server: str | None = None) -> Path:
     arrays = shipped()
     for i, name in enumerate(sorted(arrays)[:PHOTOS]):
         Image.fromarray(arrays[name]).save(images / f"p{i:02d}.jpg")
-    store = f"uri: {server}\n  timeout: 120" if server else "uri: store/images.db"  # relative: each trial's copy has its own
+    store = (
+        f"uri: {server}\n  timeout: 120" if server else "uri: store/images.db"
+    )  # relative: each trial's copy has its own
     (folder / "images.yaml").write_text(
         "preprocess:\n  cache_compiled: false\n  batch_size: 4\n"
         f"model:\n  onnx_path: {cached_onnx_path()}\nstore:\n  {store}\n"
@@ -79,7 +94,12 @@ def filled(folder: Path, server: str | None = None, half: bool = True) -> None:
     their metadata), or all of them (`half=False`)."""
     images = photos(folder, server)
     chosen = sorted(images.iterdir())[: PHOTOS // 2 if half else PHOTOS]
-    cli(folder, "-q", *insert_argv(folder, [str(p.relative_to(folder)) for p in chosen], 1)[3:], "--no-progress")
+    cli(
+        folder,
+        "-q",
+        *insert_argv(folder, [str(p.relative_to(folder)) for p in chosen], 1)[3:],
+        "--no-progress",
+    )
 
 
 def lite_state(folder: Path) -> dict:
@@ -137,7 +157,12 @@ def cases(server: bool = False) -> list[Case]:
             lambda f: sample(f, "v3.0"),
             stats_argv,
         ),
-        Case("stats-check-fix", "stats check --fix", stale, lambda f: accelkit("stats", "check", "ds", "--fix")),
+        Case(
+            "stats-check-fix",
+            "stats check --fix",
+            stale,
+            lambda f: accelkit("stats", "check", "ds", "--fix"),
+        ),
         Case(
             "images-insert-new",
             "images insert --create-collection (Milvus Lite, new collection)",
@@ -169,9 +194,19 @@ def cases(server: bool = False) -> list[Case]:
             "quant apply --output",
             tiny_model,
             lambda f: accelkit(
-                "quant", "apply", "--model", "tinybert", "--output", "out/q.safetensors",
-                "--method", "rtn", "--calibration", "calib.txt", "--eval-data", "calib.txt",
-            ),  # fmt: skip
+                "quant",
+                "apply",
+                "--model",
+                "tinybert",
+                "--output",
+                "out/q.safetensors",
+                "--method",
+                "rtn",
+                "--calibration",
+                "calib.txt",
+                "--eval-data",
+                "calib.txt",
+            ),
             ignore=re.compile(r"^(tinybert/|calib\.txt)"),
         ),
         Case(
@@ -179,9 +214,16 @@ def cases(server: bool = False) -> list[Case]:
             "bench xla --output",
             old_bench,
             lambda f: accelkit(
-                "bench", "xla", "numpy,jax", "--matrix-size", "300", "--repeats", "3",
-                "--output", "out/bench.json",
-            ),  # fmt: skip
+                "bench",
+                "xla",
+                "numpy,jax",
+                "--matrix-size",
+                "300",
+                "--repeats",
+                "3",
+                "--output",
+                "out/bench.json",
+            ),
         ),
     ]
     if server:

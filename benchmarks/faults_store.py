@@ -101,7 +101,8 @@ def compare_stores(
 ) -> tuple[str, list[str]]:
     """The store after a kill against the old and the new state: ("old" | "new" | "partial",
     problems). Each collection must be whole (its description the old or the new one), each item
-    held once and whole (vector, metadata and thumbnail of one version), and at least
+    held once and whole (vector, metadata and thumbnail of one version; a collection whose
+    creation was killed before its index is noted: the next insert finishes it), and at least
     `acknowledged` items of the new state there. `exact`: `after` must equal `new` (a rerun)."""
     old, new, after = (s or {"collections": {}} for s in (old, new, after))
     problems: list[str] = []
@@ -113,6 +114,7 @@ def compare_stores(
                 problems.append(f"collection {name!r} {what} (store)")
         return ("new" if not problems else "differs"), problems
     new_items = 0
+    notes: list[str] = []
     for name, entry in sorted(after["collections"].items()):
         before = old["collections"].get(name)
         later = new["collections"].get(name)
@@ -121,7 +123,10 @@ def compare_stores(
             continue
         metas = [c["meta"] for c in (before, later) if c is not None]
         if entry["meta"] not in metas:
-            problems.append(f"half: collection {name!r} is half-made: {entry['meta']}")
+            if {**entry["meta"], "indexes": []} in [{**m, "indexes": []} for m in metas]:
+                notes.append("a collection without its index")  # the rerun finishes it
+            else:
+                problems.append(f"half: collection {name!r} is half-made: {entry['meta']}")
         if entry["duplicates"]:
             problems.append(f"duplicate: {name!r} holds {entry['duplicates'][:3]} more than once")
         for item_id, item in entry["items"].items():
@@ -132,9 +137,13 @@ def compare_stores(
                     for part in ("vector", "metadata", "thumbnail")
                     if all(v is None or v.get(part) != item[part] for v in versions)
                 ]
-                problems.append(f"half: item {item_id!r} in {name!r}: its {'/'.join(which)} is no version of it")
-            elif later is not None and item == later["items"].get(item_id) and (
-                before is None or item != before["items"].get(item_id)
+                problems.append(
+                    f"half: item {item_id!r} in {name!r}: its {'/'.join(which)} is no version of it"
+                )
+            elif (
+                later is not None
+                and item == later["items"].get(item_id)
+                and (before is None or item != before["items"].get(item_id))
             ):
                 new_items += 1
     if new_items < acknowledged:
@@ -142,8 +151,10 @@ def compare_stores(
             f"unacknowledged: {acknowledged} items were reported stored, {new_items} are there"
         )
     strip = lambda s: {n: c for n, c in s["collections"].items()}  # noqa: E731
-    outcome = "old" if strip(after) == strip(old) else "new" if strip(after) == strip(new) else "partial"
-    return outcome, problems
+    outcome = (
+        "old" if strip(after) == strip(old) else "new" if strip(after) == strip(new) else "partial"
+    )
+    return outcome + "".join(f" ({n})" for n in notes), problems
 
 
 if __name__ == "__main__":

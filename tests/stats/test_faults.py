@@ -39,5 +39,7 @@ def test_a_backup_killed_while_it_is_copied_is_whole_or_a_temporary_file(tmp_pat
             continue  # the copy's temporary file, never read as a backup
         source = pristine / "ds" / path.relative_to(next(backups.iterdir()))
         assert path.read_bytes() == source.read_bytes(), f"{path} is not a whole copy of {source}"
-    rerun = subprocess.run(accelkit(*STATS), cwd=killed, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(
+        accelkit(*STATS), cwd=killed, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]

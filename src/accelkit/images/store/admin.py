@@ -140,7 +140,10 @@ class CollectionAdmin(StoreClient):
         with self._lock:
             self._specs.pop(name, None)
         self._call(
-            f"indexing collection {name!r}", self._client.create_index, name, self._index_params(spec)
+            f"indexing collection {name!r}",
+            self._client.create_index,
+            name,
+            self._index_params(spec),
         )
         self._call(f"loading collection {name!r}", self._client.load_collection, name)
         with self._lock:
