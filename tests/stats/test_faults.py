@@ -43,3 +43,28 @@ def test_a_backup_killed_while_it_is_copied_is_whole_or_a_temporary_file(tmp_pat
         accelkit(*STATS), cwd=killed, capture_output=True, text=True, timeout=600
     )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
+
+
+def test_a_norm_stats_backup_killed_while_it_is_copied_is_whole_or_a_temporary_file(tmp_path):
+    """`stats check --fix --stats norm_stats.json` keeps the old file as
+    `norm_stats.json.<time>.bak` before it rewrites it; a kill just after the copy was opened left
+    an empty .bak (shutil.copy2 writes in place)."""
+    import json
+
+    pristine = sampled(tmp_path / "pristine")
+    subprocess.run(
+        [*accelkit("-q", "stats", "ds", "-o", "norm_stats.json"), "--no-progress"],
+        cwd=pristine, check=True, timeout=600,
+    )  # fmt: skip
+    path = pristine / "norm_stats.json"
+    stats = json.loads(path.read_text())
+    stats["norm_stats"]["actions"]["mean"] = [v + 1 for v in stats["norm_stats"]["actions"]["mean"]]
+    path.write_text(json.dumps(stats, indent=2))
+    fix = ["stats", "check", "ds", "--stats", "norm_stats.json", "--fix"]
+    counted = shutil.copytree(pristine, tmp_path / "counted")
+    events = write_events(fix, counted, tmp_path / "events.txt")
+    number = event_number(events, r"^(open|os\.open) .*norm_stats\.json\.[^/]*(bak|tmp)$")
+    killed = shutil.copytree(pristine, tmp_path / "killed")
+    killed_at(fix, killed, number, after=True)
+    for copy in killed.glob("norm_stats.json.*.bak"):
+        assert copy.read_bytes() == path.read_bytes(), f"{copy} is not a whole copy"

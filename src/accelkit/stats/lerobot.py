@@ -317,18 +317,13 @@ def episode_entry(
 def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
     """Copy each existing file to meta/.accelkit-backup/<stamp>/<its path in the dataset>, each
     copy atomic (a process killed mid-copy leaves a temporary file, never a torn backup)."""
-    import shutil
-
-    from accelkit.runtime.files import atomic_open
+    from accelkit.runtime.files import copy_atomic
 
     folder = root / BACKUP_FOLDER / stamp
     copied = False
     for path in paths:
         if path.is_file():
-            target = folder / path.relative_to(root)
-            with atomic_open(target, "wb", output=False) as handle, path.open("rb") as source:
-                shutil.copyfileobj(source, handle)
-            shutil.copystat(path, target)
+            copy_atomic(path, folder / path.relative_to(root))
             copied = True
     return folder if copied else None
 
