@@ -47,8 +47,9 @@ def stats_argv(folder: Path) -> list[str]:
 
 
 def stale(folder: Path) -> None:
-    """A v3.0 dataset whose stats.json says the action's mean is 1 more than it is: `stats check
-    --fix` recomputes and rewrites its statistics (per-episode files, stats.json, sidecar)."""
+    """A v3.0 dataset whose stats.json says the action's mean is 1 more than it is, and a
+    norm_stats.json beside it that says the same: `stats check --fix` recomputes and rewrites
+    their statistics (per-episode files, stats.json, sidecars, norm_stats.json and its .bak)."""
     import shutil
 
     sample(folder, "v3.0")
@@ -58,6 +59,11 @@ def stale(folder: Path) -> None:
     stats = json.loads(path.read_text())
     stats["action"]["mean"] = [v + 1.0 for v in stats["action"]["mean"]]
     path.write_text(json.dumps(stats, indent=4))
+    cli(folder, "-q", "stats", "ds", "-o", "norm_stats.json", "--no-progress")
+    path = folder / "norm_stats.json"
+    stats = json.loads(path.read_text())
+    stats["norm_stats"]["actions"]["mean"] = [v + 1 for v in stats["norm_stats"]["actions"]["mean"]]
+    path.write_text(json.dumps(stats, indent=2))
 
 
 def photos(folder: Path, server: str | None = None) -> Path:
@@ -159,9 +165,9 @@ def cases(server: bool = False) -> list[Case]:
         ),
         Case(
             "stats-check-fix",
-            "stats check --fix",
+            "stats check --stats norm_stats.json --fix",
             stale,
-            lambda f: accelkit("stats", "check", "ds", "--fix"),
+            lambda f: accelkit("stats", "check", "ds", "--stats", "norm_stats.json", "--fix"),
         ),
         Case(
             "images-insert-new",
