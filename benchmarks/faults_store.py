@@ -112,6 +112,9 @@ def compare_stores(
             if mine != theirs:
                 what = "missing" if mine is None else "unexpected" if theirs is None else "differs"
                 problems.append(f"collection {name!r} {what} (store)")
+        strays, clean = after.get("stray_thumbnails", {}), new.get("stray_thumbnails", {})
+        if strays != clean:
+            problems.append(f"thumbnails of items not stored: {strays}, a clean run {clean}")
         return ("new" if not problems else "differs"), problems
     new_items = 0
     notes: list[str] = []

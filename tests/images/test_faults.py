@@ -69,3 +69,22 @@ def test_an_item_killed_between_its_vector_and_its_thumbnail_is_never_stored_wit
     assert not without, f"stored without a thumbnail: {without}"
     rerun(killed)
     assert pics(killed) == pics(counted)
+
+
+def test_a_delete_killed_between_the_collection_and_its_thumbnails_is_finished_by_the_next(world):
+    """`images collection delete` killed after Milvus dropped the collection and before its
+    thumbnails went: run again, it said the collection does not exist (exit 2, as it should) and
+    left the thumbnails in the side file for good."""
+    import sqlite3
+
+    delete = ["images", "collection", "delete", "pics", "--config", "images.yaml"]
+    counted, killed = world("counted"), world("killed")
+    rerun(counted)  # the collection to delete
+    rerun(killed)
+    events = write_events(delete, counted, counted / "events.txt")
+    killed_at(delete, killed, event_number(events, r"^milvus\.drop_collection pics$"))
+    again = faults.run(faults.accelkit(*delete), killed)
+    assert again.code == 2 and "does not exist" in again.output, again.output[-2000:]
+    with sqlite3.connect(killed / "store" / "images.db.thumbnails.sqlite") as db:
+        left = db.execute("SELECT count(*) FROM thumbnails WHERE collection = 'pics'").fetchone()
+    assert left == (0,), f"{left[0]} thumbnails of the deleted collection left"

@@ -256,7 +256,11 @@ class LocalIndex(ImageIndex):
 
     def _drop_collection(self, name: str | None) -> None:
         name = self._name(name)
-        self.store.drop_collection(name)
+        try:
+            self.store.drop_collection(name)
+        except CollectionNotFoundError:  # also those of a delete killed between the two
+            self._forget_thumbnails(name, None)
+            raise
         self._forget_thumbnails(name, None)
 
     def _forget_thumbnails(self, name: str, ids: list[str] | None) -> None:
