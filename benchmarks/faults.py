@@ -252,9 +252,17 @@ def compare_files(old, new, after, masks) -> tuple[Counter, list[str]]:
             kinds["torn"] += 1
             problems.append(
                 f"{rel}: neither the old file nor the new one ({len(now or b'')} bytes; old "
-                f"{len(old.get(rel) or b'')}, new {len(new.get(rel) or b'')})"
+                f"{len(old.get(rel) or b'')}, new {len(new.get(rel) or b'')}){where(now, new.get(rel), mask)}"
             )
     return kinds, problems
+
+
+def where(now: bytes | None, new: bytes | None, mask: set) -> str:
+    """For two JSON files: the first paths where they differ (masked), to read in the report."""
+    a, b = masked(now, mask), masked(new, mask)
+    if isinstance(a, bytes) or isinstance(b, bytes) or a is None or b is None:
+        return ""
+    return f"; differs from the new one at {sorted(map(str, differing(a, b)))[:3]}"
 
 
 def equal_files(clean, rerun, masks) -> list[str]:
@@ -264,7 +272,9 @@ def equal_files(clean, rerun, masks) -> list[str]:
     for rel in sorted({r for r in (*clean, *rerun) if keep(r)}):
         mask = masks.get(rel, set())
         if masked(clean.get(rel), mask) != masked(rerun.get(rel), mask):
-            out.append(f"{rel} differs from the clean run's")
+            out.append(
+                f"{rel} differs from the clean run's{where(rerun.get(rel), clean.get(rel), mask)}"
+            )
     return out
 
 
