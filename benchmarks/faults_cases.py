@@ -271,6 +271,7 @@ def server_cases() -> list[Case]:
             prepare,
             insert_argv,
             store=state,
+            ignore=re.compile(r"^images\.yaml$"),  # names each trial's own database
             acknowledged=acknowledged_images,
             fresh_each_trial=True,
         )
