@@ -250,10 +250,13 @@ def server_cases() -> list[Case]:
         return []
     import atexit
     import itertools
+    import shutil
     import tempfile
 
-    server = MilvusServer(tempfile.mkdtemp(prefix="accelkit-faults-milvus-")).start()
-    atexit.register(server.stop)
+    data = tempfile.mkdtemp(prefix="accelkit-faults-milvus-")
+    server = MilvusServer(data).start()
+    atexit.register(shutil.rmtree, data, ignore_errors=True)
+    atexit.register(server.stop)  # first: atexit runs last in, first out
     names = (f"faults{i}" for i in itertools.count())
     where: dict[Path, str] = {}
 
