@@ -104,6 +104,7 @@ class LocalIndex(ImageIndex):
         self.thumbnails = thumbnails
         self.max_pixels = max_pixels
         self.model_info: dict[str, Any] = {}
+        self._finished: set[str] = set()  # collections checked to have their index
         self._on_close: list[Callable[[], None]] = []
 
     def _name(self, collection: str | None) -> str:
@@ -139,6 +140,9 @@ class LocalIndex(ImageIndex):
         # read again each time on a server: another client may have made the collection anew
         # with another model since (a write into it would mix two models' vectors for good)
         self._same_model(name, "image", fresh=True)
+        if create and name not in self._finished:  # asked to create it: finish a killed creation
+            self.store.finish_index(name)
+            self._finished.add(name)
         return True
 
     def create_for_insert(self, name: str) -> None:
@@ -276,17 +280,20 @@ class LocalIndex(ImageIndex):
             if not exists:  # created only when something is stored: a refused batch leaves nothing
                 self.create_for_insert(name)
             vectors = np.stack([vector for _, (_, vector, _) in stored])
-            self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
+            # thumbnails first: a process killed between the two (SIGKILL, OOM) leaves thumbnails
+            # of items not stored, never shown, rather than stored items without their picture
             self._store_thumbnails(
                 name, [(item_id, items[i].data) for item_id, (i, _, _) in stored]
             )
+            self.store.upsert(name, ids, vectors, [meta for _, (_, _, meta) in stored])
         return InsertResult(
             name, ids, [i for _, (i, _, _) in stored], dict(sorted(failures.items()))
         )
 
     def _store_thumbnails(self, name: str, items: list[tuple[str, Any]]) -> None:
-        """A thumbnail per stored item, after the store accepted them; one that cannot be made
-        or kept costs the page its picture, never the insert."""
+        """A thumbnail per item to store, kept before the store takes the items (a thumbnail is
+        shown only for an item the store holds); one that cannot be made or kept costs the page
+        its picture, never the insert."""
         if self.thumbnails is None:
             return
         from accelkit.images.thumbnails import make_thumbnail
@@ -381,7 +388,11 @@ class LocalIndex(ImageIndex):
 
     def _drop_collection(self, name: str | None) -> None:
         name = self._name(name)
-        self.store.drop_collection(name)
+        try:
+            self.store.drop_collection(name)
+        except CollectionNotFoundError:  # also those of a delete killed between the two
+            self._forget_thumbnails(name, None)
+            raise
         self._forget_thumbnails(name, None)
 
     def _forget_thumbnails(self, name: str, ids: list[str] | None) -> None:

@@ -80,10 +80,22 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
         # runs it again where it is exact there)
         "kernels": json.dumps({name: mod.kernel for name, mod in quant.items()}),
     }
-    data = st.save(tensors, metadata=meta)
+    data = _sorted_header(st.save(tensors, metadata=meta))
     with atomic_open(path, "wb") as handle:
         handle.write(data)
     return Path(path)
+
+
+def _sorted_header(data: bytes) -> bytes:
+    """safetensors writes its JSON header from a hash map, its keys in an order that changes from
+    save to save: the same header with its keys sorted (as long: compact JSON, space-padded), so
+    the same model is the same bytes (a rerun after a crash writes what a clean run writes)."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > size:  # never seen: keep the library's bytes
+        return data
+    return data[:8] + text.ljust(size, b" ") + data[8 + size :]
 
 
 def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Module]) -> nn.Module:

@@ -197,6 +197,18 @@ def _current_umask() -> int:
     return previous
 
 
+def copy_atomic(source: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Copy `source` to `target` as `shutil.copy2` does (bytes, then times and mode), atomically:
+    a process killed midway (SIGKILL, OOM) leaves a temporary file beside `target`, never a torn
+    or empty `target`. For backups: not listed as a kept output."""
+    import shutil
+
+    with atomic_open(target, "wb", output=False) as handle, open(source, "rb") as data:
+        shutil.copyfileobj(data, handle)
+    shutil.copystat(source, target)
+    return Path(target)
+
+
 def write_json_atomic(
     path: str | os.PathLike, payload: Any, *, indent: int = 2, trailing_newline: bool = False
 ) -> Path:

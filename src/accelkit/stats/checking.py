@@ -407,8 +407,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
 def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) -> FixResult:
     """Write the exact statistics over the stored ones (the old files backed up); returns what was
     written and where the backups are. Failed or stopped, every file is as it was."""
-    import shutil
-
+    from accelkit.runtime.files import copy_atomic
     from accelkit.runtime.progress import phase
     from accelkit.stats import lerobot, outputs
     from accelkit.stats.formats import write_stats
@@ -427,7 +426,7 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
             if keystats is None:
                 keystats = {k: result.stats[c] for k, c in columns.items()}
             copy = guard.created(path.with_name(f"{path.name}.{stamp}.bak"))
-            shutil.copy2(path, copy)
+            copy_atomic(path, copy)  # a kill mid-copy leaves no torn .bak (SIGKILL, OOM)
             backups.append(str(copy))
             write_stats(path, keystats, "openpi", columns)
             written.append(str(path))

@@ -315,16 +315,15 @@ def episode_entry(
 
 
 def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
-    """Copy each existing file to meta/.accelkit-backup/<stamp>/<its path in the dataset>."""
-    import shutil
+    """Copy each existing file to meta/.accelkit-backup/<stamp>/<its path in the dataset>, each
+    copy atomic (a process killed mid-copy leaves a temporary file, never a torn backup)."""
+    from accelkit.runtime.files import copy_atomic
 
     folder = root / BACKUP_FOLDER / stamp
     copied = False
     for path in paths:
         if path.is_file():
-            target = folder / path.relative_to(root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+            copy_atomic(path, folder / path.relative_to(root))
             copied = True
     return folder if copied else None
 

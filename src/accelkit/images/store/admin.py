@@ -67,7 +67,7 @@ class CollectionAdmin(StoreClient):
                 raise DataError(
                     f"collection {name!r} holds {info['dim']}-d vectors, not {dim}-d; use another collection"
                 )
-            return info
+            return self.describe(name) if self.finish_index(name, spec) else info
         if not self.is_server and spec.index_type == "HNSW":
             raise ConfigError(
                 "Milvus Lite supports the index types FLAT and IVF_FLAT; "
@@ -98,6 +98,13 @@ class CollectionAdmin(StoreClient):
         properties.update(
             {f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True) for k, v in records.items()}
         )
+        if not self.is_server:  # a server takes them with the collection's properties
+            # recorded first: a process killed between the two (SIGKILL, OOM) leaves a record of
+            # a collection that does not exist, which the next creation replaces, rather than a
+            # collection without its model record for good. A catalog row left by a collection of
+            # this name dropped by another program (or a drop stopped before its row went) is
+            # replaced, not inherited.
+            self.record(name, records, replace=True)
         self._call(
             f"creating collection {name!r}",
             client.create_collection,
@@ -112,10 +119,6 @@ class CollectionAdmin(StoreClient):
                 f"indexing collection {name!r}", client.create_index, name, self._index_params(spec)
             )
             self._call(f"loading collection {name!r}", client.load_collection, name)
-            if not self.is_server:  # a server took them with the collection's properties
-                # a catalog row left by a collection of this name dropped by another program
-                # (or a drop stopped before its row went) is replaced, not inherited
-                self.record(name, records, replace=True)
         except BaseException:
             try:  # all or nothing: no half-created collection is left behind
                 client.drop_collection(name, timeout=self.config.timeout)
@@ -126,6 +129,26 @@ class CollectionAdmin(StoreClient):
             self._loaded.add(name)
             self._specs[name] = spec
         return self.describe(name)
+
+    def finish_index(self, name: str, spec: IndexSpec | None = None) -> bool:
+        """Give an existing collection without an index the one `spec` (default: the config's)
+        names, and load it: a creation killed between the two (SIGKILL, OOM: no `except` ran)
+        is finished by the next one. Returns whether it had to."""
+        if self._call(f"listing indexes of {name!r}", self._client.list_indexes, name):
+            return False
+        spec = spec or IndexSpec.from_config(self.config)
+        with self._lock:
+            self._specs.pop(name, None)
+        self._call(
+            f"indexing collection {name!r}",
+            self._client.create_index,
+            name,
+            self._index_params(spec),
+        )
+        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        with self._lock:
+            self._loaded.add(name)
+        return True
 
     def _index_params(self, spec: IndexSpec):
         index = self._client.prepare_index_params()

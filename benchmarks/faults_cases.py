@@ -1,0 +1,281 @@
+"""The commands the crash harness (faults.py) kills, each with a small starting state so that a run
+takes seconds: LeRobot sample datasets (v2.1 and v3.0), a stale dataset for `stats check --fix`,
+photos and a Milvus Lite store (a server too with --server, where one can run), a tiny BERT for
+`quant apply`, and an old `bench --output` file to be replaced."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from faults import Case, accelkit, child_env
+from faults_store import store_state
+
+PHOTOS = 12
+STORE_FILES = re.compile(r"(^|/)(store/|\.?images\.db)")  # the store is compared by what it holds
+
+
+def cli(folder: Path, *args: str) -> None:
+    done = subprocess.run(
+        accelkit(*args), cwd=folder, env=child_env(), capture_output=True, text=True, timeout=900
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"accelkit {' '.join(args)} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+
+
+def sample(folder: Path, layout: str) -> None:
+    cli(
+        folder,
+        "-q",
+        "sample-dataset",
+        "ds",
+        "--episodes",
+        "12",
+        "--frames",
+        "150",
+        "--layout",
+        layout,
+    )
+
+
+def stats_argv(folder: Path) -> list[str]:
+    return accelkit("stats", "ds", "--format", "lerobot", "--per-episode", "--write-into", "ds")
+
+
+def stale(folder: Path) -> None:
+    """A v3.0 dataset whose stats.json says the action's mean is 1 more than it is, and a
+    norm_stats.json beside it that says the same: `stats check --fix` recomputes and rewrites
+    their statistics (per-episode files, stats.json, sidecars, norm_stats.json and its .bak)."""
+    import shutil
+
+    sample(folder, "v3.0")
+    cli(folder, "-q", *stats_argv(folder)[3:], "--no-progress")
+    shutil.rmtree(folder / "ds" / "meta" / ".accelkit-backup")
+    path = folder / "ds" / "meta" / "stats.json"
+    stats = json.loads(path.read_text())
+    stats["action"]["mean"] = [v + 1.0 for v in stats["action"]["mean"]]
+    path.write_text(json.dumps(stats, indent=4))
+    cli(folder, "-q", "stats", "ds", "-o", "norm_stats.json", "--no-progress")
+    path = folder / "norm_stats.json"
+    stats = json.loads(path.read_text())
+    stats["norm_stats"]["actions"]["mean"] = [v + 1 for v in stats["norm_stats"]["actions"]["mean"]]
+    path.write_text(json.dumps(stats, indent=2))
+
+
+def photos(folder: Path, server: str | None = None) -> Path:
+    from PIL import Image
+
+    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.samples import photos as shipped
+
+    images = folder / "photos"
+    images.mkdir()
+    arrays = shipped()
+    for i, name in enumerate(sorted(arrays)[:PHOTOS]):
+        Image.fromarray(arrays[name]).save(images / f"p{i:02d}.jpg")
+    store = (
+        f"uri: {server}\n  timeout: 120" if server else "uri: store/images.db"
+    )  # relative: each trial's copy has its own
+    (folder / "images.yaml").write_text(
+        "preprocess:\n  cache_compiled: false\n  batch_size: 4\n"
+        f"model:\n  onnx_path: {cached_onnx_path()}\nstore:\n  {store}\n"
+    )
+    return images
+
+
+def insert_argv(folder: Path, files=None, meta: int = 2) -> list[str]:
+    paths = files or ["photos"]
+    return accelkit(
+        "images", "insert", *paths, "--config", "images.yaml", "--collection", "pics",
+        "--create-collection", "--metadata", json.dumps({"version": meta}),
+    )  # fmt: skip
+
+
+def filled(folder: Path, server: str | None = None, half: bool = True) -> None:
+    """Photos and a store whose collection `pics` holds the first half of them (version 1 of
+    their metadata), or all of them (`half=False`)."""
+    images = photos(folder, server)
+    chosen = sorted(images.iterdir())[: PHOTOS // 2 if half else PHOTOS]
+    cli(
+        folder,
+        "-q",
+        *insert_argv(folder, [str(p.relative_to(folder)) for p in chosen], 1)[3:],
+        "--no-progress",
+    )
+
+
+def lite_state(folder: Path) -> dict:
+    db = folder / "store" / "images.db"
+    return store_state(str(db)) if db.exists() else {"collections": {}, "stray_thumbnails": {}}
+
+
+def acknowledged_images(output: str) -> int:
+    """The count of the last progress line ("inserting: 8/12 images"): images stored for good."""
+    counts = re.findall(r"inserting: (\d+)/(\d+) images", output)
+    return int(counts[-1][0]) if counts else 0
+
+
+def tiny_model(folder: Path) -> None:
+    import shutil
+
+    import torch
+    import transformers
+
+    from accelkit.quant.models import minilm_path
+
+    torch.manual_seed(0)
+    model = folder / "tinybert"
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(model, safe_serialization=True)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_path() / name, model / name)
+    (folder / "calib.txt").write_text(
+        "the robot picks up the red block\na gripper closes around the handle of the mug\n"
+        "open the drawer and put the spoon inside\nstack the green cube on the blue one\n"
+    )
+    (folder / "out").mkdir()
+    (folder / "out" / "q.safetensors").write_bytes(b"an older model, replaced whole or not at all")
+
+
+def old_bench(folder: Path) -> None:
+    (folder / "out").mkdir()
+    (folder / "out" / "bench.json").write_text('{"schema": "an older result"}\n')
+
+
+def cases(server: bool = False) -> list[Case]:
+    found = [
+        Case(
+            "stats-v21",
+            "stats --format lerobot --per-episode --write-into (v2.1)",
+            lambda f: sample(f, "v2.1"),
+            stats_argv,
+        ),
+        Case(
+            "stats-v30",
+            "stats --format lerobot --per-episode --write-into (v3.0)",
+            lambda f: sample(f, "v3.0"),
+            stats_argv,
+        ),
+        Case(
+            "stats-check-fix",
+            "stats check --stats norm_stats.json --fix",
+            stale,
+            lambda f: accelkit("stats", "check", "ds", "--stats", "norm_stats.json", "--fix"),
+        ),
+        Case(
+            "images-insert-new",
+            "images insert --create-collection (Milvus Lite, new collection)",
+            photos,
+            insert_argv,
+            store=lite_state,
+            ignore=STORE_FILES,
+            acknowledged=acknowledged_images,
+        ),
+        Case(
+            "images-insert-existing",
+            "images insert (Milvus Lite, half the ids stored: replaced)",
+            filled,
+            insert_argv,
+            store=lite_state,
+            ignore=STORE_FILES,
+            acknowledged=acknowledged_images,
+        ),
+        Case(
+            "images-delete",
+            "images collection delete (Milvus Lite)",
+            lambda f: filled(f, half=False),
+            lambda f: accelkit("images", "collection", "delete", "pics", "--config", "images.yaml"),
+            store=lite_state,
+            ignore=STORE_FILES,
+            rerun_codes=(2,),  # killed after the drop: "collection 'pics' does not exist"
+        ),
+        Case(
+            "quant-apply",
+            "quant apply --output",
+            tiny_model,
+            lambda f: accelkit(
+                "quant",
+                "apply",
+                "--model",
+                "tinybert",
+                "--output",
+                "out/q.safetensors",
+                "--method",
+                "rtn",
+                "--calibration",
+                "calib.txt",
+                "--eval-data",
+                "calib.txt",
+            ),
+            ignore=re.compile(r"^(tinybert/|calib\.txt)"),
+        ),
+        Case(
+            "bench",
+            "bench xla --output",
+            old_bench,
+            lambda f: accelkit(
+                "bench",
+                "xla",
+                "numpy,jax",
+                "--matrix-size",
+                "300",
+                "--repeats",
+                "3",
+                "--output",
+                "out/bench.json",
+            ),
+        ),
+    ]
+    if server:
+        found += server_cases()
+    return found
+
+
+def server_cases() -> list[Case]:
+    """`images insert` into a Milvus server's database of its own per trial (tests/support
+    /milvus_server.py; needs root for its network namespace)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.milvus_server import MilvusServer, server_database, unavailable
+
+    if unavailable():
+        return []
+    import atexit
+    import itertools
+    import shutil
+    import tempfile
+
+    data = tempfile.mkdtemp(prefix="accelkit-faults-milvus-")
+    server = MilvusServer(data).start()
+    atexit.register(shutil.rmtree, data, ignore_errors=True)
+    atexit.register(server.stop)  # first: atexit runs last in, first out
+    names = (f"faults{i}" for i in itertools.count())
+    where: dict[Path, str] = {}
+
+    def prepare(folder: Path) -> None:
+        where[folder] = server_database(server, next(names))
+        filled(folder, f"{server.uri}\n  db_name: {where[folder]}")
+
+    def state(folder: Path) -> dict:
+        return store_state(server.uri, where[folder])
+
+    return [
+        Case(
+            "images-insert-server",
+            "images insert (Milvus server, half the ids stored: replaced)",
+            prepare,
+            insert_argv,
+            store=state,
+            ignore=re.compile(r"^images\.yaml$"),  # names each trial's own database
+            acknowledged=acknowledged_images,
+            fresh_each_trial=True,
+        )
+    ]
