@@ -3,7 +3,7 @@ a real subprocess and is killed outright (SIGKILL) at 3 of its writes, spread ov
 (benchmarks/faults_inject.py), and after each kill every file is the old one or
 the new one, every store holds each item at most once and whole, every acknowledged item is there,
 and the command run again leaves what a clean run leaves (DESIGN.md: "Crashes are part of the
-contract"). The benchmark does 20 kills per command (docs/reliability_faults.md)."""
+contract"). The benchmark does 20 kills per command (docs/reliability.md)."""
 
 import pytest
 
