@@ -1,4 +1,4 @@
-"""A dead Milvus server under `accelkit images serve`, measured (docs/reliability_outage.md).
+"""A dead Milvus server under `accelkit images serve`, measured (docs/reliability.md).
 
 One real Milvus server (tests/support/milvus_server.py: loopback-only, needs root) and the service
 on 127.0.0.1. Three outages, one after another:

@@ -2,7 +2,7 @@
 and started again on the same data and port (tests/support/milvus_server.py), the service itself
 SIGKILLed and started again, and a Milvus Lite file on a full tmpfs (tests/support/small_disk.py).
 
-What must hold (docs/reliability_outage.md): no 500 and no answer later than the client's limit;
+What must hold (docs/reliability.md): no 500 and no answer later than the client's limit;
 a dead store is 503 with Retry-After and the service recovers by itself; a full disk is 507 naming
 it while searches go on; every insert acknowledged is stored exactly once; the insert command says
 what happened in one line (exit 2) and the same command again finishes the job.
