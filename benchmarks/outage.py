@@ -35,28 +35,10 @@ DB = "outage"
 STORE_TIMEOUT = 10.0
 
 
-def service_config(folder: Path, uri: str, onnx: Path) -> Path:
-    config = folder / "service.yaml"
-    config.write_text(
-        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
-        f"model:\n  onnx_path: {onnx}\n"
-        f"store:\n  uri: {uri}\n  db_name: {DB}\n  timeout: {STORE_TIMEOUT}\n"
-        f"server:\n  api_key: {KEY}\n  max_concurrency: 4\n  max_queue: 16\n"
-        f"log_level: WARNING\n"
-    )
-    return config
-
-
 def create(url: str, name: str) -> None:
-    import httpx
+    from tests.support.outage import create_collection
 
-    response = httpx.post(
-        url + "/collections/create",
-        headers=HEADERS,
-        json={"name": name, "exist_ok": True},
-        timeout=120,
-    )
-    response.raise_for_status()
+    create_collection(url, name, HEADERS).raise_for_status()
 
 
 def once(counts, ids: list[str]) -> dict:
@@ -182,7 +164,10 @@ def main() -> None:
         onnx = cached_onnx_path(folder / "onnx")
         with MilvusServer(folder / "milvus") as server:
             server_database(server, DB)
-            config = service_config(folder, server.uri, onnx)
+            from tests.support.outage import service_config
+
+            store = {"uri": server.uri, "db_name": DB, "timeout": STORE_TIMEOUT}
+            config = service_config(folder, onnx, store, KEY)
             service = Server(config, folder / "service.log").start()
             try:
                 phases = args.phases.split(",")

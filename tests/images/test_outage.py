@@ -24,7 +24,16 @@ import pytest
 from tests.images.test_service import AUTH, KEY, ROOT, Server, b64, error_of
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
-from tests.support.outage import Load, figures, server_outage, stored_counts, tile, wait_for_rows
+from tests.support.outage import (
+    Load,
+    create_collection,
+    figures,
+    server_outage,
+    service_config,
+    stored_counts,
+    tile,
+    wait_for_rows,
+)
 from tests.support.small_disk import fill, small_disk
 
 STORE_TIMEOUT = 10  # seconds; the clients wait three times this before calling it a hang
@@ -32,25 +41,11 @@ DIM = 1280
 
 
 def config_file(folder: Path, onnx_path, store: dict) -> Path:
-    config = folder / "service.yaml"
-    store_lines = "".join(f"  {key}: {value}\n" for key, value in store.items())
-    config.write_text(
-        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
-        f"model:\n  onnx_path: {onnx_path}\n"
-        f"store:\n{store_lines}"
-        f"server:\n  api_key: {KEY}\n  max_concurrency: 4\n  max_queue: 16\n"
-        f"log_level: WARNING\n"
-    )
-    return config
+    return service_config(folder, onnx_path, store, KEY)
 
 
 def create(url: str, name: str) -> None:
-    response = httpx.post(
-        url + "/collections/create",
-        headers=AUTH,
-        json={"name": name, "exist_ok": True},
-        timeout=120,
-    )
+    response = create_collection(url, name, AUTH)
     assert response.status_code == 200, response.text
 
 

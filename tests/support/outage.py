@@ -253,3 +253,30 @@ def wait_for_rows(
     finally:
         client.close()
     return rows
+
+
+def service_config(folder, onnx_path, store: dict, api_key: str):
+    """The `images serve` config of the outage test and benchmark: the default model, `store`'s
+    settings, an API key, a small room (4 running, 16 waiting)."""
+    config = folder / "service.yaml"
+    store_lines = "".join(f"  {key}: {value}\n" for key, value in store.items())
+    config.write_text(
+        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
+        f"model:\n  onnx_path: {onnx_path}\n"
+        f"store:\n{store_lines}"
+        f"server:\n  api_key: {api_key}\n  max_concurrency: 4\n  max_queue: 16\n"
+        f"log_level: WARNING\n"
+    )
+    return config
+
+
+def create_collection(url: str, name: str, headers: dict):
+    """POST /collections/create (exist_ok); the response."""
+    import httpx
+
+    return httpx.post(
+        url + "/collections/create",
+        headers=headers,
+        json={"name": name, "exist_ok": True},
+        timeout=120,
+    )
