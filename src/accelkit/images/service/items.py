@@ -150,7 +150,9 @@ def add_routes(app, state: ServiceState) -> None:
                 fields[key] = values[0]
         unknown = sorted(set(params) - {"ids", "collection", "collection_name"})
         if unknown:
-            raise ServiceError(422, "invalid_field", f"{unknown[0][:40]}: unknown parameter")
+            raise ServiceError(
+                422, "invalid_field", f"{forms.shown_key(unknown[0])}: unknown parameter"
+            )
         body = forms.validate(DeleteRequest, fields, limits)
         name = check_collection_name(body.collection or config.store.collection_name)
         return {"collection": name, "items": await state.run(state.index.get, body.ids or [], name)}
