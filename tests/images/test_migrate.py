@@ -574,3 +574,37 @@ def test_a_source_that_cannot_be_marked(milvus_server, tmp_path, capsys, monkeyp
     assert code == 2 and "came from no migration; delete it from DST" in err, err
     code, out, err = run(capsys, "migrate", source, str(tmp_path / "u.db"), "--source-db", database, "--json")  # fmt: skip
     assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err
+
+
+class Killed(BaseException):
+    """A SIGKILL as the process's own code meets it: nothing after it runs (no handler, no
+    AccelkitError)."""
+
+
+def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
+    source, tmp_path, monkeypatch
+):
+    """Found by benchmarks/faults.py (images-migrate-lite, killed just after the first batch's
+    upsert): the batch's items were in DST, searchable, without their thumbnails until the copy
+    was resumed. The thumbnails are now copied first (one of an item DST does not hold is never
+    served), as `images insert` keeps them first."""
+    from accelkit.images.migrate import migrate
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.thumbnails import ThumbnailStore
+
+    upsert = VectorStore.upsert
+
+    def killed_after(self, *args, **kwargs):
+        upsert(self, *args, **kwargs)
+        raise Killed
+
+    monkeypatch.setattr(VectorStore, "upsert", killed_after)
+    target = tmp_path / "t.db"
+    with pytest.raises(Killed):
+        migrate(StoreConfig(uri=source["database"]), StoreConfig(uri=str(target)), ["pics"], batch_size=2)  # fmt: skip
+    monkeypatch.undo()
+    held = sorted(everything({"uri": str(target)}, "pics"))
+    assert len(held) == 2
+    kept = ThumbnailStore(f"{target}.thumbnails.sqlite").get_many("pics", held)
+    theirs = ThumbnailStore(source["database"] + ".thumbnails.sqlite").get_many("pics", held)
+    assert sorted(kept) == held and kept == theirs

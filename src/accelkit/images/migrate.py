@@ -384,10 +384,12 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
                     f"collection {name!r}: SRC returned ids out of order; cannot resume safely,"
                     " run again with --restart"
                 )
+            # thumbnails first: killed between, DST holds no item without its thumbnail (one of
+            # an item DST does not hold is never served, and the resumed batch keeps it again)
+            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
             dst.upsert(
                 name, ids, np.stack([r["vector"] for r in rows]), [r["metadata"] for r in rows]
             )
-            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
             after, done = max(ids), done + len(ids)
             copy.copied += len(ids)
             _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
