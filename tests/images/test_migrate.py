@@ -608,3 +608,39 @@ def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
     kept = ThumbnailStore(f"{target}.thumbnails.sqlite").get_many("pics", held)
     theirs = ThumbnailStore(source["database"] + ".thumbnails.sqlite").get_many("pics", held)
     assert sorted(kept) == held and kept == theirs
+
+
+def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_same_command(
+    source, milvus_server, capsys, monkeypatch
+):
+    """Found by benchmarks/faults.py (images-migrate-lite-server, killed just after the server's
+    create_collection): DST's collection was left without its index (a kill runs no `except`: the
+    all-or-nothing drop never came), and the same command then failed for good ("loading
+    collection 'pics' failed: index not found"), the copy neither resumed nor finished. Now a
+    resumed copy gives its collection the index it was created with first."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.migrate import migrate
+    from accelkit.images.store import StoreConfig
+    from tests.support.milvus_server import server_database
+
+    db = server_database(milvus_server, "migrate_killed")
+
+    def killed(self, *args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(MilvusClient, "create_index", killed)
+    monkeypatch.setattr(MilvusClient, "drop_collection", killed)  # the kill: no drop after it
+    target = StoreConfig(uri=milvus_server.uri, db_name=db, timeout=60)
+    with pytest.raises(Killed):
+        migrate(StoreConfig(uri=source["database"]), target, ["pics"], batch_size=2)
+    monkeypatch.undo()
+    args = ("migrate", source["database"], milvus_server.uri, "--target-db", db, "-c", "pics", "--batch-size", "2", "--json")  # fmt: skip
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    (pics,) = result_of(out)["collections"]
+    assert pics["verified"] and pics["index_type"] == "FLAT", pics
+    assert same_items(
+        everything({"uri": milvus_server.uri, "db_name": db}, "pics"),
+        everything({"uri": source["database"]}, "pics"),
+    )
