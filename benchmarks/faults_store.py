@@ -40,6 +40,12 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
                 info = store.describe(name)
                 meta = {k: info[k] for k in ("dim", "index_type", "metric_type", "model")}
                 meta["indexes"] = sorted(store._client.list_indexes(name))
+                if not meta["indexes"] and store.is_server:
+                    # a creation killed before its index: a server loads (and so reads) no
+                    # collection without one; nothing was written into it yet (the index comes
+                    # before any write), and the next insert or migrate finishes it
+                    out["collections"][name] = {"meta": meta, "items": {}, "duplicates": []}
+                    continue
                 store._ensure_loaded(name)
                 rows = store._client.query(
                     name,
