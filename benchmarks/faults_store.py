@@ -27,7 +27,7 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
 
     from accelkit.images.config import StoreConfig
     from accelkit.images.store import ID_FIELD, METADATA_FIELD, VECTOR_FIELD, VectorStore
-    from accelkit.images.store.records import PROP_ORIGIN
+    from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
     from accelkit.images.thumbnails import open_thumbnails
 
     store = VectorStore(StoreConfig(uri=uri, db_name=db_name, timeout=120))
@@ -40,12 +40,6 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
                 info = store.describe(name)
                 meta = {k: info[k] for k in ("dim", "index_type", "metric_type", "model")}
                 meta["indexes"] = sorted(store._client.list_indexes(name))
-                if not meta["indexes"] and store.is_server:
-                    # a creation killed before its index: a server loads (and so reads) no
-                    # collection without one; nothing was written into it yet (the index comes
-                    # before any write), and the next insert or migrate finishes it
-                    out["collections"][name] = {"meta": meta, "items": {}, "duplicates": []}
-                    continue
                 store._ensure_loaded(name)
                 rows = store._client.query(
                     name,
@@ -55,6 +49,16 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
                     consistency_level="Strong",
                 )
             except Exception as exc:  # a half-made collection: what it says is its state
+                if store.is_server and "index not found" in str(exc):
+                    # a creation killed before its index: a server loads (and so reads, and
+                    # counts) no collection without one; nothing was written into it yet (the
+                    # index comes before any write); the next insert or migrate finishes it
+                    spec = store._spec(name)
+                    meta = {"dim": store.describe_dim(name), "index_type": spec.index_type,
+                            "metric_type": spec.metric_type,
+                            "model": store.recorded(name, PROP_MODEL), "indexes": []}  # fmt: skip
+                    out["collections"][name] = {"meta": meta, "items": {}, "duplicates": []}
+                    continue
                 entry["meta"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                 entry["items"], entry["duplicates"] = {}, []
                 out["collections"][name] = entry
