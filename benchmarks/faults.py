@@ -58,7 +58,9 @@ BACKUP = re.compile(r"^(.*?)meta/\.accelkit-backup/[^/]+/(.*)$")
 BAK = re.compile(r"^(.*)\.\d{8}T\d{6}\.bak$")  # check --fix's copy of a --stats file
 # what differs between two clean runs is masked; these keys are masked even when two runs agree
 TIMING_KEYS = re.compile(r"seconds|elapsed|time|date|created|started|duration|load|_s$|per_s")
-FAILURES = ("torn", "half", "duplicate", "unacknowledged", "rerun failed", "rerun differs")
+FAILURES = (
+    "torn", "half", "duplicate", "unacknowledged", "source changed", "rerun failed", "rerun differs",
+)  # fmt: skip
 
 
 def child_env() -> dict[str, str]:
@@ -329,6 +331,9 @@ class Case:
     acknowledged: Callable[[str], int] | None = None
     fresh_each_trial: bool = False  # a server database: prepared anew for each trial, not copied
     rerun_codes: tuple[int, ...] = ()  # a rerun may also exit so (a delete of what is gone: 2)
+    # further checks of a store after a kill and after the rerun: check(old_store, store) ->
+    # problems (a migration: SRC unchanged, DST's items bit-equal to SRC's, its mark kept)
+    check: Callable[[dict, dict], list[str]] | None = None
 
 
 def state_key(snapshot: dict[str, bytes], store: dict | None, masks) -> str:
@@ -418,6 +423,8 @@ def measure(
             outcome, store_problems = compare_stores(old_store, new_store, after_store, acked)
             trial["store"] = outcome
             problems += store_problems
+            if case.check:
+                problems += case.check(old_store, after_store)
         key = state_key(after, after_store, masks)
         if key in known:
             trial["rerun"] = f"not repeated: same state as {known[key]}"
@@ -433,9 +440,9 @@ def measure(
                     for p in equal_files(new, files(folder, case.ignore), masks)
                 ]
                 if case.store:
-                    _, differ = compare_stores(
-                        new_store, new_store, case.store(folder), 0, exact=True
-                    )
+                    rerun_store = case.store(folder)
+                    _, differ = compare_stores(new_store, new_store, rerun_store, 0, exact=True)
+                    differ += case.check(old_store, rerun_store) if case.check else []
                     problems += [f"rerun differs: {p}" for p in differ]
         trial["outcome"] = outcome_of(trial, problems)
         trial["problems"] = problems

@@ -1,7 +1,8 @@
 """The commands the crash harness (faults.py) kills, each with a small starting state so that a run
 takes seconds: LeRobot sample datasets (v2.1 and v3.0), a stale dataset for `stats check --fix`,
 photos and a Milvus Lite store (a server too with --server, where one can run), a tiny BERT for
-`quant apply`, and an old `bench --output` file to be replaced."""
+`quant apply`, an old `bench --output` file to be replaced, and a full store for `images migrate`
+(Milvus Lite to Milvus Lite; with --server, Lite to a server and a server to Lite)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,60 @@ def acknowledged_images(output: str) -> int:
     return int(counts[-1][0]) if counts else 0
 
 
+COPY = "store/copy.db"  # a Lite DST: under store/, compared by what it holds
+
+
+def migrate_argv(source: str, target: str, *flags: str) -> list[str]:
+    """`images migrate` in batches of 4 (three per collection: two marks moved between them)."""
+    return accelkit("images", "migrate", source, target, "--batch-size", "4", *flags)
+
+
+def migration(source: dict, target: dict) -> dict:
+    """A migration's state: DST's store (what compare_stores reads: its collections, thumbnails
+    and marks) with SRC's beside it."""
+    return {**target, "source": source}
+
+
+def migrate_check(old: dict, now: dict) -> list[str]:
+    """SRC as it was (the hidden `_accelkit_store` marker is no collection of the dump), each
+    item in DST bit-equal to SRC's (vector, metadata, and its thumbnail where DST keeps one), and
+    every SRC item up to DST's mark there (the ones the command counted as copied)."""
+    problems = []
+    before, source = old["source"]["collections"], now["source"]["collections"]
+    for name in sorted(set(before) | set(source)):
+        if before.get(name) != source.get(name):
+            problems.append(f"source changed: collection {name!r} in SRC is not as it was")
+    for name, entry in sorted(now["collections"].items()):
+        held = source.get(name, {}).get("items", {})
+        for item_id, item in sorted(entry["items"].items()):
+            theirs = held.get(item_id)
+            if (
+                theirs is None
+                or any(item[part] != theirs[part] for part in ("vector", "metadata"))
+                or item["thumbnail"] not in (None, theirs["thumbnail"])
+            ):
+                problems.append(f"half: item {item_id!r} of {name!r} in DST is not SRC's")
+        mark = (now.get("marks") or {}).get(name) or {}
+        if mark.get("after") is not None:
+            missing = sorted(i for i in held if i <= mark["after"] and i not in entry["items"])
+            if missing:
+                problems.append(
+                    f"unacknowledged: DST's mark is at {mark['after']!r} ({mark['copied']} copied)"
+                    f" and {len(missing)} items up to it are not there: {missing[:3]}"
+                )
+    return problems
+
+
+def migrate_lite_state(folder: Path) -> dict:
+    copy = folder / COPY
+    target = (
+        store_state(str(copy), marks=True)
+        if copy.exists()
+        else {"collections": {}, "stray_thumbnails": {}}
+    )
+    return migration(lite_state(folder), target)
+
+
 def tiny_model(folder: Path) -> None:
     import shutil
 
@@ -197,6 +252,15 @@ def cases(server: bool = False) -> list[Case]:
             rerun_codes=(2,),  # killed after the drop: "collection 'pics' does not exist"
         ),
         Case(
+            "images-migrate-lite",
+            "images migrate (Milvus Lite -> Milvus Lite, batches of 4)",
+            lambda f: filled(f, half=False),
+            lambda f: migrate_argv("store/images.db", COPY),
+            store=migrate_lite_state,
+            ignore=STORE_FILES,
+            check=migrate_check,
+        ),
+        Case(
             "quant-apply",
             "quant apply --output",
             tiny_model,
@@ -267,6 +331,29 @@ def server_cases() -> list[Case]:
     def state(folder: Path) -> dict:
         return store_state(server.uri, where[folder])
 
+    template: list[Path] = []
+
+    def full_lite(folder: Path) -> None:
+        """The Lite store of images-migrate-lite, made once and copied for each trial."""
+        if not template:
+            template.append(Path(tempfile.mkdtemp(prefix="accelkit-faults-lite-")))
+            atexit.register(shutil.rmtree, template[0], ignore_errors=True)
+            filled(template[0], half=False)
+        shutil.copytree(template[0], folder, symlinks=True, dirs_exist_ok=True)
+
+    def lite_to_server(folder: Path) -> None:
+        full_lite(folder)
+        where[folder] = server_database(server, next(names))
+
+    def server_to_lite(folder: Path) -> None:
+        """A server database holding the same collection (copied there by migrate itself, in
+        one batch: embedding the photos again for each trial would take longer)."""
+        lite_to_server(folder)
+        cli(folder, "-q", "images", "migrate", "store/images.db", server.uri,
+            "--target-db", where[folder], "--no-progress")  # fmt: skip
+        shutil.rmtree(folder / "store")
+        (folder / "store").mkdir()
+
     return [
         Case(
             "images-insert-server",
@@ -277,5 +364,25 @@ def server_cases() -> list[Case]:
             ignore=re.compile(r"^images\.yaml$"),  # names each trial's own database
             acknowledged=acknowledged_images,
             fresh_each_trial=True,
-        )
+        ),
+        Case(
+            "images-migrate-lite-server",
+            "images migrate (Milvus Lite -> Milvus server, batches of 4)",
+            lite_to_server,
+            lambda f: migrate_argv("store/images.db", server.uri, "--target-db", where[f]),
+            store=lambda f: migration(lite_state(f), store_state(server.uri, where[f], marks=True)),
+            ignore=STORE_FILES,
+            check=migrate_check,
+            fresh_each_trial=True,
+        ),
+        Case(
+            "images-migrate-server-lite",
+            "images migrate (Milvus server -> Milvus Lite, batches of 4)",
+            server_to_lite,
+            lambda f: migrate_argv(server.uri, COPY, "--source-db", where[f]),
+            store=lambda f: migrate_lite_state(f) | {"source": state(f)},
+            ignore=STORE_FILES,
+            check=migrate_check,
+            fresh_each_trial=True,
+        ),
     ]

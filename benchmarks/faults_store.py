@@ -1,12 +1,14 @@
 """What a vector store holds, for the crash harness (faults.py): dumped by a child process
-(`python benchmarks/faults_store.py URI [DB_NAME]`, one JSON document on stdout) through
+(`python benchmarks/faults_store.py URI [DB_NAME [--marks]]`, one JSON document on stdout) through
 accelkit's own store client, which waits for an engine a killed command left stopping; and the
 comparison of a store after a kill with the old and the new state.
 
 A dump: {"collections": {name: {"meta": {dim, index, metric, model record, or the error its
 description raised}, "items": {id: {"vector": sha256 of the float32 bytes, "metadata": ...,
 "thumbnail": sha256 of the JPEG or null}}, "duplicates": [ids held more than once]}},
-"stray_thumbnails": {name: count of thumbnails of ids the collection does not hold}}.
+"stray_thumbnails": {name: count of thumbnails of ids the collection does not hold}}; with
+`marks` also {"marks": {name: how far a migration's copy got (`images migrate`'s origin record:
+after, copied, complete), or null}}.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 
-def dump(uri: str, db_name: str = "") -> dict[str, Any]:
+def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
     import numpy as np
 
     from accelkit.images.config import StoreConfig
     from accelkit.images.store import ID_FIELD, METADATA_FIELD, VECTOR_FIELD, VectorStore
+    from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
     from accelkit.images.thumbnails import open_thumbnails
 
     store = VectorStore(StoreConfig(uri=uri, db_name=db_name, timeout=120))
@@ -46,6 +49,16 @@ def dump(uri: str, db_name: str = "") -> dict[str, Any]:
                     consistency_level="Strong",
                 )
             except Exception as exc:  # a half-made collection: what it says is its state
+                if store.is_server and "index not found" in str(exc):
+                    # a creation killed before its index: a server loads (and so reads, and
+                    # counts) no collection without one; nothing was written into it yet (the
+                    # index comes before any write); the next insert or migrate finishes it
+                    spec = store._spec(name)
+                    meta = {"dim": store.describe_dim(name), "index_type": spec.index_type,
+                            "metric_type": spec.metric_type,
+                            "model": store.recorded(name, PROP_MODEL), "indexes": []}  # fmt: skip
+                    out["collections"][name] = {"meta": meta, "items": {}, "duplicates": []}
+                    continue
                 entry["meta"] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                 entry["items"], entry["duplicates"] = {}, []
                 out["collections"][name] = entry
@@ -67,6 +80,11 @@ def dump(uri: str, db_name: str = "") -> dict[str, Any]:
                 for row in sorted(rows, key=lambda r: r[ID_FIELD])
             }
             out["collections"][name] = entry
+            if marks:
+                origin = store.recorded(name, PROP_ORIGIN)
+                out.setdefault("marks", {})[name] = origin and {
+                    k: origin.get(k) for k in ("after", "copied", "complete")
+                }
         if thumbnails and Path(thumbnails.path).exists():
             import sqlite3
 
@@ -80,12 +98,12 @@ def dump(uri: str, db_name: str = "") -> dict[str, Any]:
     return out
 
 
-def store_state(uri: str, db_name: str = "") -> dict[str, Any]:
+def store_state(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
     """`dump` in a child process (as a separate client, after the command's engine is gone)."""
     from faults import child_env
 
     done = subprocess.run(
-        [sys.executable, str(Path(__file__)), uri, db_name],
+        [sys.executable, str(Path(__file__)), uri, db_name, *(["--marks"] if marks else [])],
         capture_output=True,
         text=True,
         env=child_env(),
@@ -161,4 +179,8 @@ def compare_stores(
 
 
 if __name__ == "__main__":
-    print(json.dumps(dump(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")))
+    print(
+        json.dumps(
+            dump(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "", "--marks" in sys.argv[3:])
+        )
+    )

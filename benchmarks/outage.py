@@ -11,13 +11,20 @@ on 127.0.0.1. Three outages, one after another:
    code and its one line; the server back, the same command again: exit 0, each image once.
 3. `service`: the service SIGKILLed under inserts and started again: every insert it
    acknowledged is stored exactly once.
+4. `migrate`: `accelkit images migrate` of a Milvus Lite file of `--items` items (1280-d, seeded)
+   into the server, which is SIGKILLed mid-copy: the command's exit code and its one line; the
+   server back, the same command again (each try's exit and line, until exit 0): resumed after
+   its mark and verified; every item once, its vector bit-equal to the Lite file's, its metadata
+   equal.
 
     python benchmarks/outage.py [--down 15] [--images 600] [--out benchmarks/results/outage.json]
+    python benchmarks/outage.py --phases migrate --merge    # one phase; the others' results kept
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
@@ -133,6 +142,115 @@ def service_phase(server, service, url: str) -> dict:
     }
 
 
+MIGRATE_DIM = 1280
+
+
+def lite_source(path: Path, items: int) -> np.ndarray:
+    """A Milvus Lite file holding collection `bulk`: `items` seeded vectors, ids `00000000`...,
+    metadata {"i": i}; returns the vectors."""
+    from accelkit.images.config import StoreConfig
+    from accelkit.images.store import VectorStore
+
+    vectors = np.random.default_rng(47).standard_normal((items, MIGRATE_DIM)).astype(np.float32)
+    with VectorStore(StoreConfig(uri=str(path))) as store:
+        store.create_collection("bulk", MIGRATE_DIM, index_type="FLAT", metric_type="COSINE")
+        for start in range(0, items, 2000):
+            part = range(start, min(start + 2000, items))
+            store.upsert("bulk", [f"{i:08d}" for i in part], vectors[start : part[-1] + 1],
+                         [{"i": i} for i in part])  # fmt: skip
+        store.flush("bulk")
+    return vectors
+
+
+def read_back(uri: str, db_name: str, ids: list[str]) -> dict[str, tuple]:
+    """Each row of `bulk` on the server by id: (vector as float32 bytes, metadata), 500 a query."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=uri, timeout=60, db_name=db_name)
+    rows: dict[str, list] = {}
+    try:
+        client.load_collection("bulk")
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            for row in client.query(
+                "bulk",
+                filter=f"id in {list(part)!r}".replace("'", '"'),
+                output_fields=["id", "vector", "metadata"],
+                consistency_level="Strong",
+            ):
+                vector = np.asarray(row["vector"], np.float32).tobytes()
+                rows.setdefault(row["id"], []).append((vector, row["metadata"]))
+    finally:
+        client.close()
+    return rows
+
+
+def migrate_phase(server, config: Path, folder: Path, items: int) -> dict:
+    from tests.support.outage import wait_for_rows
+
+    source = folder / "migrate.db"
+    vectors = lite_source(source, items)
+    command = [
+        sys.executable, "-m", "accelkit", "images", "migrate", str(source), server.uri,
+        "--target-db", DB, "--collection", "bulk", "--config", str(config), "--no-progress",
+    ]  # fmt: skip
+    first = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    started = time.monotonic()
+    at_kill = wait_for_rows(server.uri, DB, "bulk", first, at_least=items // 5)
+    waited = time.monotonic() - started
+    server.kill()
+    killed = time.monotonic()
+    _, err = first.communicate(timeout=600)
+    failed_after = time.monotonic() - killed
+    restart_s = server.restart()
+    # the same command again, as its line says, until it ends (at most 6 tries, 5 s apart: a
+    # restarted server loads the collection again, which can take longer than store.timeout)
+    again, reruns = time.monotonic(), []
+    for _ in range(6):
+        second = subprocess.run(
+            [*command, "--json"], cwd=REPO, capture_output=True, text=True, timeout=900
+        )
+        lines = second.stderr.strip().splitlines()
+        reruns.append({"exit_code": second.returncode, "last_line": lines[-1] if lines else ""})
+        if second.returncode == 0:
+            break
+        time.sleep(5)
+    rerun_s = time.monotonic() - again
+    try:
+        report = json.loads(second.stdout)["result"]["collections"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        report = {"stdout": second.stdout[-2000:]}
+    ids = [f"{i:08d}" for i in range(items)]
+    rows = read_back(server.uri, DB, ids)
+    return {
+        "items": items,
+        "dim": MIGRATE_DIM,
+        "rows_when_killed_at_least": at_kill,
+        "killed_after_s": round(waited, 2),
+        "first_exit_code": first.returncode,
+        "first_stderr_lines": err.strip().splitlines()[-3:],
+        "first_failed_after_kill_s": round(failed_after, 2),
+        "server_restart_s": round(restart_s, 2),
+        "reruns": reruns,
+        "rerun_exit_code": second.returncode,
+        "reruns_s": round(rerun_s, 2),
+        "rerun_report": report,
+        "rows_in_collection": sum(len(r) for r in rows.values()),
+        "stored": {
+            "items": items,
+            "missing": sum(1 for i in ids if i not in rows),
+            "doubled": sum(1 for i in ids if len(rows.get(i, ())) > 1),
+            "not_bit_equal": sum(
+                1
+                for n, i in enumerate(ids)
+                if any(r != (vectors[n].tobytes(), {"i": n}) for r in rows.get(i, ()))
+            ),
+        },
+    }
+
+
 def _count(answers) -> dict:
     from collections import Counter
 
@@ -143,8 +261,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--down", type=float, default=15.0, help="seconds the server stays down")
     parser.add_argument("--images", type=int, default=600, help="images of the CLI insert")
-    parser.add_argument("--phases", default="server,cli,service")
+    parser.add_argument("--items", type=int, default=20_000, help="items of the migration")
+    parser.add_argument("--phases", default="server,cli,service,migrate")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/outage.json")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other phases' results already in --out"
+    )
     args = parser.parse_args()
 
     from tests.images.test_service import Server
@@ -168,9 +290,11 @@ def main() -> None:
 
             store = {"uri": server.uri, "db_name": DB, "timeout": STORE_TIMEOUT}
             config = service_config(folder, onnx, store, KEY)
-            service = Server(config, folder / "service.log").start()
+            phases = args.phases.split(",")
+            service = Server(config, folder / "service.log")
+            if {"server", "service"} & set(phases):
+                service.start()
             try:
-                phases = args.phases.split(",")
                 if "server" in phases:
                     results["server"] = server_phase(server, service.url, args.down)
                     print("server:", results["server"], flush=True)
@@ -180,18 +304,25 @@ def main() -> None:
                 if "service" in phases:
                     results["service"] = service_phase(server, service, service.url)
                     print("service:", results["service"], flush=True)
+                if "migrate" in phases:
+                    results["migrate"] = migrate_phase(server, config, folder, args.items)
+                    print("migrate:", results["migrate"], flush=True)
             finally:
-                service.stop()
-                print((folder / "service.log").read_text()[-3000:])
-    payload = {
-        "environment": {
-            **record(("numpy", "pymilvus", "milvus", "httpx")),
-            "load_avg_start": load_start,
-            "load_avg_end": os.getloadavg(),
-        },
-        "settings": {"down_s": args.down, "store_timeout_s": STORE_TIMEOUT},
-        **results,
+                if service.process is not None:
+                    service.stop()
+                    print((folder / "service.log").read_text()[-3000:])
+    environment = {
+        **record(("numpy", "pymilvus", "milvus", "httpx")),
+        "load_avg_start": load_start,
+        "load_avg_end": os.getloadavg(),
     }
+    settings = {"down_s": args.down, "store_timeout_s": STORE_TIMEOUT}
+    if args.merge and args.out.exists():  # the phases run now, each with its own environment
+        payload = json.loads(args.out.read_text())
+        for name, result in results.items():
+            payload[name] = {**result, "environment": environment, "settings": settings}
+    else:
+        payload = {"environment": environment, "settings": settings, **results}
     write_json_atomic(args.out, payload, trailing_newline=True)
     print(f"wrote {args.out}")
 

@@ -574,3 +574,73 @@ def test_a_source_that_cannot_be_marked(milvus_server, tmp_path, capsys, monkeyp
     assert code == 2 and "came from no migration; delete it from DST" in err, err
     code, out, err = run(capsys, "migrate", source, str(tmp_path / "u.db"), "--source-db", database, "--json")  # fmt: skip
     assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err
+
+
+class Killed(BaseException):
+    """A SIGKILL as the process's own code meets it: nothing after it runs (no handler, no
+    AccelkitError)."""
+
+
+def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
+    source, tmp_path, monkeypatch
+):
+    """Found by benchmarks/faults.py (images-migrate-lite, killed just after the first batch's
+    upsert): the batch's items were in DST, searchable, without their thumbnails until the copy
+    was resumed. The thumbnails are now copied first (one of an item DST does not hold is never
+    served), as `images insert` keeps them first."""
+    from accelkit.images.migrate import migrate
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.thumbnails import ThumbnailStore
+
+    upsert = VectorStore.upsert
+
+    def killed_after(self, *args, **kwargs):
+        upsert(self, *args, **kwargs)
+        raise Killed
+
+    monkeypatch.setattr(VectorStore, "upsert", killed_after)
+    target = tmp_path / "t.db"
+    with pytest.raises(Killed):
+        migrate(StoreConfig(uri=source["database"]), StoreConfig(uri=str(target)), ["pics"], batch_size=2)  # fmt: skip
+    monkeypatch.undo()
+    held = sorted(everything({"uri": str(target)}, "pics"))
+    assert len(held) == 2
+    kept = ThumbnailStore(f"{target}.thumbnails.sqlite").get_many("pics", held)
+    theirs = ThumbnailStore(source["database"] + ".thumbnails.sqlite").get_many("pics", held)
+    assert sorted(kept) == held and kept == theirs
+
+
+def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_same_command(
+    source, milvus_server, capsys, monkeypatch
+):
+    """Found by benchmarks/faults.py (images-migrate-lite-server, killed just after the server's
+    create_collection): DST's collection was left without its index (a kill runs no `except`: the
+    all-or-nothing drop never came), and the same command then failed for good ("loading
+    collection 'pics' failed: index not found"), the copy neither resumed nor finished. Now a
+    resumed copy gives its collection the index it was created with first."""
+    from pymilvus import MilvusClient
+
+    from accelkit.images.migrate import migrate
+    from accelkit.images.store import StoreConfig
+    from tests.support.milvus_server import server_database
+
+    db = server_database(milvus_server, "migrate_killed")
+
+    def killed(self, *args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(MilvusClient, "create_index", killed)
+    monkeypatch.setattr(MilvusClient, "drop_collection", killed)  # the kill: no drop after it
+    target = StoreConfig(uri=milvus_server.uri, db_name=db, timeout=60)
+    with pytest.raises(Killed):
+        migrate(StoreConfig(uri=source["database"]), target, ["pics"], batch_size=2)
+    monkeypatch.undo()
+    args = ("migrate", source["database"], milvus_server.uri, "--target-db", db, "-c", "pics", "--batch-size", "2", "--json")  # fmt: skip
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    (pics,) = result_of(out)["collections"]
+    assert pics["verified"] and pics["index_type"] == "FLAT", pics
+    assert same_items(
+        everything({"uri": milvus_server.uri, "db_name": db}, "pics"),
+        everything({"uri": source["database"]}, "pics"),
+    )

@@ -45,6 +45,7 @@ from accelkit.images.store.records import (
     MARKER,
     PROP_MODEL,
     PROP_ORIGIN,
+    IndexSpec,
     is_local_uri,
     redact_uri,
 )
@@ -322,21 +323,25 @@ def _prepare(
             )
         if restart:
             dst.drop_collection(name)
-        elif _same_vectors(src, dst, name):
-            return {**found, **origin}
-        else:  # SRC's collection was made again since: its items are not the ones copied
+        else:
+            # a creation killed between the collection and its index (a kill runs no `except`:
+            # the all-or-nothing drop never came) is finished: the copy resumes, not fails
+            kind, params, _ = _index_of(src, dst, name, index_type)
+            metric = src.describe(name)["metric_type"]
+            dst.finish_index(name, IndexSpec.from_config(dst.config, kind, metric, params))
+            if _same_vectors(src, dst, name):
+                return {**found, **origin}
+            # SRC's collection was made again since: its items are not the ones copied
             raise InputError(
                 f"collection {name!r} in SRC now holds another model's or another dimension's"
                 " vectors than its copy in DST began with; run again with --restart"
             )
     info = src.describe(name)
-    kind = (index_type or info["index_type"]).upper()
-    params = dict(info["index_params"]) if kind == info["index_type"] else None
-    if kind == "HNSW" and not dst.is_server:
+    kind, params, flat = _index_of(src, dst, name, index_type)
+    if flat:
         log.warning(
             "collection %r: Milvus Lite builds no HNSW index; its copy gets FLAT (exact)", name
         )
-        kind, params = "FLAT", None
     origin = {**origin, "after": None, "copied": 0, "complete": False}
     dst.create_collection(
         name,
@@ -349,6 +354,17 @@ def _prepare(
         origin=origin,
     )
     return origin
+
+
+def _index_of(src, dst, name: str, index_type: str | None) -> tuple[str, Any, bool]:
+    """The index of DST's copy: `index_type` or the source's (its parameters where the same
+    kind), FLAT for an HNSW source on Milvus Lite (then True: said when the copy is made)."""
+    info = src.describe(name)
+    kind = (index_type or info["index_type"]).upper()
+    params = dict(info["index_params"]) if kind == info["index_type"] else None
+    if kind == "HNSW" and not dst.is_server:
+        return "FLAT", None, True
+    return kind, params, False
 
 
 def _same_vectors(src, dst, name: str) -> bool:
@@ -384,10 +400,12 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
                     f"collection {name!r}: SRC returned ids out of order; cannot resume safely,"
                     " run again with --restart"
                 )
+            # thumbnails first: killed between, DST holds no item without its thumbnail (one of
+            # an item DST does not hold is never served, and the resumed batch keeps it again)
+            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
             dst.upsert(
                 name, ids, np.stack([r["vector"] for r in rows]), [r["metadata"] for r in rows]
             )
-            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
             after, done = max(ids), done + len(ids)
             copy.copied += len(ids)
             _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
