@@ -50,6 +50,25 @@ def create(url: str, name: str) -> None:
     create_collection(url, name, HEADERS).raise_for_status()
 
 
+def kill_under(server, command: list[str], collection: str, at_least: int):
+    """Run `command`, SIGKILL the server once `collection` holds `at_least` rows, let the command
+    end, start the server again: (process, rows at the kill, seconds until the kill, its stderr,
+    seconds it took to end after the kill, seconds the restart took)."""
+    from tests.support.outage import wait_for_rows
+
+    first = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    started = time.monotonic()
+    at_kill = wait_for_rows(server.uri, DB, collection, first, at_least=at_least)
+    waited = time.monotonic() - started
+    server.kill()
+    killed = time.monotonic()
+    _, err = first.communicate(timeout=600)
+    failed_after = time.monotonic() - killed
+    return first, at_kill, waited, err, failed_after, server.restart()
+
+
 def once(counts, ids: list[str]) -> dict:
     return {
         "acknowledged": len(ids),
@@ -72,7 +91,7 @@ def server_phase(server, url: str, down_s: float) -> dict:
 
 
 def cli_phase(server, config: Path, folder: Path, images: int) -> dict:
-    from tests.support.outage import stored_counts, tile, wait_for_rows
+    from tests.support.outage import stored_counts, tile
 
     pictures = folder / "pictures"
     pictures.mkdir()
@@ -82,17 +101,8 @@ def cli_phase(server, config: Path, folder: Path, images: int) -> dict:
         sys.executable, "-m", "accelkit", "images", "insert", str(pictures),
         "--collection", "cli", "--create-collection", "--config", str(config), "--no-progress",
     ]  # fmt: skip
-    first = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    started = time.monotonic()
-    wait_for_rows(server.uri, DB, "cli", first)  # the first chunk (256) is stored
-    waited = time.monotonic() - started
-    server.kill()
-    killed = time.monotonic()
-    _, err = first.communicate(timeout=600)
-    failed_after = time.monotonic() - killed
-    restart_s = server.restart()
+    # killed once the first chunk (256) is stored
+    first, _, waited, err, failed_after, restart_s = kill_under(server, command, "cli", 1)
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     import hashlib
 
@@ -186,7 +196,6 @@ def read_back(uri: str, db_name: str, ids: list[str]) -> dict[str, tuple]:
 
 
 def migrate_phase(server, config: Path, folder: Path, items: int) -> dict:
-    from tests.support.outage import wait_for_rows
 
     source = folder / "migrate.db"
     vectors = lite_source(source, items)
@@ -194,17 +203,9 @@ def migrate_phase(server, config: Path, folder: Path, items: int) -> dict:
         sys.executable, "-m", "accelkit", "images", "migrate", str(source), server.uri,
         "--target-db", DB, "--collection", "bulk", "--config", str(config), "--no-progress",
     ]  # fmt: skip
-    first = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    first, at_kill, waited, err, failed_after, restart_s = kill_under(
+        server, command, "bulk", items // 5
     )
-    started = time.monotonic()
-    at_kill = wait_for_rows(server.uri, DB, "bulk", first, at_least=items // 5)
-    waited = time.monotonic() - started
-    server.kill()
-    killed = time.monotonic()
-    _, err = first.communicate(timeout=600)
-    failed_after = time.monotonic() - killed
-    restart_s = server.restart()
     # the same command again, as its line says, until it ends (at most 6 tries, 5 s apart: a
     # restarted server loads the collection again, which can take longer than store.timeout)
     again, reruns = time.monotonic(), []
