@@ -69,6 +69,21 @@ def kill_under(server, command: list[str], collection: str, at_least: int):
     return first, at_kill, waited, err, failed_after, server.restart()
 
 
+def rerun(command: list[str], tries: int = 6):
+    """The same command again, as its line says, until it ends (at most `tries`, 5 s apart: a
+    restarted server loads the collection again, which can take longer than store.timeout):
+    (the last run, each try's exit code and last line)."""
+    reruns = []
+    for _ in range(tries):
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+        lines = second.stderr.strip().splitlines()
+        reruns.append({"exit_code": second.returncode, "last_line": lines[-1] if lines else ""})
+        if second.returncode == 0:
+            break
+        time.sleep(5)
+    return second, reruns
+
+
 def once(counts, ids: list[str]) -> dict:
     return {
         "acknowledged": len(ids),
@@ -103,7 +118,7 @@ def cli_phase(server, config: Path, folder: Path, images: int) -> dict:
     ]  # fmt: skip
     # killed once the first chunk (256) is stored
     first, _, waited, err, failed_after, restart_s = kill_under(server, command, "cli", 1)
-    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    second, reruns = rerun(command)  # as its line says, while the server reloads the collection
     import hashlib
 
     # the documented id of an image inserted without --ids: SHA-256 of its bytes, 32 hex digits
@@ -116,6 +131,7 @@ def cli_phase(server, config: Path, folder: Path, images: int) -> dict:
         "first_stderr_lines": err.strip().splitlines()[-3:],
         "first_failed_after_kill_s": round(failed_after, 2),
         "server_restart_s": round(restart_s, 2),
+        "reruns": reruns,
         "rerun_exit_code": second.returncode,
         "rerun_stderr": second.stderr.strip().splitlines()[-3:],
         "rows_in_collection": sum(counts.values()),
@@ -206,18 +222,8 @@ def migrate_phase(server, config: Path, folder: Path, items: int) -> dict:
     first, at_kill, waited, err, failed_after, restart_s = kill_under(
         server, command, "bulk", items // 5
     )
-    # the same command again, as its line says, until it ends (at most 6 tries, 5 s apart: a
-    # restarted server loads the collection again, which can take longer than store.timeout)
-    again, reruns = time.monotonic(), []
-    for _ in range(6):
-        second = subprocess.run(
-            [*command, "--json"], cwd=REPO, capture_output=True, text=True, timeout=900
-        )
-        lines = second.stderr.strip().splitlines()
-        reruns.append({"exit_code": second.returncode, "last_line": lines[-1] if lines else ""})
-        if second.returncode == 0:
-            break
-        time.sleep(5)
+    again = time.monotonic()
+    second, reruns = rerun([*command, "--json"])
     rerun_s = time.monotonic() - again
     try:
         report = json.loads(second.stdout)["result"]["collections"][0]
