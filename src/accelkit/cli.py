@@ -15,7 +15,7 @@ import typer
 
 from accelkit import __version__
 from accelkit.errors import AccelkitError, one_line
-from accelkit.runtime.output import command_group
+from accelkit.runtime.cli_options import command_group
 
 app = command_group(
     "accelkit",
@@ -63,13 +63,13 @@ def devices(
 ) -> None:
     """What JAX and PyTorch see, and which platform accelkit would choose and why."""
     from accelkit.runtime.devices import describe_devices
-    from accelkit.runtime.output import print_json
+    from accelkit.runtime.json_output import print_json
 
     info = describe_devices(platform)
     if as_json:
         print_json(info)
         return
-    from accelkit.runtime.output import print_table
+    from accelkit.runtime.tables import print_table
 
     rows = []
     jax_info, torch_info = info["jax"], info["torch"]
@@ -160,7 +160,7 @@ def _command_name(command, args: list[str]) -> str:
 def _run(args: list[str], debug: bool) -> int:
     """The exit code of one command (docs/cli.md): 0 done, 1 internal error, 2 user error, 3 a
     failed check, 130/143 interrupted. With --json, a failure prints the envelope too."""
-    from accelkit.runtime import interrupts, output, progress
+    from accelkit.runtime import interrupts, json_output, progress
 
     try:
         command = typer.main.get_command(app)  # typer builds every command first: a moment
@@ -168,14 +168,14 @@ def _run(args: list[str], debug: bool) -> int:
         interrupts.report(exc.signum)
         return exc.exit_code
     name = _command_name(command, args)
-    output.begin(name)
+    json_output.begin(name)
     progress.start_command(name if "--help" not in args else "")
     try:
         code, message = _invoke(command, args, debug)
     finally:
         progress.end_command()
     if code and message and "--json" in args:
-        output.print_error_json(message, code)
+        json_output.print_error_json(message, code)
     return code
 
 

@@ -1,5 +1,5 @@
 """`accelkit images` tables at 80 and 120 columns: file names (metadata["source"]), ids, scores
-and counts are never cut (the shared `runtime.output.fitting_table`)."""
+and counts are never cut (the shared `runtime.tables.fitting_table`)."""
 
 import pytest
 from PIL import Image

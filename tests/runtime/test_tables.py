@@ -1,5 +1,5 @@
 """Tables that fit: at 80 and 120 columns no table cuts a number, a unit or a file name
-(`runtime.output.fitting_table`), checked on the shared helper and on each capability's real
+(`runtime.tables.fitting_table`), checked on the shared helper and on each capability's real
 output (stats, bench, quant, devices; images in tests/images/test_table_widths.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from accelkit.runtime.output import Col, _looks_numeric, fitting_table
+from accelkit.runtime.tables import Col, _looks_numeric, fitting_table
 from tests.support.cli import run_cli
 
 WIDTHS = (80, 120)

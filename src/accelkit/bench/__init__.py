@@ -11,14 +11,26 @@ The public API, loaded on first use (importing this package stays cheap):
 
 from __future__ import annotations
 
-from accelkit.runtime.output import lazy_exports
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("run", "defaults", "BenchRun"), "accelkit.bench.api"),
-    **dict.fromkeys(("Result", "Check", "Timing"), "accelkit.bench.harness"),
+    "run": "accelkit.bench.api",
+    "defaults": "accelkit.bench.api",
+    "BenchRun": "accelkit.bench.api",
+    "Result": "accelkit.bench.harness",
+    "Check": "accelkit.bench.harness",
+    "Timing": "accelkit.bench.harness",
     "EXPERIMENTS": "accelkit.bench.suite",
     "validate": "accelkit.bench.schema",
 }
 
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.bench.api import BenchRun, defaults, run
+    from accelkit.bench.harness import Check, Result, Timing
+    from accelkit.bench.schema import validate
+    from accelkit.bench.suite import EXPERIMENTS
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from accelkit.runtime.output import command_group
+from accelkit.runtime.cli_options import command_group
 
 bench_app = command_group(
     "bench",
@@ -151,7 +151,7 @@ def render(done, *, output: Path | None = None, as_json: bool = False, plot: Pat
     with one line when a check failed (docs/cli.md)."""
     document = done.document() if output or as_json else None  # validated before anything shows
     if as_json:
-        from accelkit.runtime.output import print_json
+        from accelkit.runtime.json_output import print_json
 
         print_json(document, ok=done.passed)
     else:

@@ -71,7 +71,7 @@ def check_row(c) -> tuple[str, ...]:
 
 def print_result(result: Result, console=None) -> None:
     """Timings, checks and facts of one result as rich tables (times in s, ms = 'm', µs = 'µ')."""
-    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.runtime.tables import Col, print_table, stdout_console
 
     console = console or stdout_console()
     params = ", ".join(f"{k}={v}" for k, v in result.params.items())

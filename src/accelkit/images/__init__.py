@@ -11,7 +11,9 @@ fastapi) load on first use, so importing this package is cheap.
 
 from __future__ import annotations
 
-from accelkit.runtime.output import lazy_exports
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _MODULES = {
     "accelkit.images.api": [
@@ -52,5 +54,43 @@ _MODULES = {
     "accelkit.images.decode": ["ImageDecodeError", "decode_image"],
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.images.api import (
+        create_collection,
+        delete_collection,
+        describe_collection,
+        embed,
+        flush_collection,
+        health,
+        index_collection,
+        insert,
+        list_collections,
+        load_settings,
+        open_index,
+        search,
+        serve,
+        set_model,
+    )
+    from accelkit.images.compat import ImageEmbeddingPipeline
+    from accelkit.images.config import (
+        ModelConfig,
+        PreprocessConfig,
+        ServerConfig,
+        ServiceConfig,
+        StoreConfig,
+    )
+    from accelkit.images.decode import ImageDecodeError, decode_image
+    from accelkit.images.index import ImageIndex, ImageInput, InsertResult
+    from accelkit.images.local import LocalIndex
+    from accelkit.images.pipeline import EmbeddingPipeline, EmbeddingResult
+    from accelkit.images.preprocess import (
+        HostImagePreprocessor,
+        JAXImagePreprocessor,
+        make_preprocessor,
+    )
+    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
+    from accelkit.images.store import Hit, IndexSpec, VectorStore
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -26,7 +26,7 @@ from accelkit.images.cli_common import (
     short_json,
     table,
 )
-from accelkit.runtime.output import command_group, endpoint_option, ray_option
+from accelkit.runtime.cli_options import command_group, endpoint_option, ray_option
 
 images_app = command_group(
     "images",

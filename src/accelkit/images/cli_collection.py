@@ -18,7 +18,7 @@ from accelkit.images.cli_common import (
     print_info,
     table,
 )
-from accelkit.runtime.output import command_group
+from accelkit.runtime.cli_options import command_group
 
 collection_app = command_group(
     "collection",

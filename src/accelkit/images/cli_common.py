@@ -52,13 +52,13 @@ def library():
 
 
 def emit_json(value, ok: bool = True) -> None:
-    from accelkit.runtime.output import print_json
+    from accelkit.runtime.json_output import print_json
 
     print_json(value, ok=ok)
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:
-    from accelkit.runtime.output import print_table
+    from accelkit.runtime.tables import print_table
 
     print_table(title, columns, rows)  # fits the terminal; file names and numbers stay whole
 

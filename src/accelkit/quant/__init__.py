@@ -12,7 +12,9 @@ not import torch):
 
 from __future__ import annotations
 
-from accelkit.runtime.output import lazy_exports
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
     "evaluate": "accelkit.quant.api",
@@ -31,5 +33,14 @@ _EXPORTS = {
     "save_quantized": "accelkit.quant.storage",
     "model_factory": "accelkit.quant.models",
 }
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.quant.api import ApplyResult, EvalResult, apply, evaluate
+    from accelkit.quant.config import QuantConfig, load_config
+    from accelkit.quant.convert import QuantReport, quantize, quantize_with_report
+    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.models import model_factory
+    from accelkit.quant.storage import load_quantized, save_quantized
+    from accelkit.quant.sweep import EvalRow
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

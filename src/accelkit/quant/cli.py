@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from accelkit.runtime.output import command_group
+from accelkit.runtime.cli_options import command_group
 
 quant_app = command_group(
     "quant",
@@ -171,7 +171,7 @@ def eval_command(
         pause()
     document = result.to_dict()
     if as_json:
-        from accelkit.runtime.output import print_json
+        from accelkit.runtime.json_output import print_json
 
         print_json(document)
     else:
@@ -184,7 +184,7 @@ def eval_command(
 
 def _print_eval_table(result) -> None:
     from accelkit.quant.report import fidelity_columns
-    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.runtime.tables import Col, print_table, stdout_console
 
     title = (
         f"accelkit quant eval — {result.model} ({result.kind}, {result.dtype}), {result.texts}"
@@ -273,7 +273,7 @@ def apply_command(
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
     from accelkit.quant.api import apply
-    from accelkit.runtime.output import print_json
+    from accelkit.runtime.json_output import print_json
     from accelkit.runtime.progress import activity, pause
 
     try:

@@ -17,7 +17,9 @@ dict batches, or a stream from `open_source`); `write_stats` writes its result i
 
 from __future__ import annotations
 
-from accelkit.runtime.output import lazy_exports
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
     "compute": "accelkit.stats.run",
@@ -43,5 +45,17 @@ _EXPORTS = {
     "StatsResult": "accelkit.stats.types",
 }
 
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.stats.checking import CheckReport, FixResult, check, fix
+    from accelkit.stats.diffing import DiffReport, diff
+    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.episodes import episode_stats
+    from accelkit.stats.formats import read_norm_stats, write_stats
+    from accelkit.stats.run import ComputeResult, compute
+    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.settings import StatsSettings
+    from accelkit.stats.sources import open_source
+    from accelkit.stats.types import BatchStream, Column, KeyStats, RunSummary, StatsResult, Stream
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

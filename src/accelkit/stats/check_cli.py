@@ -112,14 +112,14 @@ def render(report, as_json: bool) -> None:
     rows = report.summary()
     fixed, plot_path = report.fixed, report.plot
     if as_json:
-        from accelkit.runtime.output import print_json
+        from accelkit.runtime.json_output import print_json
 
         print_json(
             report.document(),
             ok=report.ok or bool(fixed),
         )
         return
-    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.runtime.tables import Col, print_table, stdout_console
     from accelkit.stats.causes import legend
 
     if rows:

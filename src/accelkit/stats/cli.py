@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from accelkit.errors import ConfigError
+from accelkit.runtime.cli_options import endpoint_option, ray_option
 from accelkit.runtime.config import load_settings
-from accelkit.runtime.output import endpoint_option, ray_option
 from accelkit.stats.check_cli import check_command
 from accelkit.stats.compute_report import print_report
 from accelkit.stats.diff_cli import diff_command
@@ -280,7 +280,7 @@ def stats_command(
 
     done = compute(settings=settings, progress=not no_progress)
     if as_json:
-        from accelkit.runtime.output import print_json
+        from accelkit.runtime.json_output import print_json
 
         print_json(done.document(), run=done.run)
         return

@@ -14,7 +14,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     import numpy as np
     from rich.text import Text
 
-    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.runtime.tables import Col, print_table, stdout_console
     from accelkit.stats.formats import quantile_name, sidecar_path
 
     console = stdout_console()

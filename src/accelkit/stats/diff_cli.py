@@ -116,11 +116,11 @@ def _number(value) -> str:
 def render(report, as_json: bool) -> None:
     """The --json envelope, or both files, the table, the causes' legend and the verdict."""
     if as_json:
-        from accelkit.runtime.output import print_json
+        from accelkit.runtime.json_output import print_json
 
         print_json(report.document(), ok=report.ok)
         return
-    from accelkit.runtime.output import Col, print_table, stdout_console
+    from accelkit.runtime.tables import Col, print_table, stdout_console
     from accelkit.stats.compare import format_error
     from accelkit.stats.diff_causes import DIFF_CAUSE_HELP, DIFF_CAUSES
 

@@ -34,7 +34,7 @@ def sample_dataset_command(
         raise ConfigError(f"--seed must be 0 or more, not {seed}")
     import json
 
-    from accelkit.runtime.output import print_json
+    from accelkit.runtime.json_output import print_json
 
     if exist_ok and (path / "meta" / "info.json").is_file():
         if as_json:

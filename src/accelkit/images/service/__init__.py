@@ -5,7 +5,11 @@ admission, page, health), `collections` and `items` (the routes, each one call o
 `urls` (URLs, from public addresses only),
 `guards` (body limit, API key, decode budget, metrics), `errors` (one JSON error shape)."""
 
-from accelkit.runtime.output import lazy_exports
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
     "ServiceError": "accelkit.images.service.errors",
@@ -16,5 +20,11 @@ _EXPORTS = {
     "serve": "accelkit.images.service.server",
     "status_for": "accelkit.images.service.errors",
 }
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.images.service.app import create_app, fastapi_app
+    from accelkit.images.service.errors import ServiceError, error_body, status_for
+    from accelkit.images.service.server import serve
+    from accelkit.images.service.state import ServiceState
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,7 +27,11 @@ Why the details below exist:
   without engine internals, so its logger is quieted.
 """
 
-from accelkit.runtime.output import lazy_exports
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _MODULES = {
     "accelkit.images.config": ["StoreConfig"],
@@ -62,5 +66,37 @@ _MODULES = {
     "accelkit.images.store.vector_store": ["VectorStore"],
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.images.config import StoreConfig
+    from accelkit.images.store.errors import (
+        CollectionExistsError,
+        CollectionNotFoundError,
+        FilterError,
+        StoreError,
+        StoreFullError,
+        StoreTimeoutError,
+        StoreUnavailableError,
+    )
+    from accelkit.images.store.lite import (
+        ORPHAN_WAIT_S,
+        _engine_output_to,
+        _lite_holders,
+        check_lite_free,
+        lite_lock_holder,
+    )
+    from accelkit.images.store.records import (
+        ID_BATCH,
+        ID_FIELD,
+        METADATA_FIELD,
+        VECTOR_FIELD,
+        Hit,
+        IndexSpec,
+        ids_filter,
+        is_local_uri,
+        literal,
+        redact_uri,
+    )
+    from accelkit.images.store.vector_store import VectorStore
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -41,7 +41,9 @@ processes run).
 
 from __future__ import annotations
 
-from accelkit.runtime.output import lazy_exports
+from typing import TYPE_CHECKING
+
+from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
     "MODES": "accelkit.bench.experiments.train.config",
@@ -49,5 +51,9 @@ _EXPORTS = {
     "run": "accelkit.bench.experiments.train.experiment",
 }
 
+if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+    from accelkit.bench.experiments.train.config import MODES, Setup
+    from accelkit.bench.experiments.train.experiment import run
+
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
