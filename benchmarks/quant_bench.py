@@ -37,8 +37,8 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     except Exception as exc:  # torchao missing or broken on this machine
         return {"status": f"torchao unavailable: {exc}"}
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.convert import quantize
+    from accelkit.quant.method.layers import QuantLinear
     from accelkit.quant.sentences import calibration_sentences
 
     fp32, tok = load_minilm()
@@ -96,7 +96,7 @@ def interleaved_latency(
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
     from accelkit.quant.sentences import calibration_sentences
     from accelkit.quant.speed import compile_model
 
@@ -156,7 +156,7 @@ def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
     packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
     from accelkit.quant.sentences import calibration_sentences
 
     fp32, tok = load_minilm()

@@ -32,7 +32,7 @@ def main() -> int:
         )
         return 3
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
     from accelkit.quant.models import load_minilm
     from accelkit.quant.sentences import calibration_sentences, eval_pairs
     from accelkit.quant.texts import batches
@@ -104,7 +104,7 @@ def int8_path(fp32, model, data) -> dict:
     agreement, mean cosine to FP32, and compiled latency of each (median of 20 calls)."""
     import statistics
 
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     float_path = copy.deepcopy(model)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]

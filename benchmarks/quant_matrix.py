@@ -44,8 +44,8 @@ import time
 import torch
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
 from accelkit.quant.fidelity import Subject, quant_layer_bytes, subject_fidelity, subject_reference
+from accelkit.quant.method.convert import quantize
 from accelkit.quant.models import load_minilm, model_max_length
 from accelkit.quant.speed import Phases, SpeedBench
 from accelkit.quant.sweep import kernel_counts, with_abits

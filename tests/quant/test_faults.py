@@ -4,8 +4,8 @@ write the clean run's bytes, so the same model saved twice must be the same byte
 import json
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.storage import save_quantized
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.storage import save_quantized
 from tests.quant.test_apply_storage import SMALL, batches, make_net
 
 

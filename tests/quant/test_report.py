@@ -113,8 +113,8 @@ def outputs(model, names, batch) -> dict[str, np.ndarray]:
 def test_layer_errors_equal_an_independent_computation(run):
     _, report, _ = run
     from accelkit.quant.config import QuantConfig, config_for_run
-    from accelkit.quant.convert import quantize
     from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.method.convert import quantize
 
     subject = load_subject("minilm", n_pairs=16)
     fp32 = subject.model

@@ -152,7 +152,7 @@ def default_bits() -> list[str]:
     """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
     cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
     7-bit codes they do sum exactly (`kernels.py`) — the setting that can be fast there."""
-    from accelkit.quant import kernels
+    from accelkit.quant.method import kernels
 
     return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
 
@@ -262,7 +262,7 @@ def evaluate(
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
-        from accelkit.quant import kernels
+        from accelkit.quant.method import kernels
 
         kernels.table().phases = phases  # a shape measured on this machine: "kernel choice"
         stack.callback(setattr, kernels.table(), "phases", None)
@@ -349,11 +349,11 @@ def apply(
 
     import torch.nn as nn
 
-    from accelkit.quant.convert import quantize_with_report
     from accelkit.quant.fidelity import quant_layer_bytes
+    from accelkit.quant.method.convert import quantize_with_report
+    from accelkit.quant.method.storage import save_quantized
     from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
     from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.storage import save_quantized
     from accelkit.quant.sweep import kernel_counts
     from accelkit.quant.texts import Texts, prepare
     from accelkit.runtime.progress import Steps
@@ -459,8 +459,8 @@ def _default_abits(cfg, model) -> None:
     progressive layers (|b| up to 127) run on the float path, slower than FP32 (held to AVX2:
     1.22× compiled), and at 7 bits on fbgemm (0.86×; mean cos 0.9816 against 0.9820 on MiniLM)
     — docs/quant.md, "Speed"."""
-    from accelkit.quant import kernels
-    from accelkit.quant.convert import layer_spec, select_layers
+    from accelkit.quant.method import kernels
+    from accelkit.quant.method.convert import layer_spec, select_layers
 
     if "abits" in cfg.model_fields_set or cfg.abits != 8:
         return
@@ -488,7 +488,7 @@ def _warn_float_fallback(model, cfg) -> None:
     kernel sums their values exactly on this CPU (and what does)."""
     import logging
 
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     slow = [
         m

@@ -219,7 +219,7 @@ class QuantConfig(Settings):
         in float instead, see `indivisible`). 8-bit layers of the progressive family are
         symmetric int8 per output channel (`int8`: they run on the int8 GEMM as stored); other
         bit widths stay plain."""
-        from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
+        from accelkit.quant.method.quantizers import PROGRESSIVE_GROUP_SIZE
 
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
         if self.weight_format == "progressive" and wbits == 8:

@@ -149,8 +149,8 @@ def fidelity(emb: torch.Tensor, ref: torch.Tensor, n_pairs: int) -> dict[str, fl
 
 def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
     """(bytes of the quantized layers' tensors, bytes the same layers take in FP32)."""
-    from accelkit.quant.layers import QuantLinear
-    from accelkit.quant.storage import compact_tensors
+    from accelkit.quant.method.layers import QuantLinear
+    from accelkit.quant.method.storage import compact_tensors
 
     q_bytes = fp_bytes = 0
     for mod in model.modules():

@@ -57,7 +57,7 @@ class EvalRow:
 
 def kernel_counts(model: nn.Module) -> dict[str, int]:
     """How many quantized layers run on each CPU kernel (`kernels.py`)."""
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     counts: dict[str, int] = {}
     for m in model.modules():
@@ -93,7 +93,7 @@ def with_abits(model: nn.Module, abits: int) -> nn.Module:
     `quantize` builds for W4A4 (tested), without calibrating again."""
     import dataclasses
 
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     out = copy.deepcopy(model)
     for m in out.modules():
@@ -133,7 +133,7 @@ def run_eval(
     from contextlib import nullcontext
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
 
     phases = phases if phases is not None else Phases()
     subject = subject or load_subject("minilm", n_pairs=n_pairs)

@@ -21,7 +21,7 @@ from torch import nn
 
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.fidelity import Subject, subject_fidelity
-from accelkit.quant.layers import QuantLinear
+from accelkit.quant.method.layers import QuantLinear
 from accelkit.quant.texts import Batches
 
 
@@ -47,7 +47,7 @@ class TargetResult:
 
 def linear_bytes(model: nn.Module) -> int:
     """Bytes of every Linear layer: quantized ones as stored, float ones in FP32."""
-    from accelkit.quant.storage import compact_tensors
+    from accelkit.quant.method.storage import compact_tensors
 
     total = 0
     for m in model.modules():
@@ -133,7 +133,7 @@ def reach(
 ) -> tuple[nn.Module, TargetResult]:
     """The model with the fewest layers moved out of 4-bit (worst first) whose mean cosine to
     FP32 reaches `target`, and what was done (`TargetResult`)."""
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
 
     def cosine(model) -> dict:
         return subject_fidelity(subject, model, reference)

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError, require
-from accelkit.quant.layers import LayerSpec, QuantLinear
-from accelkit.quant.transforms import block_base, rotation_from_steps
+from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
 FORMAT = "accelkit-quant/1"

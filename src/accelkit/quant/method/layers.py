@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from accelkit.quant import kernels
-from accelkit.quant import quantizers as qz
-from accelkit.quant.transforms import Transform
+from accelkit.quant.method import kernels
+from accelkit.quant.method import quantizers as qz
+from accelkit.quant.method.transforms import Transform
 
 DENSE_TRANSFORM_MAX_BLOCKS = 4
 CUDA_INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: more than 16 rows, k and n multiples of 8
