@@ -32,10 +32,10 @@ def main() -> int:
         )
         return 3
     from accelkit.quant.config import QuantConfig
+    from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
+    from accelkit.quant.evaluation.tokenize import batches
     from accelkit.quant.method.convert import quantize
     from accelkit.quant.models import load_minilm
-    from accelkit.quant.sentences import calibration_sentences, eval_pairs
-    from accelkit.quant.texts import batches
     from accelkit.runtime.files import write_json_atomic
 
     fp32, tok = load_minilm()

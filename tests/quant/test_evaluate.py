@@ -106,8 +106,8 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
     assert 0.0 < dq["top1_agreement"] <= 1.0
     assert dq["perplexity_ratio"] == pytest.approx(dq["perplexity"] / dq["perplexity_fp32"])
     # the FP32 perplexity against transformers' own loss (labels masked where padded)
+    from accelkit.quant.evaluation.tokenize import tokenize
     from accelkit.quant.models import load_folder
-    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(causal_dir))
     batch = tokenize(tokenizer, TEXTS[2:])
@@ -209,9 +209,9 @@ def test_a_folder_without_tokenizer_files_is_refused_unless_one_is_given(tmp_pat
 
 
 def test_calibration_tokens_are_the_real_ones(encoder_dir, tmp_path, capsys):
+    from accelkit.quant.evaluation.tokenize import tokenize
     from accelkit.quant.method.calibrate import collect_inputs
     from accelkit.quant.models import load_folder
-    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(encoder_dir))
     batch = tokenize(tokenizer, TEXTS[:3], max_length=32)

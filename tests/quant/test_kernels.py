@@ -68,7 +68,7 @@ class FakeClock:
 def test_measuring_is_a_phase_of_its_own_not_calibration(tmp_path, monkeypatch):
     """The kernels are measured while a model is quantized: that time is reported as "kernel
     choice" and taken out of the phase it happened in, so the phases still add up."""
-    from accelkit.quant.speed import Phases
+    from accelkit.quant.evaluation.speed import Phases
 
     clock = FakeClock()
 

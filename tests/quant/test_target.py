@@ -28,7 +28,7 @@ def independent_cosine(model, layers: dict, kwargs) -> float:
     import copy
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.method.convert import quantize
 
     subject = load_subject(
@@ -98,7 +98,7 @@ def test_a_target_already_met_changes_nothing(encoder_dir, texts):  # noqa: F811
 
 
 def test_apply_saves_the_model_that_reaches_the_target(causal_dir, texts, tmp_path):  # noqa: F811
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.method.storage import load_quantized
     from accelkit.quant.models import model_factory
 
@@ -155,7 +155,7 @@ def test_hidden_state_cosine_of_a_causal_lm_equals_an_independent_one(causal_dir
     import copy
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.method.convert import quantize
 
     subject = load_subject(str(causal_dir), eval_file=texts / "eval.txt")

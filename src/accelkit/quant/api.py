@@ -48,7 +48,7 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         """The document `--json` prints and `--output` writes."""
-        from accelkit.quant.speed import TIMING
+        from accelkit.quant.evaluation.speed import TIMING
 
         return {
             "model": self.model,
@@ -135,7 +135,7 @@ def _check_target(target: float | None) -> None:
 
 def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer):
     """The model with its calibration and evaluation texts (`fidelity.load_subject`)."""
-    from accelkit.quant.fidelity import load_subject
+    from accelkit.quant.evaluation.fidelity import load_subject
 
     return load_subject(
         model,
@@ -161,9 +161,9 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
     """--target-cosine on an evaluation: None when a measured setting reaches the target as is;
     else the most faithful setting with its most sensitive layers moved out of 4-bit, as one more
     row ("row", "model") and what was moved (the rest of the dict)."""
-    from accelkit.quant import target as tgt
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
+    from accelkit.quant.evaluation import target as tgt
+    from accelkit.quant.evaluation.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
 
     quantized = [r for r in rows if r.method != "fp32" and r.mean_cosine is not None]
     if not quantized or max(r.mean_cosine for r in quantized) >= target:
@@ -222,10 +222,10 @@ def evaluate(
     that bar (the candidates), or for every row with `compile_all`. `progress(text)` hears what
     is being done.
     """
-    from accelkit.quant import sweep
+    from accelkit.quant.evaluation import sweep
+    from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
     from accelkit.quant.models import check_model, parse_dtype
-    from accelkit.quant.recommend import MIN_COSINE, recommend
-    from accelkit.quant.speed import Phases, SpeedBench
 
     method_list = _items(methods, "methods", METHODS)
     bit_list = _items(default_bits() if bits is None else bits, "bits")
@@ -235,7 +235,7 @@ def evaluate(
     _check_max_length(max_length)
     check_model(model)
     if report:
-        from accelkit.quant.report import check_folder
+        from accelkit.quant.evaluation.report import check_folder
 
         check_folder(report)
     torch_dtype = parse_dtype(dtype)
@@ -255,7 +255,7 @@ def evaluate(
     with ExitStack() as stack:
         layers = None
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
-            from accelkit.quant.report import LayerErrors
+            from accelkit.quant.evaluation.report import LayerErrors
             from accelkit.runtime.files import temporary_folder
 
             layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
@@ -311,7 +311,7 @@ def evaluate(
         target=target,
     )
     if report:
-        from accelkit.quant.report import build, write_report
+        from accelkit.quant.evaluation.report import build, write_report
 
         result.report = write_report(report, build(result.to_dict(), layers))
     return result
@@ -349,13 +349,13 @@ def apply(
 
     import torch.nn as nn
 
-    from accelkit.quant.fidelity import quant_layer_bytes
+    from accelkit.quant.evaluation.corpus import calibration_sentences
+    from accelkit.quant.evaluation.fidelity import quant_layer_bytes
+    from accelkit.quant.evaluation.sweep import kernel_counts
+    from accelkit.quant.evaluation.tokenize import Texts, prepare
     from accelkit.quant.method.convert import quantize_with_report
     from accelkit.quant.method.storage import save_quantized
     from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
-    from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.sweep import kernel_counts
-    from accelkit.quant.texts import Texts, prepare
     from accelkit.runtime.progress import Steps
 
     if output is None:
@@ -434,9 +434,9 @@ def apply(
 
 def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
     """`apply --target-cosine`: the model that reaches the target, and what it took."""
-    from accelkit.quant import target as tgt
-    from accelkit.quant.fidelity import subject_reference
-    from accelkit.quant.speed import Phases, SpeedBench
+    from accelkit.quant.evaluation import target as tgt
+    from accelkit.quant.evaluation.fidelity import subject_reference
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
 
     if progress:
         progress(f"measuring the mean cosine on {subject.texts} texts")

@@ -183,7 +183,7 @@ def eval_command(
 
 
 def _print_eval_table(result) -> None:
-    from accelkit.quant.report import fidelity_columns
+    from accelkit.quant.evaluation.report import fidelity_columns
     from accelkit.runtime.tables import Col, print_table, stdout_console
 
     title = (

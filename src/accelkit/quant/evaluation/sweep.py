@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from torch import nn
 
 from accelkit.errors import InputError
-from accelkit.quant.fidelity import (
+from accelkit.quant.evaluation.fidelity import (
     Subject,
     load_subject,
     quant_layer_bytes,
     subject_fidelity,
     subject_reference,
 )
-from accelkit.quant.speed import Phases, SpeedBench
-from accelkit.quant.texts import Batches
+from accelkit.quant.evaluation.speed import Phases, SpeedBench
+from accelkit.quant.evaluation.tokenize import Batches
 
 
 @dataclass

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError
+from accelkit.quant.evaluation.tokenize import Batches, Texts, prepare
 from accelkit.quant.models import load_model, model_max_length
-from accelkit.quant.texts import Batches, Texts, prepare
 
 
 @torch.no_grad()
@@ -207,7 +207,7 @@ def load_subject(
     tokenizer_path: str | None = None,
 ) -> Subject:
     """The model and its data: the shipped sentences unless text files are given (streamed)."""
-    from accelkit.quant.sentences import calibration_sentences, eval_pairs
+    from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
 
     model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
     calib = (

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.fidelity import Subject, subject_fidelity
+from accelkit.quant.evaluation.fidelity import Subject, subject_fidelity
+from accelkit.quant.evaluation.tokenize import Batches
 from accelkit.quant.method.layers import QuantLinear
-from accelkit.quant.texts import Batches
 
 
 @dataclass
