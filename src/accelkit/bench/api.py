@@ -73,7 +73,7 @@ class BenchRun:
 
     def write_plot(self, path: str | Path) -> Path:
         """A PNG: one panel per result (its series, else its median times)."""
-        from accelkit.bench.output import plot_results
+        from accelkit.bench.render import plot_results
 
         return plot_results(self.results, path)
 

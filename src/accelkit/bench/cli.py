@@ -155,7 +155,7 @@ def render(done, *, output: Path | None = None, as_json: bool = False, plot: Pat
 
         print_json(document, ok=done.passed)
     else:
-        from accelkit.bench.output import print_result
+        from accelkit.bench.render import print_result
 
         for result in done.results:
             print_result(result)

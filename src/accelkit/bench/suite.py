@@ -106,7 +106,7 @@ def write_report(
     """REPORT.md with its figure beside it (REPORT.png), both written atomically; a quick run
     says so at the top (its sizes make a smoke test, not a measurement)."""
     from accelkit.bench.harness import environment
-    from accelkit.bench.output import markdown_report, plot_results
+    from accelkit.bench.render import markdown_report, plot_results
     from accelkit.runtime.files import atomic_open
 
     target = Path(path)
