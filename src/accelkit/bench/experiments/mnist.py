@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.bench.experiments.training import (
+from accelkit.bench.experiments.train.shared import (
     epoch_timing,
     make_loader,
     numpy_collate,
