@@ -1,5 +1,5 @@
 """quant/config.py: QuantConfig's values (its loading is tested in tests/runtime/test_config.py
-and tests/quant/test_apply_storage.py)."""
+and tests/quant/method/test_apply_storage.py)."""
 
 import pytest
 
