@@ -15,6 +15,9 @@ from accelkit.errors import ConfigError
 from accelkit.runtime.config import Section, Settings, load
 
 VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
+# progressive weights' group when none is given (QServe uses 128; method/quantizers.py quantizes
+# them): chosen on benchmarks/results/quant_matrix.json, docs/quant.md "Which default"
+PROGRESSIVE_GROUP_SIZE = 64
 
 
 def check_bits(bits: int, what: str) -> int:
@@ -219,8 +222,6 @@ class QuantConfig(Settings):
         in float instead, see `indivisible`). 8-bit layers of the progressive family are
         symmetric int8 per output channel (`int8`: they run on the int8 GEMM as stored); other
         bit widths stay plain."""
-        from accelkit.quant.method.quantizers import PROGRESSIVE_GROUP_SIZE
-
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
         if self.weight_format == "progressive" and wbits == 8:
             return wbits, None, "int8"

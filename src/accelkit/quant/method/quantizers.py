@@ -126,9 +126,6 @@ def search_weight_clip(
 # ---- progressive groups (QServe's W4A8): int4 groups with integer scales over per-channel int8 ----
 
 PROGRESSIVE_INT8_MAX = 119  # level 1's protective range: level 2 then rebuilds values within ±127
-# the default group when none is given (QServe uses 128): chosen on
-# benchmarks/results/quant_matrix.json, docs/quant.md "Which default"
-PROGRESSIVE_GROUP_SIZE = 64
 
 
 def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | float = 1.0):
