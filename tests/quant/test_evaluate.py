@@ -380,7 +380,7 @@ def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it
         expected = {} if vnni else dict.fromkeys(progressive.planned, 7)
         assert progressive.planned and progressive.abits == 8
         assert progressive.layer_abits == expected
-        assert progressive.to_dict()["layer_abits"] == expected
+        assert progressive.document()["layer_abits"] == expected
         assert apply(str(encoder_dir), out, method="rtn", abits=8).layer_abits == {}
         monkeypatch.setenv("OPENPI_DUQUANT_ABITS", "8")
         assert apply(str(encoder_dir), out, method="rtn").layer_abits == {}

@@ -87,3 +87,18 @@ def test_no_file_over_700_lines():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 700
     }
     assert not long
+
+
+def test_every_result_object_names_its_json_document():
+    """docs/architecture.md: result objects give the `--json` result as `.document()` (EvalResult
+    and ApplyResult once called it `to_dict()`, while stats and bench said `document()`)."""
+    results = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Result"):
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                results[f"{name}.{node.name}"] = methods
+    assert {"api.EvalResult", "api.ApplyResult", "evaluation.target.TargetResult"} <= set(results)
+    wrong = {name for name, methods in results.items() if "document" not in methods}
+    wrong |= {name for name, methods in results.items() if methods & {"to_dict", "as_dict"}}
+    assert not wrong, sorted(wrong)

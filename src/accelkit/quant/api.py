@@ -3,7 +3,7 @@
 Both take what the flags of `accelkit quant eval|apply` take (the same names, Python values), do
 the whole operation — load the model and texts, calibrate, quantize, measure or save — and return
 a result object; `accelkit.quant.cli` only parses the flags, calls one of them and renders the
-result (a table, or `to_dict()` in the `--json` envelope). A notebook calls the same functions:
+result (a table, or `document()` in the `--json` envelope). A notebook calls the same functions:
 
     from accelkit.quant import apply, evaluate
 
@@ -46,7 +46,7 @@ class EvalResult:
     kernels: dict | None = None  # the CPU kernel measurements the layers were placed by
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
 
-    def to_dict(self) -> dict:
+    def document(self) -> dict:
         """The document `--json` prints and `--output` writes."""
         from accelkit.quant.evaluation.speed import TIMING
 
@@ -86,7 +86,7 @@ class ApplyResult:
     kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
 
-    def to_dict(self) -> dict:
+    def document(self) -> dict:
         if self.dry_run:
             return {
                 "dry_run": True,
@@ -183,7 +183,7 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
         kernels=kernel_counts(model),
         label=f"{best.label}+target{target:g}",
     )
-    return {**found.to_dict(), "row": row, "model": model}
+    return {**found.document(), "row": row, "model": model}
 
 
 def evaluate(
@@ -313,7 +313,7 @@ def evaluate(
     if report:
         from accelkit.quant.evaluation.report import build, write_report
 
-        result.report = write_report(report, build(result.to_dict(), layers))
+        result.report = write_report(report, build(result.document(), layers))
     return result
 
 
@@ -443,7 +443,7 @@ def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
     reference = subject_reference(subject)
     label = f"{cfg.method}/w{cfg.wbits}a{cfg.abits}"
     final, found = tgt.reach(subject, reference, qmodel, label, cfg, target_cosine, progress)
-    done = found.to_dict()
+    done = found.document()
     if final is not qmodel:  # what it costs in time: eager, against FP32, in the same rounds
         bench = SpeedBench(subject.model, subject.data.first(), Phases())
         done["eager_ratio_before"] = bench.measure(qmodel, compiled=False).eager_ratio

@@ -169,7 +169,7 @@ def eval_command(
         )
     finally:
         pause()
-    document = result.to_dict()
+    document = result.document()
     if as_json:
         from accelkit.runtime.json_output import print_json
 
@@ -298,7 +298,7 @@ def apply_command(
     finally:
         pause()
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.document())
     elif result.dry_run:
         for name, bits in result.planned.items():
             abits = result.layer_abits.get(name, result.abits)

@@ -266,7 +266,7 @@ def test_eval_times_and_ratios_come_from_the_same_rounds(monkeypatch, capsys):
     )  # fmt: skip
     assert "2.00× compiled FP32" in result.recommendation["text"]
     assert "slower than the unquantized model" in result.recommendation["text"]
-    assert "same" in result.to_dict()["timing"]["ratio"]
+    assert "same" in result.document()["timing"]["ratio"]
     monkeypatch.setenv("COLUMNS", "250")
     _print_eval_table(result)
     line = next(x for x in capsys.readouterr().out.splitlines() if "duquant/w4a8" in x)

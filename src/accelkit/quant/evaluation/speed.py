@@ -62,7 +62,7 @@ def one_text(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {key: value[:1] for key, value in batch.items()}
 
 
-# what --json's `timing` says of the times and ratios (`api.EvalResult.to_dict`)
+# what --json's `timing` says of the times and ratios (`api.EvalResult.document`)
 TIMING = {
     "ms": "the setting's median time over its rounds interleaved with the FP32 model",
     "fp32_ms": "the FP32 model's median time in those same rounds (*_fp32_ms)",

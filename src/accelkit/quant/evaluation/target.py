@@ -39,7 +39,7 @@ class TargetResult:
     linear_bytes_after: int = 0
     fidelity: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def document(self) -> dict:
         from dataclasses import asdict
 
         return asdict(self)
