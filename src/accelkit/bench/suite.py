@@ -1,4 +1,5 @@
-"""`bench all`: every experiment at CI sizes, and the markdown report the capability analysis left as TODO."""
+"""`bench all`: every experiment in turn at CI sizes (`SIZES`: "full", or "quick", a smoke test in
+seconds), and `write_report`: the results as REPORT.md with its figure, REPORT.png, beside it."""
 
 from __future__ import annotations
 
