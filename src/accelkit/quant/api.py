@@ -151,7 +151,7 @@ def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer)
 def default_bits() -> list[str]:
     """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
     cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
-    7-bit codes they do sum exactly (`kernels.py`) — the setting that can be fast there."""
+    7-bit codes they do sum exactly (`method/kernels.py`) — the setting that can be fast there."""
     from accelkit.quant.method import kernels
 
     return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
@@ -217,10 +217,10 @@ def evaluate(
     for report.md/.png/.json. `bits` (default `default_bits()`): w4a8 and w4a4, and w4a7 on a CPU
     whose int8 GEMMs cannot sum full-range 8-bit codes exactly. `target_cosine`: the fidelity
     bar of the recommendation (default 0.98); when no setting reaches it, the most faithful one's
-    most sensitive layers are moved out of 4-bit until it does (`target.py`), and that variant is
-    measured as one more row. Compiled latency is measured for FP32 and the settings that reach
-    that bar (the candidates), or for every row with `compile_all`. `progress(text)` hears what
-    is being done.
+    most sensitive layers are moved out of 4-bit until it does (`evaluation/target.py`), and that
+    variant is measured as one more row. Compiled latency is measured for FP32 and the settings
+    that reach that bar (the candidates), or for every row with `compile_all`. `progress(text)`
+    hears what is being done.
     """
     from accelkit.quant.evaluation import sweep
     from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
@@ -343,8 +343,8 @@ def apply(
     `weight_format` on top. With the config's `dry_run` nothing is quantized or written: the
     result lists the layers that would be (`planned`). `target_cosine`: measure the mean cosine
     to FP32 on `eval_data` (default: `pairs` of the shipped paraphrase pairs) and move the most
-    sensitive layers out of 4-bit until it is reached (`target.py`); `target` says what moved and
-    what it cost (size, and eager time against FP32 before and after)."""
+    sensitive layers out of 4-bit until it is reached (`evaluation/target.py`); `target` says what
+    moved and what it cost (size, and eager time against FP32 before and after)."""
     import copy
 
     import torch.nn as nn
