@@ -14,6 +14,8 @@ result (a table, or `document()` in the `--json` envelope). A notebook calls the
 
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,13 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError
 from accelkit.quant.config import QuantConfig, config_for_run
+from accelkit.quant.evaluation.corpus import calibration_sentences
+from accelkit.quant.evaluation.report import LayerErrors, build, check_folder, write_report
+from accelkit.runtime.files import temporary_folder
+from accelkit.runtime.progress import Steps
+
+# the modules that import torch at their top (method/, models, evaluation's fidelity, speed,
+# sweep, target, recommend, tokenize) are imported inside the functions that need them
 
 METHODS = ("fp32", "rtn", "smoothquant", "duquant")
 Progress = Callable[[str], None] | None
@@ -161,7 +170,6 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
     """--target-cosine on an evaluation: None when a measured setting reaches the target as is;
     else the most faithful setting with its most sensitive layers moved out of 4-bit, as one more
     row ("row", "model") and what was moved (the rest of the dict)."""
-    from accelkit.quant.config import QuantConfig
     from accelkit.quant.evaluation import target as tgt
     from accelkit.quant.evaluation.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
 
@@ -225,6 +233,7 @@ def evaluate(
     from accelkit.quant.evaluation import sweep
     from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
     from accelkit.quant.evaluation.speed import Phases, SpeedBench
+    from accelkit.quant.method import kernels
     from accelkit.quant.models import check_model, parse_dtype
 
     method_list = _items(methods, "methods", METHODS)
@@ -235,8 +244,6 @@ def evaluate(
     _check_max_length(max_length)
     check_model(model)
     if report:
-        from accelkit.quant.evaluation.report import check_folder
-
         check_folder(report)
     torch_dtype = parse_dtype(dtype)
     for b in bit_list:
@@ -255,15 +262,10 @@ def evaluate(
     with ExitStack() as stack:
         layers = None
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
-            from accelkit.quant.evaluation.report import LayerErrors
-            from accelkit.runtime.files import temporary_folder
-
             layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
-        from accelkit.quant.method import kernels
-
         kernels.table().phases = phases  # a shape measured on this machine: "kernel choice"
         stack.callback(setattr, kernels.table(), "phases", None)
         models: dict = {}
@@ -311,8 +313,6 @@ def evaluate(
         target=target,
     )
     if report:
-        from accelkit.quant.evaluation.report import build, write_report
-
         result.report = write_report(report, build(result.document(), layers))
     return result
 
@@ -345,18 +345,14 @@ def apply(
     to FP32 on `eval_data` (default: `pairs` of the shipped paraphrase pairs) and move the most
     sensitive layers out of 4-bit until it is reached (`evaluation/target.py`); `target` says what
     moved and what it cost (size, and eager time against FP32 before and after)."""
-    import copy
-
     import torch.nn as nn
 
-    from accelkit.quant.evaluation.corpus import calibration_sentences
     from accelkit.quant.evaluation.fidelity import quant_layer_bytes
     from accelkit.quant.evaluation.sweep import kernel_counts
     from accelkit.quant.evaluation.tokenize import Texts, prepare
     from accelkit.quant.method.convert import quantize_with_report
     from accelkit.quant.method.storage import save_quantized
     from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
-    from accelkit.runtime.progress import Steps
 
     if output is None:
         raise ConfigError("apply needs output=PATH (where to write the quantized model)")
@@ -474,8 +470,6 @@ def _default_abits(cfg, model) -> None:
             if bits != cfg.abits:
                 cfg.layer_abits[name] = bits
     if cfg.layer_abits:
-        import logging
-
         logging.getLogger(__name__).info(
             "quant: %d layers at 7-bit activations by default on this CPU (no exact int8 kernel"
             " for 8-bit codes times their weights)",
@@ -486,8 +480,6 @@ def _default_abits(cfg, model) -> None:
 def _warn_float_fallback(model, cfg) -> None:
     """One line when layers that could run on an int8 GEMM take the float path because no
     kernel sums their values exactly on this CPU (and what does)."""
-    import logging
-
     from accelkit.quant.method.layers import QuantLinear
 
     slow = [

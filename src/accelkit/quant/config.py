@@ -6,6 +6,9 @@ Sources, lowest precedence first: defaults < openpi's `OPENPI_DUQUANT_*` < `ACCE
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -111,8 +114,6 @@ class QuantConfig(Settings):
     @field_validator("include_regex", "exclude_regex")
     @classmethod
     def _regex(cls, value):
-        import re
-
         if value is None or not value.strip():
             return None
         try:
@@ -251,9 +252,6 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
     """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords (runtime/config.py).
     The fork's variables without a counterpart are refused with what to use instead; other
     OPENPI_DUQUANT_* variables get one warning naming them (they change nothing here)."""
-    import logging
-    import os
-
     env = os.environ if env is None else env
     for var, instead in OPENPI_REFUSED.items():
         if str(env.get(var, "")).strip():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from accelkit.errors import ConfigError
+
 SCALE_FLOOR = (
     1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
 )
@@ -44,8 +46,6 @@ def _grouped(w: torch.Tensor, group_size: int | None) -> torch.Tensor:
     m, n = w.shape
     g = n if group_size is None else group_size
     if n % g:
-        from accelkit.errors import ConfigError
-
         raise ConfigError(
             f"weight_group_size={group_size} does not divide the input width {n}; pick a divisor of {n}"
         )
