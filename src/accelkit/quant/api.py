@@ -194,6 +194,36 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
     return {**found.document(), "row": row, "model": model}
 
 
+def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report, target_cosine) -> tuple:
+    """`evaluate`'s inputs checked before anything slow, each refused in one line: (methods, bit
+    settings, torch dtype)."""
+    from accelkit.quant.evaluation.sweep import parse_bits
+    from accelkit.quant.models import check_model, parse_dtype
+
+    method_list = _items(methods, "methods", METHODS)
+    bit_list = _items(default_bits() if bits is None else bits, "bits")
+    _check_target(target_cosine)
+    if not 1 <= pairs <= 300:
+        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
+    _check_max_length(max_length)
+    check_model(model)
+    if report:
+        check_folder(report)
+    torch_dtype = parse_dtype(dtype)
+    for b in bit_list:
+        parse_bits(b)
+    return method_list, bit_list, torch_dtype
+
+
+def _measured_target_row(target: dict, bench, base: QuantConfig):
+    """The --target-cosine variant's row, taken out of `target` with its model, timed against
+    FP32 like every other row (`bench` None: --no-latency)."""
+    row, variant = target.pop("row"), target.pop("model")
+    if bench is not None:
+        row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
+    return row
+
+
 def evaluate(
     model: str = "minilm",
     *,
@@ -234,20 +264,10 @@ def evaluate(
     from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
     from accelkit.quant.evaluation.speed import Phases, SpeedBench
     from accelkit.quant.method import kernels
-    from accelkit.quant.models import check_model, parse_dtype
 
-    method_list = _items(methods, "methods", METHODS)
-    bit_list = _items(default_bits() if bits is None else bits, "bits")
-    _check_target(target_cosine)
-    if not 1 <= pairs <= 300:
-        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
-    _check_max_length(max_length)
-    check_model(model)
-    if report:
-        check_folder(report)
-    torch_dtype = parse_dtype(dtype)
-    for b in bit_list:
-        sweep.parse_bits(b)
+    method_list, bit_list, torch_dtype = _eval_inputs(
+        model, methods, bits, pairs, max_length, dtype, report, target_cosine
+    )
     base = config_for_run(
         config,
         group_size,
@@ -294,10 +314,7 @@ def evaluate(
                 subject, reference[0], rows, models, overrides, target_cosine, progress
             )
         if target is not None:
-            row, variant = target.pop("row"), target.pop("model")
-            if latency:
-                row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
-            rows.append(row)
+            rows.append(_measured_target_row(target, bench if latency else None, base))
     result = EvalResult(
         model=model,
         kind=subject.kind,
