@@ -47,7 +47,7 @@ def main() -> None:
             "environment": {**record(("torch",)), "threads": torch.get_num_threads()},
             "isa_env": ENV,
             "inductor_simdlen": 256,
-            **result.to_dict(),
+            **result.document(),
         },
     )
 

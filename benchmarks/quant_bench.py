@@ -17,11 +17,11 @@ from dataclasses import asdict
 
 import torch
 
-from accelkit.quant.fidelity import embed, fidelity, latency_ms
+from accelkit.quant.evaluation.corpus import eval_pairs
+from accelkit.quant.evaluation.fidelity import embed, fidelity, latency_ms
+from accelkit.quant.evaluation.sweep import run_eval
+from accelkit.quant.evaluation.tokenize import batches
 from accelkit.quant.models import load_minilm
-from accelkit.quant.sentences import eval_pairs
-from accelkit.quant.sweep import run_eval
-from accelkit.quant.texts import batches
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
 from accelkit.runtime.timing import interleaved
@@ -37,9 +37,9 @@ def torchao_crosscheck(n_pairs: int) -> dict:
     except Exception as exc:  # torchao missing or broken on this machine
         return {"status": f"torchao unavailable: {exc}"}
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.layers import QuantLinear
-    from accelkit.quant.sentences import calibration_sentences
+    from accelkit.quant.evaluation.corpus import calibration_sentences
+    from accelkit.quant.method.convert import quantize
+    from accelkit.quant.method.layers import QuantLinear
 
     fp32, tok = load_minilm()
     pairs = eval_pairs(n_pairs)
@@ -96,9 +96,9 @@ def interleaved_latency(
     """Compiled (inductor, fullgraph) latency of FP32, RTN W4A8 and DuQuant W4A8, measured in
     interleaved rounds so that load from other processes hits every model alike; medians in ms."""
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.speed import compile_model
+    from accelkit.quant.evaluation.corpus import calibration_sentences
+    from accelkit.quant.evaluation.speed import compile_model
+    from accelkit.quant.method.convert import quantize
 
     fp32, tok = load_minilm()
     calib = batches(tok, calibration_sentences(), 32)
@@ -156,8 +156,8 @@ def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
     packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.sentences import calibration_sentences
+    from accelkit.quant.evaluation.corpus import calibration_sentences
+    from accelkit.quant.method.convert import quantize
 
     fp32, tok = load_minilm()
     calib = batches(tok, calibration_sentences(), 32)

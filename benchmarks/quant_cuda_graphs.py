@@ -32,10 +32,10 @@ def main() -> int:
         )
         return 3
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
+    from accelkit.quant.evaluation.tokenize import batches
+    from accelkit.quant.method.convert import quantize
     from accelkit.quant.models import load_minilm
-    from accelkit.quant.sentences import calibration_sentences, eval_pairs
-    from accelkit.quant.texts import batches
     from accelkit.runtime.files import write_json_atomic
 
     fp32, tok = load_minilm()
@@ -104,7 +104,7 @@ def int8_path(fp32, model, data) -> dict:
     agreement, mean cosine to FP32, and compiled latency of each (median of 20 calls)."""
     import statistics
 
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     float_path = copy.deepcopy(model)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]

@@ -44,8 +44,8 @@ def time_shape(model: str, n: int, m: int, rounds: int, calls_budget: int) -> li
 
     import torch
 
-    from accelkit.quant import kernels
-    from accelkit.quant import quantizers as qz
+    from accelkit.quant.method import kernels
+    from accelkit.quant.method import quantizers as qz
     from accelkit.runtime.timing import interleaved
 
     w = torch.randn(m, n) * 0.05
@@ -119,7 +119,7 @@ def time_shape(model: str, n: int, m: int, rounds: int, calls_budget: int) -> li
 def measure(rounds: int, calls_budget: int) -> dict:
     import torch
 
-    from accelkit.quant import kernels
+    from accelkit.quant.method import kernels
     from accelkit.runtime.environment import record
 
     torch.manual_seed(0)

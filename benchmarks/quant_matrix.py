@@ -27,7 +27,7 @@ side, one model and one thread each (`OMP_NUM_THREADS=1 ... --models NAME --out 
 Bounded for a 2-core CPU: `--texts` evaluation texts (and half as many calibration texts) per
 model, cut to `--max-length` tokens (antibody sequences are ~125 residues: their first 62 are
 scored), W4A4 rows reuse the W4A8 quantization (`with_abits`). Latency: medians of interleaved
-rounds against the FP32 model (`accelkit.quant.speed.SpeedBench`, the same code `quant eval`
+rounds against the FP32 model (`accelkit.quant.evaluation.speed.SpeedBench`, the same code `quant eval`
 times with): eager at the timing batch, compiled at the timing batch and at its first text alone
 (`--no-compile` skips the compiles). Each row names the CPU kernel its layers ran on. Permutation
 on/off and the block size change DuQuant only (RTN and SmoothQuant have no rotation), so their
@@ -44,12 +44,17 @@ import time
 import torch
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.fidelity import Subject, quant_layer_bytes, subject_fidelity, subject_reference
+from accelkit.quant.evaluation.fidelity import (
+    Subject,
+    quant_layer_bytes,
+    subject_fidelity,
+    subject_reference,
+)
+from accelkit.quant.evaluation.speed import Phases, SpeedBench
+from accelkit.quant.evaluation.sweep import kernel_counts, with_abits
+from accelkit.quant.evaluation.tokenize import Texts, prepare
+from accelkit.quant.method.convert import quantize
 from accelkit.quant.models import load_minilm, model_max_length
-from accelkit.quant.speed import Phases, SpeedBench
-from accelkit.quant.sweep import kernel_counts, with_abits
-from accelkit.quant.texts import Texts, prepare
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
 
@@ -118,8 +123,8 @@ def antiberty_model():
 
 
 def build(name: str, n_texts: int, max_length: int) -> Subject:
+    from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
     from accelkit.quant.models import CausalLogits, SentenceEncoder
-    from accelkit.quant.sentences import calibration_sentences, eval_pairs
 
     n_pairs = None
     if name == "minilm":

@@ -247,3 +247,66 @@ def test_the_face_rule_sees_every_face(tmp_path):
 def test_command_lines_stay_thin():
     long = long_faces()
     assert not long, f"faces over {MAX_CLI_LINES} lines (move the work into the library): {long}"
+
+
+# ---- rooms inside quant and bench: floors, lowest first; a module imports only modules of its
+# own floor or below (a room is a module's first name below the package: `method` for
+# accelkit.quant.method.layers; the package's __init__, its lazy exports, stands above them all)
+FLOORS = {
+    "accelkit.quant": (
+        ("config", "models"),  # the subjects of both method and evaluation: what, and on what
+        ("method",),  # quantizers, transforms, calibrate, convert, layers, kernels, storage
+        ("evaluation",),  # sweep, fidelity, speed, target, recommend, report, corpus, tokenize
+        ("api",),  # evaluate, apply
+        ("cli",),  # the face
+    ),
+    "accelkit.bench": (
+        ("harness", "schema", "processes"),  # timing, the document, child processes
+        ("experiments",),  # the workloads; they never know how they are shown or run as a suite
+        ("render",),  # tables, markdown, figures
+        ("suite",),  # `bench all` and its report
+        ("api",),
+        ("cli",),
+    ),
+}
+
+
+def room_arrows_up(graph: dict[str, set[str]], package: str, floors) -> list[str]:
+    """The imports inside `package` that point to a higher floor, or into a room no floor names."""
+    level = {room: i for i, rooms in enumerate(floors) for room in rooms}
+
+    def floor(module: str) -> int | None:
+        if not module.startswith(package + "."):
+            return None
+        return level.get(module[len(package) + 1 :].split(".")[0], len(floors))
+
+    return sorted(
+        f"{module} -> {target}"
+        for module, edges in graph.items()
+        if (mine := floor(module)) is not None
+        for target in edges
+        if (theirs := floor(target)) is not None and (theirs > mine or mine == len(floors))
+    )
+
+
+def test_the_floor_rule_sees_an_arrow_up():
+    graph = {
+        "p.method.a": {"p.config", "p.method.b"},
+        "p.method.b": {"p.evaluation.c"},
+        "p.evaluation.c": {"p.method.a"},
+        "p.stray": set(),
+    }
+    floors = (("config",), ("method",), ("evaluation",))
+    assert room_arrows_up(graph, "p", floors) == ["p.method.b -> p.evaluation.c"]
+    assert room_arrows_up({"p.stray": {"p.config"}}, "p", floors) == ["p.stray -> p.config"]
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_rooms_import_only_their_floor_and_below(package):
+    """In quant, method/ never imports evaluation/ (nor the API or the face), evaluation/ never
+    the API, and config/models import neither folder; in bench, no experiment imports the
+    renderers, the suite, the API or the face. A new room must be given its floor here."""
+    wrong = room_arrows_up(import_graph(), package, FLOORS[package])
+    assert not wrong, f"imports up a floor in {package} (or from a room without one): " + ", ".join(
+        wrong
+    )

@@ -69,7 +69,7 @@ def test_small_eval_writes_json(tmp_path, capsys):
 def test_compile_flag_beats_the_environment(monkeypatch, env, flag, expected):
     import typer
 
-    from accelkit.quant import sweep
+    from accelkit.quant.evaluation import sweep
 
     seen = []
 

@@ -1,5 +1,5 @@
 """quant/config.py: QuantConfig's values (its loading is tested in tests/runtime/test_config.py
-and tests/quant/test_apply_storage.py)."""
+and tests/quant/method/test_apply_storage.py)."""
 
 import pytest
 
@@ -43,7 +43,7 @@ def test_duquant_layers_get_their_own_block():
     from torch import nn
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(128, 1536), nn.GELU(), nn.Linear(1536, 128)).eval()

@@ -106,8 +106,8 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
     assert 0.0 < dq["top1_agreement"] <= 1.0
     assert dq["perplexity_ratio"] == pytest.approx(dq["perplexity"] / dq["perplexity_fp32"])
     # the FP32 perplexity against transformers' own loss (labels masked where padded)
+    from accelkit.quant.evaluation.tokenize import tokenize
     from accelkit.quant.models import load_folder
-    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(causal_dir))
     batch = tokenize(tokenizer, TEXTS[2:])
@@ -118,9 +118,9 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
 
 
 def test_apply_a_folder_and_load_it_back(causal_dir, texts, tmp_path, capsys):
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
+    from accelkit.quant.method.storage import load_quantized
     from accelkit.quant.models import model_factory
-    from accelkit.quant.storage import load_quantized
 
     out = tmp_path / "q.safetensors"
     doc = run_json(
@@ -159,7 +159,7 @@ def test_bad_model_inputs_are_one_line(tmp_path, causal_dir, capsys, setup, args
 
 def test_include_patterns_that_match_nothing_name_the_candidates(causal_dir):
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
+    from accelkit.quant.method.convert import quantize
     from accelkit.quant.models import load_folder
 
     model, _, _ = load_folder(str(causal_dir))
@@ -209,9 +209,9 @@ def test_a_folder_without_tokenizer_files_is_refused_unless_one_is_given(tmp_pat
 
 
 def test_calibration_tokens_are_the_real_ones(encoder_dir, tmp_path, capsys):
-    from accelkit.quant.calibrate import collect_inputs
+    from accelkit.quant.evaluation.tokenize import tokenize
+    from accelkit.quant.method.calibrate import collect_inputs
     from accelkit.quant.models import load_folder
-    from accelkit.quant.texts import tokenize
 
     model, tokenizer, _ = load_folder(str(encoder_dir))
     batch = tokenize(tokenizer, TEXTS[:3], max_length=32)
@@ -363,7 +363,8 @@ def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it
     layer whose weights reach |b| = 127 (progressive) would run W4A8 on the float path: apply's
     default gives it 7-bit activations. Plain 4-bit weights (|b| ≤ 15) sum exactly at 8 bits, so
     they keep 8; with VNNI every layer keeps 8; bits the user set are kept either way."""
-    from accelkit.quant import apply, kernels
+    from accelkit.quant import apply
+    from accelkit.quant.method import kernels
 
     def no_vnni(kernel, qmax, wmax, k=256):
         return kernel == "float" or qmax * 2 * wmax <= 32767
@@ -379,7 +380,7 @@ def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it
         expected = {} if vnni else dict.fromkeys(progressive.planned, 7)
         assert progressive.planned and progressive.abits == 8
         assert progressive.layer_abits == expected
-        assert progressive.to_dict()["layer_abits"] == expected
+        assert progressive.document()["layer_abits"] == expected
         assert apply(str(encoder_dir), out, method="rtn", abits=8).layer_abits == {}
         monkeypatch.setenv("OPENPI_DUQUANT_ABITS", "8")
         assert apply(str(encoder_dir), out, method="rtn").layer_abits == {}

@@ -288,7 +288,7 @@ def test_in_process_use_never_ends_the_host_program(tmp_path):
         "import accelkit.runtime.interrupts as i\n"
         "from accelkit.cli import main\n"
         "host = signal.getsignal(signal.SIGINT)\n"
-        "i.install()  # what runtime.cluster.connect does after ray.init, here outside a command\n"
+        "i.install()  # what runtime.ray_cluster.connect does after ray.init, here outside a command\n"
         "assert signal.getsignal(signal.SIGINT) is host, 'the host lost its SIGINT handler'\n"
         "with i.handled(process_exits=False):\n"
         "    try:\n"

@@ -122,7 +122,7 @@ def test_stats_tables_fit(dataset, tmp_path, capsys, monkeypatch, width):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_bench_tables_fit(tmp_path, capsys, monkeypatch, width):
     from accelkit.bench.harness import Result
-    from accelkit.bench.output import check_row, timing_row
+    from accelkit.bench.render import check_row, timing_row
 
     monkeypatch.setenv("COLUMNS", str(width))
     out = tmp_path / "xla.json"

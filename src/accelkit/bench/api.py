@@ -15,14 +15,20 @@ not an error: `BenchRun.passed` is False, and `raise_for_failures()` turns it in
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from accelkit.bench.harness import Protocol, Result
+from accelkit.bench.harness import Protocol, Result, document, environment, fix_threads
+from accelkit.bench.processes import run_in_processes
+from accelkit.bench.render import plot_results
+from accelkit.bench.schema import validate
+from accelkit.bench.suite import run_all, write_report
+from accelkit.errors import CheckFailed, ConfigError, MissingDependencyError
+from accelkit.runtime.files import write_json_atomic
 
 Progress = Callable[[str], None]
 STARTED = "running"  # the first progress step of every experiment: its inputs are checked
@@ -57,38 +63,27 @@ class BenchRun:
 
     def document(self) -> dict:
         """The JSON document, schema `accelkit.bench/1` (validated)."""
-        from accelkit.bench.harness import document
-        from accelkit.bench.schema import validate
-
         doc = document(self.results, self.environment)
         validate(doc)
         return doc
 
     def write_json(self, path: str | Path) -> Path:
         """`document()` written atomically."""
-        from accelkit.runtime.files import write_json_atomic
-
         write_json_atomic(Path(path), self.document(), trailing_newline=True)
         return Path(path)
 
     def write_plot(self, path: str | Path) -> Path:
         """A PNG: one panel per result (its series, else its median times)."""
-        from accelkit.bench.output import plot_results
-
         return plot_results(self.results, path)
 
     def write_report(self, path: str | Path) -> Path:
         """A markdown report with its figure beside it (REPORT.md, REPORT.png)."""
-        from accelkit.bench.suite import write_report
-
         return write_report(self.results, path, self.environment, quick=self.quick)
 
     def raise_for_failures(self) -> None:
         """Raise `CheckFailed` (exit 3 on the command line) naming every failed check."""
         failed = self.failed
         if failed:
-            from accelkit.errors import CheckFailed
-
             raise CheckFailed(f"{len(failed)} correctness check(s) failed: {'; '.join(failed)}")
 
 
@@ -98,8 +93,6 @@ class BenchRun:
 
 def parse_modes(modes: str | Sequence[str] | None, allowed: tuple[str, ...]) -> list[str]:
     """ "numpy,jax" or ["numpy", "jax"] (None: all of `allowed`), each known, without repeats."""
-    from accelkit.errors import ConfigError
-
     if modes is None:
         return list(allowed)
     parts = modes.split(",") if isinstance(modes, str) else modes
@@ -113,16 +106,12 @@ def parse_modes(modes: str | Sequence[str] | None, allowed: tuple[str, ...]) -> 
 
 
 def at_least(name: str, value, minimum=1) -> None:
-    from accelkit.errors import ConfigError
-
     if value < minimum:
         raise ConfigError(f"{name} {value} must be at least {minimum}")
 
 
 def training_rates(learning_rate: float | None, momentum: float, dropout: float = 0.0) -> None:
     """One check for the SGD options both training experiments take."""
-    from accelkit.errors import ConfigError
-
     if learning_rate is not None and not learning_rate > 0:
         raise ConfigError(f"--learning-rate {learning_rate} must be positive")
     for name, value in (("--momentum", momentum), ("--dropout", dropout)):
@@ -148,8 +137,6 @@ class _Options:
     threads_used: int | None = field(default=None, init=False)
 
     def protocol(self) -> Protocol:
-        from accelkit.bench.harness import Protocol
-
         at_least("--repeats", self.repeats)
         at_least("--warmup", self.warmup, 0)
         return Protocol(repeats=self.repeats, warmup=self.warmup)
@@ -157,8 +144,6 @@ class _Options:
     def start(self, announce: bool = True) -> None:
         """Fix the thread count of PyTorch and BLAS (recorded in each result's params); then,
         with `announce`, say that it runs: an experiment can take minutes before its results."""
-        from accelkit.bench.harness import fix_threads
-
         if self.threads is not None:
             at_least("--threads", self.threads)
         self.threads_used = fix_threads(self.threads)
@@ -167,12 +152,9 @@ class _Options:
 
     def per_backend(self, experiment: str, modes: list[str], **settings) -> Result:
         """The experiment's `run` here, or with `processes` one process per backend and round."""
-        import importlib
-
         if not self.processes:
             module = importlib.import_module(f"accelkit.bench.experiments.{experiment}")
             return module.run(modes, protocol=self.protocol(), torch_device=self.device, **settings)
-        from accelkit.bench.processes import run_in_processes
 
         at_least("--rounds", self.rounds)
         settings["torch_device"] = self.device
@@ -184,8 +166,6 @@ class _Options:
         self, experiment: str, results: list[Result], dtype: str | None, quick: bool = False
     ) -> BenchRun:
         """The results, each with the thread count it ran with, and the run's record."""
-        from accelkit.bench.harness import environment
-
         if self.threads_used is not None:
             for result in results:
                 result.params["threads"] = self.threads_used
@@ -198,7 +178,6 @@ class _Options:
 
 def _xla(how: _Options, modes=None, *, matrix_size: int = 2000, dtype: str = "float64"):
     from accelkit.bench.experiments import xla
-    from accelkit.errors import ConfigError
 
     mode_list = parse_modes(modes, xla.MODES)
     at_least("--matrix-size", matrix_size, 2)
@@ -223,7 +202,6 @@ def _chain(how: _Options, modes=None, *, matrix_size: int = 1000):
 
 def _jit(how: _Options, *, scale: float = 0.25):
     from accelkit.bench.experiments import jit
-    from accelkit.errors import ConfigError
 
     if not 0 < scale <= 10:
         raise ConfigError(f"--scale {scale} must lie in (0, 10]")
@@ -318,10 +296,7 @@ def _train(
 ):
     """`checkpoint_epoch`: save after this many epochs (default: half-way); `devices`: virtual
     CPU devices of the multi-device evaluation."""
-    import importlib.util
-
     from accelkit.bench.experiments import train
-    from accelkit.errors import ConfigError, MissingDependencyError
 
     mode_list = parse_modes(modes, train.MODES)
     at_least("--epochs", epochs)
@@ -376,8 +351,6 @@ def _parallel(how: _Options, *, devices: int = 8):
 def _all(how: _Options, *, quick: bool = False):
     """Every experiment at CI sizes (`quick`: tiny sizes, a smoke test in seconds); progress
     names each experiment as it starts (and train's steps as `train: step`)."""
-    from accelkit.bench.suite import run_all
-
     how.start(announce=False)
     return how.finish("all", run_all(quick=quick, progress=how.progress), None, quick)
 
@@ -405,8 +378,6 @@ def defaults(experiment: str) -> dict[str, object]:
 
 
 def _plan(experiment: str):
-    from accelkit.errors import ConfigError
-
     if experiment not in PLANS:
         raise ConfigError(f"experiment {experiment!r} is not known; choose from {', '.join(PLANS)}")
     return PLANS[experiment]
@@ -429,8 +400,6 @@ def run(
     BLAS; `processes` (one process per backend, `rounds` interleaved rounds); `device` for
     PyTorch. `progress(step)` hears what runs (first `"running"`, once the inputs are checked).
     """
-    from accelkit.errors import ConfigError
-
     plan, shared = _plan(experiment)
     own = list(inspect.signature(plan).parameters)[1:]  # after the shared options' `how`
     for name in options:

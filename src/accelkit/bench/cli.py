@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from accelkit.runtime.cli_options import command_group
+from accelkit.runtime.json_output import print_json
 
 bench_app = command_group(
     "bench",
@@ -151,11 +152,9 @@ def render(done, *, output: Path | None = None, as_json: bool = False, plot: Pat
     with one line when a check failed (docs/cli.md)."""
     document = done.document() if output or as_json else None  # validated before anything shows
     if as_json:
-        from accelkit.runtime.json_output import print_json
-
         print_json(document, ok=done.passed)
     else:
-        from accelkit.bench.output import print_result
+        from accelkit.bench.render import print_result
 
         for result in done.results:
             print_result(result)

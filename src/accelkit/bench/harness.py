@@ -6,12 +6,18 @@ with the other capabilities; it is re-exported here for the experiments.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from accelkit.errors import AccelkitError
 from accelkit.runtime.devices import torch_device  # noqa: F401  (re-exported: one device chooser)
+from accelkit.runtime.environment import record
 
 # timing lives in runtime (one helper for every capability); re-exported for the experiments
 from accelkit.runtime.timing import (  # noqa: F401
@@ -54,8 +60,6 @@ def fix_threads(threads: int | None) -> int:
 
 
 def _torch_installed() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("torch") is not None
 
 
@@ -89,8 +93,6 @@ def thread_info() -> dict:
 
 def environment(dtype: str | None = None) -> dict:
     """The run's record (`accelkit.runtime.environment`) plus dtype and threads."""
-    from accelkit.runtime.environment import record
-
     env = record(
         ("numpy", "scipy", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "keras", "torch")
     )
@@ -256,11 +258,6 @@ def run_child_process(argv: list[str], env: dict, what: str, timeout: float | No
 
     A failing child raises one line: its exit code and the last meaningful line of its stderr.
     """
-    import json
-    import subprocess
-    from pathlib import Path
-
-    from accelkit.errors import AccelkitError
 
     out = Path(argv[-1])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)

@@ -7,12 +7,14 @@ backend instead of landing on one. Each child runs one experiment for one backen
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
-from accelkit.bench.harness import Protocol, Result
+from accelkit.bench.harness import Protocol, Result, fix_threads, merge_results, run_child_process
+from accelkit.runtime.files import temporary_folder, write_json_atomic
 
 
 def run_in_processes(
@@ -25,9 +27,6 @@ def run_in_processes(
 ) -> Result:
     """`accelkit.bench.experiments.<experiment>.run(mode, **settings)` in a fresh process per
     mode and round; the rounds' results merged into one (`merge_results`)."""
-    from accelkit.bench.harness import merge_results, run_child_process
-    from accelkit.runtime.files import temporary_folder
-
     parts = []
     with temporary_folder("accelkit-bench-") as tmp:
         for r in range(rounds):
@@ -64,10 +63,6 @@ def run_in_processes(
 
 def main(argv: list[str]) -> int:
     """The child: one experiment, one backend, its threads fixed as the parent's were."""
-    import importlib
-
-    from accelkit.bench.harness import fix_threads
-    from accelkit.runtime.files import write_json_atomic
 
     args_path, out = argv
     args = json.loads(Path(args_path).read_text())

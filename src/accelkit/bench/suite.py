@@ -1,11 +1,14 @@
-"""`bench all`: every experiment at CI sizes, and the markdown report the capability analysis left as TODO."""
+"""`bench all`: every experiment in turn at CI sizes (`SIZES`: "full", or "quick", a smoke test in
+seconds), and `write_report`: the results as REPORT.md with its figure, REPORT.png, beside it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from accelkit.bench.harness import Protocol, Result
+from accelkit.bench.harness import Protocol, Result, environment
+from accelkit.bench.render import markdown_report, plot_results
+from accelkit.runtime.files import atomic_open
 
 # CI sizes: every experiment in seconds to a minute on 2 cores; quick: a smoke test in seconds
 SIZES = {
@@ -105,10 +108,6 @@ def write_report(
 ) -> Path:
     """REPORT.md with its figure beside it (REPORT.png), both written atomically; a quick run
     says so at the top (its sizes make a smoke test, not a measurement)."""
-    from accelkit.bench.harness import environment
-    from accelkit.bench.output import markdown_report, plot_results
-    from accelkit.runtime.files import atomic_open
-
     target = Path(path)
     figure = plot_results(results, target.with_suffix(".png"))
     text = markdown_report(results, env or environment(), figure=figure.name, quick=quick)

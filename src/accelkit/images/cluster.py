@@ -218,7 +218,7 @@ def run(
 ) -> dict[int, tuple[str, str]]:
     """Run the pipeline over `named` ((path or URI, name) per image): position → (id, reason),
     with an empty reason for a stored image (and an empty id for Parquet shards)."""
-    from accelkit.runtime.cluster import connect, task_error
+    from accelkit.runtime.ray_cluster import connect, task_error
 
     connect(address)
     import ray

@@ -21,26 +21,26 @@ _EXPORTS = {
     "apply": "accelkit.quant.api",
     "EvalResult": "accelkit.quant.api",
     "ApplyResult": "accelkit.quant.api",
-    "EvalRow": "accelkit.quant.sweep",
+    "EvalRow": "accelkit.quant.evaluation.sweep",
     "QuantConfig": "accelkit.quant.config",
     "load_config": "accelkit.quant.config",
-    "QuantReport": "accelkit.quant.convert",
-    "quantize": "accelkit.quant.convert",
-    "quantize_with_report": "accelkit.quant.convert",
-    "LayerSpec": "accelkit.quant.layers",
-    "QuantLinear": "accelkit.quant.layers",
-    "load_quantized": "accelkit.quant.storage",
-    "save_quantized": "accelkit.quant.storage",
+    "QuantReport": "accelkit.quant.method.convert",
+    "quantize": "accelkit.quant.method.convert",
+    "quantize_with_report": "accelkit.quant.method.convert",
+    "LayerSpec": "accelkit.quant.method.layers",
+    "QuantLinear": "accelkit.quant.method.layers",
+    "load_quantized": "accelkit.quant.method.storage",
+    "save_quantized": "accelkit.quant.method.storage",
     "model_factory": "accelkit.quant.models",
 }
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.quant.api import ApplyResult, EvalResult, apply, evaluate
     from accelkit.quant.config import QuantConfig, load_config
-    from accelkit.quant.convert import QuantReport, quantize, quantize_with_report
-    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.evaluation.sweep import EvalRow
+    from accelkit.quant.method.convert import QuantReport, quantize, quantize_with_report
+    from accelkit.quant.method.layers import LayerSpec, QuantLinear
+    from accelkit.quant.method.storage import load_quantized, save_quantized
     from accelkit.quant.models import model_factory
-    from accelkit.quant.storage import load_quantized, save_quantized
-    from accelkit.quant.sweep import EvalRow
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

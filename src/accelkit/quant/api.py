@@ -3,7 +3,7 @@
 Both take what the flags of `accelkit quant eval|apply` take (the same names, Python values), do
 the whole operation — load the model and texts, calibrate, quantize, measure or save — and return
 a result object; `accelkit.quant.cli` only parses the flags, calls one of them and renders the
-result (a table, or `to_dict()` in the `--json` envelope). A notebook calls the same functions:
+result (a table, or `document()` in the `--json` envelope). A notebook calls the same functions:
 
     from accelkit.quant import apply, evaluate
 
@@ -14,6 +14,8 @@ result (a table, or `to_dict()` in the `--json` envelope). A notebook calls the 
 
 from __future__ import annotations
 
+import copy
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,13 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError
 from accelkit.quant.config import QuantConfig, config_for_run
+from accelkit.quant.evaluation.corpus import calibration_sentences
+from accelkit.quant.evaluation.report import LayerErrors, build, check_folder, write_report
+from accelkit.runtime.files import temporary_folder
+from accelkit.runtime.progress import Steps
+
+# the modules that import torch at their top (method/, models, evaluation's fidelity, speed,
+# sweep, target, recommend, tokenize) are imported inside the functions that need them
 
 METHODS = ("fp32", "rtn", "smoothquant", "duquant")
 Progress = Callable[[str], None] | None
@@ -46,9 +55,9 @@ class EvalResult:
     kernels: dict | None = None  # the CPU kernel measurements the layers were placed by
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
 
-    def to_dict(self) -> dict:
+    def document(self) -> dict:
         """The document `--json` prints and `--output` writes."""
-        from accelkit.quant.speed import TIMING
+        from accelkit.quant.evaluation.speed import TIMING
 
         return {
             "model": self.model,
@@ -86,7 +95,7 @@ class ApplyResult:
     kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
 
-    def to_dict(self) -> dict:
+    def document(self) -> dict:
         if self.dry_run:
             return {
                 "dry_run": True,
@@ -135,7 +144,7 @@ def _check_target(target: float | None) -> None:
 
 def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer):
     """The model with its calibration and evaluation texts (`fidelity.load_subject`)."""
-    from accelkit.quant.fidelity import load_subject
+    from accelkit.quant.evaluation.fidelity import load_subject
 
     return load_subject(
         model,
@@ -151,8 +160,8 @@ def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer)
 def default_bits() -> list[str]:
     """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
     cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
-    7-bit codes they do sum exactly (`kernels.py`) — the setting that can be fast there."""
-    from accelkit.quant import kernels
+    7-bit codes they do sum exactly (`method/kernels.py`) — the setting that can be fast there."""
+    from accelkit.quant.method import kernels
 
     return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
 
@@ -161,9 +170,8 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
     """--target-cosine on an evaluation: None when a measured setting reaches the target as is;
     else the most faithful setting with its most sensitive layers moved out of 4-bit, as one more
     row ("row", "model") and what was moved (the rest of the dict)."""
-    from accelkit.quant import target as tgt
-    from accelkit.quant.config import QuantConfig
-    from accelkit.quant.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
+    from accelkit.quant.evaluation import target as tgt
+    from accelkit.quant.evaluation.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
 
     quantized = [r for r in rows if r.method != "fp32" and r.mean_cosine is not None]
     if not quantized or max(r.mean_cosine for r in quantized) >= target:
@@ -183,7 +191,37 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
         kernels=kernel_counts(model),
         label=f"{best.label}+target{target:g}",
     )
-    return {**found.to_dict(), "row": row, "model": model}
+    return {**found.document(), "row": row, "model": model}
+
+
+def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report, target_cosine) -> tuple:
+    """`evaluate`'s inputs checked before anything slow, each refused in one line: (methods, bit
+    settings, torch dtype)."""
+    from accelkit.quant.evaluation.sweep import parse_bits
+    from accelkit.quant.models import check_model, parse_dtype
+
+    method_list = _items(methods, "methods", METHODS)
+    bit_list = _items(default_bits() if bits is None else bits, "bits")
+    _check_target(target_cosine)
+    if not 1 <= pairs <= 300:
+        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
+    _check_max_length(max_length)
+    check_model(model)
+    if report:
+        check_folder(report)
+    torch_dtype = parse_dtype(dtype)
+    for b in bit_list:
+        parse_bits(b)
+    return method_list, bit_list, torch_dtype
+
+
+def _measured_target_row(target: dict, bench, base: QuantConfig):
+    """The --target-cosine variant's row, taken out of `target` with its model, timed against
+    FP32 like every other row (`bench` None: --no-latency)."""
+    row, variant = target.pop("row"), target.pop("model")
+    if bench is not None:
+        row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
+    return row
 
 
 def evaluate(
@@ -217,30 +255,19 @@ def evaluate(
     for report.md/.png/.json. `bits` (default `default_bits()`): w4a8 and w4a4, and w4a7 on a CPU
     whose int8 GEMMs cannot sum full-range 8-bit codes exactly. `target_cosine`: the fidelity
     bar of the recommendation (default 0.98); when no setting reaches it, the most faithful one's
-    most sensitive layers are moved out of 4-bit until it does (`target.py`), and that variant is
-    measured as one more row. Compiled latency is measured for FP32 and the settings that reach
-    that bar (the candidates), or for every row with `compile_all`. `progress(text)` hears what
-    is being done.
+    most sensitive layers are moved out of 4-bit until it does (`evaluation/target.py`), and that
+    variant is measured as one more row. Compiled latency is measured for FP32 and the settings
+    that reach that bar (the candidates), or for every row with `compile_all`. `progress(text)`
+    hears what is being done.
     """
-    from accelkit.quant import sweep
-    from accelkit.quant.models import check_model, parse_dtype
-    from accelkit.quant.recommend import MIN_COSINE, recommend
-    from accelkit.quant.speed import Phases, SpeedBench
+    from accelkit.quant.evaluation import sweep
+    from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
+    from accelkit.quant.method import kernels
 
-    method_list = _items(methods, "methods", METHODS)
-    bit_list = _items(default_bits() if bits is None else bits, "bits")
-    _check_target(target_cosine)
-    if not 1 <= pairs <= 300:
-        raise ConfigError(f"--pairs {pairs} must lie in 1..300")
-    _check_max_length(max_length)
-    check_model(model)
-    if report:
-        from accelkit.quant.report import check_folder
-
-        check_folder(report)
-    torch_dtype = parse_dtype(dtype)
-    for b in bit_list:
-        sweep.parse_bits(b)
+    method_list, bit_list, torch_dtype = _eval_inputs(
+        model, methods, bits, pairs, max_length, dtype, report, target_cosine
+    )
     base = config_for_run(
         config,
         group_size,
@@ -255,15 +282,10 @@ def evaluate(
     with ExitStack() as stack:
         layers = None
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
-            from accelkit.quant.report import LayerErrors
-            from accelkit.runtime.files import temporary_folder
-
             layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
-        from accelkit.quant import kernels
-
         kernels.table().phases = phases  # a shape measured on this machine: "kernel choice"
         stack.callback(setattr, kernels.table(), "phases", None)
         models: dict = {}
@@ -292,10 +314,7 @@ def evaluate(
                 subject, reference[0], rows, models, overrides, target_cosine, progress
             )
         if target is not None:
-            row, variant = target.pop("row"), target.pop("model")
-            if latency:
-                row.__dict__.update(vars(bench.measure(variant, not base.disable_compile)))
-            rows.append(row)
+            rows.append(_measured_target_row(target, bench if latency else None, base))
     result = EvalResult(
         model=model,
         kind=subject.kind,
@@ -311,9 +330,7 @@ def evaluate(
         target=target,
     )
     if report:
-        from accelkit.quant.report import build, write_report
-
-        result.report = write_report(report, build(result.to_dict(), layers))
+        result.report = write_report(report, build(result.document(), layers))
     return result
 
 
@@ -343,20 +360,16 @@ def apply(
     `weight_format` on top. With the config's `dry_run` nothing is quantized or written: the
     result lists the layers that would be (`planned`). `target_cosine`: measure the mean cosine
     to FP32 on `eval_data` (default: `pairs` of the shipped paraphrase pairs) and move the most
-    sensitive layers out of 4-bit until it is reached (`target.py`); `target` says what moved and
-    what it cost (size, and eager time against FP32 before and after)."""
-    import copy
-
+    sensitive layers out of 4-bit until it is reached (`evaluation/target.py`); `target` says what
+    moved and what it cost (size, and eager time against FP32 before and after)."""
     import torch.nn as nn
 
-    from accelkit.quant.convert import quantize_with_report
-    from accelkit.quant.fidelity import quant_layer_bytes
+    from accelkit.quant.evaluation.fidelity import quant_layer_bytes
+    from accelkit.quant.evaluation.sweep import kernel_counts
+    from accelkit.quant.evaluation.tokenize import Texts, prepare
+    from accelkit.quant.method.convert import quantize_with_report
+    from accelkit.quant.method.storage import save_quantized
     from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
-    from accelkit.quant.sentences import calibration_sentences
-    from accelkit.quant.storage import save_quantized
-    from accelkit.quant.sweep import kernel_counts
-    from accelkit.quant.texts import Texts, prepare
-    from accelkit.runtime.progress import Steps
 
     if output is None:
         raise ConfigError("apply needs output=PATH (where to write the quantized model)")
@@ -434,16 +447,16 @@ def apply(
 
 def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
     """`apply --target-cosine`: the model that reaches the target, and what it took."""
-    from accelkit.quant import target as tgt
-    from accelkit.quant.fidelity import subject_reference
-    from accelkit.quant.speed import Phases, SpeedBench
+    from accelkit.quant.evaluation import target as tgt
+    from accelkit.quant.evaluation.fidelity import subject_reference
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
 
     if progress:
         progress(f"measuring the mean cosine on {subject.texts} texts")
     reference = subject_reference(subject)
     label = f"{cfg.method}/w{cfg.wbits}a{cfg.abits}"
     final, found = tgt.reach(subject, reference, qmodel, label, cfg, target_cosine, progress)
-    done = found.to_dict()
+    done = found.document()
     if final is not qmodel:  # what it costs in time: eager, against FP32, in the same rounds
         bench = SpeedBench(subject.model, subject.data.first(), Phases())
         done["eager_ratio_before"] = bench.measure(qmodel, compiled=False).eager_ratio
@@ -459,8 +472,8 @@ def _default_abits(cfg, model) -> None:
     progressive layers (|b| up to 127) run on the float path, slower than FP32 (held to AVX2:
     1.22× compiled), and at 7 bits on fbgemm (0.86×; mean cos 0.9816 against 0.9820 on MiniLM)
     — docs/quant.md, "Speed"."""
-    from accelkit.quant import kernels
-    from accelkit.quant.convert import layer_spec, select_layers
+    from accelkit.quant.method import kernels
+    from accelkit.quant.method.convert import layer_spec, select_layers
 
     if "abits" in cfg.model_fields_set or cfg.abits != 8:
         return
@@ -474,8 +487,6 @@ def _default_abits(cfg, model) -> None:
             if bits != cfg.abits:
                 cfg.layer_abits[name] = bits
     if cfg.layer_abits:
-        import logging
-
         logging.getLogger(__name__).info(
             "quant: %d layers at 7-bit activations by default on this CPU (no exact int8 kernel"
             " for 8-bit codes times their weights)",
@@ -486,9 +497,7 @@ def _default_abits(cfg, model) -> None:
 def _warn_float_fallback(model, cfg) -> None:
     """One line when layers that could run on an int8 GEMM take the float path because no
     kernel sums their values exactly on this CPU (and what does)."""
-    import logging
-
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     slow = [
         m

@@ -7,6 +7,9 @@ from typing import Annotated
 import typer
 
 from accelkit.runtime.cli_options import command_group
+from accelkit.runtime.files import write_json_atomic
+from accelkit.runtime.json_output import print_json
+from accelkit.runtime.tables import Col, print_table, stdout_console
 
 quant_app = command_group(
     "quant",
@@ -169,22 +172,17 @@ def eval_command(
         )
     finally:
         pause()
-    document = result.to_dict()
+    document = result.document()
     if as_json:
-        from accelkit.runtime.json_output import print_json
-
         print_json(document)
     else:
         _print_eval_table(result)
     if output:
-        from accelkit.runtime.files import write_json_atomic
-
         write_json_atomic(output, document)
 
 
 def _print_eval_table(result) -> None:
-    from accelkit.quant.report import fidelity_columns
-    from accelkit.runtime.tables import Col, print_table, stdout_console
+    from accelkit.quant.evaluation.report import fidelity_columns
 
     title = (
         f"accelkit quant eval — {result.model} ({result.kind}, {result.dtype}), {result.texts}"
@@ -273,7 +271,6 @@ def apply_command(
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
     from accelkit.quant.api import apply
-    from accelkit.runtime.json_output import print_json
     from accelkit.runtime.progress import activity, pause
 
     try:
@@ -298,7 +295,7 @@ def apply_command(
     finally:
         pause()
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.document())
     elif result.dry_run:
         for name, bits in result.planned.items():
             abits = result.layer_abits.get(name, result.abits)

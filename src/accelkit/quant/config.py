@@ -6,6 +6,9 @@ Sources, lowest precedence first: defaults < openpi's `OPENPI_DUQUANT_*` < `ACCE
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 from collections.abc import Mapping
 from typing import Literal
 
@@ -15,6 +18,9 @@ from accelkit.errors import ConfigError
 from accelkit.runtime.config import Section, Settings, load
 
 VALID_BITS = (2, 3, 4, 5, 6, 7, 8, 16)
+# progressive weights' group when none is given (QServe uses 128; method/quantizers.py quantizes
+# them): chosen on benchmarks/results/quant_matrix.json, docs/quant.md "Which default"
+PROGRESSIVE_GROUP_SIZE = 64
 
 
 def check_bits(bits: int, what: str) -> int:
@@ -108,8 +114,6 @@ class QuantConfig(Settings):
     @field_validator("include_regex", "exclude_regex")
     @classmethod
     def _regex(cls, value):
-        import re
-
         if value is None or not value.strip():
             return None
         try:
@@ -219,8 +223,6 @@ class QuantConfig(Settings):
         in float instead, see `indivisible`). 8-bit layers of the progressive family are
         symmetric int8 per output channel (`int8`: they run on the int8 GEMM as stored); other
         bit widths stay plain."""
-        from accelkit.quant.quantizers import PROGRESSIVE_GROUP_SIZE
-
         wbits = self.layer_wbits.get(name, self.wbits) if name is not None else self.wbits
         if self.weight_format == "progressive" and wbits == 8:
             return wbits, None, "int8"
@@ -250,9 +252,6 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
     """defaults < OPENPI_DUQUANT_* < ACCELKIT_QUANT_* < YAML < keywords (runtime/config.py).
     The fork's variables without a counterpart are refused with what to use instead; other
     OPENPI_DUQUANT_* variables get one warning naming them (they change nothing here)."""
-    import logging
-    import os
-
     env = os.environ if env is None else env
     for var, instead in OPENPI_REFUSED.items():
         if str(env.get(var, "")).strip():

@@ -9,6 +9,7 @@ tokenizer; pickled .bin weights are refused). An encoder is wrapped to give its 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,8 +58,6 @@ def load_minilm(dtype=None, tokenizer_path: str | None = None) -> tuple[Sentence
 
 
 def tokenizer_files(folder) -> list[str]:
-    from pathlib import Path
-
     folder = Path(folder)
     return [
         name
@@ -69,8 +68,6 @@ def tokenizer_files(folder) -> list[str]:
 
 def load_tokenizer(path, flag: str | None):
     """The tokenizer of a folder that has its files (`flag` names where the folder came from)."""
-    from pathlib import Path
-
     transformers = require("transformers", "quant")
     folder = Path(path)
     where = f"{flag} {path}" if flag else f"--model {path}"
@@ -118,8 +115,6 @@ def model_kind(config) -> str:
 
 def check_model(spec: str):
     """The folder of `--model` (None for a shipped name), checked before anything slow happens."""
-    from pathlib import Path
-
     if spec in MODELS:
         return None
     folder = Path(spec)

@@ -8,7 +8,8 @@ layers them, lowest precedence first:
     defaults < other tools' variables < ACCELKIT_<SECTION>_<FIELD> < other tools' file sections
              < the section's own file entry < keywords (flags)
 
-(DESIGN.md's order: an explicit argument beats a config file, which beats the environment.)
+(docs/cli.md, "Configuration": an explicit argument beats a config file, which beats the
+environment.)
 A relative path written in a config file means a path beside that file: the fields a model
 declares in `file_paths` are resolved against the file's folder when they come from a file (so a
 service started from `/` by a service manager finds `model/encoder.onnx` next to its config),

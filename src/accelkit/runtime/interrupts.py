@@ -1,5 +1,6 @@
-"""Interrupts are part of the contract: SIGINT and SIGTERM stop a command within 2 s, print one
-line saying what was kept, exit 130 / 143, and leave nothing half-written (DESIGN.md).
+"""Interrupts are part of the contract (docs/cli.md, "Interrupts"): SIGINT and SIGTERM stop a
+command within 2 s, print one line saying what was kept, exit 130 / 143, and leave nothing
+half-written.
 
 Why our own handler. Python turns SIGINT into `KeyboardInterrupt`, which typer catches and turns
 into a *returned* exit code in the non-standalone mode the root CLI runs it in (the run then ended

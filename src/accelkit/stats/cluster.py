@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accelkit.errors import ConfigError, DataError
-from accelkit.runtime.cluster import connect, task_error
+from accelkit.runtime.ray_cluster import connect, task_error
 from accelkit.stats.cluster_tasks import (
     _pack,
     _sums,

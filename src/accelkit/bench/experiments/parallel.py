@@ -31,9 +31,13 @@ from accelkit.bench.harness import (
     Result,
     check_below,
     check_true,
+    document,
+    environment,
+    fix_threads,
     measure,
+    run_child_process,
 )
-from accelkit.runtime.files import temporary_folder
+from accelkit.runtime.files import temporary_folder, write_json_atomic
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -50,8 +54,6 @@ def child_env(devices: int) -> dict:
 def run_in_subprocess(
     *, devices: int = 8, protocol: Protocol = DEFAULT_PROTOCOL, timeout: float = 600
 ) -> Result:
-    from accelkit.bench.harness import run_child_process
-
     with temporary_folder("accelkit-parallel-") as tmp:
         argv = [
             sys.executable,
@@ -383,9 +385,6 @@ def _data_parallel(result: Result, devices, protocol: Protocol) -> None:
 
 def main(argv: list[str]) -> int:
     devices, repeats, warmup, out = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
-    from accelkit.bench.harness import document, environment, fix_threads
-    from accelkit.runtime.files import write_json_atomic
-
     fix_threads(None)
     result = run(devices, Protocol(repeats, warmup))
     write_json_atomic(out, document([result], environment("float32")))

@@ -18,6 +18,7 @@ from accelkit.bench.harness import (
     check_below,
     check_close,
     measure,
+    torch_device,
 )
 
 MODES = ("numpy", "jax", "pytorch")
@@ -115,8 +116,6 @@ def run_pytorch(
     result: Result, n: int, dtype: str, protocol: Protocol, device: str | None = None
 ) -> None:
     import torch
-
-    from accelkit.bench.harness import torch_device
 
     dev = torch_device(device)
     dt = getattr(torch, dtype)

@@ -35,8 +35,9 @@ What it shows, each with a check:
 Laid out by concern: `config` (the model's shape, `Setup`), `data` (generated data, one
 DataLoader), `models` (the MLP three times and its weights in each layout), `loops` (a training
 loop per framework), `checkpoints`, `flops`, `devices` (multi-device evaluation), `checks` (what
-the frameworks must agree on), `experiment` (`run`: all of it in order) and `child` (what the child
-processes run).
+the frameworks must agree on), `experiment` (`run`: all of it in order), `child` (what the child
+processes run) and `shared` (what `bench mnist` uses too: the stratified split, the one DataLoader
+pipeline, how an epoch is recorded).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import numpy as np
 from accelkit.bench.experiments.train.config import Setup
 from accelkit.bench.experiments.train.loops import torch_run
 from accelkit.bench.experiments.train.models import torch_model
+from accelkit.runtime.logs import root_logger_untouched
 
 
 def torch_save(path: Path, epoch: int, net, opt) -> None:
@@ -40,8 +41,6 @@ def torch_resume(path: Path, setup: Setup, data):
 
 
 def flax_save(path: Path, state) -> None:
-    from accelkit.runtime.logs import root_logger_untouched
-
     with root_logger_untouched():
         import orbax.checkpoint as ocp
 
@@ -53,8 +52,6 @@ def flax_save(path: Path, state) -> None:
 def flax_restore(path: Path, template):
     """The saved TrainState, restored into the structure (and shapes, dtypes) of `template`."""
     import jax
-
-    from accelkit.runtime.logs import root_logger_untouched
 
     with root_logger_untouched():
         import orbax.checkpoint as ocp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from accelkit.bench.experiments.train.config import BN_MOMENTUM
-from accelkit.bench.experiments.training import record_epochs
+from accelkit.bench.experiments.train.shared import record_epochs
 from accelkit.bench.harness import Result, Timing, check_below, check_true
 
 # final test accuracies may differ by this many percentage points across frameworks (the runs

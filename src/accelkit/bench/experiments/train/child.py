@@ -15,6 +15,8 @@ from accelkit.bench.experiments.train.data import make_data
 from accelkit.bench.experiments.train.devices import multi_device_eval
 from accelkit.bench.experiments.train.loops import flax_run, flax_state, keras_run
 from accelkit.bench.experiments.train.models import full_precision
+from accelkit.bench.harness import Protocol, fix_threads, run_child_process
+from accelkit.runtime.files import write_json_atomic
 
 
 def args_for_child(setup: Setup, folder: Path, threads: int | None, **extra) -> dict:
@@ -23,8 +25,6 @@ def args_for_child(setup: Setup, folder: Path, threads: int | None, **extra) -> 
 
 def child_main(task: str, args: dict) -> dict:
     """What a child process runs: `keras` (under KERAS_BACKEND), `resume`, `devices`."""
-    from accelkit.bench.harness import Protocol, fix_threads
-
     fix_threads(args["threads"])
     setup = Setup(**args["setup"])
     folder = Path(args["dir"])
@@ -66,8 +66,6 @@ def child_main(task: str, args: dict) -> dict:
 
 
 def run_child(task: str, args: dict, env: dict, timeout: float = 900) -> dict:
-    from accelkit.bench.harness import run_child_process
-
     folder = Path(args["dir"])
     (folder / f"{task}-args.json").write_text(json.dumps(args))
     return run_child_process(
@@ -86,8 +84,6 @@ def run_child(task: str, args: dict, env: dict, timeout: float = 900) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from accelkit.runtime.files import write_json_atomic
-
     task, args_path, out = argv
     write_json_atomic(out, child_main(task, json.loads(Path(args_path).read_text())))
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from accelkit.bench.experiments.train.config import FEATURES
-from accelkit.bench.experiments.training import make_loader, numpy_collate, stratified_split
+from accelkit.bench.experiments.train.shared import make_loader, numpy_collate, stratified_split
 
 
 def make_data(samples: int, seed: int = 0):

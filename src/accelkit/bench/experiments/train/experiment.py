@@ -26,7 +26,7 @@ from accelkit.bench.experiments.train.models import (
     torch_model,
     torch_weights,
 )
-from accelkit.bench.experiments.training import epoch_timing
+from accelkit.bench.experiments.train.shared import epoch_timing
 from accelkit.bench.harness import (
     DEFAULT_PROTOCOL,
     Protocol,

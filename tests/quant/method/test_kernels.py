@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from accelkit.errors import ConfigError
-from accelkit.quant import kernels
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.layers import QuantLinear
-from accelkit.quant.storage import load_quantized, save_quantized
+from accelkit.quant.method import kernels
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.storage import load_quantized, save_quantized
 from tests.support.require import not_applicable
 
 
@@ -68,7 +68,7 @@ class FakeClock:
 def test_measuring_is_a_phase_of_its_own_not_calibration(tmp_path, monkeypatch):
     """The kernels are measured while a model is quantized: that time is reported as "kernel
     choice" and taken out of the phase it happened in, so the phases still add up."""
-    from accelkit.quant.speed import Phases
+    from accelkit.quant.evaluation.speed import Phases
 
     clock = FakeClock()
 
@@ -199,7 +199,7 @@ def adversarial(k: int, seed: int = 0):
 def int8_layer(k: int, w: np.ndarray) -> QuantLinear:
     """A symmetric-int8 QuantLinear (|b| up to 127, the progressive family's range) with weights
     `w`: its kernel is chosen by `refresh_derived` as in a real model."""
-    from accelkit.quant.layers import LayerSpec
+    from accelkit.quant.method.layers import LayerSpec
 
     spec = LayerSpec(
         in_features=k, out_features=w.shape[0], bias=False, wbits=8, abits=8, group_size=None,

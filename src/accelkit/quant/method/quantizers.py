@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from accelkit.errors import ConfigError
+
 SCALE_FLOOR = (
     1e-8  # a constant row or token has range 0; keep the scale positive so x / scale is finite
 )
@@ -44,8 +46,6 @@ def _grouped(w: torch.Tensor, group_size: int | None) -> torch.Tensor:
     m, n = w.shape
     g = n if group_size is None else group_size
     if n % g:
-        from accelkit.errors import ConfigError
-
         raise ConfigError(
             f"weight_group_size={group_size} does not divide the input width {n}; pick a divisor of {n}"
         )
@@ -126,9 +126,6 @@ def search_weight_clip(
 # ---- progressive groups (QServe's W4A8): int4 groups with integer scales over per-channel int8 ----
 
 PROGRESSIVE_INT8_MAX = 119  # level 1's protective range: level 2 then rebuilds values within ±127
-# the default group when none is given (QServe uses 128): chosen on
-# benchmarks/results/quant_matrix.json, docs/quant.md "Which default"
-PROGRESSIVE_GROUP_SIZE = 64
 
 
 def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | float = 1.0):

@@ -15,7 +15,7 @@ faithful; of them, the fastest measured, else the most faithful.
 
 from __future__ import annotations
 
-from accelkit.quant.sweep import EvalRow
+from accelkit.quant.evaluation.sweep import EvalRow
 
 MIN_COSINE = 0.98
 SPEED_BATCH = 0.6  # compiled time over FP32's at the timing batch

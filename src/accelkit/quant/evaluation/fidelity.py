@@ -11,14 +11,19 @@ hundred bytes per text, not by the file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from accelkit.errors import InputError
+from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
+from accelkit.quant.evaluation.tokenize import Batches, Texts, prepare
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.storage import compact_tensors
 from accelkit.quant.models import load_model, model_max_length
-from accelkit.quant.texts import Batches, Texts, prepare
+from accelkit.runtime.timing import Protocol, measure
 
 
 @torch.no_grad()
@@ -99,8 +104,6 @@ def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, flo
     """Next-token top-1 agreement with FP32 and the perplexity ratio (quantized / FP32), over
     every position whose next token is real (attention mask 1); and the mean / min cosine of each
     real token's last hidden state to its FP32 one (float64)."""
-    import math
-
     agree = count = 0
     nll_q = 0.0
     cosines = []
@@ -149,9 +152,6 @@ def fidelity(emb: torch.Tensor, ref: torch.Tensor, n_pairs: int) -> dict[str, fl
 
 def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
     """(bytes of the quantized layers' tensors, bytes the same layers take in FP32)."""
-    from accelkit.quant.layers import QuantLinear
-    from accelkit.quant.storage import compact_tensors
-
     q_bytes = fp_bytes = 0
     for mod in model.modules():
         if isinstance(mod, QuantLinear):
@@ -165,8 +165,6 @@ def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
 def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 10) -> float:
     """Median wall time of one synchronized forward in ms (the first call and one warm-up apart),
     timed by `accelkit.runtime.timing` like every other measurement."""
-    from accelkit.runtime.timing import Protocol, measure
-
     with torch.no_grad():
         timing, _ = measure(
             "forward", "pytorch", lambda: model(**batch), Protocol(repeats=repeats, warmup=1)
@@ -207,8 +205,6 @@ def load_subject(
     tokenizer_path: str | None = None,
 ) -> Subject:
     """The model and its data: the shipped sentences unless text files are given (streamed)."""
-    from accelkit.quant.sentences import calibration_sentences, eval_pairs
-
     model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
     calib = (
         Texts("--calibration", calibration_file)

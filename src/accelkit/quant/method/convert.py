@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from accelkit.errors import ConfigError, DataError, InputError
-from accelkit.quant.calibrate import collect_inputs
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.layers import LayerSpec, QuantLinear
-from accelkit.quant.transforms import fit_transform, quiet_channels
+from accelkit.quant.method.calibrate import collect_inputs
+from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.transforms import fit_transform, quiet_channels
 
 # smoothing scales come from per-channel activation maxima: fewer tokens than this give noise
 MIN_CALIBRATION_TOKENS = 32

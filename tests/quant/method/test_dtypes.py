@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.layers import QuantLinear
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
 
 
 class Block(nn.Module):

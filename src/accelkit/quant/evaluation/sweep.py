@@ -9,21 +9,28 @@ one text (`speed.py`). Rows that differ only in activation bits share one quanti
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from torch import nn
 
 from accelkit.errors import InputError
-from accelkit.quant.fidelity import (
+from accelkit.quant.config import QuantConfig, check_bits
+from accelkit.quant.evaluation.fidelity import (
     Subject,
     load_subject,
     quant_layer_bytes,
     subject_fidelity,
     subject_reference,
 )
-from accelkit.quant.speed import Phases, SpeedBench
-from accelkit.quant.texts import Batches
+from accelkit.quant.evaluation.speed import Phases, SpeedBench
+from accelkit.quant.evaluation.tokenize import Batches
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.runtime.progress import Steps
 
 
 @dataclass
@@ -57,8 +64,6 @@ class EvalRow:
 
 def kernel_counts(model: nn.Module) -> dict[str, int]:
     """How many quantized layers run on each CPU kernel (`kernels.py`)."""
-    from accelkit.quant.layers import QuantLinear
-
     counts: dict[str, int] = {}
     for m in model.modules():
         if isinstance(m, QuantLinear):
@@ -75,12 +80,9 @@ def fp32_bytes(model: nn.Module) -> int:
 
 
 def parse_bits(text: str) -> tuple[int, int]:
-    import re
-
     m = re.fullmatch(r"w(\d+)a(\d+)", text.strip().lower())
     if not m:
         raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
-    from accelkit.quant.config import check_bits
 
     return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
 
@@ -91,10 +93,6 @@ def with_abits(model: nn.Module, abits: int) -> nn.Module:
     codes and clip ratios come from the weights and the float calibration inputs:
     `QuantLinear.load_from_float`), so W4A4 is W4A8's layers with another spec — the same model
     `quantize` builds for W4A4 (tested), without calibrating again."""
-    import dataclasses
-
-    from accelkit.quant.layers import QuantLinear
-
     out = copy.deepcopy(model)
     for m in out.modules():
         if isinstance(m, QuantLinear):
@@ -130,11 +128,6 @@ def run_eval(
     rows (default: against this FP32 model on the first evaluation batch).
     `compile_min_cosine`: time compiled only FP32 and the rows whose mean cosine reaches it (the
     candidates of the recommendation; compiles dominate the run's time)."""
-    from contextlib import nullcontext
-
-    from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-
     phases = phases if phases is not None else Phases()
     subject = subject or load_subject("minilm", n_pairs=n_pairs)
     fp32, data, calib = subject.model, subject.data, subject.calibration
@@ -145,8 +138,6 @@ def run_eval(
     timing_batch = data.first() if isinstance(data, Batches) else data[0]
     bench = bench or SpeedBench(fp32, timing_batch, phases)
     rows: list[EvalRow] = []
-
-    from accelkit.runtime.progress import Steps
 
     plan = [
         (meth, b)

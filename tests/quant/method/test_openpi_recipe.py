@@ -36,8 +36,8 @@ def test_pi0_style_policy_quantizes_with_fork_variables_and_compiles_fullgraph()
     from torch._dynamo.utils import counters
 
     from accelkit.quant.config import load_config
-    from accelkit.quant.convert import quantize_with_report
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.convert import quantize_with_report
+    from accelkit.quant.method.layers import QuantLinear
 
     fp32 = gemma_policy()
     model = gemma_policy()

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import InputError
+from accelkit.runtime.files import staged_folder
 
 SCHEMA = "accelkit.quant.report/1"
 FILES = ("report.json", "report.md", "report.png")
@@ -177,8 +178,6 @@ def is_previous_report(folder: Path) -> bool:
 
 def write_report(path: str | os.PathLike, report: dict) -> Path:
     """report.json, report.md and report.png into `path`, written whole or not at all."""
-    from accelkit.runtime.files import staged_folder
-
     target = check_folder(path)
     text = json.dumps(report, indent=2, allow_nan=False)
     aside = None

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from accelkit.runtime import timing
+
 ROUNDS = 10  # interleaved rounds per compiled measurement (the warm-up call apart)
 EAGER_ROUNDS = 5  # eager: a few (it is reported, but the recommendation reads compiled times)
 
@@ -62,7 +64,7 @@ def one_text(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {key: value[:1] for key, value in batch.items()}
 
 
-# what --json's `timing` says of the times and ratios (`api.EvalResult.to_dict`)
+# what --json's `timing` says of the times and ratios (`api.EvalResult.document`)
 TIMING = {
     "ms": "the setting's median time over its rounds interleaved with the FP32 model",
     "fp32_ms": "the FP32 model's median time in those same rounds (*_fp32_ms)",
@@ -99,8 +101,6 @@ class SpeedBench:
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
         """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
-        from accelkit.runtime import timing
-
         if ours is theirs:  # FP32 against itself: timed once, the ratio is 1 by definition
             timed = timing.interleaved({"ours": lambda: ours(**batch)}, rounds)
             ms = 1e3 * statistics.median(timed.wall["ours"])

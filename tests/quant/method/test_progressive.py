@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from accelkit.errors import ConfigError
-from accelkit.quant import quantizers as qz
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.layers import QuantLinear
-from accelkit.quant.storage import load_quantized, save_quantized
+from accelkit.quant.method import quantizers as qz
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.storage import load_quantized, save_quantized
 
 
 def adversarial_weights(m=48, n=256, seed=0) -> torch.Tensor:

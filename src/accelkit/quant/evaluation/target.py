@@ -14,15 +14,17 @@ Linear layers and, where timed, the speed.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.fidelity import Subject, subject_fidelity
-from accelkit.quant.layers import QuantLinear
-from accelkit.quant.texts import Batches
+from accelkit.quant.evaluation.fidelity import Subject, subject_fidelity
+from accelkit.quant.evaluation.tokenize import Batches
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.storage import compact_tensors
 
 
 @dataclass
@@ -39,16 +41,12 @@ class TargetResult:
     linear_bytes_after: int = 0
     fidelity: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        from dataclasses import asdict
-
+    def document(self) -> dict:
         return asdict(self)
 
 
 def linear_bytes(model: nn.Module) -> int:
     """Bytes of every Linear layer: quantized ones as stored, float ones in FP32."""
-    from accelkit.quant.storage import compact_tensors
-
     total = 0
     for m in model.modules():
         if isinstance(m, QuantLinear):
@@ -133,7 +131,6 @@ def reach(
 ) -> tuple[nn.Module, TargetResult]:
     """The model with the fewest layers moved out of 4-bit (worst first) whose mean cosine to
     FP32 reaches `target`, and what was done (`TargetResult`)."""
-    from accelkit.quant.convert import quantize
 
     def cosine(model) -> dict:
         return subject_fidelity(subject, model, reference)

@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 from accelkit.bench.harness import Result, Timing
+from accelkit.runtime.files import atomic_open
+from accelkit.runtime.tables import Col, print_table, stdout_console
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -71,8 +73,6 @@ def check_row(c) -> tuple[str, ...]:
 
 def print_result(result: Result, console=None) -> None:
     """Timings, checks and facts of one result as rich tables (times in s, ms = 'm', µs = 'µ')."""
-    from accelkit.runtime.tables import Col, print_table, stdout_console
-
     console = console or stdout_console()
     params = ", ".join(f"{k}={v}" for k, v in result.params.items())
     if result.timings:
@@ -128,8 +128,6 @@ def plot_results(results: list[Result], path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from accelkit.runtime.files import atomic_open
 
     panels = [r for r in results if r.series or r.timings]
     cols = min(2, max(1, len(panels)))

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from accelkit.quant import quantizers as qz
-from accelkit.quant.transforms import (
+from accelkit.quant.method import quantizers as qz
+from accelkit.quant.method.transforms import (
     block_base,
     blockwise,
     fit_transform,
@@ -184,7 +184,7 @@ def test_quiet_channels_take_the_median_scale_not_a_tiny_one():
 @pytest.mark.parametrize("permutation", [True, False])  # False: one fused product per block
 @pytest.mark.parametrize("blocks", [4, 5])  # 4 blocks: one dense n×n product; 5: block products
 def test_quantlinear_input_transform_every_form_matches_float64(blocks, permutation):
-    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.method.layers import LayerSpec, QuantLinear
 
     gen = torch.Generator().manual_seed(blocks)
     n, b = 16 * blocks, 16
@@ -236,8 +236,8 @@ def test_every_kernel_equals_the_dequantized_product_in_float64(
     dequant(quant(x))·dequant(W)ᵀ: checked against float64 arithmetic on the same codes, on tokens
     with an outlier, a constant token and an all-zero token. A kernel that is not exact on this
     CPU for the layer's values is not used (the layer takes the float path, checked too)."""
-    from accelkit.quant import kernels
-    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.method import kernels
+    from accelkit.quant.method.layers import LayerSpec, QuantLinear
 
     monkeypatch.setenv(kernels.ENV_KERNEL, kernel)
     gen = torch.Generator().manual_seed(wbits * 100 + in_features)
@@ -299,8 +299,8 @@ def test_every_kernel_equals_the_dequantized_product_in_float64(
 def test_a_kernel_that_is_not_exact_is_never_used(monkeypatch):
     """Without an exact int8 GEMM (no VNNI: pairs saturate) a layer keeps the float path, with the
     same results; the exactness check itself catches a saturating kernel."""
-    from accelkit.quant import kernels
-    from accelkit.quant.layers import LayerSpec, QuantLinear
+    from accelkit.quant.method import kernels
+    from accelkit.quant.method.layers import LayerSpec, QuantLinear
 
     def saturating(codes, weight):  # what a pre-VNNI u8·s8 kernel does with large pairs
         q = codes.to(torch.int64)
@@ -364,8 +364,8 @@ def test_a_kernel_that_is_not_exact_is_never_used(monkeypatch):
 def test_int8_weights_are_symmetric_per_channel_and_rebuilt_in_float64():
     """8-bit layers of the progressive family: q = clamp(round(w / s), ±127), s = clip·max|w|/127
     per output channel, against numpy float64; the layer computes quant(x)·(q·s)ᵀ."""
-    from accelkit.quant.layers import LayerSpec, QuantLinear
-    from accelkit.quant.transforms import Transform
+    from accelkit.quant.method.layers import LayerSpec, QuantLinear
+    from accelkit.quant.method.transforms import Transform
 
     gen = torch.Generator().manual_seed(8)
     w = torch.randn(24, 64, dtype=torch.float64, generator=gen)

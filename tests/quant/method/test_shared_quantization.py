@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.layers import QuantLinear
-from accelkit.quant.sweep import with_abits
+from accelkit.quant.evaluation.sweep import with_abits
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.layers import QuantLinear
 
 
 def block():

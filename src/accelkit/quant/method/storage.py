@@ -11,6 +11,7 @@ with the stored specs, fills them and returns the model; outputs match the saved
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,8 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError, require
-from accelkit.quant.layers import LayerSpec, QuantLinear
-from accelkit.quant.transforms import block_base, rotation_from_steps
+from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
 FORMAT = "accelkit-quant/1"
@@ -180,8 +181,6 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
 def _say_switched(file: Path, switched: dict[tuple[str, str], int]) -> None:
     """One line: layers whose saved kernel is not exact (or is overridden) here, and what runs
     them; outputs stay bit-identical only between exact integer kernels."""
-    import logging
-
     parts = ", ".join(f"{n} from {old} to {new}" for (old, new), n in switched.items())
     floats = any("float" in pair for pair in switched)
     logging.getLogger(__name__).warning(

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from accelkit.quant import kernels
-from accelkit.quant import quantizers as qz
-from accelkit.quant.transforms import Transform
+from accelkit.errors import ConfigError
+from accelkit.quant.method import kernels
+from accelkit.quant.method import quantizers as qz
+from accelkit.quant.method.transforms import Transform
 
 DENSE_TRANSFORM_MAX_BLOCKS = 4
 CUDA_INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: more than 16 rows, k and n multiples of 8
@@ -117,15 +118,11 @@ class QuantLinear(nn.Module):
         )
         self.integer_gemm = spec.integer_matmul  # the int8 buffers exist
         if spec.progressive and (spec.wbits != 4 or not spec.group_size or n % spec.group_size):
-            from accelkit.errors import ConfigError
-
             raise ConfigError(
                 f"progressive weights are int4 groups over int8 (wbits 4, a group size dividing"
                 f" {n}); got wbits {spec.wbits}, group size {spec.group_size}"
             )
         if spec.int8 and (spec.wbits != 8 or spec.group_size):
-            from accelkit.errors import ConfigError
-
             raise ConfigError(
                 f"int8 weights are 8 bits per output channel; got wbits {spec.wbits}, group size"
                 f" {spec.group_size}"

@@ -1,8 +1,8 @@
 """`quant eval` recommends, per bit setting, the fastest of the rows as faithful as the best
 (top-1 agreement first, then cosine or perplexity ratio) — from the user's own run."""
 
-from accelkit.quant.recommend import recommend
-from accelkit.quant.sweep import EvalRow
+from accelkit.quant.evaluation.recommend import recommend
+from accelkit.quant.evaluation.sweep import EvalRow
 
 
 def row(method, bits, top1, cos=None, ppl=None, ms=None):

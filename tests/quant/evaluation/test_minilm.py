@@ -5,14 +5,14 @@ import copy
 import pytest
 import torch
 
-from accelkit.quant.calibrate import collect_inputs
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.fidelity import embed, fidelity
+from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
+from accelkit.quant.evaluation.fidelity import embed, fidelity
+from accelkit.quant.evaluation.tokenize import batches
+from accelkit.quant.method.calibrate import collect_inputs
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.transforms import fit_transform
 from accelkit.quant.models import load_minilm
-from accelkit.quant.sentences import calibration_sentences, eval_pairs
-from accelkit.quant.texts import batches
-from accelkit.quant.transforms import fit_transform
 
 PAIRS = 48
 

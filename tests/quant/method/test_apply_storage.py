@@ -8,9 +8,9 @@ from torch import nn
 
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.quant.config import QuantConfig, load_config
-from accelkit.quant.convert import quantize, quantize_with_report
-from accelkit.quant.layers import QuantLinear
-from accelkit.quant.storage import load_quantized, save_quantized
+from accelkit.quant.method.convert import quantize, quantize_with_report
+from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.storage import load_quantized, save_quantized
 
 
 class Net(nn.Module):
@@ -266,7 +266,7 @@ def test_load_reuses_the_saved_kernel_where_exact_else_says_which_runs(
 
     from safetensors import safe_open
 
-    from accelkit.quant import kernels
+    from accelkit.quant.method import kernels
 
     cfg = QuantConfig(method="rtn", wbits=4, weight_format="plain", exclude=["narrow"], **SMALL)
     monkeypatch.setenv(kernels.ENV_KERNEL, "fbgemm")

@@ -33,16 +33,22 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
+import platform
 import statistics
 import time
 import warnings
 import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+
+from accelkit.errors import ConfigError
+from accelkit.runtime.files import write_json_atomic
 
 KERNELS = ("onednn", "fbgemm", "float")
 INTEGER_KERNELS = ("onednn", "fbgemm")
@@ -214,8 +220,6 @@ def default_abits(k: int, wbound: int) -> int:
 
 def machine_key() -> dict:
     """What the measured speeds depend on: CPU model and ISA, torch, threads, ISA overrides."""
-    import platform
-
     model, flags = None, []
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -326,7 +330,6 @@ class KernelTable:
             return data
         if not self._warned:
             self._warned = True
-            import logging
 
             logging.getLogger(__name__).warning(
                 "quant: the kernel cache %s is malformed; read as empty and rewritten (its"
@@ -342,8 +345,6 @@ class KernelTable:
             machine = self._read().get("machines", {}).get(_key_text(self.key), {})
             self.shapes.update(machine.get("shapes", {}))
         if shape not in self.shapes:
-            from contextlib import nullcontext
-
             with self.phases("kernel choice") if self.phases else nullcontext():
                 self.shapes[shape] = self.measure(n, m)
             self._write(shape)
@@ -360,8 +361,6 @@ class KernelTable:
         self._store(data)
 
     def _store(self, data: dict) -> None:
-        from accelkit.runtime.files import write_json_atomic
-
         try:
             self._file().parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self._file(), data)
@@ -374,8 +373,6 @@ class KernelTable:
         else the fastest exact one measured for its shape."""
         forced = (os.environ.get(ENV_KERNEL) or "auto").strip().lower()
         if forced not in (*KERNELS, "auto"):
-            from accelkit.errors import ConfigError
-
             raise ConfigError(
                 f"{ENV_KERNEL}={forced!r} is not a kernel; use auto, {', '.join(KERNELS)}"
             )

@@ -4,9 +4,9 @@ write the clean run's bytes, so the same model saved twice must be the same byte
 import json
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
-from accelkit.quant.storage import save_quantized
-from tests.quant.test_apply_storage import SMALL, batches, make_net
+from accelkit.quant.method.convert import quantize
+from accelkit.quant.method.storage import save_quantized
+from tests.quant.method.test_apply_storage import SMALL, batches, make_net
 
 
 def test_the_same_model_is_saved_as_the_same_bytes(tmp_path):

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.convert import quantize
+from accelkit.quant.method.convert import quantize
 
 
 class TinyBlock(nn.Module):
@@ -108,7 +108,7 @@ def test_inductor_matches_eager_and_reduce_overhead_runs():
 
 def test_forward_reads_only_registered_buffers(qmodel):
     """Every tensor attribute of a QuantLinear is a registered buffer (no lazy attributes)."""
-    from accelkit.quant.layers import QuantLinear
+    from accelkit.quant.method.layers import QuantLinear
 
     layers = [m for m in qmodel.modules() if isinstance(m, QuantLinear)]
     assert len(layers) == 4

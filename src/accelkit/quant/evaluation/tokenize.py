@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -26,13 +27,10 @@ class Texts:
 
     def __init__(self, flag: str, path: str | None = None, items: list[str] | None = None):
         self.flag, self.path, self.items = flag, path, items
-        if path is not None:
-            from pathlib import Path
-
-            if not Path(path).is_file():
-                raise InputError(
-                    f"{flag} {path}: no such file; give a text file with one text per line"
-                )
+        if path is not None and not Path(path).is_file():
+            raise InputError(
+                f"{flag} {path}: no such file; give a text file with one text per line"
+            )
 
     def __iter__(self) -> Iterator[str]:
         if self.items is not None:

@@ -87,7 +87,7 @@ def test_markdown_tables_equal_the_json(run):
 
 
 def fp32_model():
-    from accelkit.quant.fidelity import load_subject
+    from accelkit.quant.evaluation.fidelity import load_subject
 
     return load_subject("minilm", n_pairs=16).model
 
@@ -113,8 +113,8 @@ def outputs(model, names, batch) -> dict[str, np.ndarray]:
 def test_layer_errors_equal_an_independent_computation(run):
     _, report, _ = run
     from accelkit.quant.config import QuantConfig, config_for_run
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.method.convert import quantize
 
     subject = load_subject("minilm", n_pairs=16)
     fp32 = subject.model
@@ -154,7 +154,7 @@ def test_a_folder_with_other_files_is_refused_before_the_run(tmp_path, capsys):
 
 
 def test_a_previous_report_is_replaced_and_pipes_in_names_are_escaped(run, tmp_path):
-    from accelkit.quant.report import markdown, write_report
+    from accelkit.quant.evaluation.report import markdown, write_report
 
     _, report, _ = run
     target = tmp_path / "again"
@@ -218,11 +218,11 @@ def test_eval_times_and_ratios_come_from_the_same_rounds(monkeypatch, capsys):
     never as faster (the median of per-round ratios said 0.91×). Timings injected, no clock."""
     from torch import nn
 
-    from accelkit.quant import speed
     from accelkit.quant.api import EvalResult
     from accelkit.quant.cli import _print_eval_table
-    from accelkit.quant.recommend import recommend
-    from accelkit.quant.sweep import EvalRow
+    from accelkit.quant.evaluation import speed
+    from accelkit.quant.evaluation.recommend import recommend
+    from accelkit.quant.evaluation.sweep import EvalRow
     from accelkit.runtime import timing
 
     ours = [0.001, 0.001, 0.010, 0.010, 0.010]  # median 10 ms
@@ -266,7 +266,7 @@ def test_eval_times_and_ratios_come_from_the_same_rounds(monkeypatch, capsys):
     )  # fmt: skip
     assert "2.00× compiled FP32" in result.recommendation["text"]
     assert "slower than the unquantized model" in result.recommendation["text"]
-    assert "same" in result.to_dict()["timing"]["ratio"]
+    assert "same" in result.document()["timing"]["ratio"]
     monkeypatch.setenv("COLUMNS", "250")
     _print_eval_table(result)
     line = next(x for x in capsys.readouterr().out.splitlines() if "duquant/w4a8" in x)

@@ -28,8 +28,8 @@ def independent_cosine(model, layers: dict, kwargs) -> float:
     import copy
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.method.convert import quantize
 
     subject = load_subject(
         model,
@@ -98,9 +98,9 @@ def test_a_target_already_met_changes_nothing(encoder_dir, texts):  # noqa: F811
 
 
 def test_apply_saves_the_model_that_reaches_the_target(causal_dir, texts, tmp_path):  # noqa: F811
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.method.storage import load_quantized
     from accelkit.quant.models import model_factory
-    from accelkit.quant.storage import load_quantized
 
     out = tmp_path / "q.safetensors"
     result = apply(
@@ -140,7 +140,8 @@ def test_a_target_outside_0_1_is_refused(bad, capsys):
 
 
 def test_without_vnni_the_default_bits_add_w4a7(monkeypatch):
-    from accelkit.quant import api, kernels
+    from accelkit.quant import api
+    from accelkit.quant.method import kernels
 
     monkeypatch.setattr(kernels, "full_range_exact", lambda: False)
     assert api.default_bits() == ["w4a8", "w4a7", "w4a4"]
@@ -154,8 +155,8 @@ def test_hidden_state_cosine_of_a_causal_lm_equals_an_independent_one(causal_dir
     import copy
 
     from accelkit.quant.config import QuantConfig
-    from accelkit.quant.convert import quantize
-    from accelkit.quant.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
+    from accelkit.quant.method.convert import quantize
 
     subject = load_subject(str(causal_dir), eval_file=texts / "eval.txt")
     model = quantize(copy.deepcopy(subject.model), QuantConfig(method="rtn"), subject.calibration)
