@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from accelkit.images.cli_collection import collection_app
-from accelkit.images.cli_common import (
+from accelkit.images.cli.collection import collection_app
+from accelkit.images.cli.options import (
     RAY_STAGES,
     CollectionOption,
     ConfigOption,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from accelkit.images.cli_common import (
+from accelkit.images.cli.options import (
     ConfigOption,
     JsonOption,
     NameArgument,
