@@ -77,7 +77,7 @@ def main() -> None:
     from tests.images.test_service import Server
     from tests.images.test_service_fuzz import service_config
 
-    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.embedding.models import cached_onnx_path
     from accelkit.runtime.files import write_json_atomic
 
     with tempfile.TemporaryDirectory(prefix="accelkit-fuzz-") as folder:

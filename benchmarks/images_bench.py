@@ -127,7 +127,7 @@ def main() -> None:
     from PIL import Image
 
     from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
-    from accelkit.images.preprocess import JAXImagePreprocessor
+    from accelkit.images.embedding.preprocess import JAXImagePreprocessor
     from accelkit.runtime.environment import record
     from accelkit.runtime.timing import interleaved
 

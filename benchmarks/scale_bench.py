@@ -187,7 +187,7 @@ def bench_images(args, result: dict) -> None:
     from accelkit.images import cluster
     from accelkit.images.cluster import read_shards
     from accelkit.images.config import ServiceConfig
-    from accelkit.images.pipeline import EmbeddingPipeline
+    from accelkit.images.embedding.pipeline import EmbeddingPipeline
     from accelkit.runtime.timing import interleaved
 
     named = ensure_images(args.data_dir, args.images)

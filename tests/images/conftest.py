@@ -19,14 +19,14 @@ def photos() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="session")
 def onnx_path(tmp_path_factory):
-    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.embedding.models import cached_onnx_path
 
     return cached_onnx_path(tmp_path_factory.mktemp("onnx-cache"))
 
 
 @pytest.fixture(scope="session")
 def torch_model():
-    from accelkit.images.models import load_torch_model
+    from accelkit.images.embedding.models import load_torch_model
 
     return load_torch_model()
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from accelkit.errors import ConfigError, InputError
-from accelkit.images import models
-from accelkit.images.preprocess import JAXImagePreprocessor
+from accelkit.images.embedding import models
+from accelkit.images.embedding.preprocess import JAXImagePreprocessor
 
 CAT_CLASSES = range(281, 286)  # ImageNet tabby, tiger cat, Persian, Siamese, Egyptian cat
 COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug

@@ -55,7 +55,7 @@ def test_per_item_failures_and_order(pipeline, photos, tmp_path):
 
 
 def test_pipeline_matches_preprocess_then_model(pipeline, photos):
-    from accelkit.images.models import l2_normalize
+    from accelkit.images.embedding.models import l2_normalize
 
     images = [photos[n] for n in ("rocket", "astronaut", "coins")]
     batch = np.asarray(pipeline.preprocessor.preprocess_batch(images))

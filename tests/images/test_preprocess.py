@@ -5,8 +5,8 @@ import pytest
 from PIL import Image
 
 from accelkit.errors import ConfigError
-from accelkit.images.decode import ImageDecodeError
-from accelkit.images.preprocess import (
+from accelkit.images.embedding.decode import ImageDecodeError
+from accelkit.images.embedding.preprocess import (
     HostImagePreprocessor,
     JAXImagePreprocessor,
     pil_reference,
@@ -230,7 +230,7 @@ def test_cache_compiled_warms_up_and_writes_the_persistent_cache(tmp_path):
     import sys
 
     code = (
-        "from accelkit.images.preprocess import JAXImagePreprocessor as P;"
+        "from accelkit.images.embedding.preprocess import JAXImagePreprocessor as P;"
         f"p = P(cache_compiled=True, cache_dir={str(tmp_path / 'jax')!r}, max_batch=2);"
         "print(p.compile_count, p.cache_dir)"
     )
@@ -291,7 +291,7 @@ def test_center_crop_boxes_never_leave_the_image(size, target):
     """A float scale once made a 214-row crop of 214.00000000000003 rows: a box starting at
     -1.4e-14, which PIL refuses, so the host engine failed such photos (a 427x640 photo reduced
     by 2 to 214x320, center-cropped to 64x64)."""
-    from accelkit.images.resample import fit_geometry
+    from accelkit.images.embedding.resample import fit_geometry
 
     height, width = size
     out = (target, target) if isinstance(target, int) else target
@@ -343,7 +343,7 @@ def test_auto_engine_resizes_on_the_host_without_starting_jax(tmp_path):
 
     script = (
         "import sys\n"
-        "from accelkit.images.preprocess import make_preprocessor\n"
+        "from accelkit.images.embedding.preprocess import make_preprocessor\n"
         "pp = make_preprocessor('auto', max_batch=2)\n"
         "import numpy as np\n"
         "out = pp.preprocess_batch([np.zeros((50, 60, 3), np.uint8)])\n"
@@ -355,7 +355,7 @@ def test_auto_engine_resizes_on_the_host_without_starting_jax(tmp_path):
     assert done.stdout.split() == ["HostImagePreprocessor", "(1,", "3,", "224,", "224)", "False"], (
         done.stdout + done.stderr
     )
-    from accelkit.images.preprocess import make_preprocessor
+    from accelkit.images.embedding.preprocess import make_preprocessor
 
     assert type(make_preprocessor("jax", cache_compiled=False)) is JAXImagePreprocessor
     asked = make_preprocessor("auto", platform="gpu", cache_compiled=False)  # JAX decides

@@ -324,7 +324,7 @@ def test_a_tokenizer_pads_and_cuts_on_its_own_side(built, tmp_path):
     made with: padded and cut to context_length on the left, its own pad token kept."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from accelkit.images.models import TextEncoder
+    from accelkit.images.embedding.models import TextEncoder
 
     _, files, _ = built
     vocab = {"<pad>": 7, "[UNK]": 1, **{w: i + 10 for i, w in enumerate(two_tower.WORDS)}}

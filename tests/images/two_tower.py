@@ -132,7 +132,7 @@ def reference_tokens(text: str) -> tuple[np.ndarray, np.ndarray]:
 def image_vectors(model, paths: list) -> np.ndarray:
     """The model's own unit embeddings of image files: preprocessed as the config above says
     (PIL on the host, center crop to SIZE), then its PyTorch image tower."""
-    from accelkit.images.preprocess import make_preprocessor
+    from accelkit.images.embedding.preprocess import make_preprocessor
 
     pre = make_preprocessor("host", image_size=SIZE, fit="center-crop", cache_compiled=False)
     with pre:

@@ -176,7 +176,7 @@ def embed(
 def _embed_here(items, output: str, settings, endpoint_url, progress: bool) -> EmbedReport:
     import numpy as np
 
-    from accelkit.images.pipeline import EmbeddingPipeline
+    from accelkit.images.embedding.pipeline import EmbeddingPipeline
     from accelkit.runtime.files import atomic_open, temporary_folder, write_json_atomic
     from accelkit.runtime.progress import phase, rows_progress
 

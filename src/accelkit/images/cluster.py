@@ -48,7 +48,7 @@ _preprocessors: dict[str, object] = {}  # one per worker process and settings: c
 
 
 def _preprocessor(config):
-    from accelkit.images.preprocess import make_preprocessor
+    from accelkit.images.embedding.preprocess import make_preprocessor
 
     key = config.preprocess.model_dump_json()
     if key not in _preprocessors:
@@ -61,7 +61,7 @@ def _preprocessor(config):
 def preprocess_batch(batch: dict, *, config, endpoint_url, with_ids: bool) -> dict:
     """A decode task: pixels of each image in the batch, or the reason it failed (and, for an
     insert, its content id)."""
-    from accelkit.images.decode import describe_input
+    from accelkit.images.embedding.decode import describe_input
     from accelkit.images.index import content_id
 
     items = [_item(str(s), endpoint_url) for s in batch["source"]]
@@ -93,7 +93,7 @@ class EmbedActor:
     """One model session per actor; writes its batches' vectors to the sink itself."""
 
     def __init__(self, config, sink: Sink, endpoint_url: str | None):
-        from accelkit.images.models import make_backend
+        from accelkit.images.embedding.models import make_backend
 
         self.config, self.sink, self.endpoint_url = config, sink, endpoint_url
         if config.model.intra_op_threads is None:  # one CPU per actor: no oversubscription
@@ -108,7 +108,7 @@ class EmbedActor:
             self.store = VectorStore(config.store)
 
     def _embed(self, pixels: np.ndarray) -> np.ndarray:
-        from accelkit.images.models import l2_normalize
+        from accelkit.images.embedding.models import l2_normalize
 
         vectors = self.backend.embed(pixels)
         if self.config.model.normalize:
@@ -148,7 +148,7 @@ class EmbedActor:
         )
 
     def _insert(self, batch, ok, vectors, ids, errors):
-        from accelkit.images.batching import ItemResult
+        from accelkit.images.embedding.batching import ItemResult
         from accelkit.images.index import ImageInput
         from accelkit.images.local import LocalIndex
 

@@ -110,7 +110,7 @@ HEADER_BYTES = 1 << 20  # enough for any image header, EXIF included
 def check_image_header(item: str) -> None:
     """A local query that is not an image is refused from its first bytes, before the model or
     the store opens (objects on s3:// are read, and refused, by the decoder)."""
-    from accelkit.images.decode import FORMATS, header_cost
+    from accelkit.images.embedding.decode import FORMATS, header_cost
 
     if storage.is_uri(item):
         return

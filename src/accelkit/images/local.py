@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.batching import ItemResult
+from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.config import ServiceConfig
 from accelkit.images.index import (
     Hits,
@@ -423,7 +423,7 @@ class LocalIndex(ImageIndex):
     def health(self) -> dict[str, Any]:
         """The store's status, and the model's: it embeds a plain 64×64 test image, and with a
         text tower (`model_info["text"]`) a few words."""
-        from accelkit.images.models import PROBE_TEXT
+        from accelkit.images.embedding.models import PROBE_TEXT
 
         store = self.store.ping()
         store.pop("uri", None)
@@ -471,7 +471,7 @@ def open_local_index(
     opened now and closed with the index). `embed`, `embed_text`: the caller's embed functions
     (else the config's model, loaded on the first embedding, so collection commands never load
     it)."""
-    from accelkit.images.models import ModelRecords, no_text_tower
+    from accelkit.images.embedding.models import ModelRecords, no_text_tower
     from accelkit.images.store import VectorStore
     from accelkit.images.thumbnails import open_thumbnails
 
@@ -481,7 +481,7 @@ def open_local_index(
 
     def pipeline():
         if not loaded:
-            from accelkit.images.pipeline import EmbeddingPipeline
+            from accelkit.images.embedding.pipeline import EmbeddingPipeline
 
             loaded.append(EmbeddingPipeline(config))
         return loaded[0]

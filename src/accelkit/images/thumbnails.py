@@ -40,7 +40,7 @@ def make_thumbnail(
     `max_bytes` bytes; raises `ImageDecodeError` for what cannot be decoded."""
     from PIL import Image
 
-    from accelkit.images.decode import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
+    from accelkit.images.embedding.decode import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
 
     options = DecodeOptions(
         max_pixels=max_pixels or DEFAULT_MAX_PIXELS,

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.batching import AdmissionLimiter, DynamicBatcher
+from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.config import ServiceConfig
-from accelkit.images.decode import check_pixels, header_cost
+from accelkit.images.embedding.decode import check_pixels, header_cost
 from accelkit.images.local import LocalIndex, open_local_index
 from accelkit.images.service import guards
 from accelkit.images.service.errors import ServiceError
@@ -51,11 +51,11 @@ class ServiceState:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self.pipeline is None:
-            from accelkit.images.pipeline import EmbeddingPipeline
+            from accelkit.images.embedding.pipeline import EmbeddingPipeline
 
             self.pipeline = await asyncio.to_thread(EmbeddingPipeline, self.config)
         if self.config.model.has_text:  # a broken text tower fails the start, not each query
-            from accelkit.images.models import PROBE_TEXT
+            from accelkit.images.embedding.models import PROBE_TEXT
 
             await asyncio.to_thread(self.pipeline.embed_texts, [PROBE_TEXT])
         # open the store and load its collections now: fail at start, and no first request waits

@@ -60,8 +60,8 @@ class EmbeddingPipeline:
         preprocessor: Any = None,
         backend: Any = None,
     ):
-        from accelkit.images.models import make_backend
-        from accelkit.images.preprocess import make_preprocessor
+        from accelkit.images.embedding.models import make_backend
+        from accelkit.images.embedding.preprocess import make_preprocessor
 
         self.config = config or ServiceConfig()
         self.preprocessor = preprocessor or make_preprocessor(
@@ -99,7 +99,7 @@ class EmbeddingPipeline:
         ]  # waits for the device; drops padding rows
         vectors = self.backend.embed(batch)
         if self.config.model.normalize:
-            from accelkit.images.models import l2_normalize
+            from accelkit.images.embedding.models import l2_normalize
 
             vectors = l2_normalize(vectors)
         return positions, vectors.astype(np.float32, copy=False)
@@ -110,7 +110,7 @@ class EmbeddingPipeline:
         """Per-item embeddings; `progress(n)` is called with the number of inputs finished so far."""
         if self._closed:
             raise RuntimeError("this pipeline is closed")
-        from accelkit.images.decode import describe_input
+        from accelkit.images.embedding.decode import describe_input
 
         items = list(inputs)
         failures = {}
@@ -167,7 +167,7 @@ class EmbeddingPipeline:
 
     def embed_items(self, items: list[Any]) -> list[Any]:
         """One `ItemResult` (a vector, or the reason it failed) per input, in order."""
-        from accelkit.images.batching import split_result
+        from accelkit.images.embedding.batching import split_result
 
         result = self.embed(items)
         return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
@@ -180,7 +180,7 @@ class EmbeddingPipeline:
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """[N, D] embeddings of texts by the model's text tower (L2-normalized unless the
         config says otherwise), comparable with its image embeddings."""
-        from accelkit.images.models import l2_normalize, make_text_encoder, no_text_tower
+        from accelkit.images.embedding.models import l2_normalize, make_text_encoder, no_text_tower
 
         if self._closed:
             raise RuntimeError("this pipeline is closed")

@@ -1,4 +1,4 @@
-"""The two preprocessing engines: decode → resize (PIL-exact, `accelkit.images.resample`) →
+"""The two preprocessing engines: decode → resize (PIL-exact, `accelkit.images.embedding.resample`) →
 normalize, per item, with failures kept per item.
 
 `JAXImagePreprocessor` runs the resize on a JAX device: images are padded into bucket shapes and
@@ -21,8 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from accelkit.errors import ConfigError
-from accelkit.images.decode import DecodeOptions, ImageDecodeError, decode_image, describe_input
-from accelkit.images.resample import (
+from accelkit.images.embedding.decode import DecodeOptions, ImageDecodeError, decode_image, describe_input
+from accelkit.images.embedding.resample import (
     FITS,
     Fit,
     ImagePlan,
