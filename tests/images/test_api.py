@@ -23,9 +23,9 @@ PUBLIC = (
 
 
 def test_each_operation_is_written_once_in_the_application_layer():
-    from accelkit.images.index import ImageIndex
-    from accelkit.images.local import LocalIndex
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.base import ImageIndex
+    from accelkit.images.index.local import LocalIndex
+    from accelkit.images.index.remote import RemoteIndex
 
     for backend in (LocalIndex, RemoteIndex):
         assert issubclass(backend, ImageIndex)
@@ -89,7 +89,7 @@ def test_inputs_are_refused_before_a_store_or_model_opens(tmp_path):
 
 def test_the_base_checks_arguments_once_for_every_backend():
     """The remote index refuses a bad call before any request (no service runs here)."""
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.remote import RemoteIndex
 
     with RemoteIndex("http://127.0.0.1:9") as index:
         with pytest.raises(InputError, match="give either ids or a filter"):

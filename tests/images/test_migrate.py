@@ -90,7 +90,7 @@ def server_db(milvus_server):
 
 def test_lite_to_server_and_back_loses_nothing(source, server_db, onnx_path, tmp_path, capsys):
     from accelkit import images
-    from accelkit.images.index import ModelMismatchError
+    from accelkit.images.index.base import ModelMismatchError
     from accelkit.images.thumbnails import ThumbnailStore
 
     lite = {"uri": source["database"]}

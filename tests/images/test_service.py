@@ -820,8 +820,8 @@ def test_slow_bodies_and_headers_are_cut_off(server):
 
 def test_remote_index_is_the_same_interface(server, setup, photos, tmp_path):
     """RemoteIndex (the CLI's --server) does through HTTP what LocalIndex does in process."""
-    from accelkit.images.index import ImageIndex, ImageInput
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.base import ImageIndex, ImageInput
+    from accelkit.images.index.remote import RemoteIndex
     from accelkit.images.store import CollectionExistsError, CollectionNotFoundError
 
     cat = tmp_path / "cat.png"

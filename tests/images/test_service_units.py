@@ -374,7 +374,7 @@ def test_review_findings_of_issue_27():
     import ipaddress
     from urllib.parse import quote
 
-    from accelkit.images.remote import QUERY_CHARS, _id_groups
+    from accelkit.images.index.remote import QUERY_CHARS, _id_groups
     from accelkit.images.schema import GRAMMAR_ONLY, RequestLimits, check_filter
     from accelkit.images.service.urls import is_public
 

@@ -87,8 +87,8 @@ def test_every_insert_of_the_index_makes_thumbnails(pipeline, photos, tmp_path):
     """The application layer makes them, so the CLI, the Python API and the service all do; a
     delete removes them and only stored items have one."""
     from accelkit.images import ServiceConfig
-    from accelkit.images.index import ImageInput, ItemNotFoundError
-    from accelkit.images.local import open_local_index
+    from accelkit.images.index.base import ImageInput, ItemNotFoundError
+    from accelkit.images.index.local import open_local_index
 
     config = ServiceConfig.from_env(
         env={},

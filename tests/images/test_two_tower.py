@@ -112,7 +112,7 @@ def test_collections_remember_their_model(setup, built, onnx_path, tmp_path, cap
     """A collection is filled and searched only by the model that made its vectors: another
     model's name, or the same name with other weights, is one clear error before any work."""
     from accelkit import images
-    from accelkit.images.index import ModelMismatchError
+    from accelkit.images.index.base import ModelMismatchError
 
     info = images.describe_collection("pics", config=setup["config"])
     assert info["model"]["name"] == "tiny-clip" and info["model"]["text"] is True
@@ -140,7 +140,7 @@ def test_collections_remember_their_model(setup, built, onnx_path, tmp_path, cap
 
 def test_a_collection_without_a_model_record_is_the_default_models(setup, tmp_path):
     from accelkit import images
-    from accelkit.images.index import ModelMismatchError
+    from accelkit.images.index.base import ModelMismatchError
     from accelkit.images.store import StoreConfig, VectorStore
 
     database = str(setup["config"].parent / "tiny.db")
@@ -187,8 +187,8 @@ def test_words_through_the_service(setup, tmp_path, capsys):
     """`/search` with `text`, `--server` with `--text`, and RemoteIndex: the local answer."""
     import httpx
 
-    from accelkit.images.index import TextQuery
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.base import TextQuery
+    from accelkit.images.index.remote import RemoteIndex
     from tests.images.test_service import Server
 
     config = tmp_path / "service.yaml"

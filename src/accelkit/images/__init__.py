@@ -47,9 +47,9 @@ _MODULES = {
     ],
     "accelkit.images.embedding.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
     "accelkit.images.compat": ["ImageEmbeddingPipeline"],
-    "accelkit.images.index": ["ImageIndex", "ImageInput", "InsertResult"],
-    "accelkit.images.local": ["LocalIndex"],
-    "accelkit.images.remote": ["RemoteIndex"],
+    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult"],
+    "accelkit.images.index.local": ["LocalIndex"],
+    "accelkit.images.index.remote": ["RemoteIndex"],
     "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
     "accelkit.images.embedding.decode": ["ImageDecodeError", "decode_image"],
 }
@@ -80,15 +80,15 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         StoreConfig,
     )
     from accelkit.images.embedding.decode import ImageDecodeError, decode_image
-    from accelkit.images.index import ImageIndex, ImageInput, InsertResult
-    from accelkit.images.local import LocalIndex
+    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
+    from accelkit.images.index.local import LocalIndex
     from accelkit.images.embedding.pipeline import EmbeddingPipeline, EmbeddingResult
     from accelkit.images.embedding.preprocess import (
         HostImagePreprocessor,
         JAXImagePreprocessor,
         make_preprocessor,
     )
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.remote import RemoteIndex
     from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
     from accelkit.images.store import Hit, IndexSpec, VectorStore
 

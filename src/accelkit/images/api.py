@@ -30,7 +30,7 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
 from accelkit.images.config import ServiceConfig, load_service_config
-from accelkit.images.index import ImageIndex, ImageInput, TextQuery, insert_in_chunks
+from accelkit.images.index.base import ImageIndex, ImageInput, TextQuery, insert_in_chunks
 from accelkit.images.inputs import (
     check_image_header,
     expand_named,
@@ -75,11 +75,11 @@ def _open(
 ) -> tuple[ServiceConfig, ImageIndex]:
     settings = load_settings(config)
     if server:
-        from accelkit.images.remote import RemoteIndex
+        from accelkit.images.index.remote import RemoteIndex
 
         key = api_key or os.environ.get("ACCELKIT_SERVER_API_KEY") or settings.server.api_key
         return settings, RemoteIndex(server, key)
-    from accelkit.images.local import open_local_index
+    from accelkit.images.index.local import open_local_index
     from accelkit.runtime.progress import phase
 
     phase("opening the store and loading the model")
@@ -370,7 +370,7 @@ def _insert_on_ray(
     named, collection, create_collection, config, endpoint_url, address, actors, num_gpus, progress
 ) -> InsertReport:
     from accelkit.images import cluster
-    from accelkit.images.local import open_local_index
+    from accelkit.images.index.local import open_local_index
     from accelkit.images.store import is_local_uri
 
     settings = load_settings(config)
@@ -529,7 +529,7 @@ def set_model(
     within 1%), else `ModelMismatchError` and nothing changes; with no such item, refused
     unless `force`. Works on the config's store (not through a service). Returns what was
     checked and the record kept (`LocalIndex.set_model`)."""
-    from accelkit.images.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
+    from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
 
     settings = load_settings(config)
     with closing(open_local_index(settings)) as index:

@@ -62,7 +62,7 @@ def preprocess_batch(batch: dict, *, config, endpoint_url, with_ids: bool) -> di
     """A decode task: pixels of each image in the batch, or the reason it failed (and, for an
     insert, its content id)."""
     from accelkit.images.embedding.decode import describe_input
-    from accelkit.images.index import content_id
+    from accelkit.images.index.base import content_id
 
     items = [_item(str(s), endpoint_url) for s in batch["source"]]
     pre = _preprocessor(config)
@@ -149,8 +149,8 @@ class EmbedActor:
 
     def _insert(self, batch, ok, vectors, ids, errors):
         from accelkit.images.embedding.batching import ItemResult
-        from accelkit.images.index import ImageInput
-        from accelkit.images.local import LocalIndex
+        from accelkit.images.index.base import ImageInput
+        from accelkit.images.index.local import LocalIndex
 
         found = dict(zip(ok, vectors, strict=True))
         index = LocalIndex(

@@ -3,7 +3,7 @@
 Three stages run at once: decoding in the preprocessor's thread pool, resizing on the JAX device
 (asynchronous dispatch), and inference in one worker thread (ONNX Runtime and tritonclient release
 the GIL). A bad image fails only itself: its position and reason land in `EmbeddingResult.failures`.
-Embedding only: storing and searching are the index's (`accelkit.images.index`), and
+Embedding only: storing and searching are the index's (`accelkit.images.index.base`), and
 EmbeddingTrident's all-in-one `ImageEmbeddingPipeline` is a facade above both
 (`accelkit.images.compat`).
 """

@@ -33,7 +33,7 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> dict
 
 def status_for(exc: AccelkitError) -> tuple[int, str]:
     """HTTP status and code for an accelkit error."""
-    from accelkit.images.index import ItemNotFoundError, ModelMismatchError
+    from accelkit.images.index.base import ItemNotFoundError, ModelMismatchError
     from accelkit.images.store import (
         CollectionExistsError,
         CollectionNotFoundError,

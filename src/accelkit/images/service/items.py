@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.index import ImageInput, TextQuery
+from accelkit.images.index.base import ImageInput, TextQuery
 from accelkit.images.schema import (
     LIMIT_SETTINGS,
     DeleteRequest,

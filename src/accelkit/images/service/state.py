@@ -15,7 +15,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.decode import check_pixels, header_cost
-from accelkit.images.local import LocalIndex, open_local_index
+from accelkit.images.index.local import LocalIndex, open_local_index
 from accelkit.images.service import guards
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.sources import Source, load

@@ -4,8 +4,8 @@ collections — between the faces (CLI, HTTP service, Python API) and the parts 
 Every operation is written here once: its signature, its documentation and the checks of its
 arguments (ids, filters, top-k, the "ids or a filter" rule of a delete, the `source` rule of an
 insert). What differs per backend is a handful of steps, the `_`-methods:
-`accelkit.images.local.LocalIndex` does them with a model and a `VectorStore` (Milvus Lite or a
-server) in this process; `accelkit.images.remote.RemoteIndex` asks a running `accelkit images
+`accelkit.images.index.local.LocalIndex` does them with a model and a `VectorStore` (Milvus Lite or a
+server) in this process; `accelkit.images.index.remote.RemoteIndex` asks a running `accelkit images
 serve` over HTTP. A face opens one of them (`accelkit.images.api.open_index`) and calls the same
 methods; no face forks on the backend.
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.index import (
+from accelkit.images.index.base import (
     Hits,
     ImageIndex,
     ImageInput,

@@ -19,7 +19,7 @@ import numpy as np
 from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.config import ServiceConfig
-from accelkit.images.index import (
+from accelkit.images.index.base import (
     Hits,
     ImageIndex,
     ImageInput,
