@@ -5,7 +5,7 @@ Workloads
   stats   `compute_stats` (exact mode, the default quantiles) on the >= --frames LeRobot v2.1
           dataset of stats_bench (one file per episode); Ray results checked bit-identical to local
   images  --images JPEGs (crops of the sample photos, generated once into --data-dir) embedded by
-          the local pipeline and by `images.cluster.run` (decode + model actors, Parquet shards);
+          the local pipeline and by `images.embedding.ray.run` (decode + model actors, Parquet shards);
           Ray vectors checked against local (max abs difference)
 
 Each Ray configuration is a fresh local Ray instance on 127.0.0.1 with that many CPUs (so that
@@ -184,8 +184,8 @@ def bench_stats(args, result: dict) -> None:
 
 
 def bench_images(args, result: dict) -> None:
-    from accelkit.images import cluster
-    from accelkit.images.cluster import read_shards
+    from accelkit.images.embedding import ray as cluster
+    from accelkit.images.embedding.ray import read_shards
     from accelkit.images.config import ServiceConfig
     from accelkit.images.embedding.pipeline import EmbeddingPipeline
     from accelkit.runtime.timing import interleaved

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelkit.images.cluster import MANIFEST, read_shards
+from accelkit.images.embedding.ray import MANIFEST, read_shards
 from tests.support.cli import result_of, run_cli
 from tests.support.groups import SERVERS
 

@@ -234,7 +234,7 @@ def _embed_on_ray(
 ) -> EmbedReport:
     import json
 
-    from accelkit.images import cluster
+    from accelkit.images.embedding import ray as cluster
 
     cluster.prepare_folder(output, endpoint_url)
     sink = cluster.Sink(folder=output)
@@ -271,7 +271,7 @@ def _run_on_ray(
     named, settings, address, sink, endpoint_url, actors, num_gpus, progress: bool
 ) -> dict[int, tuple[str, str]]:
     """`cluster.run` with a progress bar: position → (id, reason) per input."""
-    from accelkit.images import cluster
+    from accelkit.images.embedding import ray as cluster
     from accelkit.runtime.progress import rows_progress
 
     what = "embedding" if sink.folder is not None else "inserting on Ray"
@@ -369,7 +369,7 @@ def insert(
 def _insert_on_ray(
     named, collection, create_collection, config, endpoint_url, address, actors, num_gpus, progress
 ) -> InsertReport:
-    from accelkit.images import cluster
+    from accelkit.images.embedding import ray as cluster
     from accelkit.images.index.local import open_local_index
     from accelkit.images.store import is_local_uri
 
