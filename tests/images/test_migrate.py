@@ -91,7 +91,7 @@ def server_db(milvus_server):
 def test_lite_to_server_and_back_loses_nothing(source, server_db, onnx_path, tmp_path, capsys):
     from accelkit import images
     from accelkit.images.index.base import ModelMismatchError
-    from accelkit.images.thumbnails import ThumbnailStore
+    from accelkit.images.store.thumbnails import ThumbnailStore
 
     lite = {"uri": source["database"]}
     server_thumbs = tmp_path / "server-thumbnails.sqlite"
@@ -478,7 +478,7 @@ def test_one_server_by_any_spelling_is_the_same_store(milvus_server, tmp_path, c
 def stopped_line(capsys, monkeypatch, where: str, failure: BaseException, *args):
     """The one line of a migrate that `failure` stops at `where` (`upsert`: the second batch
     written; `verify`: the verification)."""
-    import accelkit.images.migrate as migrate_module
+    import accelkit.images.store.migrate as migrate_module
     from accelkit.images.store import VectorStore
 
     if where == "upsert":
@@ -588,9 +588,9 @@ def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
     upsert): the batch's items were in DST, searchable, without their thumbnails until the copy
     was resumed. The thumbnails are now copied first (one of an item DST does not hold is never
     served), as `images insert` keeps them first."""
-    from accelkit.images.migrate import migrate
+    from accelkit.images.store.migrate import migrate
     from accelkit.images.store import StoreConfig, VectorStore
-    from accelkit.images.thumbnails import ThumbnailStore
+    from accelkit.images.store.thumbnails import ThumbnailStore
 
     upsert = VectorStore.upsert
 
@@ -620,7 +620,7 @@ def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_s
     resumed copy gives its collection the index it was created with first."""
     from pymilvus import MilvusClient
 
-    from accelkit.images.migrate import migrate
+    from accelkit.images.store.migrate import migrate
     from accelkit.images.store import StoreConfig
     from tests.support.milvus_server import server_database
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelkit.images.thumbnails import MAX_BYTES, MAX_SIDE, make_thumbnail
+from accelkit.images.store.thumbnails import MAX_BYTES, MAX_SIDE, make_thumbnail
 from tests.images.conftest import encode
 from tests.images.test_service import AUTH, KEY, ROOT, Server, store_yaml
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelkit.images.thumbnails import (
+from accelkit.images.store.thumbnails import (
     MAX_BYTES,
     MAX_SIDE,
     ThumbnailStore,

@@ -198,7 +198,7 @@ class StoreConfig(Settings):
     # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
-    # thumbnails for the search page, made at insert time (accelkit.images.thumbnails): "auto"
+    # thumbnails for the search page, made at insert time (accelkit.images.store.thumbnails): "auto"
     # keeps them beside a Milvus Lite database (none for a server), "off", or a SQLite file
     thumbnails: str = "auto"
 

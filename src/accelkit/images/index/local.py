@@ -296,7 +296,7 @@ class LocalIndex(ImageIndex):
         its picture, never the insert."""
         if self.thumbnails is None:
             return
-        from accelkit.images.thumbnails import make_thumbnail
+        from accelkit.images.store.thumbnails import make_thumbnail
 
         made = []
         for item_id, data in items:
@@ -473,7 +473,7 @@ def open_local_index(
     it)."""
     from accelkit.images.embedding.models import ModelRecords, no_text_tower
     from accelkit.images.store import VectorStore
-    from accelkit.images.thumbnails import open_thumbnails
+    from accelkit.images.store.thumbnails import open_thumbnails
 
     owned = store is None
     store = VectorStore(config.store) if owned else store

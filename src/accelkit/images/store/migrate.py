@@ -215,7 +215,7 @@ def migrate(
 ) -> MigrateReport:
     """Copy `collections` (default: all) of the store `source` into the store `target`."""
     from accelkit.images.store import VectorStore
-    from accelkit.images.thumbnails import open_thumbnails
+    from accelkit.images.store.thumbnails import open_thumbnails
 
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
