@@ -73,7 +73,7 @@ def ensure_images(data_dir: Path, count: int, seed: int = 0) -> list[tuple[str, 
     """`count` JPEGs: random crops (at least 64 px a side) of the sample photos, made once."""
     from PIL import Image
 
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     folder = data_dir / f"scale_images_{count}_s{seed}"
     done = folder / "done"

@@ -12,7 +12,7 @@ from tests.support.require import absent
 
 @pytest.fixture(scope="session")
 def photos() -> dict[str, np.ndarray]:
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     return photos()
 

@@ -20,7 +20,7 @@ def photo_folder(tmp_path_factory) -> Path:
     """Real photos as JPEG and PNG files in two folders, and one file that is not an image."""
     from PIL import Image
 
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     folder = tmp_path_factory.mktemp("photos")
     for i, (name, array) in enumerate(sorted(photos().items())):

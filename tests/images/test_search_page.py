@@ -361,6 +361,6 @@ def test_search_page_in_chromium(service, browser, tmp_path):
 
 
 def service_photo(service, name: str) -> np.ndarray:
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     return photos()[name]
