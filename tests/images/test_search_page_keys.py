@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.images import two_tower
+from tests.support import two_tower
 from tests.images.test_search_page import Page
 from tests.images.test_service import AUTH, KEY, Server
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.images import two_tower
+from tests.support import two_tower
 from tests.support.cli import result_of
 
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon"]
