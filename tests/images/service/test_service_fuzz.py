@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.images.test_service import AUTH, KEY, Server
+from tests.images.service.test_service import AUTH, KEY, Server
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the test extra")
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402

@@ -22,7 +22,7 @@ from tests.support.groups import SERVERS
 from tests.support.terminal import with_default_signals
 
 pytestmark = pytest.mark.xdist_group(SERVERS)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera"]
 BULK = 1500
 BATCH = 2  # the interrupted copy's batch size

@@ -19,7 +19,7 @@ from PIL import Image
 
 from accelkit.images.store.thumbnails import MAX_BYTES, MAX_SIDE, make_thumbnail
 from tests.images.conftest import encode
-from tests.images.test_service import AUTH, KEY, ROOT, Server, store_yaml
+from tests.images.service.test_service import AUTH, KEY, ROOT, Server, store_yaml
 
 COLLECTION = "page_photos"
 XSS_NAME = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>.png"

@@ -25,7 +25,7 @@ from tests.support.cli import result_of
 
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ from PIL import Image
 from accelkit.errors import InputError
 from accelkit.images.store import CollectionNotFoundError
 from tests.images.conftest import encode
-from tests.images.test_pipeline import altered
+from tests.images.embedding.test_pipeline import altered
 
 
 @pytest.fixture(scope="module")
