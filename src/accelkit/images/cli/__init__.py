@@ -100,7 +100,7 @@ def embed_command(
         progress=progress,
     )
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(report.document())
         return
     where = report.inputs or "the shards' source column"
     typer.echo(
@@ -192,7 +192,7 @@ def insert_command(
     )
     items = [path for path, _ in report.inputs]
     if as_json:
-        emit_json(report.to_dict(), ok=report.ok)
+        emit_json(report.document(), ok=report.ok)
     else:
         table(
             f"inserted {len(report.stored)} of {len(items)} into {report.collection}",
@@ -241,7 +241,7 @@ def search_command(
         server=server,
     )
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(report.document())
         return
     table(
         f"top {report.topk} in {report.collection} for {report.asked}",
@@ -268,7 +268,7 @@ def health_command(
 
     report = library().health(config, server)
     if as_json:
-        emit_json(report.to_dict(), ok=report.ok)
+        emit_json(report.document(), ok=report.ok)
     else:
         rows = [["status", report.report["status"]]]
         for section in ("model", "store"):
@@ -347,7 +347,7 @@ def migrate_command(
         progress=progress,
     )
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(report.document())
         return
     table(
         f"migrated {report.source} -> {report.target}",

@@ -201,7 +201,7 @@ class InsertResult:
     indices: list[int]
     failures: dict[int, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return {
             "collection": self.collection,
             "inserted": len(self.ids),

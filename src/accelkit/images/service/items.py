@@ -125,7 +125,7 @@ def add_routes(app, state: ServiceState) -> None:
                     body.consistency,
                 )
         took = round((time.perf_counter() - started) * 1000, 2)
-        results = [{**hit.to_dict(), "distance": hit.score} for hit in hits]
+        results = [{**hit.document(), "distance": hit.score} for hit in hits]
         return {
             "collection": name,
             "topk": body.topk,

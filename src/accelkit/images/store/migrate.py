@@ -68,7 +68,7 @@ class CollectionCopy:
     verified: bool = False
     index_type: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
@@ -78,11 +78,11 @@ class MigrateReport:
     target: str
     collections: list[CollectionCopy] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "target": self.target,
-            "collections": [c.to_dict() for c in self.collections],
+            "collections": [c.document() for c in self.collections],
         }
 
 

@@ -47,7 +47,7 @@ class Hit:
     score: float
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return {"id": self.id, "score": self.score, "metadata": self.metadata}
 
 
