@@ -1,4 +1,9 @@
-"""Dynamic batching and admission control for the HTTP service.
+"""One image's outcome (`ItemResult`, `split_result`), shared by every embedding path, and the
+dynamic batching and admission control of the HTTP service.
+
+`ItemResult` is what an embedder hands the index for each image, a vector or the reason it failed:
+the local index (`index/local.py`), the pipeline (`pipeline.py`), the Ray actors (`ray.py`) and
+the service's batcher all speak it.
 
 `DynamicBatcher` merges the images of concurrent requests into model batches: the first waiting
 job opens a batch, which closes when it holds `max_batch` images or `max_wait_s` has passed. One
