@@ -80,14 +80,14 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         StoreConfig,
     )
     from accelkit.images.embedding.decode import ImageDecodeError, decode_image
-    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
-    from accelkit.images.index.local import LocalIndex
     from accelkit.images.embedding.pipeline import EmbeddingPipeline, EmbeddingResult
     from accelkit.images.embedding.preprocess import (
         HostImagePreprocessor,
         JAXImagePreprocessor,
         make_preprocessor,
     )
+    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
+    from accelkit.images.index.local import LocalIndex
     from accelkit.images.index.remote import RemoteIndex
     from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
     from accelkit.images.store import Hit, IndexSpec, VectorStore

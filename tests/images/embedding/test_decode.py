@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from accelkit.images.embedding.decode import DecodeOptions, ImageDecodeError, apply_orientation, decode_image
+from accelkit.images.embedding.decode import (
+    DecodeOptions,
+    ImageDecodeError,
+    apply_orientation,
+    decode_image,
+)
 from tests.images.conftest import encode
 
 

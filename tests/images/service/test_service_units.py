@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher, Overloaded, split_result
+from accelkit.images.embedding.batching import (
+    AdmissionLimiter,
+    DynamicBatcher,
+    Overloaded,
+    split_result,
+)
 from accelkit.images.schema import InsertRequest, SearchRequest
 from accelkit.images.service import ServiceError
 from accelkit.images.service.forms import insert_sources, search_source, validate

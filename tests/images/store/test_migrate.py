@@ -588,8 +588,8 @@ def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
     upsert): the batch's items were in DST, searchable, without their thumbnails until the copy
     was resumed. The thumbnails are now copied first (one of an item DST does not hold is never
     served), as `images insert` keeps them first."""
-    from accelkit.images.store.migrate import migrate
     from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.migrate import migrate
     from accelkit.images.store.thumbnails import ThumbnailStore
 
     upsert = VectorStore.upsert
@@ -620,8 +620,8 @@ def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_s
     resumed copy gives its collection the index it was created with first."""
     from pymilvus import MilvusClient
 
-    from accelkit.images.store.migrate import migrate
     from accelkit.images.store import StoreConfig
+    from accelkit.images.store.migrate import migrate
     from tests.support.milvus_server import server_database
 
     db = server_database(milvus_server, "migrate_killed")

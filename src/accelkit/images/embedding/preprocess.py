@@ -21,7 +21,12 @@ from typing import Any, Literal
 import numpy as np
 
 from accelkit.errors import ConfigError
-from accelkit.images.embedding.decode import DecodeOptions, ImageDecodeError, decode_image, describe_input
+from accelkit.images.embedding.decode import (
+    DecodeOptions,
+    ImageDecodeError,
+    decode_image,
+    describe_input,
+)
 from accelkit.images.embedding.resample import (
     FITS,
     Fit,

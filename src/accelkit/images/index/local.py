@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.config import ServiceConfig
+from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.index.base import (
     Hits,
     ImageIndex,

@@ -23,8 +23,8 @@ from typing import Any
 from fastapi import Request  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import AccelkitError
-from accelkit.images.embedding.batching import BatcherClosed, Overloaded
 from accelkit.images.config import ServiceConfig
+from accelkit.images.embedding.batching import BatcherClosed, Overloaded
 from accelkit.images.schema import (
     CreateCollectionRequest,
     DeleteRequest,

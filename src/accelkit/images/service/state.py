@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.config import ServiceConfig
+from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.embedding.decode import check_pixels, header_cost
 from accelkit.images.index.local import LocalIndex, open_local_index
 from accelkit.images.service import guards
