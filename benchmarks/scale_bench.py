@@ -204,7 +204,7 @@ def bench_images(args, result: dict) -> None:
         def run():
             target = str(folder / name)
             cluster.prepare_folder(target, None)
-            outcome = cluster.run(named, settings, "local", cluster.Sink(folder=target))
+            outcome = cluster.run(named, settings, "local", cluster.ShardSink(target))
             assert not any(reason for _, reason in outcome.values())
             cluster.write_manifest(target, len(named), outcome, 1280, None)
             return read_shards(target)[0]
@@ -216,7 +216,7 @@ def bench_images(args, result: dict) -> None:
             current["cpus"] = int(name[4:])
             startup[name] = start_ray(current["cpus"])
             warm = str(folder / "warm")
-            cluster.run(named[:16], settings, "local", cluster.Sink(folder=warm))
+            cluster.run(named[:16], settings, "local", cluster.ShardSink(warm))
         log(f"images: {name}")
 
     runs = {"local": local, "ray_1": on_ray("ray_1"), "ray_2": on_ray("ray_2")}

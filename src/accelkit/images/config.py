@@ -523,3 +523,18 @@ def load_service_config(
         server=loaded["server"],
         log_level=loaded[None].log_level,
     )
+
+
+ConfigLike = str | os.PathLike | ServiceConfig | None
+
+
+def load_settings(config: ConfigLike = None, **sections: Any) -> ServiceConfig:
+    """A `ServiceConfig` from a YAML path (or None: defaults and the environment), with
+    `sections` (e.g. `preprocess={"fit": "letterbox"}`) over it; a `ServiceConfig` as it is."""
+    if not isinstance(config, ServiceConfig):
+        return load_service_config(config, **sections)
+    for section, values in sections.items():
+        current = getattr(config, section)
+        updated = type(current)(**{**current.model_dump(), **(values or {})})  # validated
+        config = config.model_copy(update={section: updated})
+    return config

@@ -3,10 +3,11 @@
     list (the driver) → decode + preprocess (Ray tasks: our JAX preprocessor)
     → embed (an actor pool: one ONNX session per actor, `num_gpus` each)
     → sink, from the actors: Parquet shards (position, source, vector) into a folder on a shared
-      path or object storage, or upserts into a Milvus server in batches
+      path or object storage (`ShardSink`, here), or upserts into a Milvus server in batches
+      (`index/ray.py`'s `CollectionSink`, through `LocalIndex.insert`)
 
 Each stage runs the code of the local run (the preprocessor's `preprocess`, the model backend,
-`LocalIndex.insert`), so vectors equal the local run's and ids are the same content ids. A bad image
+the sink's own writes), so vectors equal the local run's and ids are the same content ids. A bad image
 fails itself in the decode task and travels on as a reason; the driver receives only (position, id,
 reason) per image, never pixels or vectors. Memory is bounded by Ray Data's streaming executor:
 it stops launching decode tasks while their outputs wait in the object store (backpressure), so a
@@ -19,6 +20,8 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,12 +34,28 @@ SHARD = "part-{:09d}.parquet"  # named by the first position it holds: a retried
 MANIFEST = "manifest.json"  # written last: a folder without it is an unfinished run
 
 
-@dataclass(frozen=True)
-class Sink:
-    """Where the actors put vectors: `folder` (Parquet shards) or a Milvus `collection`."""
+Writer = Callable[[dict, list[int], np.ndarray, list[str], list[str]], tuple[list, list]]
 
-    folder: str | None = None
-    collection: str | None = None
+
+class Sink(Protocol):
+    """Where the actors put vectors. `identify` (or None) gives an image its id in the decode task;
+    `open(config, endpoint_url)`, once per actor, gives the writer of a batch's embedded rows
+    `(batch, ok, vectors, ids, errors) -> (ids, errors)`."""
+
+    identify: Callable[[Any], str] | None
+
+    def open(self, config, endpoint_url: str | None) -> Writer: ...
+
+
+@dataclass(frozen=True)
+class ShardSink:
+    """Parquet shards (position, source, vector) into `folder`, named by their first position."""
+
+    folder: str
+    identify = None  # shards keep no ids
+
+    def open(self, config, endpoint_url: str | None) -> Writer:
+        return partial(_write_shard, self.folder, endpoint_url)
 
 
 def _item(source: str, endpoint_url: str | None):
@@ -58,11 +77,10 @@ def _preprocessor(config):
     return _preprocessors[key]
 
 
-def preprocess_batch(batch: dict, *, config, endpoint_url, with_ids: bool) -> dict:
-    """A decode task: pixels of each image in the batch, or the reason it failed (and, for an
-    insert, its content id)."""
+def preprocess_batch(batch: dict, *, config, endpoint_url, identify) -> dict:
+    """A decode task: pixels of each image in the batch, or the reason it failed (and, with
+    `identify`, for an insert, its content id)."""
     from accelkit.images.embedding.decode import describe_input
-    from accelkit.images.index.base import content_id
 
     items = [_item(str(s), endpoint_url) for s in batch["source"]]
     pre = _preprocessor(config)
@@ -79,11 +97,11 @@ def preprocess_batch(batch: dict, *, config, endpoint_url, with_ids: bool) -> di
         for i, item in enumerate(items)
     ]
     ids = [""] * len(items)
-    if with_ids:
+    if identify is not None:
         for i, item in enumerate(items):
             if not errors[i]:
                 try:
-                    ids[i] = content_id(item)
+                    ids[i] = identify(item)
                 except (OSError, ConfigError) as exc:  # changed or gone since it was decoded
                     errors[i] = f"{describe_input(item)}: cannot read ({exc})"
     return {**batch, "pixels": pixels, "error": np.asarray(errors, object), "id": np.asarray(ids)}
@@ -101,11 +119,7 @@ class EmbedActor:
                 update={"model": config.model.model_copy(update={"intra_op_threads": 1})}
             )
         self.backend = make_backend(config.model)
-        self.store = None
-        if sink.collection is not None:
-            from accelkit.images.store import VectorStore
-
-            self.store = VectorStore(config.store)
+        self.write = sink.open(self.config, endpoint_url)
 
     def _embed(self, pixels: np.ndarray) -> np.ndarray:
         from accelkit.images.embedding.models import l2_normalize
@@ -120,59 +134,33 @@ class EmbedActor:
         ok = [i for i, e in enumerate(errors) if not e]
         vectors = self._embed(batch["pixels"][ok]) if ok else None
         ids = [str(i) for i in batch["id"]]
-        if ok and self.sink.folder is not None:
-            self._write_shard(batch, ok, vectors)
-        elif ok:
-            ids, errors = self._insert(batch, ok, vectors, ids, errors)
+        if ok:
+            ids, errors = self.write(batch, ok, vectors, ids, errors)
         return {"position": batch["position"], "id": np.asarray(ids), "error": np.asarray(errors)}
 
-    def _write_shard(self, batch: dict, ok: list[int], vectors: np.ndarray) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        dim = vectors.shape[1]
-        table = pa.table(
-            {
-                "position": pa.array(batch["position"][ok].astype(np.int64)),
-                "source": pa.array([str(batch["source"][i]) for i in ok]),
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
-            }
-        )
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        write_file(
-            self.sink.folder,
-            SHARD.format(int(batch["position"][ok[0]])),
-            sink.getvalue().to_pybytes(),
-            self.endpoint_url,
-        )
+def _write_shard(folder, endpoint_url, batch: dict, ok: list[int], vectors, ids, errors):
+    """One batch's embedded rows as a Parquet shard in `folder`; ids and errors as they were."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    def _insert(self, batch, ok, vectors, ids, errors):
-        from accelkit.images.embedding.batching import ItemResult
-        from accelkit.images.index.base import ImageInput
-        from accelkit.images.index.local import LocalIndex
-
-        found = dict(zip(ok, vectors, strict=True))
-        index = LocalIndex(
-            self.store,
-            lambda rows: [ItemResult(found[row]) for row in rows],  # embedded above
-            self.sink.collection,
-            self.config.model.embedding_dim,
-        )
-        items = [
-            ImageInput(i, ids[i], None, str(batch["name"][i]), str(batch["source"][i])) for i in ok
-        ]
-        result = index.insert(items, self.sink.collection)
-        stored = set()
-        for k, item_id in zip(result.indices, result.ids, strict=True):
-            ids[ok[k]] = item_id
-            stored.add(ok[k])
-        for k, reason in result.failures.items():
-            errors[ok[k]] = reason
-        for i in ok:
-            if i not in stored and not errors[i]:
-                errors[i] = f"{batch['source'][i]}: not stored"
-        return [ids[i] if i in stored else "" for i in range(len(ids))], errors
+    dim = vectors.shape[1]
+    table = pa.table(
+        {
+            "position": pa.array(batch["position"][ok].astype(np.int64)),
+            "source": pa.array([str(batch["source"][i]) for i in ok]),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    write_file(
+        folder,
+        SHARD.format(int(batch["position"][ok[0]])),
+        sink.getvalue().to_pybytes(),
+        endpoint_url,
+    )
+    return ids, errors
 
 
 def write_file(folder: str, name: str, data: bytes, endpoint_url: str | None) -> None:
@@ -240,11 +228,7 @@ def run(
     dataset = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows) // batch, 1000)))
     dataset = dataset.map_batches(
         preprocess_batch,
-        fn_kwargs={
-            "config": config,
-            "endpoint_url": endpoint_url,
-            "with_ids": sink.collection is not None,
-        },
+        fn_kwargs={"config": config, "endpoint_url": endpoint_url, "identify": sink.identify},
         batch_size=batch,
         batch_format="numpy",
         num_cpus=1,
