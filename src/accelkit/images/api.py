@@ -35,6 +35,7 @@ from accelkit.images.inputs import check_image_header, expand_named, missing_inp
 from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
 from accelkit.images.runners import open_runner, unreadable, warn
 from accelkit.images.schema import check_filter, check_text
+from accelkit.images.service import serve as run_service
 from accelkit.images.store.migrate import migrate as copy_store
 from accelkit.images.store.records import ignored_warnings
 
@@ -337,8 +338,6 @@ def serve(
 ) -> None:
     """Run the HTTP service until SIGINT/SIGTERM (in-flight requests finish first);
     `on_ready(url, settings)` is called once it listens."""
-    from accelkit.images.service import serve as run_service
-
     settings = load_settings(config)
     ready = None if on_ready is None else (lambda url: on_ready(url, settings))
     run_service(settings, host, port, on_ready=ready)

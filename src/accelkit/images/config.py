@@ -20,7 +20,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
+from accelkit.images.schema import RequestLimits, check_model_name
 from accelkit.runtime.config import Section, Settings, load, read_yaml
+from accelkit.runtime.devices import PLATFORM_ALIASES
 
 
 class PreprocessConfig(Settings):
@@ -46,8 +48,6 @@ class PreprocessConfig(Settings):
     @field_validator("platform")
     @classmethod
     def _platform(cls, value: str | None) -> str | None:
-        from accelkit.runtime.devices import PLATFORM_ALIASES
-
         if value is None or not value.strip():
             return None
         if value.strip().lower() not in PLATFORM_ALIASES:
@@ -150,8 +150,6 @@ class ModelConfig(Settings):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        from accelkit.images.schema import check_model_name
-
         return check_model_name(value)
 
     @field_validator("context_length")
@@ -358,8 +356,6 @@ class ServerConfig(Settings):
 
     def request_limits(self):
         """The caps on a request's lists, for validating its body (`schema.RequestLimits`)."""
-        from accelkit.images.schema import RequestLimits
-
         return RequestLimits(
             items=self.max_items_per_request,
             ids=self.max_ids_per_request,

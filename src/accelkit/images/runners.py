@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.images.config import ConfigLike, load_settings
 from accelkit.images.embedding import ray as ray_pipeline
+from accelkit.images.embedding.pipeline import EmbeddingPipeline
 from accelkit.images.index import ray as ray_sink
 from accelkit.images.index.base import ImageInput, insert_in_chunks
 from accelkit.images.index.local import open_local_index
@@ -94,8 +95,6 @@ class LocalRunner:
 
     def embed(self, named, output, *, config, overrides, endpoint_url, progress) -> EmbedReport:
         import numpy as np
-
-        from accelkit.images.embedding.pipeline import EmbeddingPipeline
 
         settings = load_settings(config, preprocess=overrides)
         items = open_items([path for path, _ in named], endpoint_url)

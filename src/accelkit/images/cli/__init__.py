@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from accelkit.errors import CheckFailed, DataError
 from accelkit.images.cli.collection import collection_app
 from accelkit.images.cli.options import (
     RAY_STAGES,
@@ -26,6 +27,8 @@ from accelkit.images.cli.options import (
     short_json,
     table,
 )
+from accelkit.images.schema import SOURCE_KEY
+from accelkit.images.store import redact_uri
 from accelkit.runtime.cli_options import command_group, endpoint_option, ray_option
 
 images_app = command_group(
@@ -125,7 +128,6 @@ def serve_command(
     config: ConfigOption = None,
 ) -> None:
     """Run the HTTP service (FastAPI + uvicorn) until Ctrl-C/SIGTERM; in-flight requests finish first."""
-    from accelkit.images.store import redact_uri
 
     def ready(url: str, settings) -> None:
         typer.echo(
@@ -173,8 +175,6 @@ def insert_command(
     progress: ProgressOption = True,
 ) -> None:
     """Embed images and store them (an existing id is replaced); bad images are reported, the rest stored."""
-    from accelkit.errors import DataError
-
     split = None if not ids else [p.strip() for v in ids for p in v.split(",") if p.strip()]
     report = library().insert(
         paths,
@@ -229,8 +229,6 @@ def search_command(
     as_json: JsonOption = False,
 ) -> None:
     """The stored images nearest to QUERY or to --text (best first), with the file each was inserted from."""
-    from accelkit.images.schema import SOURCE_KEY
-
     report = library().search(
         query,
         topk,
@@ -264,8 +262,6 @@ def health_command(
     config: ConfigOption = None, server: ServerOption = None, as_json: JsonOption = False
 ) -> None:
     """Check the model (embeds a test image) and the store, locally or at --server; exit 3 if unhealthy."""
-    from accelkit.errors import CheckFailed
-
     report = library().health(config, server)
     if as_json:
         emit_json(report.document(), ok=report.ok)

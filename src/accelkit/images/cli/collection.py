@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from accelkit.errors import InputError
 from accelkit.images.cli.options import (
     ConfigOption,
     JsonOption,
@@ -126,8 +127,6 @@ def collection_index(
 ) -> None:
     """Index progress (indexed / total rows); --wait waits for the build, --index-type rebuilds."""
     import json
-
-    from accelkit.errors import InputError
 
     try:
         spec = None if params is None else json.loads(params)

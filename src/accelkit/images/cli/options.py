@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+from accelkit.runtime.json_output import print_json
+from accelkit.runtime.tables import print_table
+
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
@@ -46,20 +49,17 @@ RAY_STAGES = "decoding (tasks) and the model (an actor pool)"
 
 
 def library():
+    """The library API, imported on a command's first call: `accelkit --help` pays for none of it."""
     from accelkit.images import api
 
     return api
 
 
 def emit_json(value, ok: bool = True) -> None:
-    from accelkit.runtime.json_output import print_json
-
     print_json(value, ok=ok)
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:
-    from accelkit.runtime.tables import print_table
-
     print_table(title, columns, rows)  # fits the terminal; file names and numbers stay whole
 
 

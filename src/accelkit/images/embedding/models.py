@@ -25,7 +25,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from accelkit.errors import ConfigError, InputError, require
-from accelkit.runtime.files import regular_file
+from accelkit.images.config import PreprocessConfig
+from accelkit.runtime.files import atomic_open, regular_file
+from accelkit.runtime.progress import status, stderr_console
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +112,6 @@ def export_onnx(path: str | os.PathLike, image_size: tuple[int, int] = (224, 224
     """Export EfficientNet-Lite0 to ONNX at `path`, atomically (temp file in the folder, rename)."""
     import torch
 
-    from accelkit.runtime.files import atomic_open
-
     target = Path(path)
     wrapper = EmbedAndClassify(load_torch_model())
     sample = torch.zeros(1, 3, *image_size)
@@ -148,8 +148,6 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
     if target.is_file() and _valid_onnx(target):
         return target
     import time
-
-    from accelkit.runtime.progress import status, stderr_console
 
     started = time.perf_counter()
     with status(f"exporting {MODEL_NAME} to ONNX once (about a minute; cached in {folder})"):
@@ -516,8 +514,6 @@ def image_tower_record(config, preprocess=None) -> dict:
     read, and the preprocessing settings (`IMAGE_SETTINGS`). Not recorded: `preprocess.dtype`,
     `engine`, `reducing_gap` and `fast_jpeg_downscale`, which move vectors by rounding only."""
     if preprocess is None:
-        from accelkit.images.config import PreprocessConfig
-
         preprocess = PreprocessConfig()
     return {
         "weights": image_weights(config),

@@ -22,6 +22,15 @@ import numpy as np
 
 from accelkit.errors import DataError
 from accelkit.images.config import ServiceConfig
+from accelkit.images.embedding.batching import split_result
+from accelkit.images.embedding.decode import describe_input
+from accelkit.images.embedding.models import (
+    l2_normalize,
+    make_backend,
+    make_text_encoder,
+    no_text_tower,
+)
+from accelkit.images.embedding.preprocess import make_preprocessor
 
 __all__ = ["EmbeddingPipeline", "EmbeddingResult"]
 
@@ -60,9 +69,6 @@ class EmbeddingPipeline:
         preprocessor: Any = None,
         backend: Any = None,
     ):
-        from accelkit.images.embedding.models import make_backend
-        from accelkit.images.embedding.preprocess import make_preprocessor
-
         self.config = config or ServiceConfig()
         self.preprocessor = preprocessor or make_preprocessor(
             self.config.preprocess.engine, **self.config.preprocess.preprocessor_kwargs()
@@ -99,8 +105,6 @@ class EmbeddingPipeline:
         ]  # waits for the device; drops padding rows
         vectors = self.backend.embed(batch)
         if self.config.model.normalize:
-            from accelkit.images.embedding.models import l2_normalize
-
             vectors = l2_normalize(vectors)
         return positions, vectors.astype(np.float32, copy=False)
 
@@ -110,7 +114,6 @@ class EmbeddingPipeline:
         """Per-item embeddings; `progress(n)` is called with the number of inputs finished so far."""
         if self._closed:
             raise RuntimeError("this pipeline is closed")
-        from accelkit.images.embedding.decode import describe_input
 
         items = list(inputs)
         failures = {}
@@ -167,8 +170,6 @@ class EmbeddingPipeline:
 
     def embed_items(self, items: list[Any]) -> list[Any]:
         """One `ItemResult` (a vector, or the reason it failed) per input, in order."""
-        from accelkit.images.embedding.batching import split_result
-
         result = self.embed(items)
         return split_result(result.embeddings, result.indices, result.failures, [len(items)])[0]
 
@@ -180,8 +181,6 @@ class EmbeddingPipeline:
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """[N, D] embeddings of texts by the model's text tower (L2-normalized unless the
         config says otherwise), comparable with its image embeddings."""
-        from accelkit.images.embedding.models import l2_normalize, make_text_encoder, no_text_tower
-
         if self._closed:
             raise RuntimeError("this pipeline is closed")
         with self._text_lock:

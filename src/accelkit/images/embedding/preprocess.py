@@ -38,6 +38,13 @@ from accelkit.images.embedding.resample import (
     plan_image,
     resample_pass,
 )
+from accelkit.runtime.devices import (
+    PlatformChoice,
+    choose_platform,
+    cpu_without_jax,
+    devices_for,
+    enable_compilation_cache,
+)
 
 __all__ = [
     "HostImagePreprocessor",
@@ -290,8 +297,6 @@ class JAXImagePreprocessor(ImagePreprocessor):
     """
 
     def _start(self, platform: str | None, cache_compiled: bool, cache_dir: str | None) -> None:
-        from accelkit.runtime.devices import choose_platform, devices_for, enable_compilation_cache
-
         self.platform_choice = choose_platform(platform)
         self._device = devices_for(self.platform_choice, 1)[0]
         if self.platform_choice.platform == "gpu":
@@ -402,8 +407,6 @@ class HostImagePreprocessor(ImagePreprocessor):
     """
 
     def _start(self, platform: str | None, cache_compiled: bool, cache_dir: str | None) -> None:
-        from accelkit.runtime.devices import PlatformChoice
-
         self.platform_choice = PlatformChoice(
             "cpu", platform, "engine", False, "images resized on the host (PIL)"
         )
@@ -469,8 +472,6 @@ def make_preprocessor(engine: str = "auto", **kwargs: Any) -> ImagePreprocessor:
     if engine not in ENGINES:
         raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
     if engine == "auto":
-        from accelkit.runtime.devices import cpu_without_jax
-
         engine = "host" if cpu_without_jax(kwargs.get("platform")) is not None else "jax"
     cls = HostImagePreprocessor if engine == "host" else JAXImagePreprocessor
     return cls(**kwargs)

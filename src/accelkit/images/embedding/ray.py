@@ -26,7 +26,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from accelkit.errors import ConfigError
+from accelkit.images.embedding.decode import describe_input
+from accelkit.images.embedding.models import l2_normalize, make_backend
+from accelkit.images.embedding.preprocess import make_preprocessor
 from accelkit.runtime import storage
+from accelkit.runtime.cluster import connect, task_error
+from accelkit.runtime.files import atomic_open
+from accelkit.runtime.logs import quiet_after_import
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +73,6 @@ _preprocessors: dict[str, object] = {}  # one per worker process and settings: c
 
 
 def _preprocessor(config):
-    from accelkit.images.embedding.preprocess import make_preprocessor
-
     key = config.preprocess.model_dump_json()
     if key not in _preprocessors:
         _preprocessors[key] = make_preprocessor(
@@ -80,8 +84,6 @@ def _preprocessor(config):
 def preprocess_batch(batch: dict, *, config, endpoint_url, identify) -> dict:
     """A decode task: pixels of each image in the batch, or the reason it failed (and, with
     `identify`, for an insert, its content id)."""
-    from accelkit.images.embedding.decode import describe_input
-
     items = [_item(str(s), endpoint_url) for s in batch["source"]]
     pre = _preprocessor(config)
     result = pre.preprocess(items)
@@ -111,8 +113,6 @@ class EmbedActor:
     """One model session per actor; writes its batches' vectors to the sink itself."""
 
     def __init__(self, config, sink: Sink, endpoint_url: str | None):
-        from accelkit.images.embedding.models import make_backend
-
         self.config, self.sink, self.endpoint_url = config, sink, endpoint_url
         if config.model.intra_op_threads is None:  # one CPU per actor: no oversubscription
             config = config.model_copy(
@@ -122,8 +122,6 @@ class EmbedActor:
         self.write = sink.open(self.config, endpoint_url)
 
     def _embed(self, pixels: np.ndarray) -> np.ndarray:
-        from accelkit.images.embedding.models import l2_normalize
-
         vectors = self.backend.embed(pixels)
         if self.config.model.normalize:
             vectors = l2_normalize(vectors)
@@ -169,7 +167,6 @@ def write_file(folder: str, name: str, data: bytes, endpoint_url: str | None) ->
     if isinstance(target, storage.ObjectPath):
         (target / name).write_bytes(data)
         return
-    from accelkit.runtime.files import atomic_open
 
     target.mkdir(parents=True, exist_ok=True)
     with atomic_open(target / name, "wb") as handle:
@@ -206,13 +203,9 @@ def run(
 ) -> dict[int, tuple[str, str]]:
     """Run the pipeline over `named` ((path or URI, name) per image): position → (id, reason),
     with an empty reason for a stored image (and an empty id for Parquet shards)."""
-    from accelkit.runtime.cluster import connect, task_error
-
     connect(address)
     import ray
     import ray.data
-
-    from accelkit.runtime.logs import quiet_after_import
 
     quiet_after_import("ray", "ray.data")  # ray.data configures its loggers on import
     context = ray.data.DataContext.get_current()

@@ -28,6 +28,7 @@ import numpy as np
 from accelkit.errors import DataError, InputError
 from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids, check_text
 from accelkit.images.store.errors import StoreError
+from accelkit.images.store.records import ignored_warnings
 from accelkit.runtime.files import record_kept
 from accelkit.runtime.storage import ObjectPath
 
@@ -341,8 +342,6 @@ class ImageIndex(ABC):
 
     def ignored(self, collection: str | None = None) -> list[str]:
         """What the backend does not apply of the collection's index settings, one line each."""
-        from accelkit.images.store.records import ignored_warnings
-
         return ignored_warnings(self.describe(collection))
 
     def drop_collection(self, name: str | None = None) -> None:

@@ -19,6 +19,8 @@ import numpy as np
 from accelkit.errors import AccelkitError, DataError, InputError
 from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import ItemResult
+from accelkit.images.embedding.models import PROBE_TEXT, ModelRecords, no_text_tower
+from accelkit.images.embedding.pipeline import EmbeddingPipeline
 from accelkit.images.index.base import (
     Hits,
     ImageIndex,
@@ -31,8 +33,9 @@ from accelkit.images.index.base import (
     content_id,
 )
 from accelkit.images.schema import SOURCE_KEY, check_collection_name, check_id, check_metadata
-from accelkit.images.store import CollectionNotFoundError
+from accelkit.images.store import CollectionNotFoundError, VectorStore
 from accelkit.images.store.records import PROP_MODEL
+from accelkit.images.store.thumbnails import make_thumbnail, open_thumbnails
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +299,6 @@ class LocalIndex(ImageIndex):
         its picture, never the insert."""
         if self.thumbnails is None:
             return
-        from accelkit.images.store.thumbnails import make_thumbnail
 
         made = []
         for item_id, data in items:
@@ -423,8 +425,6 @@ class LocalIndex(ImageIndex):
     def health(self) -> dict[str, Any]:
         """The store's status, and the model's: it embeds a plain 64×64 test image, and with a
         text tower (`model_info["text"]`) a few words."""
-        from accelkit.images.embedding.models import PROBE_TEXT
-
         store = self.store.ping()
         store.pop("uri", None)
         model: dict[str, Any] = dict(self.model_info)
@@ -471,18 +471,12 @@ def open_local_index(
     opened now and closed with the index). `embed`, `embed_text`: the caller's embed functions
     (else the config's model, loaded on the first embedding, so collection commands never load
     it)."""
-    from accelkit.images.embedding.models import ModelRecords, no_text_tower
-    from accelkit.images.store import VectorStore
-    from accelkit.images.store.thumbnails import open_thumbnails
-
     owned = store is None
     store = VectorStore(config.store) if owned else store
     loaded: list[Any] = []
 
     def pipeline():
         if not loaded:
-            from accelkit.images.embedding.pipeline import EmbeddingPipeline
-
             loaded.append(EmbeddingPipeline(config))
         return loaded[0]
 

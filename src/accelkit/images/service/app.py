@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves the endpoints' annotations here
 
+from accelkit import __version__
 from accelkit.errors import AccelkitError
 from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import BatcherClosed, Overloaded
@@ -77,8 +78,6 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from accelkit import __version__
 
     config = config or ServiceConfig()
     state = ServiceState(config, pipeline)

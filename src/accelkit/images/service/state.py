@@ -15,10 +15,13 @@ from accelkit.errors import DataError, InputError
 from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.embedding.decode import check_pixels, header_cost
+from accelkit.images.embedding.models import PROBE_TEXT
+from accelkit.images.embedding.pipeline import EmbeddingPipeline
 from accelkit.images.index.local import LocalIndex, open_local_index
 from accelkit.images.service import guards
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.sources import Source, load
+from accelkit.images.store import VectorStore
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 4  # sources of one request loaded at a time (URLs, server-side paths)
@@ -51,15 +54,10 @@ class ServiceState:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self.pipeline is None:
-            from accelkit.images.embedding.pipeline import EmbeddingPipeline
-
             self.pipeline = await asyncio.to_thread(EmbeddingPipeline, self.config)
         if self.config.model.has_text:  # a broken text tower fails the start, not each query
-            from accelkit.images.embedding.models import PROBE_TEXT
-
             await asyncio.to_thread(self.pipeline.embed_texts, [PROBE_TEXT])
         # open the store and load its collections now: fail at start, and no first request waits
-        from accelkit.images.store import VectorStore
 
         self.store = await asyncio.to_thread(VectorStore, self.config.store)
         await asyncio.to_thread(self.store.load_all)

@@ -39,6 +39,7 @@ import numpy as np
 from accelkit.errors import AccelkitError, CheckFailed, InputError
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
+from accelkit.images.store import VectorStore
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.lite import file_identity
 from accelkit.images.store.records import (
@@ -49,7 +50,9 @@ from accelkit.images.store.records import (
     is_local_uri,
     redact_uri,
 )
+from accelkit.images.store.thumbnails import open_thumbnails
 from accelkit.runtime.files import record_kept
+from accelkit.runtime.progress import rows_progress
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +217,6 @@ def migrate(
     progress: bool = False,
 ) -> MigrateReport:
     """Copy `collections` (default: all) of the store `source` into the store `target`."""
-    from accelkit.images.store import VectorStore
-    from accelkit.images.store.thumbnails import open_thumbnails
-
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
     _refuse_database_flags(source, target)
@@ -377,8 +377,6 @@ def _same_vectors(src, dst, name: str) -> bool:
 
 
 def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> CollectionCopy:
-    from accelkit.runtime.progress import rows_progress
-
     total = src.count(name, consistency="Strong")
     copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
     if origin.get("complete"):

@@ -26,6 +26,9 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from accelkit.images.embedding.decode import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
+from accelkit.images.store import is_local_uri
+
 log = logging.getLogger(__name__)
 
 MAX_SIDE = 160  # pixels on the longer side: a grid cell at 1x, sharp enough at 2x for 80 px
@@ -39,8 +42,6 @@ def make_thumbnail(
     """A baseline JPEG of `item` at most `max_side` pixels on its longer side and at most
     `max_bytes` bytes; raises `ImageDecodeError` for what cannot be decoded."""
     from PIL import Image
-
-    from accelkit.images.embedding.decode import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
 
     options = DecodeOptions(
         max_pixels=max_pixels or DEFAULT_MAX_PIXELS,
@@ -66,8 +67,6 @@ def thumbnail_path(uri: str, setting: str) -> str | None:
     """Where the thumbnails of a store live: `setting` "auto" means beside a Milvus Lite database
     and none for a server (whose service may run on several hosts; name a file to have them),
     "off" means none, anything else is the SQLite file's path."""
-    from accelkit.images.store import is_local_uri
-
     if setting == "off":
         return None
     if setting == "auto":
