@@ -70,8 +70,8 @@ def stale(folder: Path) -> None:
 def photos(folder: Path, server: str | None = None) -> Path:
     from PIL import Image
 
-    from accelkit.images.models import cached_onnx_path
-    from accelkit.images.samples import photos as shipped
+    from accelkit.images.embedding.models import cached_onnx_path
+    from accelkit.images.testing import photos as shipped
 
     images = folder / "photos"
     images.mkdir()

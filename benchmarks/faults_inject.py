@@ -96,7 +96,7 @@ def arm_store() -> None:
     changes the store (`milvus.upsert COLLECTION`), each thumbnail write (`thumbnails.put`)."""
     from pymilvus import MilvusClient
 
-    from accelkit.images.thumbnails import ThumbnailStore
+    from accelkit.images.store.thumbnails import ThumbnailStore
 
     for name in STORE_WRITES:
         setattr(MilvusClient, name, _method(getattr(MilvusClient, name), f"milvus.{name}"))

@@ -28,7 +28,7 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
     from accelkit.images.config import StoreConfig
     from accelkit.images.store import ID_FIELD, METADATA_FIELD, VECTOR_FIELD, VectorStore
     from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
-    from accelkit.images.thumbnails import open_thumbnails
+    from accelkit.images.store.thumbnails import open_thumbnails
 
     store = VectorStore(StoreConfig(uri=uri, db_name=db_name, timeout=120))
     thumbnails = open_thumbnails(uri, "auto")

@@ -44,7 +44,7 @@ def model(tensors: str, images: int, batch: int) -> dict:
     import numpy as np
 
     from accelkit.images.config import ServiceConfig
-    from accelkit.images.models import make_backend
+    from accelkit.images.embedding.models import make_backend
 
     ready = np.load(tensors, mmap_mode="r")
     backend = make_backend(ServiceConfig.from_env(env={}).model)

@@ -1,6 +1,6 @@
 """A longer fuzz of `accelkit images serve` than the suite's (issue 47): schemathesis generates
 requests from the service's own OpenAPI document, route by route, and every answer is checked as
-tests/images/test_service_fuzz.py checks it (no 5xx, a documented status and content type, a body
+tests/images/service/test_service_fuzz.py checks it (no 5xx, a documented status and content type, a body
 matching the documented schema, every refusal naming its field).
 
     python benchmarks/fuzz_service.py                      # 200 cases per route
@@ -29,8 +29,8 @@ def fuzz(operation, route: str, url: str, args, cases, statuses, failures) -> No
     """`args.cases` generated requests to one operation, each answer checked; failures recorded
     (distinct per route, kind and first line), the run goes on."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
-    from tests.images.test_service import AUTH
-    from tests.images.test_service_fuzz import CHECKS, error_names_its_field
+    from tests.images.service.test_service import AUTH
+    from tests.images.service.test_service_fuzz import CHECKS, error_names_its_field
 
     @seed(args.seed)
     @settings(
@@ -74,10 +74,10 @@ def main() -> None:
     import numpy as np
     import schemathesis
     from PIL import Image
-    from tests.images.test_service import Server
-    from tests.images.test_service_fuzz import service_config
+    from tests.images.service.test_service import Server
+    from tests.images.service.test_service_fuzz import service_config
 
-    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.embedding.models import cached_onnx_path
     from accelkit.runtime.files import write_json_atomic
 
     with tempfile.TemporaryDirectory(prefix="accelkit-fuzz-") as folder:

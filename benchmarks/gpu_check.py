@@ -112,7 +112,7 @@ def part_stats(rows: int, platform: str = "gpu") -> dict:
 def part_images(platform: str = "gpu") -> dict:
     from PIL import Image
 
-    from accelkit.images.preprocess import JAXImagePreprocessor
+    from accelkit.images.embedding.preprocess import JAXImagePreprocessor
 
     if platform == "gpu" and not jax_gpu():
         return {"status": "skipped", "why": "JAX has no GPU (install jax[cuda12])"}

@@ -43,8 +43,8 @@ TARGETS = {"preprocess_vs_pil_numpy": 2.0, "end_to_end_vs_model_only": 0.8}
 
 
 def real_photos() -> list[np.ndarray]:
-    """The sample photos (accelkit.images.samples: scikit-image's and scikit-learn's, with crops)."""
-    from accelkit.images.samples import photos
+    """The sample photos (accelkit.images.testing: scikit-image's and scikit-learn's, with crops)."""
+    from accelkit.images.testing import photos
 
     return list(photos().values())
 
@@ -127,7 +127,7 @@ def main() -> None:
     from PIL import Image
 
     from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
-    from accelkit.images.preprocess import JAXImagePreprocessor
+    from accelkit.images.embedding.preprocess import JAXImagePreprocessor
     from accelkit.runtime.environment import record
     from accelkit.runtime.timing import interleaved
 

@@ -166,7 +166,7 @@ def ensure_photos(data_dir: Path, count: int, seed: int = 0) -> Path:
     import numpy as np
     from PIL import Image
 
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     folder = data_dir / f"limits_photos_{count}_s{seed}"
     if (folder / "done").is_file():

@@ -276,10 +276,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from tests.images.test_service import Server
+    from tests.images.service.test_service import Server
     from tests.support.milvus_server import MilvusServer, server_database, unavailable
 
-    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.embedding.models import cached_onnx_path
     from accelkit.runtime.environment import record
     from accelkit.runtime.files import write_json_atomic
 

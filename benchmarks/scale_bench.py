@@ -5,7 +5,7 @@ Workloads
   stats   `compute_stats` (exact mode, the default quantiles) on the >= --frames LeRobot v2.1
           dataset of stats_bench (one file per episode); Ray results checked bit-identical to local
   images  --images JPEGs (crops of the sample photos, generated once into --data-dir) embedded by
-          the local pipeline and by `images.cluster.run` (decode + model actors, Parquet shards);
+          the local pipeline and by `images.embedding.ray.run` (decode + model actors, Parquet shards);
           Ray vectors checked against local (max abs difference)
 
 Each Ray configuration is a fresh local Ray instance on 127.0.0.1 with that many CPUs (so that
@@ -73,7 +73,7 @@ def ensure_images(data_dir: Path, count: int, seed: int = 0) -> list[tuple[str, 
     """`count` JPEGs: random crops (at least 64 px a side) of the sample photos, made once."""
     from PIL import Image
 
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     folder = data_dir / f"scale_images_{count}_s{seed}"
     done = folder / "done"
@@ -184,10 +184,10 @@ def bench_stats(args, result: dict) -> None:
 
 
 def bench_images(args, result: dict) -> None:
-    from accelkit.images import cluster
-    from accelkit.images.cluster import read_shards
     from accelkit.images.config import ServiceConfig
-    from accelkit.images.pipeline import EmbeddingPipeline
+    from accelkit.images.embedding import ray as cluster
+    from accelkit.images.embedding.pipeline import EmbeddingPipeline
+    from accelkit.images.embedding.ray import read_shards
     from accelkit.runtime.timing import interleaved
 
     named = ensure_images(args.data_dir, args.images)
@@ -204,7 +204,7 @@ def bench_images(args, result: dict) -> None:
         def run():
             target = str(folder / name)
             cluster.prepare_folder(target, None)
-            outcome = cluster.run(named, settings, "local", cluster.Sink(folder=target))
+            outcome = cluster.run(named, settings, "local", cluster.ShardSink(target))
             assert not any(reason for _, reason in outcome.values())
             cluster.write_manifest(target, len(named), outcome, 1280, None)
             return read_shards(target)[0]
@@ -216,7 +216,7 @@ def bench_images(args, result: dict) -> None:
             current["cpus"] = int(name[4:])
             startup[name] = start_ray(current["cpus"])
             warm = str(folder / "warm")
-            cluster.run(named[:16], settings, "local", cluster.Sink(folder=warm))
+            cluster.run(named[:16], settings, "local", cluster.ShardSink(warm))
         log(f"images: {name}")
 
     runs = {"local": local, "ray_1": on_ray("ray_1"), "ray_2": on_ray("ray_2")}

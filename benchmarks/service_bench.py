@@ -399,8 +399,8 @@ SKIMAGE_CHELSEA = 2  # real_photos()[2]: scikit-image's cat
 
 
 def real_photos() -> list[np.ndarray]:
-    """The sample photos (accelkit.images.samples: scikit-image's and scikit-learn's, with crops)."""
-    from accelkit.images.samples import photos
+    """The sample photos (accelkit.images.testing: scikit-image's and scikit-learn's, with crops)."""
+    from accelkit.images.testing import photos
 
     return list(photos().values())
 

@@ -2,7 +2,7 @@
 
 Each client (a thread of this process; all traffic to 127.0.0.1) loops until the deadline over a
 seeded mix: insert (1-4 images, ids of its own, metadata), search by image, search by words (a
-two-tower model built here with random weights, tests/images/two_tower.py), filtered search,
+two-tower model built here with random weights, tests/support/two_tower.py), filtered search,
 delete of its own acknowledged items, get by id, and collection admin (list, describe, create and
 delete a scratch collection of its own). A 429 (busy) is honoured by waiting its Retry-After.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.images.two_tower, tests.support.milvus_server
+sys.path.insert(0, str(REPO))  # tests.support.two_tower, tests.support.milvus_server
 RESULTS = REPO / "benchmarks" / "results"
 SCHEMA = "accelkit.soak/1"
 COLLECTION = "soak"
@@ -164,7 +164,7 @@ class Client(threading.Thread):
         self.call(http, "POST /search (image)", "POST", "/search", json=body)
 
     def search_text(self, http) -> None:
-        from tests.images.two_tower import WORDS
+        from tests.support.two_tower import WORDS
 
         words = " ".join(self.pick.choices(WORDS, k=3))
         body = {"collection": COLLECTION, "text": words, "topk": 10}
@@ -299,7 +299,7 @@ def main() -> None:
     output = args.output or RESULTS / f"soak_{args.store}.json"
 
     import httpx
-    from tests.images import two_tower
+    from tests.support import two_tower
 
     from accelkit.runtime.environment import record as environment
 

@@ -310,3 +310,64 @@ def test_rooms_import_only_their_floor_and_below(package):
     assert not wrong, f"imports up a floor in {package} (or from a room without one): " + ", ".join(
         wrong
     )
+
+
+# accelkit.images: its rooms on floors, bottom up; an arrow between two rooms points to a lower floor
+IMAGES_TOP_ROOMS = {"config": "settings", "schema": "settings", "filters": "settings"}
+IMAGES_FLOORS = {
+    "settings": 0,  # config, schema, filters: what every room reads
+    "testing": 0,  # sample photos for tests and benchmarks
+    "embedding": 1,  # images in, vectors out: decode, preprocess, models, pipeline, the Ray pipeline
+    "inputs": 2,  # the command's inputs: paths, globs, URIs, metadata
+    "store": 2,  # Milvus, the thumbnails side store, migrate (store -> store)
+    "results": 3,  # the result objects of the library API
+    "index": 3,  # the application layer: ImageIndex, local, remote, the Ray sink, the opener
+    "runners": 4,  # where embed and insert run: here or on Ray
+    "compat": 4,  # EmbeddingTrident's facade
+    "service": 4,  # the HTTP service
+    "api": 5,  # the library API
+    "cli": 6,  # the faces
+}
+
+
+def images_room(module: str) -> str | None:
+    """`accelkit.images.index.local` -> "index", `accelkit.images.schema` -> "settings"; None for
+    the package itself."""
+    parts = module.split(".")
+    if parts[:2] != ["accelkit", "images"] or len(parts) < 3:
+        return None
+    return IMAGES_TOP_ROOMS.get(parts[2], parts[2])
+
+
+def test_every_images_module_has_a_room():
+    rooms = {images_room(module) for module in module_files()} - {None}
+    unplaced = rooms - set(IMAGES_FLOORS)
+    assert not unplaced, f"images rooms without a floor: {unplaced}"
+
+
+def test_images_arrows_point_down_between_rooms():
+    """embedding/ imports no index/, store/ or service/; store/ no index/; index/ no runner, API,
+    service or face; only cli/ imports the API it shows."""
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, edges in import_graph().items()
+        for target in edges
+        if (source := images_room(module)) is not None
+        and (room := images_room(target)) is not None
+        and source != room
+        and IMAGES_FLOORS[room] >= IMAGES_FLOORS[source]
+    )
+    assert not wrong, "images arrows up or sideways (move the piece lower): " + ", ".join(wrong)
+
+
+def test_images_faces_are_the_files_under_cli():
+    """Every images module that speaks typer is a face under images/cli/, and every file there is
+    held to the face's line cap (`is_face`)."""
+    images = SRC / "accelkit" / "images"
+    speaking = {
+        str(path.relative_to(images))
+        for path in sorted(images.rglob("*.py"))
+        if "typer" in path.read_text()
+    }
+    assert speaking and all(path.startswith("cli/") for path in speaking), speaking
+    assert all(is_face(path.relative_to(SRC)) for path in (images / "cli").rglob("*.py"))

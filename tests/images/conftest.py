@@ -12,21 +12,21 @@ from tests.support.require import absent
 
 @pytest.fixture(scope="session")
 def photos() -> dict[str, np.ndarray]:
-    from accelkit.images.samples import photos
+    from accelkit.images.testing import photos
 
     return photos()
 
 
 @pytest.fixture(scope="session")
 def onnx_path(tmp_path_factory):
-    from accelkit.images.models import cached_onnx_path
+    from accelkit.images.embedding.models import cached_onnx_path
 
     return cached_onnx_path(tmp_path_factory.mktemp("onnx-cache"))
 
 
 @pytest.fixture(scope="session")
 def torch_model():
-    from accelkit.images.models import load_torch_model
+    from accelkit.images.embedding.models import load_torch_model
 
     return load_torch_model()
 

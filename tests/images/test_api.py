@@ -23,9 +23,9 @@ PUBLIC = (
 
 
 def test_each_operation_is_written_once_in_the_application_layer():
-    from accelkit.images.index import ImageIndex
-    from accelkit.images.local import LocalIndex
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.base import ImageIndex
+    from accelkit.images.index.local import LocalIndex
+    from accelkit.images.index.remote import RemoteIndex
 
     for backend in (LocalIndex, RemoteIndex):
         assert issubclass(backend, ImageIndex)
@@ -89,7 +89,7 @@ def test_inputs_are_refused_before_a_store_or_model_opens(tmp_path):
 
 def test_the_base_checks_arguments_once_for_every_backend():
     """The remote index refuses a bad call before any request (no service runs here)."""
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.remote import RemoteIndex
 
     with RemoteIndex("http://127.0.0.1:9") as index:
         with pytest.raises(InputError, match="give either ids or a filter"):
@@ -98,3 +98,20 @@ def test_the_base_checks_arguments_once_for_every_backend():
             index.search(np.zeros(4, np.float32), topk=0)
         with pytest.raises(InputError, match="contains"):
             index.get(["it's"])
+
+
+def test_every_result_object_gives_its_json_document_as_document():
+    """One name per thing: images' result objects once had `.to_dict()` where stats and bench have
+    `.document()` (docs/architecture.md promises `.document()`)."""
+    from accelkit.images import EmbedReport, HealthReport, InsertReport, SearchReport
+    from accelkit.images.index.base import InsertResult
+    from accelkit.images.store.migrate import CollectionCopy, MigrateReport
+    from accelkit.images.store.records import Hit
+
+    classes = (EmbedReport, HealthReport, InsertReport, SearchReport, InsertResult, Hit)
+    for cls in (*classes, CollectionCopy, MigrateReport):
+        assert callable(getattr(cls, "document", None)), cls.__name__
+        assert not hasattr(cls, "to_dict"), cls.__name__
+    report = MigrateReport("a.db", "b.db", [CollectionCopy("photos", 2, copied=2)])
+    assert report.document()["collections"][0] == CollectionCopy("photos", 2, copied=2).document()
+    assert Hit("x", 0.5).document() == {"id": "x", "score": 0.5, "metadata": {}}

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.images.test_service import AUTH, KEY, ROOT, Server, b64, error_of
+from tests.images.service.test_service import AUTH, KEY, ROOT, Server, b64, error_of
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
 from tests.support.outage import (

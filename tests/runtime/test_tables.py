@@ -1,6 +1,6 @@
 """Tables that fit: at 80 and 120 columns no table cuts a number, a unit or a file name
 (`runtime.tables.fitting_table`), checked on the shared helper and on each capability's real
-output (stats, bench, quant, devices; images in tests/images/test_table_widths.py)."""
+output (stats, bench, quant, devices; images in tests/images/cli/test_table_widths.py)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ _MODULES = {
         "set_model",
     ],
     "accelkit.images.results": ["EmbedReport", "HealthReport", "InsertReport", "SearchReport"],
-    "accelkit.images.preprocess": [
+    "accelkit.images.embedding.preprocess": [
         "HostImagePreprocessor",
         "JAXImagePreprocessor",
         "make_preprocessor",
@@ -45,13 +45,13 @@ _MODULES = {
         "ServiceConfig",
         "StoreConfig",
     ],
-    "accelkit.images.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
+    "accelkit.images.embedding.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
     "accelkit.images.compat": ["ImageEmbeddingPipeline"],
-    "accelkit.images.index": ["ImageIndex", "ImageInput", "InsertResult"],
-    "accelkit.images.local": ["LocalIndex"],
-    "accelkit.images.remote": ["RemoteIndex"],
+    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult"],
+    "accelkit.images.index.local": ["LocalIndex"],
+    "accelkit.images.index.remote": ["RemoteIndex"],
     "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
-    "accelkit.images.decode": ["ImageDecodeError", "decode_image"],
+    "accelkit.images.embedding.decode": ["ImageDecodeError", "decode_image"],
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
@@ -79,16 +79,16 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         ServiceConfig,
         StoreConfig,
     )
-    from accelkit.images.decode import ImageDecodeError, decode_image
-    from accelkit.images.index import ImageIndex, ImageInput, InsertResult
-    from accelkit.images.local import LocalIndex
-    from accelkit.images.pipeline import EmbeddingPipeline, EmbeddingResult
-    from accelkit.images.preprocess import (
+    from accelkit.images.embedding.decode import ImageDecodeError, decode_image
+    from accelkit.images.embedding.pipeline import EmbeddingPipeline, EmbeddingResult
+    from accelkit.images.embedding.preprocess import (
         HostImagePreprocessor,
         JAXImagePreprocessor,
         make_preprocessor,
     )
-    from accelkit.images.remote import RemoteIndex
+    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
+    from accelkit.images.index.local import LocalIndex
+    from accelkit.images.index.remote import RemoteIndex
     from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
     from accelkit.images.store import Hit, IndexSpec, VectorStore
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import InputError
-from accelkit.images.index import ImageInput, InsertResult, insert_in_chunks, is_query_vector
-from accelkit.images.local import LocalIndex, open_local_index
-from accelkit.images.pipeline import EmbeddingPipeline
+from accelkit.images.embedding.pipeline import EmbeddingPipeline
+from accelkit.images.index.base import ImageInput, InsertResult, insert_in_chunks, is_query_vector
+from accelkit.images.index.local import LocalIndex, open_local_index
 from accelkit.runtime.storage import ObjectPath
 
 __all__ = ["ImageEmbeddingPipeline", "source_name"]

@@ -20,7 +20,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
+from accelkit.images.schema import RequestLimits, check_model_name
 from accelkit.runtime.config import Section, Settings, load, read_yaml
+from accelkit.runtime.devices import PLATFORM_ALIASES
 
 
 class PreprocessConfig(Settings):
@@ -46,8 +48,6 @@ class PreprocessConfig(Settings):
     @field_validator("platform")
     @classmethod
     def _platform(cls, value: str | None) -> str | None:
-        from accelkit.runtime.devices import PLATFORM_ALIASES
-
         if value is None or not value.strip():
             return None
         if value.strip().lower() not in PLATFORM_ALIASES:
@@ -150,8 +150,6 @@ class ModelConfig(Settings):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        from accelkit.images.schema import check_model_name
-
         return check_model_name(value)
 
     @field_validator("context_length")
@@ -198,7 +196,7 @@ class StoreConfig(Settings):
     # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
-    # thumbnails for the search page, made at insert time (accelkit.images.thumbnails): "auto"
+    # thumbnails for the search page, made at insert time (accelkit.images.store.thumbnails): "auto"
     # keeps them beside a Milvus Lite database (none for a server), "off", or a SQLite file
     thumbnails: str = "auto"
 
@@ -358,8 +356,6 @@ class ServerConfig(Settings):
 
     def request_limits(self):
         """The caps on a request's lists, for validating its body (`schema.RequestLimits`)."""
-        from accelkit.images.schema import RequestLimits
-
         return RequestLimits(
             items=self.max_items_per_request,
             ids=self.max_ids_per_request,
@@ -523,3 +519,18 @@ def load_service_config(
         server=loaded["server"],
         log_level=loaded[None].log_level,
     )
+
+
+ConfigLike = str | os.PathLike | ServiceConfig | None
+
+
+def load_settings(config: ConfigLike = None, **sections: Any) -> ServiceConfig:
+    """A `ServiceConfig` from a YAML path (or None: defaults and the environment), with
+    `sections` (e.g. `preprocess={"fit": "letterbox"}`) over it; a `ServiceConfig` as it is."""
+    if not isinstance(config, ServiceConfig):
+        return load_service_config(config, **sections)
+    for section, values in sections.items():
+        current = getattr(config, section)
+        updated = type(current)(**{**current.model_dump(), **(values or {})})  # validated
+        config = config.model_copy(update={section: updated})
+    return config

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.errors import DataError, InputError
+from accelkit.images.embedding.decode import FORMATS, header_cost
 from accelkit.runtime import storage
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
@@ -110,8 +111,6 @@ HEADER_BYTES = 1 << 20  # enough for any image header, EXIF included
 def check_image_header(item: str) -> None:
     """A local query that is not an image is refused from its first bytes, before the model or
     the store opens (objects on s3:// are read, and refused, by the decoder)."""
-    from accelkit.images.decode import FORMATS, header_cost
-
     if storage.is_uri(item):
         return
     with open(item, "rb") as handle:

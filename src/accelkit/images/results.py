@@ -1,5 +1,5 @@
 """What the library API (`accelkit.images.api`) returns: one result object per operation, whose
-`to_dict()` is the `result` of the command's `--json` envelope and whose fields the command's
+`document()` is the `result` of the command's `--json` envelope and whose fields the command's
 table shows."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class EmbedReport:
     failures: dict[str, str] = field(default_factory=dict)
     shards: int | None = None  # with Ray: how many Parquet files
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         out = {
             "output": self.output,
             "inputs": self.inputs,
@@ -60,7 +60,7 @@ class InsertReport:
         first = next(iter(self.failures.values()), "no inputs")
         return f"none of the {len(self.inputs)} images could be stored (first: {first})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         paths = [path for path, _ in self.inputs]
         return {
             "collection": self.collection,
@@ -90,11 +90,11 @@ class SearchReport:
         """The query as a person reads it: the file, or the words in quotes."""
         return self.query if self.text is None else f'"{self.text}"'
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         out = {"collection": self.collection, "query": self.query}
         if self.text is not None:
             out["text"] = self.text
-        return {**out, "results": [hit.to_dict() for hit in self.hits]}
+        return {**out, "results": [hit.document() for hit in self.hits]}
 
 
 @dataclass
@@ -125,5 +125,5 @@ class HealthReport:
         """Per collection, the index its searches use and the settings ignored."""
         return self.report.get("collections") or []
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return self.report

@@ -9,6 +9,11 @@ Request bodies are the models of `accelkit.images.schema` (JSON, or multipart wi
 the OpenAPI schema is theirs. Images come as uploads or base64; server-side paths only under
 `server.allowed_roots` (none by default → 403); http(s) URLs only with `allow_urls`.
 
+Routes are module-level `APIRouter`s (the page, health and metrics here; `collections.router`,
+`items.router`) that take the app's one `ServiceState` as a dependency (`state.State`), and the
+error handlers and the guard middleware are module-level functions reading it from
+`request.app.state.service`; `create_app` only builds the state and wires them.
+
 An insert is answered only after the store has accepted it. On SIGTERM uvicorn stops accepting,
 lets in-flight requests finish (`shutdown_timeout_s`), then the batcher drains and the store closes.
 """
@@ -20,11 +25,16 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Request  # module level: FastAPI resolves the endpoints' annotations here
+from fastapi import APIRouter, FastAPI, Request  # module level: FastAPI reads annotations here
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from accelkit import __version__
 from accelkit.errors import AccelkitError
-from accelkit.images.batching import BatcherClosed, Overloaded
 from accelkit.images.config import ServiceConfig
+from accelkit.images.embedding.batching import BatcherClosed, Overloaded
 from accelkit.images.schema import (
     CreateCollectionRequest,
     DeleteRequest,
@@ -35,11 +45,21 @@ from accelkit.images.schema import (
 )
 from accelkit.images.service import collections, guards, items, openapi, page
 from accelkit.images.service.errors import ServiceError, error_body, retry_headers, status_for
-from accelkit.images.service.state import ServiceState
+from accelkit.images.service.state import ServiceState, State
 
 log = logging.getLogger(__name__)
 
 ADMITTED_METHODS = ("POST", "PUT", "PATCH", "DELETE")  # whatever may carry a body waits its turn
+
+
+def _flat(routes) -> list:
+    """The routes, with those of each included router in its place (FastAPI keeps an included
+    router as one entry that holds its `original_router`)."""
+    flat = []
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        flat += _flat(included.routes) if included is not None else [route]
+    return flat
 
 
 def _route_of(request, routes) -> str:
@@ -48,9 +68,7 @@ def _route_of(request, routes) -> str:
     route = request.scope.get("route")
     if route is not None:
         return route.path
-    from starlette.routing import Match
-
-    for candidate in routes:
+    for candidate in _flat(routes):
         if candidate.matches(request.scope)[0] == Match.FULL:
             return getattr(candidate, "path", "unmatched")
     return "unmatched"
@@ -59,10 +77,8 @@ def _route_of(request, routes) -> str:
 def _allowed_methods(request, routes) -> list[str]:
     """The methods the routes matching the request's path take (a path may have several routes:
     GET and DELETE /collections/{name})."""
-    from starlette.routing import Match
-
     methods: set[str] = set()
-    for candidate in routes:
+    for candidate in _flat(routes):
         if (
             getattr(candidate, "methods", None)
             and candidate.matches(request.scope)[0] != Match.NONE
@@ -71,32 +87,243 @@ def _allowed_methods(request, routes) -> list[str]:
     return sorted(methods)
 
 
+def error_response(exc: ServiceError) -> JSONResponse:
+    return JSONResponse(
+        error_body(exc.status, exc.code, exc.message, exc.detail),
+        status_code=exc.status,
+        headers=exc.headers,
+    )
+
+
+def authorized(request: Request) -> bool:
+    """Whether the request carries the service's API key (or the service has none)."""
+    api_key = request.app.state.service.config.server.api_key
+    return not api_key or guards.api_key_ok(request.headers.get("authorization", ""), api_key)
+
+
+def unauthorized() -> ServiceError:
+    return ServiceError(
+        401,
+        "unauthorized",
+        "missing or wrong API key; send Authorization: Bearer <key>",
+        {"WWW-Authenticate": "Bearer"},
+    )
+
+
+@asynccontextmanager
+async def lifespan(app):
+    state = app.state.service
+    await state.start()
+    log.info(
+        "accelkit images service ready: store %s, model %s",
+        state.store.uri,
+        state.config.model.name,
+    )
+    try:
+        yield
+    finally:
+        await state.stop()
+
+
+# -- errors: every one is one JSON body ----------------------------------------------------------
+
+
+async def _service_error(request: Request, exc: ServiceError):
+    if exc.code == "decode_budget":  # a refusal: counted in rejected, not as a request
+        request.state.refused = "decode_budget"
+    return error_response(exc)
+
+
+async def _accelkit_error(request: Request, exc: AccelkitError):
+    status, code = status_for(exc)
+    headers = retry_headers(status, request.app.state.service.config.server.retry_after_s)
+    return error_response(ServiceError(status, code, str(exc), headers))
+
+
+async def _closing(request: Request, exc: BatcherClosed):
+    return error_response(
+        ServiceError(
+            503, "shutting_down", "the service is shutting down; retry on another instance"
+        )
+    )
+
+
+async def _validation_error(request: Request, exc: RequestValidationError):
+    parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]]
+    return error_response(ServiceError(422, "invalid_field", "; ".join(parts)))
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException):
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Allow: what every route of this path takes, not the first's
+        headers["Allow"] = ", ".join(_allowed_methods(request, request.app.router.routes))
+    return error_response(ServiceError(exc.status_code, code, str(exc.detail), headers))
+
+
+async def _internal_error(request: Request, exc: Exception):
+    if guards.is_body_refusal(exc):
+        raise exc  # BodyLimit answers 413 or 408 instead
+    if guards.is_client_gone(exc):  # the client left mid-body: nobody to answer
+        log.info("client disconnected during %s %s", request.method, request.url.path)
+        return error_response(
+            ServiceError(400, "client_disconnected", "the request body was cut off")
+        )
+    log.exception("internal error on %s", request.url.path)
+    return error_response(
+        ServiceError(
+            500, "internal_error", f"internal error ({type(exc).__name__}); see the service log"
+        )
+    )
+
+
+ERROR_HANDLERS = (
+    (ServiceError, _service_error),
+    (AccelkitError, _accelkit_error),
+    (BatcherClosed, _closing),
+    (RequestValidationError, _validation_error),
+    (StarletteHTTPException, _http_error),
+    (Exception, _internal_error),
+)
+
+
+async def _guard(request: Request, call_next):
+    """The API key, admission (bodies wait their turn, beyond the queue: 429) and the metrics."""
+    state = request.app.state.service
+    server = state.config.server
+    routes = request.app.router.routes
+    started = time.perf_counter()
+    path = request.url.path
+    try:
+        public = path in guards.PUBLIC_PATHS or page.is_page_request(request)
+        if not authorized(request) and not public:
+            state.metrics.reject("unauthorized")
+            return error_response(unauthorized())
+        if request.method in ADMITTED_METHODS:
+            try:
+                async with state.limiter.slot():
+                    state.metrics.in_flight.set(state.limiter.admitted)
+                    response = await call_next(request)
+            finally:
+                state.metrics.in_flight.set(state.limiter.admitted)
+        else:
+            response = await call_next(request)
+    except Exception as exc:
+        if not isinstance(exc, Overloaded):
+            if not (guards.is_body_refusal(exc) or guards.is_client_gone(exc)):
+                # an internal error: counted here, answered 500 by the handler
+                route = _route_of(request, routes)
+                state.metrics.observe(request.method, route, 500, time.perf_counter() - started)
+            raise
+
+        state.metrics.reject("overloaded")
+        return error_response(
+            ServiceError(
+                429,
+                "overloaded",
+                f"the service is busy ({server.max_concurrency} running, {server.max_queue} waiting); "
+                f"retry after {server.retry_after_s} s",
+                {"Retry-After": str(server.retry_after_s)},
+            )
+        )
+    if getattr(request.state, "refused", None):
+        state.metrics.reject(request.state.refused)
+    else:
+        route = _route_of(request, routes)
+        state.metrics.observe(
+            request.method, route, response.status_code, time.perf_counter() - started
+        )
+    return response
+
+
+# -- the page, health, metrics -------------------------------------------------------------------
+
+router = APIRouter()
+
+
+@router.get("/", summary="The search page (Accept: text/html), else the service name and version")
+async def root(request: Request):
+    if page.wants_html(request):
+        return page.asset_response("index.html", request)
+    if not authorized(request):  # the page is public; what the service is, is not
+        raise unauthorized()
+    return {
+        "service": "accelkit images",
+        "version": __version__,
+        "status": "running",
+        "docs": "/docs",
+    }
+
+
+@router.get("/health", summary="Liveness; model and store details with the API key")
+async def health(request: Request, state: State):
+    config = state.config
+    store = await state.run(state.store.ping)
+    status = "ok" if store["ok"] else "degraded"
+    if not authorized(request):  # public: only whether the service works
+        return {"status": status}
+    return {
+        "status": status,
+        "version": __version__,
+        "uptime_s": round(time.time() - state.started, 1),
+        "model": {
+            "name": config.model.name,
+            "backend": config.model.backend,
+            "dim": config.model.embedding_dim,
+            "text": config.model.has_text,  # loaded at start: words can be searched
+            "loaded": state.pipeline is not None,
+        },
+        "store": {
+            "ok": store["ok"],
+            "kind": "milvus-server" if state.store.is_server else "milvus-lite",
+            **(
+                {"collections": store["collections"]}
+                if store["ok"]
+                else {"error": "unreachable; see the service log"}
+            ),
+        },
+        # the index each collection's searches use, and what of its settings is ignored
+        **({"collections": await state.run(state.index.indexes_in_use)} if store["ok"] else {}),
+    }
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon():
+    return Response(status_code=204)  # the page has no icon; browsers ask regardless
+
+
+@router.get(
+    "/static/{asset}", summary="The search page's script and style", include_in_schema=False
+)
+async def static_asset(asset: str, request: Request):
+    return page.asset_response(asset, request)
+
+
+@router.get(
+    "/collections/{name}/items/{item_id:path}/thumbnail",
+    summary="A stored item's thumbnail (JPEG, made at insert time)",
+)
+async def thumbnail(name: str, item_id: str, request: Request, state: State):
+    name = check_collection_name(name)
+    jpeg = await state.run(state.index.thumbnail, item_id, name)
+    if jpeg is None:
+        raise ServiceError(
+            404, "not_found", f"no thumbnail for id {item_id[:80]!r} in collection {name!r}"
+        )
+    return page.thumbnail_response(jpeg, request)
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+async def metrics(state: State):
+    body, content_type = state.metrics.render()
+    return Response(body, media_type=content_type)
+
+
 def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     """The FastAPI app (wrapped in `BodyLimit`); `pipeline` may be given (tests), else built at startup."""
-    from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
-    from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from accelkit import __version__
-
     config = config or ServiceConfig()
     state = ServiceState(config, pipeline)
     server = config.server
-
-    @asynccontextmanager
-    async def lifespan(app):
-        await state.start()
-        log.info(
-            "accelkit images service ready: store %s, model %s",
-            state.store.uri,
-            config.model.name,
-        )
-        try:
-            yield
-        finally:
-            await state.stop()
-
     app = FastAPI(
         title="accelkit images",
         version=__version__,
@@ -104,201 +331,11 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
         description="Image embedding and similarity search: EfficientNet-Lite0 embeddings in Milvus.",
     )
     app.state.service = state
-
-    def error_response(exc: ServiceError) -> JSONResponse:
-        return JSONResponse(
-            error_body(exc.status, exc.code, exc.message, exc.detail),
-            status_code=exc.status,
-            headers=exc.headers,
-        )
-
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError):
-        if exc.code == "decode_budget":  # a refusal: counted in rejected, not as a request
-            request.state.refused = "decode_budget"
-        return error_response(exc)
-
-    @app.exception_handler(AccelkitError)
-    async def _accelkit_error(request: Request, exc: AccelkitError):
-        status, code = status_for(exc)
-        headers = retry_headers(status, server.retry_after_s)
-        return error_response(ServiceError(status, code, str(exc), headers))
-
-    @app.exception_handler(BatcherClosed)
-    async def _closing(request: Request, exc: BatcherClosed):
-        return error_response(
-            ServiceError(
-                503, "shutting_down", "the service is shutting down; retry on another instance"
-            )
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError):
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]]
-        return error_response(ServiceError(422, "invalid_field", "; ".join(parts)))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # Allow: what every route of this path takes, not the first's
-            headers["Allow"] = ", ".join(_allowed_methods(request, app.router.routes))
-        return error_response(ServiceError(exc.status_code, code, str(exc.detail), headers))
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception):
-        if guards.is_body_refusal(exc):
-            raise exc  # BodyLimit answers 413 or 408 instead
-        if guards.is_client_gone(exc):  # the client left mid-body: nobody to answer
-            log.info("client disconnected during %s %s", request.method, request.url.path)
-            return error_response(
-                ServiceError(400, "client_disconnected", "the request body was cut off")
-            )
-        log.exception("internal error on %s", request.url.path)
-        return error_response(
-            ServiceError(
-                500, "internal_error", f"internal error ({type(exc).__name__}); see the service log"
-            )
-        )
-
-    def authorized(request: Request) -> bool:
-        return not server.api_key or guards.api_key_ok(
-            request.headers.get("authorization", ""), server.api_key
-        )
-
-    @app.middleware("http")
-    async def _guard(request: Request, call_next):
-        started = time.perf_counter()
-        path = request.url.path
-        try:
-            public = path in guards.PUBLIC_PATHS or page.is_page_request(request)
-            if not authorized(request) and not public:
-                state.metrics.reject("unauthorized")
-                return error_response(
-                    ServiceError(
-                        401,
-                        "unauthorized",
-                        "missing or wrong API key; send Authorization: Bearer <key>",
-                        {"WWW-Authenticate": "Bearer"},
-                    )
-                )
-            if request.method in ADMITTED_METHODS:
-                try:
-                    async with state.limiter.slot():
-                        state.metrics.in_flight.set(state.limiter.admitted)
-                        response = await call_next(request)
-                finally:
-                    state.metrics.in_flight.set(state.limiter.admitted)
-            else:
-                response = await call_next(request)
-        except Exception as exc:
-            if not isinstance(exc, Overloaded):
-                if not (guards.is_body_refusal(exc) or guards.is_client_gone(exc)):
-                    # an internal error: counted here, answered 500 by the handler
-                    route = _route_of(request, app.router.routes)
-                    state.metrics.observe(request.method, route, 500, time.perf_counter() - started)
-                raise
-
-            state.metrics.reject("overloaded")
-            return error_response(
-                ServiceError(
-                    429,
-                    "overloaded",
-                    f"the service is busy ({server.max_concurrency} running, {server.max_queue} waiting); "
-                    f"retry after {server.retry_after_s} s",
-                    {"Retry-After": str(server.retry_after_s)},
-                )
-            )
-        if getattr(request.state, "refused", None):
-            state.metrics.reject(request.state.refused)
-        else:
-            route = _route_of(request, app.router.routes)
-            state.metrics.observe(
-                request.method, route, response.status_code, time.perf_counter() - started
-            )
-        return response
-
-    # -- health, metrics, collections -----------------------------------------------------------
-
-    @app.get("/", summary="The search page (Accept: text/html), else the service name and version")
-    async def root(request: Request):
-        if page.wants_html(request):
-            return page.asset_response("index.html", request)
-        if not authorized(request):  # the page is public; what the service is, is not
-            raise ServiceError(
-                401,
-                "unauthorized",
-                "missing or wrong API key; send Authorization: Bearer <key>",
-                {"WWW-Authenticate": "Bearer"},
-            )
-        return {
-            "service": "accelkit images",
-            "version": __version__,
-            "status": "running",
-            "docs": "/docs",
-        }
-
-    @app.get("/health", summary="Liveness; model and store details with the API key")
-    async def health(request: Request):
-        store = await state.run(state.store.ping)
-        status = "ok" if store["ok"] else "degraded"
-        if not authorized(request):  # public: only whether the service works
-            return {"status": status}
-        return {
-            "status": status,
-            "version": __version__,
-            "uptime_s": round(time.time() - state.started, 1),
-            "model": {
-                "name": config.model.name,
-                "backend": config.model.backend,
-                "dim": config.model.embedding_dim,
-                "text": config.model.has_text,  # loaded at start: words can be searched
-                "loaded": state.pipeline is not None,
-            },
-            "store": {
-                "ok": store["ok"],
-                "kind": "milvus-server" if state.store.is_server else "milvus-lite",
-                **(
-                    {"collections": store["collections"]}
-                    if store["ok"]
-                    else {"error": "unreachable; see the service log"}
-                ),
-            },
-            # the index each collection's searches use, and what of its settings is ignored
-            **({"collections": await state.run(state.index.indexes_in_use)} if store["ok"] else {}),
-        }
-
-    @app.get("/favicon.ico", include_in_schema=False)
-    async def favicon():
-        return Response(status_code=204)  # the page has no icon; browsers ask regardless
-
-    @app.get(
-        "/static/{asset}", summary="The search page's script and style", include_in_schema=False
-    )
-    async def static_asset(asset: str, request: Request):
-        return page.asset_response(asset, request)
-
-    @app.get(
-        "/collections/{name}/items/{item_id:path}/thumbnail",
-        summary="A stored item's thumbnail (JPEG, made at insert time)",
-    )
-    async def thumbnail(name: str, item_id: str, request: Request):
-        name = check_collection_name(name)
-        jpeg = await state.run(state.index.thumbnail, item_id, name)
-        if jpeg is None:
-            raise ServiceError(
-                404, "not_found", f"no thumbnail for id {item_id[:80]!r} in collection {name!r}"
-            )
-        return page.thumbnail_response(jpeg, request)
-
-    @app.get("/metrics", summary="Prometheus metrics")
-    async def metrics():
-        body, content_type = state.metrics.render()
-        return Response(body, media_type=content_type)
-
-    collections.add_routes(app, state)
-    items.add_routes(app, state)
-
+    for kind, handler in ERROR_HANDLERS:
+        app.add_exception_handler(kind, handler)
+    app.middleware("http")(_guard)
+    for routes in (router, collections.router, items.router):
+        app.include_router(routes)
     openapi.document_bodies(
         app,
         {
@@ -310,7 +347,6 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
             ("POST", "/embed"): EmbedRequest,
         },
     )
-
     app.middleware("http")(page.security_headers)  # outermost: on every answer, refusals too
     return guards.BodyLimit(
         app, server.max_body_bytes, on_reject=state.metrics.reject, timeout=server.body_timeout_s

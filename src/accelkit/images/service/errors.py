@@ -6,6 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError, NoSpaceError
+from accelkit.images.index.base import ItemNotFoundError, ModelMismatchError
+from accelkit.images.store import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    FilterError,
+    StoreError,
+    StoreTimeoutError,
+    StoreUnavailableError,
+)
 
 
 class ServiceError(Exception):
@@ -33,16 +42,6 @@ def error_body(status: int, code: str, message: str, detail: Any = None) -> dict
 
 def status_for(exc: AccelkitError) -> tuple[int, str]:
     """HTTP status and code for an accelkit error."""
-    from accelkit.images.index import ItemNotFoundError, ModelMismatchError
-    from accelkit.images.store import (
-        CollectionExistsError,
-        CollectionNotFoundError,
-        FilterError,
-        StoreError,
-        StoreTimeoutError,
-        StoreUnavailableError,
-    )
-
     if isinstance(exc, CollectionNotFoundError):
         return 404, "collection_not_found"
     if isinstance(exc, ItemNotFoundError):

@@ -15,6 +15,8 @@ import functools
 import hashlib
 from importlib import resources
 
+from accelkit.images.service.errors import ServiceError
+
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "page.js": "text/javascript; charset=utf-8",
@@ -69,8 +71,6 @@ def _cached(data: bytes, media_type: str, cache_control: str, request=None):
 
 def asset_response(name: str, request=None):
     """One of the page's files by name; any other name is a 404 (nothing else is read)."""
-    from accelkit.images.service.errors import ServiceError
-
     if name not in ASSETS:
         raise ServiceError(404, "not_found", f"no page file {name[:40]!r}")
     return _cached(asset(name), ASSETS[name], "no-cache", request)

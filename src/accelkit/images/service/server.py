@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from accelkit.errors import ConfigError
 from accelkit.images.config import ServiceConfig
+from accelkit.images.store import check_lite_free
 
 
 def return_freed_memory() -> None:
@@ -92,8 +94,6 @@ def serve(
 
     import uvicorn
 
-    from accelkit.errors import ConfigError
-
     server = config.server
     host = host or server.host
     port = server.port if port is None else port
@@ -107,11 +107,10 @@ def serve(
         raise ConfigError(
             f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or stop what uses it"
         ) from exc
-    from accelkit.images.store import check_lite_free
 
     check_lite_free(config.store.uri)  # one line and exit 2, not uvicorn's startup traceback
     return_freed_memory()
-    from accelkit.images.service.app import create_app
+    from accelkit.images.service.app import create_app  # imports fastapi
 
     app = create_app(config)
     if on_ready:

@@ -9,16 +9,21 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Depends, Request  # module level: FastAPI resolves annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.config import ServiceConfig
-from accelkit.images.decode import check_pixels, header_cost
-from accelkit.images.local import LocalIndex, open_local_index
-from accelkit.images.service import guards
+from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
+from accelkit.images.embedding.decode import check_pixels, header_cost
+from accelkit.images.embedding.models import PROBE_TEXT
+from accelkit.images.embedding.pipeline import EmbeddingPipeline
+from accelkit.images.index.local import LocalIndex, open_local_index
+from accelkit.images.service import forms, guards
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.sources import Source, load
+from accelkit.images.store import VectorStore
 
 log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 4  # sources of one request loaded at a time (URLs, server-side paths)
@@ -31,6 +36,7 @@ class ServiceState:
     def __init__(self, config: ServiceConfig, pipeline: Any = None):
         server = config.server
         self.config = config
+        self.limits = server.request_limits()  # the caps on a request's lists
         self.pipeline = pipeline
         self.owns_pipeline = pipeline is None
         self.metrics = guards.Metrics()
@@ -48,19 +54,19 @@ class ServiceState:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
 
+    async def read(self, request, model):
+        """The request's body read once (JSON or multipart) and validated into `model` (a schema
+        model, within this service's caps), and its uploaded files."""
+        fields, uploads = await forms.read_body(request, self.config.server.max_items_per_request)
+        return forms.validate(model, fields, self.limits), uploads
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self.pipeline is None:
-            from accelkit.images.pipeline import EmbeddingPipeline
-
             self.pipeline = await asyncio.to_thread(EmbeddingPipeline, self.config)
         if self.config.model.has_text:  # a broken text tower fails the start, not each query
-            from accelkit.images.models import PROBE_TEXT
-
             await asyncio.to_thread(self.pipeline.embed_texts, [PROBE_TEXT])
         # open the store and load its collections now: fail at start, and no first request waits
-        from accelkit.images.store import VectorStore
-
         self.store = await asyncio.to_thread(VectorStore, self.config.store)
         await asyncio.to_thread(self.store.load_all)
 
@@ -175,3 +181,11 @@ class ServiceState:
             loaded.append((i, data, name))
             total += cost
         return loaded, failures, total
+
+
+async def service_state(request: Request) -> ServiceState:
+    """The app's one `ServiceState`, for the routes' dependency `State`."""
+    return request.app.state.service
+
+
+State = Annotated[ServiceState, Depends(service_state)]  # a route's `state: State` parameter

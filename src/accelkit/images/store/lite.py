@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from accelkit.images.store.errors import StoreError, StoreFullError
 from accelkit.images.store.records import is_local_uri
+from accelkit.runtime.files import no_space
 
 T = TypeVar("T")
 
@@ -200,8 +201,6 @@ def check_lite_space(uri: str, needed: int, what: str) -> None:
     an upsert and a flush as done, serves the rows from memory, and they are gone when it closes
     (tests/images/test_outage.py shows it)."""
     import errno
-
-    from accelkit.runtime.files import no_space
 
     db = os.path.abspath(uri)
     try:

@@ -47,7 +47,7 @@ class Hit:
     score: float
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def document(self) -> dict[str, Any]:
         return {"id": self.id, "score": self.score, "metadata": self.metadata}
 
 
@@ -131,7 +131,7 @@ def is_local_uri(uri: str) -> bool:
 def ignored_params(index_type: str, is_server: bool) -> list[str]:
     """The index settings a deployment takes but does not apply: Milvus Lite builds IVF_FLAT
     and searches it the same whatever `nprobe` says (measured: identical results for nprobe 1,
-    16 and 128; tests/images/test_store.py)."""
+    16 and 128; tests/images/store/test_store.py)."""
     return ["nprobe"] if not is_server and index_type == "IVF_FLAT" else []
 
 

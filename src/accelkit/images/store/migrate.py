@@ -1,0 +1,449 @@
+"""`accelkit images migrate SRC DST`: copy collections between stores — Milvus Lite to a Milvus
+server (the documented growth path) or back — without re-embedding a photo.
+
+Per collection: ids, vectors (float32, bit for bit), metadata, thumbnails (where both sides keep
+them) and the model record. The destination collection is created with the source's dimension,
+metric, description and index (Milvus Lite builds no HNSW: such a collection gets FLAT there,
+with a warning), and its record (`origin`: a property on a server, a catalog row on Milvus Lite)
+says where it came from and how far the copy got. Items are read in ascending id order (Milvus' query iterator) and upserted in batches; after
+each batch the destination's record moves its mark to the batch's last id. So whenever the
+copy stops, the destination holds whole copies of source items — every one up to the mark, and
+at most the batch that was in flight beyond it — and the same command resumes after the mark
+(that batch is written again: upserts are idempotent). At the end the counts are compared and a sample of
+vectors and metadata is read back from both sides and compared exactly; only then is the copy
+marked complete. A collection of that name in the destination that did not come from this
+source is never written to.
+
+SRC and DST are compared by what they are, not by how they are spelled: two Milvus Lite files by
+device and inode (a hard link, a symbolic link and `./x/../photos.db` are one file), two servers'
+databases by the random id accelkit keeps in each (`StoreClient.store_marker`: `localhost`,
+`127.0.0.1` and `LOCALHOST`, db_name "" and "default", reach one database). One store named twice
+is refused before anything is written; deleting a collection is advised only where SRC and DST
+are proven two stores. A copy that stops (a signal, a failure) says whether it stopped in the copy
+or in the verification, with the command that goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shlex
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from accelkit.errors import AccelkitError, CheckFailed, InputError
+from accelkit.images.config import StoreConfig
+from accelkit.images.schema import check_collection_name
+from accelkit.images.store import VectorStore
+from accelkit.images.store.errors import StoreError
+from accelkit.images.store.lite import file_identity
+from accelkit.images.store.records import (
+    MARKER,
+    PROP_MODEL,
+    PROP_ORIGIN,
+    IndexSpec,
+    is_local_uri,
+    redact_uri,
+)
+from accelkit.images.store.thumbnails import open_thumbnails
+from accelkit.runtime.files import record_kept
+from accelkit.runtime.progress import rows_progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectionCopy:
+    """One collection's migration: `copied` items this run (`resumed_after`: the id it went on
+    after), `total` in the source, `verified` (counts equal, `sampled` vectors read back equal)."""
+
+    name: str
+    total: int
+    copied: int = 0
+    resumed_after: str | None = None
+    thumbnails: int = 0
+    sampled: int = 0
+    verified: bool = False
+    index_type: str = ""
+
+    def document(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class MigrateReport:
+    source: str
+    target: str
+    collections: list[CollectionCopy] = field(default_factory=list)
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "collections": [c.document() for c in self.collections],
+        }
+
+
+def store_key(config: StoreConfig) -> str:
+    """Where a store is, as its copies record it beside its identity (`_identify`): a Milvus
+    Lite file by its real absolute path (a file's device number can change when it is mounted
+    again; its path stays), a server by its URI (credentials hidden)."""
+    if is_local_uri(config.uri):
+        return os.path.realpath(config.uri)
+    return redact_uri(config.uri).rstrip("/")
+
+
+def _database(config: StoreConfig) -> str:
+    """A server's database by its name ("" is the server's default, "default"); none for Lite."""
+    return (config.db_name or "default") if not is_local_uri(config.uri) else ""
+
+
+def _where(config: StoreConfig) -> str:
+    database = _database(config)
+    return redact_uri(config.uri) + (f" (database {database!r})" if database else "")
+
+
+def _refuse_database_flags(source: StoreConfig, target: StoreConfig) -> None:
+    for side, flag, config in (("SRC", "--source-db", source), ("DST", "--target-db", target)):
+        if is_local_uri(config.uri) and config.db_name:
+            raise InputError(
+                f"{flag} {config.db_name!r}: {side} {config.uri} is a Milvus Lite file, and Milvus"
+                f" Lite files have no databases; leave {flag} out"
+            )
+
+
+def _refuse_one_file(source: StoreConfig, target: StoreConfig) -> None:
+    """Refuse SRC and DST that name one Milvus Lite file (before either is opened: one file
+    must not get two engines)."""
+    if not (is_local_uri(source.uri) and is_local_uri(target.uri)):
+        return
+    identity = file_identity(source.uri)
+    if identity is not None and identity == file_identity(target.uri):
+        raise InputError(
+            f"SRC and DST are the same store: {source.uri} and {target.uri} are the same file"
+            f" (device {identity[0]}, inode {identity[1]}); name two different ones"
+        )
+
+
+def _marker(store, create: bool = False) -> str | None:
+    """The id accelkit keeps in a server database; None where it has none or it cannot be read
+    or written (a token that may not create a collection)."""
+    try:
+        return store.store_marker(create=create)
+    except StoreError as exc:
+        log.debug("no store marker in %s: %s", store.uri, exc)
+        return None
+
+
+def _identify(src, dst) -> tuple[str | None, bool]:
+    """SRC's identity as its copies record it, and whether SRC and DST are proven two stores;
+    `InputError` where they are one. A Milvus Lite SRC is its file's device and inode; a
+    server's database is the marker kept in it, written there when it has none. DST is SRC when
+    it reads SRC's marker; where SRC cannot be marked, DST is marked and SRC read for it."""
+    if not src.is_server:
+        identity = file_identity(src.config.uri)
+        return (f"file {identity[0]}:{identity[1]}" if identity else None), True
+    mine = _marker(src, create=True)
+    theirs = _marker(dst, create=mine is None) if dst.is_server else None
+    if mine is None and theirs is not None:
+        mine = _marker(src)
+    if dst.is_server and mine is not None and mine == theirs:
+        raise InputError(
+            f"SRC and DST are the same store: {_where(src.config)} and {_where(dst.config)} hold"
+            f" the same server marker ({MARKER} {mine}); name two different ones"
+        )
+    distinct = not dst.is_server or mine is not None or theirs is not None
+    return (f"marker {mine}" if mine else None), distinct
+
+
+def _came_from(found: dict[str, Any], origin: dict[str, Any]) -> bool:
+    """Whether a copy's record `found` names the source `origin` (its identity when both have
+    one and the source is a server; else, or for a Lite file also, its place)."""
+    if found.get("collection") != origin["collection"]:
+        return False
+    theirs, ours = found.get("store"), origin.get("store")
+    if theirs and ours and theirs == ours:
+        return True
+    if theirs and ours and ours.startswith("marker "):
+        return False
+    return found.get("uri") == origin["uri"] and (found.get("db_name") or "default") == (
+        origin["db_name"] or "default"
+    )
+
+
+def resume_hint(
+    source: StoreConfig,
+    target: StoreConfig,
+    collections: Sequence[str] | None = None,
+    source_thumbnails: str = "auto",
+    target_thumbnails: str = "auto",
+) -> str:
+    """The command that goes on with a migration: the same stores, databases, collections and
+    thumbnail files (tokens and credentials are not shown: give them again)."""
+    words = ["accelkit", "images", "migrate", redact_uri(source.uri), redact_uri(target.uri)]
+    for flag, value in (("--source-db", source.db_name), ("--target-db", target.db_name)):
+        words += [flag, value] if value else []
+    for name in collections or ():
+        words += ["--collection", name]
+    for flag, value in (
+        ("--source-thumbnails", source_thumbnails),
+        ("--target-thumbnails", target_thumbnails),
+    ):
+        words += [flag, value] if value != "auto" else []
+    secret = [
+        f"--{side}-token"
+        for side, config in (("source", source), ("target", target))
+        if config.token or redact_uri(config.uri) != config.uri
+    ]
+    return shlex.join(words) + (f" (with the same {' and '.join(secret)})" if secret else "")
+
+
+def migrate(
+    source: StoreConfig,
+    target: StoreConfig,
+    collections: Sequence[str] | None = None,
+    *,
+    batch_size: int = 1000,
+    index_type: str | None = None,
+    sample: int = 100,
+    source_thumbnails: str = "auto",
+    target_thumbnails: str = "auto",
+    restart: bool = False,
+    progress: bool = False,
+) -> MigrateReport:
+    """Copy `collections` (default: all) of the store `source` into the store `target`."""
+    if not 1 <= batch_size <= 16384:
+        raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
+    _refuse_database_flags(source, target)
+    if is_local_uri(source.uri) and not os.path.isfile(source.uri):  # opening would make it
+        raise InputError(
+            f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
+            " URI such as http://host:19530)"
+        )
+    _refuse_one_file(source, target)
+    hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
+    report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
+    with ExitStack() as stack:
+        src = stack.enter_context(VectorStore(source))
+        dst = stack.enter_context(VectorStore(target))
+        identity, distinct = _identify(src, dst)
+        names = list(collections or src.list_collections())
+        for name in names:
+            check_collection_name(name)
+            if not src.has_collection(name):
+                known = ", ".join(src.list_collections()) or "none"
+                raise InputError(f"collection {name!r} is not in SRC (its collections: {known})")
+        thumbs = (
+            open_thumbnails(source.uri, source_thumbnails),
+            open_thumbnails(target.uri, target_thumbnails),
+        )
+        for name in names:
+            if thumbs[0] is not None and thumbs[1] is None and target_thumbnails == "auto":
+                kept = thumbs[0].count(name)
+                if kept:  # said, not silently left behind: the page shows none for the copies
+                    log.warning(
+                        "collection %r: its %d thumbnails are not copied: DST keeps none of its"
+                        " own (a server's are where its service's store.thumbnails says: give"
+                        " that file with --target-thumbnails)",
+                        name,
+                        kept,
+                    )
+            origin = _prepare(src, dst, name, index_type, restart, identity, distinct)
+            copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
+            copied = f"all {copy.total:,} items of {name!r} copied to {_where(dst.config)}"
+            with _stage("verification", f"{copied}, not yet verified", hint):
+                _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
+                copy.sampled, copy.verified = _verify(src, dst, name, sample)
+            origin = dst.recorded(name, PROP_ORIGIN) or {}
+            _mark(dst, name, {**origin, "complete": True})
+            record_kept(
+                f"migrate {name}", f"{copy.total:,} items of {name!r} in {_where(dst.config)}"
+            )
+            report.collections.append(copy)
+    return report
+
+
+def _kept(dst, name: str, items: str, stage: str, hint: str, then: str) -> None:
+    """What an interruption now keeps of the copy of `name`, and in which stage it stopped."""
+    record_kept(
+        f"migrate {name}",
+        f"{items} of {name!r} in {_where(dst.config)} (stopped in the {stage}; run `{hint}`"
+        f" again to {then})",
+    )
+
+
+@contextmanager
+def _stage(stage: str, state: str | Callable[[], str], hint: str) -> Iterator[None]:
+    """A failure inside the block says, on its one line, that the migration stopped in `stage`,
+    how far it got (`state`, or what `state()` says then), and (unless it asks for --restart)
+    the command that goes on."""
+    try:
+        yield
+    except AccelkitError as exc:
+        got = state if isinstance(state, str) else state()
+        goes_on = "" if "--restart" in str(exc) else f"; run `{hint}` again to resume"
+        exc.args = (f"migrate stopped in the {stage} ({got}): {exc}{goes_on}",)
+        raise
+
+
+def _origin(store, name: str, identity: str | None) -> dict[str, Any]:
+    return {
+        "uri": store_key(store.config),
+        "db_name": _database(store.config),
+        "collection": name,
+        "store": identity,
+    }
+
+
+def _mark(dst, name: str, origin: dict[str, Any]) -> None:
+    """Move the destination's record of the copy (its other records stay)."""
+    dst.record(name, {PROP_ORIGIN: origin})
+
+
+def _prepare(
+    src, dst, name: str, index_type: str | None, restart: bool, identity, distinct: bool
+) -> dict[str, Any]:
+    """The destination collection, created like the source's or found as an earlier run of
+    this copy left it; returns its origin record. `distinct`: SRC and DST are proven two stores
+    (only then is deleting DST's collection of that name advised)."""
+    origin = _origin(src, name, identity)
+    if dst.has_collection(name):
+        found = dst.recorded(name, PROP_ORIGIN) or {}
+        if not _came_from(found, origin):
+            where = "another store" if found else "no migration"
+            fix = f"delete it from DST {_where(dst.config)}" if distinct else "name another DST"
+            raise InputError(
+                f"collection {name!r} exists in DST and came from {where}; {fix} or migrate"
+                " other collections (--collection)"
+            )
+        if restart:
+            dst.drop_collection(name)
+        else:
+            # a creation killed between the collection and its index (a kill runs no `except`:
+            # the all-or-nothing drop never came) is finished: the copy resumes, not fails
+            kind, params, _ = _index_of(src, dst, name, index_type)
+            metric = src.describe(name)["metric_type"]
+            dst.finish_index(name, IndexSpec.from_config(dst.config, kind, metric, params))
+            if _same_vectors(src, dst, name):
+                return {**found, **origin}
+            # SRC's collection was made again since: its items are not the ones copied
+            raise InputError(
+                f"collection {name!r} in SRC now holds another model's or another dimension's"
+                " vectors than its copy in DST began with; run again with --restart"
+            )
+    info = src.describe(name)
+    kind, params, flat = _index_of(src, dst, name, index_type)
+    if flat:
+        log.warning(
+            "collection %r: Milvus Lite builds no HNSW index; its copy gets FLAT (exact)", name
+        )
+    origin = {**origin, "after": None, "copied": 0, "complete": False}
+    dst.create_collection(
+        name,
+        info["dim"],
+        info["description"],
+        index_type=kind,
+        metric_type=info["metric_type"],
+        index_params=params,
+        model=src.recorded(name, PROP_MODEL),
+        origin=origin,
+    )
+    return origin
+
+
+def _index_of(src, dst, name: str, index_type: str | None) -> tuple[str, Any, bool]:
+    """The index of DST's copy: `index_type` or the source's (its parameters where the same
+    kind), FLAT for an HNSW source on Milvus Lite (then True: said when the copy is made)."""
+    info = src.describe(name)
+    kind = (index_type or info["index_type"]).upper()
+    params = dict(info["index_params"]) if kind == info["index_type"] else None
+    if kind == "HNSW" and not dst.is_server:
+        return "FLAT", None, True
+    return kind, params, False
+
+
+def _same_vectors(src, dst, name: str) -> bool:
+    """Whether SRC's collection still holds vectors of the model and dimension its copy in DST
+    records (a collection made again under its name with a re-embedding keeps the ids, and
+    a sample read back can miss the few items copied before)."""
+    return src.describe_dim(name) == dst.describe_dim(name) and src.recorded(
+        name, PROP_MODEL
+    ) == dst.recorded(name, PROP_MODEL)
+
+
+def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> CollectionCopy:
+    total = src.count(name, consistency="Strong")
+    copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
+    if origin.get("complete"):
+        return copy  # nothing left: verified again below
+    after, done = origin.get("after"), int(origin.get("copied") or 0)
+    copy.resumed_after = after
+    where = _where(dst.config)
+    with (
+        _stage("copy", lambda: f"{done:,} of {total:,} items of {name!r} copied to {where}", hint),
+        rows_progress(progress and total > 0, "items") as bar,
+    ):
+        _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
+        task = bar.add_task(f"copying {name}", total=total)
+        bar.update(task, advance=done)
+        for rows in src.iterate(name, batch_size, after=after):
+            ids = [row["id"] for row in rows]
+            if after is not None and min(ids) <= after:
+                raise InputError(
+                    f"collection {name!r}: SRC returned ids out of order; cannot resume safely,"
+                    " run again with --restart"
+                )
+            # thumbnails first: killed between, DST holds no item without its thumbnail (one of
+            # an item DST does not hold is never served, and the resumed batch keeps it again)
+            copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
+            dst.upsert(
+                name, ids, np.stack([r["vector"] for r in rows]), [r["metadata"] for r in rows]
+            )
+            after, done = max(ids), done + len(ids)
+            copy.copied += len(ids)
+            _mark(dst, name, {**origin, "after": after, "copied": done, "complete": False})
+            _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
+            bar.advance(task, len(ids))
+        dst.flush(name)
+    return copy
+
+
+def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
+    source, target = thumbs
+    if source is None or target is None:
+        return 0
+    found = source.get_many(name, ids)
+    target.put(name, list(found.items()))
+    return len(found)
+
+
+def _verify(src, dst, name: str, sample: int) -> tuple[int, bool]:
+    """Counts equal, and `sample` items (chosen at random, seeded by the name) read back from
+    both stores with equal vectors (bit for bit) and metadata; `CheckFailed` otherwise."""
+    have, want = dst.count(name, consistency="Strong"), src.count(name, consistency="Strong")
+    if have != want:
+        raise CheckFailed(
+            f"collection {name!r}: DST holds {have:,} items, SRC {want:,}; the source changed"
+            " during the copy, or DST was written to: run again with --restart"
+        )
+    ids = [row["id"] for rows in src.iterate(name, 16384, ids_only=True) for row in rows]
+    chosen = random.Random(name).sample(ids, min(sample, len(ids)))
+    theirs = {r["id"]: r for r in src.get(name, chosen, with_vectors=True, consistency="Strong")}
+    ours = {r["id"]: r for r in dst.get(name, chosen, with_vectors=True, consistency="Strong")}
+    for item_id in chosen:
+        a, b = theirs.get(item_id), ours.get(item_id)
+        if (
+            b is None
+            or not np.array_equal(a["vector"], b["vector"])
+            or a["metadata"] != b["metadata"]
+        ):
+            raise CheckFailed(
+                f"collection {name!r}: item {item_id!r} read back from DST differs from SRC;"
+                " run again with --restart"
+            )
+    return len(chosen), True
