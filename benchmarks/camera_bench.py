@@ -1,4 +1,4 @@
-"""Camera statistics: `accelkit.stats.cameras` against LeRobot's `compute_episode_stats` and
+"""Camera statistics: `accelkit.stats.core.camera_stats` against LeRobot's `compute_episode_stats` and
 against decoding alone, in one run, on the same LeRobot-written dataset.
 
 Methods

@@ -14,7 +14,8 @@ import pytest
 
 pytest.importorskip("av")
 
-from accelkit.stats import camera_files, cameras
+from accelkit.stats import camera_files
+from accelkit.stats.core import camera_stats as cameras
 from accelkit.stats.sources import open_source
 
 FIXTURES = Path(__file__).parent / "fixtures"

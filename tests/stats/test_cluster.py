@@ -14,10 +14,10 @@ import pytest
 from accelkit.cli import main
 from accelkit.errors import DataError
 from accelkit.stats import cluster
+from accelkit.stats.core.action_chunks import ChunkTransform, DeltaActions
 from accelkit.stats.engine import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
-from accelkit.stats.transforms import ChunkTransform, DeltaActions
 from tests.support.groups import SERVERS
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit.errors import DataError
+from accelkit.stats.core.episodes import EpisodeCollector
 from accelkit.stats.engine import compute_stats
-from accelkit.stats.episodes import EpisodeCollector
 from accelkit.stats.sources import open_source
 from accelkit.stats.types import Column
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from accelkit.errors import DataError
+from accelkit.stats.core.quantiles import float_keys, keys_to_floats
 from accelkit.stats.engine import compute_stats
-from accelkit.stats.quantiles import float_keys, keys_to_floats
 
 from .helpers import assert_matches_numpy, stats_of
 
@@ -239,7 +239,7 @@ def test_spilled_replay_gives_identical_results(rng, one_device, budget):
 
 
 def test_passes_that_disagree_are_an_error_not_a_wrong_answer():
-    from accelkit.stats import quantiles as qt
+    from accelkit.stats.core import quantiles as qt
 
     count = np.array([10])
     plan, _ = qt.start_plan(count, np.array([0.5]))
@@ -259,7 +259,7 @@ def test_advancing_a_plan_matches_the_whole_table_formula_without_its_memory():
     of a few K-long rows, not the tables."""
     import tracemalloc
 
-    from accelkit.stats import quantiles as qt
+    from accelkit.stats.core import quantiles as qt
 
     rng = np.random.default_rng(7)
     dims, groups, k = 14, 3, 1 << 16

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from accelkit.stats import fold_tree as ft
+from accelkit.stats.core import fold_tree as ft
 
 
 def reference(blocks: np.ndarray) -> np.ndarray:

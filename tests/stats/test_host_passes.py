@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from accelkit.stats import host_passes, passes
-from accelkit.stats.moments import BLOCK_ROWS
+from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.pass_state import PassSpec, init
 
 
@@ -81,7 +81,7 @@ def test_a_select_pass_equals_the_xla_kernel(rng):
     weight = rng.integers(0, 3, rows).astype(np.int32)
     import jax
 
-    from accelkit.stats.keys import float_keys
+    from accelkit.stats.core.sort_keys import float_keys
 
     keys = np.asarray(jax.jit(float_keys)(np.where(np.isfinite(x), x, np.float32(0))))
     # two real prefixes per dimension (the 10th and 90th percentile keys' high bits) and a pad

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from accelkit.stats import histograms
+from accelkit.stats.core import histograms
 from accelkit.stats.engine import compute_stats
 from accelkit.stats.plot import read_plot_data
 from accelkit.stats.sample import write_sample_dataset

@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 from accelkit.stats import sources
+from accelkit.stats.core.action_chunks import (
+    ChunkTransform,
+    DeltaActions,
+    make_bool_mask,
+    parse_mask,
+)
 from accelkit.stats.engine import compute_stats
 from accelkit.stats.formats import per_timestep_path, read_norm_stats
 from accelkit.stats.sources import open_source
-from accelkit.stats.transforms import ChunkTransform, DeltaActions, make_bool_mask, parse_mask
 from tests.stats.helpers import assert_matches_numpy
 from tests.support.cli import envelope_of, run_cli
 

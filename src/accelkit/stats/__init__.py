@@ -36,7 +36,7 @@ _EXPORTS = {
     "write_stats": "accelkit.stats.formats",
     "read_norm_stats": "accelkit.stats.formats",
     "write_sample_dataset": "accelkit.stats.sample",
-    "episode_stats": "accelkit.stats.episodes",
+    "episode_stats": "accelkit.stats.core.episodes",
     "Column": "accelkit.stats.types",
     "Stream": "accelkit.stats.types",
     "BatchStream": "accelkit.stats.types",
@@ -47,9 +47,9 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.stats.checking import CheckReport, FixResult, check, fix
+    from accelkit.stats.core.episodes import episode_stats
     from accelkit.stats.diffing import DiffReport, diff
     from accelkit.stats.engine import compute_stats
-    from accelkit.stats.episodes import episode_stats
     from accelkit.stats.formats import read_norm_stats, write_stats
     from accelkit.stats.run import ComputeResult, compute
     from accelkit.stats.sample import write_sample_dataset

@@ -1,5 +1,5 @@
 """Where a LeRobot dataset's camera frames are, and reading them: the shell around
-`accelkit.stats.cameras`.
+`accelkit.stats.core.camera_stats`.
 
 Frames come from the dataset's files as LeRobot's reader finds them: dtype "video" from the mp4 at
 info.json's `video_path` (v3.0: the episode's `videos/<key>/chunk_index`, `file_index`,
@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.stats.cameras import (
+from accelkit.stats.core.camera_stats import (
     IMAGE_MODES,
     CameraStats,
     PixelCounts,

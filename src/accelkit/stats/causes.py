@@ -3,7 +3,7 @@
 `stats check` compares stored numbers with exact ones (`stats/compare.py`); a failing finding then
 gets a cause from `CAUSES` only when redoing what the cause claims gives the stored number back —
 within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` follows too
-(`stats/tolerance.py`):
+(`stats/core/tolerance.py`):
 
 * **binned quantiles / float32 (float64) moments** — LeRobot's own arithmetic
   (`stats/lerobot_rules.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]², 0.3's
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from accelkit.stats import lerobot_rules
-from accelkit.stats.tolerance import reproduces
+from accelkit.stats.core.tolerance import reproduces
 
 F32 = 2.0**-24  # float32's unit roundoff
 F64 = 2.0**-53

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
-from accelkit.stats import tolerance as tolerance_rule
 from accelkit.stats.compare import Report, summary_rows
+from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import TOLERANCE
 from accelkit.stats.settings import StatsSettings
-from accelkit.stats.tolerance import TOLERANCE
 
 __all__ = ["CheckReport", "FixResult", "check", "fix"]
 
@@ -213,7 +213,7 @@ def _check(
     report = CheckReport(str(root), tolerance, plot=plot_path)
     lengths = {e.index: e.length for e in source.layout.episodes}
     frames = sum(lengths.values())
-    from accelkit.stats.cameras import camera_keys
+    from accelkit.stats.core.camera_stats import camera_keys
 
     camera_names = camera_keys(source.features)
     unchecked_cameras = [c for c in camera_names if c not in exact]

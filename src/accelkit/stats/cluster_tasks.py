@@ -10,8 +10,9 @@ from collections import deque
 import numpy as np
 
 from accelkit.errors import DataError
-from accelkit.stats import fold_tree, pass_state
-from accelkit.stats.moments import BLOCK_ROWS
+from accelkit.stats import pass_state
+from accelkit.stats.core import fold_tree
+from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.types import Column, Stream
 
 # --- what a task does -------------------------------------------------------------------------
@@ -335,7 +336,7 @@ def _block_sums(x: np.ndarray, w: np.ndarray, center: np.ndarray, kernel: str):
 def _sums(merged: dict, key: str, info: dict):
     """A key's moment sums from the whole stream's merged result: its last block (cut short by
     the end of the stream) summed from its rows, then the tree's root."""
-    from accelkit.stats.moments import Sums
+    from accelkit.stats.core.moments import Sums
 
     total = merged["kept"].get(key, 0)
     spans, waiting = _settle(

@@ -9,7 +9,7 @@ the exact range (max − min), counts in frames. A cause is named only where rec
 the stored number back (`stats/causes.py`); `stats/checking.py` computes the exact ones and fixes.
 
 The tolerance (default `TOLERANCE`, 1e-3) and what "gives the stored number back" means (1e-6 of
-the unit) are one rule shared with `stats diff` (`stats/tolerance.py`). Exact statistics stored as
+the unit) are one rule shared with `stats diff` (`stats/core/tolerance.py`). Exact statistics stored as
 float64 JSON are ~1e-15 off; float32 storage ~1e-7.
 """
 
@@ -25,9 +25,9 @@ import numpy as np
 
 from accelkit.errors import DataError
 from accelkit.stats import causes
-from accelkit.stats import tolerance as tolerance_rule
 from accelkit.stats.causes import scale
-from accelkit.stats.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
+from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
 
 UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
 

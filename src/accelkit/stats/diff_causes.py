@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats import tolerance
 from accelkit.stats.causes import MOMENTS
+from accelkit.stats.core import tolerance
 
 # the causes a difference may name (docs/stats.md lists them)
 DIFF_CAUSES = {

@@ -186,7 +186,7 @@ class Recomputer:
         made relative to it), of the first `rows` frames' episodes, of a `sample` (frames,
         seed: accelkit's `--max-frames`), or of all."""
         from accelkit.runtime.progress import phase
-        from accelkit.stats import transforms
+        from accelkit.stats.core import action_chunks as transforms
         from accelkit.stats.sources import open_source
 
         def make():

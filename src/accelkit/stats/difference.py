@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats import tolerance as tolerance_rule
 from accelkit.stats.causes import MOMENTS
-from accelkit.stats.tolerance import TOLERANCE as TOLERANCE  # stats check's, re-exported
+from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # stats check's, re-exported
 
 
 @dataclass

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.stats import diff_causes, difference, stats_files
-from accelkit.stats import tolerance as tolerance_rule
-from accelkit.stats.tolerance import TOLERANCE
+from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import TOLERANCE
 
 __all__ = ["DiffReport", "diff"]
 
@@ -102,7 +102,7 @@ def diff(
         raise ConfigError(f"--openpi-batch-size must be 1 or more, not {openpi_batch_size}")
     mask = None
     if delta_actions is not None:
-        from accelkit.stats.transforms import parse_mask
+        from accelkit.stats.core.action_chunks import parse_mask
 
         mask = parse_mask(delta_actions)
     root = _dataset(dataset) if dataset is not None else None

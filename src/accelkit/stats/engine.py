@@ -23,7 +23,7 @@ import numpy as np
 from accelkit.errors import DataError
 from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
 from accelkit.runtime.progress import TimeBudget
-from accelkit.stats import quantiles as qt
+from accelkit.stats.core import quantiles as qt
 from accelkit.stats.runner import Runner, choose_devices, x64_for
 from accelkit.stats.types import (
     BatchStream,
@@ -150,7 +150,7 @@ def compute_stats(
         )
     observer = None
     if per_episode:
-        from accelkit.stats.episodes import EpisodeCollector
+        from accelkit.stats.core.episodes import EpisodeCollector
 
         def observer():
             return EpisodeCollector(levels, skip_nonfinite)
@@ -210,8 +210,8 @@ def _require_rows(stream: Stream, states: dict) -> None:
 
 
 def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
-    from accelkit.stats import histograms
-    from accelkit.stats import moments as mom
+    from accelkit.stats.core import histograms
+    from accelkit.stats.core import moments as mom
 
     base = mom.finalize(state.extremes, sums, state.center)
     if bound is None:  # exact mode: pass 1's histogram of the top 16 key bits

@@ -163,7 +163,7 @@ def write_stats(
     and `InputError` for openpi without q01/q99 unless `allow_missing_quantiles`. `keep` (LeRobot
     format): the entries of an existing stats.json, kept for the features not computed here.
     `extra` (LeRobot format): entries written as given, over `keep` (the camera features'
-    statistics, `accelkit.stats.cameras.lerobot_entry`).
+    statistics, `accelkit.stats.core.camera_stats.lerobot_entry`).
     """
     if fmt not in FORMATS:
         raise InputError(f"output format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accelkit.stats.moments import BLOCK_ROWS
+from accelkit.stats.core.moments import BLOCK_ROWS
 
 RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 BUCKETS = 4096  # a narrowing's histogram of a window's entries

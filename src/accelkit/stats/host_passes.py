@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.stats import host_loop, pass_state, windows
-from accelkit.stats.moments import BLOCK_ROWS, Extremes
+from accelkit.stats.core.moments import BLOCK_ROWS, Extremes
 from accelkit.stats.pass_state import PassSpec, PassState
 
 _kernels: dict = {}  # integer data? -> the loop's native function (ctypes)

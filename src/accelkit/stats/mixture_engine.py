@@ -22,10 +22,10 @@ import numpy as np
 
 from accelkit.errors import ConfigError, DataError
 from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
-from accelkit.stats import histograms
 from accelkit.stats import mixture as mx
-from accelkit.stats import moments as mom
-from accelkit.stats import quantiles as qt
+from accelkit.stats.core import histograms
+from accelkit.stats.core import moments as mom
+from accelkit.stats.core import quantiles as qt
 from accelkit.stats.engine import (
     DEFAULT_QUANTILES,
     EXACT_FIRST_DIGIT,

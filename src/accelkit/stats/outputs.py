@@ -42,7 +42,7 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
             write_episode_outputs(stream, result, episodes, output, into=target is not None)
         cameras = None
         if result.cameras is not None:
-            from accelkit.stats.cameras import lerobot_entry
+            from accelkit.stats.core.camera_stats import lerobot_entry
             from accelkit.stats.formats import quantile_name
 
             names = {float(q): quantile_name(q) for q in levels}
@@ -132,7 +132,7 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
     v2 = source.version.startswith("v2")
     cameras = None
     if result.cameras is not None:  # LeRobot 0.3 (v2.1) keeps no quantiles per episode
-        from accelkit.stats.cameras import lerobot_entry
+        from accelkit.stats.core.camera_stats import lerobot_entry
 
         cameras = {
             episode: {k: lerobot_entry(s, None if v2 else quantile_names) for k, s in per.items()}
@@ -191,7 +191,7 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     if bounds:  # fast mode: the worst quantile's rank error, as a fraction of the rows
         facts["rank_error_bound"] = bounds
     if stream.chunk_transform is not None:
-        from accelkit.stats.transforms import describe
+        from accelkit.stats.core.action_chunks import describe
 
         facts["actions_transform"] = describe(stream.chunk_transform)
     if hasattr(stream, "facts"):  # a mixture: its kind and members (`mixture_run`)

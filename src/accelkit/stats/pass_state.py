@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from accelkit.stats import moments as mom
-from accelkit.stats.keys import key_dtype
+from accelkit.stats.core import moments as mom
+from accelkit.stats.core.sort_keys import key_dtype
 
 
 class PassSpec(NamedTuple):

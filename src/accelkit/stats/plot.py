@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import ConfigError
-from accelkit.stats import histograms
+from accelkit.stats.core import histograms
 
 log = logging.getLogger(__name__)
 

@@ -226,11 +226,11 @@ def _result(settings, result, output: Path, stream, backup, shown=None, plotted=
 
 
 def chunk_transform_of(settings: StatsSettings):
-    """The action-chunk transform the settings ask for (`accelkit.stats.transforms`), or None
+    """The action-chunk transform the settings ask for (`accelkit.stats.core.action_chunks`), or None
     when plain chunks (weights, no rows built) will do."""
     if not (settings.delta_actions or settings.transform or settings.per_timestep):
         return None
-    from accelkit.stats import transforms
+    from accelkit.stats.core import action_chunks as transforms
 
     wanted = next(
         flag
@@ -328,7 +328,7 @@ def dataset_target(settings: StatsSettings, stream) -> Path | None:
 
 def images_mode(settings: StatsSettings, stream) -> str:
     """What --images means for this run: the default follows the format (see docs/stats.md)."""
-    from accelkit.stats.cameras import camera_keys
+    from accelkit.stats.core.camera_stats import camera_keys
 
     source = getattr(stream, "lerobot", None)
     has_cameras = source is not None and bool(camera_keys(source.features))
@@ -369,13 +369,13 @@ def images_mode(settings: StatsSettings, stream) -> str:
 
 
 def camera_stats(settings: StatsSettings, stream, levels, progress: bool):
-    """The camera features' statistics (`accelkit.stats.cameras`), or None with --images none."""
+    """The camera features' statistics (`accelkit.stats.core.camera_stats`), or None with --images none."""
     mode = images_mode(settings, stream)
     if mode == "none":
         return None
     from accelkit.runtime.progress import Steps
     from accelkit.stats.camera_files import compute_camera_stats
-    from accelkit.stats.cameras import camera_keys
+    from accelkit.stats.core.camera_stats import camera_keys
 
     if not camera_keys(stream.lerobot.features):
         return None

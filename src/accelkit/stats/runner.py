@@ -21,7 +21,7 @@ from accelkit.runtime.devices import (
     free_memory_bytes,
 )
 from accelkit.runtime.progress import TimeBudget
-from accelkit.stats.moments import BLOCK_ROWS
+from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.types import Stream
 
 

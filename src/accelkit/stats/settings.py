@@ -53,7 +53,7 @@ class StatsSettings(Settings):
     per_timestep: bool = False  # also one set of statistics per action-chunk step
     plot: str | None = None  # a figure of the distributions: PATH.png or a self-contained PATH.html
     # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
-    # None: "sample" for --format lerobot, "none" for openpi (stats/cameras.py, docs/stats.md)
+    # None: "sample" for --format lerobot, "none" for openpi (stats/core/camera_stats.py, docs/stats.md)
     images: Literal["none", "sample", "all"] | None = None
 
     @field_validator("dataset")
@@ -111,7 +111,7 @@ class StatsSettings(Settings):
     @classmethod
     def _mask(cls, value):
         if value is not None:
-            from accelkit.stats.transforms import parse_mask
+            from accelkit.stats.core.action_chunks import parse_mask
 
             try:
                 parse_mask(value)

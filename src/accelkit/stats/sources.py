@@ -28,6 +28,13 @@ import numpy as np
 from accelkit.errors import DataError, InputError
 from accelkit.runtime import storage
 from accelkit.stats import lerobot
+from accelkit.stats.core.action_chunks import (
+    ACTIONS,
+    STATE,
+    ChunkTransform,
+    check_keys,
+    materialize,
+)
 from accelkit.stats.readers import (  # noqa: F401  (FileReader: where tests count the reads)
     FileReader,
     Fragment,
@@ -42,7 +49,6 @@ from accelkit.stats.stream_rows import (  # chunk_weights: also this module's, a
     last_rows,
     rows_of,
 )
-from accelkit.stats.transforms import ACTIONS, STATE, ChunkTransform, check_keys, materialize
 from accelkit.stats.types import Column, Stream
 
 log = logging.getLogger(__name__)
@@ -302,7 +308,7 @@ class FileStream(Stream):
         self, index: int, columns: dict, episodes, seen_episodes: dict, first: int
     ) -> Iterator[dict[str, Column]]:
         """Rows `first`.. of file `index` (whole episodes) with their action chunks built and
-        transformed (`accelkit.stats.transforms`), in blocks of whole episodes of at most about
+        transformed (`accelkit.stats.core.action_chunks`), in blocks of whole episodes of at most about
         SPLIT_ROWS chunk elements each (a 50-step horizon makes 50 rows of every frame)."""
         spec = self.chunk_transform
         fragment = self.fragments[index]
@@ -571,7 +577,7 @@ def open_source(
     `s3://`, `gs://` or `file://` URI (`accelkit.runtime.storage`; `endpoint_url` reaches an
     S3-compatible store). `chunk_transform` builds the keys' action chunks row by row and
     transforms them (openpi's DeltaActions, a hook, per-step statistics:
-    `accelkit.stats.transforms`).
+    `accelkit.stats.core.action_chunks`).
     """
     root = storage.as_path(path, endpoint_url)
     if not root.exists():

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
     import jax.numpy as jnp
 
 from accelkit.errors import DataError
-from accelkit.stats.keys import float_keys, keys_to_floats, keys_to_values  # noqa: F401
+from accelkit.stats.core.sort_keys import float_keys, keys_to_floats, keys_to_values  # noqa: F401
 
 KEY_BITS = 32  # float32 keys; int64 data has 64-bit keys (plans carry their own width)
 NO_PREFIX = np.uint64(0xFFFFFFFFFFFFFFFF)  # pads prefix tables: above every shorter prefix

@@ -29,7 +29,7 @@ import numpy as np
 if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
     import jax.numpy as jnp
 
-from accelkit.stats.keys import empty_keys, keys_of, keys_to_values
+from accelkit.stats.core.sort_keys import empty_keys, keys_of, keys_to_values
 
 BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole blocks per device
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelkit.stats.keys import keys_to_floats, keys_to_ints
+from accelkit.stats.core.sort_keys import keys_to_floats, keys_to_ints
 
 BARS = 40  # bars per panel
 POINT_MASS_SHARE = 0.8  # flag a dimension with at least this share of its values at one end

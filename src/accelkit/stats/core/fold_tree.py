@@ -140,7 +140,7 @@ class Folder:
         self.span = join(self.span, from_blocks(self.span.stop, blocks))
 
     def sums(self, dim: int):
-        from accelkit.stats.moments import Sums
+        from accelkit.stats.core.moments import Sums
 
         s1, s2 = total(self.span, dim)
         return Sums(s1, s2)

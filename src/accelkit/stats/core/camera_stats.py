@@ -132,7 +132,7 @@ class CameraStats:
 
 def finalize(state: PixelCounts, levels=()) -> CameraStats:
     """The statistics the histogram holds, exactly (see the module's docstring)."""
-    from accelkit.stats.quantiles import linear_targets, numpy_lerp
+    from accelkit.stats.core.quantiles import linear_targets, numpy_lerp
 
     hist = state.histogram
     channels = hist.shape[0]
