@@ -2,9 +2,9 @@
 back, the rule `stats check` follows.
 
 The references are the tools' own numbers: LeRobot 0.4.4's `meta/stats.json` of the fixtures
-(reproduced here bit for bit by LeRobot's arithmetic as `stats/lerobot_rules.py` writes it out),
+(reproduced here bit for bit by LeRobot's arithmetic as `stats/upstream/lerobot.py` writes it out),
 openpi's own `norm_stats.json` of `lerobot_v30/` (`fixtures/openpi_v30/`, written by openpi's
-RunningStats: `make_openpi_fixtures.py`; reproduced bit for bit by `stats/openpi_rules.py`), and
+RunningStats: `make_openpi_fixtures.py`; reproduced bit for bit by `stats/upstream/openpi.py`), and
 numpy float64 over the frames read here with pyarrow."""
 
 import json
@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import accelkit.stats as stats
-from accelkit.stats import compare, lerobot, openpi_rules
+from accelkit.stats import compare, lerobot
 from accelkit.stats.diff_recompute import Recomputer
+from accelkit.stats.upstream import openpi as openpi_rules
 from tests.support.cli import envelope_of, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,7 +6,7 @@ within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` f
 (`stats/core/tolerance.py`):
 
 * **binned quantiles / float32 (float64) moments** — LeRobot's own arithmetic
-  (`stats/lerobot_rules.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]², 0.3's
+  (`stats/upstream/lerobot.py`: its 5000-bin histogram quantile, its one-pass E[x²] − E[x]², 0.3's
   numpy moments) on this episode's rows, re-read from the data, reproduces the stored number. A
   dataset-wide number: LeRobot's aggregate of the stored per-episode entries reproduces it and
   those entries' own cause was confirmed.
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats import lerobot_rules
 from accelkit.stats.core.tolerance import reproduces
+from accelkit.stats.upstream import lerobot as lerobot_rules
 
 F32 = 2.0**-24  # float32's unit roundoff
 F64 = 2.0**-53

@@ -5,7 +5,7 @@ In the order they are tried, simplest first (a file's number takes the first tha
 1. the exact statistics of every frame (the engine, `compute_stats`);
 2. a LeRobot file: LeRobot's own per-episode arithmetic on every episode's rows (0.4's float32
    E[x²] − E[x]² and 5000-bin quantiles, 0.3's numpy moments; each also on the values widened to
-   float64), aggregated as its `aggregate_stats` does (`stats/lerobot_rules.py`); and the exact
+   float64), aggregated as its `aggregate_stats` does (`stats/upstream/lerobot.py`); and the exact
    per-episode statistics aggregated that way (quantiles averaged);
 3. the actions: exact statistics of action chunks for every horizon and end-of-episode rule the
    files' run facts, `--action-horizon` / `--chunk-end` or the file's count imply (a count of
@@ -15,7 +15,7 @@ In the order they are tried, simplest first (a file's number takes the first tha
 4. the exact statistics of the dataset's first episodes, when a file's count is that of fewer
    episodes (frames or chunks): a dataset that has grown since the file was written;
 5. an openpi file: openpi's RunningStats over the batches its compute_norm_stats.py reads
-   (`stats/openpi_rules.py`), both re-binning variants, with the exact statistics of the same
+   (`stats/upstream/openpi.py`), both re-binning variants, with the exact statistics of the same
    rows.
 
 Each is computed once, when a side still has a differing number that nothing before it gave
@@ -31,10 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.stats import compare, lerobot_rules, openpi_rules
+from accelkit.stats import compare
 from accelkit.stats.diff_causes import Hypothesis
 from accelkit.stats.formats import quantile_name
 from accelkit.stats.types import Column, Stream
+from accelkit.stats.upstream import lerobot as lerobot_rules
+from accelkit.stats.upstream import openpi as openpi_rules
 
 GROUP_FRAMES = 1 << 12  # openpi's batches regrouped for the engine (rows and order unchanged)
 

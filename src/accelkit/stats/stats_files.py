@@ -8,7 +8,7 @@ or a dataset folder (or repo id, `stats/repo_ids.py`), which means the statistic
 * LeRobot: `{column: {"min", "max", "mean", "std", "count", "q01", ...}}`.
 * A dataset folder: its `meta/stats.json`; a v2.1 dataset without one, its
   `meta/episodes_stats.jsonl` aggregated as LeRobot does when it loads the dataset
-  (`aggregate_stats`, `stats/lerobot_rules.py`).
+  (`aggregate_stats`, `stats/upstream/lerobot.py`).
 
 Every statistic becomes a float64 array (camera entries of shape (3, 1, 1) are flattened); a
 `null` entry is left out (openpi writes a missing quantile as null). What each file's run facts say
@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.stats import compare, lerobot_rules, repo_ids
+from accelkit.stats import compare, repo_ids
 from accelkit.stats.formats import quantile_name, sidecar_path
 from accelkit.stats.sources import DEFAULT_KEYS
+from accelkit.stats.upstream import lerobot as lerobot_rules
 
 FORMATS = ("openpi", "lerobot")
 
