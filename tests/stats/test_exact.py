@@ -166,7 +166,7 @@ def test_eight_devices_equal_one_device_in_fast_mode(rng, one_device, eight_devi
 def test_out_of_memory_halves_the_batch_and_gives_the_same_answer(
     rng, one_device, monkeypatch, caplog
 ):
-    from accelkit.stats import passes
+    from accelkit.stats.kernel import device as passes
 
     x = rng.standard_normal((20_000, 3)).astype(np.float32)
     expected = compute_stats(

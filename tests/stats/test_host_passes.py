@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelkit.stats import host_passes, passes
 from accelkit.stats.core.moments import BLOCK_ROWS
-from accelkit.stats.pass_state import PassSpec, init
+from accelkit.stats.kernel import device as passes
+from accelkit.stats.kernel import host as host_passes
+from accelkit.stats.kernel.state import PassSpec, init
 
 
 def adversarial_floats(rng, rows: int) -> np.ndarray:
@@ -136,7 +137,7 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
     child = (
         "import atexit, sys; from accelkit.cli import main\n"
         "atexit.register(lambda: print('jax imported:', 'jax' in sys.modules, 'host kernel:',"
-        " bool(sys.modules['accelkit.stats.host_passes']._kernels)))\n"
+        " bool(sys.modules['accelkit.stats.kernel.host']._kernels)))\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""The host loop's machine code kept between processes (`stats/native_kernel.py`): linked without
+"""The host loop's machine code kept between processes (`stats/kernel/native_cache.py`): linked without
 numba, it computes what numba's own build computes, bit for bit; a damaged or foreign file is
 never run; a command whose loop is kept does not import numba."""
 
@@ -10,8 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from accelkit.stats import host_passes, native_kernel, windows
-from accelkit.stats.pass_state import PassSpec, init
+from accelkit.stats.kernel import host as host_passes
+from accelkit.stats.kernel import native_cache as native_kernel
+from accelkit.stats.kernel import windows
+from accelkit.stats.kernel.state import PassSpec, init
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Exact mode's speculative single pass (`stats/windows.py`): the values kept near each tail
+"""Exact mode's speculative single pass (`stats/kernel/windows.py`): the values kept near each tail
 quantile during pass 1 give numpy's order statistics without a second read; where the data moved
 after a window narrowed, the radix passes run and the result is still numpy's, bit for bit."""
 
@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from accelkit.stats import host_passes, windows
 from accelkit.stats.engine import compute_stats
-from accelkit.stats.pass_state import PassSpec, init
+from accelkit.stats.kernel import host as host_passes
+from accelkit.stats.kernel import windows
+from accelkit.stats.kernel.state import PassSpec, init
 from accelkit.stats.sources import FileReader, open_source
 
 from .helpers import assert_matches_numpy

@@ -10,9 +10,9 @@ from collections import deque
 import numpy as np
 
 from accelkit.errors import DataError
-from accelkit.stats import pass_state
 from accelkit.stats.core import fold_tree
 from accelkit.stats.core.moments import BLOCK_ROWS
+from accelkit.stats.kernel import state as pass_state
 from accelkit.stats.types import Column, Stream
 
 # --- what a task does -------------------------------------------------------------------------
@@ -321,12 +321,12 @@ def count_group(stream, indices) -> list[dict]:
 
 def _block_sums(x: np.ndarray, w: np.ndarray, center: np.ndarray, kernel: str):
     if kernel == "host":
-        from accelkit.stats import host_passes
+        from accelkit.stats.kernel import host as host_passes
 
         return host_passes.block_sums(x, w, center)
     import jax
 
-    from accelkit.stats import passes
+    from accelkit.stats.kernel import device as passes
 
     with jax.enable_x64(True):
         s1, s2 = passes.moment_blocks(x, w, center)

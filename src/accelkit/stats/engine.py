@@ -116,7 +116,7 @@ def compute_stats(
     `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),
     computed from the same reads; the source must give each row's episode (LeRobot datasets do).
     On the host kernel, tail levels (all within 2 % of 0 or 1) are usually found in pass 1 alone
-    (`accelkit.stats.windows`); a run over local files then reads them again only where that
+    (`accelkit.stats.kernel.windows`); a run over local files then reads them again only where that
     missed. Other exact runs decode the data once: later passes replay pass 1's chunks, kept in
     memory up to `cache_bytes` (default: a quarter of available memory, at most 32 MiB) and
     beyond it in a temporary file (see `accelkit.stats.replay`).
@@ -237,7 +237,7 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
 def _exact(
     runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None, cache_bytes=None
 ):
-    from accelkit.stats import windows
+    from accelkit.stats.kernel import windows
     from accelkit.stats.replay import Recording
 
     # pass 1 keeps the values near each quantile, where those are likely to stay put (`windows`)
@@ -260,8 +260,8 @@ def _exact(
 
 
 def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, speculate=False):
-    from accelkit.stats import windows
-    from accelkit.stats.pass_state import PassSpec, init
+    from accelkit.stats.kernel import windows
+    from accelkit.stats.kernel.state import PassSpec, init
 
     def first_init(key, spec, column):
         near = (
@@ -355,7 +355,7 @@ def select_pass(plans: Mapping[str, qt.RadixPlan]) -> tuple[dict, dict, Callable
     """The next exact-select pass: each unfinished key's prefix groups and the digit it fixes
     (16 bits, or 8 where its tables would be too big), and the runner's `spec_for`/`init_for`.
     Shared by one stream's passes and a mixture's (which pass `mixture.view`s of its plans)."""
-    from accelkit.stats.pass_state import PassSpec, init
+    from accelkit.stats.kernel.state import PassSpec, init
 
     groups, digits = {}, {}
     for key, plan in plans.items():
@@ -393,7 +393,7 @@ def _known(plan: qt.RadixPlan, found: np.ndarray, covered: np.ndarray, count) ->
 
 
 def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
-    from accelkit.stats.pass_state import PassSpec, init
+    from accelkit.stats.kernel.state import PassSpec, init
 
     def spec_for(key, dim, integer):
         bits = qt.FAST_DIGIT_BITS

@@ -85,7 +85,7 @@ class HostKernel:
     needs_flush = False
 
     def __init__(self):
-        from accelkit.stats import host_passes
+        from accelkit.stats.kernel import host as host_passes
 
         self.host_passes = host_passes
         host_passes.warm_up()  # numba's start-up overlaps the first reads
@@ -119,7 +119,7 @@ class DeviceKernel:
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        from accelkit.stats import passes
+        from accelkit.stats.kernel import device as passes
 
         self.jax, self.passes = jax, passes
         self.mesh = passes.make_mesh(devices)
@@ -238,7 +238,7 @@ class Runner:
     def _run_pass_once(
         self, label, make_spec, make_init, chunk_limit, budget, observer, stream, later_passes=None
     ) -> PassOutcome:
-        from accelkit.stats import pass_state
+        from accelkit.stats.kernel import state as pass_state
 
         kernel = self.kernel
         specs, states, batchers, host_acc, weight_since_flush = {}, {}, {}, {}, {}

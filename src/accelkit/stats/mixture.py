@@ -34,10 +34,10 @@ from typing import NamedTuple
 import numpy as np
 
 from accelkit.errors import ConfigError
-from accelkit.stats import windows as win
 from accelkit.stats.core import quantiles as qt
 from accelkit.stats.core.moments import Sums
 from accelkit.stats.core.sort_keys import keys_to_values
+from accelkit.stats.kernel import windows as win
 
 SAFE = 1 << 62  # sums below this are taken in int64
 

@@ -159,7 +159,7 @@ class _Mixture:
     # --- exact mode ---
 
     def exact(self):
-        from accelkit.stats import windows
+        from accelkit.stats.kernel import windows
         from accelkit.stats.replay import Recording
 
         with ExitStack() as stack:
@@ -177,8 +177,8 @@ class _Mixture:
             return self._exact_passes(sources, speculate)
 
     def _exact_passes(self, sources, speculate):
-        from accelkit.stats import windows
-        from accelkit.stats.pass_state import PassSpec, init
+        from accelkit.stats.kernel import windows
+        from accelkit.stats.kernel.state import PassSpec, init
 
         levels = self.levels
 
@@ -258,7 +258,7 @@ class _Mixture:
     # --- fast mode (the union only) ---
 
     def fast(self):
-        from accelkit.stats.pass_state import PassSpec, init
+        from accelkit.stats.kernel.state import PassSpec, init
 
         def spec_for(key, dim, integer):
             bits = qt.FAST_DIGIT_BITS

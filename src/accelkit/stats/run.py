@@ -168,7 +168,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
 
     devices = None  # chosen by compute_stats (JAX's), unless the host kernel is known to run
     if host_kernel_chosen(settings.platform, host=settings.ray is None and not settings.fast):
-        from accelkit.stats import host_passes
+        from accelkit.stats.kernel import host as host_passes
 
         host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
         devices = [HOST]  # decided once: the plugin search is a listing of sys.path

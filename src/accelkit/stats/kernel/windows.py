@@ -34,7 +34,7 @@ import numpy as np
 
 from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.core.sort_keys import key_dtype
-from accelkit.stats.host_loop import spare
+from accelkit.stats.kernel.host_loop import spare
 
 BYTES_PER_KEY = 16 << 20  # the buffers of one key's windows (untouched pages cost nothing)
 FLAG = np.int64(1 << 62)  # on a pass-1 histogram count: some window reaches this bin

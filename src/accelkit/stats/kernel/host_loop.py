@@ -1,5 +1,5 @@
 """The exact passes' loop as numba compiles it (`host_passes` drives it): `loop`, one batch of
-rows, and the windows of the speculative pass (`stats/windows.py`) it fills: `add` takes a
+rows, and the windows of the speculative pass (`stats/kernel/windows.py`) it fills: `add` takes a
 block's values that fell in a flagged bin (one some window reaches), `narrow` cuts a full window
 to about half its capacity around the level's rank so far, `unflag` clears the flag of bins no
 window reaches any more.

@@ -33,9 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.stats import host_loop, pass_state, windows
 from accelkit.stats.core.moments import BLOCK_ROWS, Extremes
-from accelkit.stats.pass_state import PassSpec, PassState
+from accelkit.stats.kernel import host_loop, windows
+from accelkit.stats.kernel import state as pass_state
+from accelkit.stats.kernel.state import PassSpec, PassState
 
 _kernels: dict = {}  # integer data? -> the loop's native function (ctypes)
 _kernel_lock = threading.Lock()
@@ -254,7 +255,7 @@ def block_sums(
 def _native(integer: bool):
     """The loop's native function: kept machine code where it checks out, else numba's build
     (kept for the next process)."""
-    from accelkit.stats import native_kernel
+    from accelkit.stats.kernel import native_cache as native_kernel
 
     variant = "int64" if integer else "float32"
     here = Path(__file__).parent

@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from accelkit.stats.core import moments as mom
 from accelkit.stats.core.quantiles import digit_histogram_update
 from accelkit.stats.core.sort_keys import float_keys, keys_of
-from accelkit.stats.pass_state import PassSpec, PassState, init, merge  # noqa: F401  (re-exported)
+from accelkit.stats.kernel.state import PassSpec, PassState, init, merge  # noqa: F401  (re-exported)
 
 
 def update(
