@@ -244,7 +244,7 @@ def baseline_b(x: np.ndarray, batch: int = 256) -> dict:
 
 
 def accelkit_stats(data, fast: bool):
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
     out = {}
@@ -393,7 +393,7 @@ def memory_child(rows: int, dim: int, fast: bool) -> None:
     """Runs in a subprocess: prints one JSON line with this process's peak RSS."""
     import jax  # noqa: F401  (imported before the baseline so the runtime is in it)
 
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     data = GeneratedBatches(rows, dim)
     from accelkit.runtime.devices import peak_rss_bytes

@@ -13,9 +13,9 @@ import pytest
 
 from accelkit.cli import main
 from accelkit.errors import DataError
-from accelkit.stats import cluster
 from accelkit.stats.core.action_chunks import ChunkTransform, DeltaActions
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine import ray_runner as cluster
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import open_source
 from tests.support.groups import SERVERS
@@ -237,7 +237,7 @@ def test_a_task_error_is_named_for_what_it_was():
     import ray.exceptions
 
     from accelkit.errors import DataError, DeviceError
-    from accelkit.stats.cluster import MAX_RETRIES, _user_error
+    from accelkit.stats.engine.ray_runner import MAX_RETRIES, _user_error
 
     ours = DataError("episode 3 spans a.parquet and b.parquet; …")
     raised = ray.exceptions.RayTaskError("run_group", "Traceback …", ours)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from accelkit.errors import DataError
 from accelkit.stats.core.episodes import EpisodeCollector
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.sources import open_source
 from accelkit.stats.types import Column
 

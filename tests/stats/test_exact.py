@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from accelkit.errors import DataError
 from accelkit.stats.core.quantiles import float_keys, keys_to_floats
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 
 from .helpers import assert_matches_numpy, stats_of
 

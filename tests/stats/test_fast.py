@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]
 

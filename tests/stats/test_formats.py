@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from accelkit.runtime.files import atomic_open
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats import quantile_name, read_norm_stats, write_stats
 
 

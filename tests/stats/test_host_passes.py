@@ -128,7 +128,7 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
 
     import jax
 
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
     from accelkit.stats.sample import write_sample_dataset
     from accelkit.stats.sources import open_source
 
@@ -156,8 +156,8 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
 def test_the_warm_up_loads_the_loop_a_float32_run_calls(rng):
     """`warm_up` (the loop's start-up on a thread while the first files are read) must load the
     very function a run on float32 columns calls: afterwards the run loads nothing new."""
-    from accelkit.stats.engine import compute_stats
-    from accelkit.stats.runner import HOST
+    from accelkit.stats.engine.driver import compute_stats
+    from accelkit.stats.engine.runner import HOST
 
     host_passes.warm_up().join()
     loaded = dict(host_passes._kernels)
@@ -187,7 +187,7 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
     )
     library = (
         "import gc\n"
-        "from accelkit.stats.engine import compute_stats\n"
+        "from accelkit.stats.engine.driver import compute_stats\n"
         "from accelkit.stats.sources import open_source\n"
         f"compute_stats(open_source({str(root)!r}), platform='cpu')\n"
         "from accelkit.stats import host_passes\n"
@@ -241,7 +241,7 @@ def test_the_moments_shift_is_the_nanmedian_of_the_counted_values(rng):
     with NaN, Inf, zero weights, integers and both of nanmedian's paths (under and over 600 rows)."""
     import warnings
 
-    from accelkit.stats.engine import _center_of
+    from accelkit.stats.engine.driver import _center_of
     from accelkit.stats.types import Column
 
     def nanmedian_form(column):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.errors import DataError
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.sources import open_source
 
 from .helpers import assert_matches_numpy

@@ -12,7 +12,7 @@ import pytest
 
 from accelkit.errors import ConfigError, DataError
 from accelkit.stats import mixture
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.kernel import windows
 from accelkit.stats.mixture_engine import compute_mixture_stats
 

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.errors import DataError, InputError
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.sample import write_sample_dataset
 from accelkit.stats.sources import chunk_weights, open_source
 

@@ -15,7 +15,7 @@ from accelkit.stats.core.action_chunks import (
     make_bool_mask,
     parse_mask,
 )
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats import per_timestep_path, read_norm_stats
 from accelkit.stats.sources import open_source
 from tests.stats.helpers import assert_matches_numpy

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.kernel import host as host_passes
 from accelkit.stats.kernel import windows
 from accelkit.stats.kernel.state import PassSpec, init

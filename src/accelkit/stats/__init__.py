@@ -31,7 +31,7 @@ _EXPORTS = {
     "DiffReport": "accelkit.stats.diffing",
     "FixResult": "accelkit.stats.checking",
     "StatsSettings": "accelkit.stats.settings",
-    "compute_stats": "accelkit.stats.engine",
+    "compute_stats": "accelkit.stats.engine.driver",
     "open_source": "accelkit.stats.sources",
     "write_stats": "accelkit.stats.formats",
     "read_norm_stats": "accelkit.stats.formats",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.stats.checking import CheckReport, FixResult, check, fix
     from accelkit.stats.core.episodes import episode_stats
     from accelkit.stats.diffing import DiffReport, diff
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
     from accelkit.stats.formats import read_norm_stats, write_stats
     from accelkit.stats.run import ComputeResult, compute
     from accelkit.stats.sample import write_sample_dataset

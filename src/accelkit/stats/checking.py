@@ -9,7 +9,7 @@ the exact ones written over them.
         stats.fix(report)          # the old files backed up; stopped, the dataset is as it was
 
 The comparison itself is the pure core in `stats/compare.py`; the engine computes the exact
-statistics (`stats/engine.py`), with LeRobot's quantile levels, every episode too.
+statistics (`stats/engine/driver.py`), with LeRobot's quantile levels, every episode too.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _check(
     from accelkit.runtime.devices import enable_compilation_cache
 
     enable_compilation_cache()
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     result = compute_stats(
         stream, quantiles=levels, progress=progress, per_episode=True, skip_nonfinite=False
@@ -390,7 +390,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
             out[path] = ({k: exact[c] for k, c in usable.items()}, None, usable)
             continue
         from accelkit.runtime.progress import phase
-        from accelkit.stats.engine import compute_stats
+        from accelkit.stats.engine.driver import compute_stats
         from accelkit.stats.sources import open_source
 
         phase(f"{path.name}: statistics of {horizon}-step action chunks")

@@ -142,7 +142,7 @@ class Recomputer:
     # --- the engine ------------------------------------------------------------------------
 
     def _exact(self, stream, per_episode: bool = False):
-        from accelkit.stats.engine import compute_stats
+        from accelkit.stats.engine.driver import compute_stats
 
         result = compute_stats(
             stream, quantiles=self.levels, progress=self.progress, per_episode=per_episode
@@ -278,7 +278,7 @@ class Recomputer:
         exact statistics of the same rows: ({"state": stats, "actions": stats}, exact, frames)."""
         from accelkit.runtime.progress import Steps, phase
         from accelkit.stats import readers
-        from accelkit.stats.engine import compute_stats
+        from accelkit.stats.engine.driver import compute_stats
 
         def episodes():
             wanted = {e.index: {self.state, self.actions} for e in self.source.layout.episodes}

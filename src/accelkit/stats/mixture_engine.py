@@ -26,7 +26,7 @@ from accelkit.stats import mixture as mx
 from accelkit.stats.core import histograms
 from accelkit.stats.core import moments as mom
 from accelkit.stats.core import quantiles as qt
-from accelkit.stats.engine import (
+from accelkit.stats.engine.driver import (
     DEFAULT_QUANTILES,
     EXACT_FIRST_DIGIT,
     TABLE_BUDGET_BYTES,
@@ -37,7 +37,7 @@ from accelkit.stats.engine import (
     open_runner,
     select_pass,
 )
-from accelkit.stats.runner import choose_devices, x64_for
+from accelkit.stats.engine.runner import choose_devices, x64_for
 from accelkit.stats.types import BatchStream, KeyStats, RunSummary, StatsResult, Stream
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,8 @@ class _Mixture:
     # --- exact mode ---
 
     def exact(self):
+        from accelkit.stats.engine.replay import Recording
         from accelkit.stats.kernel import windows
-        from accelkit.stats.replay import Recording
 
         with ExitStack() as stack:
             sources, speculate = [], []

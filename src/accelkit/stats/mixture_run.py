@@ -225,7 +225,7 @@ def compute(settings: StatsSettings, source: MixtureSource, levels, devices, pro
     result = compute_mixture_stats(source.members, weights=settings.weights, **options)
     own = {k: v for k, v in source.keys.items() if k not in result.stats}
     if own:  # the merged dataset's renumbered columns
-        from accelkit.stats.engine import compute_stats
+        from accelkit.stats.engine.driver import compute_stats
         from accelkit.stats.sources import open_source
 
         merged = compute_stats(open_source(source.target, keys=own), **options)

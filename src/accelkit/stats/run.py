@@ -6,7 +6,7 @@ written (openpi `norm_stats.json` or LeRobot `stats.json`, per-episode files, a 
     done = stats.compute("path/to/dataset", format="lerobot", output="stats.json")
     done.result.stats["state"].mean, done.output
 
-`compute_stats` (`stats/engine.py`) is the engine below it, for rows already in Python.
+`compute_stats` (`stats/engine/driver.py`) is the engine below it, for rows already in Python.
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         cameras = camera_stats(settings, stream, levels, progress)
     phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
-    from accelkit.stats.engine import compute_stats
-    from accelkit.stats.runner import HOST, host_kernel_chosen
+    from accelkit.stats.engine.driver import compute_stats
+    from accelkit.stats.engine.runner import HOST, host_kernel_chosen
 
     devices = None  # chosen by compute_stats (JAX's), unless the host kernel is known to run
     if host_kernel_chosen(settings.platform, host=settings.ray is None and not settings.fast):

@@ -16,7 +16,7 @@ from accelkit.errors import DataError, DeviceError
 from accelkit.runtime.progress import TimeBudget, rows_progress
 from accelkit.stats.core import fold_tree
 from accelkit.stats.core.moments import BLOCK_ROWS
-from accelkit.stats.runner import HOST, PassOutcome, default_batch_size, is_out_of_memory
+from accelkit.stats.engine.runner import HOST, PassOutcome, default_batch_size, is_out_of_memory
 from accelkit.stats.types import Column, Stream
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
-"""How a pass runs, below every runner: the protocol the application layer (`stats/engine.py`)
-drives and both runners implement — the local one (`stats/local_runner.py`: batches on this
-machine's devices or the compiled host loop) and the Ray one (`stats/cluster.py`: Ray tasks over
+"""How a pass runs, below every runner: the protocol the application layer (`stats/engine/driver.py`)
+drives and both runners implement — the local one (`stats/engine/local_runner.py`: batches on this
+machine's devices or the compiled host loop) and the Ray one (`stats/engine/ray_runner.py`: Ray tasks over
 groups of files, each running the local runner) — and the device choice they share.
 
 Arrows point down: engine -> cluster -> local_runner -> runner; nothing here imports a runner.

@@ -1,6 +1,6 @@
-"""What a Ray task of `accelkit stats --ray` runs on a worker (`stats/cluster.py` is the driver):
+"""What a Ray task of `accelkit stats --ray` runs on a worker (`stats/engine/ray_runner.py` is the driver):
 a pass over a group of files with the local runner, padded to the stream's 256-row moment blocks,
-and the merges that join adjacent groups' results exactly (see `stats/cluster.py`)."""
+and the merges that join adjacent groups' results exactly (see `stats/engine/ray_runner.py`)."""
 
 from __future__ import annotations
 
@@ -118,8 +118,8 @@ def run_group(
     partial state (packed), the span of its whole blocks' moment sums and its edge rows.
     """
     from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.local_runner import Runner
-    from accelkit.stats.runner import HOST, choose_devices, x64_for
+    from accelkit.stats.engine.local_runner import Runner
+    from accelkit.stats.engine.runner import HOST, choose_devices, x64_for
 
     plan = {key: dict(p, start=(starts or {}).get(key)) for key, p in plan.items()}
     enable_compilation_cache()

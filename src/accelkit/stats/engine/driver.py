@@ -1,7 +1,7 @@
 """The statistics engine: which passes, in what order, over a `Stream` of chunks.
 
 `compute_stats` drives the pass kernels (`passes`, `host_passes`) through a runner
-(`stats/runner.py`'s protocol; the local one or, with `ray`, the Ray one it chooses here):
+(`stats/engine/runner.py`'s protocol; the local one or, with `ray`, the Ray one it chooses here):
 
 * exact mode: pass 1 (moments + top key digit), then one pass per remaining digit (usually one)
   until every target order statistic is known exactly;
@@ -24,7 +24,7 @@ from accelkit.errors import DataError
 from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
 from accelkit.runtime.progress import TimeBudget
 from accelkit.stats.core import quantiles as qt
-from accelkit.stats.runner import Runner, choose_devices, x64_for
+from accelkit.stats.engine.runner import Runner, choose_devices, x64_for
 from accelkit.stats.types import (
     BatchStream,
     Column,
@@ -119,12 +119,12 @@ def compute_stats(
     (`accelkit.stats.kernel.windows`); a run over local files then reads them again only where that
     missed. Other exact runs decode the data once: later passes replay pass 1's chunks, kept in
     memory up to `cache_bytes` (default: a quarter of available memory, at most 32 MiB) and
-    beyond it in a temporary file (see `accelkit.stats.replay`).
+    beyond it in a temporary file (see `accelkit.stats.engine.replay`).
     `max_time_minutes` stops early, with a partial result over the rows read so far, so that the
     whole run (every pass) ends within the budget, counted from this call or, with
     `budget_from_process_start`, from the start of the process.
     `ray` (an address, "auto" or "local") runs the passes as Ray tasks over groups of the stream's
-    files (`accelkit.stats.cluster`; a `FileStream` only), with results equal to the local run's
+    files (`accelkit.stats.engine.ray_runner`; a `FileStream` only), with results equal to the local run's
     bit for bit; `ray_tasks` sets how many groups (default: from the cluster's CPUs).
     On the CPU, exact mode runs on the compiled host kernel (`host_passes`, the same bits as the
     XLA kernel) and does not start JAX; `devices` (JAX devices) always run the XLA kernel.
@@ -237,8 +237,8 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
 def _exact(
     runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None, cache_bytes=None
 ):
+    from accelkit.stats.engine.replay import Recording
     from accelkit.stats.kernel import windows
-    from accelkit.stats.replay import Recording
 
     # pass 1 keeps the values near each quantile, where those are likely to stay put (`windows`)
     speculate = runner.speculates and windows.worth_trying(levels)
@@ -335,10 +335,10 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
 def open_runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks):
     """The runner of a stream's passes: here (`local_runner`), or on the Ray cluster `ray`."""
     if ray is None:
-        from accelkit.stats.local_runner import Runner
+        from accelkit.stats.engine.local_runner import Runner
 
         return Runner(stream, devices, batch_size, progress, skip_nonfinite)
-    from accelkit.stats.cluster import RayRunner
+    from accelkit.stats.engine.ray_runner import RayRunner
 
     return RayRunner(
         stream,

@@ -2,7 +2,7 @@
 
 The driver (this process) lists the files from the dataset's metadata (`sources.open_source`; each
 task checks its own files' footers), cuts the stream's file order into contiguous groups, and runs
-every pass as one Ray task per group (`stats/cluster_tasks.py`). Each task runs the local pass
+every pass as one Ray task per group (`stats/engine/ray_tasks.py`). Each task runs the local pass
 code (`local_runner.Runner` on the
 host kernel, or the XLA one for fast mode) on its files and returns its partial result; merge
 tasks combine `MERGE_FANIN` adjacent results at a time, level after level, so the driver receives
@@ -45,7 +45,7 @@ import numpy as np
 
 from accelkit.errors import ConfigError, DataError
 from accelkit.runtime.cluster import connect, task_error
-from accelkit.stats.cluster_tasks import (
+from accelkit.stats.engine.ray_tasks import (
     _pack,
     _sums,
     _unpack,
@@ -246,7 +246,7 @@ class RayRunner:
         later_passes=None,
     ):
         from accelkit.runtime.progress import rows_progress
-        from accelkit.stats.runner import PassOutcome
+        from accelkit.stats.engine.runner import PassOutcome
 
         if observer is not None:
             raise ConfigError("per-episode statistics run on one machine; drop --ray")
