@@ -95,7 +95,7 @@ def ensure_images(data_dir: Path, count: int, seed: int = 0) -> list[tuple[str, 
 def bench_stats(args, result: dict) -> None:
     from accelkit.runtime.timing import interleaved
     from accelkit.stats.engine.driver import compute_stats
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats.sources import open_source
     from stats_bench import ensure_parquet_dataset
 
     root, info = ensure_parquet_dataset(args.data_dir, args.frames, args.frames_per_episode)

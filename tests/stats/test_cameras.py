@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("av")
 
-from accelkit.stats import camera_files
 from accelkit.stats.core import camera_stats as cameras
-from accelkit.stats.sources import open_source
+from accelkit.stats.formats import video as camera_files
+from accelkit.stats.formats.sources import open_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "cameras_expected.json").read_text())  # lerobot 0.4.4, v3.0

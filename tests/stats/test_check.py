@@ -297,7 +297,7 @@ def test_stats_still_computes_and_a_folder_named_check_is_reachable(dataset, cap
 def test_a_dataset_with_no_statistics_says_so(tmp_path, capsys):
     """Nothing stored is not "701 of 0 off": the verdict counts what has no statistics, and --fix
     writes them."""
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = write_sample_dataset(tmp_path / "bare", episodes=3, frames_per_episode=50, layout="v3.0")
     code, out, err = run_cli(["stats", "check", str(root), "--no-progress"], capsys)

@@ -99,7 +99,7 @@ def test_fix_stopped_while_writing_leaves_the_dataset_as_it_was(
     after stats.json too): SIGINT raises `Interrupted` in the main thread
     (runtime/interrupts.py), raised here at that moment. Every file gets its bytes back, the
     backups made on the way are removed, and the command says it was interrupted."""
-    from accelkit.stats import formats
+    from accelkit.stats.formats import stats_files as formats
 
     root = Path(shutil.copytree(FIXTURES / layout, tmp_path / "ds"))
     norm = tmp_path / "norm_stats.json"

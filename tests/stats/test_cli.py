@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from accelkit.stats.formats import sidecar_path
-from accelkit.stats.sample import write_sample_dataset
+from accelkit.stats.formats.stats_files import sidecar_path
+from accelkit.stats.formats.synthetic import write_sample_dataset
 from tests.support.cli import envelope_of, run_cli
 
 

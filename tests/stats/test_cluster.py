@@ -16,8 +16,8 @@ from accelkit.errors import DataError
 from accelkit.stats.core.action_chunks import ChunkTransform, DeltaActions
 from accelkit.stats.engine import ray_runner as cluster
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.sample import write_sample_dataset
-from accelkit.stats.sources import open_source
+from accelkit.stats.formats.sources import open_source
+from accelkit.stats.formats.synthetic import write_sample_dataset
 from tests.support.groups import SERVERS
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]

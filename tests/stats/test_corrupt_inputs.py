@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.cli import main
-from accelkit.stats.sample import write_sample_dataset
+from accelkit.stats.formats.synthetic import write_sample_dataset
 from tests.support.cli import run_cli
 
 DIM = 3

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from accelkit.errors import DataError
 from accelkit.stats.core.episodes import EpisodeCollector
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.sources import open_source
+from accelkit.stats.formats.sources import open_source
 from accelkit.stats.types import Column
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -132,7 +132,7 @@ def test_v30_episode_metadata_gets_exact_stats_columns(tmp_path, capsys):
 
 
 def test_per_episode_comes_from_the_same_reads(monkeypatch):
-    from accelkit.stats import sources
+    from accelkit.stats.formats import sources
 
     reads = []
     real = sources.FileReader.read_pieces
@@ -214,7 +214,7 @@ def test_per_episode_needs_a_lerobot_dataset(tmp_path, capsys):
 
 
 def test_v21_sample_dataset_ships_episodes_stats(tmp_path):
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = write_sample_dataset(tmp_path / "s", episodes=3, frames_per_episode=20, dim=4)
     lines = [

@@ -109,7 +109,7 @@ def test_batch_splitting_and_merge_order_never_change_results(data, cuts, seed):
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
 def test_any_device_count_and_batch_size_give_identical_bytes(rng, eight_devices, tmp_path, fast):
     """1, 2, 3 and 8 devices x three batch sizes: the written files are byte for byte the same."""
-    from accelkit.stats.formats import write_stats
+    from accelkit.stats.formats.stats_files import write_stats
 
     n = 50_001
     x = np.stack(
@@ -362,7 +362,7 @@ def test_integer_columns_are_exact(rng, make):
 
 
 def test_integer_and_float_keys_in_one_run_on_any_device_count(rng, eight_devices, tmp_path):
-    from accelkit.stats.formats import write_stats
+    from accelkit.stats.formats.stats_files import write_stats
 
     n = 9_000
     big = (2**40 + rng.integers(-1000, 1000, (n, 2))).astype(np.int64)

@@ -7,7 +7,7 @@ import pytest
 
 from accelkit.runtime.files import atomic_open
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.formats import quantile_name, read_norm_stats, write_stats
+from accelkit.stats.formats.stats_files import quantile_name, read_norm_stats, write_stats
 
 
 @pytest.fixture

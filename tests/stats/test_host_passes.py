@@ -129,8 +129,8 @@ def test_a_cpu_run_never_starts_jax(tmp_path):
     import jax
 
     from accelkit.stats.engine.driver import compute_stats
-    from accelkit.stats.sample import write_sample_dataset
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats.sources import open_source
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = write_sample_dataset(tmp_path / "data", episodes=4, frames_per_episode=300, dim=3)
     out = tmp_path / "stats.json"
@@ -176,7 +176,7 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
     import subprocess
     import sys
 
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = write_sample_dataset(tmp_path / "data", episodes=3, frames_per_episode=200, dim=2)
     cli = (
@@ -188,7 +188,7 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
     library = (
         "import gc\n"
         "from accelkit.stats.engine.driver import compute_stats\n"
-        "from accelkit.stats.sources import open_source\n"
+        "from accelkit.stats.formats.sources import open_source\n"
         f"compute_stats(open_source({str(root)!r}), platform='cpu')\n"
         "from accelkit.stats import host_passes\n"
         "host_passes.warm_up().join()\n"

@@ -13,7 +13,7 @@ import pytest
 
 from accelkit.errors import DataError
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.sources import open_source
+from accelkit.stats.formats.sources import open_source
 
 from .helpers import assert_matches_numpy
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from accelkit.stats.formats.sources import open_source
+from accelkit.stats.formats.synthetic import write_sample_dataset
 from accelkit.stats.mixture_engine import compute_mixture_stats
-from accelkit.stats.sample import write_sample_dataset
-from accelkit.stats.sources import open_source
 from tests.support.groups import SERVERS
 
 from .test_cluster import LEVELS, assert_bit_identical

@@ -84,7 +84,7 @@ def test_a_damaged_or_foreign_object_is_not_run(cache):
 
 
 def test_a_command_whose_loop_is_kept_does_not_import_numba(tmp_path):
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = write_sample_dataset(tmp_path / "data", episodes=3, frames_per_episode=200, dim=2)
     child = (

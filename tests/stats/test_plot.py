@@ -10,8 +10,8 @@ import pytest
 
 from accelkit.stats.core import histograms
 from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.formats.synthetic import write_sample_dataset
 from accelkit.stats.plot import read_plot_data
-from accelkit.stats.sample import write_sample_dataset
 from tests.support.cli import envelope_of, run_cli
 
 pytest.importorskip("matplotlib")

@@ -1,4 +1,4 @@
-"""Datasets named by repo id, found where LeRobot keeps them (stats/repo_ids.py): LeRobot 0.4's
+"""Datasets named by repo id, found where LeRobot keeps them (stats/formats/repo_ids.py): LeRobot 0.4's
 `$HF_LEROBOT_HOME/owner/name` (snapshot_download with local_dir) and LeRobot 0.6's
 `$HF_LEROBOT_HOME/hub/datasets--owner--name/snapshots/<refs/v3.0>/`, both built here in a temp
 home; HF_LEROBOT_HOME's default follows HF_HOME as huggingface_hub defines it. A repo id is
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from accelkit.errors import InputError
-from accelkit.stats import repo_ids
+from accelkit.stats.formats import repo_ids
 from tests.support.cli import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"

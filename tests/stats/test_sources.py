@@ -9,8 +9,8 @@ import pytest
 
 from accelkit.errors import DataError, InputError
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.sample import write_sample_dataset
-from accelkit.stats.sources import chunk_weights, open_source
+from accelkit.stats.formats.sources import chunk_weights, open_source
+from accelkit.stats.formats.synthetic import write_sample_dataset
 
 from .helpers import assert_matches_numpy
 
@@ -61,7 +61,7 @@ def test_only_needed_columns_are_read_and_videos_never_opened(datasets, monkeypa
     videos = root / "videos" / "chunk-000" / "observation.images.top"
     videos.mkdir(parents=True, exist_ok=True)
     (videos / "episode_000000.mp4").write_bytes(b"not a video")
-    import accelkit.stats.sources as sources
+    import accelkit.stats.formats.sources as sources
 
     seen = []
 
@@ -308,7 +308,7 @@ def test_lerobot_without_data_files(tmp_path):
 def test_v30_files_are_packed_as_lerobot_records_them(tmp_path, monkeypatch):
     """One row group per episode, a new file once the next episode would pass the size limit; read
     in pieces smaller than an episode and larger, every row still counts once (numpy reference)."""
-    from accelkit.stats import sources
+    from accelkit.stats.formats import sources
 
     root = write_sample_dataset(
         tmp_path / "packed", episodes=9, frames_per_episode=2000, dim=3, layout="v3.0",
@@ -341,7 +341,7 @@ def test_small_files_are_read_in_runs_and_reach_the_reduction_in_order(tmp_path,
     """A file per episode (v2.1): the reader threads read runs of small files of about GROUP_ROWS
     rows as one task each (the first file alone), and their chunks reach the reduction in order,
     with each row's id and episode."""
-    from accelkit.stats import sources
+    from accelkit.stats.formats import sources
 
     monkeypatch.setattr(sources, "GROUP_ROWS", 700)
     root = write_sample_dataset(

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelkit.stats import sources
 from accelkit.stats.core.action_chunks import (
     ChunkTransform,
     DeltaActions,
@@ -16,8 +15,9 @@ from accelkit.stats.core.action_chunks import (
     parse_mask,
 )
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.formats import per_timestep_path, read_norm_stats
-from accelkit.stats.sources import open_source
+from accelkit.stats.formats import sources
+from accelkit.stats.formats.sources import open_source
+from accelkit.stats.formats.stats_files import per_timestep_path, read_norm_stats
 from tests.stats.helpers import assert_matches_numpy
 from tests.support.cli import envelope_of, run_cli
 

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.formats.sources import FileReader, open_source
 from accelkit.stats.kernel import host as host_passes
 from accelkit.stats.kernel import windows
 from accelkit.stats.kernel.state import PassSpec, init
-from accelkit.stats.sources import FileReader, open_source
 
 from .helpers import assert_matches_numpy
 from .test_exact import adversarial_columns

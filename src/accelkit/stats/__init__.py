@@ -32,10 +32,10 @@ _EXPORTS = {
     "FixResult": "accelkit.stats.checking",
     "StatsSettings": "accelkit.stats.settings",
     "compute_stats": "accelkit.stats.engine.driver",
-    "open_source": "accelkit.stats.sources",
-    "write_stats": "accelkit.stats.formats",
-    "read_norm_stats": "accelkit.stats.formats",
-    "write_sample_dataset": "accelkit.stats.sample",
+    "open_source": "accelkit.stats.formats.sources",
+    "write_stats": "accelkit.stats.formats.stats_files",
+    "read_norm_stats": "accelkit.stats.formats.stats_files",
+    "write_sample_dataset": "accelkit.stats.formats.synthetic",
     "episode_stats": "accelkit.stats.core.episodes",
     "Column": "accelkit.stats.types",
     "Stream": "accelkit.stats.types",
@@ -50,11 +50,11 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.stats.core.episodes import episode_stats
     from accelkit.stats.diffing import DiffReport, diff
     from accelkit.stats.engine.driver import compute_stats
-    from accelkit.stats.formats import read_norm_stats, write_stats
+    from accelkit.stats.formats.sources import open_source
+    from accelkit.stats.formats.stats_files import read_norm_stats, write_stats
+    from accelkit.stats.formats.synthetic import write_sample_dataset
     from accelkit.stats.run import ComputeResult, compute
-    from accelkit.stats.sample import write_sample_dataset
     from accelkit.stats.settings import StatsSettings
-    from accelkit.stats.sources import open_source
     from accelkit.stats.types import BatchStream, Column, KeyStats, RunSummary, StatsResult, Stream
 
 __all__ = sorted(_EXPORTS)

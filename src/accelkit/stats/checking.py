@@ -148,10 +148,10 @@ def _check(
 ) -> CheckReport:
     from accelkit.runtime.progress import phase
     from accelkit.stats import compare as core
-    from accelkit.stats import repo_ids
-    from accelkit.stats.formats import LEROBOT_QUANTILES, quantile_name
+    from accelkit.stats.formats import repo_ids
+    from accelkit.stats.formats.sources import DEFAULT_KEYS
+    from accelkit.stats.formats.stats_files import LEROBOT_QUANTILES, quantile_name
     from accelkit.stats.run import camera_stats
-    from accelkit.stats.sources import DEFAULT_KEYS
 
     root = Path(repo_ids.resolve(dataset)).expanduser()  # `owner/name`: where LeRobot keeps it
     if storage.is_uri(dataset) and not dataset.startswith("file:"):
@@ -224,7 +224,7 @@ def _check(
         if str(feature.get("dtype")).startswith(("int", "uint", "bool"))
     )
     if episodes_file is not None:  # first: a dataset-wide aggregate takes their causes
-        from accelkit.stats import readers
+        from accelkit.stats.formats import readers
 
         stored_checked = {
             e: {k: v for k, v in per.items() if k not in unchecked_cameras}
@@ -343,8 +343,8 @@ def _verdict(report) -> str:
 def _all_features_stream(root: Path):
     """A stream of every numeric feature the dataset declares and its data files hold (LeRobot
     stores statistics of each, index columns included)."""
-    from accelkit.stats import lerobot
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.sources import open_source
 
     return open_source(root, keys=lerobot.numeric_features(root))
 
@@ -352,7 +352,7 @@ def _all_features_stream(root: Path):
 def _stored_episodes(source) -> tuple[dict, str | None]:
     """The dataset's per-episode statistics and the file(s) holding them (None: it keeps none)."""
     from accelkit.stats import compare as core
-    from accelkit.stats import lerobot
+    from accelkit.stats.formats import lerobot
 
     if source.version.startswith("v2"):
         path = source.root / lerobot.EPISODES_JSONL
@@ -370,7 +370,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
     from the per-frame run where it holds plain frames, else from a run of its action chunks
     (the horizon and chunk end its sidecar records, unless given)."""
     from accelkit.stats import compare as core
-    from accelkit.stats.formats import sidecar_path
+    from accelkit.stats.formats.stats_files import sidecar_path
 
     out = {}
     for path in paths:
@@ -391,7 +391,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
             continue
         from accelkit.runtime.progress import phase
         from accelkit.stats.engine.driver import compute_stats
-        from accelkit.stats.sources import open_source
+        from accelkit.stats.formats.sources import open_source
 
         phase(f"{path.name}: statistics of {horizon}-step action chunks")
         stream = open_source(root, keys=usable, action_horizon=int(horizon), chunk_end=end)
@@ -409,8 +409,9 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
     written and where the backups are. Failed or stopped, every file is as it was."""
     from accelkit.runtime.files import copy_atomic
     from accelkit.runtime.progress import phase
-    from accelkit.stats import lerobot, outputs
-    from accelkit.stats.formats import write_stats
+    from accelkit.stats import outputs
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.stats_files import write_stats
 
     phase(f"writing the exact statistics into {root / 'meta'}")
     output = root / "meta" / "stats.json"

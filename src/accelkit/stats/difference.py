@@ -1,7 +1,7 @@
 """How far two statistics files are apart: the pure core of `accelkit stats diff`.
 
 Keys are paired by the dataset column they describe (openpi's `state` is LeRobot's
-`observation.state`, `stats/stats_files.py`), statistics by name; every statistic both files hold
+`observation.state`, `stats/formats/stats_read.py`), statistics by name; every statistic both files hold
 is compared dimension by dimension. A difference is measured as `stats check` measures an error
 (`stats/compare.py`): the moments (mean, std) in units of the std, min, max and the quantiles in
 units of the range (max − min), counts in frames. The unit is the smaller of the two files' own

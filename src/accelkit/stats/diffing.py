@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
-from accelkit.stats import diff_causes, difference, stats_files
+from accelkit.stats import diff_causes, difference
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE
+from accelkit.stats.formats import stats_read as stats_files
 
 __all__ = ["DiffReport", "diff"]
 
@@ -131,7 +132,7 @@ def diff(
 
 
 def _dataset(dataset) -> Path:
-    from accelkit.stats import repo_ids
+    from accelkit.stats.formats import repo_ids
 
     root = Path(repo_ids.resolve(str(dataset), "--dataset")).expanduser()
     if not (root / "meta" / "info.json").is_file():
@@ -156,9 +157,9 @@ def _structural(comparison) -> None:
 
 
 def _explain(report, root, *, keys, action_horizon, chunk_end, mask, batch_size, progress):
-    from accelkit.stats import lerobot
     from accelkit.stats.diff_recompute import Recomputer, hypotheses_for
-    from accelkit.stats.sources import DEFAULT_KEYS
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.sources import DEFAULT_KEYS
 
     sides = {"A": report.a, "B": report.b}
     mapping = dict(keys or DEFAULT_KEYS)

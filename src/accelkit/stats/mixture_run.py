@@ -120,8 +120,8 @@ def member_keys(settings: StatsSettings, count: int) -> list:
 def open_mixture(settings: StatsSettings, chunk_transform) -> MixtureSource:
     """The members opened (each checked as a single dataset is), their keys checked to agree,
     and with --write-into the merged dataset checked to hold exactly their episodes."""
-    from accelkit.stats import lerobot, repo_ids
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats import lerobot, repo_ids
+    from accelkit.stats.formats.sources import open_source
 
     check_options(settings)
     datasets = [repo_ids.resolve(d) for d in settings.dataset]
@@ -188,7 +188,7 @@ def check_widths(members: list) -> None:
 
 def check_merged(target: Path, members: list, trust_files: bool) -> None:
     """`target` holds exactly the members' episodes, in order (what `merge_datasets` makes)."""
-    from accelkit.stats import lerobot
+    from accelkit.stats.formats import lerobot
 
     info_file = target / "meta" / "info.json"
     layout = lerobot.read_layout(target, lerobot.read_json(info_file), info_file)
@@ -226,7 +226,7 @@ def compute(settings: StatsSettings, source: MixtureSource, levels, devices, pro
     own = {k: v for k, v in source.keys.items() if k not in result.stats}
     if own:  # the merged dataset's renumbered columns
         from accelkit.stats.engine.driver import compute_stats
-        from accelkit.stats.sources import open_source
+        from accelkit.stats.formats.sources import open_source
 
         merged = compute_stats(open_source(source.target, keys=own), **options)
         stats = {**result.stats, **merged.stats}

@@ -28,8 +28,8 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
     Written into a dataset (`target`), its files are as they were if this fails or is stopped."""
     import contextlib
 
-    from accelkit.stats import lerobot
-    from accelkit.stats.formats import write_stats
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.stats_files import write_stats
 
     episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
     keep = existing_stats(output) if target is not None else None
@@ -43,7 +43,7 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
         cameras = None
         if result.cameras is not None:
             from accelkit.stats.core.camera_stats import lerobot_entry
-            from accelkit.stats.formats import quantile_name
+            from accelkit.stats.formats.stats_files import quantile_name
 
             names = {float(q): quantile_name(q) for q in levels}
             cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
@@ -84,7 +84,7 @@ def existing_stats(path: Path) -> dict | None:
 
 def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
     """Per-episode results ready to write (empty dimensions filled or refused), or None."""
-    from accelkit.stats.formats import empty_dimensions, fill_empty_dimensions
+    from accelkit.stats.formats.stats_files import empty_dimensions, fill_empty_dimensions
 
     if not settings.per_episode:
         return None
@@ -104,8 +104,8 @@ def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
 
 def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> list[Path]:
     """The dataset files --write-into replaces (backed up under meta/.accelkit-backup/<time>/)."""
-    from accelkit.stats import lerobot
-    from accelkit.stats.formats import sidecar_path
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.stats_files import sidecar_path
 
     source = stream.lerobot
     replaced = [output, sidecar_path(output)]
@@ -121,8 +121,8 @@ def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> lis
 def write_episode_outputs(stream, result, episodes: list, output: Path, into: bool) -> list[Path]:
     """Per-episode statistics where the dataset's version keeps them: in its meta/ folder (`into`),
     or beside `output` (v2.1 episodes_stats.jsonl, v3.0 an episodes/ folder of its meta files)."""
-    from accelkit.stats import lerobot
-    from accelkit.stats.formats import quantile_name
+    from accelkit.stats.formats import lerobot
+    from accelkit.stats.formats.stats_files import quantile_name
 
     source = stream.lerobot
     names = dict(stream.keys)

@@ -92,7 +92,7 @@ def dataset_keys(settings: StatsSettings):
         and not settings.trust_files
         and not storage.is_uri(settings.dataset)
     ):
-        from accelkit.stats import lerobot
+        from accelkit.stats.formats import lerobot
 
         return lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
     return settings.keys
@@ -101,20 +101,20 @@ def dataset_keys(settings: StatsSettings):
 def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     from accelkit.runtime.devices import enable_compilation_cache
     from accelkit.runtime.progress import phase
-    from accelkit.stats.formats import (
+    from accelkit.stats.formats.sources import open_source
+    from accelkit.stats.formats.stats_files import (
         DEFAULT_OUTPUT,
         LEROBOT_QUANTILES,
         OPENPI_REQUIRED,
         check_openpi_quantiles,
         sidecar_path,
     )
-    from accelkit.stats.sources import open_source
 
     if not settings.dataset:
         raise ConfigError(
             "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
         )
-    from accelkit.stats import repo_ids
+    from accelkit.stats.formats import repo_ids
 
     mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture_run.py`
     if not mixture:
@@ -210,7 +210,7 @@ def _result(settings, result, output: Path, stream, backup, shown=None, plotted=
     how many dimensions it flags. Read while the written files exist (a temporary folder's)."""
     import json
 
-    from accelkit.stats.formats import sidecar_path
+    from accelkit.stats.formats.stats_files import sidecar_path
 
     return ComputeResult(
         result=result,
@@ -374,8 +374,8 @@ def camera_stats(settings: StatsSettings, stream, levels, progress: bool):
     if mode == "none":
         return None
     from accelkit.runtime.progress import Steps
-    from accelkit.stats.camera_files import compute_camera_stats
     from accelkit.stats.core.camera_stats import camera_keys
+    from accelkit.stats.formats.video import compute_camera_stats
 
     if not camera_keys(stream.lerobot.features):
         return None

@@ -28,7 +28,7 @@ def sample_dataset_command(
     ] = False,
 ) -> None:
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     if seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {seed}")

@@ -17,7 +17,7 @@ for nearly every camera; LeRobot 0.3's `np.std` is what we compute), min/max, an
 to `numpy.quantile` (method 'linear') over the counted values, divided by 255 (LeRobot 0.4.4's are
 histogram estimates).
 
-The files (videos, image columns) are read by `accelkit.stats.camera_files`; everything here is
+The files (videos, image columns) are read by `accelkit.stats.formats.video`; everything here is
 pure and works on uint8 frames [N, H, W, C].
 """
 

@@ -110,7 +110,7 @@ def compute_stats(
 ) -> StatsResult:
     """Per-dimension count, mean, std, min, max and quantiles of every key of `data`.
 
-    `data` is a `Stream` (see `accelkit.stats.sources.open_source`) or a re-iterable of dict batches.
+    `data` is a `Stream` (see `accelkit.stats.formats.sources.open_source`) or a re-iterable of dict batches.
     Exact mode returns exactly `numpy.quantile(all_rows, q, axis=0)`; `fast=True` makes one pass and
     reports each estimate's rank-error bound. `devices` (a list of JAX devices) overrides `platform`.
     `per_episode=True` also returns every episode's exact statistics (`StatsResult.episodes`),

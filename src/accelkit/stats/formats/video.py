@@ -84,7 +84,7 @@ def _video_columns_v30(root: Path, keys: list[str]) -> dict[int, dict]:
 
 def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
     """Every camera feature of a LeRobot dataset (`lerobot.Source`) with its episodes' frames."""
-    from accelkit.stats import lerobot
+    from accelkit.stats.formats import lerobot
 
     layout = source.layout
     if layout is None:
@@ -427,7 +427,7 @@ def compute_camera_stats(
     LeRobot's frame sample and downsampling; "all": every pixel of every frame)."""
     import time
 
-    from accelkit.stats import lerobot
+    from accelkit.stats.formats import lerobot
 
     if mode not in ("sample", "all"):
         raise InputError(f"images mode {mode!r} is unknown; use one of {', '.join(IMAGE_MODES)}")

@@ -1,5 +1,5 @@
 """A statistics file as `stats diff` reads it: an openpi `norm_stats.json`, a LeRobot `stats.json`,
-or a dataset folder (or repo id, `stats/repo_ids.py`), which means the statistics it stores.
+or a dataset folder (or repo id, `stats/formats/repo_ids.py`), which means the statistics it stores.
 
 * openpi: `{"norm_stats": {key: {"mean", "std", "q01", "q99", ...}}}`; keys are openpi's names
   (`state`, `actions`), mapped to the dataset's columns by the sidecar accelkit writes beside it
@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.stats import compare, repo_ids
-from accelkit.stats.formats import quantile_name, sidecar_path
-from accelkit.stats.sources import DEFAULT_KEYS
+from accelkit.stats import compare
+from accelkit.stats.formats import repo_ids
+from accelkit.stats.formats.sources import DEFAULT_KEYS
+from accelkit.stats.formats.stats_files import quantile_name, sidecar_path
 from accelkit.stats.upstream import lerobot as lerobot_rules
 
 FORMATS = ("openpi", "lerobot")
@@ -128,7 +129,7 @@ def _facts(path: Path) -> dict:
 
 
 def _from_dataset(given: str, root: Path, what: str) -> StatsFile:
-    from accelkit.stats import lerobot
+    from accelkit.stats.formats import lerobot
 
     if not (root / "meta" / "info.json").is_file():
         raise InputError(

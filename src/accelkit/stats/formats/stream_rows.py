@@ -1,4 +1,4 @@
-"""Row bookkeeping of the file stream (`stats/sources.py`): how often each row counts in action
+"""Row bookkeeping of the file stream (`stats/formats/sources.py`): how often each row counts in action
 chunks, where a frame's episode ends, how many rows a chunk holds, and a reader task's queue."""
 
 from __future__ import annotations

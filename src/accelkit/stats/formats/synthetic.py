@@ -65,7 +65,7 @@ def _table(state, action, episode_index, first_index, fps):
 def _episode_stats(table, features: dict) -> dict:
     """LeRobot's per-episode entry for every feature of one episode's table (exact, numpy)."""
     from accelkit.stats.core.episodes import episode_stats
-    from accelkit.stats.lerobot import episode_entry
+    from accelkit.stats.formats.lerobot import episode_entry
 
     out = {}
     for name in table.column_names:

@@ -1,7 +1,7 @@
 """Where rows come from: LeRobot datasets (v2.1, v3.0), .npy / .npz / parquet files or folders.
 
 Only the needed columns are read (pyarrow column projection); videos and image columns are read by
-`accelkit.stats.camera_files`, never here. A file is the
+`accelkit.stats.formats.video`, never here. A file is the
 unit of reading, so memory is bounded by the largest file, not the dataset.
 
 Action chunks (`action_horizon=H`) are never materialized: frame t's chunk holds actions t..t+H-1 of
@@ -27,7 +27,6 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.runtime import storage
-from accelkit.stats import lerobot
 from accelkit.stats.core.action_chunks import (
     ACTIONS,
     STATE,
@@ -35,14 +34,15 @@ from accelkit.stats.core.action_chunks import (
     check_keys,
     materialize,
 )
-from accelkit.stats.readers import (  # noqa: F401  (FileReader: where tests count the reads)
+from accelkit.stats.formats import lerobot
+from accelkit.stats.formats.readers import (  # noqa: F401  (FileReader: where tests count the reads)
     FileReader,
     Fragment,
     arrow_column_rows,
     arrow_values,
     parquet_names,
 )
-from accelkit.stats.stream_rows import (  # chunk_weights: also this module's, as it always was
+from accelkit.stats.formats.stream_rows import (  # chunk_weights: also this module's, as it always was
     chunk_rows,
     chunk_weights,
     drain,
@@ -572,7 +572,7 @@ def open_source(
 ) -> FileStream:
     """Open a LeRobot dataset folder, a data file, or a folder of data files as a `FileStream`.
 
-    A LeRobot dataset is read as its metadata describes it (see `accelkit.stats.lerobot`);
+    A LeRobot dataset is read as its metadata describes it (see `accelkit.stats.formats.lerobot`);
     `trust_files=True` reads the parquet files under its data/ folder instead. `path` may be an
     `s3://`, `gs://` or `file://` URI (`accelkit.runtime.storage`; `endpoint_url` reaches an
     S3-compatible store). `chunk_transform` builds the keys' action chunks row by row and

@@ -1,6 +1,6 @@
 """Reading one file's columns as numpy rows: parquet (pyarrow, column projection, record batches),
 .npz and .npy; each LeRobot column checked against the dtype and width its `info.json` declares.
-`stats/sources.py` builds streams of chunks over many files on top of this."""
+`stats/formats/sources.py` builds streams of chunks over many files on top of this."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 
 from accelkit.errors import DataError
 from accelkit.runtime import storage
-from accelkit.stats import lerobot
-from accelkit.stats.lerobot import check_feature
+from accelkit.stats.formats import lerobot
+from accelkit.stats.formats.lerobot import check_feature
 from accelkit.stats.types import integer_rows, row_dtype
 
 log = logging.getLogger(__name__)
