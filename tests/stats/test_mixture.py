@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from accelkit.errors import ConfigError, DataError
-from accelkit.stats import mixture
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.kernel import windows
-from accelkit.stats.mixture_engine import compute_mixture_stats
+from accelkit.stats.mixture import ranks as mixture
+from accelkit.stats.mixture.engine import compute_mixture_stats
 
 LEVELS = [0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0]
 TAILS = [0.0, 0.01, 0.02, 0.99, 1.0]

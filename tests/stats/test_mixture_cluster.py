@@ -12,7 +12,7 @@ import pytest
 
 from accelkit.stats.formats.sources import open_source
 from accelkit.stats.formats.synthetic import write_sample_dataset
-from accelkit.stats.mixture_engine import compute_mixture_stats
+from accelkit.stats.mixture.engine import compute_mixture_stats
 from tests.support.groups import SERVERS
 
 from .test_cluster import LEVELS, assert_bit_identical

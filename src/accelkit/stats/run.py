@@ -116,7 +116,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         )
     from accelkit.stats.formats import repo_ids
 
-    mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture_run.py`
+    mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture/datasets.py`
     if not mixture:
         settings = settings.model_copy(  # `owner/name`: the folder LeRobot keeps it in
             update={
@@ -139,7 +139,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     chunk_transform = chunk_transform_of(settings)
     cameras = None
     if mixture:
-        from accelkit.stats import mixture_run
+        from accelkit.stats.mixture import datasets as mixture_run
 
         phase(f"reading the metadata of {len(settings.dataset)} datasets")
         stream = mixture_run.open_mixture(settings, chunk_transform)

@@ -22,7 +22,7 @@ class StatsSettings(Settings):
     file_paths = ("output", "plot")
     file_paths_if_found = ("dataset", "write_into")
 
-    # several datasets: the statistics of their mixture (`stats/mixture.py`), with `keys` once
+    # several datasets: the statistics of their mixture (`stats/mixture/ranks.py`), with `keys` once
     # for all of them or once per dataset, and `weights` one per dataset (None: the union)
     dataset: str | list[str] | None = None
     keys: dict[str, str] | list[dict[str, str]] | None = None
@@ -90,7 +90,7 @@ class StatsSettings(Settings):
         """One positive rational per dataset (`mixture.parse_weight`), for several datasets."""
         if value is None:
             return value
-        from accelkit.stats.mixture import parse_weight
+        from accelkit.stats.mixture.ranks import parse_weight
 
         try:
             for i, part in enumerate(value):

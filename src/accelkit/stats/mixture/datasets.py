@@ -219,7 +219,7 @@ def check_merged(target: Path, members: list, trust_files: bool) -> None:
 def compute(settings: StatsSettings, source: MixtureSource, levels, devices, progress: bool):
     """The mixture's `StatsResult`; with --write-into, the renumbered columns from the merged
     dataset itself."""
-    from accelkit.stats.mixture_engine import compute_mixture_stats
+    from accelkit.stats.mixture.engine import compute_mixture_stats
 
     options = engine_options(settings, levels, devices, progress)
     result = compute_mixture_stats(source.members, weights=settings.weights, **options)

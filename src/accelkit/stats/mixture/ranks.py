@@ -22,7 +22,7 @@ for one dataset — and the scales combine them only where a rank is located: `a
 passes' next digit) and `resolve_windows` (pass 1's windows, `stats.windows`). S can exceed int64
 (L is a common multiple of frame counts); sums are int64 where they fit, Python integers beyond.
 
-Pure numpy and `fractions`; the passes themselves are `stats/mixture_engine.py`'s.
+Pure numpy and `fractions`; the passes themselves are `stats/mixture/engine.py`'s.
 """
 
 from __future__ import annotations

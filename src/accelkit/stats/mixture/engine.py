@@ -1,4 +1,4 @@
-"""The statistics engine for a mixture of datasets (`stats/mixture.py` says what a mixture is).
+"""The statistics engine for a mixture of datasets (`stats/mixture/ranks.py` says what a mixture is).
 
 `compute_mixture_stats` runs each pass of exact mode once per member, each member on a runner of
 its own (the local one, or a Ray one over its files), with the passes a single dataset makes:
@@ -22,7 +22,6 @@ import numpy as np
 
 from accelkit.errors import ConfigError, DataError
 from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
-from accelkit.stats import mixture as mx
 from accelkit.stats.core import histograms
 from accelkit.stats.core import moments as mom
 from accelkit.stats.core import quantiles as qt
@@ -38,6 +37,7 @@ from accelkit.stats.engine.driver import (
     select_pass,
 )
 from accelkit.stats.engine.runner import choose_devices, x64_for
+from accelkit.stats.mixture import ranks as mx
 from accelkit.stats.types import BatchStream, KeyStats, RunSummary, StatsResult, Stream
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def compute_mixture_stats(
     `numpy.quantile` of the concatenated rows), or with `weights` (one positive number per member:
     decimals, fractions, ints) of the weighted mixture, where a counted value of member m weighs
     w_m / (sum of w * N_m): quantiles equal `numpy.quantile(rows, q, weights=…,
-    method="inverted_cdf")`, decided in exact rational arithmetic (see `stats/mixture.py`).
+    method="inverted_cdf")`, decided in exact rational arithmetic (see `stats/mixture/ranks.py`).
 
     Members are `Stream`s (`open_source`) or re-iterables of dict batches (their `keys` as in
     `compute_stats`); every member must give the same keys with the same widths and types.
