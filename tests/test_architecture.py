@@ -33,7 +33,7 @@ def module_files(src: Path = SRC) -> dict[str, Path]:
 
 def lazy_exports(path: Path, package: str) -> dict[str, str]:
     """The names a package's __init__ exports lazily, from its module-level dict literals: name ->
-    module (`{"compute": "accelkit.stats.run"}`, or a submodule's name alone) or module -> names
+    module (`{"compute": "accelkit.stats.computation.api"}`, or a submodule's name alone) or module -> names
     (`{"accelkit.images.api": ["embed", ...]}`)."""
 
     def module(name: str) -> str:

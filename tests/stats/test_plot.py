@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from accelkit.stats.computation.plot import read_plot_data
 from accelkit.stats.core import histograms
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.synthetic import write_sample_dataset
-from accelkit.stats.plot import read_plot_data
 from tests.support.cli import envelope_of, run_cli
 
 pytest.importorskip("matplotlib")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
-    "compute": "accelkit.stats.run",
-    "ComputeResult": "accelkit.stats.run",
+    "compute": "accelkit.stats.computation.api",
+    "ComputeResult": "accelkit.stats.computation.api",
     "check": "accelkit.stats.checking",
     "fix": "accelkit.stats.checking",
     "CheckReport": "accelkit.stats.checking",
@@ -47,13 +47,13 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.stats.checking import CheckReport, FixResult, check, fix
+    from accelkit.stats.computation.api import ComputeResult, compute
     from accelkit.stats.core.episodes import episode_stats
     from accelkit.stats.diffing import DiffReport, diff
     from accelkit.stats.engine.driver import compute_stats
     from accelkit.stats.formats.sources import open_source
     from accelkit.stats.formats.stats_files import read_norm_stats, write_stats
     from accelkit.stats.formats.synthetic import write_sample_dataset
-    from accelkit.stats.run import ComputeResult, compute
     from accelkit.stats.settings import StatsSettings
     from accelkit.stats.types import BatchStream, Column, KeyStats, RunSummary, StatsResult, Stream
 

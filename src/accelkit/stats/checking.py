@@ -148,10 +148,10 @@ def _check(
 ) -> CheckReport:
     from accelkit.runtime.progress import phase
     from accelkit.stats import compare as core
+    from accelkit.stats.computation.api import camera_stats
     from accelkit.stats.formats import repo_ids
     from accelkit.stats.formats.sources import DEFAULT_KEYS
     from accelkit.stats.formats.stats_files import LEROBOT_QUANTILES, quantile_name
-    from accelkit.stats.run import camera_stats
 
     root = Path(repo_ids.resolve(dataset)).expanduser()  # `owner/name`: where LeRobot keeps it
     if storage.is_uri(dataset) and not dataset.startswith("file:"):
@@ -409,7 +409,7 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
     written and where the backups are. Failed or stopped, every file is as it was."""
     from accelkit.runtime.files import copy_atomic
     from accelkit.runtime.progress import phase
-    from accelkit.stats import outputs
+    from accelkit.stats.computation import outputs
     from accelkit.stats.formats import lerobot
     from accelkit.stats.formats.stats_files import write_stats
 

@@ -276,7 +276,7 @@ def stats_command(
         plot=plot,
         images=images,
     )
-    from accelkit.stats.run import compute
+    from accelkit.stats.computation.api import compute
 
     done = compute(settings=settings, progress=not no_progress)
     if as_json:

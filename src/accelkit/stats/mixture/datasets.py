@@ -1,4 +1,4 @@
-"""`accelkit stats DS1 DS2 … [--weights …]`: the part of `compute` (`stats/run.py`) that opens a
+"""`accelkit stats DS1 DS2 … [--weights …]`: the part of `compute` (`stats/computation/api.py`) that opens a
 mixture's datasets and runs `compute_mixture_stats` on them.
 
 Each member is opened as a single dataset is (`open_source`: any layout, repo ids, its own

@@ -18,7 +18,7 @@ from pathlib import Path
 from accelkit.errors import ConfigError
 from accelkit.runtime import storage
 from accelkit.runtime.files import temporary_folder
-from accelkit.stats.outputs import write_outputs, write_plot
+from accelkit.stats.computation.outputs import write_outputs, write_plot
 from accelkit.stats.settings import StatsSettings, engine_options
 from accelkit.stats.types import StatsResult
 
@@ -133,7 +133,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     check_episode_options(settings)
     plot_path = None
     if settings.plot:
-        from accelkit.stats.plot import check_plot_path
+        from accelkit.stats.computation.plot import check_plot_path
 
         plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)

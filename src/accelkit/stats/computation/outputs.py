@@ -15,7 +15,7 @@ def write_plot(path: Path | None, result, stream) -> tuple[Path, int] | None:
     if path is None:
         return None
     from accelkit.runtime.progress import phase
-    from accelkit.stats.plot import plot_data, warn_flags, write_plot
+    from accelkit.stats.computation.plot import plot_data, warn_flags, write_plot
 
     phase(f"drawing {path}")
     data = plot_data(result, {k: stream.column_name(k) for k in result.stats}, stream.name)
