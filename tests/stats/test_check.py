@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from accelkit.stats import compare as check
+from accelkit.stats.checking import compare as check
 from tests.support.cli import run_cli
 
 from .test_lerobot import FIXTURES, column_of

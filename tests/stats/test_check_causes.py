@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from accelkit.stats import compare as check
+from accelkit.stats.checking import compare as check
 from accelkit.stats.formats.synthetic import write_sample_dataset
 from accelkit.stats.upstream import lerobot as lerobot_rules
 from tests.support.cli import run_cli

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import accelkit.stats as stats
-from accelkit.stats import compare
+from accelkit.stats.checking import compare
 from accelkit.stats.diff_recompute import Recomputer
 from accelkit.stats.formats import lerobot
 from accelkit.stats.upstream import openpi as openpi_rules

@@ -24,12 +24,12 @@ from accelkit.runtime.exports import lazy_exports
 _EXPORTS = {
     "compute": "accelkit.stats.computation.api",
     "ComputeResult": "accelkit.stats.computation.api",
-    "check": "accelkit.stats.checking",
-    "fix": "accelkit.stats.checking",
-    "CheckReport": "accelkit.stats.checking",
+    "check": "accelkit.stats.checking.api",
+    "fix": "accelkit.stats.checking.api",
+    "CheckReport": "accelkit.stats.checking.api",
     "diff": "accelkit.stats.diffing",
     "DiffReport": "accelkit.stats.diffing",
-    "FixResult": "accelkit.stats.checking",
+    "FixResult": "accelkit.stats.checking.api",
     "StatsSettings": "accelkit.stats.settings",
     "compute_stats": "accelkit.stats.engine.driver",
     "open_source": "accelkit.stats.formats.sources",
@@ -46,7 +46,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.stats.checking import CheckReport, FixResult, check, fix
+    from accelkit.stats.checking.api import CheckReport, FixResult, check, fix
     from accelkit.stats.computation.api import ComputeResult, compute
     from accelkit.stats.core.episodes import episode_stats
     from accelkit.stats.diffing import DiffReport, diff

@@ -81,7 +81,7 @@ def check_command(
 ) -> None:
     """How far the statistics stored in a dataset (and norm_stats.json files) are from the exact
     ones, and why. Exit 0: all within --tolerance; 3: some are not; 2: bad input."""
-    from accelkit.stats.checking import check, fix
+    from accelkit.stats.checking.api import check, fix
 
     report = check(
         dataset,
@@ -107,7 +107,7 @@ def check_command(
 def render(report, as_json: bool) -> None:
     """The --json envelope, or the table, the causes' legend, the worst error per file and the
     verdict."""
-    from accelkit.stats.compare import format_error
+    from accelkit.stats.checking.compare import format_error
 
     rows = report.summary()
     fixed, plot_path = report.fixed, report.plot
@@ -120,7 +120,7 @@ def render(report, as_json: bool) -> None:
         )
         return
     from accelkit.runtime.tables import Col, print_table, stdout_console
-    from accelkit.stats.causes import legend
+    from accelkit.stats.checking.causes import legend
 
     if rows:
         table = [

@@ -1,5 +1,5 @@
 """Why two statistics files differ — named only where recomputing on the dataset gives both
-numbers back, the rule `stats check` follows (`stats/causes.py`).
+numbers back, the rule `stats check` follows (`stats/checking/causes.py`).
 
 `stats diff --dataset` recomputes, from the dataset, what each file's numbers may be: a
 `Hypothesis` is one way of computing them (exact, LeRobot's per-episode arithmetic aggregated,
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.causes import MOMENTS
+from accelkit.stats.checking.causes import MOMENTS
 from accelkit.stats.core import tolerance
 
 # the causes a difference may name (docs/stats.md lists them)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.stats import compare
+from accelkit.stats.checking import compare
 from accelkit.stats.diff_causes import Hypothesis
 from accelkit.stats.formats.stats_files import quantile_name
 from accelkit.stats.types import Column, Stream

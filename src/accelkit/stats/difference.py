@@ -3,7 +3,7 @@
 Keys are paired by the dataset column they describe (openpi's `state` is LeRobot's
 `observation.state`, `stats/formats/stats_read.py`), statistics by name; every statistic both files hold
 is compared dimension by dimension. A difference is measured as `stats check` measures an error
-(`stats/compare.py`): the moments (mean, std) in units of the std, min, max and the quantiles in
+(`stats/checking/compare.py`): the moments (mean, std) in units of the std, min, max and the quantiles in
 units of the range (max − min), counts in frames. The unit is the smaller of the two files' own
 (a file that says std 0.01 where the other says 3 is not excused by the larger), positive and
 finite; a file without min/max (openpi's own) gives its range as its highest quantile minus its
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.causes import MOMENTS
+from accelkit.stats.checking.causes import MOMENTS
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # stats check's, re-exported
 

@@ -1,7 +1,7 @@
 """The one rule `stats check` and `stats diff` both measure by (docs/stats.md, "Tolerance").
 
 A number is compared in its unit — mean and std in stds, min, max and the quantiles in ranges
-(max − min), counts in frames (`stats/compare.py` takes the unit from the exact statistics,
+(max − min), counts in frames (`stats/checking/compare.py` takes the unit from the exact statistics,
 `stats/difference.py` the smaller of the two files'). Then:
 
 * **off** (`fails`): its error exceeds `--tolerance` (default `TOLERANCE`, 1e-3): an error of

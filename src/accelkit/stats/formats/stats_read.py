@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.stats import compare
+from accelkit.stats.checking import compare
 from accelkit.stats.formats import repo_ids
 from accelkit.stats.formats.sources import DEFAULT_KEYS
 from accelkit.stats.formats.stats_files import quantile_name, sidecar_path

@@ -1,5 +1,5 @@
 """`accelkit.stats.check` and `accelkit.stats.fix`: how far the statistics a LeRobot dataset
-stores (and openpi `norm_stats.json` files) are from the exact ones, why (`stats/causes.py`), and
+stores (and openpi `norm_stats.json` files) are from the exact ones, why (`stats/checking/causes.py`), and
 the exact ones written over them.
 
     import accelkit.stats as stats
@@ -8,7 +8,7 @@ the exact ones written over them.
     if not report.ok:
         stats.fix(report)          # the old files backed up; stopped, the dataset is as it was
 
-The comparison itself is the pure core in `stats/compare.py`; the engine computes the exact
+The comparison itself is the pure core in `stats/checking/compare.py`; the engine computes the exact
 statistics (`stats/engine/driver.py`), with LeRobot's quantile levels, every episode too.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
-from accelkit.stats.compare import Report, summary_rows
+from accelkit.stats.checking.compare import Report, summary_rows
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE
 from accelkit.stats.settings import StatsSettings
@@ -147,7 +147,7 @@ def _check(
     progress: bool,
 ) -> CheckReport:
     from accelkit.runtime.progress import phase
-    from accelkit.stats import compare as core
+    from accelkit.stats.checking import compare as core
     from accelkit.stats.computation.api import camera_stats
     from accelkit.stats.formats import repo_ids
     from accelkit.stats.formats.sources import DEFAULT_KEYS
@@ -351,7 +351,7 @@ def _all_features_stream(root: Path):
 
 def _stored_episodes(source) -> tuple[dict, str | None]:
     """The dataset's per-episode statistics and the file(s) holding them (None: it keeps none)."""
-    from accelkit.stats import compare as core
+    from accelkit.stats.checking import compare as core
     from accelkit.stats.formats import lerobot
 
     if source.version.startswith("v2"):
@@ -369,7 +369,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
     """For each norm_stats.json: (exact values per key, KeyStats per key or None, key -> column),
     from the per-frame run where it holds plain frames, else from a run of its action chunks
     (the horizon and chunk end its sidecar records, unless given)."""
-    from accelkit.stats import compare as core
+    from accelkit.stats.checking import compare as core
     from accelkit.stats.formats.stats_files import sidecar_path
 
     out = {}

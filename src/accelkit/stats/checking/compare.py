@@ -6,7 +6,7 @@ per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episod
 statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
 user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
 the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
-the stored number back (`stats/causes.py`); `stats/checking.py` computes the exact ones and fixes.
+the stored number back (`stats/checking/causes.py`); `stats/checking/api.py` computes the exact ones and fixes.
 
 The tolerance (default `TOLERANCE`, 1e-3) and what "gives the stored number back" means (1e-6 of
 the unit) are one rule shared with `stats diff` (`stats/core/tolerance.py`). Exact statistics stored as
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import DataError
-from accelkit.stats import causes
-from accelkit.stats.causes import scale
+from accelkit.stats.checking import causes
+from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
 
@@ -330,7 +330,7 @@ def check_episodes(
 
     `rows_of({episode: {feature, …}})` yields (episode, feature, rows in the data's dtype) for the
     entries with a failing number, re-read so that a cause is named only where recomputing it
-    gives the stored number back (`stats/causes.py`); without it a failing mean or std within
+    gives the stored number back (`stats/checking/causes.py`); without it a failing mean or std within
     the rounding bound of LeRobot's arithmetic is only "consistent with" it (`confirmed` False)."""
     for episode in sorted(set(stored) - set(lengths)):
         report.findings.append(

@@ -1,6 +1,6 @@
 """Why a stored statistic is off — named only where a recomputation confirms it.
 
-`stats check` compares stored numbers with exact ones (`stats/compare.py`); a failing finding then
+`stats check` compares stored numbers with exact ones (`stats/checking/compare.py`); a failing finding then
 gets a cause from `CAUSES` only when redoing what the cause claims gives the stored number back —
 within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` follows too
 (`stats/core/tolerance.py`):
