@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accelkit.stats as stats
-from accelkit.stats.diff_causes import DIFF_CAUSES
+from accelkit.stats.diffing.causes import DIFF_CAUSES
 from tests.support.cli import envelope_of, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -17,7 +17,7 @@ import pytest
 
 import accelkit.stats as stats
 from accelkit.stats.checking import compare
-from accelkit.stats.diff_recompute import Recomputer
+from accelkit.stats.diffing.recompute import Recomputer
 from accelkit.stats.formats import lerobot
 from accelkit.stats.upstream import openpi as openpi_rules
 from tests.support.cli import envelope_of, run_cli

@@ -27,8 +27,8 @@ _EXPORTS = {
     "check": "accelkit.stats.checking.api",
     "fix": "accelkit.stats.checking.api",
     "CheckReport": "accelkit.stats.checking.api",
-    "diff": "accelkit.stats.diffing",
-    "DiffReport": "accelkit.stats.diffing",
+    "diff": "accelkit.stats.diffing.api",
+    "DiffReport": "accelkit.stats.diffing.api",
     "FixResult": "accelkit.stats.checking.api",
     "StatsSettings": "accelkit.stats.settings",
     "compute_stats": "accelkit.stats.engine.driver",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.stats.checking.api import CheckReport, FixResult, check, fix
     from accelkit.stats.computation.api import ComputeResult, compute
     from accelkit.stats.core.episodes import episode_stats
-    from accelkit.stats.diffing import DiffReport, diff
+    from accelkit.stats.diffing.api import DiffReport, diff
     from accelkit.stats.engine.driver import compute_stats
     from accelkit.stats.formats.sources import open_source
     from accelkit.stats.formats.stats_files import read_norm_stats, write_stats

@@ -84,7 +84,7 @@ def diff_command(
 ) -> None:
     """How far two statistics files are apart, per key and dimension (in stds and ranges), and
     with --dataset why. Exit 0: all within --tolerance; 3: some are not; 2: bad input."""
-    from accelkit.stats.diffing import diff
+    from accelkit.stats.diffing.api import diff
 
     report = diff(
         a,
@@ -122,7 +122,7 @@ def render(report, as_json: bool) -> None:
         return
     from accelkit.runtime.tables import Col, print_table, stdout_console
     from accelkit.stats.checking.compare import format_error
-    from accelkit.stats.diff_causes import DIFF_CAUSE_HELP, DIFF_CAUSES
+    from accelkit.stats.diffing.causes import DIFF_CAUSE_HELP, DIFF_CAUSES
 
     console = stdout_console()
     for name, side in (("A", report.a), ("B", report.b)):

@@ -2,7 +2,7 @@
 
 A number is compared in its unit — mean and std in stds, min, max and the quantiles in ranges
 (max − min), counts in frames (`stats/checking/compare.py` takes the unit from the exact statistics,
-`stats/difference.py` the smaller of the two files'). Then:
+`stats/diffing/compare.py` the smaller of the two files'). Then:
 
 * **off** (`fails`): its error exceeds `--tolerance` (default `TOLERANCE`, 1e-3): an error of
   1e-3 std or range moves every normalized input by about that much, a quarter of bfloat16's

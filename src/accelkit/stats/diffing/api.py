@@ -5,8 +5,8 @@ dimension, and — given the dataset they describe — why.
     report = stats.diff("assets/pi0/norm_stats.json", "lerobot/pusht", dataset="lerobot/pusht")
     report.ok, report.verdict(), report.summary()
 
-The comparison is the pure core in `stats/difference.py`; each side's numbers are recomputed from
-the dataset in `stats/diff_recompute.py` and the causes named in `stats/diff_causes.py`.
+The comparison is the pure core in `stats/diffing/compare.py`; each side's numbers are recomputed from
+the dataset in `stats/diffing/recompute.py` and the causes named in `stats/diffing/causes.py`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
-from accelkit.stats import diff_causes, difference
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE
+from accelkit.stats.diffing import causes as diff_causes
+from accelkit.stats.diffing import compare as difference
 from accelkit.stats.formats import stats_read as stats_files
 
 __all__ = ["DiffReport", "diff"]
@@ -157,7 +158,7 @@ def _structural(comparison) -> None:
 
 
 def _explain(report, root, *, keys, action_horizon, chunk_end, mask, batch_size, progress):
-    from accelkit.stats.diff_recompute import Recomputer, hypotheses_for
+    from accelkit.stats.diffing.recompute import Recomputer, hypotheses_for
     from accelkit.stats.formats import lerobot
     from accelkit.stats.formats.sources import DEFAULT_KEYS
 

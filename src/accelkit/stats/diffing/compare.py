@@ -9,7 +9,7 @@ units of the range (max − min), counts in frames. The unit is the smaller of t
 finite; a file without min/max (openpi's own) gives its range as its highest quantile minus its
 lowest; where neither file gives one (a constant dimension), the difference is absolute. The unit
 comes from the two files only, so the verdict never depends on `--dataset`, which only names
-causes (`stats/diff_causes.py`).
+causes (`stats/diffing/causes.py`).
 
 A value that is NaN or infinite in either file differs by infinitely much (its cause: "not a
 number stored"); a statistic whose number of values differs between the files is one structural
