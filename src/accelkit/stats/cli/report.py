@@ -1,5 +1,5 @@
 """What `accelkit stats` prints after a run: the run's facts and each key's statistics as
-tables (`--json` prints the result's document instead). Called by `stats/cli.py`."""
+tables (`--json` prints the result's document instead). Called by `stats/cli/__init__.py`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`accelkit stats` (and the mount of `stats check`, `sample-dataset`): parse, call the library
 (`accelkit.stats.compute`), render a table or the `--json` envelope. `stats check` is in
-`stats/check_cli.py`, `sample-dataset` in `stats/sample_cli.py`."""
+`stats/cli/check.py`, `sample-dataset` in `stats/cli/sample.py`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import typer
 from accelkit.errors import ConfigError
 from accelkit.runtime.cli_options import endpoint_option, ray_option
 from accelkit.runtime.config import load_settings
-from accelkit.stats.check_cli import check_command
-from accelkit.stats.compute_report import print_report
-from accelkit.stats.diff_cli import diff_command
-from accelkit.stats.sample_cli import sample_dataset_command
+from accelkit.stats.cli.check import check_command
+from accelkit.stats.cli.diff import diff_command
+from accelkit.stats.cli.report import print_report
+from accelkit.stats.cli.sample import sample_dataset_command
 from accelkit.stats.settings import (
     ENV_PREFIX,
     StatsSettings,
