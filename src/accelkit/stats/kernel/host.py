@@ -260,7 +260,7 @@ def _native(integer: bool):
     variant = "int64" if integer else "float32"
     here = Path(__file__).parent
     try:
-        name = native_kernel.key(variant, [here / "host_passes.py", here / "host_loop.py"])
+        name = native_kernel.key(variant, [here / "host.py", here / "host_loop.py"])
     except ImportError:  # no llvmlite: numba's own path, which reports what is missing
         name = None
     kept = native_kernel.load(name, PROTOTYPE) if name else None
