@@ -20,7 +20,7 @@ from accelkit.stats.formats.synthetic import write_sample_dataset
 from accelkit.stats.upstream import lerobot as lerobot_rules
 from tests.support.cli import run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]
 
 

@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.stats.checking import compare as check
+from tests.stats.formats.test_lerobot import FIXTURES, column_of
 from tests.support.cli import run_cli
-
-from .test_lerobot import FIXTURES, column_of
 
 LEVELS = {0.01: "q01", 0.1: "q10", 0.5: "q50", 0.9: "q90", 0.99: "q99"}
 

@@ -20,7 +20,7 @@ from tests.support.terminal import (
     run_in_terminal,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def snapshot(root: Path) -> dict:

@@ -13,7 +13,7 @@ import accelkit.stats as stats
 from accelkit.errors import ConfigError
 from tests.support.cli import run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_the_api_is_exported_lazily_and_names_are_functions():

@@ -21,7 +21,7 @@ from accelkit.stats.formats.stats_files import per_timestep_path, read_norm_stat
 from tests.stats.helpers import assert_matches_numpy
 from tests.support.cli import envelope_of, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 KEYS = {"state": "observation.state", "actions": "action"}
 MASK = make_bool_mask(2, -1, 1)  # delta on dims 0, 1 and 3; dim 2 absolute (a gripper)

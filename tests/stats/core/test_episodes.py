@@ -18,7 +18,7 @@ from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.sources import open_source
 from accelkit.stats.types import Column
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]
 NAMES = {"observation.state": "float32", "action": "float32"}
 

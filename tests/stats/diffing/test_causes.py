@@ -22,7 +22,7 @@ from accelkit.stats.formats import lerobot
 from accelkit.stats.upstream import openpi as openpi_rules
 from tests.support.cli import envelope_of, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]
 UNKNOWN = "no known cause"
 

@@ -15,7 +15,7 @@ import accelkit.stats as stats
 from accelkit.stats.diffing.causes import DIFF_CAUSES
 from tests.support.cli import envelope_of, run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def write(path: Path, payload: dict) -> Path:

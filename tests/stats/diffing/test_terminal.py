@@ -1,5 +1,5 @@
 """`accelkit stats diff --dataset` in a terminal, as every long command is tested
-(tests/stats/test_check_terminal.py): never silent while it recomputes, and Ctrl-C or SIGTERM
+(tests/stats/checking/test_terminal.py): never silent while it recomputes, and Ctrl-C or SIGTERM
 in any of its recomputations stops it with one line and exit 130 / 143, writing nothing."""
 
 import json

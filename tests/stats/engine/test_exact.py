@@ -12,8 +12,7 @@ from hypothesis.extra import numpy as hnp
 from accelkit.errors import DataError
 from accelkit.stats.core.quantiles import float_keys, keys_to_floats
 from accelkit.stats.engine.driver import compute_stats
-
-from .helpers import assert_matches_numpy, stats_of
+from tests.stats.helpers import assert_matches_numpy, stats_of
 
 LEVELS = [0.0, 0.01, 0.1, 0.25, 0.5, 1 / 3, 0.9, 0.99, 1.0]
 

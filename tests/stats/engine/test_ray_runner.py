@@ -22,7 +22,7 @@ from tests.support.groups import SERVERS
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 
 

@@ -18,7 +18,7 @@ from accelkit.stats.core import camera_stats as cameras
 from accelkit.stats.formats import video as camera_files
 from accelkit.stats.formats.sources import open_source
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 EXPECTED = json.loads((FIXTURES / "cameras_expected.json").read_text())  # lerobot 0.4.4, v3.0
 EXPECTED_V21 = json.loads((FIXTURES / "cameras_expected_v21.json").read_text())  # lerobot 0.3.3
 DATASETS = {**EXPECTED["datasets"], **EXPECTED_V21["datasets"]}

@@ -14,10 +14,9 @@ import pytest
 from accelkit.errors import DataError
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.sources import open_source
+from tests.stats.helpers import assert_matches_numpy
 
-from .helpers import assert_matches_numpy
-
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 VERSIONS = ["lerobot_v21", "lerobot_v30"]
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 FRAMES = 216  # 7 episodes: 5, 60, 1, 33, 47, 12, 58

@@ -16,7 +16,7 @@ from accelkit.errors import InputError
 from accelkit.stats.formats import repo_ids
 from tests.support.cli import run_cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 

@@ -11,8 +11,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.sources import chunk_weights, open_source
 from accelkit.stats.formats.synthetic import write_sample_dataset
-
-from .helpers import assert_matches_numpy
+from tests.stats.helpers import assert_matches_numpy
 
 LEVELS = [0.01, 0.1, 0.5, 0.9, 0.99]
 

@@ -44,7 +44,7 @@ def test_kept_code_computes_what_numbas_build_computes(rng, cache, integer):
         "int64" if integer else "float32",
         [
             host_passes.Path(host_passes.__file__).parent / f
-            for f in ("host_passes.py", "host_loop.py")
+            for f in ("host.py", "host_loop.py")
         ],
     )
     kept, _ = native_kernel.load(name, host_passes.PROTOTYPE)

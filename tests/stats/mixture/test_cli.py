@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import accelkit.stats as stats
+from tests.stats.mixture.test_mixture import assert_exact_where_numpy_is, exact_reference
 from tests.support.cli import envelope_of, run_cli
 from tests.support.terminal import (
     accelkit,
@@ -25,9 +26,7 @@ from tests.support.terminal import (
     run_in_terminal,
 )
 
-from .test_mixture import assert_exact_where_numpy_is, exact_reference
-
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 
 

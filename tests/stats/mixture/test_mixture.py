@@ -251,7 +251,7 @@ def small_windows(monkeypatch):
 def test_small_windows_resolve_or_fall_back_to_the_passes(rng, small_windows, weights):
     """Adversarial members with windows of 64 entries: whether the windows hold a target or the
     radix passes find it, the result is numpy's; one member drifts below its narrowed window
-    after 3,000 values (the adversary of tests/stats/test_windows.py), so the passes run."""
+    after 3,000 values (the adversary of tests/stats/kernel/test_windows.py), so the passes run."""
     drift = np.concatenate([rng.standard_normal((6000, 1)), -10 - rng.random((2000, 1))])
     cases = [adversarial_members(rng, kind) for kind in KINDS]
     cases.append([drift.astype(np.float32), rng.standard_normal((500, 1)).astype(np.float32)])
