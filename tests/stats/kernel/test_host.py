@@ -190,7 +190,7 @@ def test_only_the_cli_freezes_the_collector(tmp_path):
         "from accelkit.stats.engine.driver import compute_stats\n"
         "from accelkit.stats.formats.sources import open_source\n"
         f"compute_stats(open_source({str(root)!r}), platform='cpu')\n"
-        "from accelkit.stats import host_passes\n"
+        "from accelkit.stats.kernel import host as host_passes\n"
         "host_passes.warm_up().join()\n"
         "print('frozen', gc.get_freeze_count())\n"
     )
@@ -214,7 +214,7 @@ def test_the_cli_loads_the_loop_without_numbas_blas_probe(tmp_path):
     import sys
 
     code = (
-        "import sys; from accelkit.stats import host_passes\n"
+        "import sys; from accelkit.stats.kernel import host as host_passes\n"
         "host_passes.warm_up(freeze={freeze}).join()\n"
         "print('scipy.linalg' in sys.modules)\n"
         "import numba, numpy as np\n"

@@ -114,7 +114,7 @@ def test_numba_works_after_the_kept_loop_is_linked(cache, tmp_path):
     host_passes._native(False)  # kept in `cache`
     child = (
         "import sys, numpy as np\n"
-        "from accelkit.stats import host_passes\n"
+        "from accelkit.stats.kernel import host as host_passes\n"
         "host_passes.kernel(False)\n"
         "assert 'numba' not in sys.modules\n"
         "import numba\n"
