@@ -130,3 +130,35 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
         raise RuntimeError("interrupted")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_each_statistics_file_has_one_reader():
+    """`stats check`, `fix`, `diff` and the library read statistics files through the functions of
+    `formats/stats_files.py`; `checking/compare.py` once held a second `read_norm_stats` (another
+    error, another return type) and `diff` reached into its private `_entry`."""
+    import accelkit.stats as stats
+    from accelkit.stats.checking import api as check_api
+    from accelkit.stats.checking import compare
+    from accelkit.stats.formats import stats_files
+
+    assert stats.read_norm_stats is stats_files.read_norm_stats is check_api.read_norm_stats
+    assert check_api.read_stats_json is stats_files.read_stats_json
+    for name in ("read_norm_stats", "read_stats_json", "load_json", "_entry"):
+        assert not hasattr(compare, name), name
+
+
+def test_read_norm_stats_refuses_a_damaged_file(tmp_path):
+    """The public reader is the one `stats check` uses: a null among the numbers is a damaged
+    file (it once became NaN silently), a null statistic is left out."""
+    from accelkit.errors import DataError
+
+    path = tmp_path / "norm_stats.json"
+    path.write_text(json.dumps({"norm_stats": {"state": {"mean": [0.0, None], "std": [1, 1]}}}))
+    with pytest.raises(DataError, match=r"'state'\.mean holds null"):
+        read_norm_stats(path)
+    path.write_text(json.dumps({"norm_stats": {"state": {"mean": [0.5], "q01": None}}}))
+    loaded = read_norm_stats(path)
+    assert list(loaded["state"]) == ["mean"] and loaded["state"]["mean"].dtype == np.float64
+    path.write_text(json.dumps({"state": {}}))
+    with pytest.raises(DataError, match="has no 'norm_stats' mapping"):
+        read_norm_stats(path)

@@ -42,10 +42,7 @@ def test_kept_code_computes_what_numbas_build_computes(rng, cache, integer):
     assert len(list(cache.glob("*.o"))) == 1
     name = native_kernel.key(
         "int64" if integer else "float32",
-        [
-            host_passes.Path(host_passes.__file__).parent / f
-            for f in ("host.py", "host_loop.py")
-        ],
+        [host_passes.Path(host_passes.__file__).parent / f for f in ("host.py", "host_loop.py")],
     )
     kept, _ = native_kernel.load(name, host_passes.PROTOTYPE)
     n = 8192

@@ -23,6 +23,13 @@ from accelkit.runtime import storage
 from accelkit.stats.checking.compare import Report, summary_rows
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE
+from accelkit.stats.formats.stats_files import (
+    load_json,
+    read_episodes_jsonl,
+    read_episodes_parquet,
+    read_norm_stats,
+    read_stats_json,
+)
 from accelkit.stats.settings import StatsSettings
 
 __all__ = ["CheckReport", "FixResult", "check", "fix"]
@@ -174,7 +181,7 @@ def _check(
             raise ConfigError(
                 f"--plot {plot} must be a .png file in an existing folder, e.g. --plot errors.png"
             )
-    openpi = {path: core.read_norm_stats(path) for path in stats_files}  # bad files: exit 2 now
+    openpi = {path: read_norm_stats(path) for path in stats_files}  # bad files: exit 2 now
     mapping = keys or dict(DEFAULT_KEYS)
     levels = list(LEROBOT_QUANTILES)
     names = {float(q): quantile_name(q) for q in levels}
@@ -247,7 +254,7 @@ def _check(
         )
     stats_json = root / "meta" / "stats.json"
     if stats_json.is_file():
-        stored = core.read_stats_json(stats_json)
+        stored = read_stats_json(stats_json)
         core.check_global(
             report,
             "meta/stats.json",
@@ -351,18 +358,17 @@ def _all_features_stream(root: Path):
 
 def _stored_episodes(source) -> tuple[dict, str | None]:
     """The dataset's per-episode statistics and the file(s) holding them (None: it keeps none)."""
-    from accelkit.stats.checking import compare as core
     from accelkit.stats.formats import lerobot
 
     if source.version.startswith("v2"):
         path = source.root / lerobot.EPISODES_JSONL
         if not path.is_file():
             return {}, None
-        return core.read_episodes_jsonl(path), str(lerobot.EPISODES_JSONL)
+        return read_episodes_jsonl(path), str(lerobot.EPISODES_JSONL)
     files = lerobot.episode_meta_files(source.root)
     if not files:
         return {}, None
-    return core.read_episodes_parquet(files), "meta/episodes"
+    return read_episodes_parquet(files), "meta/episodes"
 
 
 def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels, names, progress):
@@ -377,7 +383,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
         facts = {}
         sidecar = sidecar_path(path)
         if sidecar.is_file():
-            facts = core.load_json(sidecar)
+            facts = load_json(sidecar)
         if facts.get("actions_transform"):
             raise ConfigError(
                 f"{path} was written with an actions transform ({facts['actions_transform']});"

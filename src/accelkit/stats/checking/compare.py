@@ -15,7 +15,6 @@ float64 JSON are ~1e-15 off; float32 storage ~1e-7.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -89,94 +88,6 @@ def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
         if float(q) in names:
             out[names[float(q)]] = np.asarray(values, np.float64).reshape(-1)
     return out
-
-
-# --- the stored statistics ---------------------------------------------------------------------
-
-
-def _holds_null(value) -> bool:
-    return value is None or (isinstance(value, list) and any(_holds_null(v) for v in value))
-
-
-def _array(value, where: str) -> np.ndarray:
-    if _holds_null(value):  # numpy would read it as NaN: a number the file does not hold
-        raise DataError(f"{where} holds null among its numbers; the file is damaged")
-    try:
-        array = np.asarray(value, np.float64).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"{where} is not a list of numbers ({exc}); the file is damaged") from exc
-    return array
-
-
-def _entry(raw, where: str) -> dict[str, np.ndarray]:
-    if not isinstance(raw, Mapping):
-        raise DataError(f"{where} is not a mapping of statistics; the file is damaged")
-    return {str(k): _array(v, f"{where}.{k}") for k, v in raw.items() if v is not None}
-
-
-def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
-    data = load_json(path)
-    return {k: _entry(v, f"{path}: {k!r}") for k, v in data.items()}
-
-
-def load_json(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is not readable JSON ({exc}); repair or remove it") from exc
-    if not isinstance(data, dict):
-        raise DataError(f"{path} does not hold a JSON object; repair or remove it")
-    return data
-
-
-def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
-    """v2.1 `meta/episodes_stats.jsonl`: episode -> feature -> statistic -> values."""
-    out: dict[int, dict] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not readable ({exc})") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            episode = int(item["episode_index"])
-            stats = item.get("stats", {})
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
-        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
-    return out
-
-
-def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np.ndarray]]]:
-    """v3.0 `meta/episodes/**.parquet`: the `stats/<feature>/<stat>` columns, per episode."""
-    import pyarrow.parquet as pq
-
-    out: dict[int, dict] = {}
-    for path in files:
-        table = pq.read_table(path)
-        columns = [c for c in table.column_names if c.startswith("stats/")]
-        episodes = table.column("episode_index").to_pylist()
-        values = {c: table.column(c).to_pylist() for c in columns}
-        for row, episode in enumerate(episodes):
-            entry = out.setdefault(int(episode), {})
-            for column in columns:
-                feature, _, stat = column[len("stats/") :].rpartition("/")
-                value = values[column][row]
-                if value is not None:
-                    where = f"{path} episode {episode} {column}"
-                    entry.setdefault(feature, {})[stat] = _array(value, where)
-    return out
-
-
-def read_norm_stats(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    """An openpi `norm_stats.json`: key -> mean/std/q01/q99 (as openpi's `normalize.load` reads)."""
-    data = load_json(path)
-    if not isinstance(data.get("norm_stats"), Mapping):
-        raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
-    return {k: _entry(v, f"{path}: {k!r}") for k, v in data["norm_stats"].items()}
 
 
 # --- comparing ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE
 from accelkit.stats.diffing import causes as diff_causes
 from accelkit.stats.diffing import compare as difference
-from accelkit.stats.formats import stats_read as stats_files
+from accelkit.stats.formats import stats_files
 
 __all__ = ["DiffReport", "diff"]
 

@@ -1,15 +1,28 @@
-"""Output formats: openpi `norm_stats.json` and LeRobot `stats.json`, written atomically.
+"""Statistics files, written and read: openpi `norm_stats.json`, LeRobot `stats.json` and its
+per-episode files (v2.1 `meta/episodes_stats.jsonl`, v3.0 the `stats/<feature>/<stat>` columns of
+`meta/episodes/`). Each format has one reader here; `stats check`, `fix` and `diff` read through it.
 
-openpi: `{"norm_stats": {key: {"mean", "std", "q01", "q99", ...}}}` with 2-space indent and no
-trailing newline, as openpi writes it; extra keys (min, max, count, other quantiles) are ignored by
-openpi's loader. LeRobot: `{feature: {"min", "max", "mean", "std", "count": [n], "q01", ...}}`,
-keyed by the dataset's column names and nothing else (LeRobot's `aggregate_stats` treats every
-top-level key as a feature).
+Writing (atomically). openpi: `{"norm_stats": {key: {"mean", "std", "q01", "q99", ...}}}` with
+2-space indent and no trailing newline, as openpi writes it; extra keys (min, max, count, other
+quantiles) are ignored by openpi's loader. LeRobot: `{feature: {"min", "max", "mean", "std",
+"count": [n], "q01", ...}}`, keyed by the dataset's column names and nothing else (LeRobot's
+`aggregate_stats` treats every top-level key as a feature).
 
 Both always load: no nulls (a dimension without finite values is an error unless a fill value is
 given), and openpi's q01/q99 are required unless explicitly waived (then they are null, which only
 openpi's quantile normalization reads). Facts about the run (partial, rows, levels, fills) go to a
 sidecar `<name>.run.json` next to the output, never into it.
+
+Reading. Every statistic becomes a float64 array (camera entries of shape (3, 1, 1) are
+flattened); a `null` entry is left out (openpi writes a missing quantile as null); a file that is
+not JSON, holds null among its numbers or is not a mapping of statistics is a `DataError`.
+`read` takes what `stats diff` is given — a `norm_stats.json` (its keys mapped to the dataset's
+columns by the sidecar's `keys`, else by `--keys`, else `state=observation.state,
+actions=action`), a `stats.json`, or a dataset folder or repo id (`stats/formats/repo_ids.py`),
+which means its `meta/stats.json`, or for a v2.1 dataset without one its
+`meta/episodes_stats.jsonl` aggregated as LeRobot does when it loads the dataset
+(`aggregate_stats`, `stats/upstream/lerobot.py`) — with the run facts of its sidecar, for
+`stats diff --dataset` to recompute from.
 """
 
 from __future__ import annotations
@@ -18,13 +31,17 @@ import json
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.runtime.files import write_json_atomic
+from accelkit.stats.formats import lerobot, repo_ids
+from accelkit.stats.formats.sources import DEFAULT_KEYS
 from accelkit.stats.types import KeyStats
+from accelkit.stats.upstream import lerobot as lerobot_rules
 
 FORMATS = ("openpi", "lerobot")
 OPENPI_REQUIRED = (0.01, 0.99)
@@ -246,18 +263,231 @@ def per_timestep_payload(steps: Mapping[str, KeyStats]) -> dict:
     return {"norm_stats": norm}
 
 
-def read_norm_stats(path: str | Path) -> dict[str, dict[str, np.ndarray | None]]:
-    """Load an openpi `norm_stats.json` the way openpi does: per key mean, std, q01, q99 arrays."""
+# --- reading: the one reader of each statistics file (check, fix and diff read through these) --
+
+
+def _holds_null(value) -> bool:
+    return value is None or (isinstance(value, list) and any(_holds_null(v) for v in value))
+
+
+def _array(value, where: str) -> np.ndarray:
+    if _holds_null(value):  # numpy would read it as NaN: a number the file does not hold
+        raise DataError(f"{where} holds null among its numbers; the file is damaged")
+    try:
+        array = np.asarray(value, np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where} is not a list of numbers ({exc}); the file is damaged") from exc
+    return array
+
+
+def _entry(raw, where: str) -> dict[str, np.ndarray]:
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{where} is not a mapping of statistics; the file is damaged")
+    return {str(k): _array(v, f"{where}.{k}") for k, v in raw.items() if v is not None}
+
+
+def _entries(raw: Mapping, path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """key -> statistic -> values, for every key of a statistics mapping."""
+    return {str(k): _entry(v, f"{path}: {k!r}") for k, v in raw.items()}
+
+
+def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
+    """LeRobot's `meta/stats.json`: feature -> statistic -> values (flattened)."""
+    return _entries(load_json(path), path)
+
+
+def load_json(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is not a readable norm_stats.json ({exc})") from exc
-    if "norm_stats" not in data:
-        raise DataError(f"{path} has no 'norm_stats' entry; is it an openpi norm_stats.json?")
-    out = {}
-    for key, entry in data["norm_stats"].items():
-        out[key] = {
-            name: None if entry.get(name) is None else np.asarray(entry[name], np.float64)
-            for name in ("mean", "std", "q01", "q99")
-        }
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is not readable JSON ({exc}); repair or remove it") from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path} does not hold a JSON object; repair or remove it")
+    return data
+
+
+def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    """v2.1 `meta/episodes_stats.jsonl`: episode -> feature -> statistic -> values."""
+    out: dict[int, dict] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not readable ({exc})") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            episode = int(item["episode_index"])
+            stats = item.get("stats", {})
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
+        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
     return out
+
+
+def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np.ndarray]]]:
+    """v3.0 `meta/episodes/**.parquet`: the `stats/<feature>/<stat>` columns, per episode."""
+    import pyarrow.parquet as pq
+
+    out: dict[int, dict] = {}
+    for path in files:
+        table = pq.read_table(path)
+        columns = [c for c in table.column_names if c.startswith("stats/")]
+        episodes = table.column("episode_index").to_pylist()
+        values = {c: table.column(c).to_pylist() for c in columns}
+        for row, episode in enumerate(episodes):
+            entry = out.setdefault(int(episode), {})
+            for column in columns:
+                feature, _, stat = column[len("stats/") :].rpartition("/")
+                value = values[column][row]
+                if value is not None:
+                    where = f"{path} episode {episode} {column}"
+                    entry.setdefault(feature, {})[stat] = _array(value, where)
+    return out
+
+
+def read_norm_stats(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
+    """An openpi `norm_stats.json`: key -> statistic (mean, std, q01, q99, and any other it
+    stores) -> float64 values; a null statistic is left out, a damaged file is a `DataError`."""
+    data = load_json(path)
+    if not isinstance(data.get("norm_stats"), Mapping):
+        raise DataError(f"{path} has no 'norm_stats' mapping; is it an openpi norm_stats.json?")
+    return _entries(data["norm_stats"], path)
+
+
+# --- a statistics file as `stats diff` reads it ----------------------------------------------
+
+
+@dataclass
+class StatsFile:
+    """One side of a diff: what was given, the file read, its format and its statistics (key ->
+    statistic -> values), each key's dataset column, and its run facts."""
+
+    given: str
+    path: Path
+    format: str  # "openpi" or "lerobot"
+    read: str  # what was read, in words ("meta/stats.json of the dataset", ...)
+    entries: dict[str, dict[str, np.ndarray]]
+    columns: dict[str, str] = field(default_factory=dict)  # key -> dataset column
+    facts: dict = field(default_factory=dict)  # the sidecar's run facts, {} without one
+    dataset: Path | None = None  # the folder, when a dataset was given
+
+    def describe(self) -> dict:
+        return {
+            "given": self.given,
+            "path": str(self.path),
+            "format": self.format,
+            "read": self.read,
+        }
+
+
+def levels_of(names) -> list[float]:
+    """The quantile levels behind statistic names (`q01` -> 0.01, `q99.5` -> 0.995): only names
+    that accelkit's own writer would give back for the level."""
+    out = []
+    for name in names:
+        if not (name.startswith("q") and name[1:].replace(".", "", 1).isdigit()):
+            continue
+        level = float(name[1:]) / 100
+        if 0 < level < 1 and quantile_name(level) == name:
+            out.append(level)
+    return sorted(set(out))
+
+
+def read(given: str | Path, *, keys: Mapping[str, str] | None = None, what: str = "A") -> StatsFile:
+    """The statistics `given` names (a file, a dataset folder or a repo id); `keys` map openpi's
+    keys to columns when the file's sidecar does not. Bad input raises an `InputError` naming
+    it and `what` ("A", "B")."""
+    text = repo_ids.resolve(str(given), f"{what} ({given})")
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise InputError(
+            f"{what}: {given} does not exist; give a norm_stats.json, a stats.json, a dataset"
+            " folder or a repo id"
+        )
+    if path.is_dir():
+        return _from_dataset(str(given), path, what)
+    data = load_json(path)
+    facts = _facts(path)
+    if isinstance(data.get("norm_stats"), Mapping):
+        entries = _entries(data["norm_stats"], path)
+        mapping = dict(facts.get("keys") or keys or DEFAULT_KEYS)
+        return StatsFile(
+            str(given),
+            path,
+            "openpi",
+            "openpi norm_stats.json",
+            entries,
+            {k: str(mapping.get(k, k)) for k in entries},
+            facts,
+        )
+    if data and all(isinstance(v, Mapping) for v in data.values()):
+        entries = _entries(data, path)
+        return StatsFile(
+            str(given),
+            path,
+            "lerobot",
+            "LeRobot stats.json",
+            entries,
+            {k: k for k in entries},
+            facts,
+        )
+    raise DataError(
+        f"{what}: {path} is neither an openpi norm_stats.json (a 'norm_stats' mapping) nor a"
+        " LeRobot stats.json (feature -> statistics); give one of those or a dataset folder"
+    )
+
+
+def _facts(path: Path) -> dict:
+    sidecar = sidecar_path(path)
+    return load_json(sidecar) if sidecar.is_file() else {}
+
+
+def _from_dataset(given: str, root: Path, what: str) -> StatsFile:
+
+    if not (root / "meta" / "info.json").is_file():
+        raise InputError(
+            f"{what}: {root} is a folder but not a LeRobot dataset (no meta/info.json); give a"
+            " norm_stats.json, a stats.json or a dataset folder"
+        )
+    stats_json = root / "meta" / "stats.json"
+    if stats_json.is_file():
+        entries = read_stats_json(stats_json)
+        columns = {k: k for k in entries}
+        return StatsFile(
+            given,
+            stats_json,
+            "lerobot",
+            "the dataset's meta/stats.json",
+            entries,
+            columns,
+            _facts(stats_json),
+            root,
+        )
+    episodes = root / lerobot.EPISODES_JSONL
+    if episodes.is_file():
+        per_episode = read_episodes_jsonl(episodes)
+        features = sorted({f for entry in per_episode.values() for f in entry})
+        entries = {}
+        for feature in features:
+            aggregated = lerobot_rules.aggregate(
+                [e[feature] for _, e in sorted(per_episode.items()) if feature in e]
+            )
+            if aggregated:
+                entries[feature] = aggregated
+        return StatsFile(
+            given,
+            episodes,
+            "lerobot",
+            "the dataset's meta/episodes_stats.jsonl, aggregated as LeRobot does when it loads it",
+            entries,
+            {k: k for k in entries},
+            {},
+            root,
+        )
+    raise InputError(
+        f"{what}: the dataset {root} stores no statistics (no meta/stats.json or"
+        " meta/episodes_stats.jsonl); `accelkit stats {root} --format lerobot --write-into"
+        f" {root}` writes them"
+    )
