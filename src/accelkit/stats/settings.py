@@ -145,7 +145,7 @@ class StatsSettings(Settings):
             raise ValueError("give at least one level, e.g. 0.01,0.99")
         if not all(0.0 <= q <= 1.0 for q in value):  # also rejects NaN
             raise ValueError("every level must lie in [0, 1]")
-        from accelkit.stats.formats.stats_files import check_quantile_names
+        from accelkit.stats.core.quantiles import check_quantile_names
 
         try:
             check_quantile_names(value)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from accelkit.runtime.files import atomic_open
+from accelkit.stats.core.quantiles import quantile_name
 from accelkit.stats.engine.driver import compute_stats
-from accelkit.stats.formats.stats_files import quantile_name, read_norm_stats, write_stats
+from accelkit.stats.formats.stats_files import read_norm_stats, write_stats
 
 
 @pytest.fixture

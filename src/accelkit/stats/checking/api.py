@@ -156,9 +156,10 @@ def _check(
     from accelkit.runtime.progress import phase
     from accelkit.stats.checking import compare as core
     from accelkit.stats.computation.api import camera_stats
+    from accelkit.stats.core.quantiles import quantile_name
     from accelkit.stats.formats import repo_ids
     from accelkit.stats.formats.sources import DEFAULT_KEYS
-    from accelkit.stats.formats.stats_files import LEROBOT_QUANTILES, quantile_name
+    from accelkit.stats.formats.stats_files import LEROBOT_QUANTILES
 
     root = Path(repo_ids.resolve(dataset)).expanduser()  # `owner/name`: where LeRobot keeps it
     if storage.is_uri(dataset) and not dataset.startswith("file:"):

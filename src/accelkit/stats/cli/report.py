@@ -15,7 +15,8 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
     from rich.text import Text
 
     from accelkit.runtime.tables import Col, print_table, stdout_console
-    from accelkit.stats.formats.stats_files import quantile_name, sidecar_path
+    from accelkit.stats.core.quantiles import quantile_name
+    from accelkit.stats.formats.stats_files import sidecar_path
 
     console = stdout_console()
     s = result.summary

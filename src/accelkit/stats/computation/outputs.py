@@ -43,7 +43,7 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
         cameras = None
         if result.cameras is not None:
             from accelkit.stats.core.camera_stats import lerobot_entry
-            from accelkit.stats.formats.stats_files import quantile_name
+            from accelkit.stats.core.quantiles import quantile_name
 
             names = {float(q): quantile_name(q) for q in levels}
             cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
@@ -121,8 +121,8 @@ def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> lis
 def write_episode_outputs(stream, result, episodes: list, output: Path, into: bool) -> list[Path]:
     """Per-episode statistics where the dataset's version keeps them: in its meta/ folder (`into`),
     or beside `output` (v2.1 episodes_stats.jsonl, v3.0 an episodes/ folder of its meta files)."""
+    from accelkit.stats.core.quantiles import quantile_name
     from accelkit.stats.formats import lerobot
-    from accelkit.stats.formats.stats_files import quantile_name
 
     source = stream.lerobot
     names = dict(stream.keys)

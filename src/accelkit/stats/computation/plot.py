@@ -58,7 +58,7 @@ def _floats(values) -> list[float | None]:
 def plot_data(result, column_names: dict, source: str, max_panels: int = MAX_PANELS) -> dict:
     """The document a figure is drawn from (JSON-ready): per key its statistics, its first
     `max_panels` dimensions' bars, its flags; per-episode means when the run computed them."""
-    from accelkit.stats.formats.stats_files import quantile_name
+    from accelkit.stats.core.quantiles import quantile_name
 
     features = {}
     for key, s in result.stats.items():

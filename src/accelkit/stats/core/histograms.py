@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accelkit.stats.core.quantiles import quantile_name
 from accelkit.stats.core.sort_keys import keys_to_floats, keys_to_ints
 
 BARS = 40  # bars per panel
@@ -168,8 +169,6 @@ def flag_dimensions(stats, names=None) -> dict[int, list[str]]:
     """What looks wrong with each dimension of a `KeyStats`: {dim: [short reasons]}, flagged ones
     only (the point-mass check needs its `histogram`). `names` maps quantile levels to their
     names (q01, q99) for the messages."""
-    from accelkit.stats.formats.stats_files import quantile_name
-
     levels = sorted(stats.quantiles)
     names = names or {q: quantile_name(q) for q in levels}
     flags: dict[int, list[str]] = {}

@@ -27,11 +27,31 @@ import numpy as np
 if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
     import jax.numpy as jnp
 
-from accelkit.errors import DataError
+from accelkit.errors import DataError, InputError
 from accelkit.stats.core.sort_keys import float_keys, keys_to_floats, keys_to_values  # noqa: F401
 
 KEY_BITS = 32  # float32 keys; int64 data has 64-bit keys (plans carry their own width)
 NO_PREFIX = np.uint64(0xFFFFFFFFFFFFFFFF)  # pads prefix tables: above every shorter prefix
+
+
+def quantile_name(q: float) -> str:
+    """0.01 -> "q01", 0.5 -> "q50", 0.995 -> "q99.5", 0.001 -> "q00.1", 1e-7 -> "q00.00001"."""
+    percent = round(q * 100, 10)  # 0.07 * 100 = 7.000000000000001; ten digits is finer than any use
+    text = np.format_float_positional(percent, trim="-")
+    whole, _, frac = text.partition(".")
+    return f"q{int(whole):02d}" + (f".{frac}" if frac else "")
+
+
+def check_quantile_names(levels) -> None:
+    """Two levels that print the same name would overwrite each other in the output file."""
+    names: dict[str, float] = {}
+    for q in levels:
+        name = quantile_name(q)
+        if name in names and names[name] != q:
+            raise InputError(
+                f"quantile levels {names[name]} and {q} both write the entry {name!r}; drop one of them"
+            )
+        names[name] = q
 
 
 def digit_histogram_update(

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.stats.checking import compare
+from accelkit.stats.core.quantiles import quantile_name
 from accelkit.stats.diffing.causes import Hypothesis
-from accelkit.stats.formats.stats_files import quantile_name
 from accelkit.stats.types import Column, Stream
 from accelkit.stats.upstream import lerobot as lerobot_rules
 from accelkit.stats.upstream import openpi as openpi_rules

@@ -38,6 +38,7 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.runtime.files import write_json_atomic
+from accelkit.stats.core.quantiles import check_quantile_names, quantile_name
 from accelkit.stats.formats import lerobot, repo_ids
 from accelkit.stats.formats.sources import DEFAULT_KEYS
 from accelkit.stats.types import KeyStats
@@ -49,26 +50,6 @@ LEROBOT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 DEFAULT_OUTPUT = {"openpi": "norm_stats.json", "lerobot": "stats.json"}
 
 log = logging.getLogger(__name__)
-
-
-def quantile_name(q: float) -> str:
-    """0.01 -> "q01", 0.5 -> "q50", 0.995 -> "q99.5", 0.001 -> "q00.1", 1e-7 -> "q00.00001"."""
-    percent = round(q * 100, 10)  # 0.07 * 100 = 7.000000000000001; ten digits is finer than any use
-    text = np.format_float_positional(percent, trim="-")
-    whole, _, frac = text.partition(".")
-    return f"q{int(whole):02d}" + (f".{frac}" if frac else "")
-
-
-def check_quantile_names(levels) -> None:
-    """Two levels that print the same name would overwrite each other in the output file."""
-    names: dict[str, float] = {}
-    for q in levels:
-        name = quantile_name(q)
-        if name in names and names[name] != q:
-            raise InputError(
-                f"quantile levels {names[name]} and {q} both write the entry {name!r}; drop one of them"
-            )
-        names[name] = q
 
 
 def _floats(values) -> list[float | None]:
