@@ -87,10 +87,10 @@ class StatsSettings(Settings):
     @field_validator("weights")
     @classmethod
     def _weights(cls, value, info):
-        """One positive rational per dataset (`mixture.parse_weight`), for several datasets."""
+        """One positive rational per dataset (`core/weights.py`), for several datasets."""
         if value is None:
             return value
-        from accelkit.stats.mixture.ranks import parse_weight
+        from accelkit.stats.core.weights import parse_weight
 
         try:
             for i, part in enumerate(value):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from accelkit.errors import ConfigError, DataError
+from accelkit.stats.core.weights import parse_weight
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.kernel import windows
 from accelkit.stats.mixture import ranks as mixture
@@ -164,7 +165,7 @@ def test_decimal_weights_equal_numpy_and_the_exact_definition(rng, weights):
         [as_batches(p) for p in parts], quantiles=LEVELS, weights=weights
     )
     stats = result.stats["x"]
-    exact = [mixture.parse_weight(w, "w") for w in weights]
+    exact = [parse_weight(w, "w") for w in weights]
     got = quantiles_of(stats, LEVELS)
     np.testing.assert_array_equal(got, exact_reference(parts, exact, LEVELS))
     np.testing.assert_array_equal(got, numpy_weighted(parts, exact, LEVELS))
@@ -204,7 +205,7 @@ def test_scales_beyond_int64_stay_exact(rng):
     primes = (101, 103, 107, 109)
     parts = [rng.integers(0, 4, size=(n, 2)).astype(np.float32) for n in primes]
     weights = ["0.123456789", "0.987654321", "1/3", "2/7"]
-    exact = [mixture.parse_weight(w, "w") for w in weights]
+    exact = [parse_weight(w, "w") for w in weights]
     counts = np.array([[n, n] for n in primes])
     plan, _ = mixture.start_plan(counts, np.array(levels), 32, tuple(exact))
     assert int(plan.thresholds.max()) > mixture.SAFE

@@ -25,6 +25,7 @@ from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
 from accelkit.stats.core import histograms
 from accelkit.stats.core import moments as mom
 from accelkit.stats.core import quantiles as qt
+from accelkit.stats.core.weights import parse_weights
 from accelkit.stats.engine.driver import (
     DEFAULT_QUANTILES,
     EXACT_FIRST_DIGIT,
@@ -73,7 +74,7 @@ def compute_mixture_stats(
     streams = [m if isinstance(m, Stream) else BatchStream(m, keys) for m in members]
     if not streams:
         raise ConfigError("a mixture needs at least one dataset")
-    shares = mx.parse_weights(weights, len(streams))
+    shares = parse_weights(weights, len(streams))
     requested = list(quantiles)
     levels = np.asarray(sorted({float(q) for q in requested}), np.float64)
     if len(levels) == 0 or not np.all((levels >= 0) & (levels <= 1)):
