@@ -22,7 +22,7 @@ from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
 from accelkit.stats.checking.compare import Report, summary_rows
 from accelkit.stats.core import tolerance as tolerance_rule
-from accelkit.stats.core.tolerance import TOLERANCE
+from accelkit.stats.core.tolerance import TOLERANCE, exact_values
 from accelkit.stats.formats.stats_files import (
     load_json,
     read_episodes_jsonl,
@@ -207,16 +207,16 @@ def _check(
         stream, quantiles=levels, progress=progress, per_episode=True, skip_nonfinite=False
     )
     result.cameras = cameras
-    exact = {k: core.exact_values(s, names) for k, s in result.stats.items()}
+    exact = {k: exact_values(s, names) for k, s in result.stats.items()}
     per_episode = {
-        e.index: {k: core.exact_values(s, names) for k, s in e.stats.items()}
+        e.index: {k: exact_values(s, names) for k, s in e.stats.items()}
         for e in result.episodes or []
     }
     if cameras is not None:
-        exact.update({k: core.exact_values(s, names) for k, s in cameras.stats.items()})
+        exact.update({k: exact_values(s, names) for k, s in cameras.stats.items()})
         for episode, per in cameras.episodes.items():
             per_episode.setdefault(episode, {}).update(
-                {k: core.exact_values(s, names) for k, s in per.items()}
+                {k: exact_values(s, names) for k, s in per.items()}
             )
     report = CheckReport(str(root), tolerance, plot=plot_path)
     lengths = {e.index: e.length for e in source.layout.episodes}
@@ -376,7 +376,6 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
     """For each norm_stats.json: (exact values per key, KeyStats per key or None, key -> column),
     from the per-frame run where it holds plain frames, else from a run of its action chunks
     (the horizon and chunk end its sidecar records, unless given)."""
-    from accelkit.stats.checking import compare as core
     from accelkit.stats.formats.stats_files import sidecar_path
 
     out = {}
@@ -404,7 +403,7 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
         stream = open_source(root, keys=usable, action_horizon=int(horizon), chunk_end=end)
         result = compute_stats(stream, quantiles=levels, progress=progress)
         out[path] = (
-            {k: core.exact_values(s, names) for k, s in result.stats.items()},
+            {k: exact_values(s, names) for k, s in result.stats.items()},
             result.stats,
             dict(stream.keys),
         )

@@ -35,12 +35,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.core.tolerance import reproduces
+from accelkit.stats.core.tolerance import MOMENTS, reproduces
 from accelkit.stats.upstream import lerobot as lerobot_rules
 
 F32 = 2.0**-24  # float32's unit roundoff
 F64 = 2.0**-53
-MOMENTS = ("mean", "std")
 CONSISTENT = "consistent with"  # a cause not confirmed by a recomputation (no rows at hand)
 
 # the causes a finding may name (docs/stats.md lists them with what each means)

@@ -27,8 +27,7 @@ from accelkit.stats.checking import causes
 from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
-
-UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
+from accelkit.stats.core.tolerance import UNITS, sortable
 
 
 @dataclass
@@ -67,27 +66,6 @@ class Finding:
             "detail": self.detail,
         }
         return out
-
-
-# --- exact values, from either kind of statistics the engine returns ---------------------------
-
-
-def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
-    """Every statistic of a `KeyStats` (numeric feature) or `CameraStats` (camera) as float64
-    arrays, quantiles under LeRobot's names (q01, …); count as frames [1]."""
-    count = stats.count
-    frames = int(np.max(count, initial=0)) if np.ndim(count) else int(count)
-    out = {
-        "mean": np.asarray(stats.mean, np.float64).reshape(-1),
-        "std": np.asarray(stats.std, np.float64).reshape(-1),
-        "min": np.asarray(stats.min, np.float64).reshape(-1),
-        "max": np.asarray(stats.max, np.float64).reshape(-1),
-        "count": np.asarray([frames], np.float64),
-    }
-    for q, values in stats.quantiles.items():
-        if float(q) in names:
-            out[names[float(q)]] = np.asarray(values, np.float64).reshape(-1)
-    return out
 
 
 # --- comparing ---------------------------------------------------------------------------------
@@ -327,7 +305,7 @@ def summary_rows(report: Report) -> list[dict]:
         groups.setdefault((f.file, f.feature, f.cause, f.confirmed), []).append(f)
     rows = []
     for (file, feature, cause, confirmed), found in groups.items():
-        worst = max(found, key=lambda f: _sortable(f.error))
+        worst = max(found, key=lambda f: sortable(f.error))
         stats = sorted({f.stat for f in found}, key=_stat_order)
         rows.append(
             {
@@ -344,26 +322,13 @@ def summary_rows(report: Report) -> list[dict]:
                 "detail": worst.detail,
             }
         )
-    rows.sort(key=lambda r: (r["file"], r["feature"], -_sortable(r["error"])))
+    rows.sort(key=lambda r: (r["file"], r["feature"], -sortable(r["error"])))
     return rows
 
 
 def _stat_order(stat: str) -> tuple:
     order = ("count", "min", "max", "mean", "std")
     return (order.index(stat), "") if stat in order else (len(order), stat)
-
-
-def _sortable(value: float) -> float:
-    return 1e300 if not math.isfinite(value) else value
-
-
-def format_error(error: float, unit: str) -> str:
-    if not math.isfinite(error):
-        return "-"
-    if unit == "frames":
-        return f"{error:,.0f} frames"
-    sign = "σ" if unit == "std" else " range"
-    return f"{error:.3g}{sign}"
 
 
 def draw(report: Report, path: Path) -> Path:

@@ -107,7 +107,7 @@ def check_command(
 def render(report, as_json: bool) -> None:
     """The --json envelope, or the table, the causes' legend, the worst error per file and the
     verdict."""
-    from accelkit.stats.checking.compare import format_error
+    from accelkit.stats.core.tolerance import format_error
 
     rows = report.summary()
     fixed, plot_path = report.fixed, report.plot

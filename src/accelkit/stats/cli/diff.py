@@ -121,7 +121,7 @@ def render(report, as_json: bool) -> None:
         print_json(report.document(), ok=report.ok)
         return
     from accelkit.runtime.tables import Col, print_table, stdout_console
-    from accelkit.stats.checking.compare import format_error
+    from accelkit.stats.core.tolerance import format_error
     from accelkit.stats.diffing.causes import DIFF_CAUSE_HELP, DIFF_CAUSES
 
     console = stdout_console()

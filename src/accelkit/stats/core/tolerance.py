@@ -1,4 +1,6 @@
-"""The one rule `stats check` and `stats diff` both measure by (docs/stats.md, "Tolerance").
+"""The one rule `stats check` and `stats diff` both measure by (docs/stats.md, "Tolerance"), and
+the pieces both use (units, `exact_values`, `format_error`, `sortable`), so neither imports the
+other.
 
 A number is compared in its unit — mean and std in stds, min, max and the quantiles in ranges
 (max − min), counts in frames (`stats/checking/compare.py` takes the unit from the exact statistics,
@@ -18,6 +20,7 @@ A number is compared in its unit — mean and std in stds, min, max and the quan
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -25,6 +28,8 @@ from accelkit.errors import ConfigError
 
 TOLERANCE = 1e-3
 REPRODUCED = 1e-6
+MOMENTS = ("mean", "std")  # measured in stds
+UNITS = {"mean": "std", "std": "std", "count": "frames"}  # the rest: "range"
 
 
 def given(tolerance: float | None) -> float:
@@ -59,3 +64,36 @@ def reproduces(value, stored, unit: float, stat: str = "") -> bool:
     if stat == "count":
         return value == stored
     return abs(value - stored) <= REPRODUCED * unit
+
+
+def sortable(value: float) -> float:
+    """An error as a sort key: not a finite number sorts above every finite one."""
+    return 1e300 if not math.isfinite(value) else float(value)
+
+
+def format_error(error: float, unit: str) -> str:
+    """An error in its unit as the tables print it ("-" when not a finite number)."""
+    if not math.isfinite(error):
+        return "-"
+    if unit == "frames":
+        return f"{error:,.0f} frames"
+    sign = "σ" if unit == "std" else " range"
+    return f"{error:.3g}{sign}"
+
+
+def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
+    """Every statistic of a `KeyStats` (numeric feature) or `CameraStats` (camera) as float64
+    arrays, quantiles under LeRobot's names (q01, …); count as frames [1]."""
+    count = stats.count
+    frames = int(np.max(count, initial=0)) if np.ndim(count) else int(count)
+    out = {
+        "mean": np.asarray(stats.mean, np.float64).reshape(-1),
+        "std": np.asarray(stats.std, np.float64).reshape(-1),
+        "min": np.asarray(stats.min, np.float64).reshape(-1),
+        "max": np.asarray(stats.max, np.float64).reshape(-1),
+        "count": np.asarray([frames], np.float64),
+    }
+    for q, values in stats.quantiles.items():
+        if float(q) in names:
+            out[names[float(q)]] = np.asarray(values, np.float64).reshape(-1)
+    return out

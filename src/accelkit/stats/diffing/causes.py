@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.checking.causes import MOMENTS
 from accelkit.stats.core import tolerance
+from accelkit.stats.core.tolerance import MOMENTS
 
 # the causes a difference may name (docs/stats.md lists them)
 DIFF_CAUSES = {

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accelkit.stats.checking.causes import MOMENTS
 from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import MOMENTS, sortable
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # stats check's, re-exported
 
 
@@ -233,7 +233,7 @@ def summary_rows(comparison: Comparison) -> list[dict]:
         for d in diff.failing:
             groups.setdefault(diff.causes.get(d, ""), []).append(d)
         for cause, dims in groups.items():
-            worst = max(dims, key=lambda d: _sortable(diff.errors[d]))
+            worst = max(dims, key=lambda d: sortable(diff.errors[d]))
             rows.append(
                 {
                     "key": diff.key,
@@ -249,7 +249,3 @@ def summary_rows(comparison: Comparison) -> list[dict]:
                 }
             )
     return rows
-
-
-def _sortable(value: float) -> float:
-    return 1e300 if not math.isfinite(value) else float(value)

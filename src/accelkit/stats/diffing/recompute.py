@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from accelkit.stats.checking import compare
 from accelkit.stats.core.quantiles import quantile_name
+from accelkit.stats.core.tolerance import exact_values
 from accelkit.stats.diffing.causes import Hypothesis
 from accelkit.stats.types import Column, Stream
 from accelkit.stats.upstream import lerobot as lerobot_rules
@@ -147,9 +147,9 @@ class Recomputer:
         result = compute_stats(
             stream, quantiles=self.levels, progress=self.progress, per_episode=per_episode
         )
-        values = {k: compare.exact_values(s, self.names) for k, s in result.stats.items()}
+        values = {k: exact_values(s, self.names) for k, s in result.stats.items()}
         episodes = {
-            e.index: {k: compare.exact_values(s, self.names) for k, s in e.stats.items()}
+            e.index: {k: exact_values(s, self.names) for k, s in e.stats.items()}
             for e in result.episodes or []
         }
         return values, episodes
@@ -307,7 +307,7 @@ class Recomputer:
         def exact():
             phase("recomputing: the exact statistics of the rows openpi counts")
             found = compute_stats(grouped, quantiles=self.levels, progress=self.progress)
-            return {k: compare.exact_values(s, self.names) for k, s in found.stats.items()}
+            return {k: exact_values(s, self.names) for k, s in found.stats.items()}
 
         def make():
             counted = self.frames // batch_size * batch_size
