@@ -21,6 +21,7 @@ from pathlib import Path
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
 from accelkit.stats.checking.compare import Report, summary_rows
+from accelkit.stats.checking.plot import draw
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE, exact_values
 from accelkit.stats.formats.stats_files import (
@@ -311,7 +312,7 @@ def _check(
     )
     if plot_path is not None:
         phase(f"drawing {plot_path}")
-        core.draw(report, plot_path)
+        draw(report, plot_path)
     return report
 
 

@@ -1,12 +1,14 @@
-"""How far the statistics stored in a dataset are from the exact ones, and why.
+"""How far the statistics stored in a dataset are from the exact ones, and why: the comparison
+at the heart of `accelkit stats check`, on numbers already read (no files, no drawing).
 
-The pure core of `accelkit stats check`: the stored numbers (LeRobot's `meta/stats.json`, its
+The stored numbers (read by `stats/formats/stats_files.py`: LeRobot's `meta/stats.json`, its
 per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episodes/`, v2.1
 `meta/episodes_stats.jsonl` — and openpi `norm_stats.json` files) are compared with exact
 statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
 user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
 the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
-the stored number back (`stats/checking/causes.py`); `stats/checking/api.py` computes the exact ones and fixes.
+the stored number back (`stats/checking/causes.py`); `stats/checking/api.py` reads the files,
+computes the exact statistics and fixes; `stats/checking/plot.py` draws --plot.
 
 The tolerance (default `TOLERANCE`, 1e-3) and what "gives the stored number back" means (1e-6 of
 the unit) are one rule shared with `stats diff` (`stats/core/tolerance.py`). Exact statistics stored as
@@ -18,11 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from accelkit.errors import DataError
 from accelkit.stats.checking import causes
 from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
@@ -329,53 +329,3 @@ def summary_rows(report: Report) -> list[dict]:
 def _stat_order(stat: str) -> tuple:
     order = ("count", "min", "max", "mean", "std")
     return (order.index(stat), "") if stat in order else (len(order), stat)
-
-
-def draw(report: Report, path: Path) -> Path:
-    """Each feature's worst error per dimension (over its statistics), global file and
-    per-episode files apart, on a log axis with the tolerance drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from accelkit.runtime.files import atomic_open
-
-    series: dict[str, dict[str, np.ndarray]] = {}
-    for f in report.findings:
-        if not f.errors or f.unit == "frames":
-            continue
-        errors = np.asarray(f.errors, np.float64)
-        per = series.setdefault(f.feature, {})
-        label = f.file if f.episode is None else f"{f.file} (worst episode)"
-        current = per.get(label)
-        per[label] = (
-            errors
-            if current is None or current.shape != errors.shape
-            else np.maximum(current, errors)
-        )
-    features = sorted(series)
-    if not features:
-        raise DataError("nothing was compared, so there is no error to draw; drop --plot")
-    cols = min(3, len(features))
-    rows = math.ceil(len(features) / cols)
-    figure, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
-    floor = report.tolerance * 1e-6
-    for ax, feature in zip(axes.flat, features, strict=False):
-        for label, errors in sorted(series[feature].items()):
-            shown = np.clip(np.where(np.isfinite(errors), errors, np.nan), floor, None)
-            ax.plot(np.arange(len(errors)), shown, marker="o", linestyle="-", label=label)
-        ax.axhline(report.tolerance, color="red", linestyle="--", label="tolerance")
-        ax.set_yscale("log")
-        ax.set_title(feature, fontsize=10)
-        ax.set_xlabel("dimension")
-        ax.set_ylabel("worst error (std or range)")
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(features) :]:
-        ax.axis("off")
-    figure.suptitle(f"stored statistics vs exact: {report.dataset}", fontsize=11)
-    figure.tight_layout()
-    with atomic_open(path, "wb") as handle:
-        figure.savefig(handle, format="png", dpi=90)
-    plt.close(figure)
-    return path
