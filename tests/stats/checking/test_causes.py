@@ -223,8 +223,8 @@ def test_a_std_edited_to_1_5x_on_an_offset_column_is_not_float32_moments():
     for std in (truth["std"] * 1.5, std32.astype(np.float64)):
         found = explained(x, dict(truth, std=std), rows=False)
         assert found["std"].cause == "float32" and found["std"].confirmed is False
-        assert found["std"].as_dict()["cause"] == "consistent with float32 moments"
-        assert found["std"].as_dict()["confirmed"] is False
+        assert found["std"].document()["cause"] == "consistent with float32 moments"
+        assert found["std"].document()["confirmed"] is False
 
 
 def test_a_mean_off_by_a_float32_step_is_float32_moments_only_where_reproduced():
@@ -316,7 +316,7 @@ def test_check_and_diff_name_the_same_cause_at_the_reproduction_boundary(tmp_pat
     path.write_text(json.dumps(written))
     checked = stats.check(root)
     in_check = {
-        f.stat: f.as_dict()["cause"]
+        f.stat: f.document()["cause"]
         for f in checked.failures
         if (f.file, f.feature) == ("meta/stats.json", "frame_index") and f.stat in ("q01", "q99")
     }

@@ -61,3 +61,37 @@ def test_check_then_fix_as_objects_equal_the_command(tmp_path, capsys):
     fixed = stats.fix(report)
     assert fixed.written == [str(root / "meta" / "stats.json")] and len(fixed.backups) == 1
     assert report.fixed is fixed and stats.check(root).ok
+
+
+def test_no_room_shadows_an_exported_name():
+    """A subpackage named like an exported function (`stats/compute/`, `stats/check/`) would
+    replace it on the package once imported; the rooms are named so none does."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.walk_packages(stats.__path__, "accelkit.stats."):
+        importlib.import_module(module.name)
+    for name in stats.__all__:
+        assert not isinstance(getattr(stats, name), type(stats)), name
+    assert callable(stats.compute) and callable(stats.check) and callable(stats.diff)
+
+
+def test_every_result_object_writes_its_json_by_document():
+    """One JSON method name on every stats result (docs/architecture.md: `.document()`); some
+    once said `.as_dict()`."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    seen = 0
+    for module in pkgutil.walk_packages(stats.__path__, "accelkit.stats."):
+        for _, cls in inspect.getmembers(importlib.import_module(module.name), inspect.isclass):
+            if cls.__module__.startswith("accelkit.stats"):
+                assert not hasattr(cls, "as_dict") and not hasattr(cls, "to_dict"), cls
+                seen += hasattr(cls, "document")
+    assert seen >= 6  # ComputeResult, CheckReport, FixResult, DiffReport, Finding, Difference
+
+
+def test_fix_needs_the_report_check_returned():
+    with pytest.raises(ConfigError, match=r"stats\.check\(\) returned"):
+        stats.fix(stats.CheckReport(dataset="x", tolerance=1e-3))

@@ -43,8 +43,21 @@ class FixResult:
     written: list[str]
     backups: list[str]
 
-    def as_dict(self) -> dict:
+    def document(self) -> dict:
         return {"written": self.written, "backups": self.backups}
+
+
+@dataclass(frozen=True)
+class _FixInputs:
+    """What `fix` writes from: the run of `check` that computed the exact statistics."""
+
+    settings: StatsSettings
+    stream: object
+    result: object
+    levels: list
+    root: Path
+    openpi_exact: dict
+    mapping: dict
 
 
 @dataclass
@@ -54,7 +67,7 @@ class CheckReport(Report):
 
     plot: Path | None = None
     fixed: FixResult | None = None
-    _run: dict = field(default_factory=dict, repr=False)  # what fix() writes from
+    _fix_inputs: _FixInputs | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> list[dict]:
         """One row per (file, feature, cause): the worst statistic, its error, the episodes."""
@@ -78,10 +91,10 @@ class CheckReport(Report):
             "compared": self.numbers,
             "failing": len(self.failures),
             "summary": self.summary(),
-            "findings": [f.as_dict() for f in self.findings if f.fails],
+            "findings": [f.document() for f in self.findings if f.fails],
             "worst": self.worst_by_file(),
             "not_checked": self.not_checked,
-            "fixed": None if self.fixed is None else self.fixed.as_dict(),
+            "fixed": None if self.fixed is None else self.fixed.document(),
             "plot": None if self.plot is None else str(self.plot),
         }
 
@@ -128,16 +141,12 @@ def fix(report: CheckReport) -> FixResult:
     feature computed; cameras with images sample|all), the per-episode files, each of its
     norm_stats.json files — each atomically, the old files kept under meta/.accelkit-backup/<time>/
     (a norm_stats.json beside itself, .<time>.bak). Stopped or failing, every file is as it was."""
-    run = report._run
-    settings = run["settings"].model_copy(update={"write_into": str(run["root"])})
+    run = report._fix_inputs
+    if run is None:
+        raise ConfigError("fix() takes the report stats.check() returned; this one holds no run")
+    settings = run.settings.model_copy(update={"write_into": str(run.root)})
     report.fixed = _fix(
-        settings,
-        run["stream"],
-        run["result"],
-        run["levels"],
-        run["root"],
-        run["openpi_exact"],
-        run["mapping"],
+        settings, run.stream, run.result, run.levels, run.root, run.openpi_exact, run.mapping
     )
     return report.fixed
 
@@ -301,7 +310,7 @@ def _check(
             frames=frames,
             expected=[k for k in truth if k in stored],
         )
-    report._run = dict(
+    report._fix_inputs = _FixInputs(
         settings=settings,
         stream=stream,
         result=result,

@@ -49,7 +49,7 @@ class Finding:
     errors: list[float] = field(default_factory=list)  # per dimension (for the plot)
     fails: bool = False
 
-    def as_dict(self) -> dict:
+    def document(self) -> dict:
         out = {
             "file": self.file,
             "feature": self.feature,

@@ -66,7 +66,7 @@ class DiffReport:
             "compared": c.compared,
             "differing": c.differing,
             "summary": self.summary(),
-            "differences": [d.as_dict() for d in c.differences],
+            "differences": [d.document() for d in c.differences],
             "only_in_a": c.only_in_a,
             "only_in_b": c.only_in_b,
             "not_compared": c.not_compared,

@@ -59,7 +59,7 @@ class Difference:
     def worst(self) -> int:
         return int(np.argmax(np.where(np.isfinite(self.errors), self.errors, 1e300)))
 
-    def as_dict(self) -> dict:
+    def document(self) -> dict:
         return {
             "key": self.key,
             "key_b": self.key_b,

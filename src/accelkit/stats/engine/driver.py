@@ -335,9 +335,9 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
 def open_runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks):
     """The runner of a stream's passes: here (`local_runner`), or on the Ray cluster `ray`."""
     if ray is None:
-        from accelkit.stats.engine.local_runner import Runner
+        from accelkit.stats.engine.local_runner import LocalRunner
 
-        return Runner(stream, devices, batch_size, progress, skip_nonfinite)
+        return LocalRunner(stream, devices, batch_size, progress, skip_nonfinite)
     from accelkit.stats.engine.ray_runner import RayRunner
 
     return RayRunner(

@@ -151,7 +151,7 @@ class DeviceKernel:
         return self.place(fresh)
 
 
-class Runner:
+class LocalRunner:
     """Runs passes of the kernel over a stream on a mesh; owns batch size and compile counting."""
 
     replays = True  # exact mode may replay pass 1's decoded chunks (see `_exact`)

@@ -3,7 +3,7 @@
 The driver (this process) lists the files from the dataset's metadata (`sources.open_source`; each
 task checks its own files' footers), cuts the stream's file order into contiguous groups, and runs
 every pass as one Ray task per group (`stats/engine/ray_tasks.py`). Each task runs the local pass
-code (`local_runner.Runner` on the
+code (`local_runner.LocalRunner` on the
 host kernel, or the XLA one for fast mode) on its files and returns its partial result; merge
 tasks combine `MERGE_FANIN` adjacent results at a time, level after level, so the driver receives
 **one** result per pass whatever the number of tasks (it only waits on each task's few-byte

@@ -118,7 +118,7 @@ def run_group(
     partial state (packed), the span of its whole blocks' moment sums and its edge rows.
     """
     from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.engine.local_runner import Runner
+    from accelkit.stats.engine.local_runner import LocalRunner
     from accelkit.stats.engine.runner import HOST, choose_devices, x64_for
 
     plan = {key: dict(p, start=(starts or {}).get(key)) for key, p in plan.items()}
@@ -135,7 +135,7 @@ def run_group(
     devices = choose_devices(platform, host=not any(p["spec"].centered for p in plan.values()))
     kernel = "host" if devices == [HOST] else "xla"
     with x64_for(devices):
-        runner = Runner(source, devices, batch_size, False, skip_nonfinite, keep_blocks=True)
+        runner = LocalRunner(source, devices, batch_size, False, skip_nonfinite, keep_blocks=True)
         outcome = runner.run_pass(
             "ray task",
             lambda key, dim, integer: plan[key]["spec"] if key in plan else None,
