@@ -247,3 +247,90 @@ def test_the_face_rule_sees_every_face(tmp_path):
 def test_command_lines_stay_thin():
     long = long_faces()
     assert not long, f"faces over {MAX_CLI_LINES} lines (move the work into the library): {long}"
+
+
+# --- stats: rooms inside the capability (docs/architecture.md, "Inside stats") -----------------
+
+# Floors from the bottom; a room imports only rooms on floors below its own (rooms on one floor are
+# siblings: check and diff never import each other). `types` and `settings` are single files.
+STATS_FLOORS = (
+    ("types",),
+    ("core",),  # pure maths: no files, no devices
+    ("upstream",),  # LeRobot's and openpi's arithmetic reproduced
+    ("kernel",),  # one data pass: state, device and host implementations
+    ("engine", "formats"),  # which passes on which runner | everything on disk
+    ("settings",),
+    ("mixture",),
+    ("computation",),  # accelkit.stats.compute
+    ("checking", "diffing"),  # accelkit.stats.check / fix | accelkit.stats.diff
+    ("cli",),  # faces
+)
+# what a core must not import: file formats, our file and storage modules, drawing
+STATS_CORE_FORBIDDEN = (
+    "pyarrow",
+    "av",
+    "cv2",
+    "PIL",
+    "matplotlib",
+    "accelkit.runtime.storage",
+    "accelkit.runtime.files",
+    "accelkit.stats.formats",
+)
+
+
+def stats_floor(module: str) -> int | None:
+    """The floor of a module of accelkit.stats (None: the package itself or not stats)."""
+    parts = module.split(".")
+    if parts[:2] != ["accelkit", "stats"] or len(parts) < 3:
+        return None
+    floors = [i for i, rooms in enumerate(STATS_FLOORS) if parts[2] in rooms]
+    assert floors, f"{module} is in no room of STATS_FLOORS (place it, or add the room)"
+    return floors[0]
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports, third-party ones included, anywhere in its body."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+            names.add(node.module)
+    return names
+
+
+def test_stats_rooms_import_only_rooms_below():
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, edges in import_graph().items()
+        if stats_floor(module) is not None
+        for target in edges
+        if stats_floor(target) is not None
+        and module.split(".")[2] != target.split(".")[2]
+        and stats_floor(target) >= stats_floor(module)
+    )
+    assert not wrong, "a stats room imports one beside or above it: " + ", ".join(wrong)
+
+
+def test_stats_cores_touch_no_files():
+    wrong = sorted(
+        f"{module} -> {name}"
+        for module, path in module_files().items()
+        if module.startswith("accelkit.stats.core.")
+        for name in imported_names(path)
+        if any(name == f or name.startswith(f + ".") for f in STATS_CORE_FORBIDDEN)
+    )
+    assert not wrong, "stats/core/ reads or writes files: " + ", ".join(wrong)
+
+
+def test_only_faces_import_the_stats_faces():
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, edges in import_graph().items()
+        for target in edges
+        if target.startswith("accelkit.stats.cli")
+        and module != "accelkit.cli"
+        and not module.startswith("accelkit.stats.cli")
+    )
+    assert not wrong, "a library module imports a stats face: " + ", ".join(wrong)
