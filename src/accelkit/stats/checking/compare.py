@@ -4,7 +4,7 @@ at the heart of `accelkit stats check`, on numbers already read (no files, no dr
 The stored numbers (read by `stats/formats/stats_files.py`: LeRobot's `meta/stats.json`, its
 per-episode statistics — v3.0 `stats/<feature>/<stat>` columns of `meta/episodes/`, v2.1
 `meta/episodes_stats.jsonl` — and openpi `norm_stats.json` files) are compared with exact
-statistics computed by the same engine as `accelkit stats` (`compare`), each error in the unit a
+statistics computed by the same engine as `accelkit stats` (`compare`, below), each error in the unit a
 user can judge it by: moments (mean, std) in units of the exact std, min/max/quantiles in units of
 the exact range (max − min), counts in frames. A cause is named only where recomputing it gives
 the stored number back (`stats/checking/causes.py`); `stats/checking/api.py` reads the files,

@@ -194,7 +194,7 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
         from accelkit.stats.core.action_chunks import describe
 
         facts["actions_transform"] = describe(stream.chunk_transform)
-    if hasattr(stream, "facts"):  # a mixture: its kind and members (`mixture_run`)
+    if hasattr(stream, "facts"):  # a mixture: its kind and members (`mixture/datasets.py`)
         facts["mixture"] = stream.facts()
     if settings.ray:  # where it ran: the number of Ray tasks is then `devices`
         facts["ray"] = settings.ray

@@ -1,6 +1,6 @@
 """The statistics engine: which passes, in what order, over a `Stream` of chunks.
 
-`compute_stats` drives the pass kernels (`passes`, `host_passes`) through a runner
+`compute_stats` drives the pass kernels (`kernel/device.py`, `kernel/host.py`) through a runner
 (`stats/engine/runner.py`'s protocol; the local one or, with `ray`, the Ray one it chooses here):
 
 * exact mode: pass 1 (moments + top key digit), then one pass per remaining digit (usually one)
@@ -126,7 +126,7 @@ def compute_stats(
     `ray` (an address, "auto" or "local") runs the passes as Ray tasks over groups of the stream's
     files (`accelkit.stats.engine.ray_runner`; a `FileStream` only), with results equal to the local run's
     bit for bit; `ray_tasks` sets how many groups (default: from the cluster's CPUs).
-    On the CPU, exact mode runs on the compiled host kernel (`host_passes`, the same bits as the
+    On the CPU, exact mode runs on the compiled host kernel (`kernel/host.py`, the same bits as the
     XLA kernel) and does not start JAX; `devices` (JAX devices) always run the XLA kernel.
     """
     requested = list(quantiles)

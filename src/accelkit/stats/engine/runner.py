@@ -61,7 +61,7 @@ class Runner(Protocol):
 
 
 class HostDevice:
-    """The host CPU as the one "device" of a run on the compiled host kernel (`host_passes`):
+    """The host CPU as the one "device" of a run on the compiled host kernel (`kernel/host.py`):
     what batch sizing and the run summary ask of a device."""
 
     platform = "cpu"

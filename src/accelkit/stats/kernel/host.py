@@ -18,7 +18,7 @@ float32's normal range) stays on the XLA kernel.
 
 Compiled once per machine: numba compiles the loop's entry (`_entry`, a cfunc of pointers and
 integers) and caches it beside this file; its machine code is also kept in the user's cache and
-linked by later processes without numba (`native_kernel`: 0.04 against ~0.3 CPU-s of start-up).
+linked by later processes without numba (`native_cache.py`: 0.04 against ~0.3 CPU-s of start-up).
 The first run says so while it compiles.
 """
 
@@ -98,7 +98,7 @@ PROTOTYPE = ctypes.CFUNCTYPE(
 
 def kernel(integer: bool = False):
     """The loop's native function for float32 (or int64) batches: kept machine code linked
-    without numba where the user's cache holds it (`native_kernel`), else compiled (or loaded
+    without numba where the user's cache holds it (`native_cache.py`), else compiled (or loaded
     from numba's cache) by numba, which is imported then: a run that never reaches a host pass
     pays for neither."""
     with _kernel_lock:

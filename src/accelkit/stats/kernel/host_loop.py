@@ -1,10 +1,10 @@
-"""The exact passes' loop as numba compiles it (`host_passes` drives it): `loop`, one batch of
+"""The exact passes' loop as numba compiles it (`kernel/host.py` drives it): `loop`, one batch of
 rows, and the windows of the speculative pass (`stats/kernel/windows.py`) it fills: `add` takes a
 block's values that fell in a flagged bin (one some window reaches), `narrow` cuts a full window
 to about half its capacity around the level's rank so far, `unflag` clears the flag of bins no
 window reaches any more.
 
-Written to be kept as machine code (`native_kernel`): nothing here allocates (the caller hands
+Written to be kept as machine code (`native_cache.py`): nothing here allocates (the caller hands
 its spare room: `spare`), and there is no array method or whole-array copy (numba implements
 those with its runtime's allocations, which kept machine code cannot call): loops instead. One
 file, so that numba's cache, which tells a change by the file's stamp, never loads a function
@@ -94,7 +94,7 @@ def loop(
                             run2 += wdd
                     if not counted:
                         continue
-                    # the order key (`keys`): a float's bits with every bit flipped when negative
+                    # the order key (`core/sort_keys.py`): a float's bits with every bit flipped when negative
                     # and the sign bit set otherwise; an integer's bits with the sign bit flipped
                     b = raw[row, d]
                     key = b ^ (((b >> top_bit) * magnitude) | sign) if float_keys else b ^ sign

@@ -1,6 +1,6 @@
 """The host kernel's machine code kept between processes, and linked without numba.
 
-numba compiles the exact passes' loop (`host_passes`) once per machine and caches it, but every
+numba compiles the exact passes' loop (`kernel/host.py`) once per machine and caches it, but every
 process that loads it back pays ~0.3 CPU-s of Python first — numba's import, its typing and
 target contexts, its runtime — under the GIL, while the reader threads need it, and ~100 MiB of
 memory. The loop's entry is a numba `cfunc` whose native function takes only pointers and

@@ -1,6 +1,6 @@
-"""The state of one data pass (see `passes`): its static shape `PassSpec` and the `PassState`
-pytree, with `init` and `merge` on host arrays. No JAX here: the host kernel (`host_passes`) and
-the device kernel (`passes`) share these."""
+"""The state of one data pass (see `device.py`): its static shape `PassSpec` and the `PassState`
+pytree, with `init` and `merge` on host arrays. No JAX here: the host kernel (`kernel/host.py`) and
+the device kernel (`device.py`) share these."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ order key and finds the bucket holding each target rank; pass 2 reads the data a
 values inside it. Pass 1 can instead keep the values that will matter. For each dimension and
 quantile level, a **window** is a range of keys [lo, hi] with every value that fell in it (its key
 and weight, equal keys merged) and `below`, the weight of every value under lo. The window starts
-as every key; when its buffer is full (`capacity` entries) the compiled loop (`host_passes`) sorts
+as every key; when its buffer is full (`capacity` entries) the compiled loop (`kernel/host.py`) sorts
 it and keeps the half centred on the level's rank in the data so far, counting the cut-off values
 under it as below and dropping those above. A window only ever narrows, so from the first row to
 the last it holds every value inside its range.
@@ -22,7 +22,7 @@ outside its window (the data drifted after the window narrowed), the run makes t
 as before, for that key — so exactness never depends on the guess, only the speed does. Memory is
 the buffers, `BYTES_PER_KEY` per key whatever the dataset's size.
 
-Pure numpy here; the loop that fills and narrows the windows is `host_passes`'s.
+Pure numpy here; the loop that fills and narrows the windows is `host.py`'s.
 """
 
 from __future__ import annotations
