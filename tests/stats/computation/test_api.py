@@ -95,3 +95,40 @@ def test_every_result_object_writes_its_json_by_document():
 def test_fix_needs_the_report_check_returned():
     with pytest.raises(ConfigError, match=r"stats\.check\(\) returned"):
         stats.fix(stats.CheckReport(dataset="x", tolerance=1e-3))
+
+
+def test_every_option_is_one_list_checked_four_ways():
+    """Each stats option is a `StatsSettings` field; `compute` takes each as a keyword with the
+    field's default (so help() and editors show them), the command line hands each to
+    `load_settings` from one typer parameter, and `engine_options` reads only fields."""
+    import ast
+    import inspect
+
+    from accelkit.stats.cli import stats_command
+    from accelkit.stats.settings import StatsSettings, engine_options
+
+    fields = StatsSettings.model_fields
+    parameters = inspect.signature(stats.compute).parameters
+    assert set(parameters) - {"progress", "settings"} == set(fields)
+    for name, field in fields.items():
+        assert parameters[name].default == field.default, name
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY or name == "dataset"
+
+    face = ast.parse(inspect.getsource(stats_command))
+    call = next(
+        node
+        for node in ast.walk(face)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "load_settings"
+    )
+    given = {k.arg: k.value for k in call.keywords}
+    assert set(given) - {"yaml_path", "section", "env_prefix"} == set(fields)
+    used = {n.id for k in call.keywords for n in ast.walk(k.value) if isinstance(n, ast.Name)}
+    options = set(inspect.signature(stats_command).parameters)
+    assert options - used == {"no_progress", "as_json"}  # the face's own: how to render
+
+    read = {
+        n.attr
+        for n in ast.walk(ast.parse(inspect.getsource(engine_options)))
+        if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "settings"
+    }
+    assert read and read <= set(fields)
