@@ -20,16 +20,29 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
+from accelkit.runtime.devices import enable_compilation_cache
+from accelkit.runtime.files import copy_atomic
+from accelkit.runtime.progress import Steps, phase
+from accelkit.stats.checking import compare as core
 from accelkit.stats.checking.compare import Report, summary_rows
 from accelkit.stats.checking.plot import draw
+from accelkit.stats.computation import outputs
+from accelkit.stats.computation.api import camera_stats
 from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.camera_stats import camera_keys
+from accelkit.stats.core.quantiles import quantile_name
 from accelkit.stats.core.tolerance import TOLERANCE, exact_values
+from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.formats import lerobot, readers, repo_ids
+from accelkit.stats.formats.sources import DEFAULT_KEYS, open_source
 from accelkit.stats.formats.stats_files import (
+    LEROBOT_QUANTILES,
     load_json,
     read_episodes_jsonl,
     read_episodes_parquet,
     read_norm_stats,
     read_stats_json,
+    sidecar_path,
 )
 from accelkit.stats.settings import StatsSettings
 
@@ -163,13 +176,6 @@ def _check(
     plot: str | None,
     progress: bool,
 ) -> CheckReport:
-    from accelkit.runtime.progress import phase
-    from accelkit.stats.checking import compare as core
-    from accelkit.stats.computation.api import camera_stats
-    from accelkit.stats.core.quantiles import quantile_name
-    from accelkit.stats.formats import repo_ids
-    from accelkit.stats.formats.sources import DEFAULT_KEYS
-    from accelkit.stats.formats.stats_files import LEROBOT_QUANTILES
 
     root = Path(repo_ids.resolve(dataset)).expanduser()  # `owner/name`: where LeRobot keeps it
     if storage.is_uri(dataset) and not dataset.startswith("file:"):
@@ -208,10 +214,8 @@ def _check(
     )
     cameras = camera_stats(settings, stream, levels, progress)
     phase("starting the statistics kernel")
-    from accelkit.runtime.devices import enable_compilation_cache
 
     enable_compilation_cache()
-    from accelkit.stats.engine.driver import compute_stats
 
     result = compute_stats(
         stream, quantiles=levels, progress=progress, per_episode=True, skip_nonfinite=False
@@ -231,7 +235,6 @@ def _check(
     report = CheckReport(str(root), tolerance, plot=plot_path)
     lengths = {e.index: e.length for e in source.layout.episodes}
     frames = sum(lengths.values())
-    from accelkit.stats.core.camera_stats import camera_keys
 
     camera_names = camera_keys(source.features)
     unchecked_cameras = [c for c in camera_names if c not in exact]
@@ -242,8 +245,6 @@ def _check(
         if str(feature.get("dtype")).startswith(("int", "uint", "bool"))
     )
     if episodes_file is not None:  # first: a dataset-wide aggregate takes their causes
-        from accelkit.stats.formats import readers
-
         stored_checked = {
             e: {k: v for k, v in per.items() if k not in unchecked_cameras}
             for e, per in episodes_stored.items()
@@ -329,7 +330,6 @@ def _steps(label: str, shown: bool):
     """A progress callback (done, total, what) on the activity line, or None."""
     if not shown:
         return None
-    from accelkit.runtime.progress import Steps
 
     steps = Steps(1, label)
 
@@ -361,15 +361,12 @@ def _verdict(report) -> str:
 def _all_features_stream(root: Path):
     """A stream of every numeric feature the dataset declares and its data files hold (LeRobot
     stores statistics of each, index columns included)."""
-    from accelkit.stats.formats import lerobot
-    from accelkit.stats.formats.sources import open_source
 
     return open_source(root, keys=lerobot.numeric_features(root))
 
 
 def _stored_episodes(source) -> tuple[dict, str | None]:
     """The dataset's per-episode statistics and the file(s) holding them (None: it keeps none)."""
-    from accelkit.stats.formats import lerobot
 
     if source.version.startswith("v2"):
         path = source.root / lerobot.EPISODES_JSONL
@@ -386,7 +383,6 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
     """For each norm_stats.json: (exact values per key, KeyStats per key or None, key -> column),
     from the per-frame run where it holds plain frames, else from a run of its action chunks
     (the horizon and chunk end its sidecar records, unless given)."""
-    from accelkit.stats.formats.stats_files import sidecar_path
 
     out = {}
     for path in paths:
@@ -405,9 +401,6 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
         if not horizon:
             out[path] = ({k: exact[c] for k, c in usable.items()}, None, usable)
             continue
-        from accelkit.runtime.progress import phase
-        from accelkit.stats.engine.driver import compute_stats
-        from accelkit.stats.formats.sources import open_source
 
         phase(f"{path.name}: statistics of {horizon}-step action chunks")
         stream = open_source(root, keys=usable, action_horizon=int(horizon), chunk_end=end)
@@ -423,10 +416,6 @@ def _openpi_exact(root, paths, mapping, action_horizon, chunk_end, exact, levels
 def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) -> FixResult:
     """Write the exact statistics over the stored ones (the old files backed up); returns what was
     written and where the backups are. Failed or stopped, every file is as it was."""
-    from accelkit.runtime.files import copy_atomic
-    from accelkit.runtime.progress import phase
-    from accelkit.stats.computation import outputs
-    from accelkit.stats.formats import lerobot
     from accelkit.stats.formats.stats_files import write_stats
 
     phase(f"writing the exact statistics into {root / 'meta'}")

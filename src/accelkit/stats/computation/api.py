@@ -21,8 +21,27 @@ from typing import Literal
 from accelkit.errors import ConfigError
 from accelkit.runtime import storage
 from accelkit.runtime.config import load_settings
+from accelkit.runtime.devices import enable_compilation_cache
 from accelkit.runtime.files import temporary_folder
+from accelkit.runtime.progress import Steps, phase
 from accelkit.stats.computation.outputs import write_outputs, write_plot
+from accelkit.stats.computation.plot import check_plot_path
+from accelkit.stats.core import action_chunks as transforms
+from accelkit.stats.core.camera_stats import camera_keys
+from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.engine.runner import HOST, host_kernel_chosen
+from accelkit.stats.formats import lerobot, repo_ids
+from accelkit.stats.formats.sources import open_source
+from accelkit.stats.formats.stats_files import (
+    DEFAULT_OUTPUT,
+    LEROBOT_QUANTILES,
+    OPENPI_REQUIRED,
+    check_openpi_quantiles,
+    sidecar_path,
+)
+from accelkit.stats.formats.video import compute_camera_stats
+from accelkit.stats.kernel import host as host_passes
+from accelkit.stats.mixture import datasets as mixture_run
 from accelkit.stats.settings import StatsSettings, engine_options
 from accelkit.stats.types import StatsResult
 
@@ -136,29 +155,16 @@ def dataset_keys(settings: StatsSettings):
         and not settings.trust_files
         and not storage.is_uri(settings.dataset)
     ):
-        from accelkit.stats.formats import lerobot
-
         return lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
     return settings.keys
 
 
 def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
-    from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.runtime.progress import phase
-    from accelkit.stats.formats.sources import open_source
-    from accelkit.stats.formats.stats_files import (
-        DEFAULT_OUTPUT,
-        LEROBOT_QUANTILES,
-        OPENPI_REQUIRED,
-        check_openpi_quantiles,
-        sidecar_path,
-    )
 
     if not settings.dataset:
         raise ConfigError(
             "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
         )
-    from accelkit.stats.formats import repo_ids
 
     mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture/datasets.py`
     if not mixture:
@@ -177,14 +183,10 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     check_episode_options(settings)
     plot_path = None
     if settings.plot:
-        from accelkit.stats.computation.plot import check_plot_path
-
         plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
     cameras = None
     if mixture:
-        from accelkit.stats.mixture import datasets as mixture_run
-
         phase(f"reading the metadata of {len(settings.dataset)} datasets")
         stream = mixture_run.open_mixture(settings, chunk_transform)
         target = stream.target
@@ -207,13 +209,9 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         cameras = camera_stats(settings, stream, levels, progress)
     phase("starting the statistics kernel")  # JAX, or the compiled host loop on a CPU
     enable_compilation_cache()
-    from accelkit.stats.engine.driver import compute_stats
-    from accelkit.stats.engine.runner import HOST, host_kernel_chosen
 
     devices = None  # chosen by compute_stats (JAX's), unless the host kernel is known to run
     if host_kernel_chosen(settings.platform, host=settings.ray is None and not settings.fast):
-        from accelkit.stats.kernel import host as host_passes
-
         host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
         devices = [HOST]  # decided once: the plugin search is a listing of sys.path
 
@@ -274,7 +272,6 @@ def chunk_transform_of(settings: StatsSettings):
     when plain chunks (weights, no rows built) will do."""
     if not (settings.delta_actions or settings.transform or settings.per_timestep):
         return None
-    from accelkit.stats.core import action_chunks as transforms
 
     wanted = next(
         flag
@@ -372,7 +369,6 @@ def dataset_target(settings: StatsSettings, stream) -> Path | None:
 
 def images_mode(settings: StatsSettings, stream) -> str:
     """What --images means for this run: the default follows the format (see docs/stats.md)."""
-    from accelkit.stats.core.camera_stats import camera_keys
 
     source = getattr(stream, "lerobot", None)
     has_cameras = source is not None and bool(camera_keys(source.features))
@@ -417,9 +413,6 @@ def camera_stats(settings: StatsSettings, stream, levels, progress: bool):
     mode = images_mode(settings, stream)
     if mode == "none":
         return None
-    from accelkit.runtime.progress import Steps
-    from accelkit.stats.core.camera_stats import camera_keys
-    from accelkit.stats.formats.video import compute_camera_stats
 
     if not camera_keys(stream.lerobot.features):
         return None

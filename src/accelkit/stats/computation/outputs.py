@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from accelkit import __version__
 from accelkit.errors import DataError
+from accelkit.runtime.progress import phase
+from accelkit.stats.core.action_chunks import describe
+from accelkit.stats.core.camera_stats import lerobot_entry
+from accelkit.stats.core.quantiles import quantile_name
+from accelkit.stats.formats import lerobot
+from accelkit.stats.formats.stats_files import empty_dimensions, fill_empty_dimensions, sidecar_path
 from accelkit.stats.settings import StatsSettings
 
 
@@ -14,7 +21,6 @@ def write_plot(path: Path | None, result, stream) -> tuple[Path, int] | None:
     """The --plot figure, and its flagged dimensions as warnings: (path, how many flagged)."""
     if path is None:
         return None
-    from accelkit.runtime.progress import phase
     from accelkit.stats.computation.plot import plot_data, warn_flags, write_plot
 
     phase(f"drawing {path}")
@@ -28,7 +34,6 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
     Written into a dataset (`target`), its files are as they were if this fails or is stopped."""
     import contextlib
 
-    from accelkit.stats.formats import lerobot
     from accelkit.stats.formats.stats_files import write_stats
 
     episodes = episodes_to_write(settings, stream, result)  # checked before anything is written
@@ -42,9 +47,6 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
             write_episode_outputs(stream, result, episodes, output, into=target is not None)
         cameras = None
         if result.cameras is not None:
-            from accelkit.stats.core.camera_stats import lerobot_entry
-            from accelkit.stats.core.quantiles import quantile_name
-
             names = {float(q): quantile_name(q) for q in levels}
             cameras = {k: lerobot_entry(s, names) for k, s in result.cameras.stats.items()}
         write_stats(
@@ -84,7 +86,6 @@ def existing_stats(path: Path) -> dict | None:
 
 def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
     """Per-episode results ready to write (empty dimensions filled or refused), or None."""
-    from accelkit.stats.formats.stats_files import empty_dimensions, fill_empty_dimensions
 
     if not settings.per_episode:
         return None
@@ -104,8 +105,6 @@ def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
 
 def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> list[Path]:
     """The dataset files --write-into replaces (backed up under meta/.accelkit-backup/<time>/)."""
-    from accelkit.stats.formats import lerobot
-    from accelkit.stats.formats.stats_files import sidecar_path
 
     source = stream.lerobot
     replaced = [output, sidecar_path(output)]
@@ -121,8 +120,6 @@ def dataset_files_replaced(settings: StatsSettings, stream, output: Path) -> lis
 def write_episode_outputs(stream, result, episodes: list, output: Path, into: bool) -> list[Path]:
     """Per-episode statistics where the dataset's version keeps them: in its meta/ folder (`into`),
     or beside `output` (v2.1 episodes_stats.jsonl, v3.0 an episodes/ folder of its meta files)."""
-    from accelkit.stats.core.quantiles import quantile_name
-    from accelkit.stats.formats import lerobot
 
     source = stream.lerobot
     names = dict(stream.keys)
@@ -132,8 +129,6 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
     v2 = source.version.startswith("v2")
     cameras = None
     if result.cameras is not None:  # LeRobot 0.3 (v2.1) keeps no quantiles per episode
-        from accelkit.stats.core.camera_stats import lerobot_entry
-
         cameras = {
             episode: {k: lerobot_entry(s, None if v2 else quantile_names) for k, s in per.items()}
             for episode, per in result.cameras.episodes.items()
@@ -158,8 +153,6 @@ def write_episode_outputs(stream, result, episodes: list, output: Path, into: bo
 def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     """What a reader of the output may need to know about the run (the sidecar's content)."""
     import numpy as np
-
-    from accelkit import __version__
 
     s = result.summary
     facts = {
@@ -191,8 +184,6 @@ def run_facts(settings: StatsSettings, result, stream, levels) -> dict:
     if bounds:  # fast mode: the worst quantile's rank error, as a fraction of the rows
         facts["rank_error_bound"] = bounds
     if stream.chunk_transform is not None:
-        from accelkit.stats.core.action_chunks import describe
-
         facts["actions_transform"] = describe(stream.chunk_transform)
     if hasattr(stream, "facts"):  # a mixture: its kind and members (`mixture/datasets.py`)
         facts["mixture"] = stream.facts()

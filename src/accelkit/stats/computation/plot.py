@@ -22,7 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from accelkit.errors import ConfigError
+from accelkit.runtime import storage
+from accelkit.runtime.files import atomic_open
 from accelkit.stats.core import histograms
+from accelkit.stats.core.quantiles import quantile_name
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,6 @@ HTML_ID = "accelkit-stats-data"
 
 def check_plot_path(path: str) -> Path:
     """The --plot target, checked before the run: a local .png or .html file, matplotlib present."""
-    from accelkit.runtime import storage
 
     if storage.is_uri(path) and not str(path).startswith("file:"):
         raise ConfigError(f"--plot {path}: figures are written to a local file; give a local path")
@@ -58,7 +60,6 @@ def _floats(values) -> list[float | None]:
 def plot_data(result, column_names: dict, source: str, max_panels: int = MAX_PANELS) -> dict:
     """The document a figure is drawn from (JSON-ready): per key its statistics, its first
     `max_panels` dimensions' bars, its flags; per-episode means when the run computed them."""
-    from accelkit.stats.core.quantiles import quantile_name
 
     features = {}
     for key, s in result.stats.items():
@@ -297,7 +298,6 @@ def _cell(value) -> str:
 
 def write_plot(path: Path, data: dict) -> Path:
     """Draw `data` and write it to `path` (.png or .html), atomically."""
-    from accelkit.runtime.files import atomic_open
 
     png = render_png(data)
     if path.suffix.lower() == ".html":

@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from accelkit.errors import DataError
+from accelkit.stats.core.quantiles import linear_targets, numpy_lerp
 
 IMAGE_MODES = ("none", "sample", "all")
 CAMERA_DTYPES = ("video", "image")
@@ -132,7 +133,6 @@ class CameraStats:
 
 def finalize(state: PixelCounts, levels=()) -> CameraStats:
     """The statistics the histogram holds, exactly (see the module's docstring)."""
-    from accelkit.stats.core.quantiles import linear_targets, numpy_lerp
 
     hist = state.histogram
     channels = hist.shape[0]

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from accelkit.stats.core.moments import Sums
+
 FANOUT = 16
 
 
@@ -140,7 +142,6 @@ class Folder:
         self.span = join(self.span, from_blocks(self.span.stop, blocks))
 
     def sums(self, dim: int):
-        from accelkit.stats.core.moments import Sums
 
         s1, s2 = total(self.span, dim)
         return Sums(s1, s2)

@@ -36,7 +36,9 @@ BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole 
 
 class Extremes(NamedTuple):
     count: jnp.ndarray  # int64 [D]: total weight
-    min_key: jnp.ndarray  # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
+    min_key: (
+        jnp.ndarray
+    )  # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
     max_key: jnp.ndarray
 
 

@@ -18,10 +18,13 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.action_chunks import parse_mask
 from accelkit.stats.core.tolerance import TOLERANCE
 from accelkit.stats.diffing import causes as diff_causes
 from accelkit.stats.diffing import compare as difference
-from accelkit.stats.formats import stats_files
+from accelkit.stats.diffing.recompute import Recomputer, hypotheses_for
+from accelkit.stats.formats import lerobot, repo_ids, stats_files
+from accelkit.stats.formats.sources import DEFAULT_KEYS
 
 __all__ = ["DiffReport", "diff"]
 
@@ -104,8 +107,6 @@ def diff(
         raise ConfigError(f"--openpi-batch-size must be 1 or more, not {openpi_batch_size}")
     mask = None
     if delta_actions is not None:
-        from accelkit.stats.core.action_chunks import parse_mask
-
         mask = parse_mask(delta_actions)
     root = _dataset(dataset) if dataset is not None else None
     side_a = stats_files.read(a, keys=keys, what="A")
@@ -133,7 +134,6 @@ def diff(
 
 
 def _dataset(dataset) -> Path:
-    from accelkit.stats.formats import repo_ids
 
     root = Path(repo_ids.resolve(str(dataset), "--dataset")).expanduser()
     if not (root / "meta" / "info.json").is_file():
@@ -158,9 +158,6 @@ def _structural(comparison) -> None:
 
 
 def _explain(report, root, *, keys, action_horizon, chunk_end, mask, batch_size, progress):
-    from accelkit.stats.diffing.recompute import Recomputer, hypotheses_for
-    from accelkit.stats.formats import lerobot
-    from accelkit.stats.formats.sources import DEFAULT_KEYS
 
     sides = {"A": report.a, "B": report.b}
     mapping = dict(keys or DEFAULT_KEYS)

@@ -31,9 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
+from accelkit.runtime.progress import Steps, phase
+from accelkit.stats.core import action_chunks as transforms
 from accelkit.stats.core.quantiles import quantile_name
 from accelkit.stats.core.tolerance import exact_values
 from accelkit.stats.diffing.causes import Hypothesis
+from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.formats import readers
+from accelkit.stats.formats.sources import open_source
 from accelkit.stats.types import Column, Stream
 from accelkit.stats.upstream import lerobot as lerobot_rules
 from accelkit.stats.upstream import openpi as openpi_rules
@@ -128,7 +133,6 @@ class Recomputer:
         columns: set[str],
         progress: bool = False,
     ):
-        from accelkit.stats.formats.sources import open_source
 
         self.root, self.levels, self.progress = root, levels, progress
         self.state, self.actions, self.numeric = state, actions, numeric
@@ -142,7 +146,6 @@ class Recomputer:
     # --- the engine ------------------------------------------------------------------------
 
     def _exact(self, stream, per_episode: bool = False):
-        from accelkit.stats.engine.driver import compute_stats
 
         result = compute_stats(
             stream, quantiles=self.levels, progress=self.progress, per_episode=per_episode
@@ -162,8 +165,6 @@ class Recomputer:
     def frames_exact(self):
         """(column -> exact statistics of every frame, episode -> column -> exact statistics), of
         every column either file describes (and the state and actions)."""
-        from accelkit.runtime.progress import phase
-        from accelkit.stats.formats.sources import open_source
 
         def make():
             phase(f"recomputing: the exact statistics of every frame of {self.root}")
@@ -187,9 +188,6 @@ class Recomputer:
         """Exact statistics of the actions' chunks (delta: every dimension the state covers
         made relative to it), of the first `rows` frames' episodes, of a `sample` (frames,
         seed: accelkit's `--max-frames`), or of all."""
-        from accelkit.runtime.progress import phase
-        from accelkit.stats.core import action_chunks as transforms
-        from accelkit.stats.formats.sources import open_source
 
         def make():
             phase(f"recomputing: {_chunks_name(horizon, end)}{' relative to the state' * delta}")
@@ -222,7 +220,6 @@ class Recomputer:
 
     def some_frames(self, column: str, rows: int | None, sample: tuple[int, int] | None = None):
         """Exact statistics of the first `rows` frames, or of a `sample` (frames, seed)."""
-        from accelkit.stats.formats.sources import open_source
 
         def make():
             stream = open_source(self.root, keys={column: column}, **_sampled(sample))
@@ -235,8 +232,6 @@ class Recomputer:
 
     def lerobot(self, columns: set[str], levels: list[float]):
         """column -> [(rule, precision, LeRobot's aggregate of its per-episode statistics)]."""
-        from accelkit.runtime.progress import Steps
-        from accelkit.stats.formats import readers
 
         def make():
             wanted_columns = sorted(columns & self.numeric)
@@ -277,8 +272,6 @@ class Recomputer:
         """openpi's RunningStats of state and actions (`pad`: the re-binning variant), and the
         exact statistics of the same rows: ({"state": stats, "actions": stats}, exact, frames)."""
         from accelkit.runtime.progress import Steps, phase
-        from accelkit.stats.engine.driver import compute_stats
-        from accelkit.stats.formats import readers
 
         def episodes():
             wanted = {e.index: {self.state, self.actions} for e in self.source.layout.episodes}

@@ -23,8 +23,16 @@ import numpy as np
 from accelkit.errors import DataError
 from accelkit.runtime.devices import peak_device_memory_bytes, peak_rss_bytes
 from accelkit.runtime.progress import TimeBudget
+from accelkit.stats.core import histograms
+from accelkit.stats.core import moments as mom
 from accelkit.stats.core import quantiles as qt
+from accelkit.stats.core.episodes import EpisodeCollector
+from accelkit.stats.engine.local_runner import LocalRunner
+from accelkit.stats.engine.ray_runner import RayRunner
+from accelkit.stats.engine.replay import Recording
 from accelkit.stats.engine.runner import Runner, choose_devices, x64_for
+from accelkit.stats.kernel import windows
+from accelkit.stats.kernel.state import PassSpec, init
 from accelkit.stats.types import (
     BatchStream,
     Column,
@@ -150,7 +158,6 @@ def compute_stats(
         )
     observer = None
     if per_episode:
-        from accelkit.stats.core.episodes import EpisodeCollector
 
         def observer():
             return EpisodeCollector(levels, skip_nonfinite)
@@ -210,8 +217,6 @@ def _require_rows(stream: Stream, states: dict) -> None:
 
 
 def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None) -> KeyStats:
-    from accelkit.stats.core import histograms
-    from accelkit.stats.core import moments as mom
 
     base = mom.finalize(state.extremes, sums, state.center)
     if bound is None:  # exact mode: pass 1's histogram of the top 16 key bits
@@ -237,8 +242,6 @@ def _key_stats(state, sums, levels, values: np.ndarray, bound: np.ndarray | None
 def _exact(
     runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None, cache_bytes=None
 ):
-    from accelkit.stats.engine.replay import Recording
-    from accelkit.stats.kernel import windows
 
     # pass 1 keeps the values near each quantile, where those are likely to stay put (`windows`)
     speculate = runner.speculates and windows.worth_trying(levels)
@@ -260,8 +263,6 @@ def _exact(
 
 
 def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, speculate=False):
-    from accelkit.stats.kernel import windows
-    from accelkit.stats.kernel.state import PassSpec, init
 
     def first_init(key, spec, column):
         near = (
@@ -335,10 +336,7 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
 def open_runner(stream, devices, batch_size, progress, skip_nonfinite, ray, ray_tasks):
     """The runner of a stream's passes: here (`local_runner`), or on the Ray cluster `ray`."""
     if ray is None:
-        from accelkit.stats.engine.local_runner import LocalRunner
-
         return LocalRunner(stream, devices, batch_size, progress, skip_nonfinite)
-    from accelkit.stats.engine.ray_runner import RayRunner
 
     return RayRunner(
         stream,
@@ -355,7 +353,6 @@ def select_pass(plans: Mapping[str, qt.RadixPlan]) -> tuple[dict, dict, Callable
     """The next exact-select pass: each unfinished key's prefix groups and the digit it fixes
     (16 bits, or 8 where its tables would be too big), and the runner's `spec_for`/`init_for`.
     Shared by one stream's passes and a mixture's (which pass `mixture.view`s of its plans)."""
-    from accelkit.stats.kernel.state import PassSpec, init
 
     groups, digits = {}, {}
     for key, plan in plans.items():
@@ -393,7 +390,6 @@ def _known(plan: qt.RadixPlan, found: np.ndarray, covered: np.ndarray, count) ->
 
 
 def _fast(runner: Runner, stream: Stream, levels, budget: TimeBudget, observer=None):
-    from accelkit.stats.kernel.state import PassSpec, init
 
     def spec_for(key, dim, integer):
         bits = qt.FAST_DIGIT_BITS

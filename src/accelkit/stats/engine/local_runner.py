@@ -17,6 +17,8 @@ from accelkit.runtime.progress import TimeBudget, rows_progress
 from accelkit.stats.core import fold_tree
 from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.engine.runner import HOST, PassOutcome, default_batch_size, is_out_of_memory
+from accelkit.stats.kernel import host as host_passes
+from accelkit.stats.kernel import state as pass_state
 from accelkit.stats.types import Column, Stream
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,6 @@ class HostKernel:
     needs_flush = False
 
     def __init__(self):
-        from accelkit.stats.kernel import host as host_passes
 
         self.host_passes = host_passes
         host_passes.warm_up()  # numba's start-up overlaps the first reads
@@ -238,7 +239,6 @@ class LocalRunner:
     def _run_pass_once(
         self, label, make_spec, make_init, chunk_limit, budget, observer, stream, later_passes=None
     ) -> PassOutcome:
-        from accelkit.stats.kernel import state as pass_state
 
         kernel = self.kernel
         specs, states, batchers, host_acc, weight_since_flush = {}, {}, {}, {}, {}

@@ -45,6 +45,7 @@ import numpy as np
 
 from accelkit.errors import ConfigError, DataError
 from accelkit.runtime.cluster import connect, task_error
+from accelkit.runtime.progress import rows_progress
 from accelkit.stats.engine.ray_tasks import (
     _pack,
     _sums,
@@ -53,6 +54,7 @@ from accelkit.stats.engine.ray_tasks import (
     merge_results,
     run_group,
 )
+from accelkit.stats.engine.runner import PassOutcome
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +247,6 @@ class RayRunner:
         stream=None,
         later_passes=None,
     ):
-        from accelkit.runtime.progress import rows_progress
-        from accelkit.stats.engine.runner import PassOutcome
 
         if observer is not None:
             raise ConfigError("per-episode statistics run on one machine; drop --ray")

@@ -10,8 +10,12 @@ from collections import deque
 import numpy as np
 
 from accelkit.errors import DataError
+from accelkit.runtime.devices import enable_compilation_cache
 from accelkit.stats.core import fold_tree
-from accelkit.stats.core.moments import BLOCK_ROWS
+from accelkit.stats.core.moments import BLOCK_ROWS, Sums
+from accelkit.stats.engine.local_runner import LocalRunner
+from accelkit.stats.engine.runner import HOST, choose_devices, x64_for
+from accelkit.stats.kernel import host as host_passes
 from accelkit.stats.kernel import state as pass_state
 from accelkit.stats.types import Column, Stream
 
@@ -117,9 +121,6 @@ def run_group(
     Returns a few-byte status for the driver and the group's result for the merge tasks: its
     partial state (packed), the span of its whole blocks' moment sums and its edge rows.
     """
-    from accelkit.runtime.devices import enable_compilation_cache
-    from accelkit.stats.engine.local_runner import LocalRunner
-    from accelkit.stats.engine.runner import HOST, choose_devices, x64_for
 
     plan = {key: dict(p, start=(starts or {}).get(key)) for key, p in plan.items()}
     enable_compilation_cache()
@@ -321,8 +322,6 @@ def count_group(stream, indices) -> list[dict]:
 
 def _block_sums(x: np.ndarray, w: np.ndarray, center: np.ndarray, kernel: str):
     if kernel == "host":
-        from accelkit.stats.kernel import host as host_passes
-
         return host_passes.block_sums(x, w, center)
     import jax
 
@@ -336,7 +335,6 @@ def _block_sums(x: np.ndarray, w: np.ndarray, center: np.ndarray, kernel: str):
 def _sums(merged: dict, key: str, info: dict):
     """A key's moment sums from the whole stream's merged result: its last block (cut short by
     the end of the stream) summed from its rows, then the tree's root."""
-    from accelkit.stats.core.moments import Sums
 
     total = merged["kept"].get(key, 0)
     spans, waiting = _settle(

@@ -25,6 +25,7 @@ import numpy as np
 
 from accelkit.errors import DataError
 from accelkit.runtime import storage
+from accelkit.runtime.files import atomic_open, copy_atomic
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +318,6 @@ def episode_entry(
 def backup(root: Path, paths: list[Path], stamp: str) -> Path | None:
     """Copy each existing file to meta/.accelkit-backup/<stamp>/<its path in the dataset>, each
     copy atomic (a process killed mid-copy leaves a temporary file, never a torn backup)."""
-    from accelkit.runtime.files import copy_atomic
 
     folder = root / BACKUP_FOLDER / stamp
     copied = False
@@ -341,8 +341,6 @@ class _Restore:
 
     def undo(self) -> None:
         import shutil
-
-        from accelkit.runtime.files import atomic_open
 
         for path, data in self.saved.items():
             with contextlib.suppress(OSError):
@@ -391,7 +389,6 @@ def write_episodes_v21(
     `cameras`: each episode's camera entries by column, in LeRobot's shape, written as given.
     An episode without frames has no statistics: it gets no line (LeRobot's loader aggregates the
     lines there are), and a warning names it."""
-    from accelkit.runtime.files import atomic_open
 
     written = {result.index for result in episodes}
     empty = [e for e in empty_episodes(layout) if e not in written]
@@ -448,8 +445,6 @@ def write_episodes_v30(
     writes them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from accelkit.runtime.files import atomic_open
 
     by_index = {r.index: r for r in episodes}
     written = []

@@ -18,6 +18,8 @@ import numpy as np
 
 from accelkit.errors import InputError
 from accelkit.runtime.files import atomic_open, staged_folder, write_json_atomic
+from accelkit.stats.core.episodes import episode_stats
+from accelkit.stats.formats.lerobot import episode_entry
 
 LAYOUTS = ("v2.1", "v3.0")
 CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's chunks_size)
@@ -64,8 +66,6 @@ def _table(state, action, episode_index, first_index, fps):
 
 def _episode_stats(table, features: dict) -> dict:
     """LeRobot's per-episode entry for every feature of one episode's table (exact, numpy)."""
-    from accelkit.stats.core.episodes import episode_stats
-    from accelkit.stats.formats.lerobot import episode_entry
 
     out = {}
     for name in table.column_names:

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from accelkit.errors import DataError, InputError
+from accelkit.errors import DataError, InputError, require
 from accelkit.stats.core.camera_stats import (
     IMAGE_MODES,
     CameraStats,
@@ -36,6 +36,7 @@ from accelkit.stats.core.camera_stats import (
     sample_frames,
     update,
 )
+from accelkit.stats.formats import lerobot
 
 TIME_TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s when it looks a frame up by timestamp
 
@@ -84,7 +85,6 @@ def _video_columns_v30(root: Path, keys: list[str]) -> dict[int, dict]:
 
 def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
     """Every camera feature of a LeRobot dataset (`lerobot.Source`) with its episodes' frames."""
-    from accelkit.stats.formats import lerobot
 
     layout = source.layout
     if layout is None:
@@ -267,7 +267,6 @@ def read_video(
     are not decoded at all: an AV1 key frame refreshes every reference, so the frames after it
     decode the same without them (their packets still count as frames present). Other codecs
     (H.264 and HEVC open GOPs may reference across key frames) are decoded whole."""
-    from accelkit.errors import require
 
     av = require("av", "stats")
     if not path.is_file():
@@ -426,8 +425,6 @@ def compute_camera_stats(
     """Statistics of every camera of a LeRobot dataset (`lerobot.Source`) in `mode` ("sample":
     LeRobot's frame sample and downsampling; "all": every pixel of every frame)."""
     import time
-
-    from accelkit.stats.formats import lerobot
 
     if mode not in ("sample", "all"):
         raise InputError(f"images mode {mode!r} is unknown; use one of {', '.join(IMAGE_MODES)}")

@@ -35,6 +35,7 @@ import numpy as np
 
 from accelkit.stats.core.moments import BLOCK_ROWS, Extremes
 from accelkit.stats.kernel import host_loop, windows
+from accelkit.stats.kernel import native_cache as native_kernel
 from accelkit.stats.kernel import state as pass_state
 from accelkit.stats.kernel.state import PassSpec, PassState
 
@@ -255,7 +256,6 @@ def block_sums(
 def _native(integer: bool):
     """The loop's native function: kept machine code where it checks out, else numba's build
     (kept for the next process)."""
-    from accelkit.stats.kernel import native_cache as native_kernel
 
     variant = "int64" if integer else "float32"
     here = Path(__file__).parent

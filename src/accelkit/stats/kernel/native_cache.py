@@ -35,6 +35,8 @@ import re
 import sys
 from pathlib import Path
 
+from accelkit.runtime.files import atomic_open
+
 log = logging.getLogger(__name__)
 
 FOLDER = "stats-kernel"
@@ -94,8 +96,6 @@ def store(name: str, library, symbol: str, probe: str) -> bool:
     object code, no IR to check), the object refers to a symbol this module would not know how
     to link, or the folder refuses the files."""
     import warnings
-
-    from accelkit.runtime.files import atomic_open
 
     try:
         with warnings.catch_warnings():

@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelkit.errors import ConfigError, DataError
+from accelkit.stats.engine.driver import compute_stats
+from accelkit.stats.formats import lerobot, repo_ids
+from accelkit.stats.formats.sources import open_source
+from accelkit.stats.mixture.engine import compute_mixture_stats
 from accelkit.stats.settings import StatsSettings, engine_options
+from accelkit.stats.types import row_dtype
 
 RENUMBERED = ("index", "episode_index", "task_index")  # what merge_datasets rewrites
 
@@ -120,8 +125,6 @@ def member_keys(settings: StatsSettings, count: int) -> list:
 def open_mixture(settings: StatsSettings, chunk_transform) -> MixtureSource:
     """The members opened (each checked as a single dataset is), their keys checked to agree,
     and with --write-into the merged dataset checked to hold exactly their episodes."""
-    from accelkit.stats.formats import lerobot, repo_ids
-    from accelkit.stats.formats.sources import open_source
 
     check_options(settings)
     datasets = [repo_ids.resolve(d) for d in settings.dataset]
@@ -159,7 +162,6 @@ def open_mixture(settings: StatsSettings, chunk_transform) -> MixtureSource:
 
 def _declared(member, key: str) -> tuple[int, str] | None:
     """(values per row, type) of a key as the member's metadata declares it, if it does."""
-    from accelkit.stats.types import row_dtype
 
     source = getattr(member, "lerobot", None)
     feature = None if source is None else source.features.get(member.column_name(key))
@@ -219,15 +221,11 @@ def check_merged(target: Path, members: list, trust_files: bool) -> None:
 def compute(settings: StatsSettings, source: MixtureSource, levels, devices, progress: bool):
     """The mixture's `StatsResult`; with --write-into, the renumbered columns from the merged
     dataset itself."""
-    from accelkit.stats.mixture.engine import compute_mixture_stats
 
     options = engine_options(settings, levels, devices, progress)
     result = compute_mixture_stats(source.members, weights=settings.weights, **options)
     own = {k: v for k, v in source.keys.items() if k not in result.stats}
     if own:  # the merged dataset's renumbered columns
-        from accelkit.stats.engine.driver import compute_stats
-        from accelkit.stats.formats.sources import open_source
-
         merged = compute_stats(open_source(source.target, keys=own), **options)
         stats = {**result.stats, **merged.stats}
         result.stats = {k: stats[k] for k in source.keys}

@@ -37,7 +37,10 @@ from accelkit.stats.engine.driver import (
     open_runner,
     select_pass,
 )
+from accelkit.stats.engine.replay import Recording
 from accelkit.stats.engine.runner import choose_devices, x64_for
+from accelkit.stats.kernel import windows
+from accelkit.stats.kernel.state import PassSpec, init
 from accelkit.stats.mixture import ranks as mx
 from accelkit.stats.types import BatchStream, KeyStats, RunSummary, StatsResult, Stream
 
@@ -160,8 +163,6 @@ class _Mixture:
     # --- exact mode ---
 
     def exact(self):
-        from accelkit.stats.engine.replay import Recording
-        from accelkit.stats.kernel import windows
 
         with ExitStack() as stack:
             sources, speculate = [], []
@@ -178,8 +179,6 @@ class _Mixture:
             return self._exact_passes(sources, speculate)
 
     def _exact_passes(self, sources, speculate):
-        from accelkit.stats.kernel import windows
-        from accelkit.stats.kernel.state import PassSpec, init
 
         levels = self.levels
 
@@ -259,7 +258,6 @@ class _Mixture:
     # --- fast mode (the union only) ---
 
     def fast(self):
-        from accelkit.stats.kernel.state import PassSpec, init
 
         def spec_for(key, dim, integer):
             bits = qt.FAST_DIGIT_BITS

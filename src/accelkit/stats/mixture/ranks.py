@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from accelkit.errors import DataError
 from accelkit.stats.core import quantiles as qt
 from accelkit.stats.core.moments import Sums
 from accelkit.stats.core.sort_keys import keys_to_values
@@ -130,7 +131,6 @@ def _weighted_sum(parts: list[np.ndarray], scale: tuple) -> np.ndarray:
 
 
 def _changed() -> Exception:
-    from accelkit.errors import DataError
 
     return DataError(
         "the data changed between passes (a value range held a different number of values when"
