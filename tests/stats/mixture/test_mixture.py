@@ -1,4 +1,4 @@
-"""Exact statistics of dataset mixtures (`accelkit.stats.compute_mixture_stats`), against
+"""Exact statistics of dataset mixtures (`accelkit.stats.mixture.engine.compute_mixture_stats`), against
 independent references: numpy on the concatenated frames (the union), numpy on frames repeated by
 their weight and `numpy.quantile(..., weights=..., method="inverted_cdf")` (weighted mixtures),
 and a brute-force reference in exact rational arithmetic (Python's Fraction) that decides the
