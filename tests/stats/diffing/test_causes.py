@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import accelkit.stats as stats
-from accelkit.stats.checking import compare
 from accelkit.stats.diffing.recompute import Recomputer
 from accelkit.stats.formats import lerobot
+from accelkit.stats.formats.stats_files import read_stats_json
 from accelkit.stats.upstream import openpi as openpi_rules
 from tests.support.cli import envelope_of, run_cli
 
@@ -63,7 +63,7 @@ def test_lerobots_recorded_stats_json_is_its_per_episode_arithmetic_folded(name)
         numeric=numeric,
         columns=numeric,
     )
-    stored = compare.read_stats_json(root / "meta" / "stats.json")
+    stored = read_stats_json(root / "meta" / "stats.json")
     found = recompute.lerobot(numeric, LEVELS)
     for column in numeric:
         variants = [v for rule, _, v in found[column] if rule == "lerobot-0.4"]
