@@ -1,4 +1,4 @@
-"""Camera statistics: `accelkit.stats.cameras` against LeRobot's `compute_episode_stats` and
+"""Camera statistics: `accelkit.stats.core.camera_stats` against LeRobot's `compute_episode_stats` and
 against decoding alone, in one run, on the same LeRobot-written dataset.
 
 Methods
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         log(f"written in {time.perf_counter() - began:.0f} s")
 
-    from accelkit.stats import camera_files
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats import video as camera_files
+    from accelkit.stats.formats.sources import open_source
 
     source = open_source(root).lerobot
     levels = (0.01, 0.1, 0.5, 0.9, 0.99)

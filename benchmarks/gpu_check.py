@@ -67,7 +67,7 @@ def part_devices() -> dict:
 def part_stats(rows: int, platform: str = "gpu") -> dict:
     import jax
 
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     if platform == "gpu" and not jax_gpu():
         return {"status": "skipped", "why": "JAX has no GPU (install jax[cuda12])"}

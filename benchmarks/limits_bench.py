@@ -128,7 +128,7 @@ def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Pa
     episode, a new ~100 MB file when the next episode would pass 100 MB), made once."""
     import math
 
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14"
     marker = root / "bench_done.json"

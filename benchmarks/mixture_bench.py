@@ -29,7 +29,7 @@ from limits_bench import REPO, accelkit_command, log, rounds, run_process
 
 def ensure_member(data_dir: Path, name: str, frames: int, seed: int) -> Path:
     """A LeRobot v3.0 dataset of about `frames` frames (14-wide state and action), made once."""
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = data_dir / f"mixture_{name}_f{frames}_s{seed}"
     if not (root / "bench_done").is_file():

@@ -94,8 +94,8 @@ def ensure_images(data_dir: Path, count: int, seed: int = 0) -> list[tuple[str, 
 
 def bench_stats(args, result: dict) -> None:
     from accelkit.runtime.timing import interleaved
-    from accelkit.stats.engine import compute_stats
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.engine.driver import compute_stats
+    from accelkit.stats.formats.sources import open_source
     from stats_bench import ensure_parquet_dataset
 
     root, info = ensure_parquet_dataset(args.data_dir, args.frames, args.frames_per_episode)
@@ -244,7 +244,7 @@ def scaling_model(args, result: dict) -> dict:
     task and merge task, waits on their statuses and finishes each pass with one merged result (its
     last block and the tree's root): listing + (tasks + merges) x submit + passes x finish. The
     driver's share is its time over the wall time."""
-    from accelkit.stats.cluster import MERGE_FANIN
+    from accelkit.stats.engine.ray_runner import MERGE_FANIN
 
     stats = result["stats"]
     many = stats["ray_2_many_tasks"]

@@ -96,7 +96,7 @@ def ensure_parquet_dataset(
     data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14
 ) -> tuple[Path, dict]:
     """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size)."""
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}"
     marker = root / "bench_done.json"
@@ -244,7 +244,7 @@ def baseline_b(x: np.ndarray, batch: int = 256) -> dict:
 
 
 def accelkit_stats(data, fast: bool):
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     result = compute_stats(data, quantiles=QUANTILES, fast=fast, progress=False)
     out = {}
@@ -393,7 +393,7 @@ def memory_child(rows: int, dim: int, fast: bool) -> None:
     """Runs in a subprocess: prints one JSON line with this process's peak RSS."""
     import jax  # noqa: F401  (imported before the baseline so the runtime is in it)
 
-    from accelkit.stats.engine import compute_stats
+    from accelkit.stats.engine.driver import compute_stats
 
     data = GeneratedBatches(rows, dim)
     from accelkit.runtime.devices import peak_rss_bytes
@@ -523,7 +523,7 @@ def bench_in_memory(args) -> dict:
 
 
 def bench_parquet(args) -> dict:
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats.sources import open_source
 
     log(
         f"parquet: ensuring a >= {args.parquet_frames}-frame LeRobot v2.1 dataset in {args.data_dir}"
@@ -566,7 +566,7 @@ def bench_parquet(args) -> dict:
 
 
 def bench_many_files(args) -> dict:
-    from accelkit.stats.sources import open_source
+    from accelkit.stats.formats.sources import open_source
 
     log(
         f"many_files: ensuring a >= {args.many_frames}-frame LeRobot v2.1 dataset in {args.data_dir}"
@@ -596,7 +596,7 @@ def bench_startup(args) -> dict:
     import sys
     import tempfile
 
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     sample = args.data_dir / "startup_sample_v21"
     if not (sample / "meta" / "info.json").is_file():

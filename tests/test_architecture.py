@@ -33,7 +33,7 @@ def module_files(src: Path = SRC) -> dict[str, Path]:
 
 def lazy_exports(path: Path, package: str) -> dict[str, str]:
     """The names a package's __init__ exports lazily, from its module-level dict literals: name ->
-    module (`{"compute": "accelkit.stats.run"}`, or a submodule's name alone) or module -> names
+    module (`{"compute": "accelkit.stats.computation.api"}`, or a submodule's name alone) or module -> names
     (`{"accelkit.images.api": ["embed", ...]}`)."""
 
     def module(name: str) -> str:
@@ -249,10 +249,33 @@ def test_command_lines_stay_thin():
     assert not long, f"faces over {MAX_CLI_LINES} lines (move the work into the library): {long}"
 
 
-# ---- rooms inside quant and bench: floors, lowest first; a module imports only modules of its
-# own floor or below (a room is a module's first name below the package: `method` for
-# accelkit.quant.method.layers; the package's __init__, its lazy exports, stands above them all)
+# ---- rooms inside each capability (docs/architecture.md): floors, lowest first. A module's room is
+# its first name below the capability (`method` for accelkit.quant.method.layers; `settings` for the
+# files SAME_ROOM groups). A module imports its own room and rooms on lower floors only: rooms on one
+# floor are siblings and never import each other (check and diff; local and Ray runners' callers).
+# The package's __init__ (its lazy exports) stands above them all. A new room is given its floor here.
 FLOORS = {
+    "accelkit.stats": (
+        ("types",),  # the stream vocabulary
+        ("core",),  # pure maths: no files, no devices
+        ("upstream",),  # LeRobot's and openpi's arithmetic reproduced
+        ("kernel",),  # one data pass: state, device and host implementations
+        ("engine", "formats"),  # which passes on which runner | everything on disk
+        ("settings",),  # one run's settings
+        ("mixture",),  # several datasets as one
+        ("computation",),  # accelkit.stats.compute
+        ("checking", "diffing"),  # accelkit.stats.check / fix | accelkit.stats.diff
+        ("cli",),  # the faces
+    ),
+    "accelkit.images": (
+        ("settings", "testing"),  # config, schema, filters | sample photos for tests, benchmarks
+        ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
+        ("inputs", "store"),  # paths, globs, URIs, metadata | Milvus, thumbnails, migrate
+        ("results", "index"),  # result objects | ImageIndex: local, remote, the Ray sink, opener
+        ("runners", "compat", "service"),  # here or on Ray | EmbeddingTrident's facade | HTTP
+        ("api",),  # the library API
+        ("cli",),  # the faces
+    ),
     "accelkit.quant": (
         ("config", "models"),  # the subjects of both method and evaluation: what, and on what
         ("method",),  # quantizers, transforms, calibrate, convert, layers, kernels, storage
@@ -269,105 +292,118 @@ FLOORS = {
         ("cli",),
     ),
 }
+SAME_ROOM = {"accelkit.images": {"config": "settings", "schema": "settings", "filters": "settings"}}
+# what a core must not import: file formats, our file and storage modules, drawing
+CORE_FORBIDDEN = (
+    "pyarrow",
+    "av",
+    "cv2",
+    "PIL",
+    "matplotlib",
+    "accelkit.runtime.storage",
+    "accelkit.runtime.files",
+    "accelkit.stats.formats",
+)
 
 
-def room_arrows_up(graph: dict[str, set[str]], package: str, floors) -> list[str]:
-    """The imports inside `package` that point to a higher floor, or into a room no floor names."""
+def room_of(module: str, package: str) -> str | None:
+    """`accelkit.quant.method.layers` -> "method" in accelkit.quant; None outside the package or
+    for the package itself."""
+    if not module.startswith(package + "."):
+        return None
+    name = module[len(package) + 1 :].split(".")[0]
+    return SAME_ROOM.get(package, {}).get(name, name)
+
+
+def wrong_arrows(graph: dict[str, set[str]], package: str, floors) -> list[str]:
+    """The imports inside `package` between two rooms that point up or sideways, or that start or
+    end in a room no floor names."""
     level = {room: i for i, rooms in enumerate(floors) for room in rooms}
+    wrong = []
+    for module, edges in graph.items():
+        source = room_of(module, package)
+        if source is None:
+            continue
+        for target in edges:
+            room = room_of(target, package)
+            if room is None or room == source:
+                continue
+            if source not in level or room not in level or level[room] >= level[source]:
+                wrong.append(f"{module} -> {target}")
+    return sorted(wrong)
 
-    def floor(module: str) -> int | None:
-        if not module.startswith(package + "."):
-            return None
-        return level.get(module[len(package) + 1 :].split(".")[0], len(floors))
 
-    return sorted(
-        f"{module} -> {target}"
-        for module, edges in graph.items()
-        if (mine := floor(module)) is not None
-        for target in edges
-        if (theirs := floor(target)) is not None and (theirs > mine or mine == len(floors))
-    )
-
-
-def test_the_floor_rule_sees_an_arrow_up():
+def test_the_floor_rule_sees_arrows_up_and_sideways():
     graph = {
         "p.method.a": {"p.config", "p.method.b"},
         "p.method.b": {"p.evaluation.c"},
-        "p.evaluation.c": {"p.method.a"},
+        "p.evaluation.c": {"p.method.a", "p.report"},
         "p.stray": set(),
     }
-    floors = (("config",), ("method",), ("evaluation",))
-    assert room_arrows_up(graph, "p", floors) == ["p.method.b -> p.evaluation.c"]
-    assert room_arrows_up({"p.stray": {"p.config"}}, "p", floors) == ["p.stray -> p.config"]
+    floors = (("config",), ("method",), ("evaluation", "report"))
+    assert wrong_arrows(graph, "p", floors) == [
+        "p.evaluation.c -> p.report",
+        "p.method.b -> p.evaluation.c",
+    ]
+    assert wrong_arrows({"p.stray": {"p.config"}}, "p", floors) == ["p.stray -> p.config"]
 
 
 @pytest.mark.parametrize("package", sorted(FLOORS))
-def test_rooms_import_only_their_floor_and_below(package):
-    """In quant, method/ never imports evaluation/ (nor the API or the face), evaluation/ never
-    the API, and config/models import neither folder; in bench, no experiment imports the
-    renderers, the suite, the API or the face. A new room must be given its floor here."""
-    wrong = room_arrows_up(import_graph(), package, FLOORS[package])
-    assert not wrong, f"imports up a floor in {package} (or from a room without one): " + ", ".join(
-        wrong
+def test_every_module_is_in_a_room_with_a_floor(package):
+    level = {room for rooms in FLOORS[package] for room in rooms}
+    rooms = {room_of(module, package) for module in module_files()} - {None}
+    assert rooms <= level, f"rooms of {package} without a floor: {sorted(rooms - level)}"
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_rooms_import_only_rooms_below(package):
+    """In stats, check and diff never import each other and the cores no engine; in images,
+    embedding/ imports no index/, store/ or service/; in quant, method/ never imports evaluation/;
+    in bench, no experiment imports the renderers, the suite, the API or the face."""
+    wrong = wrong_arrows(import_graph(), package, FLOORS[package])
+    assert not wrong, f"imports up or sideways in {package}: " + ", ".join(wrong)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports, third-party ones included, anywhere in its body."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+            names.add(node.module)
+    return names
+
+
+def test_cores_touch_no_files():
+    wrong = sorted(
+        f"{module} -> {name}"
+        for module, path in module_files().items()
+        if module.startswith("accelkit.stats.core.")
+        for name in imported_names(path)
+        if any(name == f or name.startswith(f + ".") for f in CORE_FORBIDDEN)
     )
+    assert not wrong, "stats/core/ reads or writes files: " + ", ".join(wrong)
 
 
-# accelkit.images: its rooms on floors, bottom up; an arrow between two rooms points to a lower floor
-IMAGES_TOP_ROOMS = {"config": "settings", "schema": "settings", "filters": "settings"}
-IMAGES_FLOORS = {
-    "settings": 0,  # config, schema, filters: what every room reads
-    "testing": 0,  # sample photos for tests and benchmarks
-    "embedding": 1,  # images in, vectors out: decode, preprocess, models, pipeline, the Ray pipeline
-    "inputs": 2,  # the command's inputs: paths, globs, URIs, metadata
-    "store": 2,  # Milvus, the thumbnails side store, migrate (store -> store)
-    "results": 3,  # the result objects of the library API
-    "index": 3,  # the application layer: ImageIndex, local, remote, the Ray sink, the opener
-    "runners": 4,  # where embed and insert run: here or on Ray
-    "compat": 4,  # EmbeddingTrident's facade
-    "service": 4,  # the HTTP service
-    "api": 5,  # the library API
-    "cli": 6,  # the faces
-}
-
-
-def images_room(module: str) -> str | None:
-    """`accelkit.images.index.local` -> "index", `accelkit.images.schema` -> "settings"; None for
-    the package itself."""
-    parts = module.split(".")
-    if parts[:2] != ["accelkit", "images"] or len(parts) < 3:
-        return None
-    return IMAGES_TOP_ROOMS.get(parts[2], parts[2])
-
-
-def test_every_images_module_has_a_room():
-    rooms = {images_room(module) for module in module_files()} - {None}
-    unplaced = rooms - set(IMAGES_FLOORS)
-    assert not unplaced, f"images rooms without a floor: {unplaced}"
-
-
-def test_images_arrows_point_down_between_rooms():
-    """embedding/ imports no index/, store/ or service/; store/ no index/; index/ no runner, API,
-    service or face; only cli/ imports the API it shows."""
+@pytest.mark.parametrize("capability", ["stats", "images"])
+def test_faces_are_the_files_under_cli(capability):
+    """Every module of the capability that speaks typer is a face under its cli/ folder, every
+    file there is held to the face's line cap (`is_face`), and only faces import faces."""
+    root = SRC / "accelkit" / capability
+    speaking = {
+        str(path.relative_to(root))
+        for path in sorted(root.rglob("*.py"))
+        if "typer" in path.read_text()
+    }
+    assert speaking and all(path.startswith("cli/") for path in speaking), speaking
+    assert all(is_face(path.relative_to(SRC)) for path in (root / "cli").rglob("*.py"))
+    faces = f"accelkit.{capability}.cli"
     wrong = sorted(
         f"{module} -> {target}"
         for module, edges in import_graph().items()
         for target in edges
-        if (source := images_room(module)) is not None
-        and (room := images_room(target)) is not None
-        and source != room
-        and IMAGES_FLOORS[room] >= IMAGES_FLOORS[source]
+        if target.startswith(faces) and module != "accelkit.cli" and not module.startswith(faces)
     )
-    assert not wrong, "images arrows up or sideways (move the piece lower): " + ", ".join(wrong)
-
-
-def test_images_faces_are_the_files_under_cli():
-    """Every images module that speaks typer is a face under images/cli/, and every file there is
-    held to the face's line cap (`is_face`)."""
-    images = SRC / "accelkit" / "images"
-    speaking = {
-        str(path.relative_to(images))
-        for path in sorted(images.rglob("*.py"))
-        if "typer" in path.read_text()
-    }
-    assert speaking and all(path.startswith("cli/") for path in speaking), speaking
-    assert all(is_face(path.relative_to(SRC)) for path in (images / "cli").rglob("*.py"))
+    assert not wrong, f"a library module imports a {capability} face: " + ", ".join(wrong)

@@ -92,7 +92,7 @@ def test_cells_are_plain_text_not_markup():
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.formats.synthetic import write_sample_dataset
 
     return write_sample_dataset(
         tmp_path_factory.mktemp("tables") / "a_dataset_folder_with_a_long_name",

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from accelkit.stats.engine import compute_stats
+from accelkit.stats.engine.driver import compute_stats
 
 
 def numpy_reference(x: np.ndarray, levels) -> dict:

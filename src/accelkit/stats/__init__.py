@@ -22,21 +22,21 @@ from typing import TYPE_CHECKING
 from accelkit.runtime.exports import lazy_exports
 
 _EXPORTS = {
-    "compute": "accelkit.stats.run",
-    "ComputeResult": "accelkit.stats.run",
-    "check": "accelkit.stats.checking",
-    "fix": "accelkit.stats.checking",
-    "CheckReport": "accelkit.stats.checking",
-    "diff": "accelkit.stats.diffing",
-    "DiffReport": "accelkit.stats.diffing",
-    "FixResult": "accelkit.stats.checking",
+    "compute": "accelkit.stats.computation.api",
+    "ComputeResult": "accelkit.stats.computation.api",
+    "check": "accelkit.stats.checking.api",
+    "fix": "accelkit.stats.checking.api",
+    "CheckReport": "accelkit.stats.checking.api",
+    "diff": "accelkit.stats.diffing.api",
+    "DiffReport": "accelkit.stats.diffing.api",
+    "FixResult": "accelkit.stats.checking.api",
     "StatsSettings": "accelkit.stats.settings",
-    "compute_stats": "accelkit.stats.engine",
-    "open_source": "accelkit.stats.sources",
-    "write_stats": "accelkit.stats.formats",
-    "read_norm_stats": "accelkit.stats.formats",
-    "write_sample_dataset": "accelkit.stats.sample",
-    "episode_stats": "accelkit.stats.episodes",
+    "compute_stats": "accelkit.stats.engine.driver",
+    "open_source": "accelkit.stats.formats.sources",
+    "write_stats": "accelkit.stats.formats.stats_files",
+    "read_norm_stats": "accelkit.stats.formats.stats_files",
+    "write_sample_dataset": "accelkit.stats.formats.synthetic",
+    "episode_stats": "accelkit.stats.core.episodes",
     "Column": "accelkit.stats.types",
     "Stream": "accelkit.stats.types",
     "BatchStream": "accelkit.stats.types",
@@ -46,15 +46,15 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.stats.checking import CheckReport, FixResult, check, fix
-    from accelkit.stats.diffing import DiffReport, diff
-    from accelkit.stats.engine import compute_stats
-    from accelkit.stats.episodes import episode_stats
-    from accelkit.stats.formats import read_norm_stats, write_stats
-    from accelkit.stats.run import ComputeResult, compute
-    from accelkit.stats.sample import write_sample_dataset
+    from accelkit.stats.checking.api import CheckReport, FixResult, check, fix
+    from accelkit.stats.computation.api import ComputeResult, compute
+    from accelkit.stats.core.episodes import episode_stats
+    from accelkit.stats.diffing.api import DiffReport, diff
+    from accelkit.stats.engine.driver import compute_stats
+    from accelkit.stats.formats.sources import open_source
+    from accelkit.stats.formats.stats_files import read_norm_stats, write_stats
+    from accelkit.stats.formats.synthetic import write_sample_dataset
     from accelkit.stats.settings import StatsSettings
-    from accelkit.stats.sources import open_source
     from accelkit.stats.types import BatchStream, Column, KeyStats, RunSummary, StatsResult, Stream
 
 __all__ = sorted(_EXPORTS)

@@ -22,7 +22,7 @@ class StatsSettings(Settings):
     file_paths = ("output", "plot")
     file_paths_if_found = ("dataset", "write_into")
 
-    # several datasets: the statistics of their mixture (`stats/mixture.py`), with `keys` once
+    # several datasets: the statistics of their mixture (`stats/mixture/ranks.py`), with `keys` once
     # for all of them or once per dataset, and `weights` one per dataset (None: the union)
     dataset: str | list[str] | None = None
     keys: dict[str, str] | list[dict[str, str]] | None = None
@@ -53,7 +53,7 @@ class StatsSettings(Settings):
     per_timestep: bool = False  # also one set of statistics per action-chunk step
     plot: str | None = None  # a figure of the distributions: PATH.png or a self-contained PATH.html
     # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
-    # None: "sample" for --format lerobot, "none" for openpi (stats/cameras.py, docs/stats.md)
+    # None: "sample" for --format lerobot, "none" for openpi (stats/core/camera_stats.py, docs/stats.md)
     images: Literal["none", "sample", "all"] | None = None
 
     @field_validator("dataset")
@@ -87,10 +87,10 @@ class StatsSettings(Settings):
     @field_validator("weights")
     @classmethod
     def _weights(cls, value, info):
-        """One positive rational per dataset (`mixture.parse_weight`), for several datasets."""
+        """One positive rational per dataset (`core/weights.py`), for several datasets."""
         if value is None:
             return value
-        from accelkit.stats.mixture import parse_weight
+        from accelkit.stats.core.weights import parse_weight
 
         try:
             for i, part in enumerate(value):
@@ -111,7 +111,7 @@ class StatsSettings(Settings):
     @classmethod
     def _mask(cls, value):
         if value is not None:
-            from accelkit.stats.transforms import parse_mask
+            from accelkit.stats.core.action_chunks import parse_mask
 
             try:
                 parse_mask(value)
@@ -145,7 +145,7 @@ class StatsSettings(Settings):
             raise ValueError("give at least one level, e.g. 0.01,0.99")
         if not all(0.0 <= q <= 1.0 for q in value):  # also rejects NaN
             raise ValueError("every level must lie in [0, 1]")
-        from accelkit.stats.formats import check_quantile_names
+        from accelkit.stats.core.quantiles import check_quantile_names
 
         try:
             check_quantile_names(value)

@@ -30,9 +30,9 @@ from accelkit.images.embedding.decode import describe_input
 from accelkit.images.embedding.models import l2_normalize, make_backend
 from accelkit.images.embedding.preprocess import make_preprocessor
 from accelkit.runtime import storage
-from accelkit.runtime.ray_cluster import connect, task_error
 from accelkit.runtime.files import atomic_open
 from accelkit.runtime.logs import quiet_after_import
+from accelkit.runtime.ray_cluster import connect, task_error
 
 log = logging.getLogger(__name__)
 

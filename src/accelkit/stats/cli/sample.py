@@ -1,0 +1,77 @@
+"""`accelkit sample-dataset`: parse, call `accelkit.stats.write_sample_dataset`, say what was written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from accelkit.errors import ConfigError
+
+
+def sample_dataset_command(
+    path: Annotated[Path, typer.Argument(help="Folder to create (must not exist, or be empty).")],
+    episodes: Annotated[int, typer.Option("--episodes", help="Number of episodes.")] = 20,
+    frames: Annotated[int, typer.Option("--frames", help="Average frames per episode.")] = 500,
+    dim: Annotated[int, typer.Option("--dim", help="State and action width.")] = 14,
+    layout: Annotated[str, typer.Option("--layout", help="LeRobot layout: v2.1 or v3.0.")] = "v2.1",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    exist_ok: Annotated[
+        bool,
+        typer.Option(
+            "--exist-ok", help="Keep an existing LeRobot dataset at PATH instead of failing."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was written (or kept) as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
+    from accelkit.stats.formats.synthetic import write_sample_dataset
+
+    if seed < 0:
+        raise ConfigError(f"--seed must be 0 or more, not {seed}")
+    import json
+
+    from accelkit.runtime.json_output import print_json
+
+    if exist_ok and (path / "meta" / "info.json").is_file():
+        if as_json:
+            print_json({"path": str(path), "written": False})
+        else:
+            typer.echo(f"keeping the dataset already at {path}")
+        return
+    from accelkit.runtime.progress import Steps, pause
+
+    steps = Steps(episodes, f"writing {path}: episodes")
+
+    def progress(done: int, total: int) -> None:
+        steps.done = done
+        steps.show()
+
+    try:
+        root = write_sample_dataset(
+            path,
+            episodes=episodes,
+            frames_per_episode=frames,
+            dim=dim,
+            layout=layout,
+            seed=seed,
+            progress=progress,
+        )
+    finally:
+        pause()
+    if as_json:
+        info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
+        print_json(
+            {
+                "path": str(root),
+                "written": True,
+                "layout": layout,
+                "episodes": info["total_episodes"],
+                "frames": info["total_frames"],
+            }
+        )
+    else:
+        typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")

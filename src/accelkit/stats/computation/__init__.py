@@ -1,0 +1,1 @@
+"""`accelkit.stats.compute` (`api.py`): one statistics run as a user asks for it, the files it writes (`outputs.py`) and its --plot figure (`plot.py`). Not called `compute/`: a folder named like an exported function would shadow it once imported."""

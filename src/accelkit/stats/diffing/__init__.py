@@ -1,0 +1,1 @@
+"""`accelkit.stats.diff` (`api.py`): two statistics files compared number by number (`compare.py`), each side recomputed from the dataset (`recompute.py`) to name the cause of a difference (`causes.py`)."""

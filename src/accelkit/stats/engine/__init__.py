@@ -1,0 +1,1 @@
+"""The application layer of a statistics run: which passes in what order (`driver.py`, `compute_stats`), over a `Runner` (`runner.py`, the protocol): `local_runner.py` (this machine's devices) or `ray_runner.py` (a Ray cluster, its tasks in `ray_tasks.py`); `replay.py` keeps pass 1's chunks for the later passes."""

@@ -1,0 +1,1 @@
+"""Everything on disk, read and written: where rows come from (`sources.py` over `readers.py`: LeRobot v2.1/v3.0, parquet, .npz/.npy), LeRobot's layouts (`lerobot.py`), videos (`video.py`), dataset references (`repo_ids.py`), statistics files (`stats_files.py`) and synthetic datasets (`synthetic.py`)."""

@@ -1,0 +1,262 @@
+"""Write synthetic LeRobot datasets (v2.1 or v3.0 layout) for demos, tests and benchmarks.
+
+Each episode is a smooth random walk of joint positions with a 0/1 gripper per arm; actions lead
+the state by one step with noise, so the columns have the shapes real robot data has: drifting,
+bounded, point masses. Files follow LeRobot's layout (meta/info.json, data/chunk-*/...parquet) and
+its column types (fixed-size float32 lists; int64 indices; float32 timestamp). No videos. A v2.1
+dataset carries `meta/episodes_stats.jsonl` (every feature of every episode, as LeRobot 0.3 writes
+it), which LeRobot needs to open a v2.1 dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from accelkit.errors import InputError
+from accelkit.runtime.files import atomic_open, staged_folder, write_json_atomic
+from accelkit.stats.core.episodes import episode_stats
+from accelkit.stats.formats.lerobot import episode_entry
+
+LAYOUTS = ("v2.1", "v3.0")
+CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's chunks_size)
+
+
+def _episode(rng: np.random.Generator, length: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    steps = rng.normal(0.0, 0.02, size=(length, dim)).astype(np.float32)
+    offset = rng.uniform(-1.5, 1.5, size=dim).astype(np.float32)
+    state = np.cumsum(steps, axis=0) + offset
+    grippers = [dim // 2 - 1, dim - 1] if dim >= 4 else [dim - 1]
+    for g in grippers:
+        switch = rng.integers(0, length)
+        state[:, g] = (np.arange(length) >= switch).astype(np.float32)
+    action = np.empty_like(state)
+    action[:-1] = state[1:]
+    action[-1] = state[-1]
+    action += rng.normal(0.0, 0.005, size=action.shape).astype(np.float32)
+    for g in grippers:
+        action[:, g] = state[:, g]
+    return state, action
+
+
+def _table(state, action, episode_index, first_index, fps):
+    import pyarrow as pa
+
+    length, dim = state.shape
+    frame = np.arange(length, dtype=np.int64)
+
+    def vectors(values):
+        return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), dim)
+
+    return pa.table(
+        {
+            "observation.state": vectors(state),
+            "action": vectors(action),
+            "timestamp": pa.array((frame / fps).astype(np.float32)),
+            "frame_index": pa.array(frame),
+            "episode_index": pa.array(np.full(length, episode_index, np.int64)),
+            "index": pa.array(first_index + frame),
+            "task_index": pa.array(np.zeros(length, np.int64)),
+        }
+    )
+
+
+def _episode_stats(table, features: dict) -> dict:
+    """LeRobot's per-episode entry for every feature of one episode's table (exact, numpy)."""
+
+    out = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        values = (
+            column.flatten().to_numpy().reshape(len(column), -1)
+            if hasattr(column, "flatten")
+            else column.to_numpy()
+        )
+        out[name] = episode_entry(
+            episode_stats(values, []), features[name]["dtype"], {}, with_quantiles=False
+        )
+    return out
+
+
+def write_sample_dataset(
+    root: str | Path,
+    *,
+    episodes: int = 20,
+    frames_per_episode: int = 500,
+    dim: int = 14,
+    layout: str = "v2.1",
+    seed: int = 0,
+    fps: int = 50,
+    episodes_per_file: int | None = None,
+    data_files_size_in_mb: float = 100.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Create a LeRobot-format dataset at `root` (which must not exist or be empty), whole or not
+    at all (written beside it and renamed). `progress(episodes_done, episodes)` after each."""
+    if layout not in LAYOUTS:
+        raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+    root = Path(root)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise InputError(f"{root} already exists and is not empty; choose a new folder")
+    with staged_folder(root) as staging:
+        _write(
+            staging,
+            episodes=episodes,
+            frames_per_episode=frames_per_episode,
+            dim=dim,
+            layout=layout,
+            seed=seed,
+            fps=fps,
+            episodes_per_file=episodes_per_file,
+            data_files_size_in_mb=data_files_size_in_mb,
+            progress=progress or (lambda done, total: None),
+        )
+    return root
+
+
+def _write(
+    root: Path,
+    *,
+    episodes: int,
+    frames_per_episode: int,
+    dim: int,
+    layout: str,
+    seed: int,
+    fps: int,
+    episodes_per_file: int | None,
+    data_files_size_in_mb: float,
+    progress: Callable[[int, int], None],
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(
+        max(2, frames_per_episode // 2), frames_per_episode * 3 // 2 + 1, size=episodes
+    )
+    total = int(lengths.sum())
+    names = [f"joint_{i}" for i in range(dim)]
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [dim], "names": names},
+        "action": {"dtype": "float32", "shape": [dim], "names": names},
+        "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+        "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+        "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+        "index": {"dtype": "int64", "shape": [1], "names": None},
+        "task_index": {"dtype": "int64", "shape": [1], "names": None},
+    }
+    info = {
+        "codebase_version": layout,
+        "robot_type": "synthetic_bimanual",
+        "fps": fps,
+        "total_episodes": episodes,
+        "total_frames": total,
+        "total_tasks": 1,
+        "chunks_size": 1000,
+        "features": features,
+    }
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    first = 0
+    if layout == "v2.1":
+        info.update(
+            data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            video_path=None,
+            total_chunks=(episodes + 999) // 1000,
+        )
+        with (
+            atomic_open(root / "meta" / "episodes.jsonl") as handle,
+            atomic_open(root / "meta" / "episodes_stats.jsonl") as stats_handle,
+        ):
+            for e, length in enumerate(lengths):
+                state, action = _episode(rng, int(length), dim)
+                path = root / "data" / f"chunk-{e // 1000:03d}" / f"episode_{e:06d}.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                table = _table(state, action, e, first, fps)
+                pq.write_table(table, path)
+                handle.write(
+                    json.dumps({"episode_index": e, "tasks": ["move"], "length": int(length)})
+                    + "\n"
+                )
+                stats_handle.write(
+                    json.dumps({"episode_index": e, "stats": _episode_stats(table, features)})
+                    + "\n"
+                )
+                first += int(length)
+                progress(e + 1, episodes)
+        with atomic_open(root / "meta" / "tasks.jsonl") as handle:
+            handle.write(json.dumps({"task_index": 0, "task": "move"}) + "\n")
+    else:
+        info.update(
+            data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            video_path=None,
+            data_files_size_in_mb=data_files_size_in_mb,
+        )
+        rows = _write_v30_data(
+            root, rng, lengths, dim, fps, episodes_per_file, data_files_size_in_mb, progress
+        )
+        episodes_dir = root / "meta" / "episodes" / "chunk-000"
+        episodes_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), episodes_dir / "file-000.parquet")
+        pq.write_table(
+            pa.table({"task_index": [0], "task": ["move"]}), root / "meta" / "tasks.parquet"
+        )
+    write_json_atomic(root / "meta" / "info.json", info, indent=4)
+
+
+def _write_v30_data(
+    root: Path,
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    dim: int,
+    fps: int,
+    episodes_per_file: int | None,
+    data_files_size_in_mb: float,
+    progress: Callable[[int, int], None],
+) -> list[dict]:
+    """The data files as LeRobot (>= 0.4) records them: one parquet writer per file, one row group
+    per episode, and a new file once the current one's size on disk plus the next episode's
+    (estimated from the file's bytes per frame) reaches `data_files_size_in_mb` — or, if given,
+    after `episodes_per_file` episodes. Returns the meta/episodes rows."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    writer, path, file_index, in_file, frames_in_file, first = None, None, 0, 0, 0, 0
+    try:
+        for e, length in enumerate(int(n) for n in lengths):
+            if writer is not None:
+                size_mb = path.stat().st_size / 1e6
+                per_frame = size_mb / frames_in_file if frames_in_file else 0.0
+                full = size_mb + per_frame * length >= data_files_size_in_mb
+                if full or (episodes_per_file is not None and in_file >= episodes_per_file):
+                    writer.close()
+                    writer, file_index, in_file, frames_in_file = None, file_index + 1, 0, 0
+            state, action = _episode(rng, length, dim)
+            table = _table(state, action, e, first, fps)
+            if writer is None:
+                chunk, index = divmod(file_index, CHUNKS_SIZE)
+                path = root / "data" / f"chunk-{chunk:03d}" / f"file-{index:03d}.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+            chunk, index = divmod(file_index, CHUNKS_SIZE)
+            rows.append(
+                {
+                    "episode_index": e,
+                    "length": length,
+                    "dataset_from_index": first,
+                    "dataset_to_index": first + length,
+                    "data/chunk_index": chunk,
+                    "data/file_index": index,
+                }
+            )
+            first += length
+            in_file += 1
+            frames_in_file += length
+            progress(e + 1, len(lengths))
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows

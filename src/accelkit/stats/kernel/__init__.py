@@ -1,0 +1,1 @@
+"""One data pass: its state (`state.py`) and two implementations of the same pass, on a device (`device.py`, XLA) and on the host (`host.py` with numba's `host_loop.py`, cached as machine code by `native_cache.py`); exact mode's speculative windows (`windows.py`)."""

@@ -1,0 +1,1 @@
+"""Statistics of a weighted mixture of datasets: the ranks of a mixture's quantiles (`ranks.py`), the passes over several datasets (`engine.py`) and a run over the datasets a user names (`datasets.py`)."""
