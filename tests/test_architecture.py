@@ -284,7 +284,8 @@ FLOORS = {
         ("cli",),  # the face
     ),
     "accelkit.bench": (
-        ("harness", "schema", "processes"),  # timing, the document, child processes
+        ("harness",),  # timing and checks
+        ("schema", "processes"),  # the document | child processes
         ("experiments",),  # the workloads; they never know how they are shown or run as a suite
         ("render",),  # tables, markdown, figures
         ("suite",),  # `bench all` and its report
