@@ -157,7 +157,7 @@ def cases() -> list[tuple[str, list[str]]]:
 VOLATILE_KEY = re.compile(
     r"(second|_s$|^s$|time|_ms|^ms$|started|utc|date|elapsed|per_s|/s|throughput|speed|rss|"
     r"memory|peak|wall|cpu|pid|duration|latency|rate|fps|host|hostname|python|version|commit|"
-    r"load_average|phases|"
+    r"load_average|phases|accelkit_source|"
     r"dirty|hash_of_source|source_hash|machine|platform_release)",
     re.IGNORECASE,
 )
@@ -196,8 +196,8 @@ def mask_text(text: str) -> str:
     return text
 
 
-def record_stream(text: str, scratch: str) -> str:
-    text = text.replace(scratch, "<SCRATCH>").replace(str(ROOT), "<TREE>")
+def record_stream(text: str, scratch: str, tree: Path) -> str:
+    text = text.replace(scratch, "<SCRATCH>").replace(str(tree), "<TREE>")
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
@@ -282,8 +282,8 @@ def capture(tree: Path, out: Path) -> None:
                 timeout=900,
             )
             shown = " ".join(argv).replace(fixtures, "<FIXTURES>")
-            stdout = record_stream(done.stdout, str(scratch)).replace(fixtures, "<FIXTURES>")
-            stderr = record_stream(done.stderr, str(scratch)).replace(fixtures, "<FIXTURES>")
+            stdout = record_stream(done.stdout, str(scratch), tree).replace(fixtures, "<FIXTURES>")
+            stderr = record_stream(done.stderr, str(scratch), tree).replace(fixtures, "<FIXTURES>")
             files = snapshot_files(scratch, seen)
             text = f"$ accelkit {shown}\nexit {done.returncode}\n--- stdout\n{stdout}\n"
             text += f"--- stderr\n{stderr}\n"
