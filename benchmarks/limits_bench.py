@@ -124,7 +124,7 @@ def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
 
 
 def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Path, dict]:
-    """A LeRobot v3.0 dataset packed as LeRobot records one (sample.py: one row group per
+    """A LeRobot v3.0 dataset packed as LeRobot records one (formats/synthetic.py: one row group per
     episode, a new ~100 MB file when the next episode would pass 100 MB), made once."""
     import math
 

@@ -91,7 +91,7 @@ def report(signum: int) -> None:
         print(line, file=sys.stderr, flush=True)
     saved = _state["terminal"]
     if saved is not None and not _same_file(saved, 2):
-        # fd 2 is pointed at a log for now (Milvus Lite's engine starting, images/store.py):
+        # fd 2 is pointed at a log for now (Milvus Lite's engine starting, images/store/):
         # the watchdog ended the run inside that block, so the person gets the line too
         with contextlib.suppress(OSError):
             os.write(saved, (line + "\n").encode())

@@ -383,7 +383,7 @@ class RayRunner:
 
 
 def _user_error(exc: Exception) -> Exception:
-    """The error a failed task carries, in one line (`runtime.cluster.task_error`): a lost worker
+    """The error a failed task carries, in one line (`runtime.ray_cluster.task_error`): a lost worker
     or object was retried MAX_RETRIES times first; an exception a task raised was not
     (retry_exceptions is off)."""
     return task_error(exc, "stats", MAX_RETRIES)
