@@ -163,3 +163,44 @@ def test_read_norm_stats_refuses_a_damaged_file(tmp_path):
     path.write_text(json.dumps({"state": {}}))
     with pytest.raises(DataError, match="has no 'norm_stats' mapping"):
         read_norm_stats(path)
+
+
+def test_per_episode_files_have_one_reader(tmp_path, monkeypatch):
+    """v2.1 `episodes_stats.jsonl` and v3.0 `meta/episodes/*.parquet` are read by one function
+    each (`lerobot.episode_lines`, `lerobot.episode_tables`), for `stats check` and for the writer
+    that keeps the dataset's other features: the writer once parsed the lines itself and crashed
+    (KeyError, exit 1) on a line check names as damaged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from accelkit.errors import DataError
+    from accelkit.stats.formats import lerobot, stats_files
+
+    root = tmp_path / "ds"
+    (root / "meta" / "episodes").mkdir(parents=True)
+    jsonl = root / lerobot.EPISODES_JSONL
+    jsonl.write_text(
+        json.dumps({"episode_index": 0, "stats": {"x": {"mean": [1.5], "count": [2]}}}) + "\n\n"
+    )
+    table = pa.table({"episode_index": [0, 1], "stats/x/mean": [[1.0], [2.0]]})
+    pq.write_table(table, root / "meta" / "episodes" / "file-000.parquet")
+
+    calls = []
+    for name in ("episode_lines", "episode_tables"):
+        real = getattr(lerobot, name)
+        monkeypatch.setattr(
+            lerobot, name, lambda arg, real=real, name=name: calls.append(name) or real(arg)
+        )
+    assert stats_files.read_episodes_jsonl(jsonl)[0]["x"]["mean"].tolist() == [1.5]
+    files = lerobot.episode_meta_files(root)
+    assert stats_files.read_episodes_parquet(files)[1]["x"]["mean"].tolist() == [2.0]
+    lerobot.write_episodes_v21(root, tmp_path / "out.jsonl", [], {}, {}, {})
+    assert calls == ["episode_lines", "episode_tables", "episode_lines"]
+
+    jsonl.write_text('{"stats": {}}\n')  # no episode_index
+    for read in (
+        lambda: stats_files.read_episodes_jsonl(jsonl),
+        lambda: lerobot.write_episodes_v21(root, tmp_path / "out.jsonl", [], {}, {}, {}),
+    ):
+        with pytest.raises(DataError, match=r"line 1 is not an episode's statistics"):
+            read()

@@ -375,6 +375,39 @@ def empty_episodes(layout: Layout | None) -> list[int]:
     return sorted(e.index for e in (layout.episodes if layout else []) if e.length == 0)
 
 
+def episode_lines(path: Path) -> list[tuple[int, dict]]:
+    """The one reader of v2.1 `meta/episodes_stats.jsonl`: (episode, its `stats` as written) per
+    line, blank lines skipped; a line that is not an episode's statistics is a DataError naming it.
+    `stats_files.read_episodes_jsonl` reads the numbers from these, the writer keeps the dataset's
+    other features as they were."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not readable ({exc})") from exc
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            episode = int(item["episode_index"])
+            stats = item.get("stats", {})
+            if not isinstance(stats, dict):
+                raise TypeError(f"stats is a {type(stats).__name__}, not an object")
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
+        out.append((episode, stats))
+    return out
+
+
+def episode_tables(files: list[Path]) -> dict:
+    """The one reader of v3.0 `meta/episodes/**.parquet`: each file's whole table (the writer
+    copies every column; `stats_files.read_episodes_parquet` reads the `stats/*` ones)."""
+    import pyarrow.parquet as pq
+
+    return {path: pq.read_table(path) for path in files}
+
+
 def write_episodes_v21(
     source_root: Path,
     destination: Path,
@@ -405,13 +438,8 @@ def write_episodes_v21(
             "they get" if len(empty) > 1 else "it gets",
         )
 
-    existing: dict[int, dict] = {}
     current = source_root / EPISODES_JSONL
-    if current.is_file():
-        for line in current.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                existing[int(entry["episode_index"])] = entry.get("stats", {})
+    existing = dict(episode_lines(current)) if current.is_file() else {}
     with atomic_open(destination) as handle:
         for result in episodes:
             stats = dict(existing.get(result.index, {}))
@@ -448,7 +476,7 @@ def write_episodes_v30(
 
     by_index = {r.index: r for r in episodes}
     written = []
-    tables = {path: pq.read_table(path) for path in episode_meta_files(source_root)}
+    tables = episode_tables(episode_meta_files(source_root))
     for path, table in tables.items():  # every file checked before any is written
         listed = table.column("episode_index").to_pylist()
         missing = [e for e in listed if e not in by_index]

@@ -289,31 +289,16 @@ def load_json(path: Path) -> dict:
 
 def read_episodes_jsonl(path: Path) -> dict[int, dict[str, dict[str, np.ndarray]]]:
     """v2.1 `meta/episodes_stats.jsonl`: episode -> feature -> statistic -> values."""
-    out: dict[int, dict] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not readable ({exc})") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            episode = int(item["episode_index"])
-            stats = item.get("stats", {})
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{path} line {number} is not an episode's statistics ({exc})") from exc
-        out[episode] = {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
-    return out
+    return {
+        episode: {k: _entry(v, f"{path} episode {episode} {k!r}") for k, v in stats.items()}
+        for episode, stats in lerobot.episode_lines(path)
+    }
 
 
 def read_episodes_parquet(files: list[Path]) -> dict[int, dict[str, dict[str, np.ndarray]]]:
     """v3.0 `meta/episodes/**.parquet`: the `stats/<feature>/<stat>` columns, per episode."""
-    import pyarrow.parquet as pq
-
     out: dict[int, dict] = {}
-    for path in files:
-        table = pq.read_table(path)
+    for path, table in lerobot.episode_tables(files).items():
         columns = [c for c in table.column_names if c.startswith("stats/")]
         episodes = table.column("episode_index").to_pylist()
         values = {c: table.column(c).to_pylist() for c in columns}
