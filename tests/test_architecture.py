@@ -268,7 +268,7 @@ FLOORS = {
         ("cli",),  # the faces
     ),
     "accelkit.images": (
-        ("settings", "testing"),  # config, schema, filters | sample photos for tests, benchmarks
+        ("settings", "testing", "ranking"),  # config, schema, filters | sample photos | cut, steer
         ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
         ("inputs", "store"),  # paths, globs, URIs, metadata | Milvus, thumbnails, migrate
         ("results", "index"),  # result objects | ImageIndex: local, remote, the Ray sink, opener

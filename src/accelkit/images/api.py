@@ -28,10 +28,17 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
 from accelkit.images.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
-from accelkit.images.index.base import ImageIndex, ImageInput, TextQuery
+from accelkit.images.index.base import ImageIndex, ImageInput, Steering, TextQuery
 from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
 from accelkit.images.index.opener import open_index as open_chosen_index
 from accelkit.images.inputs import check_image_header, expand_named, missing_inputs
+from accelkit.images.ranking import (
+    DEFAULT_NEGATIVE_WEIGHT,
+    check_fold,
+    check_min_score,
+    check_weight,
+    parse_terms,
+)
 from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
 from accelkit.images.runners import open_runner, unreadable, warn
 from accelkit.images.schema import check_filter, check_text
@@ -151,17 +158,35 @@ def search(
     collection: str | None = None,
     config: ConfigLike = None,
     server: str | None = None,
+    min_score: float | None = None,
+    auto_cut: bool = False,
+    negatives: Sequence[str] | None = None,
+    negative_ids: Sequence[str] | None = None,
+    negative_weight: float = DEFAULT_NEGATIVE_WEIGHT,
+    fold_duplicates: float | None = None,
 ) -> SearchReport:
     """The stored images nearest to the image file `query`, or to `text` (words, for a
-    two-tower model), best first; `filter`: a metadata filter such as
-    `metadata["album"] == "2026"`."""
+    two-tower model; "cat -glasses" pushes the results away from "glasses", `"-word"` in quotes
+    is a literal leading minus), best first; `filter`: a metadata filter such as
+    `metadata["album"] == "2026"`.
+
+    `min_score`: drop results scoring below it (COSINE/IP); `auto_cut`: also those below a
+    clear gap in the scores (`accelkit.images.ranking.gap_cut`); `negatives` (texts) and
+    `negative_ids` (stored items): push the results away from them by `negative_weight`;
+    `fold_duplicates` (a cosine, e.g. 0.95): near-duplicates folded under the best-ranked of
+    them (`hit.similar`), `topk` distinct results. `report.message` says "no photo scores
+    above X" when the cut leaves nothing."""
     if (query is None) == (text is None):
         raise InputError("give a query image or --text (one of the two)")
     if topk < 1:
         raise InputError(f"--topk {topk} must be at least 1")
     check_filter(filter, "--filter")
+    steering = _steering(
+        min_score, auto_cut, negatives, negative_ids, negative_weight, fold_duplicates
+    )
     if text is not None:
         asked: Any = TextQuery(check_text(text, "--text"))
+        _option_error("--text", parse_terms, asked.text, "--text")
     else:
         missing = missing_inputs([query])
         if missing:
@@ -170,10 +195,32 @@ def search(
         asked = ImageInput(query)
     settings, index = _open(config, server)
     with closing(index):
-        hits = index.search(asked, topk, filter, collection)
+        hits = index.search(asked, topk, filter, collection, steering=steering)
     warn(hits.warnings)
     name = hits.collection or collection or settings.store.collection_name
-    return SearchReport(name, query, topk, hits, text=text, warnings=hits.warnings)
+    return SearchReport(name, query, topk, hits, text=text, warnings=hits.warnings, cut=hits.cut)
+
+
+def _option_error(option: str, check: Callable, *args: Any) -> Any:
+    """`check(*args)`, its `InputError` said with the option's name (--min-score, not min_score)."""
+    try:
+        return check(*args)
+    except InputError as exc:
+        text = str(exc)
+        field = option.removeprefix("--").replace("-", "_")
+        raise InputError(
+            option + text.removeprefix(field) if text.startswith(field) else text
+        ) from None
+
+
+def _steering(min_score, auto_cut, negatives, negative_ids, weight, fold) -> Steering:
+    for option, check, value in (
+        ("--min-score", check_min_score, min_score),
+        ("--negative-weight", check_weight, weight),
+        ("--fold-duplicates", check_fold, fold),
+    ):
+        _option_error(option, check, value)
+    return Steering.checked(min_score, auto_cut, negatives, negative_ids, weight, fold)
 
 
 # collections -------------------------------------------------------------------------------------

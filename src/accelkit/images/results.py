@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelkit.images.ranking import Cut
 from accelkit.images.store import Hit
 
 
@@ -84,17 +85,26 @@ class SearchReport:
     hits: list[Hit]
     text: str | None = None
     warnings: list[str] = field(default_factory=list)
+    cut: Cut | None = None  # the scores before the cuts, what min-score and auto-cut kept
 
     @property
     def asked(self) -> str:
         """The query as a person reads it: the file, or the words in quotes."""
         return self.query if self.text is None else f'"{self.text}"'
 
+    @property
+    def message(self) -> str | None:
+        """ "no photo scores above X" when the cut left nothing (else None)."""
+        return None if self.cut is None else self.cut.message
+
     def document(self) -> dict[str, Any]:
         out = {"collection": self.collection, "query": self.query}
         if self.text is not None:
             out["text"] = self.text
-        return {**out, "results": [hit.document() for hit in self.hits]}
+        out["results"] = [hit.document() for hit in self.hits]
+        if self.cut is not None:
+            out.update(cut=self.cut.document(), message=self.message)
+        return out
 
 
 @dataclass

@@ -430,6 +430,28 @@ class SearchRequest(Body):
         json_schema_extra={"example": 'metadata["category"] == "nature"'},
     )
     consistency: Consistency | None = Field(None, description="default: store.search_consistency")
+    min_score: float | None = Field(
+        None,
+        ge=-1,
+        le=1,
+        allow_inf_nan=False,
+        description="drop results scoring below it (a cosine; COSINE and IP collections)",
+    )
+    auto_cut: StrictBool = Field(False, description="also drop those below a clear score gap")
+    negative_texts: Annotated[list[TextQueryText] | None, Field(max_length=16)] = Field(
+        None, description="texts the results are pushed away from (as '-term' in text)"
+    )
+    negative_ids: Annotated[list[ItemId] | None, Field(max_length=16)] = Field(
+        None, description="stored items whose vectors the results are pushed away from"
+    )
+    negative_weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False)
+    fold_duplicates: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="fold results within this cosine of a higher-ranked one under it",
+    )
 
 
 class DeleteRequest(Body):

@@ -14,9 +14,16 @@ from accelkit.errors import CheckFailed, DataError
 from accelkit.images.cli.collection import collection_app
 from accelkit.images.cli.options import (
     RAY_STAGES,
+    AutoCutOption,
     CollectionOption,
     ConfigOption,
+    FoldCosineOption,
+    FoldOption,
     JsonOption,
+    MinScoreOption,
+    NegativeIdOption,
+    NegativeOption,
+    NegativeWeightOption,
     NumGpusOption,
     ProgressOption,
     RayActorsOption,
@@ -24,6 +31,7 @@ from accelkit.images.cli.options import (
     emit_json,
     index_in_use,
     library,
+    search_rows,
     short_json,
     table,
 )
@@ -227,8 +235,17 @@ def search_command(
     config: ConfigOption = None,
     server: ServerOption = None,
     as_json: JsonOption = False,
+    min_score: MinScoreOption = None,
+    auto_cut: AutoCutOption = False,
+    negative: NegativeOption = None,
+    negative_id: NegativeIdOption = None,
+    negative_weight: NegativeWeightOption = 0.5,
+    fold: FoldOption = False,
+    fold_cosine: FoldCosineOption = None,
 ) -> None:
-    """The stored images nearest to QUERY or to --text (best first), with the file each was inserted from."""
+    """The stored images nearest to QUERY or to --text (best first), with the file each was
+    inserted from. --text 'cat -glasses' pushes the results away from "glasses" ('"-word"' in
+    quotes is a literal minus)."""
     report = library().search(
         query,
         topk,
@@ -237,6 +254,12 @@ def search_command(
         collection=collection,
         config=config,
         server=server,
+        min_score=min_score,
+        auto_cut=auto_cut,
+        negatives=negative,
+        negative_ids=negative_id,
+        negative_weight=negative_weight,
+        fold_duplicates=fold_cosine if fold_cosine is not None else (0.95 if fold else None),
     )
     if as_json:
         emit_json(report.document())
@@ -244,17 +267,10 @@ def search_command(
     table(
         f"top {report.topk} in {report.collection} for {report.asked}",
         ["rank", "source", "id", "score", "metadata"],
-        [
-            [
-                rank,
-                hit.metadata.get(SOURCE_KEY, ""),
-                hit.id,
-                f"{hit.score:.4f}",
-                short_json({k: v for k, v in hit.metadata.items() if k != SOURCE_KEY}),
-            ]
-            for rank, hit in enumerate(report.hits, 1)
-        ],
+        search_rows(report.hits),
     )
+    if report.message:
+        typer.echo(report.message)
 
 
 @images_app.command("health")

@@ -89,3 +89,60 @@ def index_in_use(collection: dict) -> str:
     ignored = ", ".join(collection["ignored"])
     text = " ".join(p for p in (collection["index_type"], collection["metric_type"], params) if p)
     return text + (f" (ignored: {ignored})" if ignored else "")
+
+
+# `images search`: cut and steer the answer (accelkit.images.ranking) ----------------------------
+MinScoreOption = Annotated[
+    float | None,
+    typer.Option(
+        "--min-score",
+        help="Drop results scoring below this (a cosine, -1 to 1); says so when none is left.",
+    ),
+]
+AutoCutOption = Annotated[
+    bool,
+    typer.Option("--auto-cut", help="Also drop results below a clear gap in the scores."),
+]
+NegativeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--negative",
+        help="Words to push the results away from (repeatable; or '-word' in --text).",
+    ),
+]
+NegativeIdOption = Annotated[
+    list[str] | None,
+    typer.Option("--negative-id", help="A stored item to push the results away from (repeatable)."),
+]
+NegativeWeightOption = Annotated[
+    float,
+    typer.Option("--negative-weight", help="How far negatives push (0 to 1; default 0.5)."),
+]
+FoldOption = Annotated[
+    bool,
+    typer.Option(
+        "--fold-duplicates", help="Fold near-duplicates under the best-ranked one (+N similar)."
+    ),
+]
+FoldCosineOption = Annotated[
+    float | None,
+    typer.Option(
+        "--fold-cosine", help="The cosine at which results fold (default 0.95; implies folding)."
+    ),
+]
+
+
+def search_rows(hits) -> list[list]:
+    """The rows of `images search`'s table: rank, source, id, score (+N similar), metadata."""
+    from accelkit.images.schema import SOURCE_KEY
+
+    return [
+        [
+            rank,
+            hit.metadata.get(SOURCE_KEY, ""),
+            hit.id,
+            f"{hit.score:.4f}" + (f" +{len(hit.similar)} similar" if hit.similar else ""),
+            short_json({k: v for k, v in hit.metadata.items() if k != SOURCE_KEY}),
+        ]
+        for rank, hit in enumerate(hits, 1)
+    ]

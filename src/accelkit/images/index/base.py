@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import DataError, InputError
+from accelkit.images import ranking
 from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids, check_text
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.records import ignored_warnings
@@ -165,13 +166,86 @@ def _check_legacy(collection: str, theirs: dict, mine: Any, recorded: bool) -> M
 
 class Hits(list):
     """Search results, best first (a list of `Hit`), `warnings`: what the backend did not
-    apply of the settings (Milvus Lite's nprobe), one line each, and the `collection` searched
-    (through a service, the service's default when none was named)."""
+    apply of the settings (Milvus Lite's nprobe), one line each, the `collection` searched
+    (through a service, the service's default when none was named), and `cut`: the scores
+    before the min-score and automatic cuts and what they kept (`ranking.Cut`)."""
 
-    def __init__(self, hits=(), warnings: Sequence[str] = (), collection: str | None = None):
+    def __init__(
+        self,
+        hits=(),
+        warnings: Sequence[str] = (),
+        collection: str | None = None,
+        cut: ranking.Cut | None = None,
+    ):
         super().__init__(hits)
         self.warnings = list(warnings)
         self.collection = collection
+        self.cut = cut if cut is not None else ranking.cut([h.score for h in self], None, False)
+
+
+@dataclass(frozen=True)
+class Steering:
+    """How a search is cut and steered, beyond its query and top k (`ImageIndex.search`).
+
+    `min_score`: results scoring below it are dropped; `auto_cut`: so are those below a clear
+    gap in the scores (`ranking.gap_cut`); `negatives`: texts whose direction the query is
+    pushed away from, `negative_ids`: stored items' vectors likewise, by `negative_weight`
+    (`ranking.steer`); `fold`: results within that cosine of a higher-ranked one are folded
+    under it (`Hit.similar`), and more are fetched so `topk` distinct ones come back."""
+
+    min_score: float | None = None
+    auto_cut: bool = False
+    negatives: tuple[str, ...] = ()
+    negative_ids: tuple[str, ...] = ()
+    negative_weight: float = ranking.DEFAULT_NEGATIVE_WEIGHT
+    fold: float | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        min_score: Any = None,
+        auto_cut: Any = False,
+        negatives: Sequence[str] | None = None,
+        negative_ids: Sequence[str] | None = None,
+        negative_weight: Any = ranking.DEFAULT_NEGATIVE_WEIGHT,
+        fold: Any = None,
+    ) -> Steering:
+        if not isinstance(auto_cut, bool):
+            raise InputError(f"auto_cut {auto_cut!r} must be true or false")
+        texts = tuple(check_text(t, "negative text") for t in (negatives or ()))
+        ids = tuple(check_ids(list(negative_ids or ())))
+        if len(texts) + len(ids) > ranking.MAX_NEGATIVES:
+            raise InputError(f"at most {ranking.MAX_NEGATIVES} negatives (texts and ids)")
+        return cls(
+            ranking.check_min_score(min_score),
+            auto_cut,
+            texts,
+            ids,
+            ranking.check_weight(negative_weight),
+            ranking.check_fold(fold),
+        )
+
+    @property
+    def cuts(self) -> bool:
+        """Whether scores are compared with a threshold (which needs a similarity metric)."""
+        return self.min_score is not None or self.auto_cut
+
+    def fields(self) -> dict[str, Any]:
+        """The non-default settings, as the service's search fields name them."""
+        out: dict[str, Any] = {}
+        if self.min_score is not None:
+            out["min_score"] = self.min_score
+        if self.auto_cut:
+            out["auto_cut"] = True
+        if self.negatives:
+            out["negative_texts"] = list(self.negatives)
+        if self.negative_ids:
+            out["negative_ids"] = list(self.negative_ids)
+        if self.negative_weight != ranking.DEFAULT_NEGATIVE_WEIGHT:
+            out["negative_weight"] = self.negative_weight
+        if self.fold is not None:
+            out["fold_duplicates"] = self.fold
+        return out
 
 
 @dataclass(frozen=True)
@@ -289,16 +363,19 @@ class ImageIndex(ABC):
         filter: str | None = None,
         collection: str | None = None,
         consistency: str | None = None,
+        steering: Steering | None = None,
     ) -> Hits:
         """The `topk` nearest stored items to an image, a `TextQuery` (a two-tower model's
-        words) or a query vector, best first."""
+        words; "cat -glasses" searches "cat" pushed away from "glasses": `ranking.parse_terms`)
+        or a query vector, best first; `steering`: cut and steer them (`Steering`)."""
         filter = check_filter(filter, max_values=GRAMMAR_ONLY)
         topk = check_topk(topk)
         if isinstance(query, TextQuery):
             query = TextQuery(check_text(query.text))
+            ranking.parse_terms(query.text)  # its syntax is refused here, before any backend
         elif not (isinstance(query, ImageInput) or is_query_vector(query)):
             query = ImageInput(query)
-        return self._search(query, topk, filter, collection, consistency)
+        return self._search(query, topk, filter, collection, consistency, steering or Steering())
 
     def get(self, ids: Sequence[str], collection: str | None = None) -> list[dict[str, Any]]:
         """Stored items (id and metadata) among `ids`, in their order; missing ones left out."""
@@ -371,7 +448,13 @@ class ImageIndex(ABC):
 
     @abstractmethod
     def _search(
-        self, query: Any, topk: int, filter: str | None, collection: str | None, consistency: Any
+        self,
+        query: Any,
+        topk: int,
+        filter: str | None,
+        collection: str | None,
+        consistency: Any,
+        steering: Steering,
     ) -> Hits: ...
 
     @abstractmethod

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
+from accelkit.images import ranking
 from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.embedding.models import PROBE_TEXT, ModelRecords, no_text_tower
@@ -33,7 +34,7 @@ from accelkit.images.index.base import (
     content_id,
 )
 from accelkit.images.schema import SOURCE_KEY, check_collection_name, check_id, check_metadata
-from accelkit.images.store import CollectionNotFoundError, VectorStore
+from accelkit.images.store import CollectionNotFoundError, Hit, VectorStore
 from accelkit.images.store.records import PROP_MODEL
 from accelkit.images.store.thumbnails import make_thumbnail, open_thumbnails
 
@@ -50,6 +51,7 @@ EmbedTextFn = Callable[[list[str]], np.ndarray]
 # two-tower model), mean/std 0.5 instead of ImageNet's 0.70 and 0.987, which do not
 SET_MODEL_SAMPLE, SET_MODEL_LOOK = 32, 50
 SET_MODEL_MIN_COSINE, SET_MODEL_NORM_TOLERANCE = 0.999, 0.01
+MAX_FETCH = 16384  # the most candidates one search fetches (Milvus' limit on top k)
 
 
 def _roots(roots: list[str] | None) -> list[Path]:
@@ -331,26 +333,80 @@ class LocalIndex(ImageIndex):
             raise ItemNotFoundError(f"id {item_id!r}: no such item in collection {name!r}")
         return rows[0]["vector"]
 
+    def query_texts(self, texts: list[str]) -> np.ndarray:
+        if self.embed_text is None:
+            raise InputError("this index has no text tower: search it by an image")
+        return self.embed_text(texts)
+
     def query_vector(self, query: ImageInput | TextQuery | np.ndarray) -> np.ndarray:
         if isinstance(query, np.ndarray):
             return query.astype(np.float32)
         if isinstance(query, TextQuery):
-            if self.embed_text is None:
-                raise InputError("this index has no text tower: search it by an image")
-            return self.embed_text([query.text])[0]
+            return self.query_texts([query.text])[0]
         (result,) = self.embed([query.data])
         if result.error is not None:
             raise DataError(f"query: {result.error}")
         return result.vector
 
-    def _search(self, query, topk, filter, collection, consistency) -> Hits:
+    def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
         name = self._name(collection)
         self.store.describe_dim(name)  # a missing collection fails before the model runs
+        if steering.cuts and self.store._spec(name).metric_type == "L2":
+            raise InputError(
+                f"min_score and auto_cut compare similarities; collection {name!r} ranks by L2"
+                " distance (smaller is closer): search it without them, or use a COSINE one"
+            )
         if not isinstance(query, np.ndarray):  # a vector is the caller's to match
             self._same_model(name, "text" if isinstance(query, TextQuery) else "image")
-        vector = self.query_vector(query)
-        hits = self.store.search(name, vector, topk, filter, consistency=consistency)[0]
-        return Hits(hits, self.store.ignored(name), name)
+        if steering.negatives and not isinstance(query, TextQuery):
+            self._same_model(name, "text")
+        vector = self._steered_vector(query, steering, name)
+        hits = self._fetch(name, vector, topk, filter, consistency, steering.fold)
+        cut = ranking.cut([h.score for h in hits], steering.min_score, steering.auto_cut)
+        return Hits(hits[: cut.kept], self.store.ignored(name), name, cut)
+
+    def _steered_vector(self, query: Any, steering: Any, name: str) -> np.ndarray:
+        """The query's vector; with negative terms (in the words, or given), pushed away from
+        theirs (`ranking.steer`): the words and negative texts embedded in one call."""
+        negatives = list(steering.negatives)
+        if isinstance(query, TextQuery):
+            terms = ranking.parse_terms(query.text)
+            negatives = list(terms.negatives) + negatives
+            if negatives:
+                vectors = self.query_texts([terms.positive, *negatives])
+                positive, pushed = vectors[0], list(vectors[1:])
+            else:
+                positive, pushed = self.query_vector(TextQuery(terms.positive)), []
+        else:
+            positive = self.query_vector(query)
+            pushed = list(self.query_texts(negatives)) if negatives else []
+        pushed += [self.stored_vector(i, name) for i in steering.negative_ids]
+        if not pushed:
+            return positive
+        return ranking.steer(positive, pushed, steering.negative_weight)
+
+    def _fetch(self, name, vector, topk, filter, consistency, fold) -> list[Hit]:
+        """The `topk` hits; with `fold`, near-duplicates folded under the best-ranked of them,
+        fetching FOLD_OVERFETCH times as many candidates (and more while too few distinct ones
+        come back from a collection that has more)."""
+        if fold is None:
+            return self.store.search(name, vector, topk, filter, consistency=consistency)[0]
+        fetch = min(topk * ranking.FOLD_OVERFETCH, MAX_FETCH)
+        while True:
+            found = self.store.search(name, vector, fetch, filter, consistency=consistency)[0]
+            rows = self.store.get(name, [h.id for h in found], with_vectors=True)
+            vectors = {row["id"]: row["vector"] for row in rows}
+            found = [h for h in found if h.id in vectors]  # deleted meanwhile: left out
+            kept = (
+                ranking.fold(np.stack([vectors[h.id] for h in found]), fold, topk) if found else []
+            )
+            if len(kept) >= topk or len(found) < fetch or fetch >= MAX_FETCH:
+                break
+            fetch = min(fetch * ranking.FOLD_OVERFETCH, MAX_FETCH)
+        return [
+            Hit(found[i].id, found[i].score, found[i].metadata, [found[j].id for j in folded])
+            for i, folded in kept
+        ]
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         return self.store.get(self._name(collection), ids)

@@ -26,6 +26,7 @@ from accelkit.images.index.base import (
     ModelMismatchError,
     TextQuery,
 )
+from accelkit.images.ranking import Cut
 from accelkit.images.store import CollectionExistsError, CollectionNotFoundError, Hit, StoreError
 
 # ids sent in one request: within the service's server.max_ids_per_request (10,000 by default);
@@ -51,6 +52,15 @@ def _id_groups(ids: Sequence[str], max_chars: int | None = None):
         size += cost
     if group:
         yield group
+
+
+def _form_text(value: Any) -> str:
+    """A multipart field: lists as JSON, booleans as true/false, the rest as text."""
+    if isinstance(value, list):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _upload(item: ImageInput, position: int) -> tuple[str, bytes]:
@@ -162,8 +172,8 @@ class RemoteIndex(ImageIndex):
             dict(sorted(failures.items())),
         )
 
-    def _search(self, query, topk, filter, collection, consistency) -> Hits:
-        fields: dict[str, Any] = {"topk": topk}
+    def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
+        fields: dict[str, Any] = {"topk": topk, **steering.fields()}
         for key, value in (
             ("filter", filter),
             ("collection", collection),
@@ -179,15 +189,22 @@ class RemoteIndex(ImageIndex):
             answer = self._call("POST", "/search", json={**fields, "text": query.text})
         else:
             name, data = _upload(query, 0)
-            form = {k: str(v) for k, v in fields.items()}
+            form = {k: _form_text(v) for k, v in fields.items()}
             answer = self._call("POST", "/search", files={"file": (name, data)}, data=form)
+        cut = answer.get("cut")
         return Hits(
             [
-                Hit(h["id"], float(h["score"]), dict(h.get("metadata") or {}))
+                Hit(
+                    h["id"],
+                    float(h["score"]),
+                    dict(h.get("metadata") or {}),
+                    list(h.get("similar") or []),
+                )
                 for h in answer["results"]
             ],
             answer.get("warnings") or [],
             answer.get("collection"),
+            None if cut is None else Cut(**{k: v for k, v in cut.items() if k != "message"}),
         )
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:

@@ -29,8 +29,19 @@ from accelkit.images.service.sources import Source
 
 Model = TypeVar("Model", bound=BaseModel)
 _INTEGER_FIELDS = {"topk", "dim", "batch_size"}
-_BOOLEAN_FIELDS = {"create_collection", "exist_ok"}
-_JSON_FIELDS = {"ids", "metadata", "inputs", "images_base64", "vector", "index_params", "items"}
+_BOOLEAN_FIELDS = {"create_collection", "exist_ok", "auto_cut"}
+_NUMBER_FIELDS = {"min_score", "negative_weight", "fold_duplicates"}
+_JSON_FIELDS = {
+    "ids",
+    "metadata",
+    "inputs",
+    "images_base64",
+    "vector",
+    "index_params",
+    "items",
+    "negative_texts",
+    "negative_ids",
+}
 
 
 def validate(model: type[Model], data: Any, limits: RequestLimits | None = None) -> Model:
@@ -123,6 +134,13 @@ def _form_value(key: str, value: str) -> Any:
                 422, "invalid_field", f"{key}: must be a whole number, not {value[:20]!r}"
             )
         return int(text)
+    if key in _NUMBER_FIELDS:
+        try:
+            return float(value.strip())  # NaN and inf pass here; the model refuses them
+        except ValueError:
+            raise ServiceError(
+                422, "invalid_field", f"{key}: must be a number, not {value[:20]!r}"
+            ) from None
     if key in _BOOLEAN_FIELDS:
         text = value.strip().lower()
         if text not in ("true", "false", "1", "0"):

@@ -13,7 +13,7 @@ from fastapi import (
 )  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.index.base import ImageInput, TextQuery
+from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from accelkit.images.schema import (
     LIMIT_SETTINGS,
     DeleteRequest,
@@ -98,6 +98,14 @@ async def search(request: Request, state: State):
             422, "invalid_field", f"topk: must be at most {server.max_topk}, not {body.topk}"
         )
     name = check_collection_name(body.collection or config.store.collection_name)
+    steering = Steering.checked(
+        body.min_score,
+        body.auto_cut,
+        body.negative_texts,
+        body.negative_ids,
+        body.negative_weight,
+        body.fold_duplicates,
+    )
     source = forms.search_source(body, uploads)
     started = time.perf_counter()
     if source is None:
@@ -110,7 +118,7 @@ async def search(request: Request, state: State):
         else:
             query = np.asarray(body.vector, np.float32)
         hits = await state.run(
-            state.index.search, query, body.topk, body.filter, name, body.consistency
+            state.index.search, query, body.topk, body.filter, name, body.consistency, steering
         )
     else:
         loaded, failures, cost = await state.load_images([source], "query")
@@ -124,6 +132,7 @@ async def search(request: Request, state: State):
                 body.filter,
                 name,
                 body.consistency,
+                steering,
             )
     took = round((time.perf_counter() - started) * 1000, 2)
     results = [{**hit.document(), "distance": hit.score} for hit in hits]
@@ -133,6 +142,10 @@ async def search(request: Request, state: State):
         "results": results,
         "took_ms": took,
         "warnings": hits.warnings,  # what the store did not apply (Milvus Lite's nprobe)
+        # the scores before the min-score and automatic cuts, what they kept, and when nothing
+        # passed, "no photo scores above X"
+        "cut": hits.cut.document(),
+        "message": hits.cut.message,
         # EmbeddingTrident's fields
         "collection_name": name,
         "count": len(results),

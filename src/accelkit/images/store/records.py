@@ -46,9 +46,11 @@ class Hit:
     id: str
     score: float
     metadata: dict[str, Any] = field(default_factory=dict)
+    similar: list[str] = field(default_factory=list)  # near-duplicates folded under this one
 
     def document(self) -> dict[str, Any]:
-        return {"id": self.id, "score": self.score, "metadata": self.metadata}
+        out = {"id": self.id, "score": self.score, "metadata": self.metadata}
+        return {**out, "similar": self.similar} if self.similar else out
 
 
 @dataclass(frozen=True)
