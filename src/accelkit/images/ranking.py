@@ -30,9 +30,10 @@ DEFAULT_NEGATIVE_WEIGHT = 0.5  # Qdrant's average_vector: p + (p - n) = 2(p - n/
 DEFAULT_FOLD = 0.95  # cosine at which a result is folded under a higher-ranked one
 FOLD_OVERFETCH = 4  # candidates fetched per result asked for, when folding
 MAX_NEGATIVES = 16
-# The automatic cut (`gap_cut`): after rank j when the gap s_j - s_{j+1} is the largest and at
-# least GAP_SHARE of the spread s_1 - s_n and GAP_OVER_MEDIAN times the median gap
-GAP_SHARE, GAP_OVER_MEDIAN, GAP_MIN_SCORES = 0.4, 4.0, 4
+# The automatic cut (`gap_cut`): after rank j when the gap s_j - s_{j+1} is the largest, at
+# least GAP_SHARE of the spread s_1 - s_n, GAP_OVER_MEAN times the mean of the other gaps and
+# GAP_MIN (a cosine) — among at least GAP_MIN_SCORES scores
+GAP_SHARE, GAP_OVER_MEAN, GAP_MIN, GAP_MIN_SCORES = 0.4, 4.0, 0.02, 4
 
 
 @dataclass(frozen=True)
@@ -160,18 +161,16 @@ def fold(vectors: np.ndarray, threshold: float, topk: int) -> list[tuple[int, li
 def gap_cut(scores: Sequence[float]) -> float | None:
     """The automatic cut: the score of the last result kept, or None when the scores show no
     clear gap. Sorted best first s_1 >= ... >= s_n (n >= GAP_MIN_SCORES), gaps g_j = s_j -
-    s_{j+1}: cut after the largest gap g_j when g_j >= GAP_SHARE·(s_1 - s_n) and g_j >=
-    GAP_OVER_MEDIAN·(the median of the other gaps)."""
+    s_{j+1}: cut after the largest gap g_j (the first, on a tie) when g_j >= GAP_SHARE·(s_1 -
+    s_n), g_j >= GAP_OVER_MEAN·(the mean of the other gaps) and g_j >= GAP_MIN."""
     s = np.sort(np.asarray(scores, np.float64))[::-1]
     if len(s) < GAP_MIN_SCORES:
         return None
     gaps = s[:-1] - s[1:]
     j = int(np.argmax(gaps))
     spread = float(s[0] - s[-1])
-    others = np.delete(gaps, j)
-    if spread <= 0 or gaps[j] < GAP_SHARE * spread:
-        return None
-    if gaps[j] < GAP_OVER_MEDIAN * float(np.median(others)):
+    others = float(np.mean(np.delete(gaps, j)))
+    if gaps[j] < max(GAP_SHARE * spread, GAP_OVER_MEAN * others, GAP_MIN):
         return None
     return float(s[j])
 
