@@ -512,3 +512,111 @@ def test_escape_in_the_filter_box_clears_the_filter_only(service, browser):
     page.wait.until(lambda d: not page.names())
     assert page.find("#text").get_attribute("value") == ""
     assert params(browser) == {"k": ["12"], "c": ["pics"]} and active(browser) == "text"
+
+
+# -- min score, the score strip, negatives and folding (issue 50) --------------------------------
+
+
+def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
+    """The min-score box cuts the grid, the strip draws every score with the cut, the address
+    keeps it (a reload searches the same), and a cut above every score says so in words."""
+    query = two_tower.text_vector(service["model"], FIRST)
+    scores = sorted((float(v @ query) for v in service["vectors"].values()), reverse=True)
+    cut_at = round((scores[2] + scores[3]) / 2, 6)
+    page = words_page(service, browser)
+    type_into(page.find("#min-score"), str(cut_at))
+    words_search(page, FIRST)
+    want = rankings(service)[FIRST]
+    assert page.names() == want[:3]
+    assert params(browser)["min"] == [str(cut_at)]
+    bars = browser.execute_script(
+        "return ['kept', 'dropped', 'cut'].map("
+        "c => document.querySelectorAll('#score-strip .' + c).length)"
+    )
+    assert bars == [3, len(scores) - 3, 1]
+    assert "3 kept, 6 below" in page.text("#score-caption")
+    page.clear_status()
+    browser.refresh()
+    page.search_done()
+    assert page.find("#min-score").get_attribute("value") == str(cut_at)
+    assert page.names() == want[:3]
+    above = round(scores[0] + 0.01, 3)
+    type_into(page.find("#min-score"), str(above))
+    words_search(page, FIRST)
+    assert page.names() == [] and params(browser)["min"] == [str(above)]
+    assert page.text("#cut-message").startswith(f"no photo scores above {above:g}")
+    # an address with a min score that is not one runs without it
+    page.clear_status()
+    browser.get(service["server"].url + "/?" + urlencode({"q": FIRST, "c": "pics", "min": "NaN"}))
+    page.search_done()
+    assert page.find("#min-score").get_attribute("value") == "" and page.names() == want[:9]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"min_score": float("nan")}, "min_score"),
+        ({"min_score": 1.5}, "min_score"),
+        ({"min_score": "0.3"}, "min_score"),
+        ({"fold_duplicates": 0}, "fold_duplicates"),
+        ({"negative_weight": 0}, "negative_weight"),
+        ({"negative_texts": ["dog"] * 17}, "negative_texts"),
+        ({"auto_cut": "yes"}, "auto_cut"),
+        ({"text": "-cat -dog"}, "text"),
+        ({"text": 'cat "dog'}, "text"),
+    ],
+)
+def test_bad_cut_and_steering_fields_are_4xx_naming_the_field(service, body, field):
+    import json
+
+    request = {"text": "a cat", "collection": "pics", **body}
+    answer = httpx.post(
+        service["server"].url + "/search",
+        headers={**AUTH, "content-type": "application/json"},
+        content=json.dumps(request),  # NaN as JavaScript writes it
+        timeout=60,
+    )
+    assert 400 <= answer.status_code < 500, answer.text
+    assert answer.json()["error"]["message"].startswith(field), answer.json()
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-2"])
+def test_a_bad_min_score_in_a_form_is_422(service, value):
+    answer = httpx.post(
+        service["server"].url + "/search",
+        headers=AUTH,
+        data={"collection": "pics", "min_score": value},
+        files={"file": ("q.png", service["paths"][0].read_bytes(), "image/png")},
+        timeout=60,
+    )
+    assert answer.status_code == 422 and answer.json()["error"]["message"].startswith("min_score")
+
+
+def test_through_the_service_equals_brute_force(service):
+    """`--server`'s RemoteIndex: words with a filter, a min score, a negative term and folding,
+    against numpy over the model's own vectors (PyTorch towers, so scores within 2e-3)."""
+    from accelkit.images.index.base import Steering, TextQuery
+    from accelkit.images.index.remote import RemoteIndex
+
+    names = list(service["vectors"])
+    vectors = np.stack([service["vectors"][n] for n in names]).astype(np.float64)
+    p, n = (two_tower.text_vector(service["model"], t) for t in ("cat", "moon"))
+    steered = (vectors @ p - 0.5 * (vectors @ n)) / np.linalg.norm(p - 0.5 * n)
+    keep = [i for i, name in enumerate(names) if name != "coffee.png"]
+    order = sorted(keep, key=lambda i: -steered[i])
+    cut_at = float((steered[order[3]] + steered[order[4]]) / 2)
+    with RemoteIndex(service["server"].url, KEY) as remote:
+        hits = remote.search(
+            TextQuery("cat -moon"),
+            6,
+            'metadata["source"] != "coffee.png"',
+            "pics",
+            steering=Steering.checked(min_score=cut_at),
+        )
+        folded = remote.search(
+            TextQuery("cat"), 3, None, "pics", steering=Steering.checked(fold=0.5)
+        )
+    assert [h.metadata["source"] for h in hits] == [names[i] for i in order[:4]]
+    np.testing.assert_allclose([h.score for h in hits], steered[order[:4]], atol=2e-3)
+    assert hits.cut.kept == 4 and hits.cut.dropped == 2 and hits.cut.min_score == cut_at
+    assert len(folded) <= 3 and sum(1 + len(h.similar) for h in folded) >= len(folded)

@@ -3,8 +3,9 @@
 // (never as markup), so a file name, metadata value or URL parameter such as "<script>" stays
 // text; the CSP forbids inline script besides.
 //
-// The search lives in the address: ?q=words or ?id=stored-id, and filter, k (top k) and c
-// (collection). Every search writes it (history.pushState), so reload, back/forward and a
+// The search lives in the address: ?q=words or ?id=stored-id, and filter, k (top k), c
+// (collection), min (the min score), auto=1 (cut at a clear gap) and fold=1 (near-duplicates
+// folded). Every search writes it (history.pushState), so reload, back/forward and a
 // pasted link run the same search again. An uploaded query image cannot travel in a link: the
 // page says so, and the address then keeps the rest.
 //
@@ -20,6 +21,8 @@
   const TOPK = { min: 1, max: 100, initial: 12 };
   const MAX_TEXT = 1000;
   const MAX_FILTER = 4096;
+  const FOLD = 0.95; // the cosine at which the page folds near-duplicates (the CLI's default)
+  const SVG = "http://www.w3.org/2000/svg";
   const CLEARS_ITSELF = ["api-key", "filter"]; // boxes that Escape empties, and nothing else
   const state = { query: null, blobs: [], preview: null, results: [], searched: null, seq: 0 };
 
@@ -126,6 +129,13 @@
       const score = document.createElement("div");
       score.className = "score";
       score.textContent = `score ${Number(hit.score).toFixed(4)}`;
+      if (hit.similar && hit.similar.length) {
+        const similar = document.createElement("span");
+        similar.className = "similar";
+        similar.textContent = ` +${hit.similar.length} similar`;
+        similar.title = hit.similar.join("\n");
+        score.append(similar);
+      }
       const meta = document.createElement("dl");
       for (const [key, value] of Object.entries(hit.metadata || {})) {
         if (key === "source") continue;
@@ -148,6 +158,53 @@
       list.append(item);
       loadThumbnail(img, hit.id);
     }
+  }
+
+  // The scores of the answer before the cut, one bar each (best first), the kept ones in the
+  // accent colour, and a line at the cut, so a user sees where it falls. SVG attributes only.
+  function renderScores(cut) {
+    const strip = $("score-strip");
+    strip.replaceChildren();
+    const scores = (cut && cut.scores) || [];
+    $("scores").hidden = !scores.length;
+    show("cut-message", (cut && cut.message) || "");
+    if (!scores.length) return;
+    const limit = cut.threshold;
+    const values = limit === null || limit === undefined ? scores : scores.concat([limit]);
+    const low = Math.min(...values), high = Math.max(...values);
+    const span = high - low || 1;
+    const height = (value) => 4 + (52 * (value - low)) / span;
+    const width = 400 / scores.length;
+    scores.forEach((value, i) => {
+      const bar = document.createElementNS(SVG, "rect");
+      bar.setAttribute("x", String(i * width + width * 0.1));
+      bar.setAttribute("width", String(width * 0.8));
+      bar.setAttribute("y", String(60 - height(value)));
+      bar.setAttribute("height", String(height(value)));
+      bar.setAttribute("class", i < cut.kept ? "kept" : "dropped");
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = `#${i + 1}: ${Number(value).toFixed(4)}`;
+      bar.append(title);
+      strip.append(bar);
+    });
+    if (limit !== null && limit !== undefined) {
+      const line = document.createElementNS(SVG, "line");
+      line.setAttribute("x1", "0");
+      line.setAttribute("x2", "400");
+      line.setAttribute("y1", String(60 - height(limit)));
+      line.setAttribute("y2", String(60 - height(limit)));
+      line.setAttribute("class", "cut");
+      strip.append(line);
+    }
+    const range = `scores ${Number(scores[scores.length - 1]).toFixed(4)} to ${Number(scores[0]).toFixed(4)}`;
+    show(
+      "score-caption",
+      limit === null || limit === undefined
+        ? `${range}, no cut`
+        : `${range}; cut at ${Number(limit).toFixed(4)}` +
+            (cut.auto_score !== null && cut.auto_score === limit ? " (a clear gap)" : "") +
+            `: ${cut.kept} kept, ${cut.dropped} below`
+    );
   }
 
   // Arrow keys move through the grid: left/right by one, up/down by a row (as many items as
@@ -212,6 +269,15 @@
     show("topk-value", String(k));
   }
 
+  // The min score box: null when empty; NaN when it holds something that is not a score in
+  // [-1, 1] (the search says so instead of sending it).
+  function minScore() {
+    const text = $("min-score").value.trim();
+    if (!text) return null;
+    const value = Number(text);
+    return Number.isFinite(value) && value >= -1 && value <= 1 ? value : NaN;
+  }
+
   // The address of the search on the page (no image upload: it cannot travel in a link).
   function address() {
     const params = new URLSearchParams();
@@ -222,6 +288,10 @@
     if (filter) params.set("filter", filter);
     params.set("k", String(topk()));
     if (collection()) params.set("c", collection());
+    const min = minScore();
+    if (min !== null && !Number.isNaN(min)) params.set("min", String(min));
+    if ($("auto-cut").checked) params.set("auto", "1");
+    if ($("fold").checked) params.set("fold", "1");
     return "?" + params.toString();
   }
 
@@ -249,6 +319,11 @@
     // at most as many characters as the service takes, counted as it counts them (code
     // points): a cut in UTF-16 units could split an emoji and send half of it, which it refuses
     $("filter").value = characters(params.get("filter"), MAX_FILTER);
+    const min = params.get("min");
+    const score = min !== null && /^-?[0-9]{0,1}(\.[0-9]{1,8})?$/.test(min) ? Number(min) : NaN;
+    $("min-score").value = min !== null && min !== "" && score >= -1 && score <= 1 ? String(score) : "";
+    $("auto-cut").checked = params.get("auto") === "1";
+    $("fold").checked = params.get("fold") === "1";
     const text = characters(params.get("q"), MAX_TEXT);
     const id = params.get("id");
     $("text").value = text;
@@ -269,6 +344,7 @@
     show("error", "");
     show("status", "");
     render([]);
+    renderScores(null);
     state.searched = null;
     remember(false);
   }
@@ -285,6 +361,15 @@
     }
     const k = topk();
     const filter = $("filter").value.trim();
+    const min = minScore();
+    if (Number.isNaN(min)) {
+      show("error", "min score: give a number between -1 and 1, or leave it empty");
+      return;
+    }
+    const steering = {};
+    if (min !== null) steering.min_score = min;
+    if ($("auto-cut").checked) steering.auto_cut = true;
+    if ($("fold").checked) steering.fold_duplicates = FOLD;
     let request;
     if (state.query.file) {
       const form = new FormData();
@@ -292,11 +377,13 @@
       form.append("topk", String(k));
       if (collection()) form.append("collection", collection());
       if (filter) form.append("filter", filter);
+      for (const [key, value] of Object.entries(steering)) form.append(key, String(value));
       request = { method: "POST", body: form };
     } else {
       const body = state.query.text ? { text: state.query.text, topk: k } : { id: state.query.id, topk: k };
       if (collection()) body.collection = collection();
       if (filter) body.filter = filter;
+      Object.assign(body, steering);
       request = {
         method: "POST",
         body: JSON.stringify(body),
@@ -309,7 +396,8 @@
       const body = await api("search", request);
       if (seq !== state.seq) return; // a newer search was started: its answer is the one shown
       render(body.results);
-      state.searched = { collection: body.collection, topk: k, filter, query: sent.query };
+      renderScores(body.cut);
+      state.searched = { collection: body.collection, topk: k, filter, query: sent.query, ...steering };
       const warned = (body.warnings || []).join("; ");
       show("status", `${body.results.length} results in ${body.took_ms} ms` + (warned ? ` (${warned})` : ""));
       remember(Boolean(options.fromAddress), sent.target);
@@ -427,6 +515,7 @@
     else {
       state.seq += 1; // this address has no search: one still on its way is not shown
       render([]);
+      renderScores(null);
       $("link-note").hidden = true;
     }
   }
