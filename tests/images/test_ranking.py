@@ -122,3 +122,16 @@ def test_cut_keeps_the_scores_at_or_above_the_higher_threshold(rng):
 def test_bad_min_scores_are_refused(bad):
     with pytest.raises(InputError, match="min_score"):
         ranking.check_min_score(bad)
+
+
+def test_the_docs_table_is_the_evaluation_json():
+    """docs/images.md's automatic-cut table is what benchmarks/search_cut_eval.py renders from
+    benchmarks/results/search_cut.json (never typed)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "search_cut_eval.py"
+    spec = importlib.util.spec_from_file_location("search_cut_eval", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.write_docs(check=True) == 0

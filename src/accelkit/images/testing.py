@@ -2,7 +2,8 @@
 scikit-learn's two sample images — for the tests, the benchmarks and examples: nothing downloaded.
 
 `photos()` returns them by name as contiguous RGB uint8 arrays (greyscale ones repeated to three
-channels), plus crops that give odd sizes and aspect ratios.
+channels), plus crops that give odd sizes and aspect ratios; `altered(photo)` a copy changed as a
+photo is by sharing (smaller, brighter, JPEG quality 40); `family(name)` a crop's source photo.
 """
 
 from __future__ import annotations
@@ -57,3 +58,24 @@ def photos(crops: bool = True) -> dict[str, np.ndarray]:
         for name, (source, rows, cols) in CROPS.items():
             out[name] = np.ascontiguousarray(out[source][rows, cols])
     return out
+
+
+def altered(photo: np.ndarray) -> bytes:
+    """Rescaled to 70 %, brightness +10 %, re-encoded as JPEG at quality 40."""
+    import io
+
+    from PIL import Image, ImageEnhance
+
+    image = Image.fromarray(photo)
+    image = image.resize(
+        (max(1, int(image.width * 0.7)), max(1, int(image.height * 0.7))), Image.Resampling.BILINEAR
+    )
+    image = ImageEnhance.Brightness(image).enhance(1.1)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=40)
+    return buffer.getvalue()
+
+
+def family(name: str) -> str:
+    """The photo a name shows: a crop's source, else the name itself."""
+    return CROPS[name][0] if name in CROPS else name

@@ -1,24 +1,12 @@
-import io
 import json
 
 import numpy as np
 import pytest
-from PIL import Image, ImageEnhance
+from PIL import Image
 
 from accelkit.errors import DataError
+from accelkit.images.testing import altered
 from tests.images.conftest import encode
-
-
-def altered(photo: np.ndarray) -> bytes:
-    """Rescaled to 70 %, brightness +10 %, re-encoded as JPEG at quality 40."""
-    image = Image.fromarray(photo)
-    image = image.resize(
-        (max(1, int(image.width * 0.7)), max(1, int(image.height * 0.7))), Image.Resampling.BILINEAR
-    )
-    image = ImageEnhance.Brightness(image).enhance(1.1)
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=40)
-    return buffer.getvalue()
 
 
 def test_retrieval_each_photo_finds_its_altered_copy(pipeline, photos):

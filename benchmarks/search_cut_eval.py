@@ -1,0 +1,208 @@
+"""Does the automatic cut (`accelkit.images.ranking.gap_cut`) hold up on the test sets?
+
+    python benchmarks/search_cut_eval.py            # measure; write benchmarks/results/search_cut.json
+    python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated block from it
+    python benchmarks/search_cut_eval.py --check    # exit 1 when the docs differ from the JSON
+
+Image queries (EfficientNet-Lite0, the shipped model): each of the 25 shipped photos' altered
+copies (`testing.altered`) searched among the 25 originals, top 10, brute force (the same scores
+a COSINE store returns). Relevant: the photo's family (itself, its crops, or its source). "present":
+the family is stored; "absent": the family is left out of the collection, so every answer is
+wrong and the ideal cut keeps nothing. Text queries (the tests' two-tower model with random
+weights, the only text model here): there is no right answer to measure against, so only how often
+the rule fires and how much it keeps. The baseline is no cut (top 10); a fixed min-score is given
+as what separates the image scores best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "search_cut.json"
+DOC = ROOT / "docs" / "images.md"
+TOPK = 10
+TEXTS = [
+    "a photo of a cat",
+    "a cup of coffee",
+    "a red rocket at night",
+    "astronaut on the moon",
+    "green coins",
+    "a dog",
+    "blue bicycle",
+    "a photo of the moon at night",
+    "red cup",
+    "a cat at night",
+]
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def judge(scores_sets: list[list[float]], relevant_sets: list[list[bool]]) -> dict:
+    """The rule over many answers (scores best first, and which of them are relevant)."""
+    from accelkit.images.ranking import gap_cut
+
+    fired = kept_total = relevant_kept = relevant_all = wrong_kept = 0
+    exact = 0
+    for scores, relevant in zip(scores_sets, relevant_sets, strict=True):
+        at = gap_cut(scores)
+        kept = len(scores) if at is None else sum(s >= at for s in scores)
+        fired += at is not None
+        kept_total += kept
+        relevant_kept += sum(relevant[:kept])
+        relevant_all += sum(relevant)
+        wrong_kept += kept - sum(relevant[:kept])
+        exact += at is not None and sum(relevant[:kept]) == kept == sum(relevant)
+    n = len(scores_sets)
+    return {
+        "queries": n,
+        "fired": fired,
+        "mean_kept": round(kept_total / n, 2),
+        "relevant_kept": relevant_kept,
+        "relevant_in_topk": relevant_all,
+        "wrong_kept": wrong_kept,
+        "wrong_in_topk": n * TOPK - relevant_all if n else 0,
+        "exact": exact,
+    }
+
+
+def image_eval() -> dict:
+    from accelkit.images import ImageEmbeddingPipeline, ServiceConfig
+    from accelkit.images.testing import altered, family, photos
+
+    shots = photos()
+    names = sorted(shots)
+    config = ServiceConfig.from_env(env={}, preprocess={"cache_compiled": False, "batch_size": 8})
+    with ImageEmbeddingPipeline(config) as pipeline:
+        originals = unit(pipeline.embed_images([shots[n] for n in names]))
+        copies = unit(pipeline.embed_images([altered(shots[n]) for n in names]))
+    present_scores, present_relevant, absent_scores, absent_relevant = [], [], [], []
+    true_best, false_best = [], []
+    for q, name in enumerate(names):
+        sims = originals @ copies[q]
+        mine = [family(n) == family(name) for n in names]
+        order = np.argsort(-sims)[:TOPK]
+        present_scores.append([float(sims[i]) for i in order])
+        present_relevant.append([mine[i] for i in order])
+        true_best.append(float(sims[q]))
+        others = [i for i in np.argsort(-sims) if not mine[i]][:TOPK]
+        absent_scores.append([float(sims[i]) for i in others])
+        absent_relevant.append([False] * len(others))
+        false_best.append(float(sims[others[0]]))
+    return {
+        "model": "efficientnet-lite0",
+        "collection": len(names),
+        "present": judge(present_scores, present_relevant),
+        "absent": judge(absent_scores, absent_relevant),
+        "lowest_true_match": round(min(true_best), 4),
+        "highest_wrong_match": round(max(false_best), 4),
+    }
+
+
+def text_eval() -> dict:
+    sys.path.insert(0, str(ROOT))
+    from accelkit.images.testing import altered, photos
+    from tests.support import two_tower
+
+    shots = photos()
+    with tempfile.TemporaryDirectory() as folder:
+        model, _ = two_tower.build(Path(folder) / "model")
+        paths = []
+        for name in sorted(shots):
+            for kind, data in (("png", None), ("jpg", altered(shots[name]))):
+                path = Path(folder) / f"{name}.{kind}"
+                if data is None:
+                    from PIL import Image
+
+                    Image.fromarray(shots[name]).save(path)
+                else:
+                    path.write_bytes(data)
+                paths.append(path)
+        vectors = two_tower.image_vectors(model, paths)
+        scores = []
+        for text in TEXTS:
+            sims = vectors @ two_tower.text_vector(model, text)
+            scores.append(sorted((float(s) for s in sims), reverse=True)[:TOPK])
+    result = judge(scores, [[False] * TOPK for _ in scores])
+    return {"model": "two-tower test model (random weights)", "collection": len(paths), **result}
+
+
+# -- the docs block --------------------------------------------------------------------------------
+
+BEGIN, END = "<!-- generated: search_cut -->", "<!-- end generated: search_cut -->"
+
+
+def render(data: dict) -> str:
+    images, text = data["images"], data["text"]
+    lines = [
+        "| queries | model | fired | mean kept (of 10) | relevant kept | wrong kept | exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, model, row in (
+        ("image, subject stored", images["model"], images["present"]),
+        ("image, subject absent", images["model"], images["absent"]),
+        ("text", text["model"], text),
+    ):
+        relevant = f"{row['relevant_kept']} of {row['relevant_in_topk']}"
+        wrong = f"{row['wrong_kept']} of {row['wrong_in_topk']}"
+        lines.append(
+            f"| {label} ({row['queries']}) | {model} | {row['fired']} | {row['mean_kept']}"
+            f" | {relevant} | {wrong} | {row['exact']} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Image scores: the lowest score of a photo's own original is {images['lowest_true_match']},"
+        f" the highest score of a wrong photo {images['highest_wrong_match']}"
+        f" (load average {data['loadavg']}; `{data['command']}`)."
+    )
+    return "\n".join(lines)
+
+
+def write_docs(check: bool) -> int:
+    data = json.loads(OUT.read_text(encoding="utf-8"))
+    doc = DOC.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    block = f"{BEGIN}\n{render(data)}\n{END}"
+    if not pattern.search(doc):
+        print(f"{DOC}: no {BEGIN} block", file=sys.stderr)
+        return 1
+    new = pattern.sub(lambda _: block, doc)
+    if check:
+        return 0 if new == doc else 1
+    DOC.write_text(new, encoding="utf-8")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", action="store_true", help="rewrite docs/images.md's block")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the docs differ")
+    args = parser.parse_args()
+    if args.docs or args.check:
+        return write_docs(args.check)
+    from accelkit.runtime.files import write_json_atomic
+
+    data = {
+        "command": "python benchmarks/search_cut_eval.py",
+        "topk": TOPK,
+        "images": image_eval(),
+        "text": text_eval(),
+        "loadavg": Path("/proc/loadavg").read_text().split()[0],
+    }
+    write_json_atomic(OUT, data, trailing_newline=True)
+    print(json.dumps(data, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
