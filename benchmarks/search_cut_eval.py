@@ -111,8 +111,9 @@ def image_eval() -> dict:
 
 def text_eval() -> dict:
     sys.path.insert(0, str(ROOT))
-    from accelkit.images.testing import altered, photos
     from tests.support import two_tower
+
+    from accelkit.images.testing import altered, photos
 
     shots = photos()
     with tempfile.TemporaryDirectory() as folder:
