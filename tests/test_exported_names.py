@@ -61,6 +61,7 @@ PUBLIC = {
         "SearchReport",
         "ServerConfig",
         "ServiceConfig",
+        "Steering",
         "StoreConfig",
         "VectorStore",
         "create_collection",

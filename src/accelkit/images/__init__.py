@@ -47,7 +47,7 @@ _MODULES = {
     ],
     "accelkit.images.embedding.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
     "accelkit.images.compat": ["ImageEmbeddingPipeline"],
-    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult"],
+    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult", "Steering"],
     "accelkit.images.index.local": ["LocalIndex"],
     "accelkit.images.index.remote": ["RemoteIndex"],
     "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
@@ -86,7 +86,7 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         JAXImagePreprocessor,
         make_preprocessor,
     )
-    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
+    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult, Steering
     from accelkit.images.index.local import LocalIndex
     from accelkit.images.index.remote import RemoteIndex
     from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
