@@ -22,7 +22,6 @@
   const MAX_TEXT = 1000;
   const MAX_FILTER = 4096;
   const FOLD = 0.95; // the cosine at which the page folds near-duplicates (the CLI's default)
-  const SVG = "http://www.w3.org/2000/svg";
   const CLEARS_ITSELF = ["api-key", "filter"]; // boxes that Escape empties, and nothing else
   const state = { query: null, blobs: [], preview: null, results: [], searched: null, seq: 0 };
 
@@ -161,7 +160,8 @@
   }
 
   // The scores of the answer before the cut, one bar each (best first), the kept ones in the
-  // accent colour, and a line at the cut, so a user sees where it falls. SVG attributes only.
+  // accent colour, and a line at the cut, so a user sees where it falls. Heights are set through
+  // the CSSOM (element.style), which the CSP allows; no style attribute is written.
   function renderScores(cut) {
     const strip = $("score-strip");
     strip.replaceChildren();
@@ -173,27 +173,19 @@
     const values = limit === null || limit === undefined ? scores : scores.concat([limit]);
     const low = Math.min(...values), high = Math.max(...values);
     const span = high - low || 1;
-    const height = (value) => 4 + (52 * (value - low)) / span;
-    const width = 400 / scores.length;
+    const percent = (value) => `${(5 + (90 * (value - low)) / span).toFixed(2)}%`;
     scores.forEach((value, i) => {
-      const bar = document.createElementNS(SVG, "rect");
-      bar.setAttribute("x", String(i * width + width * 0.1));
-      bar.setAttribute("width", String(width * 0.8));
-      bar.setAttribute("y", String(60 - height(value)));
-      bar.setAttribute("height", String(height(value)));
-      bar.setAttribute("class", i < cut.kept ? "kept" : "dropped");
-      const title = document.createElementNS(SVG, "title");
-      title.textContent = `#${i + 1}: ${Number(value).toFixed(4)}`;
-      bar.append(title);
+      const bar = document.createElement("div");
+      bar.className = "bar " + (i < cut.kept ? "kept" : "dropped");
+      bar.style.height = percent(value);
+      bar.title = `#${i + 1}: ${Number(value).toFixed(4)}`;
       strip.append(bar);
     });
     if (limit !== null && limit !== undefined) {
-      const line = document.createElementNS(SVG, "line");
-      line.setAttribute("x1", "0");
-      line.setAttribute("x2", "400");
-      line.setAttribute("y1", String(60 - height(limit)));
-      line.setAttribute("y2", String(60 - height(limit)));
-      line.setAttribute("class", "cut");
+      const line = document.createElement("div");
+      line.className = "cut";
+      line.style.bottom = percent(limit);
+      line.title = `cut at ${Number(limit).toFixed(4)}`;
       strip.append(line);
     }
     const range = `scores ${Number(scores[scores.length - 1]).toFixed(4)} to ${Number(scores[0]).toFixed(4)}`;
