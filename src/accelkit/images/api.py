@@ -214,10 +214,10 @@ def _option_error(option: str, check: Callable, *args: Any) -> Any:
 
 
 def _steering(min_score, auto_cut, negatives, negative_ids, weight, fold) -> Steering:
-    for option, check, value in (
+    for option, check, value in (  # named as the CLI names them (fold_duplicates: its cosine)
         ("--min-score", check_min_score, min_score),
         ("--negative-weight", check_weight, weight),
-        ("--fold-duplicates", check_fold, fold),
+        ("--fold-cosine", check_fold, fold),
     ):
         _option_error(option, check, value)
     return Steering.checked(min_score, auto_cut, negatives, negative_ids, weight, fold)

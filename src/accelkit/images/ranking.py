@@ -125,7 +125,7 @@ def check_min_score(value: Any, name: str = "min_score") -> float | None:
     return float(value)
 
 
-def check_fold(value: Any, name: str = "fold_duplicates") -> float | None:
+def check_fold(value: Any, name: str = "fold_cosine") -> float | None:
     """A cosine threshold in (0, 1], or None (no folding)."""
     if value is None:
         return None

@@ -190,3 +190,51 @@ def test_health_of_an_unreachable_server_exits_3(capsys):
     assert code == 3, err
     assert result_of(out)["status"] == "unreachable"
     assert err.startswith("error: unhealthy") and err.count("\n") == 1
+
+
+def test_min_score_folding_and_bad_values_on_the_command_line(
+    tmp_path, pipeline, config, photos, capsys
+):
+    """--min-score cuts at the score numpy gives (and says so when nothing passes),
+    --fold-duplicates folds an altered copy under its original, and a bad value is one line
+    naming the option, exit 2."""
+    import numpy as np
+
+    folder = tmp_path / "album"
+    folder.mkdir()
+    names = ["astronaut", "chelsea", "coffee", "rocket", "moon"]
+    for name in names:
+        Image.fromarray(photos[name]).save(folder / f"{name}.png")
+    (folder / "rocket_copy.jpg").write_bytes(altered(photos["rocket"]))
+    code, out, err = run(capsys, "insert", str(folder), "-c", "cut", "--create-collection", "--config", config)  # fmt: skip
+    assert code == 0, err
+    query = tmp_path / "q.jpg"
+    query.write_bytes(altered(photos["rocket"]))
+    stored = pipeline.embed_images([photos[n] for n in names] + [altered(photos["rocket"])])
+    q = pipeline.embed_images([altered(photos["rocket"])])[0]
+    scores = sorted((stored @ q / np.linalg.norm(stored, axis=1) / np.linalg.norm(q)).tolist())[
+        ::-1
+    ]
+    cut_at = (scores[1] + scores[2]) / 2
+    base = ["search", str(query), "-c", "cut", "--config", config]
+    code, out, err = run(capsys, *base, "--min-score", str(cut_at), "--json")
+    result = result_of(out)
+    assert code == 0 and len(result["results"]) == 2 and result["message"] is None
+    np.testing.assert_allclose([r["score"] for r in result["results"]], scores[:2], atol=1e-4)
+    assert result["cut"]["kept"] == 2 and result["cut"]["dropped"] == 4
+    other = tmp_path / "coins.jpg"  # not stored: nothing scores 0.99
+    other.write_bytes(altered(photos["coins"]))
+    code, out, err = run(capsys, "search", str(other), *base[2:], "--min-score", "0.99")
+    assert code == 0 and "no photo scores above 0.99 (the best scores" in out
+    unit = stored / np.linalg.norm(stored, axis=1, keepdims=True)
+    alike = float(unit[3] @ unit[5])  # the rocket and its copy
+    fold = ["--fold-duplicates", "--fold-cosine", f"{alike - 0.01:.4f}", "-k", "3"]
+    code, out, err = run(capsys, *base, *fold, "--json")
+    results = result_of(out)["results"]
+    assert code == 0 and len(results) == 3 and len(results[0]["similar"]) == 1
+    assert results[0]["metadata"]["source"] in ("rocket.png", "rocket_copy.jpg")
+    code, out, err = run(capsys, *base, *fold)
+    assert code == 0 and "+1 similar" in out
+    for option, value in (("--min-score", "nan"), ("--min-score", "1.5"), ("--fold-cosine", "0")):
+        code, out, err = run(capsys, *base, option, value)
+        assert code == 2 and err.startswith(f"error: {option}") and err.count("\n") == 1, err

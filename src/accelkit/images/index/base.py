@@ -222,7 +222,7 @@ class Steering:
             texts,
             ids,
             ranking.check_weight(negative_weight),
-            ranking.check_fold(fold),
+            ranking.check_fold(fold, "fold_duplicates"),
         )
 
     @property
