@@ -176,3 +176,27 @@ def test_folding_returns_k_distinct_results_with_their_duplicates(lite):
         assert [h.similar for h in hits] == [[ranked[j][0] for j in u] for _, u in expected]
         scanned.append(sum(1 + len(u) for _, u in expected))
     assert max(scanned) > ranking.FOLD_OVERFETCH * 10 and any(h.similar for h in hits)
+
+
+def test_cuts_need_a_similarity_and_bad_steering_is_one_line(lite):
+    from accelkit.errors import InputError
+
+    index, reference, _ = lite
+    index.create_collection("distances", metric_type="L2", exist_ok=True)
+    vector = reference[1][0].astype(np.float32)
+    index.store.upsert("distances", ["a"], vector[None], [{}])
+    assert len(index.search(vector, 3, collection="distances")) == 1  # no cut: searched as before
+    for steering in (Steering.checked(min_score=0.1), Steering.checked(auto_cut=True)):
+        with pytest.raises(InputError, match="ranks by L2 distance"):
+            index.search(vector, 3, collection="distances", steering=steering)
+    for bad, says in (
+        (dict(min_score=float("nan")), "min_score nan"),
+        (dict(negative_weight=0), "negative_weight 0"),
+        (dict(fold=1.5), "fold_duplicates 1.5"),
+        (dict(negative_ids=["no such id"]), "id"),
+        (dict(negatives=["x"] * 9, negative_ids=["a"] * 8), "at most 16"),
+    ):
+        with pytest.raises(InputError, match=says):
+            Steering.checked(**bad)
+    with pytest.raises(InputError, match="only negative terms"):
+        index.search(TextQuery("-cat"), 3)
