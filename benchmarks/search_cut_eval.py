@@ -1,7 +1,8 @@
 """Does the automatic cut (`accelkit.images.ranking.gap_cut`) hold up on the test sets?
 
     python benchmarks/search_cut_eval.py            # measure; write benchmarks/results/search_cut.json
-    python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated block from it
+    python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated blocks
+                                                    # (this one's and search_steering_bench.py's)
     python benchmarks/search_cut_eval.py --check    # exit 1 when the docs differ from the JSON
 
 Image queries (EfficientNet-Lite0, the shipped model): each of the 25 shipped photos' altered
@@ -140,8 +141,6 @@ def text_eval() -> dict:
 
 # -- the docs block --------------------------------------------------------------------------------
 
-BEGIN, END = "<!-- generated: search_cut -->", "<!-- end generated: search_cut -->"
-
 
 def render(data: dict) -> str:
     images, text = data["images"], data["text"]
@@ -169,18 +168,37 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
+COST = ROOT / "benchmarks" / "results" / "search_steering.json"  # search_steering_bench.py
+
+
+def render_cost(data: dict) -> str:
+    lines = ["| search | p50 ms | p99 ms | p50 / plain p50 |", "|---|---|---|---|"]
+    for name, row in data["results"].items():
+        lines.append(
+            f"| {name} | {row['p50_ms']} | {row['p99_ms']} | {row['ratio_to_plain_p50']} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{data['rows']:,} × {data['dim']} unit vectors, {data['store']}, top {data['topk']},"
+        f" {data['queries']} query vectors, the variants interleaved (load average"
+        f" {data['loadavg']}; `{data['command']}`)."
+    )
+    return "\n".join(lines)
+
+
 def write_docs(check: bool) -> int:
-    data = json.loads(OUT.read_text(encoding="utf-8"))
-    doc = DOC.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    block = f"{BEGIN}\n{render(data)}\n{END}"
-    if not pattern.search(doc):
-        print(f"{DOC}: no {BEGIN} block", file=sys.stderr)
-        return 1
-    new = pattern.sub(lambda _: block, doc)
+    doc = original = DOC.read_text(encoding="utf-8")
+    for name, path, make in (("search_cut", OUT, render), ("search_steering", COST, render_cost)):
+        begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+        pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+        if not pattern.search(doc):
+            print(f"{DOC}: no {begin} block", file=sys.stderr)
+            return 1
+        block = f"{begin}\n{make(json.loads(path.read_text(encoding='utf-8')))}\n{end}"
+        doc = pattern.sub(lambda _, block=block: block, doc)
     if check:
-        return 0 if new == doc else 1
-    DOC.write_text(new, encoding="utf-8")
+        return 0 if doc == original else 1
+    DOC.write_text(doc, encoding="utf-8")
     return 0
 
 
