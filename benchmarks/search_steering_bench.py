@@ -5,7 +5,8 @@ plain search in the same run, on Milvus Lite (FLAT, COSINE).
 
 Random unit vectors of the default model's width (1280) and query vectors (no model runs, so
 only the store and `accelkit.images.ranking` are timed); the variants run interleaved, query by
-query, so the machine's load hits them alike. Writes benchmarks/results/search_steering.json.
+query, in an order rotated per query (the first search of a new vector is slower), so the
+machine's load hits them alike. Writes benchmarks/results/search_steering.json.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ def main() -> int:
                 index.store.upsert("bench", ids, part, [{} for _ in ids])
             for steering in variants.values():  # warm-up, once each
                 index.search(queries[0], args.topk, collection="bench", steering=steering)
-            for q in queries:
-                for name, steering in variants.items():
+            names = list(variants)
+            for n, q in enumerate(queries):  # each variant first as often as the others
+                for name in names[n % len(names) :] + names[: n % len(names)]:
+                    steering = variants[name]
                     started = time.perf_counter()
                     index.search(q, args.topk, collection="bench", steering=steering)
                     times[name].append(time.perf_counter() - started)
