@@ -135,3 +135,8 @@ def test_the_docs_table_is_the_evaluation_json():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.write_docs(check=True) == 0
+
+
+def test_numpy_numbers_are_numbers():
+    assert ranking.check_min_score(np.float32(0.25)) == 0.25
+    assert ranking.check_fold(np.float64(0.9)) == 0.9 and ranking.check_weight(np.int64(1)) == 1.0

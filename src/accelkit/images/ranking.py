@@ -18,6 +18,7 @@ candidates (no store, no model), shared by every backend.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +106,7 @@ def steer(positive: np.ndarray, negatives: Sequence[np.ndarray], weight: float) 
 
 
 def check_weight(weight: Any, name: str = "negative_weight") -> float:
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
         raise InputError(f"{name} {weight!r} must be a number between 0 and 1")
     if not (math.isfinite(weight) and 0 < weight <= 1):
         raise InputError(f"{name} {weight!r} must be a number greater than 0 and at most 1")
@@ -116,7 +117,7 @@ def check_min_score(value: Any, name: str = "min_score") -> float | None:
     """A finite score in [-1, 1] (a COSINE or IP similarity of unit vectors), or None."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} {value!r} must be a number between -1 and 1")
     if not (math.isfinite(value) and -1 <= value <= 1):
         raise InputError(
@@ -129,7 +130,7 @@ def check_fold(value: Any, name: str = "fold_cosine") -> float | None:
     """A cosine threshold in (0, 1], or None (no folding)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} {value!r} must be a cosine between 0 and 1")
     if not (math.isfinite(value) and 0 < value <= 1):
         raise InputError(f"{name} {value!r} must be a cosine greater than 0 and at most 1")
