@@ -550,6 +550,20 @@ def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
     browser.get(service["server"].url + "/?" + urlencode({"q": FIRST, "c": "pics", "min": "NaN"}))
     page.search_done()
     assert page.find("#min-score").get_attribute("value") == "" and page.names() == want[:9]
+    # "less like this" on the best result: the words pushed away from its vector, in the address
+    first = want[0]
+    page.clear_status()
+    page.find("#results .result .less").click()
+    page.search_done()
+    away = service["vectors"][first] / np.linalg.norm(service["vectors"][first])
+    steered = query / np.linalg.norm(query) - 0.5 * away
+    assert page.names() == ranked(service, steered, 9) != want[:9]
+    assert params(browser)["not"] == [service["ids"][first]]
+    assert "pushed away from 1 result" in page.text("#negatives")
+    page.clear_status()
+    browser.refresh()
+    page.search_done()
+    assert page.names() == ranked(service, steered, 9)
 
 
 @pytest.mark.parametrize(

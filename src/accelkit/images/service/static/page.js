@@ -4,8 +4,8 @@
 // text; the CSP forbids inline script besides.
 //
 // The search lives in the address: ?q=words or ?id=stored-id, and filter, k (top k), c
-// (collection), min (the min score), auto=1 (cut at a clear gap) and fold=1 (near-duplicates
-// folded). Every search writes it (history.pushState), so reload, back/forward and a
+// (collection), min (the min score), auto=1 (cut at a clear gap), fold=1 (near-duplicates
+// folded) and not=id (a result the search is pushed away from: "less like this"; repeatable). Every search writes it (history.pushState), so reload, back/forward and a
 // pasted link run the same search again. An uploaded query image cannot travel in a link: the
 // page says so, and the address then keeps the rest.
 //
@@ -23,7 +23,8 @@
   const MAX_FILTER = 4096;
   const FOLD = 0.95; // the cosine at which the page folds near-duplicates (the CLI's default)
   const CLEARS_ITSELF = ["api-key", "filter"]; // boxes that Escape empties, and nothing else
-  const state = { query: null, blobs: [], preview: null, results: [], searched: null, seq: 0 };
+  const state = { query: null, negatives: [], blobs: [], preview: null, results: [], searched: null, seq: 0 };
+  const MAX_NEGATIVES = 16;
 
   function authHeaders() {
     const key = sessionStorage.getItem(KEY);
@@ -144,7 +145,21 @@
         detail.textContent = typeof value === "string" ? value : JSON.stringify(value);
         meta.append(term, detail);
       }
-      item.append(img, name, score, meta);
+      const less = document.createElement("button");
+      less.type = "button";
+      less.className = "less";
+      less.textContent = "less like this";
+      less.title = "search again, pushed away from this result";
+      less.addEventListener("click", (event) => {
+        event.stopPropagation(); // not "search by this result"
+        if (!state.negatives.includes(hit.id) && state.negatives.length < MAX_NEGATIVES) {
+          state.negatives.push(hit.id);
+        }
+        showNegatives();
+        search();
+      });
+      less.addEventListener("keydown", (event) => event.stopPropagation());
+      item.append(img, name, score, meta, less);
       const searchByThis = () => {
         setQuery({ id: hit.id, name: sourceOf(hit) });
         search();
@@ -220,8 +235,15 @@
     else if (event.key === "ArrowUp") $("text").focus();
   }
 
+  function showNegatives() {
+    const n = state.negatives.length;
+    show("negatives", n ? `pushed away from ${n} result${n === 1 ? "" : "s"} (Esc clears)` : "");
+  }
+
   function setQuery(query) {
     state.query = query;
+    state.negatives = []; // a new query starts without "less like this"
+    showNegatives();
     const preview = $("query-preview");
     if (state.preview) URL.revokeObjectURL(state.preview);
     state.preview = null;
@@ -284,6 +306,7 @@
     if (min !== null && !Number.isNaN(min)) params.set("min", String(min));
     if ($("auto-cut").checked) params.set("auto", "1");
     if ($("fold").checked) params.set("fold", "1");
+    for (const id of state.negatives) params.append("not", id);
     return "?" + params.toString();
   }
 
@@ -322,6 +345,10 @@
     if (text.trim()) setQuery({ text });
     else if (id) setQuery({ id, name: id });
     else setQuery(null);
+    state.negatives = Array.from(new Set(params.getAll("not")))
+      .filter((id) => id && id.length <= 200)
+      .slice(0, MAX_NEGATIVES);
+    showNegatives();
     return Boolean(state.query);
   }
 
@@ -362,6 +389,7 @@
     if (min !== null) steering.min_score = min;
     if ($("auto-cut").checked) steering.auto_cut = true;
     if ($("fold").checked) steering.fold_duplicates = FOLD;
+    if (state.negatives.length) steering.negative_ids = state.negatives.slice();
     let request;
     if (state.query.file) {
       const form = new FormData();
@@ -369,7 +397,9 @@
       form.append("topk", String(k));
       if (collection()) form.append("collection", collection());
       if (filter) form.append("filter", filter);
-      for (const [key, value] of Object.entries(steering)) form.append(key, String(value));
+      for (const [key, value] of Object.entries(steering)) {
+        form.append(key, Array.isArray(value) ? JSON.stringify(value) : String(value));
+      }
       request = { method: "POST", body: form };
     } else {
       const body = state.query.text ? { text: state.query.text, topk: k } : { id: state.query.id, topk: k };
