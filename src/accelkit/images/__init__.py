@@ -23,6 +23,7 @@ _MODULES = {
         "embed",
         "flush_collection",
         "health",
+        "import_model",
         "index_collection",
         "insert",
         "list_collections",
@@ -32,7 +33,13 @@ _MODULES = {
         "serve",
         "set_model",
     ],
-    "accelkit.images.results": ["EmbedReport", "HealthReport", "InsertReport", "SearchReport"],
+    "accelkit.images.results": [
+        "EmbedReport",
+        "HealthReport",
+        "ImportReport",
+        "InsertReport",
+        "SearchReport",
+    ],
     "accelkit.images.embedding.preprocess": [
         "HostImagePreprocessor",
         "JAXImagePreprocessor",
@@ -62,6 +69,7 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         embed,
         flush_collection,
         health,
+        import_model,
         index_collection,
         insert,
         list_collections,
@@ -89,7 +97,13 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult
     from accelkit.images.index.local import LocalIndex
     from accelkit.images.index.remote import RemoteIndex
-    from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
+    from accelkit.images.results import (
+        EmbedReport,
+        HealthReport,
+        ImportReport,
+        InsertReport,
+        SearchReport,
+    )
     from accelkit.images.store import Hit, IndexSpec, VectorStore
 
 __all__ = sorted(_EXPORTS)

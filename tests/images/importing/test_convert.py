@@ -1,0 +1,165 @@
+"""`accelkit images import-model`: a small Hugging Face CLIP and SigLIP folder (random weights,
+built here) made into the ONNX pair, tokenizer.json and YAML that text search loads; accelkit's
+embeddings and text search through those files against transformers' own outputs; a folder
+that is not one, or is broken, refused with one line and nothing written."""
+
+import contextlib
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from tests.support import hf_two_tower
+from tests.support.cli import result_of, run_cli
+
+KINDS = ("clip", "siglip")
+NAMES = ["chelsea", "coffee", "rocket", "astronaut", "china", "camera"]
+TEXTS = ["a photo of a cat", "a red bicycle at night", "coffee cup", "an astronaut on the moon"]
+CONTEXT = {"clip": hf_two_tower.CLIP_CONTEXT, "siglip": hf_two_tower.SIGLIP_CONTEXT}
+MEAN = {"clip": (0.48145466, 0.4578275, 0.40821073), "siglip": (0.5, 0.5, 0.5)}
+# PIL's resize on the whole photo, as the reference does (no reduce first: that moves pixels by
+# rounding, ~3e-4 in these random models' text scores)
+EXACT = {"reducing_gap": None}
+STD = {"clip": (0.26862954, 0.26130258, 0.27577711), "siglip": (0.5, 0.5, 0.5)}
+
+
+def cosine(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def imported(request, tmp_path_factory, photos):
+    """The folder, the model transformers saved into it, and `import-model`'s --json result
+    (the command run in-process, its standard output read)."""
+    from accelkit.cli import main
+
+    kind = request.param
+    root = tmp_path_factory.mktemp(kind)
+    model = hf_two_tower.build(kind, root / kind)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as done:
+        main(["images", "import-model", str(root / kind), "--output", str(root / "out"), "--json"])
+    code, out, err = done.value.code or 0, printed.getvalue(), ""
+    assert code == 0, err
+    paths = []
+    for name in NAMES:
+        path = root / f"{name}.png"
+        Image.fromarray(photos[name]).save(path)
+        paths.append(str(path))
+    return {"kind": kind, "root": root, "folder": root / kind, "model": model,
+            "result": result_of(out), "paths": paths}  # fmt: skip
+
+
+def reference_images(imported) -> np.ndarray:
+    """transformers' get_image_features on pixels made independently of accelkit: PIL's own
+    resize (the fit's box, accelkit's documented rule), then (x / 255 - mean) / std in numpy
+    float64, from the constants the folder was built with."""
+    import torch
+
+    from accelkit.images.embedding.resample import pil_reference
+
+    kind, size = imported["kind"], (hf_two_tower.SIZE, hf_two_tower.SIZE)
+    fit = "center-crop" if kind == "clip" else "stretch"
+    batch = []
+    for path in imported["paths"]:
+        pixels, _ = pil_reference(np.asarray(Image.open(path).convert("RGB")), size, fit)
+        normal = (pixels / 255.0 - np.asarray(MEAN[kind])) / np.asarray(STD[kind])
+        batch.append(normal.transpose(2, 0, 1))
+    with torch.no_grad():
+        out = imported["model"].get_image_features(
+            pixel_values=torch.from_numpy(np.asarray(batch, np.float32))
+        )
+    return (out if isinstance(out, torch.Tensor) else out.pooler_output).numpy()
+
+
+def reference_texts(imported, texts) -> np.ndarray:
+    """transformers' get_text_features on the tokenizer's own max_length padding."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(imported["folder"]))
+    inputs = tokenizer(texts, padding="max_length", max_length=CONTEXT[imported["kind"]],
+                       truncation=True, return_tensors="pt")  # fmt: skip
+    with torch.no_grad():
+        out = imported["model"].get_text_features(**inputs)
+    return (out if isinstance(out, torch.Tensor) else out.pooler_output).numpy()
+
+
+def test_the_folder_becomes_the_files_text_search_loads(imported):
+    result, kind = imported["result"], imported["kind"]
+    out = imported["root"] / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "accelkit.yaml", "image_encoder.onnx", "text_encoder.onnx", "tokenizer.json"
+    ]  # fmt: skip
+    assert not [p for p in imported["root"].iterdir() if p.name.startswith(".out.")]
+    block = yaml.safe_load((out / "accelkit.yaml").read_text())
+    assert block["preprocess"] == {
+        "image_size": [hf_two_tower.SIZE] * 2,
+        "mean": list(MEAN[kind]),
+        "std": list(STD[kind]),
+        "fit": "center-crop" if kind == "clip" else "stretch",
+    }
+    assert block["model"]["context_length"] == CONTEXT[kind]
+    assert block["model"]["embedding_dim"] == (24 if kind == "clip" else 32)
+    assert block["model"]["onnx_path"] == "image_encoder.onnx"
+    end = "<|endoftext|>" if kind == "clip" else "</s>"
+    tokenizer = json.loads((out / "tokenizer.json").read_text())
+    assert tokenizer["padding"]["strategy"] == {"Fixed": CONTEXT[kind]}
+    assert tokenizer["padding"]["pad_token"] == end
+    assert tokenizer["truncation"]["max_length"] == CONTEXT[kind]
+    assert result["text"]["pad_token"] == end and result["preprocess"]["resample"] == {
+        "model": "bicubic", "accelkit": "bilinear"
+    }  # fmt: skip
+    checks = result["checks"]
+    assert checks["image_min_cosine"] >= 0.9999 and checks["text_min_cosine"] >= 0.9999
+    assert 0.9 < checks["preprocess_min_cosine"] <= 1.0
+
+
+def test_accelkit_embeds_like_transformers(imported, tmp_path):
+    """accelkit's own paths (embed; the text tower as text search loads it) over the imported
+    files against transformers on independently made inputs: cosine >= 0.9999."""
+    from accelkit import images
+    from accelkit.images.embedding.models import make_text_encoder
+
+    yaml_path = imported["root"] / "out" / "accelkit.yaml"
+    settings = images.load_settings(images.load_settings(yaml_path), preprocess=EXACT)
+    report = images.embed(imported["paths"], str(tmp_path / "e.npy"), config=settings)
+    assert report.embedded == len(NAMES)
+    ours = np.load(tmp_path / "e.npy")
+    assert cosine(ours, reference_images(imported)).min() >= 0.99999
+    encoder = make_text_encoder(images.load_settings(yaml_path).model)
+    long = "an astronaut on the moon with a red bicycle " * 10  # cut to the context
+    texts = [*TEXTS, long]
+    assert cosine(encoder.embed(texts), reference_texts(imported, texts)).min() >= 0.99999
+
+
+def test_text_search_ranks_like_brute_force_over_transformers(imported, tmp_path):
+    from accelkit import images
+
+    settings = images.load_settings(
+        images.load_settings(imported["root"] / "out" / "accelkit.yaml"),
+        preprocess=EXACT,  # None given as a keyword is "not given": set on the loaded settings
+        store={"uri": str(tmp_path / "s.db")},
+    )
+    stored = images.insert(imported["paths"], "pics", create_collection=True, config=settings)
+    assert stored.ok and len(stored.stored) == len(NAMES)
+    image_vectors = reference_images(imported)
+    for text, query in zip(TEXTS, reference_texts(imported, TEXTS), strict=True):
+        want = cosine(image_vectors, query[None, :])
+        report = images.search(text=text, topk=len(NAMES), collection="pics", config=settings)
+        got = {Path_name(h.metadata["source"]): h.score for h in report.hits}
+        for name, score in zip(NAMES, want, strict=True):
+            assert got[name] == pytest.approx(score, abs=2e-5), (text, name)
+        order = [Path_name(h.metadata["source"]) for h in report.hits]
+        brute = [NAMES[i] for i in np.argsort(-want)]
+        gaps = np.diff(np.sort(want)[::-1])
+        assert order == brute or np.abs(gaps).min() < 4e-5, (text, order, brute)
+
+
+def Path_name(source: str) -> str:
+    return source.rsplit("/", 1)[-1].removesuffix(".png")
