@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,3 +164,118 @@ def test_text_search_ranks_like_brute_force_over_transformers(imported, tmp_path
 
 def Path_name(source: str) -> str:
     return source.rsplit("/", 1)[-1].removesuffix(".png")
+
+
+def broken_copy(imported, tmp_path, change) -> tuple[str, str]:
+    """(a copy of the folder with `change` applied to it, an output path beside it)."""
+    copy = tmp_path / "model"
+    shutil.copytree(imported["folder"], copy)
+    change(copy)
+    return str(copy), str(tmp_path / "out")
+
+
+def edit_json(name: str, **values):
+    def change(folder):
+        path = folder / name
+        document = json.loads(path.read_text())
+        for key, value in values.items():
+            document[key] = value
+        path.write_text(json.dumps(document))
+
+    return change
+
+
+def refused(capsys, source: str, output: str) -> str:
+    code, out, err = run_cli(["images", "import-model", source, "--output", output], capsys)
+    lines = err.strip().splitlines()  # a status line ("importing …") may come first
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and lines[-1] == errors[0], (code, err)
+    assert not any(p.name.startswith((".out", "out")) for p in Path(output).parent.iterdir())
+    return errors[0]
+
+
+CASES = {
+    "not a CLIP folder": (edit_json("config.json", model_type="bert"), ["config.json", "model_type 'bert'", "CLIP or SigLIP"]),
+    "no tokenizer": (lambda f: (f / "tokenizer.json").unlink(), ["no tokenizer.json", "save_pretrained"]),
+    "no weights": (lambda f: (f / "model.safetensors").unlink(), ["no model.safetensors"]),
+    "no config": (lambda f: (f / "config.json").unlink(), ["no config.json"]),
+    "two means": (edit_json("preprocessor_config.json", image_mean=[0.5, 0.5]), ["preprocessor_config.json", "image_mean=[0.5, 0.5]", "three numbers"]),
+    "a zero std": (edit_json("preprocessor_config.json", image_std=[0.5, 0, 0.5]), ["image_std", "three positive"]),
+    "another rescale": (edit_json("preprocessor_config.json", rescale_factor=1 / 127.5), ["rescale_factor", "1/255"]),
+    "no resize": (edit_json("preprocessor_config.json", do_resize=False), ["do_resize"]),
+    "another size": (edit_json("preprocessor_config.json", size={"height": 48, "width": 48}, crop_size={"height": 48, "width": 48}, do_center_crop=False), ["size", "vision_config.image_size 64"]),
+    "a torn config": (lambda f: (f / "config.json").write_text('{"model_type": "cl'), ["config.json", "cannot read"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_broken_folder_is_one_line_and_nothing_written(imported, tmp_path, capsys, case):
+    change, words = CASES[case]
+    line = refused(capsys, *broken_copy(imported, tmp_path, change))
+    assert str(tmp_path / "model") in line
+    for word in words:
+        assert word in line, (case, line)
+
+
+def test_a_crop_of_another_size_than_the_resize_is_refused(imported, tmp_path, capsys):
+    if imported["kind"] != "clip":
+        pytest.skip("SigLIP's processor does not crop")
+    crop = edit_json("preprocessor_config.json", size={"shortest_edge": 72})
+    line = refused(capsys, *broken_copy(imported, tmp_path, crop))
+    assert "crop_size" in line and "shortest_edge 72" in line
+
+
+def test_a_tokenizer_of_another_model_is_refused(imported, tmp_path, capsys):
+    """CLIP's tokenizer (300 tokens) in the SigLIP folder (a 44-token text tower)."""
+    if imported["kind"] != "siglip":
+        pytest.skip("the CLIP tower's vocabulary is the larger one")
+    from transformers import PreTrainedTokenizerFast
+
+    def swap(folder):
+        PreTrainedTokenizerFast(
+            tokenizer_object=hf_two_tower.clip_tokenizer(), pad_token="<|endoftext|>"
+        ).save_pretrained(folder)
+
+    line = refused(capsys, *broken_copy(imported, tmp_path, swap))
+    assert "tokenizer.json" in line and "text_config.vocab_size" in line
+
+
+def test_an_output_that_is_not_empty_is_refused(imported, tmp_path, capsys):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("mine")
+    code, _, err = run_cli(["images", "import-model", str(imported["folder"]), "-o", str(tmp_path / "taken")], capsys)  # fmt: skip
+    assert code == 2 and "not empty" in err and str(tmp_path / "taken") in err
+    assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
+
+
+def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left(imported, tmp_path, capsys, monkeypatch):
+    """The towers exported from other weights than the folder's (what a faulty export would
+    write): the check against the folder's own model refuses, and neither the output nor the
+    temporary folder is left."""
+    if imported["kind"] != "clip":
+        pytest.skip("one kind suffices: the check is the same code")
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from accelkit.images.importing import convert
+
+    loaded = {}
+
+    def other_weights(folder):
+        torch.manual_seed(1)
+        model = AutoModel.from_config(AutoConfig.from_pretrained(str(folder)), attn_implementation="eager").eval()
+        loaded.setdefault("export", model)
+        return model
+
+    real = convert.hf_model
+    monkeypatch.setattr(convert, "hf_model", other_weights)
+    monkeypatch.setattr(convert, "verify", lambda plan, model, tok, path: convert_verify(plan, real(plan.folder), tok, path))
+    line = refused(capsys, str(imported["folder"]), str(tmp_path / "out"))
+    assert "image encoder differs from transformers' own output" in line and str(imported["folder"]) in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def convert_verify(plan, model, tokenizer, path):
+    from accelkit.images.importing.verify import verify
+
+    return verify(plan, model, tokenizer, path)

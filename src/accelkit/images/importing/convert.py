@@ -26,6 +26,7 @@ from accelkit.images.importing.export import (
 )
 from accelkit.images.importing.folder import ACCELKIT_RESAMPLE, TOKENIZER, read_folder
 from accelkit.images.importing.verify import verify
+from accelkit.runtime.progress import status
 
 
 def default_output(folder: Path) -> Path:
@@ -51,6 +52,11 @@ def import_model(path: str | os.PathLike, output: str | os.PathLike | None = Non
     target = Path(output) if output is not None else default_output(folder)
     _free_output(target)
     started = time.perf_counter()
+    with status(f"importing {folder}: exporting both towers, checking them against transformers"):
+        return _import(folder, target, started)
+
+
+def _import(folder: Path, target: Path, started: float) -> dict[str, Any]:
     tokenizer = hf_tokenizer(folder)
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None
     plan = read_folder(folder, limit)

@@ -7,6 +7,7 @@ YAML `model:`/`preprocess:` block."""
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,28 @@ EXPORTER = "torch.onnx.export (TorchScript, dynamo=False), opset 17, dynamic bat
 _OPSET = 17
 
 
+@contextmanager
+def quiet_transformers():
+    """transformers' progress bars and config warnings off (one line is the rule on stderr),
+    and back as they were after."""
+    logging = require("transformers", "images-import").utils.logging
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
 def hf_tokenizer(folder: Path):
     """The folder's tokenizer as transformers reads it (its pad token, sides, inputs)."""
     transformers = require("transformers", "images-import")
     try:
-        return transformers.AutoTokenizer.from_pretrained(str(folder))
+        with quiet_transformers():
+            return transformers.AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:
         raise InputError(
             f"{folder / TOKENIZER}: transformers cannot load this tokenizer"
@@ -38,7 +56,10 @@ def hf_model(folder: Path):
     the TorchScript exporter traces)."""
     transformers = require("transformers", "images-import")
     try:
-        model = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager")
+        with quiet_transformers():
+            model = transformers.AutoModel.from_pretrained(
+                str(folder), attn_implementation="eager"
+            )
     except Exception as exc:
         raise InputError(
             f"{folder}: transformers cannot load this model"
@@ -64,6 +85,12 @@ def padding_rule(tokenizer, plan: FolderPlan) -> dict[str, Any]:
         raise InputError(
             f"{plan.folder}: the tokenizer has no pad token; set pad_token in"
             " tokenizer_config.json (CLIP pads with <|endoftext|>, SigLIP with </s>)"
+        )
+    if len(tokenizer) > plan.vocab_size:
+        raise InputError(
+            f"{plan.folder / TOKENIZER}: the tokenizer has {len(tokenizer)} tokens, the text tower"
+            f" {plan.vocab_size} (config.json text_config.vocab_size): it is not this model's"
+            " tokenizer; put the model's own tokenizer.json into the folder"
         )
     return {
         "length": plan.context_length,

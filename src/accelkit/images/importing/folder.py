@@ -40,6 +40,7 @@ class FolderPlan:
     fit: str
     resample: str
     context_length: int
+    vocab_size: int
     processor: dict[str, Any]
     notes: tuple[str, ...] = ()
 
@@ -145,6 +146,12 @@ def image_rule(processor: dict[str, Any], path: Path, model_size: int):
     return shape, mean, std, fit, resample
 
 
+def _side_or(value: Any, path: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad(path, "text_config.vocab_size", value, "must be a positive number of tokens")
+    return value
+
+
 def model_name(folder: Path, config: dict[str, Any]) -> str:
     """The name collections record: the folder's name (or its `_name_or_path`), in the
     alphabet model names take."""
@@ -208,6 +215,9 @@ def read_folder(path: str | Path, tokenizer_max_length: int | None = None) -> Fo
         fit=fit,
         resample=resample,
         context_length=context,
+        vocab_size=_side_or(
+            text.get("vocab_size", 49408 if kind == "clip" else 32000), config_path
+        ),
         processor=processor,
         notes=tuple(notes),
     )
