@@ -24,8 +24,15 @@ SIGLIP_CONTEXT = 16
 
 
 def clip_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.BPE(unk_token="<|endoftext|>"))
     tokenizer.normalizer = normalizers.Lowercase()
@@ -46,8 +53,15 @@ def clip_tokenizer():
 
 
 def siglip_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.normalizer = normalizers.Lowercase()
@@ -67,10 +81,14 @@ def siglip_tokenizer():
 def _towers(vocab: int, context: int, **text) -> dict:
     tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2}
     return {
-        "text_config": {**tower, "num_attention_heads": 2, "vocab_size": vocab,
-                        "max_position_embeddings": context, **text},
-        "vision_config": {**tower, "num_attention_heads": 2, "image_size": SIZE,
-                          "patch_size": 16},
+        "text_config": {
+            **tower,
+            "num_attention_heads": 2,
+            "vocab_size": vocab,
+            "max_position_embeddings": context,
+            **text,
+        },
+        "vision_config": {**tower, "num_attention_heads": 2, "image_size": SIZE, "patch_size": 16},
     }
 
 
@@ -86,8 +104,13 @@ def build(kind: str, folder: Path, seed: int = 0):
         backend = clip_tokenizer()
         end = backend.token_to_id("<|endoftext|>")
         config = CLIPConfig(
-            **_towers(backend.get_vocab_size(), CLIP_CONTEXT, eos_token_id=end, pad_token_id=end,
-                      bos_token_id=backend.token_to_id("<|startoftext|>")),
+            **_towers(
+                backend.get_vocab_size(),
+                CLIP_CONTEXT,
+                eos_token_id=end,
+                pad_token_id=end,
+                bos_token_id=backend.token_to_id("<|startoftext|>"),
+            ),
             projection_dim=24,
         )
         model = CLIPModel(config).eval()

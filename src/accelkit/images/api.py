@@ -28,9 +28,9 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
 from accelkit.images.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
+from accelkit.images.importing.convert import import_model as convert_model
 from accelkit.images.index.base import ImageIndex, ImageInput, TextQuery
 from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
-from accelkit.images.importing.convert import import_model as convert_model
 from accelkit.images.index.opener import open_index as open_chosen_index
 from accelkit.images.inputs import check_image_header, expand_named, missing_inputs
 from accelkit.images.results import (

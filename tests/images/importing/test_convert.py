@@ -186,7 +186,7 @@ def edit_json(name: str, **values):
 
 
 def refused(capsys, source: str, output: str) -> str:
-    code, out, err = run_cli(["images", "import-model", source, "--output", output], capsys)
+    code, _, err = run_cli(["images", "import-model", source, "--output", output], capsys)
     lines = err.strip().splitlines()  # a status line ("importing …") may come first
     errors = [line for line in lines if line.startswith("error: ")]
     assert code == 2 and len(errors) == 1 and lines[-1] == errors[0], (code, err)
@@ -248,7 +248,9 @@ def test_an_output_that_is_not_empty_is_refused(imported, tmp_path, capsys):
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
 
 
-def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left(imported, tmp_path, capsys, monkeypatch):
+def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left(
+    imported, tmp_path, capsys, monkeypatch
+):
     """The towers exported from other weights than the folder's (what a faulty export would
     write): the check against the folder's own model refuses, and neither the output nor the
     temporary folder is left."""
@@ -263,15 +265,24 @@ def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left
 
     def other_weights(folder):
         torch.manual_seed(1)
-        model = AutoModel.from_config(AutoConfig.from_pretrained(str(folder)), attn_implementation="eager").eval()
+        model = AutoModel.from_config(
+            AutoConfig.from_pretrained(str(folder)), attn_implementation="eager"
+        ).eval()
         loaded.setdefault("export", model)
         return model
 
     real = convert.hf_model
     monkeypatch.setattr(convert, "hf_model", other_weights)
-    monkeypatch.setattr(convert, "verify", lambda plan, model, tok, path: convert_verify(plan, real(plan.folder), tok, path))
+    monkeypatch.setattr(
+        convert,
+        "verify",
+        lambda plan, model, tok, path: convert_verify(plan, real(plan.folder), tok, path),
+    )
     line = refused(capsys, str(imported["folder"]), str(tmp_path / "out"))
-    assert "image encoder differs from transformers' own output" in line and str(imported["folder"]) in line
+    assert (
+        "image encoder differs from transformers' own output" in line
+        and str(imported["folder"]) in line
+    )
     assert list(tmp_path.iterdir()) == []
 
 

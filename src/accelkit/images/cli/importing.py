@@ -38,9 +38,15 @@ def import_model_command(
     rows = [
         ["model", f"{report.kind} {report.name!r}, {report.embedding_dim}-d"],
         ["config", report.files["config"]],
-        ["images", f"{pre['image_size'][0]}x{pre['image_size'][1]} {pre['fit']}"
-         f" (model resizes {pre['resample']['model']}, accelkit {pre['resample']['accelkit']})"],
-        ["texts", f"{text['context_length']} tokens, pad id {text['pad_id']} {text['padding_side']}"],
+        [
+            "images",
+            f"{pre['image_size'][0]}x{pre['image_size'][1]} {pre['fit']}"
+            f" (model resizes {pre['resample']['model']}, accelkit {pre['resample']['accelkit']})",
+        ],
+        [
+            "texts",
+            f"{text['context_length']} tokens, pad id {text['pad_id']} {text['padding_side']}",
+        ],
         ["image cosine", f"{checks['image_min_cosine']:.6f} (lowest of {len(checks['images'])})"],
         ["text cosine", f"{checks['text_min_cosine']:.6f} (lowest of {checks['texts']})"],
         ["vs processor", f"{checks['preprocess_min_cosine']:.6f} (measured, not a gate)"],

@@ -39,10 +39,14 @@ def _free_output(output: Path) -> None:
     if output.is_dir() and any(output.iterdir()):
         raise InputError(f"{output}: folder is not empty; choose another --output or remove it")
     if not output.parent.is_dir():
-        raise InputError(f"{output.parent}: folder does not exist; create it or choose another --output")
+        raise InputError(
+            f"{output.parent}: folder does not exist; create it or choose another --output"
+        )
 
 
-def import_model(path: str | os.PathLike, output: str | os.PathLike | None = None) -> dict[str, Any]:
+def import_model(
+    path: str | os.PathLike, output: str | os.PathLike | None = None
+) -> dict[str, Any]:
     """Make a transformers CLIPModel or SiglipModel folder into the ONNX pair, tokenizer.json and
     YAML block accelkit's text search loads, verified against transformers' own outputs.
     Returns what was written and the checks' figures (`ImportReport`'s fields)."""

@@ -57,9 +57,7 @@ def hf_model(folder: Path):
     transformers = require("transformers", "images-import")
     try:
         with quiet_transformers():
-            model = transformers.AutoModel.from_pretrained(
-                str(folder), attn_implementation="eager"
-            )
+            model = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager")
     except Exception as exc:
         raise InputError(
             f"{folder}: transformers cannot load this model"
@@ -202,4 +200,6 @@ def config_yaml(plan: FolderPlan, dim: int, rule: dict[str, Any]) -> str:
         f"# images: the processor resizes {plan.resample}; accelkit resizes {ACCELKIT_RESAMPLE}"
         " (PIL-exact)",
     ]
-    return "\n".join(header) + "\n" + yaml.safe_dump(block, sort_keys=False, default_flow_style=None)
+    return (
+        "\n".join(header) + "\n" + yaml.safe_dump(block, sort_keys=False, default_flow_style=None)
+    )

@@ -82,18 +82,25 @@ def _triple(value: Any, path: Path, key: str, positive: bool) -> tuple[float, fl
     return tuple(float(v) for v in value)  # type: ignore[return-value]
 
 
+def processor_class(kind: str):
+    """The model type's image processor that needs no torchvision: transformers 5's PIL one
+    (`CLIPImageProcessorPil`), transformers 4's (PIL-based) `CLIPImageProcessor`."""
+    import transformers
+
+    name = "CLIPImageProcessor" if kind == "clip" else "SiglipImageProcessor"
+    return getattr(transformers, f"{name}Pil", None) or getattr(transformers, name)
+
+
 def _default_processor(kind: str, image_size: int) -> dict[str, Any]:
     """transformers' own defaults for the model type, at the model's image size (a folder saved
     without its processor)."""
-    from transformers import CLIPImageProcessorPil, SiglipImageProcessorPil
-
     if kind == "clip":
-        processor = CLIPImageProcessorPil(
+        processor = processor_class(kind)(
             size={"shortest_edge": image_size},
             crop_size={"height": image_size, "width": image_size},
         )
     else:
-        processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+        processor = processor_class(kind)(size={"height": image_size, "width": image_size})
     return json.loads(processor.to_json_string())
 
 
@@ -114,19 +121,30 @@ def image_rule(processor: dict[str, Any], path: Path, model_size: int):
         edge = _side(size["shortest_edge"], path, "size.shortest_edge")
         if not isinstance(crop, dict) or "height" not in crop:
             raise _bad(
-                path, "do_center_crop", processor.get("do_center_crop"), "must be true with"
-                " size.shortest_edge (accelkit keeps the centre of the resized image)"
+                path,
+                "do_center_crop",
+                processor.get("do_center_crop"),
+                "must be true with"
+                " size.shortest_edge (accelkit keeps the centre of the resized image)",
             )
-        shape = (_side(crop["height"], path, "crop_size.height"),
-                 _side(crop.get("width"), path, "crop_size.width"))
+        shape = (
+            _side(crop["height"], path, "crop_size.height"),
+            _side(crop.get("width"), path, "crop_size.width"),
+        )
         if shape != (edge, edge):
             raise _bad(
-                path, "crop_size", crop, f"differs from size.shortest_edge {edge}: accelkit's"
-                " center-crop resizes the centred box to the crop's side, not a larger one"
+                path,
+                "crop_size",
+                crop,
+                f"differs from size.shortest_edge {edge}: accelkit's"
+                " center-crop resizes the centred box to the crop's side, not a larger one",
             )
         fit = "center-crop"
     elif "height" in size and "width" in size:
-        shape = (_side(size["height"], path, "size.height"), _side(size["width"], path, "size.width"))
+        shape = (
+            _side(size["height"], path, "size.height"),
+            _side(size["width"], path, "size.width"),
+        )
         if isinstance(crop, dict) and (crop.get("height"), crop.get("width")) != shape:
             raise _bad(path, "crop_size", crop, f"differs from size {list(shape)}")
         fit = "stretch"
@@ -134,8 +152,11 @@ def image_rule(processor: dict[str, Any], path: Path, model_size: int):
         raise _bad(path, "size", size, "must have shortest_edge or height and width")
     if shape != (model_size, model_size):
         raise _bad(
-            path, "size", list(shape), f"differs from config.json's vision_config.image_size"
-            f" {model_size}, the size the image tower takes"
+            path,
+            "size",
+            list(shape),
+            f"differs from config.json's vision_config.image_size"
+            f" {model_size}, the size the image tower takes",
         )
     if processor.get("do_normalize", True):
         mean = _triple(processor.get("image_mean"), path, "image_mean", positive=False)

@@ -26,7 +26,7 @@ from accelkit.images.config import load_settings
 from accelkit.images.embedding.models import make_backend, make_text_encoder
 from accelkit.images.embedding.preprocess import make_preprocessor
 from accelkit.images.importing.export import features
-from accelkit.images.importing.folder import FolderPlan
+from accelkit.images.importing.folder import FolderPlan, processor_class
 
 MIN_COSINE = 0.9999
 TEXTS = (
@@ -73,9 +73,7 @@ def _refuse(plan: FolderPlan, what: str, values: np.ndarray, names) -> InputErro
 
 def processor_pixels(plan: FolderPlan, pictures: list[np.ndarray]) -> np.ndarray:
     """The model's own processor on `pictures` (the PIL processors: no torchvision needed)."""
-    from transformers import CLIPImageProcessorPil, SiglipImageProcessorPil
-
-    cls = CLIPImageProcessorPil if plan.kind == "clip" else SiglipImageProcessorPil
+    cls = processor_class(plan.kind)
     settings = {k: v for k, v in plan.processor.items() if k != "image_processor_type"}
     processor = cls(**settings)
     return np.asarray(processor(images=pictures, return_tensors="np")["pixel_values"], np.float32)
