@@ -143,6 +143,9 @@ def build(kind: str, folder: Path, seed: int = 0):
             pad_token="</s>",
             unk_token="<unk>",
             model_max_length=SIGLIP_CONTEXT,
+            # as SigLIP was trained (and transformers 4's SiglipTokenizer): no attention mask,
+            # the pooled last position reads the padding
+            model_input_names=["input_ids"],
         )
     model.save_pretrained(folder)
     processor.save_pretrained(folder)

@@ -116,6 +116,12 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
     assert result["text"]["pad_token"] == end and result["preprocess"]["resample"] == {
         "model": "bicubic", "accelkit": "bilinear"
     }  # fmt: skip
+    import onnx
+
+    inputs = [i.name for i in onnx.load(str(out / "text_encoder.onnx")).graph.input]
+    masked = kind == "clip"  # the SigLIP folder's tokenizer gives input_ids only
+    assert inputs == (["input_ids", "attention_mask"] if masked else ["input_ids"])
+    assert result["text"]["attention_mask"] is masked
     checks = result["checks"]
     assert checks["image_min_cosine"] >= 0.9999 and checks["text_min_cosine"] >= 0.9999
     assert 0.9 < checks["preprocess_min_cosine"] <= 1.0
@@ -290,3 +296,34 @@ def convert_verify(plan, model, tokenizer, path):
     from accelkit.images.importing.verify import verify
 
     return verify(plan, model, tokenizer, path)
+
+
+def test_a_written_tokenizer_that_tokenizes_otherwise_is_refused(imported, tmp_path):
+    """The check's token-id gate: the imported files with two words' ids swapped in
+    tokenizer.json against the folder's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    from accelkit.errors import InputError
+    from accelkit.images.importing.folder import read_folder
+    from accelkit.images.importing.verify import verify
+
+    files = tmp_path / "files"
+    shutil.copytree(imported["root"] / "out", files)
+    from tokenizers import Tokenizer
+
+    used = Tokenizer.from_file(str(files / "tokenizer.json")).encode("a photo of a cat")
+    pairs = zip(used.ids, used.special_tokens_mask, strict=True)
+    i, j = sorted({n for n, special in pairs if not special})[:2]
+    document = json.loads((files / "tokenizer.json").read_text())
+    vocab = document["model"]["vocab"]
+    if isinstance(vocab, dict):  # BPE: token -> id
+        a, b = (next(t for t, n in vocab.items() if n == k) for k in (i, j))
+        vocab[a], vocab[b] = j, i
+    else:  # Unigram: [token, score] by id
+        vocab[i], vocab[j] = vocab[j], vocab[i]
+    (files / "tokenizer.json").write_text(json.dumps(document))
+    folder = imported["folder"]
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    plan = read_folder(folder, tokenizer.model_max_length)
+    with pytest.raises(InputError, match="other token ids than the model's tokenizer"):
+        verify(plan, imported["model"], tokenizer, files / "accelkit.yaml")
