@@ -4,7 +4,8 @@ vector store and an HTTP service for image search.
 The operations a user runs are plain functions (`accelkit.images.api`), the same ones the
 command line calls: `embed`, `insert`, `search`, `serve`, `health`, and the collection admin
 `list_collections`, `create_collection`, `describe_collection`, `flush_collection`,
-`index_collection`, `set_model`, `delete_collection`; `open_index` gives the application layer itself
+`index_collection`, `set_model`, `delete_collection`; `import_model` makes a Hugging Face CLIP or
+SigLIP folder into what text search loads; `open_index` gives the application layer itself
 (`ImageIndex`: local, or a running service). Heavy libraries (jax, onnxruntime, torch, pymilvus,
 fastapi) load on first use, so importing this package is cheap.
 """
