@@ -1,9 +1,11 @@
 """The folder's model written as accelkit loads it: the image tower and the text tower as two
-ONNX files (`torch.onnx.export`'s TorchScript exporter, `dynamo=False`, opset 17, dynamic batch:
-with transformers 5 on torch 2.13 it exports both towers of CLIP and SigLIP in about a second
-each; the dynamo exporter took 24 s for a small CLIP and wrote an image tower ONNX Runtime
-refused, `Duplicate definition of name (embedding)`), the tokenizer.json with the model's own padding and truncation written into it, and the
-YAML `model:`/`preprocess:` block."""
+ONNX files, the tokenizer.json with the model's own padding and truncation written into it, and
+the YAML `model:`/`preprocess:` block.
+
+The towers go through `torch.onnx.export`'s TorchScript exporter (`dynamo=False`, opset 17,
+dynamic batch): with transformers 5 on torch 2.13 it exports both towers of CLIP and SigLIP in
+about a second each; the dynamo exporter took 24 s for a small CLIP and wrote an image tower
+ONNX Runtime refused (`Duplicate definition of name (embedding)`)."""
 
 from __future__ import annotations
 
