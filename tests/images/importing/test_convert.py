@@ -125,6 +125,7 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
     checks = result["checks"]
     assert checks["image_min_cosine"] >= 0.9999 and checks["text_min_cosine"] >= 0.9999
     assert 0.9 < checks["preprocess_min_cosine"] <= 1.0
+    assert 0.9 < checks["preprocess_full_resize_min_cosine"] <= 1.0
 
 
 def test_accelkit_embeds_like_transformers(imported, tmp_path):

@@ -11,7 +11,8 @@ Through accelkit's own loading of the written YAML (`load_settings`, `make_backe
 * measured, not a gate: how far accelkit's preprocessing is from the model's processor
   (`preprocess_min_cosine`: `get_image_features` on the processor's pixels against accelkit's
   vector), since accelkit resizes PIL-exact bilinear where CLIP and SigLIP processors resize
-  bicubic.
+  bicubic, and CLIP's crops after resizing; `preprocess_full_resize_min_cosine` the same without
+  the host's reduce-first and JPEG DCT scaling (`reducing_gap`, `fast_jpeg_downscale`).
 """
 
 from __future__ import annotations
@@ -86,12 +87,19 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
     settings = load_settings(config_path)
     images = sample_images()
     names, pictures = list(images), list(images.values())
-    with make_preprocessor("host", **settings.preprocess.preprocessor_kwargs()) as pre:
+    kwargs = settings.preprocess.preprocessor_kwargs()
+    with make_preprocessor("host", **kwargs) as pre:
         pixels = np.asarray(pre.preprocess_batch(pictures), np.float32)
+    # the same without the host's speed-ups (reduce first, JPEG DCT scaling), which move pixels
+    # by rounding: what is left of the gap to the processor is the filter and the crop geometry
+    full = {**kwargs, "reducing_gap": None, "fast_jpeg_downscale": False}
+    with make_preprocessor("host", **full) as pre:
+        full_pixels = np.asarray(pre.preprocess_batch(pictures), np.float32)
     backend = make_backend(settings.model)
     text_encoder = make_text_encoder(settings.model)
     try:
         ours = backend.embed(pixels)
+        ours_full = backend.embed(full_pixels)
         ids, _ = text_encoder.tokenize(list(TEXTS))
         ours_text = text_encoder.embed(list(TEXTS))
     finally:
@@ -129,4 +137,5 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
         "image_min_cosine": float(image_cos.min()),
         "text_min_cosine": float(text_cos.min()),
         "preprocess_min_cosine": float(cosines(ours, processed.numpy()).min()),
+        "preprocess_full_resize_min_cosine": float(cosines(ours_full, processed.numpy()).min()),
     }
