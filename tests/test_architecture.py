@@ -270,7 +270,8 @@ FLOORS = {
     "accelkit.images": (
         ("settings", "testing", "ranking"),  # config, schema, filters | sample photos | cut, steer
         ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
-        ("inputs", "store"),  # paths, globs, URIs, metadata | Milvus, thumbnails, migrate
+        ("inputs", "store", "importing"),  # paths, globs, URIs, metadata | Milvus, thumbnails,
+        # migrate | a Hugging Face CLIP/SigLIP folder -> the ONNX pair, tokenizer.json, YAML
         ("results", "index"),  # result objects | ImageIndex: local, remote, the Ray sink, opener
         ("runners", "compat", "service"),  # here or on Ray | EmbeddingTrident's facade | HTTP
         ("api",),  # the library API

@@ -4,7 +4,8 @@ vector store and an HTTP service for image search.
 The operations a user runs are plain functions (`accelkit.images.api`), the same ones the
 command line calls: `embed`, `insert`, `search`, `serve`, `health`, and the collection admin
 `list_collections`, `create_collection`, `describe_collection`, `flush_collection`,
-`index_collection`, `set_model`, `delete_collection`; `open_index` gives the application layer itself
+`index_collection`, `set_model`, `delete_collection`; `import_model` makes a Hugging Face CLIP or
+SigLIP folder into what text search loads; `open_index` gives the application layer itself
 (`ImageIndex`: local, or a running service). Heavy libraries (jax, onnxruntime, torch, pymilvus,
 fastapi) load on first use, so importing this package is cheap.
 """
@@ -23,6 +24,7 @@ _MODULES = {
         "embed",
         "flush_collection",
         "health",
+        "import_model",
         "index_collection",
         "insert",
         "list_collections",
@@ -32,7 +34,13 @@ _MODULES = {
         "serve",
         "set_model",
     ],
-    "accelkit.images.results": ["EmbedReport", "HealthReport", "InsertReport", "SearchReport"],
+    "accelkit.images.results": [
+        "EmbedReport",
+        "HealthReport",
+        "ImportReport",
+        "InsertReport",
+        "SearchReport",
+    ],
     "accelkit.images.embedding.preprocess": [
         "HostImagePreprocessor",
         "JAXImagePreprocessor",
@@ -62,6 +70,7 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
         embed,
         flush_collection,
         health,
+        import_model,
         index_collection,
         insert,
         list_collections,
@@ -89,7 +98,13 @@ if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
     from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult, Steering
     from accelkit.images.index.local import LocalIndex
     from accelkit.images.index.remote import RemoteIndex
-    from accelkit.images.results import EmbedReport, HealthReport, InsertReport, SearchReport
+    from accelkit.images.results import (
+        EmbedReport,
+        HealthReport,
+        ImportReport,
+        InsertReport,
+        SearchReport,
+    )
     from accelkit.images.store import Hit, IndexSpec, VectorStore
 
 __all__ = sorted(_EXPORTS)

@@ -137,3 +137,30 @@ class HealthReport:
 
     def document(self) -> dict[str, Any]:
         return self.report
+
+
+@dataclass
+class ImportReport:
+    """A Hugging Face CLIP or SigLIP folder (`source`) written as accelkit loads it into `output`:
+    `files` (the ONNX pair, tokenizer.json and the YAML block `config`), the rules read from the
+    folder (`preprocess`, `text`), and `checks`: the lowest cosines against transformers' own
+    outputs (`image_min_cosine`, `text_min_cosine`, each at least `min_cosine`) and, measured,
+    how far accelkit's preprocessing is from the model's processor (`preprocess_min_cosine`)."""
+
+    source: str
+    output: str
+    kind: str
+    name: str
+    files: dict[str, str]
+    preprocess: dict[str, Any]
+    text: dict[str, Any]
+    embedding_dim: int
+    exporter: str
+    checks: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def document(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)

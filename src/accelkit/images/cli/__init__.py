@@ -12,6 +12,7 @@ import typer
 
 from accelkit.errors import CheckFailed, DataError
 from accelkit.images.cli.collection import collection_app
+from accelkit.images.cli.importing import import_model_command
 from accelkit.images.cli.options import (
     RAY_STAGES,
     AutoCutOption,
@@ -44,6 +45,7 @@ images_app = command_group(
     "Image preprocessing (PIL-exact, on JAX), embeddings (EfficientNet-Lite0 via ONNX Runtime), vector search (Milvus) and an HTTP service.",
 )
 images_app.add_typer(collection_app, name="collection")
+images_app.command("import-model")(import_model_command)
 
 
 def register(app: typer.Typer) -> None:

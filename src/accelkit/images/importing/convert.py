@@ -1,0 +1,121 @@
+"""`import_model`: read the folder, export into a temporary folder beside the output, verify,
+and rename it to the output at the end — an interrupted or refused import leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from accelkit.errors import InputError, require
+from accelkit.images.importing.export import (
+    CONFIG_FILE,
+    EXPORTER,
+    IMAGE_FILE,
+    TEXT_FILE,
+    config_yaml,
+    export_towers,
+    features,
+    hf_model,
+    hf_tokenizer,
+    padding_rule,
+    write_tokenizer,
+)
+from accelkit.images.importing.folder import ACCELKIT_RESAMPLE, TOKENIZER, read_folder
+from accelkit.images.importing.verify import verify
+from accelkit.runtime.progress import status
+
+
+def default_output(folder: Path) -> Path:
+    return folder.parent / f"{folder.name}-accelkit"
+
+
+def _free_output(output: Path) -> None:
+    if output.is_symlink() or (output.exists() and not output.is_dir()):
+        raise InputError(f"{output}: exists and is not a folder; choose another --output")
+    if output.is_dir() and any(output.iterdir()):
+        raise InputError(f"{output}: folder is not empty; choose another --output or remove it")
+    if not output.parent.is_dir():
+        raise InputError(
+            f"{output.parent}: folder does not exist; create it or choose another --output"
+        )
+
+
+def import_model(
+    path: str | os.PathLike, output: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """Make a transformers CLIPModel or SiglipModel folder into the ONNX pair, tokenizer.json and
+    YAML block accelkit's text search loads, verified against transformers' own outputs.
+    Returns what was written and the checks' figures (`ImportReport`'s fields)."""
+    require("torch", "images-import")
+    folder = Path(path)
+    read_folder(folder)  # the folder's own refusals first, before transformers loads anything
+    target = Path(output) if output is not None else default_output(folder)
+    _free_output(target)
+    started = time.perf_counter()
+    with status(f"importing {folder}: exporting both towers, checking them against transformers"):
+        return _import(folder, target, started)
+
+
+def _import(folder: Path, target: Path, started: float) -> dict[str, Any]:
+    tokenizer = hf_tokenizer(folder)
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None
+    plan = read_folder(folder, limit)
+    rule = padding_rule(tokenizer, plan)
+    model = hf_model(folder)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        export_towers(model, plan, temp, rule)
+        write_tokenizer(tokenizer, rule, temp / TOKENIZER)
+        import torch
+
+        with torch.no_grad():
+            probe = torch.zeros(1, 3, *plan.image_size)
+            dim = int(features(model.get_image_features(pixel_values=probe)).shape[-1])
+        (temp / CONFIG_FILE).write_text(config_yaml(plan, dim, rule))
+        checks = verify(plan, model, tokenizer, temp / CONFIG_FILE)
+        for name in (IMAGE_FILE, TEXT_FILE, TOKENIZER, CONFIG_FILE):
+            with open(temp / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.chmod(temp, 0o755)
+        if target.is_dir():
+            target.rmdir()  # empty, checked above
+        os.rename(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return {
+        "source": str(folder),
+        "output": str(target),
+        "kind": plan.kind,
+        "name": plan.name,
+        "files": {
+            "image_encoder": str(target / IMAGE_FILE),
+            "text_encoder": str(target / TEXT_FILE),
+            "tokenizer": str(target / TOKENIZER),
+            "config": str(target / CONFIG_FILE),
+        },
+        "preprocess": {
+            "image_size": list(plan.image_size),
+            "mean": list(plan.mean),
+            "std": list(plan.std),
+            "fit": plan.fit,
+            "resample": {"model": plan.resample, "accelkit": ACCELKIT_RESAMPLE},
+        },
+        "text": {
+            "context_length": plan.context_length,
+            "pad_id": rule["pad_id"],
+            "pad_token": rule["pad_token"],
+            "padding_side": rule["side"],
+            "truncation_side": rule["truncation_side"],
+            "attention_mask": rule["attention_mask"],
+        },
+        "embedding_dim": dim,
+        "exporter": EXPORTER,
+        "checks": checks,
+        "notes": list(plan.notes),
+        "seconds": round(time.perf_counter() - started, 2),
+    }

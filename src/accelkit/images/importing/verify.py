@@ -1,0 +1,141 @@
+"""The imported files checked against the framework's own outputs before anything is kept.
+
+Through accelkit's own loading of the written YAML (`load_settings`, `make_backend`,
+`make_text_encoder`), on a few shipped photos and texts:
+
+* images: accelkit's preprocessing of each photo, run by the ONNX image encoder and by
+  transformers' `get_image_features` on the same pixels — cosine at least `MIN_COSINE`;
+* texts: accelkit's token ids (`load_tokenizer` over the written tokenizer.json) equal the
+  tokenizer's own (`padding="max_length"`, `truncation=True`), and the ONNX text encoder's vector
+  has cosine at least `MIN_COSINE` with `get_text_features` on them;
+* measured, not a gate: how far accelkit's preprocessing is from the model's processor
+  (`preprocess_min_cosine`: `get_image_features` on the processor's pixels against accelkit's
+  vector), since accelkit resizes PIL-exact bilinear where CLIP and SigLIP processors resize
+  bicubic, and CLIP's crops after resizing; `preprocess_full_resize_min_cosine` the same without
+  the host's reduce-first and JPEG DCT scaling (`reducing_gap`, `fast_jpeg_downscale`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelkit.errors import InputError
+from accelkit.images.config import load_settings
+from accelkit.images.embedding.models import make_backend, make_text_encoder
+from accelkit.images.embedding.preprocess import make_preprocessor
+from accelkit.images.importing.export import features
+from accelkit.images.importing.folder import FolderPlan, processor_class
+
+MIN_COSINE = 0.9999
+TEXTS = (
+    "a photo of a cat",
+    "a red bicycle at night",
+    "coffee",
+    "Two astronauts ride horses across the moon, " * 12,  # longer than any context: cut
+)
+PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "china", "camera")
+
+
+def sample_images() -> dict[str, np.ndarray]:
+    """Photos that ship with scikit-image and scikit-learn (`accelkit.images.testing`), or, where
+    those are not installed, three deterministic pictures of other sizes and aspect ratios."""
+    try:
+        from accelkit.images.testing import photos
+
+        found = photos(crops=False)
+        return {name: found[name] for name in PHOTOS}
+    except Exception:
+        rng = np.random.default_rng(0)
+        shapes = {"wide": (180, 320), "tall": (300, 140), "square": (256, 256)}
+        out = {}
+        for name, (h, w) in shapes.items():
+            y, x = np.mgrid[0:h, 0:w]
+            base = np.stack([x * 255 / w, y * 255 / h, (x + y) * 127 / (h + w)], -1)
+            out[name] = np.clip(base + rng.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+        return out
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def _refuse(plan: FolderPlan, what: str, values: np.ndarray, names) -> InputError:
+    worst = int(np.argmin(values))
+    return InputError(
+        f"{plan.folder}: the exported {what} differs from transformers' own output (cosine"
+        f" {values[worst]:.6f} on {names[worst]!r}, need >= {MIN_COSINE}); nothing written —"
+        " this model does not export faithfully, report its config.json"
+    )
+
+
+def processor_pixels(plan: FolderPlan, pictures: list[np.ndarray]) -> np.ndarray:
+    """The model's own processor on `pictures` (the PIL processors: no torchvision needed)."""
+    cls = processor_class(plan.kind)
+    settings = {k: v for k, v in plan.processor.items() if k != "image_processor_type"}
+    processor = cls(**settings)
+    return np.asarray(processor(images=pictures, return_tensors="np")["pixel_values"], np.float32)
+
+
+def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, Any]:
+    """The checks' figures; one line (exit 2) when a tower or the tokenizer differs."""
+    import torch
+
+    settings = load_settings(config_path)
+    images = sample_images()
+    names, pictures = list(images), list(images.values())
+    kwargs = settings.preprocess.preprocessor_kwargs()
+    with make_preprocessor("host", **kwargs) as pre:
+        pixels = np.asarray(pre.preprocess_batch(pictures), np.float32)
+    # the same without the host's speed-ups (reduce first, JPEG DCT scaling), which move pixels
+    # by rounding: what is left of the gap to the processor is the filter and the crop geometry
+    full = {**kwargs, "reducing_gap": None, "fast_jpeg_downscale": False}
+    with make_preprocessor("host", **full) as pre:
+        full_pixels = np.asarray(pre.preprocess_batch(pictures), np.float32)
+    backend = make_backend(settings.model)
+    text_encoder = make_text_encoder(settings.model)
+    try:
+        ours = backend.embed(pixels)
+        ours_full = backend.embed(full_pixels)
+        ids, _ = text_encoder.tokenize(list(TEXTS))
+        ours_text = text_encoder.embed(list(TEXTS))
+    finally:
+        backend.close()
+        text_encoder.close()
+    reference = tokenizer(
+        list(TEXTS),
+        padding="max_length",
+        max_length=plan.context_length,
+        truncation=True,
+        return_tensors="np",
+    )
+    if not np.array_equal(ids, reference["input_ids"]):
+        row = int(np.argmax((ids != reference["input_ids"]).any(1)))
+        raise InputError(
+            f"{plan.folder}: the written tokenizer.json gives other token ids than the model's"
+            f" tokenizer for {TEXTS[row][:40]!r}; nothing written — save the tokenizer again"
+        )
+    with torch.no_grad():
+        theirs = features(model.get_image_features(pixel_values=torch.from_numpy(pixels)))
+        hf_pixels = torch.from_numpy(processor_pixels(plan, pictures))
+        processed = features(model.get_image_features(pixel_values=hf_pixels))
+        inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in reference.items()}
+        theirs_text = features(model.get_text_features(**inputs))
+    image_cos = cosines(ours, theirs.numpy())
+    text_cos = cosines(ours_text, theirs_text.numpy())
+    if image_cos.min() < MIN_COSINE:
+        raise _refuse(plan, "image encoder", image_cos, names)
+    if text_cos.min() < MIN_COSINE:
+        raise _refuse(plan, "text encoder", text_cos, [t[:40] for t in TEXTS])
+    return {
+        "images": names,
+        "texts": len(TEXTS),
+        "min_cosine": MIN_COSINE,
+        "image_min_cosine": float(image_cos.min()),
+        "text_min_cosine": float(text_cos.min()),
+        "preprocess_min_cosine": float(cosines(ours, processed.numpy()).min()),
+        "preprocess_full_resize_min_cosine": float(cosines(ours_full, processed.numpy()).min()),
+    }
