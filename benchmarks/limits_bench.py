@@ -149,7 +149,9 @@ def ensure_v30(
 
     from accelkit.stats.formats.synthetic import write_sample_dataset
 
-    tag = ("" if columns == "smooth" else f"_{columns}") + ("" if row_groups == "episode" else "_1rg")
+    tag = ("" if columns == "smooth" else f"_{columns}") + (
+        "" if row_groups == "episode" else "_1rg"
+    )
     root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14{tag}"
     marker = root / "bench_done.json"
     if not marker.is_file():
@@ -272,10 +274,24 @@ def bench_stats(name: str, args, scratch: Path) -> dict:
             [sys.executable, str(REPO / "benchmarks" / "floors.py"), "read-lean", str(root)]
         ),
     }
+    if args.baseline_src:  # another checkout's accelkit (e.g. main's), in the same rounds
+        env = {**os.environ, "PYTHONPATH": str(args.baseline_src)}
+        commands["accelkit_baseline"] = lambda: run_process(
+            [*accelkit_command(), "stats", str(root), "-o", str(out) + ".baseline.json",
+             "--no-progress"],
+            env=env,
+        )  # fmt: skip
     calls = rounds(commands, args.rounds)
     result = summarize(calls, "accelkit", "floor_read")
     lean = summarize(calls, "accelkit", "floor_read_lean")
     result["lean"] = {k: lean[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")}
+    if args.baseline_src:
+        base = summarize(calls, "accelkit_baseline", "floor_read")
+        result["baseline"] = {
+            "src": str(args.baseline_src),
+            "commit": args.baseline_commit,
+            **{k: base[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")},
+        }
     result["dataset"] = {**info, "path": str(root)}
     rss = result["max_peak_rss_mib"]
     result["memory_ratio"] = rss["accelkit"] / rss["floor_read"]
@@ -409,6 +425,13 @@ def render(report: dict) -> str:
                 if lean
                 else ""
             )
+            base = r.get("baseline")
+            if base:
+                against += (
+                    f"; the baseline (`{base.get('commit') or base['src']}`) in the same rounds: "
+                    f"**{base['ratio_median']:.2f}×** "
+                    f"({', '.join(f'{x:.2f}' for x in base['ratio_per_round'])})"
+                )
             lines.append(
                 f"- {LABELS[name]}: {d['frames']:,} frames in {d['files']} files "
                 f"({d['bytes_on_disk'] / 1e6:.0f} MB), {d.get('columns', 'smooth')} columns; "
@@ -471,8 +494,19 @@ def main(argv: list[str] | None = None) -> int:
         "--frames-v21", type=int, default=None, help="v2.1 frames (default: --frames; issue 49: 4M)"
     )
     parser.add_argument(
-        "--columns", choices=("robot", "smooth"), default="robot", help="the stats datasets' columns"
+        "--columns",
+        choices=("robot", "smooth"),
+        default="robot",
+        help="the stats datasets' columns",
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="stats: also time the accelkit of this src folder (e.g. `git archive main src`) in "
+        "the same rounds",
+    )
+    parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
     parser.add_argument("--photos", type=int, default=2000)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument("--quick", action="store_true", help="200k frames, 200 photos, 1 round")

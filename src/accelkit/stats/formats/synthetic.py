@@ -170,7 +170,9 @@ def write_sample_dataset(
     if columns not in COLUMN_KINDS:
         raise InputError(f"columns {columns!r} is unknown; use one of {', '.join(COLUMN_KINDS)}")
     if row_groups not in ROW_GROUPS:
-        raise InputError(f"row_groups {row_groups!r} is unknown; use one of {', '.join(ROW_GROUPS)}")
+        raise InputError(
+            f"row_groups {row_groups!r} is unknown; use one of {', '.join(ROW_GROUPS)}"
+        )
     root = Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise InputError(f"{root} already exists and is not empty; choose a new folder")
@@ -349,7 +351,6 @@ def _write_v30_data(
         if writer is not None:  # a failure: the staged folder goes
             writer.close()
     return rows
-
 
 
 def _one_row_group(path: Path) -> None:

@@ -286,7 +286,16 @@ def _compile(integer: bool, cache: bool = True):
 
     with _without_blas_probe(_quiet_blas):
         jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-        names = ("radix_sort", "lower_to", "unflag", "narrow_sorted", "aim", "narrow", "add", "loop")
+        names = (
+            "radix_sort",
+            "lower_to",
+            "unflag",
+            "narrow_sorted",
+            "aim",
+            "narrow",
+            "add",
+            "loop",
+        )
         for name in names:  # callees first (module globals to numba when it compiles a caller)
             if not isinstance(getattr(host_loop, name), numba.core.dispatcher.Dispatcher):
                 setattr(host_loop, name, jit(getattr(host_loop, name)))
