@@ -219,8 +219,9 @@ def narrow(
     keys, weights, lo, hi, partial, merged, fill, d, u, level, seen, bin_shift, counts, flag,
     spare_keys, spare_ints, total,
 ):  # fmt: skip
-    """Window (d, u) is full: keep the ranks `aim` chooses, and what lies around them up to about
-    three quarters of its capacity. The entries under the kept part count as below the window
+    """Window (d, u) is full: keep the ranks `aim` chooses (for one rank, what lies within about a
+    quarter of the capacity on each side of it; for a range, the range: nothing outside it can
+    be needed, and a tighter window hands fewer values to `add`). The entries under the kept part count as below the window
     (in `partial` where they share the new lo's bin), those over it are dropped, and [lo, hi]
     shrinks to the gaps beside what stays (no value lies in a gap). The cut comes from a
     histogram of the entries (`BUCKETS` equal key ranges: three passes over them); where the
@@ -272,7 +273,7 @@ def narrow(
             bin_shift, spare_keys, spare_ints,
         )  # fmt: skip
     else:
-        side = size // 4 if first_rank == last_rank else (3 * (size // 4) - core) // 2
+        side = size // 4 if first_rank == last_rank else 0  # a range: all it can need
         a, b, left, right = start, stop, 0, 0
         while a > 0 and left + count[a - 1] <= side:
             a -= 1
@@ -340,7 +341,7 @@ def narrow_sorted(
     """`narrow` where the target ranges hold too many entries: the appended entries are
     sorted into the sorted part (`merged` entries; equal keys merged, so a point mass is one
     entry), and the entries further than a quarter of the capacity (for one rank; for a range,
-    what leaves three quarters in all) from those holding `first_rank`..`last_rank` go."""
+    any) from those holding `first_rank`..`last_rank` go."""
     size = keys.shape[2]
     m, f = merged[d, u], fill[d, u]
     size_tail = f - m
@@ -376,8 +377,8 @@ def narrow_sorted(
             total += out_weights[t]
             t += 1
         t_last = min(t, t_first + size // 2)
-        side = size // 4 if first_rank == last_rank else (3 * (size // 4) - (t_last - t_first)) // 2
-        start, stop = max(0, t_first - side), min(n, t_last + side)
+        side = size // 4 if first_rank == last_rank else 0
+        start, stop = max(0, t_first - side), min(n, t_last + 1 + side)
         if start:
             under_max = np.uint64(out_keys[start - 1])
             under_bin, under = under_max >> bin_shift, 0
