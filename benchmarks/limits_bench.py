@@ -14,6 +14,11 @@ the best of each (best accelkit against best floor, as a quiet machine would sho
                 `floors.py read-lean` (the same without pyarrow's pre-buffering, as accelkit reads)
                 runs in the same rounds and is reported beside it
     stats_v21   the same on the v2.1 layout (one file per episode)
+    stats_v30_1rg  stats_v30's dataset with each file written as one row group (as pandas or a
+                plain `pq.write_table` writes it)
+    The stats datasets have robot-like columns (`--columns robot`, the default:
+    `formats/synthetic.py`'s ROBOT_COLUMNS: grippers, a constant joint, 1e6 + noise, four values,
+    Student-t tails, drift over episodes); `--columns smooth` gives the earlier random walks.
     images      `accelkit images embed FOLDER -o x.npy` on JPEG photos (400-900 px), against
                 `floors.py model` (the same ONNX model on ready 224x224 tensors, same batch size)
     ray         `accelkit images embed FOLDER --ray ADDR --ray-actors 2` on a 2-CPU Ray cluster on
@@ -46,7 +51,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]
 
-TARGETS = {"stats_v30": 0.75, "stats_v21": 0.8, "images": 0.85, "ray": 0.9}  # issues 40, 29
+TARGETS = {  # issues 49, 40, 29
+    "stats_v30": 0.9,
+    "stats_v30_1rg": 0.9,
+    "stats_v21": 0.9,
+    "images": 0.85,
+    "ray": 0.9,
+}
+STATS_WORKLOADS = ("stats_v30", "stats_v30_1rg", "stats_v21")
 # stats: peak RSS at most this many times the read-only process's, or this many MiB (issue 40)
 MEMORY_TARGET = 1.5
 MEMORY_FLOOR_MIB = 512
@@ -123,14 +135,24 @@ def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Path, dict]:
+def ensure_v30(
+    data_dir: Path,
+    frames: int,
+    frames_per_episode: int,
+    columns: str = "smooth",
+    row_groups: str = "episode",
+) -> tuple[Path, dict]:
     """A LeRobot v3.0 dataset packed as LeRobot records one (formats/synthetic.py: one row group per
-    episode, a new ~100 MB file when the next episode would pass 100 MB), made once."""
+    episode, a new ~100 MB file when the next episode would pass 100 MB), made once; with
+    `row_groups="file"`, each of those files is one row group."""
     import math
 
     from accelkit.stats.formats.synthetic import write_sample_dataset
 
-    root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14"
+    tag = ("" if columns == "smooth" else f"_{columns}") + (
+        "" if row_groups == "episode" else "_1rg"
+    )
+    root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14{tag}"
     marker = root / "bench_done.json"
     if not marker.is_file():
         shutil.rmtree(root, ignore_errors=True)
@@ -140,10 +162,14 @@ def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Pa
             episodes=math.ceil(frames / frames_per_episode * 1.03) + 2,
             frames_per_episode=frames_per_episode,
             layout="v3.0",
+            columns=columns,
+            row_groups=row_groups,
         )
         files = sorted((root / "data").rglob("*.parquet"))
         info = {
             "layout": "v3.0",
+            "columns": columns,
+            "row_groups": row_groups,
             "frames": json.loads((root / "meta" / "info.json").read_text())["total_frames"],
             "files": len(files),
             "bytes_on_disk": sum(p.stat().st_size for p in files),
@@ -153,11 +179,16 @@ def ensure_v30(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Pa
     return root, json.loads(marker.read_text())
 
 
-def ensure_v21(data_dir: Path, frames: int, frames_per_episode: int) -> tuple[Path, dict]:
+def ensure_v21(
+    data_dir: Path, frames: int, frames_per_episode: int, columns: str = "smooth"
+) -> tuple[Path, dict]:
     from stats_bench import ensure_parquet_dataset
 
-    root, info = ensure_parquet_dataset(data_dir, frames, frames_per_episode)
-    return root, {k: info[k] for k in ("layout", "frames", "files", "bytes_on_disk")}
+    root, info = ensure_parquet_dataset(data_dir, frames, frames_per_episode, columns=columns)
+    return root, {
+        "columns": columns,
+        **{k: info[k] for k in ("layout", "frames", "files", "bytes_on_disk")},
+    }
 
 
 def ensure_photos(data_dir: Path, count: int, seed: int = 0) -> Path:
@@ -218,9 +249,18 @@ def accelkit_command() -> list[str]:
     return [sys.executable, "-m", "accelkit"]
 
 
-def bench_stats(layout: str, args, scratch: Path) -> dict:
-    ensure = ensure_v30 if layout == "v3.0" else ensure_v21
-    root, info = ensure(args.data_dir, args.frames, args.frames_per_episode)
+def bench_stats(name: str, args, scratch: Path) -> dict:
+    if name == "stats_v21":
+        layout = "v2.1"
+        root, info = ensure_v21(
+            args.data_dir, args.frames_v21 or args.frames, args.frames_per_episode, args.columns
+        )
+    else:
+        layout = "v3.0"
+        row_groups = "file" if name == "stats_v30_1rg" else "episode"
+        root, info = ensure_v30(
+            args.data_dir, args.frames, args.frames_per_episode, args.columns, row_groups
+        )
     log(f"{layout}: {info['frames']:,} frames in {info['files']} files at {root}")
     out = scratch / f"norm_stats_{layout}.json"
     commands = {
@@ -234,10 +274,24 @@ def bench_stats(layout: str, args, scratch: Path) -> dict:
             [sys.executable, str(REPO / "benchmarks" / "floors.py"), "read-lean", str(root)]
         ),
     }
+    if args.baseline_src:  # another checkout's accelkit (e.g. main's), in the same rounds
+        env = {**os.environ, "PYTHONPATH": str(args.baseline_src)}
+        commands["accelkit_baseline"] = lambda: run_process(
+            [*accelkit_command(), "stats", str(root), "-o", str(out) + ".baseline.json",
+             "--no-progress"],
+            env=env,
+        )  # fmt: skip
     calls = rounds(commands, args.rounds)
     result = summarize(calls, "accelkit", "floor_read")
     lean = summarize(calls, "accelkit", "floor_read_lean")
     result["lean"] = {k: lean[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")}
+    if args.baseline_src:
+        base = summarize(calls, "accelkit_baseline", "floor_read")
+        result["baseline"] = {
+            "src": str(args.baseline_src),
+            "commit": args.baseline_commit,
+            **{k: base[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")},
+        }
     result["dataset"] = {**info, "path": str(root)}
     rss = result["max_peak_rss_mib"]
     result["memory_ratio"] = rss["accelkit"] / rss["floor_read"]
@@ -307,6 +361,7 @@ def bench_ray(args, scratch: Path) -> dict:
 
 LABELS = {
     "stats_v30": "stats, LeRobot v3.0 (~100 MB files)",
+    "stats_v30_1rg": "stats, LeRobot v3.0, one row group per file",
     "stats_v21": "stats, LeRobot v2.1 (a file per episode)",
     "images": "images embed",
     "ray": "images embed --ray, 2 actors",
@@ -349,7 +404,7 @@ def render(report: dict) -> str:
                 f"- {LABELS[name]}: from an earlier run, {result['measured_utc']} (commit "
                 f"`{result.get('measured_commit', '?')}`)."
             )
-    for name in ("stats_v30", "stats_v21"):
+    for name in STATS_WORKLOADS:
         if name in report["workloads"]:
             r = report["workloads"][name]
             d = r["dataset"]
@@ -370,9 +425,17 @@ def render(report: dict) -> str:
                 if lean
                 else ""
             )
+            base = r.get("baseline")
+            if base:
+                against += (
+                    f"; the baseline (`{base.get('commit') or base['src']}`) in the same rounds: "
+                    f"**{base['ratio_median']:.2f}×** "
+                    f"({', '.join(f'{x:.2f}' for x in base['ratio_per_round'])})"
+                )
             lines.append(
                 f"- {LABELS[name]}: {d['frames']:,} frames in {d['files']} files "
-                f"({d['bytes_on_disk'] / 1e6:.0f} MB); {memory}{against}."
+                f"({d['bytes_on_disk'] / 1e6:.0f} MB), {d.get('columns', 'smooth')} columns; "
+                f"{memory}{against}."
             )
     for name in ("images", "ray"):
         if name in report["workloads"]:
@@ -427,6 +490,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--frames", type=int, default=2_100_000)
     parser.add_argument("--frames-per-episode", type=int, default=1000)
+    parser.add_argument(
+        "--frames-v21", type=int, default=None, help="v2.1 frames (default: --frames; issue 49: 4M)"
+    )
+    parser.add_argument(
+        "--columns",
+        choices=("robot", "smooth"),
+        default="robot",
+        help="the stats datasets' columns",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="stats: also time the accelkit of this src folder (e.g. `git archive main src`) in "
+        "the same rounds",
+    )
+    parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
     parser.add_argument("--photos", type=int, default=2000)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument("--quick", action="store_true", help="200k frames, 200 photos, 1 round")
@@ -450,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(report)
         return 0
     if args.stats:
-        args.only = "stats_v30,stats_v21"
+        args.only = ",".join(STATS_WORKLOADS)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
@@ -470,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             log(f"{name}:")
             if name.startswith("stats_"):
-                result = bench_stats("v3.0" if name == "stats_v30" else "v2.1", args, Path(scratch))
+                result = bench_stats(name, args, Path(scratch))
             elif name == "images":
                 result = bench_images(args, Path(scratch))
             else:

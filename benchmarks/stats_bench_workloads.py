@@ -93,12 +93,14 @@ class GeneratedBatches:
 
 
 def ensure_parquet_dataset(
-    data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14
+    data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14, columns: str = "smooth"
 ) -> tuple[Path, dict]:
-    """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size)."""
+    """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size
+    and `columns`, `write_sample_dataset`'s)."""
     from accelkit.stats.formats.synthetic import write_sample_dataset
 
-    root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}"
+    tag = "" if columns == "smooth" else f"_{columns}"
+    root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}{tag}"
     marker = root / "bench_done.json"
     if marker.is_file():
         info = json.loads(marker.read_text())
@@ -119,6 +121,7 @@ def ensure_parquet_dataset(
         dim=dim,
         layout="v2.1",
         seed=0,
+        columns=columns,
     )
     meta = json.loads((root / "meta" / "info.json").read_text())
     info = {

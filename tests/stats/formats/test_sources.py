@@ -358,3 +358,57 @@ def test_small_files_are_read_in_runs_and_reach_the_reduction_in_order(tmp_path,
         np.testing.assert_array_equal(np.concatenate([c[key].episode for c in chunks]), episodes)
         row_id = np.concatenate([c[key].row_id for c in chunks])
         np.testing.assert_array_equal(row_id, np.arange(len(values)))
+
+
+def test_robot_columns_in_one_row_group_files(tmp_path, monkeypatch):
+    """`columns="robot"` (grippers, a constant joint, 1e6 + noise, four values, Student-t tails,
+    drift) written with a row group per episode and with one per file: the same statistics,
+    numpy's, per-episode too; the one-row-group file is decoded with pyarrow's threads, read in
+    pieces."""
+    from accelkit.stats.formats import readers, sources
+    from accelkit.stats.formats.synthetic import ROBOT_COLUMNS
+
+    monkeypatch.setattr(sources, "SPLIT_ROWS", 256)  # pieces of a file's one row group
+    threaded = []
+    real = readers.huge_row_groups
+    monkeypatch.setattr(
+        readers,
+        "huge_row_groups",
+        lambda meta, rows: threaded.append(real(meta, rows)) or real(meta, rows),
+    )
+    roots = {
+        groups: write_sample_dataset(
+            tmp_path / groups, episodes=9, frames_per_episode=400, dim=len(ROBOT_COLUMNS),
+            layout="v3.0", episodes_per_file=4, columns="robot", row_groups=groups,
+        )
+        for groups in ("episode", "file")
+    }  # fmt: skip
+    for path in (roots["file"] / "data").rglob("*.parquet"):
+        assert pq.ParquetFile(path).metadata.num_row_groups == 1
+    values, _ = read_all(roots["file"], "observation.state")
+    assert len(np.unique(values[:, 2])) == 1 and set(np.unique(values[:, 1])) == {0.0, 1.0}
+    assert len(np.unique(values[:, 4])) <= 4 and values[:, 3].min() > 999_000
+    levels = [0.01, 0.99]
+    results = {}
+    for groups, root in roots.items():
+        threaded.clear()
+        results[groups] = compute_stats(open_source(root), quantiles=levels, per_episode=True)
+        assert threaded and any(threaded) == (groups == "file")  # (not the last file's 400 rows)
+        assert results[groups].summary.passes == 1
+        for key, column in (("state", "observation.state"), ("actions", "action")):
+            assert_matches_numpy(results[groups].stats[key], read_all(root, column)[0], levels)
+    a, b = results["episode"].episodes, results["file"].episodes
+    assert [e.index for e in a] == [e.index for e in b] == list(range(9))
+    for one, other in zip(a, b, strict=True):
+        for key in ("state", "actions"):
+            for q in levels:
+                assert (
+                    one.stats[key].quantiles[q].tobytes() == other.stats[key].quantiles[q].tobytes()
+                )
+
+
+def test_unknown_sample_columns_or_row_groups(tmp_path):
+    with pytest.raises(InputError, match="columns 'gaussian'"):
+        write_sample_dataset(tmp_path / "a", columns="gaussian")
+    with pytest.raises(InputError, match="row_groups 'page'"):
+        write_sample_dataset(tmp_path / "b", layout="v3.0", row_groups="page")

@@ -183,6 +183,16 @@ def arrow_value_dtype(kind) -> str:
     return name
 
 
+def huge_row_groups(metadata, rows: int) -> bool:
+    """Whether a file's row groups hold many pieces of `rows` rows each (a file written as one
+    row group, as pandas or a plain `pq.write_table` writes it): its columns then decode in
+    pyarrow's threads, so the first piece is not one thread's decode of the file's biggest
+    column. Else threads off: files are read in parallel by the stream's prefetch pool, and a
+    LeRobot file's row group per episode is a piece's small part."""
+    groups = metadata.num_row_groups
+    return bool(groups) and metadata.num_rows > 2 * rows * groups
+
+
 class FileReader:
     """Reads named columns (and `episode_index` where present) from one file of a known kind.
 
@@ -303,11 +313,10 @@ class FileReader:
             schema = parquet.schema_arrow
             wanted = [c for c in columns if c in schema.names]
             with_episodes = "episode_index" in schema.names
-            # threads off: files are already read in parallel by the stream's prefetch pool
             batches = parquet.iter_batches(
                 batch_size=rows,
                 columns=wanted + (["episode_index"] if with_episodes else []),
-                use_threads=False,
+                use_threads=huge_row_groups(parquet.metadata, rows),
             )
             first_row = 0
             while True:

@@ -6,6 +6,10 @@ bounded, point masses. Files follow LeRobot's layout (meta/info.json, data/chunk
 its column types (fixed-size float32 lists; int64 indices; float32 timestamp). No videos. A v2.1
 dataset carries `meta/episodes_stats.jsonl` (every feature of every episode, as LeRobot 0.3 writes
 it), which LeRobot needs to open a v2.1 dataset.
+
+`columns="robot"` gives dimensions the harder shapes real robots' columns have (`ROBOT_COLUMNS`),
+and `row_groups="file"` writes each v3.0 file as one row group (as pandas or a plain
+`pq.write_table` does) instead of one per episode (as LeRobot does).
 """
 
 from __future__ import annotations
@@ -22,10 +26,28 @@ from accelkit.stats.core.episodes import episode_stats
 from accelkit.stats.formats.lerobot import episode_entry
 
 LAYOUTS = ("v2.1", "v3.0")
+COLUMN_KINDS = ("smooth", "robot")
+ROW_GROUPS = ("episode", "file")
+# `columns="robot"`: what dimension d % 8 holds (issue 49), in state and action alike
+ROBOT_COLUMNS = (
+    "joint: a random walk from a per-episode offset",
+    "gripper: 0 then 1 (two point masses)",
+    "constant joint: 0.25 in every frame (one point mass)",
+    "large offset: 1e6 + a random walk of std 0.5 (float32 steps of 0.0625)",
+    "mode: one of four values (-1, 0, 0.5, 2), switching a few times per episode",
+    "heavy tails: Student's t with 2 degrees of freedom, scale 0.1",
+    "episode drift: noise around a mean that moves from -2 to 2 over the dataset's episodes",
+    "gripper: 0/1 switching a few times per episode",
+)
 CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's chunks_size)
 
 
-def _episode(rng: np.random.Generator, length: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def _episode(
+    rng: np.random.Generator, length: int, dim: int, columns: str = "smooth", progress: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """One episode's (state, action); `progress` in [0, 1]: where it lies in the dataset."""
+    if columns == "robot":
+        return _robot_episode(rng, length, dim, progress)
     steps = rng.normal(0.0, 0.02, size=(length, dim)).astype(np.float32)
     offset = rng.uniform(-1.5, 1.5, size=dim).astype(np.float32)
     state = np.cumsum(steps, axis=0) + offset
@@ -39,6 +61,49 @@ def _episode(rng: np.random.Generator, length: int, dim: int) -> tuple[np.ndarra
     action += rng.normal(0.0, 0.005, size=action.shape).astype(np.float32)
     for g in grippers:
         action[:, g] = state[:, g]
+    return state, action
+
+
+def _switching(rng: np.random.Generator, length: int, values: np.ndarray) -> np.ndarray:
+    """A few segments (1-4), each holding one of `values`."""
+    cuts = np.sort(rng.integers(0, length, size=int(rng.integers(0, 4))))
+    segment = np.searchsorted(cuts, np.arange(length), side="right")
+    return values[rng.integers(0, len(values), size=segment[-1] + 1)][segment]
+
+
+def _robot_episode(
+    rng: np.random.Generator, length: int, dim: int, progress: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """`ROBOT_COLUMNS`: dimension d holds kind d % 8; continuous kinds get action noise, the
+    point masses (grippers, constant, modes) are the same in the action."""
+    state = np.empty((length, dim), np.float64)
+    discrete = []
+    for d in range(dim):
+        kind = d % len(ROBOT_COLUMNS)
+        if kind == 0:
+            state[:, d] = rng.uniform(-1.5, 1.5) + np.cumsum(rng.normal(0.0, 0.02, length))
+        elif kind == 1:
+            state[:, d] = np.arange(length) >= rng.integers(0, length)
+        elif kind == 2:
+            state[:, d] = 0.25
+        elif kind == 3:
+            state[:, d] = 1e6 + np.cumsum(rng.normal(0.0, 0.5 / np.sqrt(length), length))
+        elif kind == 4:
+            state[:, d] = _switching(rng, length, np.array([-1.0, 0.0, 0.5, 2.0]))
+        elif kind == 5:
+            state[:, d] = 0.1 * rng.standard_t(2, length)
+        elif kind == 6:
+            state[:, d] = -2.0 + 4.0 * progress + rng.normal(0.0, 0.1, length)
+        else:
+            state[:, d] = _switching(rng, length, np.array([0.0, 1.0]))
+        if kind in (1, 2, 4, 7):
+            discrete.append(d)
+    state = state.astype(np.float32)
+    action = np.empty_like(state)
+    action[:-1] = state[1:]
+    action[-1] = state[-1]
+    action += rng.normal(0.0, 0.005, size=action.shape).astype(np.float32)
+    action[:, discrete] = state[:, discrete]
     return state, action
 
 
@@ -93,11 +158,21 @@ def write_sample_dataset(
     episodes_per_file: int | None = None,
     data_files_size_in_mb: float = 100.0,
     progress: Callable[[int, int], None] | None = None,
+    columns: str = "smooth",
+    row_groups: str = "episode",
 ) -> Path:
     """Create a LeRobot-format dataset at `root` (which must not exist or be empty), whole or not
-    at all (written beside it and renamed). `progress(episodes_done, episodes)` after each."""
+    at all (written beside it and renamed). `progress(episodes_done, episodes)` after each.
+    `columns`: "smooth" (random walks and 0/1 grippers) or "robot" (`ROBOT_COLUMNS`);
+    `row_groups` (v3.0): one per "episode" (LeRobot's) or one per "file"."""
     if layout not in LAYOUTS:
         raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+    if columns not in COLUMN_KINDS:
+        raise InputError(f"columns {columns!r} is unknown; use one of {', '.join(COLUMN_KINDS)}")
+    if row_groups not in ROW_GROUPS:
+        raise InputError(
+            f"row_groups {row_groups!r} is unknown; use one of {', '.join(ROW_GROUPS)}"
+        )
     root = Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise InputError(f"{root} already exists and is not empty; choose a new folder")
@@ -113,6 +188,8 @@ def write_sample_dataset(
             episodes_per_file=episodes_per_file,
             data_files_size_in_mb=data_files_size_in_mb,
             progress=progress or (lambda done, total: None),
+            columns=columns,
+            row_groups=row_groups,
         )
     return root
 
@@ -129,6 +206,8 @@ def _write(
     episodes_per_file: int | None,
     data_files_size_in_mb: float,
     progress: Callable[[int, int], None],
+    columns: str = "smooth",
+    row_groups: str = "episode",
 ) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -171,7 +250,7 @@ def _write(
             atomic_open(root / "meta" / "episodes_stats.jsonl") as stats_handle,
         ):
             for e, length in enumerate(lengths):
-                state, action = _episode(rng, int(length), dim)
+                state, action = _episode(rng, int(length), dim, columns, e / max(1, episodes - 1))
                 path = root / "data" / f"chunk-{e // 1000:03d}" / f"episode_{e:06d}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 table = _table(state, action, e, first, fps)
@@ -195,8 +274,9 @@ def _write(
             data_files_size_in_mb=data_files_size_in_mb,
         )
         rows = _write_v30_data(
-            root, rng, lengths, dim, fps, episodes_per_file, data_files_size_in_mb, progress
-        )
+            root, rng, lengths, dim, fps, episodes_per_file, data_files_size_in_mb, progress,
+            columns, row_groups,
+        )  # fmt: skip
         episodes_dir = root / "meta" / "episodes" / "chunk-000"
         episodes_dir.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(rows), episodes_dir / "file-000.parquet")
@@ -215,12 +295,20 @@ def _write_v30_data(
     episodes_per_file: int | None,
     data_files_size_in_mb: float,
     progress: Callable[[int, int], None],
+    columns: str = "smooth",
+    row_groups: str = "episode",
 ) -> list[dict]:
     """The data files as LeRobot (>= 0.4) records them: one parquet writer per file, one row group
     per episode, and a new file once the current one's size on disk plus the next episode's
     (estimated from the file's bytes per frame) reaches `data_files_size_in_mb` — or, if given,
-    after `episodes_per_file` episodes. Returns the meta/episodes rows."""
+    after `episodes_per_file` episodes. Returns the meta/episodes rows. `row_groups="file"`:
+    each file's episodes are gathered and written as one row group when the file closes."""
     import pyarrow.parquet as pq
+
+    def close(writer, path) -> None:
+        writer.close()
+        if row_groups == "file":
+            _one_row_group(path)
 
     rows: list[dict] = []
     writer, path, file_index, in_file, frames_in_file, first = None, None, 0, 0, 0, 0
@@ -231,9 +319,9 @@ def _write_v30_data(
                 per_frame = size_mb / frames_in_file if frames_in_file else 0.0
                 full = size_mb + per_frame * length >= data_files_size_in_mb
                 if full or (episodes_per_file is not None and in_file >= episodes_per_file):
-                    writer.close()
+                    close(writer, path)
                     writer, file_index, in_file, frames_in_file = None, file_index + 1, 0, 0
-            state, action = _episode(rng, length, dim)
+            state, action = _episode(rng, length, dim, columns, e / max(1, len(lengths) - 1))
             table = _table(state, action, e, first, fps)
             if writer is None:
                 chunk, index = divmod(file_index, CHUNKS_SIZE)
@@ -256,7 +344,20 @@ def _write_v30_data(
             in_file += 1
             frames_in_file += length
             progress(e + 1, len(lengths))
-    finally:
         if writer is not None:
+            close(writer, path)
+            writer = None
+    finally:
+        if writer is not None:  # a failure: the staged folder goes
             writer.close()
     return rows
+
+
+def _one_row_group(path: Path) -> None:
+    """Rewrite a closed data file as a single row group (same rows, same schema)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    staged = path.with_suffix(".one.parquet")
+    pq.write_table(table, staged, row_group_size=max(1, table.num_rows))
+    staged.replace(path)

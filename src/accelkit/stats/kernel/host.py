@@ -85,7 +85,7 @@ SIZES = [
 SCALARS = (
     ("float_keys", False), ("sign", True), ("magnitude", True), ("top_bit", True),
     ("low_shift", True), ("high_shift", True), ("digit_mask", True), ("grouped", False),
-    ("with_moments", False), ("flag", False),
+    ("with_moments", False), ("flag", False), ("w_total", False),
 )  # fmt: skip
 PROTOTYPE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
@@ -228,7 +228,7 @@ def _update(state, x, row_weight, spec, function):
         float_keys=not integer, sign=sign, magnitude=kind(sign - kind(1)), top_bit=bits - 1,
         low_shift=bits - spec.prefix_bits - spec.digit_bits, high_shift=bits - spec.prefix_bits,
         digit_mask=(1 << spec.digit_bits) - 1, grouped=spec.prefix_bits > 0,
-        with_moments=spec.with_moments, flag=windows.FLAG,
+        with_moments=spec.with_moments, flag=windows.FLAG, w_total=w.total,
     )  # fmt: skip
     _call(function or kernel(integer), arrays, sizes, scalars)
     return state, ((s1, s2) if spec.with_moments else None)
@@ -286,7 +286,16 @@ def _compile(integer: bool, cache: bool = True):
 
     with _without_blas_probe(_quiet_blas):
         jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-        names = ("radix_sort", "lower_to", "unflag", "narrow_sorted", "narrow", "add", "loop")
+        names = (
+            "radix_sort",
+            "lower_to",
+            "unflag",
+            "narrow_sorted",
+            "aim",
+            "narrow",
+            "add",
+            "loop",
+        )
         for name in names:  # callees first (module globals to numba when it compiles a caller)
             if not isinstance(getattr(host_loop, name), numba.core.dispatcher.Dispatcher):
                 setattr(host_loop, name, jit(getattr(host_loop, name)))
@@ -311,6 +320,7 @@ def _entry(value, key):
         w_hi, w_partial, w_keys, w_weights, w_merged, w_fill, spare_keys, spare_ints, rows, dim,
         groups, bins, blocks, levels, windim, capacity, n_keys, n_ints, float_keys, sign,
         magnitude, top_bit, low_shift, high_shift, digit_mask, grouped, with_moments, flag,
+        w_total,
     ):  # fmt: skip
         i8, f8 = np.int64, np.float64
         host_loop.loop(
@@ -326,7 +336,7 @@ def _entry(value, key):
             carray(w_keys, (windim, levels, capacity), key),
             carray(w_weights, (windim, levels, capacity), i8),
             carray(w_merged, (windim, levels), i8), carray(w_fill, (windim, levels), i8), flag,
-            carray(spare_keys, (n_keys,), key), carray(spare_ints, (n_ints,), i8),
+            carray(spare_keys, (n_keys,), key), carray(spare_ints, (n_ints,), i8), w_total,
         )  # fmt: skip
 
     from numba import carray

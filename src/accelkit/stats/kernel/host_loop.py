@@ -19,6 +19,7 @@ from accelkit.stats.core.moments import BLOCK_ROWS
 
 RUN_ROWS = 16  # moments._in_order: runs of 16 rows, then the runs
 BUCKETS = 4096  # a narrowing's histogram of a window's entries
+SLACK = 2 * BLOCK_ROWS  # `aim`'s margin: a block's values are counted before they reach a window
 
 
 def loop(
@@ -54,13 +55,15 @@ def loop(
     flag,
     spare_keys,
     spare_ints,
+    w_total,
 ):
     """One batch, row by row (every argument a numpy array or scalar; the counters are updated in
     place): per value its weight, its moment terms (into the running runs and blocks), and, when
     counted, its histogram bin (under its group's prefix), its extremes and, on a pass with
     windows (`windows`), the values whose bin carries `flag` (a bin some window reaches), handed
-    to `add` after each block of rows: the bin's count is loaded and stored anyway, so
-    every other value costs one comparison more."""
+    to `add` after each block of rows (a run of equal values as one entry): the bin's count is
+    loaded and stored anyway, so every other value costs one comparison more. `w_total`: the rows the pass will read (0 when
+    not known), which `narrow` aims the windows with."""
     rows, dim = x.shape
     groups = counts.shape[1]
     block_keys = spare_keys[-BLOCK_ROWS:]  # a block's values in flagged bins
@@ -112,9 +115,14 @@ def loop(
                     c = counts[d, group, bin_] + w
                     counts[d, group, bin_] = c
                     if c >= flag:  # a bin a window reaches: the value goes to the windows
-                        block_keys[flagged] = key
-                        block_weights[flagged] = w
-                        flagged += 1
+                        if flagged and block_keys[flagged - 1] == key:
+                            # a run of one value (a gripper, a constant joint, a mode, 1e6 +
+                            # noise under float32's 0.0625 steps): one entry of its total weight
+                            block_weights[flagged - 1] += w
+                        else:
+                            block_keys[flagged] = key
+                            block_weights[flagged] = w
+                            flagged += 1
                     if with_moments:
                         seen += w
                         lo = min(lo, key)
@@ -129,7 +137,7 @@ def loop(
                     add(
                         block_keys, block_weights, flagged, d, count[d] + seen, low_shift,
                         counts, w_levels, w_lo, w_hi, w_partial, w_keys, w_weights, w_merged,
-                        w_fill, flag, spare_keys, spare_ints,
+                        w_fill, flag, spare_keys, spare_ints, w_total,
                     )  # fmt: skip
                 count[d] += seen
                 low[d], high[d] = lo, hi
@@ -149,7 +157,7 @@ def spare(capacity: int, key_dtype) -> tuple[np.ndarray, np.ndarray]:
 
 def add(
     block_keys, block_weights, n, d, seen, bin_shift, counts, levels, lo, hi, partial, keys,
-    weights, merged, fill, flag, spare_keys, spare_ints,
+    weights, merged, fill, flag, spare_keys, spare_ints, total,
 ):  # fmt: skip
     """A block's `n` values of dimension d in flagged bins into its windows: inside a window,
     appended (or added to the last entry, a run of one value); under it in lo's own bin, its
@@ -176,7 +184,7 @@ def add(
                     fill[d, u] = f
                     narrow(
                         keys, weights, lo, hi, partial, merged, fill, d, u, levels[u], seen,
-                        bin_shift, counts, flag, spare_keys, spare_ints,
+                        bin_shift, counts, flag, spare_keys, spare_ints, total,
                     )  # fmt: skip
                     low, high, f, m = lo[d, u], hi[d, u], fill[d, u], merged[d, u]
                     low_bin, under = np.uint64(low) >> bin_shift, 0
@@ -184,18 +192,43 @@ def add(
         fill[d, u] = f
 
 
+def aim(level, seen, below, total, size):
+    """The ranks inside window (d, u) a narrowing keeps: (first, last), weighted, 0-based.
+
+    Where the pass's row count `total` is known, the level's final order statistics (ranks
+    r = level * (total - 1) and r + 1 among all rows) have, among the `seen` values so far, ranks
+    between r - (total - seen) (every value still to come falls under them) and r + 1 (none
+    does): when that range fits in half the window, the window keeps all of it and holds those
+    values whatever order the rows come in (a drift over episodes, sorted data). A tail level of
+    a dataset up to ~`capacity` / (2 * min(level, 1 - level)) rows fits from the first narrowing.
+    Else the window keeps the level's rank in the data so far (each part of the dataset like the
+    whole), moved into that range."""
+    rank = level * (seen - 1) - below
+    if total < seen or total <= 0:  # not known (or the rows were more than said)
+        return rank, rank
+    final = np.floor(level * (total - 1))
+    first = max(0.0, final - (total - seen) - SLACK) - below
+    last = min(seen - 1.0, final + 1 + SLACK) - below
+    if last - first <= size // 2:
+        return first, last
+    rank = min(max(rank, first), last)
+    return rank, rank
+
+
 def narrow(
     keys, weights, lo, hi, partial, merged, fill, d, u, level, seen, bin_shift, counts, flag,
-    spare_keys, spare_ints,
+    spare_keys, spare_ints, total,
 ):  # fmt: skip
-    """Window (d, u) is full: keep what lies within about a quarter of its capacity on each side
-    of the level's weighted rank among the `seen` values so far. The entries under the kept part
-    count as below the window (in `partial` where they share the new lo's bin), those over it
-    are dropped, and [lo, hi] shrinks to the gaps beside what stays (no value lies in a gap).
-    The cut comes from a histogram of the entries (`BUCKETS` equal key ranges: three passes over
-    them); where the target's range holds more than a quarter of the capacity (a point mass, or
-    values closer than the ranges), the entries are sorted with equal keys merged (`narrow_sorted`). Bins no
-    window of the dimension reaches any more lose their flag."""
+    """Window (d, u) is full: keep the ranks `aim` chooses (for one rank, what lies within about a
+    quarter of the capacity on each side of it; for a range, the range: nothing outside it can
+    be needed, and a tighter window hands fewer values to `add`). The entries under the kept part count as below the window
+    (in `partial` where they share the new lo's bin), those over it are dropped, and [lo, hi]
+    shrinks to the gaps beside what stays (no value lies in a gap). The cut comes from a
+    histogram of the entries (`BUCKETS` equal key ranges: three passes over them); where the
+    target ranks' ranges hold more than half the capacity (a point mass, or values closer than
+    the ranges), the entries are sorted with equal keys merged (`narrow_sorted`): a point mass is
+    then one entry of its whole weight, however many rows hold it. Bins no window of the
+    dimension reaches any more lose their flag."""
     size = keys.shape[2]
     n = fill[d, u]
     one = np.uint64(1)
@@ -204,7 +237,7 @@ def narrow(
     below = partial[d, u]  # under the window so far: partial + the counts of the bins under it
     for b in range(old_low_bin):
         below += counts[d, 0, b] & ~flag
-    rank = level * (seen - 1) - below  # the level's rank inside the window, so far
+    first_rank, last_rank = aim(level, seen, below, total, size)
     first, last = np.uint64(keys[d, u, 0]), np.uint64(keys[d, u, 0])
     for i in range(n):
         k = np.uint64(keys[d, u, i])
@@ -220,24 +253,32 @@ def narrow(
         count[b] += 1
         mass[b] += weights[d, u, i]
     buckets = np.int64((last - first) >> shift) + 1
-    target, total = 0, 0
+    # the buckets holding the first and the last rank (or the last bucket with entries)
+    start, stop, total_mass, started = 0, 0, 0, False
     for b in range(buckets):
         if count[b]:
-            target = b
-            if total + mass[b] > rank:
+            if not started:
+                start = b
+            stop = b
+            total_mass += mass[b]
+            started = started or total_mass > first_rank
+            if total_mass > last_rank:
                 break
-            total += mass[b]
-    if count[target] > size // 4:  # (so what stays is at most 3/4 of the capacity)
+    core = 0
+    for b in range(start, stop + 1):
+        core += count[b]
+    if core > size // 4 and (first_rank == last_rank or core > size // 2):
         narrow_sorted(
-            keys, weights, lo, hi, partial, merged, fill, d, u, rank, bin_shift, spare_keys,
-            spare_ints,
+            keys, weights, lo, hi, partial, merged, fill, d, u, first_rank, last_rank,
+            bin_shift, spare_keys, spare_ints,
         )  # fmt: skip
     else:
-        a, b, left, right = target, target, 0, 0
-        while a > 0 and left + count[a - 1] <= size // 4:
+        side = size // 4 if first_rank == last_rank else 0  # a range: all it can need
+        a, b, left, right = start, stop, 0, 0
+        while a > 0 and left + count[a - 1] <= side:
             a -= 1
             left += count[a]
-        while b < buckets - 1 and right + count[b + 1] <= size // 4:
+        while b < buckets - 1 and right + count[b + 1] <= side:
             b += 1
             right += count[b]
         cut_low = first + (np.uint64(a) << shift)
@@ -294,12 +335,13 @@ def unflag(lo, hi, d, u, old_low_bin, old_high_bin, bin_shift, counts, flag):
 
 
 def narrow_sorted(
-    keys, weights, lo, hi, partial, merged, fill, d, u, rank, bin_shift, spare_keys, spare_ints
+    keys, weights, lo, hi, partial, merged, fill, d, u, first_rank, last_rank, bin_shift,
+    spare_keys, spare_ints,
 ):  # fmt: skip
-    """`narrow` where one histogram range holds too many entries: the appended entries are
+    """`narrow` where the target ranges hold too many entries: the appended entries are
     sorted into the sorted part (`merged` entries; equal keys merged, so a point mass is one
-    entry), and the entries more than a quarter of the capacity from the one holding `rank`
-    go."""
+    entry), and the entries further than a quarter of the capacity (for one rank; for a range,
+    any) from those holding `first_rank`..`last_rank` go."""
     size = keys.shape[2]
     m, f = merged[d, u], fill[d, u]
     size_tail = f - m
@@ -327,10 +369,16 @@ def narrow_sorted(
     start, stop = 0, n
     if n > size // 2:
         total, t = 0, 0
-        while t < n - 1 and total + out_weights[t] <= rank:
+        while t < n - 1 and total + out_weights[t] <= first_rank:
             total += out_weights[t]
             t += 1
-        start, stop = max(0, t - size // 4), min(n, t + size // 4)
+        t_first = t
+        while t < n - 1 and total + out_weights[t] <= last_rank:
+            total += out_weights[t]
+            t += 1
+        t_last = min(t, t_first + size // 2)
+        side = size // 4 if first_rank == last_rank else 0
+        start, stop = max(0, t_first - side), min(n, t_last + 1 + side)
         if start:
             under_max = np.uint64(out_keys[start - 1])
             under_bin, under = under_max >> bin_shift, 0

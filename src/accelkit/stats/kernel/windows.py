@@ -34,12 +34,13 @@ import numpy as np
 
 from accelkit.stats.core.moments import BLOCK_ROWS
 from accelkit.stats.core.sort_keys import key_dtype
-from accelkit.stats.kernel.host_loop import spare
+from accelkit.stats.kernel.host_loop import SLACK, spare
 
 BYTES_PER_KEY = 16 << 20  # the buffers of one key's windows (untouched pages cost nothing)
 FLAG = np.int64(1 << 62)  # on a pass-1 histogram count: some window reaches this bin
 MIN_CAPACITY = 1024
 MAX_CAPACITY = 1 << 15
+GUARANTEED_CAPACITY = 1 << 17  # (`capacity`): 1.5 MiB per window of float32 keys
 TAIL = 0.02  # levels this close to 0 or 1 are tried (`worth_trying`)
 
 
@@ -71,18 +72,27 @@ class Windows(NamedTuple):
     fill: np.ndarray  # int64 [D, W]: entries in use
     spare_keys: np.ndarray  # the loop's room to narrow these windows in (`host_loop.spare`)
     spare_ints: np.ndarray
+    total: int = 0  # the rows the pass will read (0: not known), which narrowing aims with
 
     @property
     def capacity(self) -> int:
         return self.keys.shape[2]
 
 
-def capacity(dim: int, levels: int, integer: bool, total_rows: int | None = None) -> int:
+def capacity(
+    dim: int, levels: int, integer: bool, total_rows: int | None = None, tail: float = 0.0
+) -> int:
     """Entries per window: `BYTES_PER_KEY` over the key's windows, within [MIN, MAX]_CAPACITY,
-    and no more than a window could ever hold (each row adds at most one entry)."""
+    and no more than a window could ever hold (each row adds at most one entry). With the row
+    count known, up to `GUARANTEED_CAPACITY` entries where that lets every window keep the whole
+    range its level's values can still be in (`host_loop.aim`; `tail`: the largest
+    min(level, 1 - level)): the window then holds them whatever the order of the rows."""
     entry = np.dtype(key_dtype(integer)).itemsize + 8
     size = BYTES_PER_KEY // max(1, dim * levels * entry)
     size = int(min(MAX_CAPACITY, max(MIN_CAPACITY, size)))
+    if total_rows:
+        wanted = 2 * (int(tail * total_rows) + 2 * SLACK) + MIN_CAPACITY
+        size = max(size, min(wanted, GUARANTEED_CAPACITY))
     if total_rows is not None:
         size = min(size, max(4, int(total_rows) + 2))
     return size + size % 2
@@ -93,7 +103,8 @@ def start(levels, dim: int, integer: bool, total_rows: int | None = None) -> Win
     levels = np.asarray(sorted({float(q) for q in levels}), np.float64)
     kind = key_dtype(integer)
     width = len(levels)
-    size = capacity(dim, width, integer, total_rows)
+    tail = float(np.max(np.minimum(levels, 1 - levels), initial=0.0))
+    size = capacity(dim, width, integer, total_rows, tail)
     spare_keys, spare_ints = spare(size + BLOCK_ROWS, kind)  # the loop's: a block, then these
     return Windows(
         levels=levels,
@@ -106,6 +117,7 @@ def start(levels, dim: int, integer: bool, total_rows: int | None = None) -> Win
         fill=np.zeros((dim, width), np.int64),
         spare_keys=spare_keys,
         spare_ints=spare_ints,
+        total=int(total_rows or 0),
     )
 
 
