@@ -504,6 +504,10 @@ def image_weights(config) -> str | None:
     if config.backend == "triton":
         return None
     if config.onnx_path is None:
+        from accelkit.images.embedding import int8
+
+        if int8.is_int8(config):
+            return int8.int8_weights()
         return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
     path = regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")
     return _short(_file_fingerprint(path))
@@ -662,7 +666,12 @@ def model_record(config, preprocess=None) -> dict:
 def make_backend(config) -> EmbeddingBackend:
     """The backend a `ModelConfig` asks for."""
     if config.backend == "onnxruntime":
-        path = config.onnx_path or cached_onnx_path(config.cache_dir)
+        from accelkit.images.embedding import int8
+
+        if int8.is_int8(config):
+            path = int8.cached_int8_path(config.cache_dir)
+        else:
+            path = config.onnx_path or cached_onnx_path(config.cache_dir)
         return OnnxRuntimeBackend(
             path, config.input_name, config.output_name, config.intra_op_threads
         )
