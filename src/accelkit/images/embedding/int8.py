@@ -90,10 +90,13 @@ def _quantize_static():
 
 
 def build_int8(
-    fp32: str | os.PathLike, target: str | os.PathLike, ranges: dict | None = None
+    fp32: str | os.PathLike,
+    target: str | os.PathLike,
+    ranges: dict | None = None,
+    float_nodes: tuple[str, ...] = FLOAT_NODES,
 ) -> Path:
     """Quantize the FP32 export `fp32` into `target` with `ranges` ({tensor: [[min], [max]]}, default
-    the shipped table), atomically: everything is written in a temp folder beside `target`, and
+    the shipped table) and `float_nodes` kept float, atomically: everything is written in a temp folder beside `target`, and
     the finished file renamed onto it."""
     import numpy as np
 
@@ -126,7 +129,7 @@ def build_int8(
                 activation_type=quantization.QuantType.QUInt8,
                 weight_type=quantization.QuantType.QInt8,
                 calibrate_method=quantization.CalibrationMethod.MinMax,
-                nodes_to_exclude=list(FLOAT_NODES),
+                nodes_to_exclude=list(float_nodes),
                 calibration_cache_path=str(cache),
             )
         except KeyError as exc:  # a tensor the table has no range for: another export
