@@ -16,7 +16,13 @@ from tests.images.embedding.test_pipeline import altered
 
 @pytest.fixture(scope="module")
 def int8_path(onnx_path):
-    return int8.cached_int8_path(onnx_path.parent)
+    return models.cached_int8_path(onnx_path.parent)
+
+
+def int8_weights(onnx_path) -> str:
+    from accelkit.images.config import ModelConfig
+
+    return models.image_weights(ModelConfig(**int8_settings(onnx_path)))
 
 
 def int8_settings(onnx_path) -> dict:
@@ -122,9 +128,9 @@ def test_the_int8_file_is_cached_by_recipe_and_built_atomically(
     import onnxruntime.quantization as quantization
 
     assert int8_path.parent == onnx_path.parent
-    assert int8_path.name == f"{int8.INT8_MODEL_NAME}-{int8.int8_weights()}.onnx"
+    assert int8_path.name == f"{int8.INT8_MODEL_NAME}-{int8_weights(onnx_path)}.onnx"
     stamp = int8_path.stat().st_mtime_ns
-    assert int8.cached_int8_path(onnx_path.parent) == int8_path
+    assert models.cached_int8_path(onnx_path.parent) == int8_path
     assert int8_path.stat().st_mtime_ns == stamp  # reused, not rebuilt
     ops = {node.op_type for node in onnx.load(str(int8_path)).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
@@ -142,13 +148,13 @@ def test_the_int8_file_is_cached_by_recipe_and_built_atomically(
     assert list(folder.iterdir()) == []
     monkeypatch.undo()
     # a damaged file is rebuilt; another recipe or other ranges make another file
-    monkeypatch.setattr(int8.models, "cached_onnx_path", lambda cache_dir=None: onnx_path)
+    monkeypatch.setattr(models, "cached_onnx_path", lambda cache_dir=None: onnx_path)
     damaged = tmp_path / "cache"
     damaged.mkdir()
     (damaged / int8_path.name).write_bytes(b"half a file")
-    assert int8.cached_int8_path(damaged).read_bytes() == int8_path.read_bytes()
+    assert models.cached_int8_path(damaged).read_bytes() == int8_path.read_bytes()
     monkeypatch.setattr(int8, "QUANT_RECIPE", "another-recipe")
-    assert int8.int8_weights() not in int8_path.name
+    assert int8_weights(onnx_path) not in int8_path.name
     ranges = tmp_path / "ranges.json"
     table = json.loads(int8.RANGES_FILE.read_text())
     monkeypatch.undo()
@@ -156,7 +162,7 @@ def test_the_int8_file_is_cached_by_recipe_and_built_atomically(
     table["ranges"][first][1][0] *= 2
     ranges.write_text(json.dumps(table))
     monkeypatch.setattr(int8, "RANGES_FILE", ranges)
-    assert int8.int8_weights() not in int8_path.name
+    assert int8_weights(onnx_path) not in int8_path.name
 
 
 def test_a_collection_of_one_model_refuses_the_other(onnx_path, photos, tmp_path):
@@ -189,7 +195,7 @@ def test_a_collection_of_one_model_refuses_the_other(onnx_path, photos, tmp_path
             images.insert(paths[:1], theirs, config=configs[mine])
     recorded = images.describe_collection("int8", config=configs["int8"])["model"]
     assert recorded["name"] == int8.INT8_MODEL_NAME
-    assert recorded["image_tower"]["weights"] == int8.int8_weights()
+    assert recorded["image_tower"]["weights"] == int8_weights(onnx_path)
     fp32 = images.describe_collection("fp32", config=configs["fp32"])["model"]
     assert fp32["image_tower"]["weights"] != recorded["image_tower"]["weights"]
 

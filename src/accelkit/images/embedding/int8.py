@@ -22,8 +22,6 @@ import tempfile
 from pathlib import Path
 
 from accelkit.errors import ConfigError, require
-from accelkit.images.embedding import models
-from accelkit.runtime.progress import status
 
 INT8_MODEL_NAME = "efficientnet-lite0-int8"
 QUANT_RECIPE = "v1-qdq-u8s8-per-channel-minmax"  # part of the cache key and the record
@@ -59,21 +57,10 @@ def recipe() -> str:
     return f"{QUANT_RECIPE}:{','.join(FLOAT_NODES)}:{ranges}:onnxruntime-{_ort_version()}"
 
 
-def int8_weights() -> str:
-    """16 hex digits naming the int8 model's weights (recorded as `image_tower.weights`)."""
-    fp32 = models.file_sha256(models.weights_path())
-    return hashlib.sha256(f"{fp32}:{models.EXPORT_RECIPE}:{recipe()}".encode()).hexdigest()[:16]
-
-
-def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The int8 file for the installed weights, built first (about 10-20 s) if missing or stale."""
-    folder = Path(cache_dir) if cache_dir else models.default_cache_dir()
-    target = folder / f"{INT8_MODEL_NAME}-{int8_weights()}.onnx"
-    if target.is_file() and models._valid_onnx(target):
-        return target
-    fp32 = models.cached_onnx_path(cache_dir)
-    with status(f"quantizing {models.MODEL_NAME} to int8 once (cached in {folder})"):
-        return build_int8(fp32, target)
+def int8_weights(fp32_weights: str) -> str:
+    """16 hex digits naming the int8 model's weights (recorded as `image_tower.weights`), from
+    the FP32 export's (`models.image_weights` of the default model) and `recipe()`."""
+    return hashlib.sha256(f"{fp32_weights}:{recipe()}".encode()).hexdigest()[:16]
 
 
 def _quantize_static():
@@ -84,7 +71,7 @@ def _quantize_static():
         raise ConfigError(
             f"model {INT8_MODEL_NAME!r} needs an onnxruntime whose quantize_static takes"
             f" calibration_cache_path (installed: {_ort_version()}); upgrade onnxruntime, or set"
-            f" model.name: {models.MODEL_NAME}"
+            " model.name: efficientnet-lite0"
         )
     return quantization
 
@@ -157,7 +144,7 @@ def calibration_images() -> list:
 
 
 def calibration_ranges(
-    fp32: str | os.PathLike, tensors, batch: int = 10
+    fp32: str | os.PathLike, tensors, input_name: str = "pixels", batch: int = 10
 ) -> dict[str, list[list[float]]]:
     """{tensor: [[min], [max]]} of every activation ORT quantizes, over `tensors` ([N, 3, H, W]
     float32, preprocessed as the pipeline does), with ORT's own MinMax calibrator on the
@@ -170,7 +157,7 @@ def calibration_ranges(
     class Reader(quantization.CalibrationDataReader):
         def __init__(self):
             self.batches = iter(
-                [{models.INPUT_NAME: tensors[i : i + batch]} for i in range(0, len(tensors), batch)]
+                [{input_name: tensors[i : i + batch]} for i in range(0, len(tensors), batch)]
             )
 
         def get_next(self):

@@ -158,6 +158,20 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
     return exported
 
 
+def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The int8 model (`embedding.int8`) for the installed weights, quantized from the FP32
+    export first (10-30 s) if missing or stale: named by its weights key, written atomically."""
+    from accelkit.images.embedding import int8
+
+    folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    target = folder / f"{int8.INT8_MODEL_NAME}-{int8.int8_weights(_packaged_weights())}.onnx"
+    if target.is_file() and _valid_onnx(target):
+        return target
+    fp32 = cached_onnx_path(cache_dir)
+    with status(f"quantizing {MODEL_NAME} to int8 once (cached in {folder})"):
+        return int8.build_int8(fp32, target)
+
+
 def _valid_onnx(path: Path) -> bool:
     try:
         import onnx
@@ -494,6 +508,11 @@ def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _packaged_weights() -> str:
+    """16 hex digits naming the packaged FP32 model: its weights' SHA-256 and the export recipe."""
+    return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+
+
 RECORD_VERSION = 2  # records with per-tower parts; version 1 had one `fingerprint` over all files
 
 
@@ -506,9 +525,8 @@ def image_weights(config) -> str | None:
     if config.onnx_path is None:
         from accelkit.images.embedding import int8
 
-        if int8.is_int8(config):
-            return int8.int8_weights()
-        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+        fp32 = _packaged_weights()
+        return int8.int8_weights(fp32) if int8.is_int8(config) else fp32
     path = regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")
     return _short(_file_fingerprint(path))
 
@@ -604,7 +622,7 @@ def legacy_fingerprint(config, text: bool) -> str | None:
     if config.backend == "triton":
         return None
     if config.onnx_path is None:
-        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+        return _packaged_weights()
     files = [regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")]
     if text:
         towers = text_tower_files(config)
@@ -669,7 +687,7 @@ def make_backend(config) -> EmbeddingBackend:
         from accelkit.images.embedding import int8
 
         if int8.is_int8(config):
-            path = int8.cached_int8_path(config.cache_dir)
+            path = cached_int8_path(config.cache_dir)
         else:
             path = config.onnx_path or cached_onnx_path(config.cache_dir)
         return OnnxRuntimeBackend(
