@@ -26,6 +26,7 @@ import numpy as np
 
 from accelkit.errors import ConfigError, InputError, require
 from accelkit.images.config import PreprocessConfig
+from accelkit.images.embedding import int8
 from accelkit.runtime.files import atomic_open, regular_file
 from accelkit.runtime.progress import status, stderr_console
 
@@ -159,10 +160,7 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The int8 model (`embedding.int8`) for the installed weights, quantized from the FP32
-    export first (10-30 s) if missing or stale: named by its weights key, written atomically."""
-    from accelkit.images.embedding import int8
-
+    """`int8.py`'s model, quantized from the FP32 export once (10-30 s), written atomically."""
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     target = folder / f"{int8.INT8_MODEL_NAME}-{int8.int8_weights(_packaged_weights())}.onnx"
     if target.is_file() and _valid_onnx(target):
@@ -508,9 +506,10 @@ def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _packaged_weights() -> str:
-    """16 hex digits naming the packaged FP32 model: its weights' SHA-256 and the export recipe."""
-    return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+def _packaged_weights(config=None) -> str:
+    """The packaged FP32 model's weights key, or the int8 one's for a config that names it."""
+    fp32 = _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+    return int8.int8_weights(fp32) if config is not None and int8.is_int8(config) else fp32
 
 
 RECORD_VERSION = 2  # records with per-tower parts; version 1 had one `fingerprint` over all files
@@ -523,10 +522,7 @@ def image_weights(config) -> str | None:
     if config.backend == "triton":
         return None
     if config.onnx_path is None:
-        from accelkit.images.embedding import int8
-
-        fp32 = _packaged_weights()
-        return int8.int8_weights(fp32) if int8.is_int8(config) else fp32
+        return _packaged_weights(config)
     path = regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")
     return _short(_file_fingerprint(path))
 
@@ -684,12 +680,8 @@ def model_record(config, preprocess=None) -> dict:
 def make_backend(config) -> EmbeddingBackend:
     """The backend a `ModelConfig` asks for."""
     if config.backend == "onnxruntime":
-        from accelkit.images.embedding import int8
-
-        if int8.is_int8(config):
-            path = cached_int8_path(config.cache_dir)
-        else:
-            path = config.onnx_path or cached_onnx_path(config.cache_dir)
+        packaged = cached_int8_path if int8.is_int8(config) else cached_onnx_path
+        path = config.onnx_path or packaged(config.cache_dir)
         return OnnxRuntimeBackend(
             path, config.input_name, config.output_name, config.intra_op_threads
         )
