@@ -195,7 +195,10 @@ def run(args) -> dict:
     from accelkit.images.embedding import int8, models
 
     fp32 = models.cached_onnx_path()
-    nodes = [n.name for n in onnx.load(str(fp32)).graph.node]
+    # the ops quant_pre_process leaves (it folds the SAME-padding subgraphs into the convs)
+    nodes = [
+        n.name for n in onnx.load(str(fp32)).graph.node if n.op_type in ("Conv", "Clip", "Add")
+    ]
     log("preprocessing the image sets")
     sets = image_sets(args.photos, args.data_dir)
     reference = {name: embed(session(fp32), tensors) for name, tensors in sets.items()}
