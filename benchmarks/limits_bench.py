@@ -434,11 +434,13 @@ def render(report: dict) -> str:
             )
             lines.append(f"- {LABELS[name]}: {r['photos']['count']:,} JPEG photos{extra}.")
     if "int8" in report["workloads"].get("images", {}):
-        q = report["workloads"]["images"]["int8"]
+        images = report["workloads"]["images"]
+        q, cpu = images["int8"], images["median_cpu_s"]
         recall, features = q["recall_at_10"], ", ".join(q["cpu_int8_features"]) or "none"
         lines.append(
             f"- images embed, int8: `model.name: {q['model']}` against the FP32 model alone"
-            f" (`floors.py model`), same rounds, target ≥ {INT8_TARGETS['ratio']}×; its vectors"
+            f" (`floors.py model`), same rounds, target ≥ {INT8_TARGETS['ratio']}×; by CPU"
+            f" seconds (median) {cpu['floor_model'] / cpu['accelkit_int8']:.2f}×; its vectors"
             f" of the {q['items']:,} photos against the FP32 model's: **recall@10 {recall:.3f}**"
             f" (target ≥ {INT8_TARGETS['recall_at_10']}:"
             f" {'met' if recall >= INT8_TARGETS['recall_at_10'] else 'missed'}), cosine min"
