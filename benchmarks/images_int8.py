@@ -50,8 +50,8 @@ def blocks(upto: int) -> list[str]:
 # name: (what stays float, regexes of node names of the FP32 graph kept float besides HEAD)
 RECIPES = {
     "all int8": ("the pooling and classifier only", []),
-    "stem float (shipped)": ("the stem conv", [r"^/_conv_stem/"]),
-    "stem + block 0 float": ("the stem and block 0", [r"^/_conv_stem/", *blocks(0)]),
+    "stem float": ("the stem conv", [r"^/_conv_stem/"]),
+    "stem + block 0 float (shipped)": ("the stem and block 0", [r"^/_conv_stem/", *blocks(0)]),
     "stem + blocks 0-1 float": ("the stem and blocks 0-1", [r"^/_conv_stem/", *blocks(1)]),
     "stem + blocks 0-3 float": ("the stem and blocks 0-3", [r"^/_conv_stem/", *blocks(3)]),
     "stem + blocks 0-7 float": ("the stem and blocks 0-7", [r"^/_conv_stem/", *blocks(7)]),
@@ -207,7 +207,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="images_int8") as scratch:
         for name, (floating, patterns) in RECIPES.items():
             float_nodes = (*[n for n in nodes if any(re.search(p, n) for p in patterns)], *HEAD)
-            if name == "stem float (shipped)":
+            if name.endswith("(shipped)"):
                 assert set(float_nodes) == set(int8.FLOAT_NODES), float_nodes
             log(f"{name}: building ({len(float_nodes)} nodes float)")
             path = int8.build_int8(
