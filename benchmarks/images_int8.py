@@ -259,6 +259,8 @@ def render(report: dict) -> str:
             f"{25 - a['altered_wrong']}/25, {a['altered_min_margin']:.3f} | "
             f"**{s['ratio_median']:.2f}×** ({min(s['ratio_per_round']):.2f}–{max(s['ratio_per_round']):.2f}) |"
         )
+    if report.get("relabelled"):
+        lines += ["", f"Note: {report['relabelled']}."]
     lines += ["", MARKERS[1]]
     return "\n".join(lines)
 
