@@ -29,8 +29,9 @@ RANGES_FILE = Path(__file__).with_name("int8_ranges.json")
 # kept float: the stem conv (the input is not rounded to 8 bits: the largest single error, about
 # half a grey level) and block 0 (its depthwise conv at 112x112 moves the embedding most: the
 # worst cosine to FP32 goes from 0.88 to 0.98), the pooling (the stored vector is not rounded
-# either) and the classifier. Block 0 float costs no speed here (the float part ends in 16
-# channels instead of 32); each further block float does: docs/images.md, "The int8 model"
+# either) and the classifier. Block 0 float was as fast as the stem alone float in two of three
+# interleaved runs (the float part ends in 16 channels instead of 32; one run at load 15-19 had
+# it slower); each further block float costs speed: docs/images.md, "The int8 model"
 FLOAT_NODES = (
     "/_conv_stem/Conv",
     "/_blocks.0/_depthwise_conv/Conv",
