@@ -59,6 +59,9 @@ TARGETS = {  # issues 49, 40, 29
     "ray": 0.9,
 }
 STATS_WORKLOADS = ("stats_v30", "stats_v30_1rg", "stats_v21")
+# the int8 model (issue 49): images embed with it against the FP32 model alone, and its
+# neighbours against the FP32 model's
+INT8_TARGETS = {"ratio": 1.0, "recall_at_10": 0.99}
 # stats: peak RSS at most this many times the read-only process's, or this many MiB (issue 40)
 MEMORY_TARGET = 1.5
 MEMORY_FLOOR_MIB = 512
@@ -300,21 +303,66 @@ def bench_stats(name: str, args, scratch: Path) -> dict:
 
 
 def bench_images(args, scratch: Path) -> dict:
+    """`images embed` with the FP32 model and with the int8 one (`model.name:
+    efficientnet-lite0-int8`, issue 49), both against the FP32 model alone, in the same rounds;
+    and the int8 vectors' neighbours against the FP32 vectors' of the same photos."""
+    from accelkit.images.embedding.int8 import INT8_MODEL_NAME, cpu_int8_features
+
     photos = ensure_photos(args.data_dir, args.photos)
     tensors = ensure_tensors(args.data_dir, photos)
+    int8_env = {**os.environ, "ACCELKIT_MODEL_NAME": INT8_MODEL_NAME}
     commands = {
         "accelkit": lambda: run_process(
             [*accelkit_command(), "images", "embed", str(photos / "jpg"),
              "-o", str(scratch / "embeddings.npy"), "--no-progress"]
+        ),
+        "accelkit_int8": lambda: run_process(
+            [*accelkit_command(), "images", "embed", str(photos / "jpg"),
+             "-o", str(scratch / "embeddings_int8.npy"), "--no-progress"], env=int8_env,
         ),
         "floor_model": lambda: run_process(
             [sys.executable, str(REPO / "benchmarks" / "floors.py"), "model", str(tensors),
              str(args.photos), "32"]
         ),
     }  # fmt: skip
-    result = summarize(rounds(commands, args.rounds), "accelkit", "floor_model")
+    calls = rounds(commands, args.rounds)
+    result = summarize(calls, "accelkit", "floor_model")
     result["photos"] = {"count": args.photos, "path": str(photos)}
+    int8 = summarize(calls, "accelkit_int8", "floor_model")
+    result["int8"] = {
+        "model": INT8_MODEL_NAME,
+        "cpu_int8_features": cpu_int8_features(),
+        **{k: int8[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")},
+        **neighbours(scratch / "embeddings.npy", scratch / "embeddings_int8.npy"),
+    }
     return result
+
+
+def neighbours(reference: Path, candidate: Path, k: int = 10) -> dict:
+    """recall@k of `candidate`'s vectors against `reference`'s (the same inputs, in the same
+    order): the share of each item's k nearest others (brute-force cosine) both agree on; and
+    the cosine of each item's two vectors."""
+    import numpy as np
+
+    lists = [p.with_name(p.stem + ".inputs.txt").read_text() for p in (reference, candidate)]
+    if lists[0] != lists[1]:
+        raise SystemExit(f"{reference} and {candidate} hold other inputs")
+    a, b = (np.load(p).astype(np.float64) for p in (reference, candidate))
+    a, b = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in (a, b))
+
+    def nearest(v):
+        similarity = v @ v.T
+        np.fill_diagonal(similarity, -np.inf)
+        return np.argsort(-similarity, axis=1, kind="stable")[:, :k]
+
+    shared = [len(set(x) & set(y)) / k for x, y in zip(nearest(a), nearest(b), strict=True)]
+    cosine = np.sum(a * b, axis=1)
+    return {
+        f"recall_at_{k}": float(np.mean(shared)),
+        "cosine_min": float(cosine.min()),
+        "cosine_median": float(np.median(cosine)),
+        "items": len(a),
+    }
 
 
 def bench_ray(args, scratch: Path) -> dict:
@@ -397,6 +445,8 @@ def render(report: dict) -> str:
             f"{cpu[ours]:.1f} / {cpu[floor]:.1f} | {rss[ours]:.0f} / {rss[floor]:.0f} MiB | "
             f"{min(loads):.1f}–{max(loads):.1f} |"
         )
+        if "int8" in result:
+            lines.append(int8_row(result))
     lines.append("")
     for name, result in report["workloads"].items():
         if "measured_utc" in result:  # carried over from an earlier run of this script
@@ -446,8 +496,42 @@ def render(report: dict) -> str:
                 else ""
             )
             lines.append(f"- {LABELS[name]}: {r['photos']['count']:,} JPEG photos{extra}.")
+    if "int8" in report["workloads"].get("images", {}):
+        images = report["workloads"]["images"]
+        q, cpu = images["int8"], images["median_cpu_s"]
+        recall, features = q["recall_at_10"], ", ".join(q["cpu_int8_features"]) or "none"
+        lines.append(
+            f"- images embed, int8: `model.name: {q['model']}` against the FP32 model alone"
+            f" (`floors.py model`), same rounds, target ≥ {INT8_TARGETS['ratio']}×; by CPU"
+            f" seconds (median) {cpu['floor_model'] / cpu['accelkit_int8']:.2f}×; its vectors"
+            f" of the {q['items']:,} photos against the FP32 model's: **recall@10 {recall:.3f}**"
+            f" (target ≥ {INT8_TARGETS['recall_at_10']}:"
+            f" {'met' if recall >= INT8_TARGETS['recall_at_10'] else 'missed'}), cosine min"
+            f" {q['cosine_min']:.3f}, median {q['cosine_median']:.4f}; int8 instructions of this"
+            f" CPU: {features}."
+        )
     lines += ["", MARKERS[1]]
     return "\n".join(lines)
+
+
+def int8_row(result: dict) -> str:
+    """The images workload's int8 row: `images embed` with the int8 model against the floor."""
+    q, med, cpu, rss = (
+        result["int8"],
+        result["median_wall_s"],
+        result["median_cpu_s"],
+        result["max_peak_rss_mib"],
+    )
+    loads = [c["load_before"] for c in result["calls"]["accelkit_int8"]]
+    floor, ours = result["floor"], "accelkit_int8"
+    met = "met" if q["ratio_median"] >= INT8_TARGETS["ratio"] else "missed"
+    return (
+        f"| images embed, int8 model | {med[ours]:.2f} | {floor} | {med[floor]:.2f} | "
+        f"**{q['ratio_median']:.2f}×** ({', '.join(f'{r:.2f}' for r in q['ratio_per_round'])}) | "
+        f"{q['ratio_best']:.2f}× | ≥ {INT8_TARGETS['ratio']}× ({met}) | "
+        f"{cpu[ours]:.1f} / {cpu[floor]:.1f} | {rss[ours]:.0f} / {rss[floor]:.0f} MiB | "
+        f"{min(loads):.1f}–{max(loads):.1f} |"
+    )
 
 
 def write_docs(report: dict) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from accelkit.errors import ConfigError, InputError, require
 from accelkit.images.config import PreprocessConfig
+from accelkit.images.embedding import int8
 from accelkit.runtime.files import atomic_open, regular_file
 from accelkit.runtime.progress import status, stderr_console
 
@@ -156,6 +157,17 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
         f"exported {MODEL_NAME} in {time.perf_counter() - started:.0f} s", highlight=False
     )
     return exported
+
+
+def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """`int8.py`'s model, quantized from the FP32 export once (10-30 s), written atomically."""
+    folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    target = folder / f"{int8.INT8_MODEL_NAME}-{int8.int8_weights(_packaged_weights())}.onnx"
+    if target.is_file() and _valid_onnx(target):
+        return target
+    fp32 = cached_onnx_path(cache_dir)
+    with status(f"quantizing {MODEL_NAME} to int8 once (cached in {folder})"):
+        return int8.build_int8(fp32, target)
 
 
 def _valid_onnx(path: Path) -> bool:
@@ -494,6 +506,12 @@ def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _packaged_weights(config=None) -> str:
+    """The packaged FP32 model's weights key, or the int8 one's for a config that names it."""
+    fp32 = _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+    return int8.int8_weights(fp32) if config is not None and int8.is_int8(config) else fp32
+
+
 RECORD_VERSION = 2  # records with per-tower parts; version 1 had one `fingerprint` over all files
 
 
@@ -504,7 +522,7 @@ def image_weights(config) -> str | None:
     if config.backend == "triton":
         return None
     if config.onnx_path is None:
-        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+        return _packaged_weights(config)
     path = regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")
     return _short(_file_fingerprint(path))
 
@@ -600,7 +618,7 @@ def legacy_fingerprint(config, text: bool) -> str | None:
     if config.backend == "triton":
         return None
     if config.onnx_path is None:
-        return _short(f"{_file_fingerprint(weights_path())}:{EXPORT_RECIPE}")
+        return _packaged_weights()
     files = [regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")]
     if text:
         towers = text_tower_files(config)
@@ -662,7 +680,8 @@ def model_record(config, preprocess=None) -> dict:
 def make_backend(config) -> EmbeddingBackend:
     """The backend a `ModelConfig` asks for."""
     if config.backend == "onnxruntime":
-        path = config.onnx_path or cached_onnx_path(config.cache_dir)
+        packaged = cached_int8_path if int8.is_int8(config) else cached_onnx_path
+        path = config.onnx_path or packaged(config.cache_dir)
         return OnnxRuntimeBackend(
             path, config.input_name, config.output_name, config.intra_op_threads
         )
