@@ -126,6 +126,11 @@ def test_hnsw_needs_a_server_and_its_parameters(store):
     assert spec.search_params(10) == {"ef": 64} and spec.search_params(100) == {
         "ef": 100
     }  # ef >= top-k
+    # a filtered search walks 4x further (FILTERED_EF_FACTOR), never past the largest parameter
+    assert spec.search_params(10, filtered=True) == {"ef": 256}
+    assert spec.search_params(100, filtered=True) == {"ef": 400}
+    wide = IndexSpec("HNSW", "COSINE", {"M": 8, "efConstruction": 200, "ef": 60_000})
+    assert wide.search_params(10, filtered=True) == {"ef": 65_536}
     ivf = IndexSpec.from_config(StoreConfig(nlist=8, nprobe=32), "IVF_FLAT")
     assert ivf.build_params() == {"nlist": 8} and ivf.search_params(10) == {"nprobe": 8}
     assert IndexSpec.from_config(StoreConfig(), "FLAT").search_params(10) == {}
