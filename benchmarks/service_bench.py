@@ -23,14 +23,16 @@ Measured in one run, on the same random unit vectors (N x 1280, metadata {"k": i
     python benchmarks/service_bench.py --quick    # 10k vectors; about 1-2 minutes
     python benchmarks/service_bench.py --uri http://host:19530 [--token user:pass]
 
-With --uri, a Milvus server is measured instead, beside Milvus Lite's FLAT default in the same
-run (same vectors, same queries): for HNSW (M 16, efConstruction 200), IVF_FLAT (nlist 1024) and
-FLAT — upsert rate, the time until the index covers every row (flush + build), top-10 p50/p99 at
-the store's default Session consistency with and without the filter, recall@10 against exact
-numpy float64 top-10 for the altered-copy and for random queries, and sweeps of ef / nprobe.
-Server targets: HNSW top-10 p99 < 20 ms with recall@10 >= 0.95, filtered p99 < 50 ms, upsert
->= 5,000 vectors/s. To measure a server without any forwarding in between, run this script where
-the server's port is local (for the test server: `ip netns exec <namespace> python ...`).
+With --server (the test suite's loopback-only server, started for the run; root needed) or --uri, a
+Milvus server is measured instead, beside Milvus Lite's FLAT default in the same run (same
+vectors, same queries), each stage timed as wall time, this process's CPU and the server's CPU
+(--server only): the first search right after a bulk upsert at each consistency level and after
+the bulk path (upsert + flush); then per index type (HNSW by default; --index-types) upsert, the
+first search, flush, index build + hand-off, top-10 p50/p99 with and without the filter (and the
+filter at the plain ef: the baseline of the 4x ef walk), recall@10 against exact numpy float64
+top-10 for altered copies and off-data queries, and a sweep of ef. Server targets (issue 49):
+first search after a bulk insert <= 100 ms, HNSW and filtered top-10 p99 < 20 ms, upsert >= 5,000
+vectors/s, the whole run <= 20 minutes. `benchmarks/service_docs.py` renders the docs' tables.
 """
 
 from __future__ import annotations

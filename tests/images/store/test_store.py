@@ -637,6 +637,38 @@ def test_delete_by_filter_flush_and_reindex(store):
     assert hits[0].id == "b1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
 
 
+def test_a_flushed_bulk_insert_is_searchable_at_once_by_any_client(store):
+    """`flush` (how a bulk insert ends) returns once the server serves the rows: another client,
+    whose reads carry no session and so wait for nothing, finds each of them right away; a
+    filtered search (4x ef) finds the exact filtered top-10; deletes are honoured by both."""
+    rng = np.random.default_rng(12)
+    n, dim = 3000, 64
+    data = unit_rows(rng, n, dim)
+    ids = [f"v{i}" for i in range(n)]
+    config = store.config.model_copy(update={"insert_batch_size": 1000})
+    with VectorStore(config) as writer, VectorStore(config) as reader:
+        writer.create_collection(
+            "visible", dim=dim, index_type="HNSW" if store.is_server else "FLAT"
+        )
+        writer.upsert("visible", ids, data, [{"k": i % 10} for i in range(n)])
+        writer.flush("visible")
+        assert reader.count("visible", consistency="Eventually") == n
+        for i in (n - 1, n // 2, 0):
+            assert reader.search("visible", data[i], 1, consistency="Eventually")[0][0].id == ids[i]
+        query = data[7] + 0.3 * unit_rows(rng, 1, dim)[0]
+        scores = data.astype(np.float64) @ query / np.linalg.norm(query)
+        scores[[i % 10 != 3 for i in range(n)]] = -np.inf
+        expected = {ids[i] for i in np.argsort(-scores)[:10]}
+        hits = reader.search("visible", query, 10, 'metadata["k"] == 3', consistency="Eventually")
+        assert len({h.id for h in hits[0]} & expected) >= 9
+        assert all(h.metadata["k"] == 3 for h in hits[0])
+        assert writer.delete("visible", ids[:5]) == 5
+        assert writer.get("visible", ids[:6]) == [{"id": ids[5], "metadata": {"k": 5}}]
+        assert writer.search("visible", data[0], 1)[0][0].id != ids[0]
+        assert reader.count("visible", consistency="Strong") == n - 5
+        writer.drop_collection("visible")
+
+
 def test_persistence_and_crash_after_acknowledge(tmp_path):
     """An acknowledged upsert survives the process dying at once (no close, no flush)."""
     uri = str(tmp_path / "crash.db")
