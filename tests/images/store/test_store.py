@@ -640,7 +640,8 @@ def test_delete_by_filter_flush_and_reindex(store):
 def test_a_flushed_bulk_insert_is_searchable_at_once_by_any_client(store):
     """`flush` (how a bulk insert ends) returns once the server serves the rows: another client,
     whose reads carry no session and so wait for nothing, finds each of them right away; a
-    filtered search (4x ef) finds the exact filtered top-10; deletes are honoured by both."""
+    filtered search (4x ef) finds the exact filtered top-10; deletes are honoured by both; and on
+    a server `wait_for_index` ends once the query node holds the index itself."""
     rng = np.random.default_rng(12)
     n, dim = 3000, 64
     data = unit_rows(rng, n, dim)
@@ -666,6 +667,11 @@ def test_a_flushed_bulk_insert_is_searchable_at_once_by_any_client(store):
         assert writer.get("visible", ids[:6]) == [{"id": ids[5], "metadata": {"k": 5}}]
         assert writer.search("visible", data[0], 1)[0][0].id != ids[0]
         assert reader.count("visible", consistency="Strong") == n - 5
+        if store.is_server:  # the wait ends when the query node holds the HNSW index itself
+            writer.wait_for_index("visible", timeout=300)
+            segments = writer._client.list_loaded_segments("visible")
+            assert sum(s.num_rows for s in segments) >= n - 5
+            assert all(s.index_id for s in segments), segments
         writer.drop_collection("visible")
 
 
