@@ -126,6 +126,11 @@ def test_hnsw_needs_a_server_and_its_parameters(store):
     assert spec.search_params(10) == {"ef": 64} and spec.search_params(100) == {
         "ef": 100
     }  # ef >= top-k
+    # a filtered search walks 4x further (FILTERED_EF_FACTOR), never past the largest parameter
+    assert spec.search_params(10, filtered=True) == {"ef": 256}
+    assert spec.search_params(100, filtered=True) == {"ef": 400}
+    wide = IndexSpec("HNSW", "COSINE", {"M": 8, "efConstruction": 200, "ef": 60_000})
+    assert wide.search_params(10, filtered=True) == {"ef": 65_536}
     ivf = IndexSpec.from_config(StoreConfig(nlist=8, nprobe=32), "IVF_FLAT")
     assert ivf.build_params() == {"nlist": 8} and ivf.search_params(10) == {"nprobe": 8}
     assert IndexSpec.from_config(StoreConfig(), "FLAT").search_params(10) == {}
@@ -630,6 +635,44 @@ def test_delete_by_filter_flush_and_reindex(store):
     assert store.wait_for_index("bulk", timeout=120)["index_type"] == "HNSW"
     hits = store.search("bulk", data[1], topk=1)[0]
     assert hits[0].id == "b1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_flushed_bulk_insert_is_searchable_at_once_by_any_client(store):
+    """`flush` (how a bulk insert ends) returns once the server serves the rows: another client,
+    whose reads carry no session and so wait for nothing, finds each of them right away; a
+    filtered search (4x ef) finds the exact filtered top-10; deletes are honoured by both; and on
+    a server `wait_for_index` ends once the query node holds the index itself."""
+    rng = np.random.default_rng(12)
+    n, dim = 3000, 64
+    data = unit_rows(rng, n, dim)
+    ids = [f"v{i}" for i in range(n)]
+    config = store.config.model_copy(update={"insert_batch_size": 1000})
+    with VectorStore(config) as writer, VectorStore(config) as reader:
+        writer.create_collection(
+            "visible", dim=dim, index_type="HNSW" if store.is_server else "FLAT"
+        )
+        writer.upsert("visible", ids, data, [{"k": i % 10} for i in range(n)])
+        writer.flush("visible")
+        assert reader.count("visible", consistency="Eventually") == n
+        for i in (n - 1, n // 2, 0):
+            assert reader.search("visible", data[i], 1, consistency="Eventually")[0][0].id == ids[i]
+        query = data[7] + 0.3 * unit_rows(rng, 1, dim)[0]
+        scores = data.astype(np.float64) @ query / np.linalg.norm(query)
+        scores[[i % 10 != 3 for i in range(n)]] = -np.inf
+        expected = {ids[i] for i in np.argsort(-scores)[:10]}
+        hits = reader.search("visible", query, 10, 'metadata["k"] == 3', consistency="Eventually")
+        assert len({h.id for h in hits[0]} & expected) >= 9
+        assert all(h.metadata["k"] == 3 for h in hits[0])
+        assert writer.delete("visible", ids[:5]) == 5
+        assert writer.get("visible", ids[:6]) == [{"id": ids[5], "metadata": {"k": 5}}]
+        assert writer.search("visible", data[0], 1)[0][0].id != ids[0]
+        assert reader.count("visible", consistency="Strong") == n - 5
+        if store.is_server:  # the wait ends when the query node holds the HNSW index itself
+            writer.wait_for_index("visible", timeout=300)
+            segments = writer._client.list_loaded_segments("visible")
+            assert sum(s.num_rows for s in segments) >= n - 5
+            assert all(s.index_id for s in segments), segments
+        writer.drop_collection("visible")
 
 
 def test_persistence_and_crash_after_acknowledge(tmp_path):

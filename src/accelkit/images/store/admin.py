@@ -30,6 +30,8 @@ from accelkit.images.store.records import (
 
 log = logging.getLogger(__name__)
 
+MIN_INDEXED_ROWS = 1024  # Milvus' indexCoord.segment.minSegmentNumRowsToEnableIndex default
+
 
 class CollectionAdmin(StoreClient):
     """Collections and their indexes."""
@@ -238,9 +240,21 @@ class CollectionAdmin(StoreClient):
 
     def flush(self, name: str) -> None:
         """Seal the collection's growing segments so the index can cover them (a server builds
-        indexes on sealed segments only; Milvus Lite indexes as it goes)."""
+        indexes on sealed segments only; Milvus Lite indexes as it goes), then, on a server, wait
+        until its query nodes have applied this client's writes: an upsert returns when the
+        proxy has logged the rows, and the query nodes take ~1 s per 10,000 1280-d rows more on
+        2 cores to apply them. After a bulk insert (which ends with a flush) the first search,
+        from this client or any other, answers at once and sees every row."""
         self._require(name)
         self._call(f"flushing {name!r}", self._client.flush, name)
+        if self.is_server:
+            self.wait_applied(name)
+
+    def wait_applied(self, name: str) -> None:
+        """Return once the query nodes serve every write this client made to `name`: a Session
+        read waits for exactly that (the server's safe time reaching the last write's
+        timestamp); a count is the cheapest read."""
+        self.count(name, consistency="Session")
 
     def index_progress(self, name: str) -> dict[str, Any]:
         """index_type, state, indexed_rows, total_rows, pending_rows of the vector index."""
@@ -259,9 +273,9 @@ class CollectionAdmin(StoreClient):
             "pending_rows": int(info.get("pending_index_rows", max(total - indexed, 0)) or 0),
         }
 
-    def serving_rows(self, name: str) -> int | None:
-        """Rows in sealed segments that the query nodes serve (with their index, where the
-        segment is large enough to get one); None where the store cannot say (Milvus Lite)."""
+    def serving_rows(self, name: str, indexed: bool = True) -> int | None:
+        """Rows in sealed segments that the query nodes serve (`indexed`: with their index, where
+        the segment is large enough to get one); None where the store cannot say (Milvus Lite)."""
         try:
             segments = self._call(
                 f"listing the loaded segments of {name!r}", self._client.list_loaded_segments, name
@@ -270,9 +284,15 @@ class CollectionAdmin(StoreClient):
             raise
         except StoreError:
             return None
-        # Sealed segments appear here once their index is loaded (and small ones, which Milvus
-        # does not index, once loaded at all); growing segments are not listed.
-        return sum(int(seg.num_rows) for seg in segments or [])
+        # Growing segments are not listed. A sealed segment is listed as soon as the query node
+        # loads it, first without its index (`index_id` 0: searched through the interim index,
+        # recall@10 0.7 instead of 0.98 on filtered searches), later with it; segments smaller
+        # than Milvus' minimum for an index (minSegmentNumRowsToEnableIndex) never get one.
+        return sum(
+            int(seg.num_rows)
+            for seg in segments or []
+            if not indexed or getattr(seg, "index_id", 1) or int(seg.num_rows) < MIN_INDEXED_ROWS
+        )
 
     def wait_for_index(
         self,
@@ -291,7 +311,11 @@ class CollectionAdmin(StoreClient):
         while True:
             state = self.index_progress(name)
             built = state["pending_rows"] == 0 and state["indexed_rows"] >= state["total_rows"]
-            serving = self.serving_rows(name) if built and self.is_server else None
+            serving = (
+                self.serving_rows(name, indexed=state["index_type"] != "FLAT")
+                if built and self.is_server
+                else None
+            )
             if serving is not None:
                 state["serving_rows"] = serving
             if progress:

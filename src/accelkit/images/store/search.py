@@ -59,7 +59,10 @@ class ItemSearch(StoreClient):
                 limit=topk,
                 filter=filter_expr or "",
                 output_fields=[METADATA_FIELD],
-                search_params={"metric_type": spec.metric_type, "params": spec.search_params(topk)},
+                search_params={
+                    "metric_type": spec.metric_type,
+                    "params": spec.search_params(topk, bool(filter_expr)),
+                },
                 consistency_level=self._consistency(name, consistency),
             )
         except StoreTimeoutError:
