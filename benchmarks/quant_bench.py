@@ -2,6 +2,13 @@
 plus a cross-check of our RTN W4A8 against torchao's int8-dynamic-activation / int4-weight.
 
     python benchmarks/quant_bench.py [--pairs 300] [--out benchmarks/results/quant_bench.json]
+    python benchmarks/quant_bench.py --profile [--out benchmarks/results/quant_profile.json]
+
+`--profile`: only where the time of `quant eval`'s recommended setting (DuQuant W4A8, the default
+config) goes — torch.profiler over the compiled quantized model and the compiled FP32 model (as
+`quant eval` compiles them: `speed.compile_model`) at the timing batch (the first evaluation
+batch, 64 texts), each op's self CPU time per forward, summed into the costs a W4A8 layer adds
+(activation quantization, rotation, dequantization epilogue, the int8 GEMM) and the rest.
 
 Latency: median of 10 forwards of one batch of 64 sentences × 32 tokens after warm-up; compiled =
 torch.compile(fullgraph=True) with inductor. Only ratios within this run are meaningful.
@@ -152,6 +159,87 @@ def interleaved_latency(
     }
 
 
+# what each profiled op is, by its name (inductor's kernels are named after the ops they fuse,
+# `cpp.enable_kernel_profile`): the first matching rule wins
+PROFILE_RULES = (
+    ("int8 GEMM", ("_int_mm", "onednn", "fbgemm", "qlinear")),
+    ("rotation", ("bmm", "einsum")),
+    ("float GEMM", ("aten::mm", "aten::addmm", "aten::linear", "mkldnn", "aten::matmul")),
+    ("attention", ("scaled_dot_product", "flash_attention", "softmax")),
+    ("activation quantization", ("round",)),
+    ("dequant epilogue", ("cpp_fused__to_copy_add_mul", "cpp_fused__to_copy_mul")),
+    ("layer norm / GELU / residual", ("native_layer_norm", "gelu", "erf", "rsqrt", "var_mean")),
+)
+
+
+def profile_category(name: str) -> str:
+    low = name.lower()
+    for category, keys in PROFILE_RULES:
+        if any(k.lower() in low for k in keys):
+            return category
+    return "other"
+
+
+def model_profile(rounds: int = 20) -> dict:
+    """torch.profiler over the compiled quantized model (DuQuant W4A8, `quant eval`'s default
+    config and its recommendation) and the compiled FP32 model at the timing batch: per op its
+    self CPU ms per forward and category (`PROFILE_RULES`), the categories' sums, and the two
+    models' median times interleaved (the ratio `quant eval` reports)."""
+    import torch._inductor.config as inductor_config
+    from torch.profiler import ProfilerActivity, profile
+
+    from accelkit.quant.config import QuantConfig
+    from accelkit.quant.evaluation.fidelity import load_subject
+    from accelkit.quant.evaluation.speed import compile_model
+    from accelkit.quant.method.convert import quantize
+
+    inductor_config.cpp.enable_kernel_profile = True  # inductor's kernels by name in the profile
+    subject = load_subject("minilm")
+    batch = subject.data.first()
+    fp32 = subject.model
+    w4a8 = quantize(
+        copy.deepcopy(fp32), QuantConfig(method="duquant", wbits=4, abits=8), subject.calibration
+    )
+    compiled = {"fp32": compile_model(fp32), "duquant/w4a8": compile_model(w4a8)}
+    out: dict = {"batch": list(batch["input_ids"].shape), "rounds": rounds, "models": {}}
+    with torch.no_grad():
+        for fn in compiled.values():
+            fn(**batch), fn(**batch)  # compile, warm up
+        timed = interleaved({n: (lambda fn=fn: fn(**batch)) for n, fn in compiled.items()}, rounds)
+        med = {n: 1e3 * statistics.median(v) for n, v in timed.wall.items()}
+        out["median_ms"], out["ratio"] = med, med["duquant/w4a8"] / med["fp32"]
+        for name, fn in compiled.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(rounds):
+                    fn(**batch)
+            ops = [
+                {
+                    "name": e.key,
+                    "ms": e.self_cpu_time_total / 1e3 / rounds,
+                    "calls": e.count / rounds,
+                    "category": profile_category(e.key),
+                }
+                for e in prof.key_averages()
+                if e.self_cpu_time_total > 0
+            ]
+            ops.sort(key=lambda op: -op["ms"])
+            total = sum(op["ms"] for op in ops)
+            categories: dict[str, float] = {}
+            for op in ops:
+                categories[op["category"]] = categories.get(op["category"], 0.0) + op["ms"]
+            out["models"][name] = {
+                "profiled_ms": total,
+                "categories_ms": dict(sorted(categories.items(), key=lambda kv: -kv[1])),
+                "ops": ops[:40],
+            }
+    fp_ms = out["models"]["fp32"]["profiled_ms"]
+    out["categories_vs_fp32"] = {
+        category: ms / fp_ms
+        for category, ms in out["models"]["duquant/w4a8"]["categories_ms"].items()
+    }
+    return out
+
+
 def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
     packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
@@ -179,6 +267,9 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
+        "--profile", action="store_true", help="only the W4A8 model's profile (quant_profile.json)"
+    )
+    parser.add_argument(
         "--compile-rows",
         default="",
         help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)",
@@ -191,6 +282,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.profile:
+        out = (
+            args.out
+            if args.out != parser.get_default("out")
+            else "benchmarks/results/quant_profile.json"
+        )
+        env = {**record(("torch", "transformers")), "threads": torch.get_num_threads()}
+        write_json_atomic(out, {"environment": env, "profile": model_profile()})
+        print(f"wrote {out}")
+        return
     rows = run_eval(
         ["fp32", "rtn", "smoothquant", "duquant"],
         ["w4a8", "w4a4"],
