@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m accelkit quant eval --json"
 
 # the child: `python -m accelkit quant eval --json`, with inductor's counters written at exit
 CHILD = """
@@ -115,6 +116,7 @@ def main() -> None:
             XDG_CACHE_HOME=str(base / "cache"),
             TORCHINDUCTOR_CACHE_DIR=str(base / "inductor"),
         )
+        environment = {**record(("torch", "transformers")), "cpus": os.cpu_count()}
         for name in args.runs.split(","):
             runs[name] = run_once(env, base)
             print(
@@ -122,14 +124,9 @@ def main() -> None:
                 f" phases {runs[name]['phases']}, load {runs[name]['load_average_start'][0]:.1f}",
                 flush=True,
             )
-    write_json_atomic(
-        args.out,
-        {
-            "environment": {**record(("torch", "transformers")), "cpus": os.cpu_count()},
-            "command": "python -m accelkit quant eval --json",
-            "runs": runs,
-        },
-    )
+            # written after each run: a cold figure survives a warm run cut short
+            doc = {"environment": environment, "command": COMMAND, "runs": runs}
+            write_json_atomic(args.out, doc)
     print(f"wrote {args.out}")
 
 
