@@ -311,9 +311,9 @@ def eval_time_table(doc: dict) -> str:
     runs = doc["runs"]
     phases = sorted({p for run in runs.values() for p in run["phases"]})
     lines = [
-        "| run | wall s | CPU s | load | "
-        + " | ".join(phases)
-        + " | FX cache hit / miss | recommended |",
+        "| run | wall s | CPU s | load avg | "
+        + " | ".join(f"{p} s" for p in phases)
+        + " | FX cache hit / miss | recommended (compiled × FP32: batch, 1 text) |",
         "|---|---|---|---|" + "---|" * len(phases) + "---|---|",
     ]
     for name, run in runs.items():
@@ -324,7 +324,7 @@ def eval_time_table(doc: dict) -> str:
             f"| {name} | {run['wall_s']:.0f} | {run['cpu_s']:.0f} |"
             f" {run['load_average_start'][0]:.1f}–{run['load_average_end'][0]:.1f} | {cells} |"
             f" {fx.get('fxgraph_cache_hit', 0)} / {fx.get('fxgraph_cache_miss', 0)} |"
-            f" {rec.get('label') or rec.get('text', '?')} |"
+            f" {rec.get('label', '?')} ({_x(rec.get('time_ratio'))}, {_x(rec.get('time_ratio_one'))}) |"
         )
     env = doc["environment"]
     lines.append(
@@ -347,6 +347,9 @@ def profile_table(doc: dict) -> str:
         f"| all profiled | {q['profiled_ms']:.2f} | {fp['profiled_ms']:.2f} |"
         f" {q['profiled_ms'] / fp['profiled_ms']:.2f}× |"
     )
+    if "rotation_ms" in prof:  # W4A8's bmm less FP32's (the attention's, the same in both)
+        rot = prof["rotation_ms"]
+        lines.append(f"| of which the rotation | {rot:.2f} | - | {rot / fp['profiled_ms']:.2f}× |")
     env = doc["environment"]
     lines.append(
         f"\n(batch {prof['batch']}, self CPU ms per forward over {prof['rounds']} forwards;"
