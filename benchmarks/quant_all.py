@@ -12,7 +12,9 @@ candidates with their baseline and reports medians and ratios):
 4. `quant_target.py` — `--target-cosine` on MiniLM and on the causal LM;
 5. `quant_matrix.py` — the settings matrix with compiled timings at both shapes (`--quick`:
    MiniLM and the causal LM, the first four settings);
-6. `quant_docs.py` — the generated blocks of docs/quant.md.
+6. `quant_eval_time.py` — `quant eval` on defaults as a whole process, cold caches then warm;
+7. `quant_bench.py --profile` — where the recommended W4A8 model's time goes (torch.profiler);
+8. `quant_docs.py` — the generated blocks of docs/quant.md.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def main() -> None:
     run([py, "benchmarks/quant_target.py", *threads])
     quick = ["--models", "minilm,llama-random", "--limit", "4"] if args.quick else []
     run([py, "benchmarks/quant_matrix.py", *threads, *quick])
+    run([*env_threads, py, "benchmarks/quant_eval_time.py"])
+    run([*env_threads, py, "benchmarks/quant_bench.py", "--profile"])
     run([py, "benchmarks/quant_docs.py"])
 
 

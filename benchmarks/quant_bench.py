@@ -2,6 +2,13 @@
 plus a cross-check of our RTN W4A8 against torchao's int8-dynamic-activation / int4-weight.
 
     python benchmarks/quant_bench.py [--pairs 300] [--out benchmarks/results/quant_bench.json]
+    python benchmarks/quant_bench.py --profile [--out benchmarks/results/quant_profile.json]
+
+`--profile`: only where the time of `quant eval`'s recommended setting (DuQuant W4A8, the default
+config) goes — torch.profiler over the compiled quantized model and the compiled FP32 model (as
+`quant eval` compiles them: `speed.compile_model`) at the timing batch (the first evaluation
+batch, 64 texts), each op's self CPU time per forward, summed into the costs a W4A8 layer adds
+(activation quantization, rotation, dequantization epilogue, the int8 GEMM) and the rest.
 
 Latency: median of 10 forwards of one batch of 64 sentences × 32 tokens after warm-up; compiled =
 torch.compile(fullgraph=True) with inductor. Only ratios within this run are meaningful.
@@ -152,6 +159,94 @@ def interleaved_latency(
     }
 
 
+# what each profiled op is, by its name: inductor's kernels (`cpp_fused_…`, named after the ops
+# they fuse: `cpp.enable_kernel_profile`) by what they fuse, extern calls by the op; first match wins.
+# The dequantization epilogue (int32 sums × scales + bias) fuses into the kernel after the GEMM,
+# the next layer's activation quantization or the layer norm / GELU: it has no kernel of its own.
+PROFILE_RULES = (
+    ("activation quantization + dequant epilogue (fused)", ("cpp_fused", "round")),
+    ("layer norm / GELU / softmax / residual (fused)", ("cpp_fused", "layer_norm|gelu|softmax")),
+    ("other fused kernels (copies, transposes)", ("cpp_fused", "")),
+    ("int8 GEMM", ("", "_int_mm|fbgemm|quantized::")),
+    ("bmm (attention; W4A8 also the rotation)", ("", "bmm")),
+    ("float GEMM", ("", "aten::mm|addmm|aten::linear|mkldnn")),
+    ("copies", ("", "aten::copy_|aten::clone|contiguous")),
+)
+
+
+def profile_category(name: str) -> str:
+    low = name.lower()
+    for category, (kind, keys) in PROFILE_RULES:
+        if kind in low and any(k in low for k in keys.split("|")):
+            return category
+    return "other (calls, guards, dynamo)"
+
+
+def model_profile(rounds: int = 20) -> dict:
+    """torch.profiler over the compiled quantized model (DuQuant W4A8, `quant eval`'s default
+    config and its recommendation) and the compiled FP32 model at the timing batch: per op its
+    self CPU ms per forward and category (`PROFILE_RULES`), the categories' sums, and the two
+    models' median times interleaved (the ratio `quant eval` reports)."""
+    import torch._inductor.config as inductor_config
+    from torch.profiler import ProfilerActivity, profile
+
+    from accelkit.quant.config import QuantConfig
+    from accelkit.quant.evaluation.fidelity import load_subject
+    from accelkit.quant.evaluation.speed import compile_model
+    from accelkit.quant.method.convert import quantize
+
+    inductor_config.cpp.enable_kernel_profile = True  # inductor's kernels by name in the profile
+    subject = load_subject("minilm")
+    batch = subject.data.first()
+    fp32 = subject.model
+    w4a8 = quantize(
+        copy.deepcopy(fp32), QuantConfig(method="duquant", wbits=4, abits=8), subject.calibration
+    )
+    compiled = {"fp32": compile_model(fp32), "duquant/w4a8": compile_model(w4a8)}
+    out: dict = {"batch": list(batch["input_ids"].shape), "rounds": rounds, "models": {}}
+    with torch.no_grad():
+        for fn in compiled.values():
+            fn(**batch), fn(**batch)  # compile, warm up
+        timed = interleaved({n: (lambda fn=fn: fn(**batch)) for n, fn in compiled.items()}, rounds)
+        med = {n: 1e3 * statistics.median(v) for n, v in timed.wall.items()}
+        out["median_ms"], out["ratio"] = med, med["duquant/w4a8"] / med["fp32"]
+        for name, fn in compiled.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(rounds):
+                    fn(**batch)
+            ops = [
+                {
+                    "name": e.key,
+                    "ms": e.self_cpu_time_total / 1e3 / rounds,
+                    "calls": e.count / rounds,
+                    "category": profile_category(e.key),
+                }
+                for e in prof.key_averages()
+                if e.self_cpu_time_total > 0
+            ]
+            ops.sort(key=lambda op: -op["ms"])
+            total = sum(op["ms"] for op in ops)
+            categories: dict[str, float] = {}
+            for op in ops:
+                categories[op["category"]] = categories.get(op["category"], 0.0) + op["ms"]
+            out["models"][name] = {
+                "profiled_ms": total,
+                "categories_ms": dict(sorted(categories.items(), key=lambda kv: -kv[1])),
+                "ops": ops[:40],
+            }
+    fp_ms = out["models"]["fp32"]["profiled_ms"]
+    bmm = "bmm (attention; W4A8 also the rotation)"
+    # the attention's bmm is the same in both models: the rest of W4A8's is the rotation
+    out["rotation_ms"] = out["models"]["duquant/w4a8"]["categories_ms"].get(bmm, 0.0) - out[
+        "models"
+    ]["fp32"]["categories_ms"].get(bmm, 0.0)
+    out["categories_vs_fp32"] = {
+        category: ms / fp_ms
+        for category, ms in out["models"]["duquant/w4a8"]["categories_ms"].items()
+    }
+    return out
+
+
 def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
     packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
@@ -179,6 +274,9 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
+        "--profile", action="store_true", help="only the W4A8 model's profile (quant_profile.json)"
+    )
+    parser.add_argument(
         "--compile-rows",
         default="",
         help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)",
@@ -191,6 +289,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.profile:
+        out = (
+            args.out
+            if args.out != parser.get_default("out")
+            else "benchmarks/results/quant_profile.json"
+        )
+        env = {**record(("torch", "transformers")), "threads": torch.get_num_threads()}
+        write_json_atomic(out, {"environment": env, "profile": model_profile()})
+        print(f"wrote {out}")
+        return
     rows = run_eval(
         ["fp32", "rtn", "smoothquant", "duquant"],
         ["w4a8", "w4a4"],

@@ -25,6 +25,8 @@ KERNELS = ROOT / "benchmarks" / "results" / "quant_kernels.json"
 EVAL = ROOT / "benchmarks" / "results" / "quant_eval_default.json"
 EVAL_AVX2 = ROOT / "benchmarks" / "results" / "quant_eval_avx2.json"
 TARGET = ROOT / "benchmarks" / "results" / "quant_target.json"
+EVAL_TIME = ROOT / "benchmarks" / "results" / "quant_eval_time.json"
+PROFILE = ROOT / "benchmarks" / "results" / "quant_profile.json"
 
 
 def _load(path: Path) -> dict | None:
@@ -303,6 +305,62 @@ def target_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def eval_time_table(doc: dict) -> str:
+    """`quant eval` on defaults as a whole process, cold caches then warm: wall and CPU seconds,
+    the seconds per phase, inductor's cache hits, and the answer each run gave."""
+    runs = doc["runs"]
+    phases = sorted({p for run in runs.values() for p in run["phases"]})
+    lines = [
+        "| run | wall s | CPU s | load avg | "
+        + " | ".join(f"{p} s" for p in phases)
+        + " | FX cache hit / miss | recommended (compiled × FP32: batch, 1 text) |",
+        "|---|---|---|---|" + "---|" * len(phases) + "---|---|",
+    ]
+    for name, run in runs.items():
+        fx = (run.get("counters") or {}).get("inductor", {})
+        rec = run["recommendation"].get("setting") or run["recommendation"]
+        cells = " | ".join(f"{run['phases'].get(p, 0):.0f}" for p in phases)
+        lines.append(
+            f"| {name} | {run['wall_s']:.0f} | {run['cpu_s']:.0f} |"
+            f" {run['load_average_start'][0]:.1f}–{run['load_average_end'][0]:.1f} | {cells} |"
+            f" {fx.get('fxgraph_cache_hit', 0)} / {fx.get('fxgraph_cache_miss', 0)} |"
+            f" {rec.get('label', '?')} ({_x(rec.get('time_ratio'))}, {_x(rec.get('time_ratio_one'))}) |"
+        )
+    env = doc["environment"]
+    lines.append(
+        f"\n({env.get('time_utc', '')}, {env.get('cpus', '?')} CPUs; `{doc['command']}` in a"
+        " fresh HOME / XDG_CACHE_HOME / TORCHINDUCTOR_CACHE_DIR, then again on what it left.)"
+    )
+    return "\n".join(lines)
+
+
+def profile_table(doc: dict) -> str:
+    """Where the recommended W4A8 model's time goes at the timing batch, against FP32's."""
+    prof = doc["profile"]
+    fp, q = prof["models"]["fp32"], prof["models"]["duquant/w4a8"]
+    names = list(dict.fromkeys([*q["categories_ms"], *fp["categories_ms"]]))
+    lines = ["| cost | DuQuant W4A8 ms | FP32 ms | W4A8 share of FP32 |", "|---|---|---|---|"]
+    for name in names:
+        a, b = q["categories_ms"].get(name, 0.0), fp["categories_ms"].get(name, 0.0)
+        lines.append(f"| {name} | {a:.2f} | {b:.2f} | {a / fp['profiled_ms']:.2f}× |")
+    lines.append(
+        f"| all profiled | {q['profiled_ms']:.2f} | {fp['profiled_ms']:.2f} |"
+        f" {q['profiled_ms'] / fp['profiled_ms']:.2f}× |"
+    )
+    if "rotation_ms" in prof:  # W4A8's bmm less FP32's (the attention's, the same in both)
+        rot = prof["rotation_ms"]
+        lines.append(f"| of which the rotation | {rot:.2f} | - | {rot / fp['profiled_ms']:.2f}× |")
+    env = doc["environment"]
+    lines.append(
+        f"\n(batch {prof['batch']}, self CPU ms per forward over {prof['rounds']} forwards;"
+        f" timed apart from the profiler, interleaved: {prof['median_ms']['duquant/w4a8']:.1f} ms"
+        f" against {prof['median_ms']['fp32']:.1f} ms, {prof['ratio']:.2f}× compiled FP32;"
+        f" {env.get('time_utc', '')}, {env.get('threads', '?')} torch thread(s), load"
+        f" {env.get('load_average', ['?'])[0]}.)"
+    )
+    return "\n".join(lines)
+
+
 BLOCKS = {  # name -> (source, renderer)
     "bench-groups": (BENCH, bench_groups),
     "bench-per-channel": (BENCH, bench_per_channel),
@@ -315,6 +373,8 @@ BLOCKS = {  # name -> (source, renderer)
     "eval-default": (EVAL, eval_default),
     "eval-avx2": (EVAL_AVX2, eval_default),
     "target": (TARGET, target_table),
+    "eval-time": (EVAL_TIME, eval_time_table),
+    "profile": (PROFILE, profile_table),
 }
 _BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",

@@ -62,6 +62,48 @@ def test_two_levels_rebuild_exact_int8_within_the_protective_range(group):
     assert not deq[0].any()  # the dead row stays zero
 
 
+def _level2_float64(w8: np.ndarray, group: int):
+    """Level 2 of `progressive_quantize` in numpy float64, from level 1's int8 values: per group
+    the (s₂, z) of least squared error among s₂ ∈ ⌈(hi − lo)/15⌉ ± 1, z ∈ round(−lo/s₂) ± 1."""
+    g = w8.reshape(w8.shape[0], -1, group)
+    lo, hi = np.minimum(g.min(-1), 0.0), np.maximum(g.max(-1), 0.0)
+    base = np.ceil((hi - lo) / 15)
+    best = np.full(lo.shape, np.inf)
+    s2, zero = np.ones_like(lo), np.zeros_like(lo)
+    for step in (-1.0, 0.0, 1.0):
+        scale = np.clip(base + step, 1, 16)
+        for shift in (-1.0, 0.0, 1.0):
+            z = np.clip(np.round(-lo / scale) + shift, 0, 15)
+            q = np.clip(np.round(g / scale[..., None]) + z[..., None], 0, 15)
+            err = (((q - z[..., None]) * scale[..., None] - g) ** 2).sum(-1)
+            better = err < best
+            best, s2, zero = (
+                np.where(better, err, best),
+                np.where(better, scale, s2),
+                np.where(better, z, zero),
+            )
+    q = np.clip(np.round(g / s2[..., None]) + zero[..., None], 0, 15)
+    return q.reshape(w8.shape), s2, zero
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_level_two_in_float32_equals_float64_bit_for_bit(group):
+    """Level 2 runs in float32 (integers, exact there): its codes, s₂ and z equal a float64
+    computation, on weights of many magnitudes, outlier columns, zero rows and clip ratios."""
+    g = torch.Generator().manual_seed(3)
+    for i, clip in enumerate((1.0, 0.9, 0.55)):
+        w = torch.randn(48, 256, generator=g, dtype=torch.float64)
+        w *= 10 ** torch.empty(48, 1, dtype=torch.float64).uniform_(-3, 2, generator=g)
+        w[:, :: 7 + i] *= 40.0
+        w[5] = 0.0
+        q, s1, s2, zero = qz.progressive_quantize(w, group, clip)
+        w8 = torch.clamp(torch.round(w / s1), -119, 119).numpy()
+        rq, rs2, rzero = _level2_float64(w8, group)
+        np.testing.assert_array_equal(q.numpy(), rq)
+        np.testing.assert_array_equal(s2.numpy(), rs2)
+        np.testing.assert_array_equal(zero.numpy(), rzero)
+
+
 def test_progressive_error_between_per_channel_and_plain_groups():
     """On trained-like weights (heavy-tailed rows), groups help: progressive W4 is far better than
     per-channel W4 and close to plain 4-bit groups of the same size."""

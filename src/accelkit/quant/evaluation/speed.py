@@ -6,12 +6,17 @@ so load from other processes hits both alike. Reported per setting, all from tho
 its median time, FP32's median time (`*_fp32_ms`) and their quotient (`*_ratio`), so the ratio
 always agrees with the two times shown beside it (a median of per-round ratios could call a
 setting faster while its median time was the larger). FP32's own row is timed alone, in a window
-of its own: compare a setting with the FP32 time of its own rounds. Compiled means `torch.compile(fullgraph=True,
-dynamic=False)` (inductor): one compile per shape, the FP32 model compiled once per run.
+of its own: compare a setting with the FP32 time of its own rounds. Compiled means
+`torch.compile(fullgraph=True, dynamic=False)` (inductor) of each block of the model's stack of
+repeated blocks (`compile_model`: regional compilation — the blocks share one graph, so a model
+compiles one block per shape, not the whole model; the rest runs eager), one compile per shape,
+the FP32 model compiled once per run.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -55,8 +60,31 @@ class Phases:
         return {name: round(s, 2) for name, s in self.seconds.items()}
 
 
+def repeated_blocks(model: nn.Module) -> nn.ModuleList | None:
+    """The model's stack of repeated blocks (a transformer's layers): the longest `nn.ModuleList`
+    of two or more modules of one type; None when it has none."""
+    stacks = [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.ModuleList) and len(m) >= 2 and len({type(b) for b in m}) == 1
+    ]
+    return max(stacks, key=len, default=None)
+
+
 def compile_model(model: nn.Module) -> nn.Module:
-    return torch.compile(model, fullgraph=True, dynamic=False)
+    """`model` compiled for timing, `model` itself left eager. With a stack of repeated blocks,
+    a copy of the module tree sharing every tensor with `model` whose blocks are compiled
+    (`nn.Module.compile`): the blocks run one code object on tensors of the same shapes, so dynamo
+    traces and inductor builds one graph per input shape for all of them — on MiniLM one layer's
+    graph instead of six layers' and the embeddings — and every later block reuses it. Without
+    such a stack, the whole model."""
+    if repeated_blocks(model) is None:
+        return torch.compile(model, fullgraph=True, dynamic=False)
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    view = copy.deepcopy(model, memo=shared)  # the module tree again; the tensors are model's
+    for block in repeated_blocks(view):
+        block.compile(fullgraph=True, dynamic=False)
+    return view
 
 
 def one_text(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

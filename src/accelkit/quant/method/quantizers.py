@@ -149,7 +149,10 @@ def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | 
     )
     top = PROGRESSIVE_INT8_MAX
     s1 = torch.clamp(w.abs().amax(dim=1, keepdim=True) * clip_t / top, min=SCALE_FLOOR)
-    w8 = _grouped(torch.clamp(torch.round(w / s1), -top, top), group_size)
+    # level 2 works on integers: w₈ (|·| ≤ 119), s₂ (1..16), z (0..15), and squared errors summed
+    # over a group (< 2^24) are all exact in float32, and w₈ / s₂ is at least 1/32 from a rounding
+    # tie, so float32 gives the float64 codes bit for bit, at half the memory traffic
+    w8 = _grouped(torch.clamp(torch.round(w / s1), -top, top), group_size).to(torch.float32)
     lo = torch.clamp(w8.amin(dim=-1), max=0.0)
     hi = torch.clamp(w8.amax(dim=-1), min=0.0)
     base = torch.ceil((hi - lo) / 15)
@@ -158,9 +161,10 @@ def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | 
     zero = torch.zeros_like(lo)
     for step in (-1.0, 0.0, 1.0):
         scale = torch.clamp(base + step, 1.0, 16.0)
+        rounded = torch.round(w8 / scale[..., None])  # the same for every zero point
         for shift in (-1.0, 0.0, 1.0):
             z = torch.clamp(torch.round(-lo / scale) + shift, 0, 15)
-            q = torch.clamp(torch.round(w8 / scale[..., None]) + z[..., None], 0, 15)
+            q = torch.clamp(rounded + z[..., None], 0, 15)
             err = (((q - z[..., None]) * scale[..., None] - w8) ** 2).sum(dim=-1)
             better = err < best_err
             best_err = torch.where(better, err, best_err)
