@@ -4,6 +4,10 @@ table is measured anew and inductor builds every graph), then the same command a
 the first run left (warm: inductor's FX / AOT caches and the kernel table hit).
 
     python benchmarks/quant_eval_time.py [--out benchmarks/results/quant_eval_time.json] [--runs cold,warm]
+    python benchmarks/quant_eval_time.py --baseline-src /tmp/main/src --baseline-commit 38f19a7
+
+With --baseline-src, the accelkit of that src folder (e.g. `git archive <commit> src`) runs the same
+command cold first, in caches of its own, so the baseline comes from the same session.
 
 Per run: the whole process's wall and CPU seconds (its own and its children's, the compile
 workers'), the command's seconds per phase (`--json`'s `phases`), inductor's cache hits and misses
@@ -90,10 +94,28 @@ def run_once(env: dict[str, str], folder: Path) -> dict:
     }
 
 
+def fresh_env(env: dict[str, str], src: Path, folder: Path) -> dict[str, str]:
+    """`env` running the accelkit of `src`, with HOME and the caches in `folder` (made on first
+    use, kept for the next run with the same folder: the warm run)."""
+    for name in ("home", "cache", "inductor"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return {
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])]),
+        "HOME": str(folder / "home"),
+        "XDG_CACHE_HOME": str(folder / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/quant_eval_time.json")
     parser.add_argument("--runs", default="cold,warm", help="cold, warm or both (warm needs cold)")
+    parser.add_argument(
+        "--baseline-src", type=Path, default=None, help="also run this src folder's accelkit cold"
+    )
+    parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
     args = parser.parse_args()
     from accelkit.runtime.environment import record
     from accelkit.runtime.files import write_json_atomic
@@ -106,19 +128,17 @@ def main() -> None:
             for key, value in os.environ.items()
             if key not in ("ACCELKIT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
         }
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]
-        )
-        for name in ("home", "cache", "inductor"):
-            (base / name).mkdir()
-        env.update(
-            HOME=str(base / "home"),
-            XDG_CACHE_HOME=str(base / "cache"),
-            TORCHINDUCTOR_CACHE_DIR=str(base / "inductor"),
-        )
         environment = {**record(("torch", "transformers")), "cpus": os.cpu_count()}
-        for name in args.runs.split(","):
-            runs[name] = run_once(env, base)
+        plan = [(name, ROOT / "src", base / "candidate") for name in args.runs.split(",")]
+        if args.baseline_src is not None:
+            plan.insert(0, ("baseline cold", args.baseline_src.resolve(), base / "baseline"))
+            environment["baseline"] = {
+                "src": str(args.baseline_src),
+                "commit": args.baseline_commit or "?",
+            }
+        for name, src, folder in plan:
+            run_env = fresh_env(env, src, folder)
+            runs[name] = run_once(run_env, folder)
             print(
                 f"{name}: {runs[name]['wall_s']:.0f} s wall, {runs[name]['cpu_s']:.0f} s CPU,"
                 f" phases {runs[name]['phases']}, load {runs[name]['load_average_start'][0]:.1f}",
