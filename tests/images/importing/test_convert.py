@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.support import hf_two_tower
 from tests.support.cli import result_of, run_cli
+from tests.support.require import not_applicable
 
 KINDS = ("clip", "siglip")
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "china", "camera"]
@@ -226,7 +227,7 @@ def test_a_broken_folder_is_one_line_and_nothing_written(imported, tmp_path, cap
 
 def test_a_crop_of_another_size_than_the_resize_is_refused(imported, tmp_path, capsys):
     if imported["kind"] != "clip":
-        pytest.skip("SigLIP's processor does not crop")
+        not_applicable("SigLIP's processor does not crop")
     crop = edit_json("preprocessor_config.json", size={"shortest_edge": 72})
     line = refused(capsys, *broken_copy(imported, tmp_path, crop))
     assert "crop_size" in line and "shortest_edge 72" in line
@@ -235,7 +236,7 @@ def test_a_crop_of_another_size_than_the_resize_is_refused(imported, tmp_path, c
 def test_a_tokenizer_of_another_model_is_refused(imported, tmp_path, capsys):
     """CLIP's tokenizer (300 tokens) in the SigLIP folder (a 44-token text tower)."""
     if imported["kind"] != "siglip":
-        pytest.skip("the CLIP tower's vocabulary is the larger one")
+        not_applicable("the CLIP tower's vocabulary is the larger one")
     from transformers import PreTrainedTokenizerFast
 
     def swap(folder):
@@ -262,7 +263,7 @@ def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left
     write): the check against the folder's own model refuses, and neither the output nor the
     temporary folder is left."""
     if imported["kind"] != "clip":
-        pytest.skip("one kind suffices: the check is the same code")
+        not_applicable("one kind suffices: the check is the same code")
     import torch
     from transformers import AutoConfig, AutoModel
 
