@@ -327,9 +327,17 @@ def eval_time_table(doc: dict) -> str:
             f" {rec.get('label', '?')} ({_x(rec.get('time_ratio'))}, {_x(rec.get('time_ratio_one'))}) |"
         )
     env = doc["environment"]
+    baseline = env.get("baseline")
     lines.append(
         f"\n({env.get('time_utc', '')}, {env.get('cpus', '?')} CPUs; `{doc['command']}` in a"
-        " fresh HOME / XDG_CACHE_HOME / TORCHINDUCTOR_CACHE_DIR, then again on what it left.)"
+        " fresh HOME / XDG_CACHE_HOME / TORCHINDUCTOR_CACHE_DIR, then again on what it left"
+        + (
+            f"; baseline: the accelkit of commit `{baseline['commit']}`, cold, in caches of its"
+            " own, in the same session"
+            if baseline
+            else ""
+        )
+        + ".)"
     )
     return "\n".join(lines)
 
