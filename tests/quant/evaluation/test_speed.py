@@ -11,23 +11,13 @@ from torch._dynamo.utils import counters
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.evaluation.speed import compile_model, repeated_blocks
 from accelkit.quant.method.convert import quantize
-
-
-class Block(nn.Module):
-    def __init__(self, d=64, hidden=128):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.up = nn.Linear(d, hidden)
-        self.down = nn.Linear(hidden, d)
-
-    def forward(self, x):
-        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+from tests.support.quant_blocks import Block
 
 
 class Stack(nn.Module):
     def __init__(self, depth=4, d=64):
         super().__init__()
-        self.blocks = nn.ModuleList(Block(d) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(d, 128) for _ in range(depth))
         self.head = nn.Linear(d, 8)
         self.others = nn.ModuleList([nn.ReLU(), nn.Tanh()])  # two types: not a stack
 
@@ -45,7 +35,9 @@ def _calibration():
 def test_repeated_blocks_finds_the_stack_and_only_a_stack():
     model = Stack()
     assert repeated_blocks(model) is model.blocks
-    assert repeated_blocks(Block()) is None  # no ModuleList of one type: the whole model compiles
+    assert (
+        repeated_blocks(Block(64, 128)) is None
+    )  # no ModuleList of one type: the whole model compiles
     assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.ReLU()]))) is None
 
 
@@ -76,7 +68,7 @@ def test_quantized_blocks_compile_once_per_shape_and_match_eager():
 
 def test_without_a_stack_the_whole_model_compiles():
     torch.manual_seed(0)
-    model = Block().eval()
+    model = Block(64, 128).eval()
     torch._dynamo.reset()
     compiled = compile_model(copy.deepcopy(model))
     x = torch.randn(3, 5, 64)

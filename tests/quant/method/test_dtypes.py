@@ -11,22 +11,11 @@ import copy
 
 import pytest
 import torch
-from torch import nn
 
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.layers import QuantLinear
-
-
-class Block(nn.Module):
-    def __init__(self, d=128, hidden=256):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.up = nn.Linear(d, hidden)
-        self.down = nn.Linear(hidden, d)
-
-    def forward(self, x):
-        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+from tests.support.quant_blocks import Block
 
 
 def data(n=4, seed=0):
@@ -48,7 +37,7 @@ def rel(a, b):
 @pytest.mark.parametrize("weight_format", ["plain", "progressive"])
 def test_low_precision_models_quantize_and_match_the_fp32_path(dtype, method, weight_format):
     torch.manual_seed(0)
-    fp32 = Block().eval()
+    fp32 = Block(128, 256).eval()
     cfg = QuantConfig(
         method=method,
         wbits=4,
