@@ -324,3 +324,45 @@ def check_syntax(expr: str, max_values: int = MAX_LIST_VALUES) -> None:
         _Parser(tokenize(expr), max_values).whole()
     except RecursionError:
         raise FilterSyntaxError("it is nested too deeply") from None
+
+
+def json_in_as_equalities(expr: str) -> str:
+    """`expr` (already checked) with each `metadata[...] in [a, b]` written as
+    `(metadata[...] == a or metadata[...] == b)` and `not in` as `not (...)`: Milvus Lite 3's
+    parser takes `in` after `id` only ("left side of 'in' must be a field reference"). An empty
+    list matches nothing, as `in []` does; a list holding a list is passed through as written
+    (Lite 3 refuses it, in a line naming the filter). Every other token is passed as written."""
+    tokens = tokenize(expr)
+    out: list[str] = []
+    at = 0
+    while tokens[at].kind != "end":
+        token = tokens[at]
+        negated = tokens[at + 1].text == "not" and tokens[at + 2].text == "in"
+        if token.kind != "json" or not (negated or tokens[at + 1].text == "in"):
+            out.append(token.text)
+            at += 1
+            continue
+        start = at + (3 if negated else 2)  # the list's "["
+        end = start + 1
+        while tokens[end].kind != "op" or tokens[end].text not in ("[", "]"):
+            end += 1
+        if tokens[end].text == "[":  # a list inside the list
+            out.append(token.text)
+            at += 1
+            continue
+        values, value = [], ""
+        for inner in tokens[start + 1 : end]:
+            if inner.kind == "op" and inner.text == ",":
+                values.append(value)
+                value = ""
+            else:
+                value += inner.text  # "-" and its number stay one literal
+        if value:
+            values.append(value)
+        if values:
+            joined = "(" + " or ".join(f"{token.text} == {v}" for v in values) + ")"
+        else:
+            joined = f"({token.text} == 0 and {token.text} != 0)"
+        out.append(f"not {joined}" if negated else joined)
+        at = end + 1
+    return " ".join(out)

@@ -15,6 +15,7 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.config import StoreConfig
+from accelkit.images.filters import json_in_as_equalities
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
@@ -30,9 +31,11 @@ from accelkit.images.store.lite import (
     _engine_output_to,
     _held_by,
     _quiet_pymilvus,
+    check_lite_format,
     check_lite_free,
     check_lite_space,
     close_engine,
+    lite_generation,
     lite_lock_holder,
     open_engine,
 )
@@ -75,6 +78,10 @@ class StoreClient:
         # delete with timestamp 0, so a Session read would not wait for it; such reads go Strong
         # until the next upsert (whose timestamp is later than the delete's) returns.
         self._deleted: set[str] = set()
+        # Milvus Lite 3 searches rows it has not flushed by turning each back into a Python list
+        # (~0.3 ms a 1280-d row, every search) and keeps no index over them: collections written
+        # (or first used) since their last flush, flushed before their next search (`_settle`).
+        self._unflushed: set[str] = set()
         self._lock = threading.Lock()
         self._engine: str | None = None  # the Milvus Lite engine's path (`lite.open_engine`)
         self._client = self._connect()
@@ -86,6 +93,12 @@ class StoreClient:
     @property
     def is_server(self) -> bool:
         return not is_local_uri(self.config.uri)
+
+    @property
+    def lite(self) -> int | None:
+        """The Milvus Lite generation this store runs on (2 or 3, `lite.lite_generation`); None
+        on a server."""
+        return None if self.is_server else lite_generation()
 
     def _connect(self):
         import_library("pymilvus", "images")
@@ -106,8 +119,13 @@ class StoreClient:
                     # Checked first: a refused Milvus Lite start deletes the holder's lock file,
                     # after which a third process could open the same database.
                     check_lite_free(uri)
+                    check_lite_format(uri)
 
                     def start(db: str):
+                        if self.lite == 3:  # threads of ours: no child's HOME or output to move
+                            return MilvusClient(
+                                uri=db, token=self.config.token or "", timeout=self.config.timeout
+                            )
                         log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
                         with _engine_home(db), _engine_output_to(log_path):
                             return MilvusClient(
@@ -201,6 +219,13 @@ class StoreClient:
             raise InputError(f"consistency {level!r} is not one of {', '.join(CONSISTENCY_LEVELS)}")
         with self._lock:
             return "Strong" if level == "Session" and name in self._deleted else level
+
+    def _engine_filter(self, expr: str | None) -> str:
+        """A checked filter as this engine must be sent it: Milvus Lite 3 reads `in` only after
+        `id` (`filters.json_in_as_equalities`); "" for none."""
+        if expr and self.lite == 3:
+            return json_in_as_equalities(expr)
+        return expr or ""
 
     def list_collections(self) -> list[str]:
         """The collections' names, sorted (our catalog left out)."""
@@ -446,6 +471,31 @@ class StoreClient:
             ) from exc
         with self._lock:
             self._loaded.add(name)
+            if self.lite == 3:  # rows another process left in the write-ahead log
+                self._unflushed.add(name)
+
+    def _wrote(self, name: str) -> None:
+        """Rows of `name` were written or deleted: on Milvus Lite 3 they wait in its memtable
+        until the next search flushes them (`_settle`)."""
+        if self.lite == 3:
+            with self._lock:
+                self._unflushed.add(name)
+
+    def _settle(self, name: str) -> None:
+        """Before a search on Milvus Lite 3: flush what was written since the last one, so the
+        search reads segments (indexed, once the engine's background build has them) instead of
+        the memtable. Measured at 10k 1280-d rows: 3.3 s a search unflushed, 0.18 s flushed
+        (FLAT), 0.02 s with HNSW; a flush takes ~0.4 ms a row, once."""
+        with self._lock:
+            if name not in self._unflushed:
+                return
+            self._unflushed.discard(name)
+        try:
+            self._call(f"flushing {name!r}", self._client.flush, name)
+        except BaseException:
+            with self._lock:
+                self._unflushed.add(name)
+            raise
 
     def _with_load(self, name: str, what: str, fn, *args, **kwargs):
         """Run a read; if Milvus says the collection is not loaded (released elsewhere), load and retry once."""

@@ -1,7 +1,13 @@
-"""Milvus Lite's engine, which runs as a child process of ours: where it keeps its scratch
-(`HOME`), where its C++ output goes, quieting its and pymilvus' loggers, one engine per database
-file in this process whatever name opens it, and which other process holds a database file
-(Linux /proc), so a refused open names the holder.
+"""Milvus Lite's engine: which generation is installed, where a 2.x engine (a child process of
+ours) keeps its scratch (`HOME`) and where its C++ output goes, quieting its and pymilvus'
+loggers, one engine per database in this process whatever name opens it, and which other
+process holds a database (Linux /proc), so a refused open names the holder.
+
+Two generations, never both in one environment (both are the module `milvus_lite`): 2.x, a C++
+engine in a child process that keeps a database in one SQLite file; 3.x, a Python engine over
+faiss and pyarrow in threads of this process that keeps a database in a folder (parquet
+segments, an Arrow write-ahead log, index files and a `LOCK` it holds with flock). Neither
+opens the other's database (`check_lite_format`).
 
 A database file is known by what it is, its device and inode (`file_identity`), not by how it is
 spelled: a hard link, a symbolic link and a path through `..` are one file. Milvus Lite itself
@@ -14,6 +20,7 @@ Before a write it also checks that the file's disk has room for it (`check_lite_
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -29,6 +36,65 @@ from accelkit.runtime.files import no_space
 T = TypeVar("T")
 
 
+@functools.lru_cache(maxsize=1)
+def lite_generation() -> int:
+    """The major version of the installed Milvus Lite: 2 (a SQLite file, a child process) or 3
+    (a folder, threads of ours); 2 when it cannot be read (the import then names the extra)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("milvus-lite").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return 2
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def lite_format(path: str) -> int | None:
+    """Which Milvus Lite generation made the database at `path`: 2 (a SQLite file), 3 (a
+    folder), or None (nothing there yet, or neither)."""
+    path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        return 3
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return None
+    return 2 if head == SQLITE_HEADER or not head else None
+
+
+def lite_exists(path: str) -> bool:
+    """Whether a Milvus Lite database of either generation is at `path`."""
+    return lite_format(path) is not None
+
+
+def check_lite_format(uri: str, role: str = "store.uri") -> None:
+    """Refuse, in one line naming the path and the way on, a database the installed Milvus Lite
+    cannot open (the engine itself says only "Open local milvus failed", or makes a folder
+    beside nothing): a 2.x file under Lite 3, a 3.x folder under Lite 2, a file that is
+    neither."""
+    found, installed = lite_format(uri), lite_generation()
+    path = os.path.expanduser(uri)
+    if found is None and os.path.exists(path):
+        raise StoreError(
+            f"{role} {uri}: not a Milvus Lite database (neither a Lite 2.x SQLite file nor a Lite"
+            " 3.x folder); give another path"
+        )
+    if found == 2 and installed >= 3:
+        raise StoreError(
+            f"{role} {uri} is a Milvus Lite 2.x database, which the installed Milvus Lite"
+            f" {installed}.x cannot open; copy it into a new one with `accelkit images migrate"
+            f" {uri} NEW.db` (docs/images.md, moving to Milvus Lite 3)"
+        )
+    if found == 3 and installed < 3:
+        raise StoreError(
+            f"{role} {uri} is a Milvus Lite 3.x database (a folder), which the installed Milvus"
+            " Lite 2.x cannot open; install milvus-lite 3 (pip install 'accelkit[images-lite3]')"
+        )
+
+
 class _NotMilvusLite(logging.Filter):
     """milvus_lite logs to the root logger (e.g. "Open x.db failed ..." before our own one-line
     error); its records are shown only at debug level."""
@@ -41,7 +107,7 @@ _FILTER = _NotMilvusLite()
 
 
 def _quiet_pymilvus() -> None:
-    for name in ("pymilvus", "milvus_lite"):
+    for name in ("pymilvus", "milvus_lite", "grpc._server"):  # Lite 3 serves gRPC in-process
         logging.getLogger(name).setLevel(logging.CRITICAL)
     root = logging.getLogger()
     if _FILTER not in root.filters:
@@ -106,6 +172,29 @@ def _engine_home(db: str):
                 os.environ.pop("HOME", None)
             else:
                 os.environ["HOME"] = saved
+
+
+def index_coverage(path: str, name: str, field: str) -> tuple[int, int] | None:
+    """(rows whose segment has its `field` index, rows in segments) of collection `name` in the
+    Milvus Lite 3 database at `path`, which this process runs; None where it cannot be read.
+
+    Lite 3 builds a segment's index on a background thread after the flush that made the
+    segment, and searches the segment by brute force until then, while `describe_index` says
+    Finished with every row indexed from the start: only the engine's own segments say how far
+    the build is. They are read through its private objects (milvus-lite 3.2), so any change
+    there gives None, and the wait falls back to what `describe_index` says."""
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+
+        entry = server_manager_instance._servers.get(os.path.abspath(path))
+        if entry is None:
+            return None
+        segments = entry[1].get_collection(name)._segments_snapshot()
+        total = sum(int(seg.num_rows) for seg in segments)
+        indexed = sum(int(seg.num_rows) for seg in segments if field in seg.indexes)
+        return indexed, total
+    except Exception:
+        return None
 
 
 def file_identity(path: str) -> tuple[int, int] | None:
@@ -258,18 +347,23 @@ def lite_lock_holder(uri: str) -> int | None:
 
 
 def _lite_holders(uri: str) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every other process with the file open under any of its names
-    (device and inode; a Milvus Lite engine opens a `.db` name), our own engines left out."""
+    """(pid, owner pid) of every other process with the database open under any of its names
+    (device and inode; a Milvus Lite 2.x engine opens a `.db` name and is owned by its parent; a
+    3.x database's `LOCK` is held by the process that runs the engine), our own engines left
+    out."""
     from pathlib import Path
 
     db = str(Path(uri).expanduser().resolve())
+    threads = lite_generation() >= 3 or lite_format(db) == 3
+    if threads:  # Lite 3: the engine is the process itself, holding the folder's LOCK
+        db = os.path.join(db, "LOCK")
     identity = file_identity(db)
     me = os.getpid()
 
     def same_file(fd_path: str, target: str) -> bool:
         if target == db:
             return True
-        if identity is None or not target.endswith(".db"):
+        if identity is None or not target.endswith("LOCK" if threads else ".db"):
             return False
         return file_identity(fd_path) == identity
 
@@ -297,7 +391,7 @@ def _lite_holders(uri: str) -> list[tuple[int, int]]:
             except OSError:
                 continue
             if same_file(f"/proc/{pid}/fd/{fd}", target):
-                owner = parent(pid)
+                owner = pid if threads else parent(pid)
                 if owner != me:  # our own engine
                     found.append((pid, owner))
                 break

@@ -41,7 +41,7 @@ from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store import VectorStore
 from accelkit.images.store.errors import StoreError
-from accelkit.images.store.lite import file_identity
+from accelkit.images.store.lite import file_identity, lite_exists
 from accelkit.images.store.records import (
     MARKER,
     PROP_MODEL,
@@ -220,7 +220,7 @@ def migrate(
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
     _refuse_database_flags(source, target)
-    if is_local_uri(source.uri) and not os.path.isfile(source.uri):  # opening would make it
+    if is_local_uri(source.uri) and not lite_exists(source.uri):  # opening would make it
         raise InputError(
             f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
             " URI such as http://host:19530)"

@@ -49,6 +49,8 @@ class ItemSearch(StoreClient):
                 f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d"
             )
         spec = self._spec(name)
+        self._ensure_loaded(name)
+        self._settle(name)
         try:
             results = self._with_load(
                 name,
@@ -57,7 +59,7 @@ class ItemSearch(StoreClient):
                 name,
                 data=queries.tolist(),
                 limit=topk,
-                filter=filter_expr or "",
+                filter=self._engine_filter(filter_expr),
                 output_fields=[METADATA_FIELD],
                 search_params={
                     "metric_type": spec.metric_type,

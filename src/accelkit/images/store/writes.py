@@ -71,6 +71,7 @@ class ItemWrites(StoreClient):
                 for i in order
             )
             check_lite_space(self.config.uri, needed, f"inserting {len(order)} items into {name!r}")
+        self._wrote(name)  # first: rows of a batch that fails midway may be stored
         step = self.config.insert_batch_size
         batches = [rows[start : start + step] for start in range(0, len(rows), step)]
         threads = min(self.config.insert_threads if self.is_server else 1, len(batches))
@@ -114,6 +115,7 @@ class ItemWrites(StoreClient):
             with self._lock:
                 self._deleted.add(name)
             self._with_load(name, f"deleting from {name!r}", self._client.delete, name, filter=expr)
+            self._wrote(name)
             deleted += int(rows[0]["count(*)"])
         return deleted
 
@@ -128,15 +130,20 @@ class ItemWrites(StoreClient):
                 f"counting matches in {name!r}",
                 self._client.query,
                 name,
-                filter=filter_expr,
+                filter=self._engine_filter(filter_expr),
                 output_fields=["count(*)"],
                 consistency_level="Strong",
             )
             with self._lock:
                 self._deleted.add(name)
             self._with_load(
-                name, f"deleting from {name!r}", self._client.delete, name, filter=filter_expr
+                name,
+                f"deleting from {name!r}",
+                self._client.delete,
+                name,
+                filter=self._engine_filter(filter_expr),
             )
+            self._wrote(name)
         except StoreTimeoutError:
             raise
         except StoreError as exc:
