@@ -52,6 +52,24 @@ def pytest_configure(config):
             faulthandler.register(signum, file=log, all_threads=True, chain=True)
 
 
+# Set by tests/images/store/test_engines.py for its run of the images tests on Milvus Lite 3:
+# the tests of the Milvus server and the Ray cluster (one xdist group) are the outer run's.
+LITE_PASS = "ACCELKIT_TEST_LITE_PASS"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(LITE_PASS) != "1":
+        return
+    kept, left = [], []
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        name = (group.kwargs.get("name") or (group.args or [None])[0]) if group else None
+        (left if name == SERVERS else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """In a run that requires every real component (.ci/run), a skipped test fails instead,

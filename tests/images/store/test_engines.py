@@ -1,0 +1,114 @@
+"""The images tests on the other Milvus Lite generation.
+
+Milvus Lite 2.x and 3.x are one module (`milvus_lite`), so an environment holds one of them;
+this run's `accelkit[images]` has 2.x (the default: docs/images.md, "Milvus Lite 2.5 or 3").
+Here the images tests that open a Milvus Lite store run again on 3.x, in a virtual environment
+made once in `.venv-lite3/` beside the checkout: milvus-lite 3 (the `images-lite3` extra's range,
+read from pyproject.toml) and faiss-cpu installed into it without dependencies, everything else
+this run's own packages (a `.pth` file adds this environment's site folders after its own, so
+its `milvus_lite` is 3.x and all else is shared). The Milvus server's and the Ray cluster's tests
+are this run's alone (tests/conftest.py, `ACCELKIT_TEST_LITE_PASS`)."""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+from accelkit.images.store.lite import lite_generation
+from tests.support.require import absent, not_applicable
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV = ROOT / ".venv-lite3"
+# the images tests that open a Milvus Lite store (preprocessing, the models, the filters' grammar
+# and the docs' numbers do not, and run once)
+PATHS = [
+    "tests/images/store",
+    "tests/images/index",
+    "tests/images/service",
+    "tests/images/cli",
+    "tests/images/test_api.py",
+    "tests/images/test_faults.py",
+    "tests/images/test_filter_properties.py",
+    "tests/images/test_ignored_settings.py",
+    "tests/images/test_interrupts.py",
+    "tests/images/test_outage.py",
+]
+
+
+def lite3_requirements() -> list[str]:
+    """milvus-lite as the `images-lite3` extra pins it, and the one package of its own it needs
+    that `accelkit[images]` lacks (its others, grpcio, numpy and pyarrow, are shared)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    lite = next(r for r in extras["images-lite3"] if r.startswith("milvus-lite"))
+    return [lite, "faiss-cpu>=1.7.4,<2"]
+
+
+def lite3_python() -> Path:
+    """The Python of `.venv-lite3/`, made (or remade, when the requirements or this environment
+    changed) on first use."""
+    python = VENV / "bin" / "python"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    packages = VENV / "lib" / version / "site-packages"
+    outer = [p for p in (*site.getsitepackages(), sysconfig.get_path("purelib")) if p]
+    stamp = VENV / "accelkit-made-for"
+    wanted = "\n".join([sys.executable, *lite3_requirements(), *outer])
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--clear", "--without-pip", str(VENV)],
+        check=True,
+        timeout=120,
+    )
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "-q", "--no-deps"),
+            *("--target", str(packages), *lite3_requirements()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode:
+        absent("milvus-lite 3", f"pip could not install it: {done.stderr.strip()[-400:]}")
+    lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(outer)]
+    (packages / "zz_accelkit_outer.pth").write_text("\n".join(lines) + "\n")
+    stamp.write_text(wanted)
+    return python
+
+
+def test_the_images_tests_pass_on_milvus_lite_3():
+    if lite_generation() == 3:
+        not_applicable("this run is on Milvus Lite 3 already")
+    python = lite3_python()
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "from accelkit.images.store.lite import lite_generation as g; print(g())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert probe.stdout.strip() == "3", probe.stderr[-2000:]
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *PATHS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+            "ACCELKIT_TEST_LITE_PASS": "1",
+        },
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
