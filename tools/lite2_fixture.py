@@ -96,7 +96,9 @@ def build(path: Path) -> None:
             client.insert("foreign", [{"pk": "ü1", "v": [4, 5, 6], "n": 2}])  # twice: later wins
             client.insert("foreign", [{"pk": f"日本{i}", "v": [i, i, i], "n": i} for i in range(5)])
     kept = [i for i in ids[:100] if i.endswith("0.jpg")]
-    ThumbnailStore(f"{path}.thumbnails.sqlite").put("photos", [(i, _jpeg(k)) for k, i in enumerate(kept)])
+    ThumbnailStore(f"{path}.thumbnails.sqlite").put(
+        "photos", [(i, _jpeg(k)) for k, i in enumerate(kept)]
+    )
 
 
 def read(path: Path) -> dict:

@@ -265,6 +265,17 @@ def damaged(folder: Path, how: str) -> Path:
             db.text_factory = bytes  # the engine stores its protobufs as TEXT
             (rowid, data), *_ = db.execute('SELECT id, data FROM "photos" ORDER BY id')
             db.execute('UPDATE "photos" SET data = ? WHERE id = ?', (data[:-9], rowid))
+    elif how == "unfinished write":  # a writer gone mid-transaction: a hot journal left
+        import subprocess
+        import sys
+
+        stopped = (
+            "import os, sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            " db.execute('PRAGMA cache_size=1'); db.execute('BEGIN');"
+            " db.execute('DELETE FROM photos'); os._exit(0)"
+        )
+        subprocess.run([sys.executable, "-c", stopped, str(path)], check=True)
+        assert Path(f"{path}-journal").stat().st_size > 0
     elif how == "unknown type":
         with sqlite3.connect(path) as db:
             db.text_factory = bytes
@@ -287,6 +298,7 @@ def damaged(folder: Path, how: str) -> Path:
         ("other sqlite", "without Milvus Lite's collection_meta table"),
         ("torn row", "row 1 does not decode"),
         ("unknown type", "'metadata' is of type Float16Vector"),
+        ("unfinished write", "holds a write its engine did not finish"),
     ],
 )
 def test_what_the_reader_does_not_understand_is_one_line(tmp_path, how, says):
@@ -294,11 +306,10 @@ def test_what_the_reader_does_not_understand_is_one_line(tmp_path, how, says):
     from accelkit.images.store.lite2_file import Lite2File
 
     path = damaged(tmp_path, how)
-    with pytest.raises(InputError) as refused:
-        with Lite2File(str(path)) as lite:
-            for name in lite.collections():
-                for _ in lite.rows(name):
-                    pass
+    with pytest.raises(InputError) as refused, Lite2File(str(path)) as lite:
+        for name in lite.collections():
+            for _ in lite.rows(name):
+                pass
     message = str(refused.value)
     assert says in message and str(path) in message and "\n" not in message
 
@@ -319,7 +330,9 @@ def test_a_database_the_installed_engine_cannot_open_is_one_line(tmp_path, capsy
     if major() >= 3:
         other = tmp_path / "other.db"
         shutil.copyfile(source, other)
-        code, _, err = run_cli(["images", "migrate", str(source), str(other), "-c", "photos"], capsys)
+        code, _, err = run_cli(
+            ["images", "migrate", str(source), str(other), "-c", "photos"], capsys
+        )
         assert code == 2 and f"DST {other} is a Milvus Lite 2.x database" in error_line(err)
     else:
         lite3 = tmp_path / "three.db"
@@ -328,3 +341,20 @@ def test_a_database_the_installed_engine_cannot_open_is_one_line(tmp_path, capsy
         code, _, err = run_cli(["images", "migrate", str(lite3), str(tmp_path / "new.db")], capsys)
         assert code == 2 and f"SRC {lite3} is a Milvus Lite 3.x database" in error_line(err)
         assert "milvus-lite>=3" in err
+
+
+def test_an_unfinished_write_is_undone_as_the_refusal_says(tmp_path):
+    import subprocess
+    import sys
+
+    from accelkit.errors import DataError
+    from accelkit.images.store.lite2_file import Lite2File
+
+    path = damaged(tmp_path, "unfinished write")
+    with pytest.raises(DataError) as refused:
+        Lite2File(str(path))
+    advice = str(refused.value).split("then run again: ")[1]
+    assert advice.startswith('python3 -c "')
+    subprocess.run([sys.executable, "-c", advice.removeprefix('python3 -c "')[:-1]], check=True)
+    with Lite2File(str(path)) as lite:
+        assert lite.count("photos") == 172 and lite.count("clips") == 60

@@ -58,7 +58,7 @@ READ_ROWS = 500  # rows fetched from SQLite at a time
 
 
 def lite_db_format(path: str) -> str | None:
-    """"2.x" for a SQLite file (Milvus Lite 2.x), "3.x" for a Milvus Lite 3.x directory, None for
+    """ "2.x" for a SQLite file (Milvus Lite 2.x), "3.x" for a Milvus Lite 3.x directory, None for
     anything else (nothing there, an empty directory, another kind of file)."""
     path = os.path.expanduser(path)
     if os.path.isdir(path):
@@ -207,6 +207,13 @@ class Lite2File:
             checked = self._db.execute("PRAGMA quick_check").fetchall()
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
         except sqlite3.Error as exc:
+            journal = f"{self.path}-journal"
+            if os.path.exists(journal):  # a hot journal: only a writer may roll it back
+                raise DataError(
+                    f"Milvus Lite 2.x file {self.path} holds a write its engine did not finish"
+                    f' ({journal}); let SQLite undo it, then run again: python3 -c "import'
+                    f" sqlite3; sqlite3.connect({self.path!r}).execute('PRAGMA quick_check')\""
+                ) from exc
             self._fail(f"SQLite cannot read it ({exc})")
         if checked != [(b"ok",)]:
             self._fail(f"SQLite finds it damaged ({checked[0][0].decode(errors='replace')})")
@@ -337,7 +344,11 @@ class Lite2File:
         return list(self._ids(name))
 
     def rows(
-        self, name: str, batch_size: int = 1000, after: Any = None, keys: Sequence[Any] | None = None
+        self,
+        name: str,
+        batch_size: int = 1000,
+        after: Any = None,
+        keys: Sequence[Any] | None = None,
     ) -> Iterator[list[dict[str, Any]]]:
         """The items (`keys`, or all after `after`) as {field: value} in batches of at most
         `batch_size`, ascending by primary key (`keys` in their order; missing ones left out).
@@ -406,7 +417,7 @@ def _value(field, kind: str) -> Any:
     if kind == "JSON":
         (text,) = field.scalars.json_data.data
         return json.loads(text)
-    (value,) = getattr(getattr(field.scalars, SCALARS[kind]), "data")
+    (value,) = getattr(field.scalars, SCALARS[kind]).data
     return value
 
 
@@ -443,7 +454,11 @@ class Lite2Store:
     def _accelkit(self, name: str) -> Schema:
         schema = self.file.schema(name)
         shape = [(f.name, f.type) for f in schema.fields]
-        if shape != [(ID_FIELD, "VarChar"), (VECTOR_FIELD, "FloatVector"), (METADATA_FIELD, "JSON")]:
+        if shape != [
+            (ID_FIELD, "VarChar"),
+            (VECTOR_FIELD, "FloatVector"),
+            (METADATA_FIELD, "JSON"),
+        ]:
             fields = ", ".join(f"{n} {t}" for n, t in shape)
             raise InputError(
                 f"collection {name!r} of {self.file.path} was not made by accelkit (fields"
@@ -519,7 +534,11 @@ class Lite2Store:
         self._accelkit(name)
         ids = list(dict.fromkeys(check_ids(list(ids))))
         found = [_item(r) for rows in self.file.rows(name, len(ids) or 1, keys=ids) for r in rows]
-        return found if with_vectors else [{k: v for k, v in i.items() if k != "vector"} for i in found]
+        return (
+            found
+            if with_vectors
+            else [{k: v for k, v in i.items() if k != "vector"} for i in found]
+        )
 
 
 def _item(row: dict[str, Any]) -> dict[str, Any]:
