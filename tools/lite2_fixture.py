@@ -99,6 +99,11 @@ def build(path: Path) -> None:
     ThumbnailStore(f"{path}.thumbnails.sqlite").put(
         "photos", [(i, _jpeg(k)) for k, i in enumerate(kept)]
     )
+    import sqlite3
+
+    thumbs = sqlite3.connect(f"{path}.thumbnails.sqlite")  # shipped without a WAL: read-only
+    thumbs.execute("PRAGMA journal_mode=DELETE")  # readers then leave no -wal/-shm beside it
+    thumbs.close()
 
 
 def read(path: Path) -> dict:
