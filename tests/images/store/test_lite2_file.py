@@ -176,13 +176,15 @@ def copy_everything(settings: dict, name: str) -> dict:
         }
 
 
-def migrate(source: Path, target: Path, capsys, *collections: str) -> tuple[int, str, str]:
+def migrate(
+    source: Path, target: Path, capsys, *collections: str, batch_size: int = 1000
+) -> tuple[int, str, str]:
     """The command a user runs (Lite 3); under Lite 2 the same copy with the reader asked for."""
     import json
 
     if major() >= 3:
         code, out, err = run_cli(["images", "migrate", str(source), str(target), "--no-progress",
-                                  "--json", *[w for c in collections for w in ("-c", c)]], capsys)  # fmt: skip
+                                  "--json", "--batch-size", str(batch_size), *[w for c in collections for w in ("-c", c)]], capsys)  # fmt: skip
         return code or 0, json.dumps(json.loads(out)["result"]) if code in (0, None) else out, err
     from accelkit.errors import AccelkitError
     from accelkit.images.store import StoreConfig
@@ -190,7 +192,7 @@ def migrate(source: Path, target: Path, capsys, *collections: str) -> tuple[int,
 
     try:
         report = copy(StoreConfig(uri=str(source)), StoreConfig(uri=str(target)),
-                      list(collections) or None, lite2_reader=True)  # fmt: skip
+                      list(collections) or None, lite2_reader=True, batch_size=batch_size)  # fmt: skip
     except AccelkitError as exc:
         return exc.exit_code, "", f"error: {exc}\n"
     return 0, json.dumps(report.document()), ""
@@ -358,3 +360,34 @@ def test_an_unfinished_write_is_undone_as_the_refusal_says(tmp_path):
     subprocess.run([sys.executable, "-c", advice.removeprefix('python3 -c "')[:-1]], check=True)
     with Lite2File(str(path)) as lite:
         assert lite.count("photos") == 172 and lite.count("clips") == 60
+
+
+def test_a_stopped_copy_from_a_2x_file_resumes_after_its_mark(tmp_path, capsys, monkeypatch):
+    """The copy fails on its third batch; run again, it goes on after the last id it marked
+    and ends with every item equal."""
+    import json
+
+    from accelkit.images.store import StoreConfig, StoreError
+    from accelkit.images.store.lite2_file import Lite2Store
+    from accelkit.images.store.writes import ItemWrites
+
+    source, target = fixture_copy(tmp_path), tmp_path / "new.db"
+    upsert, calls = ItemWrites.upsert, []
+
+    def failing(self, name, ids, *args, **kwargs):
+        calls.append(list(ids))
+        if len(calls) == 3:
+            raise StoreError(f"upserting into {name!r} failed: gone")
+        return upsert(self, name, ids, *args, **kwargs)
+
+    monkeypatch.setattr(ItemWrites, "upsert", failing)
+    code, _, err = migrate(source, target, capsys, "photos", batch_size=64)
+    assert code == 2 and "stopped in the copy (128 of 172 items" in error_line(err)
+    monkeypatch.setattr(ItemWrites, "upsert", upsert)
+    code, out, err = migrate(source, target, capsys, "photos", batch_size=64)
+    assert code == 0, err
+    (copy,) = json.loads(out)["collections"]
+    assert copy["resumed_after"] == calls[1][-1] and copy["copied"] == 172 - 128
+    with Lite2Store(StoreConfig(uri=str(source))) as src:
+        want = [row for rows in src.iterate("photos", 100) for row in rows]
+    assert bits(copy_everything({"uri": str(target)}, "photos")["items"]) == bits(want)
