@@ -55,6 +55,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 LITE3_ENTRIES = ("collections", "databases")  # what a Milvus Lite 3.x directory holds
 INTERNAL_FIELDS = ("RowID", "Timestamp")  # every 2.x row carries them; not the user's
 READ_ROWS = 500  # rows fetched from SQLite at a time
+DAMAGED = "a damaged or partly copied file: copy it again from where it came from"
 
 
 def lite_db_format(path: str) -> str | None:
@@ -223,12 +224,9 @@ class Lite2File:
         self._schemas: dict[str, Schema] = {}
         self._rows: dict[str, dict[Any, int]] = {}  # primary key -> SQLite rowid, per collection
 
-    def _fail(self, why: str, collection: str | None = None) -> None:
+    def _fail(self, why: str, collection: str | None = None, fix: str = DAMAGED) -> None:
         where = f"collection {collection!r} of " if collection else ""
-        raise DataError(
-            f"{where}Milvus Lite 2.x file {self.path}: {why}; it cannot be read without its"
-            " engine (a damaged or partly copied file: copy it again from where it came from)"
-        )
+        raise DataError(f"{where}Milvus Lite 2.x file {self.path}: {why}; {fix}")
 
     def close(self) -> None:
         self._db.close()
@@ -297,6 +295,7 @@ class Lite2File:
                     f"field {f.name!r} is of type {f.type}, which this reader does not decode"
                     " (it reads Bool, integers, Float, Double, VarChar, JSON, FloatVector)",
                     name,
+                    "copy the other collections (--collection), or this one with the 2.x engine",
                 )
         schema = Schema(parsed.name, parsed.description, fields)
         self._schemas[name] = schema
