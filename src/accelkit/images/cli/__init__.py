@@ -296,7 +296,10 @@ def health_command(
 @images_app.command("migrate")
 def migrate_command(
     source: Annotated[
-        str, typer.Argument(help="Store to copy from: a Milvus Lite .db or a server URI.")
+        str,
+        typer.Argument(
+            help="Store to copy from: a Milvus Lite .db (a 2.x file too, under Lite 3) or a server URI."
+        ),
     ],
     target: Annotated[
         str, typer.Argument(help="Store to copy into: a Milvus Lite .db or a server URI.")

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from accelkit.errors import InputError
 from accelkit.images.store.errors import StoreError, StoreFullError
 from accelkit.images.store.records import is_local_uri
 from accelkit.runtime.files import no_space
@@ -49,20 +50,21 @@ def lite_generation() -> int:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+LITE3_ENTRIES = ("collections", "databases")  # what a Milvus Lite 3.x folder holds
 
 
 def lite_format(path: str) -> int | None:
     """Which Milvus Lite generation made the database at `path`: 2 (a SQLite file), 3 (a
-    folder), or None (nothing there yet, or neither)."""
+    folder holding Lite 3's `collections/` and `databases/`), or None (nothing there, an empty
+    file or folder, anything else)."""
     path = os.path.expanduser(path)
     if os.path.isdir(path):
-        return 3
+        return 3 if all(os.path.isdir(os.path.join(path, e)) for e in LITE3_ENTRIES) else None
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
+            return 2 if handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER else None
     except OSError:
         return None
-    return 2 if head == SQLITE_HEADER or not head else None
 
 
 def lite_exists(path: str) -> bool:
@@ -72,27 +74,37 @@ def lite_exists(path: str) -> bool:
 
 def check_lite_format(uri: str, role: str = "store.uri") -> None:
     """Refuse, in one line naming the path and the way on, a database the installed Milvus Lite
-    cannot open (the engine itself says only "Open local milvus failed", or makes a folder
-    beside nothing): a 2.x file under Lite 3, a 3.x folder under Lite 2, a file that is
-    neither."""
-    found, installed = lite_format(uri), lite_generation()
+    cannot open (the engine itself says only "Open local milvus failed", or writes its folders
+    into whatever folder it is given): a 2.x file under Lite 3, a 3.x folder under Lite 2,
+    anything that is neither. Nothing there yet (or an empty file or folder, which the engine
+    takes) passes."""
     path = os.path.expanduser(uri)
-    if found is None and os.path.exists(path):
-        raise StoreError(
-            f"{role} {uri}: not a Milvus Lite database (neither a Lite 2.x SQLite file nor a Lite"
-            " 3.x folder); give another path"
-        )
+    found, installed = lite_format(path), lite_generation()
+    empty = os.path.isdir(path) and not os.listdir(path) if installed >= 3 else _empty_file(path)
     if found == 2 and installed >= 3:
-        raise StoreError(
-            f"{role} {uri} is a Milvus Lite 2.x database, which the installed Milvus Lite"
-            f" {installed}.x cannot open; copy it into a new one with `accelkit images migrate"
-            f" {uri} NEW.db` (docs/images.md, moving to Milvus Lite 3)"
+        raise InputError(
+            f"{role} {uri} is a Milvus Lite 2.x database (one SQLite file), which the installed"
+            f" Milvus Lite {installed}.x cannot open; copy it into a Lite 3 store with `accelkit"
+            f" images migrate {uri} NEW.db` (no 2.x engine needed), or install milvus-lite<3"
+            " to use it as it is"
         )
     if found == 3 and installed < 3:
-        raise StoreError(
+        raise InputError(
             f"{role} {uri} is a Milvus Lite 3.x database (a folder), which the installed Milvus"
-            " Lite 2.x cannot open; install milvus-lite 3 (pip install 'accelkit[images-lite3]')"
+            " Lite 2.x cannot open; install accelkit[images-lite3] (milvus-lite>=3) to use it"
         )
+    if found is None and os.path.lexists(path) and not empty:
+        raise InputError(
+            f"{role} {uri} is not a Milvus Lite database (neither a Lite 2.x SQLite file nor a"
+            " Lite 3.x folder); give the path of a database, or a new one"
+        )
+
+
+def _empty_file(path: str) -> bool:
+    try:
+        return os.path.isfile(path) and os.path.getsize(path) == 0
+    except OSError:
+        return False
 
 
 class _NotMilvusLite(logging.Filter):

@@ -21,6 +21,11 @@ databases by the random id accelkit keeps in each (`StoreClient.store_marker`: `
 is refused before anything is written; deleting a collection is advised only where SRC and DST
 are proven two stores. A copy that stops (a signal, a failure) says whether it stopped in the copy
 or in the verification, with the command that goes on.
+
+A Milvus Lite 2.x file (one SQLite file) is read without its engine (`lite2_file.Lite2Store`)
+where the installed engine is Lite 3, which cannot open it: a 2.x user moves to Lite 3 with
+`accelkit images migrate old.db new.db`. A store the installed engine cannot open otherwise (a
+Lite 3 directory under Lite 2, a 2.x file as DST under Lite 3) is refused in one line first.
 """
 
 from __future__ import annotations
@@ -41,7 +46,14 @@ from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store import VectorStore
 from accelkit.images.store.errors import StoreError
-from accelkit.images.store.lite import file_identity, lite_exists
+from accelkit.images.store.lite import (
+    check_lite_format,
+    file_identity,
+    lite_exists,
+    lite_format,
+    lite_generation,
+)
+from accelkit.images.store.lite2_file import Lite2Store
 from accelkit.images.store.records import (
     MARKER,
     PROP_MODEL,
@@ -215,8 +227,11 @@ def migrate(
     target_thumbnails: str = "auto",
     restart: bool = False,
     progress: bool = False,
+    lite2_reader: bool | None = None,
 ) -> MigrateReport:
-    """Copy `collections` (default: all) of the store `source` into the store `target`."""
+    """Copy `collections` (default: all) of the store `source` into the store `target`.
+    `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine (None: where the
+    installed engine is Lite 3, which cannot open it)."""
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
     _refuse_database_flags(source, target)
@@ -229,7 +244,12 @@ def migrate(
     hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
-        src = stack.enter_context(VectorStore(source))
+        src = stack.enter_context(_open_source(source, lite2_reader))
+        if isinstance(src, Lite2Store):  # one it cannot copy: refused before DST is touched
+            for name in collections or src.list_collections():
+                src.describe_dim(check_collection_name(name))
+        if is_local_uri(target.uri):
+            check_lite_format(target.uri, "DST")
         dst = stack.enter_context(VectorStore(target))
         identity, distinct = _identify(src, dst)
         names = list(collections or src.list_collections())
@@ -266,6 +286,19 @@ def migrate(
             )
             report.collections.append(copy)
     return report
+
+
+def _open_source(config: StoreConfig, lite2_reader: bool | None):
+    """SRC as migrate reads it: a Milvus Lite 2.x file through `Lite2Store` (no engine) where
+    asked or where the installed engine is Lite 3; else the store, once its engine can open it."""
+    if is_local_uri(config.uri):
+        if lite_format(config.uri) == 2 and (
+            lite2_reader or (lite2_reader is None and lite_generation() >= 3)
+        ):
+            log.info("reading the Milvus Lite 2.x file %s without its engine", config.uri)
+            return Lite2Store(config)
+        check_lite_format(config.uri, "SRC")
+    return VectorStore(config)
 
 
 def _kept(dst, name: str, items: str, stage: str, hint: str, then: str) -> None:
