@@ -1,11 +1,13 @@
-"""What a backend does not apply is said, not silently dropped: Milvus Lite builds IVF_FLAT but
-searches it the same whatever nprobe is (measured here), so a search warns once, the service
-adds the line to its answer's warnings, and `images health` lists the index in use."""
+"""What a backend does not apply is said, not silently dropped: Milvus Lite 2.x builds IVF_FLAT
+but searches it the same whatever nprobe is (measured here), so a search warns once, the service
+adds the line to its answer's warnings, and `images health` lists the index in use. Milvus Lite
+3 (faiss) and a server apply it, and nothing is said."""
 
 import httpx
 import numpy as np
 import pytest
 
+from accelkit.images.store.lite import lite_generation
 from tests.support.cli import envelope_of
 
 ROWS, DIM, NLIST = 3000, 16, 64
@@ -25,6 +27,7 @@ def searches(settings: dict, queries: np.ndarray, nprobe: int) -> list[list[str]
     from accelkit.images.store import StoreConfig, VectorStore
 
     with VectorStore(StoreConfig(**settings)) as store:
+        store._client.load_collection("ivf")  # Lite 3 loads nothing of its own accord
         found = store._client.search(
             "ivf",
             data=queries.tolist(),
@@ -57,8 +60,8 @@ def test_nprobe_is_ignored_by_lite_and_applied_by_a_server(ivf):
 
     settings, queries = ivf
     narrow, wide = searches(settings, queries, 1), searches(settings, queries, NLIST)
-    server = "db_name" in settings
-    assert (narrow != wide) == server  # Lite: the same results whatever nprobe says
+    server = "db_name" in settings or lite_generation() == 3  # both apply nprobe
+    assert (narrow != wide) == server  # Lite 2: the same results whatever nprobe says
     with VectorStore(StoreConfig(**settings)) as store:
         said = store.ignored("ivf")
         in_use = store.index_in_use("ivf")
@@ -82,21 +85,23 @@ def test_the_command_line_warns_once_and_health_lists_the_index(
         f"preprocess:\n  cache_compiled: false\nmodel:\n  onnx_path: {onnx_path}\n"
         f"store:\n  uri: {tmp_path / 'w.db'}\n  index_type: IVF_FLAT\n  nprobe: 64\n"
     )
+    said = 0 if lite_generation() == 3 else 1  # Lite 3 applies nprobe
     code, out, err = run(capsys, "collection", "create", "pics", "--config", str(config))
-    assert code == 0 and err.count("Milvus Lite ignores nprobe (64) for IVF_FLAT") == 1
+    assert code == 0 and err.count("Milvus Lite ignores nprobe (64) for IVF_FLAT") == said
     code, out, err = run(capsys, "insert", str(query), "-c", "pics", "--config", str(config), "--json")  # fmt: skip
     warnings = envelope_of(out)["warnings"]
-    assert code == 0 and len(warnings) == 1 and "ignores nprobe (64)" in warnings[0]
+    assert code == 0 and len(warnings) == said and all("ignores nprobe (64)" in w for w in warnings)
     code, out, err = run(capsys, "search", str(query), "-c", "pics", "--config", str(config))
-    assert code == 0 and err.count("ignores nprobe") == 1 and "coffee" not in err
+    assert code == 0 and err.count("ignores nprobe") == said and "coffee" not in err
     code, out, err = run(capsys, "collection", "create", "flat", "--index-type", "FLAT", "--config", str(config))  # fmt: skip
     assert code == 0 and "ignores" not in err
     code, out, err = run(capsys, "health", "--config", str(config))
-    assert code == 0 and "IVF_FLAT COSINE nlist=128 (ignored: nprobe)" in out
+    in_use = "nlist=128 nprobe=64" if lite_generation() == 3 else "nlist=128 (ignored: nprobe)"
+    assert code == 0 and f"IVF_FLAT COSINE {in_use}" in out, out
     assert "index.flat" in out and "FLAT COSINE" in out
     code, out, err = run(capsys, "health", "--config", str(config), "--json")
     indexes = {c["name"]: c for c in envelope_of(out)["result"]["collections"]}
-    assert indexes["pics"]["ignored"] == ["nprobe"] and indexes["flat"]["ignored"] == []
+    assert indexes["pics"]["ignored"] == ["nprobe"] * said and indexes["flat"]["ignored"] == []
 
 
 def test_the_service_adds_the_line_to_its_answers(tmp_path, onnx_path, photos):
@@ -120,10 +125,12 @@ def test_the_service_adds_the_line_to_its_answers(tmp_path, onnx_path, photos):
         assert inserted.status_code == 200
         answer = httpx.post(server.url + "/search", files={"file": ("q.png", query.read_bytes())})
         assert answer.status_code == 200
-        (line,) = answer.json()["warnings"]
-        assert "Milvus Lite ignores nprobe (16) for IVF_FLAT" in line
+        said = 0 if lite_generation() == 3 else 1  # Lite 3 applies nprobe
+        lines = answer.json()["warnings"]
+        assert len(lines) == said
+        assert all("Milvus Lite ignores nprobe (16) for IVF_FLAT" in line for line in lines)
         health = httpx.get(server.url + "/health").json()  # no key set: the details are public
         (images,) = health["collections"]
-        assert images["name"] == "images" and images["ignored"] == ["nprobe"]
+        assert images["name"] == "images" and images["ignored"] == ["nprobe"] * said
     finally:
         server.stop()

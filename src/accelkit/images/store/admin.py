@@ -13,7 +13,7 @@ from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
 from accelkit.images.schema import MAX_DIM, MIN_DIM, check_collection_name, check_description
 from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import CollectionExistsError, StoreError, StoreTimeoutError
-from accelkit.images.store.lite import index_coverage
+from accelkit.images.store.lite import clear_aborted_collection, index_coverage
 from accelkit.images.store.records import (
     ID_FIELD,
     MAX_ID_LENGTH,
@@ -109,6 +109,8 @@ class CollectionAdmin(StoreClient):
             # this name dropped by another program (or a drop stopped before its row went) is
             # replaced, not inherited.
             self.record(name, records, replace=True)
+        if self.lite == 3:
+            clear_aborted_collection(self._engine, name)
         self._call(
             f"creating collection {name!r}",
             client.create_collection,
@@ -253,9 +255,16 @@ class CollectionAdmin(StoreClient):
         2 cores to apply them. After a bulk insert (which ends with a flush) the first search,
         from this client or any other, answers at once and sees every row."""
         self._require(name)
+        if self.lite == 3:
+            self._flush_room(name)
         with self._lock:
-            self._unflushed.discard(name)
-        self._call(f"flushing {name!r}", self._client.flush, name)
+            pending = self._unflushed.pop(name, None)
+        try:
+            self._call(f"flushing {name!r}", self._client.flush, name)
+        except BaseException:
+            if pending is not None:
+                self._wrote(name, pending)
+            raise
         if self.is_server:
             self.wait_applied(name)
 

@@ -5,6 +5,7 @@ index), `writes` (upsert, delete), `search` (search, get)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from accelkit.images.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
     StoreError,
+    StoreFullError,
     StoreTimeoutError,
     StoreUnavailableError,
     _reason,
@@ -34,6 +36,7 @@ from accelkit.images.store.lite import (
     check_lite_format,
     check_lite_free,
     check_lite_space,
+    clear_aborted_collection,
     close_engine,
     lite_generation,
     lite_lock_holder,
@@ -57,9 +60,17 @@ from accelkit.images.store.records import (
     is_local_uri,
     redact_uri,
 )
+from accelkit.runtime.files import no_space
 from accelkit.runtime.logs import import_library
 
 log = logging.getLogger(__name__)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether Milvus Lite 3 failed a call on a full file system (its answer carries the OS
+    error's text)."""
+    text = str(exc)
+    return f"[Errno {errno.ENOSPC}]" in text or f"[Errno {errno.EDQUOT}]" in text
 
 
 class StoreClient:
@@ -80,8 +91,9 @@ class StoreClient:
         self._deleted: set[str] = set()
         # Milvus Lite 3 searches rows it has not flushed by turning each back into a Python list
         # (~0.3 ms a 1280-d row, every search) and keeps no index over them: collections written
-        # (or first used) since their last flush, flushed before their next search (`_settle`).
-        self._unflushed: set[str] = set()
+        # (or first used) since their last flush, with the disk bytes of what they wrote, flushed
+        # before their next search (`_settle`).
+        self._unflushed: dict[str, int] = {}
         self._lock = threading.Lock()
         self._engine: str | None = None  # the Milvus Lite engine's path (`lite.open_engine`)
         self._client = self._connect()
@@ -123,6 +135,7 @@ class StoreClient:
 
                     def start(db: str):
                         if self.lite == 3:  # threads of ours: no child's HOME or output to move
+                            os.makedirs(os.path.dirname(db), exist_ok=True)  # as 2.x's HOME did
                             return MilvusClient(
                                 uri=db, token=self.config.token or "", timeout=self.config.timeout
                             )
@@ -194,6 +207,11 @@ class StoreClient:
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} is unavailable (down or restarting); retry later"
+                ) from exc
+            if self.lite == 3 and _disk_full(exc):  # Lite 3 says so (2.x did not: lite.py)
+                full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                raise StoreFullError(
+                    f"{what}: {no_space(self.config.uri, full, unchanged=True)}"
                 ) from exc
             if _timed_out(exc):
                 raise StoreTimeoutError(
@@ -338,6 +356,8 @@ class StoreClient:
             schema.add_field(METADATA_FIELD, DataType.JSON)
             index = self._client.prepare_index_params()
             index.add_index(VECTOR_FIELD, index_type="FLAT", metric_type="L2")
+            if self.lite == 3:
+                clear_aborted_collection(self._engine, CATALOG)
             self._call(
                 "creating the catalog",
                 self._client.create_collection,
@@ -472,30 +492,44 @@ class StoreClient:
         with self._lock:
             self._loaded.add(name)
             if self.lite == 3:  # rows another process left in the write-ahead log
-                self._unflushed.add(name)
+                self._unflushed.setdefault(name, 0)
 
-    def _wrote(self, name: str) -> None:
-        """Rows of `name` were written or deleted: on Milvus Lite 3 they wait in its memtable
-        until the next search flushes them (`_settle`)."""
+    def _wrote(self, name: str, written: int = 0) -> None:
+        """`written` bytes of rows of `name` were written (or rows deleted): on Milvus Lite 3
+        they wait in its memtable until the next search flushes them (`_settle`)."""
         if self.lite == 3:
             with self._lock:
-                self._unflushed.add(name)
+                self._unflushed[name] = self._unflushed.get(name, 0) + written
+
+    def _pending(self, name: str) -> int:
+        """Bytes of rows of `name` that Milvus Lite 3 has not flushed yet (0 elsewhere)."""
+        with self._lock:
+            return self._unflushed.get(name, 0)
+
+    def _flush_room(self, name: str) -> None:
+        """Refuse a Milvus Lite 3 flush the disk has no room for: on a full disk its flush fails
+        after setting the rows aside, and they are gone from searches at once and from the
+        database at the next flush (measured on milvus-lite 3.2.2: an acknowledged row lost)."""
+        check_lite_space(self.config.uri, 2 * self._pending(name), f"flushing {name!r}")
 
     def _settle(self, name: str) -> None:
         """Before a search on Milvus Lite 3: flush what was written since the last one, so the
         search reads segments (indexed, once the engine's background build has them) instead of
         the memtable. Measured at 10k 1280-d rows: 3.3 s a search unflushed, 0.18 s flushed
-        (FLAT), 0.02 s with HNSW; a flush takes ~0.4 ms a row, once."""
+        (FLAT), 0.02 s with HNSW; a flush takes ~0.4 ms a row, once. Without room on the disk
+        for the flush, the search reads the memtable (slower, as exact)."""
         with self._lock:
             if name not in self._unflushed:
                 return
-            self._unflushed.discard(name)
+            pending = self._unflushed.pop(name)
         try:
+            self._flush_room(name)
             self._call(f"flushing {name!r}", self._client.flush, name)
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
-                self._unflushed.add(name)
-            raise
+                self._unflushed[name] = self._unflushed.get(name, 0) + pending
+            if not isinstance(exc, StoreFullError):
+                raise
 
     def _with_load(self, name: str, what: str, fn, *args, **kwargs):
         """Run a read; if Milvus says the collection is not loaded (released elsewhere), load and retry once."""

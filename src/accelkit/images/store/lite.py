@@ -186,6 +186,25 @@ def _engine_home(db: str):
                 os.environ["HOME"] = saved
 
 
+def clear_aborted_collection(path: str, name: str) -> bool:
+    """Remove what a Milvus Lite 3 collection creation stopped midway left in the database at
+    `path` (the collection's folder, made before its schema: on a full disk, or killed between
+    the two), which the engine does not count as a collection and yet refuses to create again
+    ("File exists"). Only a folder holding nothing but a partial schema is removed; returns
+    whether one was."""
+    import shutil
+
+    folder = os.path.join(path, "collections", name)
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    if set(entries) - {"schema.json.tmp"}:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
 def index_coverage(path: str, name: str, field: str) -> tuple[int, int] | None:
     """(rows whose segment has its `field` index, rows in segments) of collection `name` in the
     Milvus Lite 3 database at `path`, which this process runs; None where it cannot be read.

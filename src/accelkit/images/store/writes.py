@@ -70,8 +70,13 @@ class ItemWrites(StoreClient):
                 row_bytes(dim, ids[i], len(json.dumps(metadata[i] or {}, default=str)))
                 for i in order
             )
-            check_lite_space(self.config.uri, needed, f"inserting {len(order)} items into {name!r}")
-        self._wrote(name)  # first: rows of a batch that fails midway may be stored
+            # on Lite 3 with room for the flush it may make of what is waiting, too
+            check_lite_space(
+                self.config.uri,
+                needed + 2 * self._pending(name),
+                f"inserting {len(order)} items into {name!r}",
+            )
+            self._wrote(name, needed // 2)  # first: a batch that fails midway may be stored
         step = self.config.insert_batch_size
         batches = [rows[start : start + step] for start in range(0, len(rows), step)]
         threads = min(self.config.insert_threads if self.is_server else 1, len(batches))
