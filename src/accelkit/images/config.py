@@ -35,7 +35,9 @@ class PreprocessConfig(Settings):
     num_workers: int = 4
     data_format: Literal["NCHW", "NHWC"] = "NCHW"
     platform: str | None = None  # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
-    fit: Literal["stretch", "center-crop", "letterbox"] = "stretch"
+    fit: Literal["stretch", "center-crop", "shortest-edge-crop", "letterbox"] = "stretch"
+    # the resize filter, PIL-exact: "bicubic" is what CLIP's and SigLIP's processors use
+    resample: Literal["bilinear", "bicubic"] = "bilinear"
     dtype: Literal["float32", "bfloat16"] = "float32"
     cache_compiled: bool = True
     max_pixels: int = 64_000_000
@@ -108,6 +110,7 @@ class PreprocessConfig(Settings):
             "max_pixels": self.max_pixels,
             "fast_jpeg_downscale": self.fast_jpeg_downscale,
             "reducing_gap": self.reducing_gap,
+            "resample": self.resample,
         }
 
 
