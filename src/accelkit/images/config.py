@@ -87,12 +87,37 @@ class PreprocessConfig(Settings):
             raise ValueError("must be at least 1")
         return value
 
+    @field_validator("reducing_gap")
+    @classmethod
+    def _gap(cls, value: float | None) -> float | None:
+        # 0 turns the host reduction off: a file's `null` reads as "not set" (the default)
+        if value is not None and value == 0:
+            return None
+        if value is not None and value < 1:
+            raise ValueError("must be at least 1, or 0 for no reduction before the resize")
+        return value
+
     @field_validator("std")
     @classmethod
     def _std_positive(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
         if any(v <= 0 for v in value):
             raise ValueError("every std must be positive")
         return value
+
+    def vector_settings(self) -> dict[str, Any]:
+        """The settings that change an image's vector, as a collection's model record holds them
+        (`models.image_tower_record`). `resample` only where it is not bilinear: the records
+        written before the setting existed (all bilinear) stay equal."""
+        settings: dict[str, Any] = {
+            "image_size": list(self.image_size),
+            "mean": [float(v) for v in self.mean],
+            "std": [float(v) for v in self.std],
+            "fit": self.fit,
+            "data_format": self.data_format,
+        }
+        if self.resample != "bilinear":
+            settings["resample"] = self.resample
+        return settings
 
     def preprocessor_kwargs(self) -> dict[str, Any]:
         """Keywords for `JAXImagePreprocessor`."""
