@@ -405,8 +405,8 @@ class HostImage:
 
 class HostImagePreprocessor(ImagePreprocessor):
     """The same inputs, outputs and per-item failures as `JAXImagePreprocessor`, without JAX: each
-    decode thread also resizes with PIL (`Image.resize(BILINEAR or BICUBIC, box=…)`, after the same integer
-    reduction — the pixels the JAX kernel reproduces bit for bit) and normalizes in float64,
+    decode thread also resizes with PIL (`Image.resize(BILINEAR or BICUBIC, box=…)`, after the
+    same integer reduction — the pixels the JAX kernel reproduces bit for bit) and normalizes in float64,
     rounded once to the output dtype. Where the model runs on the CPU this is the faster engine:
     no JAX start-up and no per-shape tracing (a process of `images embed` traced ~134 programs for
     2,000 photos of mixed sizes). Returns numpy arrays; `device` is None and nothing compiles.

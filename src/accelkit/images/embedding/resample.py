@@ -1,6 +1,6 @@
 """PIL-exact resampling, the pure core under both preprocessing engines: the taps of PIL's
-antialiased bilinear or bicubic filter computed on the host, the geometry of each `fit` mode, the bucket
-ladders that bound the compiled shapes, and the two device passes that apply the taps.
+antialiased bilinear or bicubic filter computed on the host, the geometry of each `fit` mode,
+the bucket ladders that bound the compiled shapes, and the two device passes that apply the taps.
 
 How it stays exact and compiles a bounded number of times:
 
