@@ -246,9 +246,9 @@ def test_resample_and_reducing_gap_settings(tmp_path):
         assert (pre.resample, pre.reducing_gap, pre.fit) == ("bicubic", None, "shortest-edge-crop")
     default = ServiceConfig.from_env(env={}).preprocess
     assert (default.resample, default.reducing_gap) == ("bilinear", 3.0)
-    with pytest.raises(ConfigError, match="RESAMPLE 'lanczos'.*'bilinear' or 'bicubic'"):
+    with pytest.raises(ConfigError, match=r"RESAMPLE 'lanczos'.*'bilinear' or 'bicubic'"):
         ServiceConfig.from_env(env={"ACCELKIT_PREPROCESS_RESAMPLE": "lanczos"})
-    with pytest.raises(ConfigError, match="reducing-gap 0.5: must be at least 1, or 0"):
+    with pytest.raises(ConfigError, match=r"reducing-gap 0\.5: must be at least 1, or 0"):
         ServiceConfig.from_env(env={}, preprocess={"reducing_gap": 0.5})
     model = ServiceConfig.from_env(env={}).model.model_copy(update={"onnx_path": __file__})
     record = image_tower_record(model, default)

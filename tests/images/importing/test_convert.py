@@ -126,6 +126,15 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
     assert 0.9 < checks["preprocess_speedups_min_cosine"] <= 1.0
 
 
+def test_the_table_says_the_filter_and_the_checks(imported, tmp_path, capsys):
+    if imported["kind"] != "clip":
+        not_applicable("one kind suffices: the table is the same code")
+    code, out, _ = run_cli(["images", "import-model", str(imported["folder"]), "-o", str(tmp_path / "o")], capsys)  # fmt: skip
+    assert code == 0
+    assert "64x64 shortest-edge-crop, bicubic (the processor's, PIL-exact)" in out
+    assert "vs processor" in out and "speed-ups on" in out
+
+
 def test_accelkit_embeds_like_transformers(imported, tmp_path):
     """accelkit's own paths (embed; the text tower as text search loads it) over the imported
     files against transformers on independently made inputs: cosine >= 0.9999."""
