@@ -460,3 +460,18 @@ def test_resample_is_checked_and_bilinear_stays_the_default():
     image = np.random.default_rng(2).integers(0, 256, (97, 61, 3), np.uint8)
     bilinear = Image.fromarray(image).resize((224, 224), Image.Resampling.BILINEAR)
     assert np.array_equal(pil_reference(image, (224, 224), "stretch")[0], np.asarray(bilinear))
+
+
+def test_bicubic_after_the_default_reduce_is_the_same_on_both_engines(photos):
+    """reducing_gap 3 (the default) with bicubic: PIL's reduce then PIL's bicubic resize, the
+    JAX engine's levels equal to the host engine's."""
+    big = np.asarray(Image.fromarray(photos["retina"]).resize((2100, 1900)))
+    kwargs = {"resample": "bicubic", "fit": "center-crop"}
+    host = HostImagePreprocessor(**kwargs).preprocess_batch([big])
+    jax_rows = np.asarray(
+        JAXImagePreprocessor(cache_compiled=False, **kwargs).preprocess_batch([big])
+    )
+    composed = Image.fromarray(big).reduce(2)  # the centred 1900² box: scale 8.5 -> factor 2
+    reference, _ = pil_reference(np.asarray(composed), (224, 224), "center-crop", "bicubic")
+    assert np.array_equal(np.rint(to_uint8_space(host))[0], reference)
+    assert np.array_equal(np.rint(to_uint8_space(jax_rows))[0], reference)
