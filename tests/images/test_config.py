@@ -120,6 +120,7 @@ def test_every_field_has_an_env_variable():
             "data_format": "NHWC",
             "platform": "gpu",
             "fit": "center-crop",
+            "resample": "bicubic",
             "dtype": "bfloat16",
             "cache_compiled": "false",
             "max_pixels": "1000",
@@ -221,3 +222,38 @@ def test_thumbnails_setting(tmp_path):
     for bad in ("", str(tmp_path), "somewhere/"):
         with pytest.raises(ConfigError, match="SQLite file"):
             ServiceConfig.from_env(env={}, store={"thumbnails": bad})
+
+
+def test_resample_and_reducing_gap_settings(tmp_path):
+    """`resample` (bilinear by default, bicubic as CLIP's and SigLIP's processors) reaches both
+    engines; `reducing_gap: 0` in a file turns the reduction off (null there reads as not set);
+    the model record holds `resample` only where it is not bilinear, so records made before it
+    existed still compare equal."""
+    from accelkit.images.embedding.models import image_tower_record
+    from accelkit.images.embedding.preprocess import make_preprocessor
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "preprocess:\n  resample: bicubic\n  reducing_gap: 0\n  fit: shortest-edge-crop\n"
+    )
+    loaded = ServiceConfig.from_yaml(path, env={}).preprocess
+    assert (loaded.resample, loaded.reducing_gap, loaded.fit) == (
+        "bicubic",
+        None,
+        "shortest-edge-crop",
+    )
+    with make_preprocessor("host", **loaded.preprocessor_kwargs()) as pre:
+        assert (pre.resample, pre.reducing_gap, pre.fit) == ("bicubic", None, "shortest-edge-crop")
+    default = ServiceConfig.from_env(env={}).preprocess
+    assert (default.resample, default.reducing_gap) == ("bilinear", 3.0)
+    with pytest.raises(ConfigError, match=r"RESAMPLE 'lanczos'.*'bilinear' or 'bicubic'"):
+        ServiceConfig.from_env(env={"ACCELKIT_PREPROCESS_RESAMPLE": "lanczos"})
+    with pytest.raises(ConfigError, match=r"reducing-gap 0\.5: must be at least 1, or 0"):
+        ServiceConfig.from_env(env={}, preprocess={"reducing_gap": 0.5})
+    model = ServiceConfig.from_env(env={}).model.model_copy(update={"onnx_path": __file__})
+    record = image_tower_record(model, default)
+    assert list(record) == ["weights", "output_name", "image_size", "mean", "std", "fit",
+                            "data_format", "normalize"]  # fmt: skip
+    bicubic = image_tower_record(model, default.model_copy(update={"resample": "bicubic"}))
+    assert {k: v for k, v in bicubic.items() if k != "resample"} == record
+    assert bicubic["resample"] == "bicubic"

@@ -49,3 +49,17 @@ def test_target_figures_read_back_equal_the_json():
     assert float(minutes.group(1)) == round(doc["minutes"], 1)
     met = re.findall(r"\*\*(met|missed)\*\*", block)
     assert met[1] == ("met" if search["no_filter"]["p99_ms"] < 20 else "missed")
+
+
+def test_resample_speed_block_is_what_the_json_renders():
+    """docs/images.md's bicubic-against-bilinear table is benchmarks/resample_bench.py's
+    rendering of benchmarks/results/resample_bench.json."""
+    spec = importlib.util.spec_from_file_location(
+        "resample_bench", ROOT / "benchmarks" / "resample_bench.py"
+    )
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    doc = json.loads(gen.RESULT.read_text(encoding="utf-8"))
+    text = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
+    assert "resample-speed" in {m.group("name") for m in gen._BLOCK.finditer(text)}
+    assert gen.render(text, doc) == text, "run python benchmarks/resample_bench.py --docs"

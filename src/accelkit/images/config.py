@@ -35,7 +35,9 @@ class PreprocessConfig(Settings):
     num_workers: int = 4
     data_format: Literal["NCHW", "NHWC"] = "NCHW"
     platform: str | None = None  # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
-    fit: Literal["stretch", "center-crop", "letterbox"] = "stretch"
+    fit: Literal["stretch", "center-crop", "shortest-edge-crop", "letterbox"] = "stretch"
+    # the resize filter, PIL-exact: "bicubic" is what CLIP's and SigLIP's processors use
+    resample: Literal["bilinear", "bicubic"] = "bilinear"
     dtype: Literal["float32", "bfloat16"] = "float32"
     cache_compiled: bool = True
     max_pixels: int = 64_000_000
@@ -85,12 +87,37 @@ class PreprocessConfig(Settings):
             raise ValueError("must be at least 1")
         return value
 
+    @field_validator("reducing_gap")
+    @classmethod
+    def _gap(cls, value: float | None) -> float | None:
+        # 0 turns the host reduction off: a file's `null` reads as "not set" (the default)
+        if value is not None and value == 0:
+            return None
+        if value is not None and value < 1:
+            raise ValueError("must be at least 1, or 0 for no reduction before the resize")
+        return value
+
     @field_validator("std")
     @classmethod
     def _std_positive(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
         if any(v <= 0 for v in value):
             raise ValueError("every std must be positive")
         return value
+
+    def vector_settings(self) -> dict[str, Any]:
+        """The settings that change an image's vector, as a collection's model record holds them
+        (`models.image_tower_record`). `resample` only where it is not bilinear: the records
+        written before the setting existed (all bilinear) stay equal."""
+        settings: dict[str, Any] = {
+            "image_size": list(self.image_size),
+            "mean": [float(v) for v in self.mean],
+            "std": [float(v) for v in self.std],
+            "fit": self.fit,
+            "data_format": self.data_format,
+        }
+        if self.resample != "bilinear":
+            settings["resample"] = self.resample
+        return settings
 
     def preprocessor_kwargs(self) -> dict[str, Any]:
         """Keywords for `JAXImagePreprocessor`."""
@@ -108,6 +135,7 @@ class PreprocessConfig(Settings):
             "max_pixels": self.max_pixels,
             "fast_jpeg_downscale": self.fast_jpeg_downscale,
             "reducing_gap": self.reducing_gap,
+            "resample": self.resample,
         }
 
 

@@ -263,9 +263,9 @@ def test_config_errors():
 # --------------------------------------------------------------------------- the host engine
 
 
-def float64_reference(image, fit, size=(224, 224), data_format="NCHW"):
+def float64_reference(image, fit, size=(224, 224), data_format="NCHW", resample="bilinear"):
     """PIL's pixels, normalized in float64 and rounded once: what the host engine promises."""
-    pixels, mask = pil_reference(image, size, fit)
+    pixels, mask = pil_reference(image, size, fit, resample)
     out = ((pixels / 255.0 - MEAN) / STD).astype(np.float32)
     out[~mask] = 0.0
     return out.transpose(2, 0, 1) if data_format == "NCHW" else out
@@ -295,7 +295,7 @@ def test_center_crop_boxes_never_leave_the_image(size, target):
 
     height, width = size
     out = (target, target) if isinstance(target, int) else target
-    (y0, y1, _, _), (x0, x1, _, _) = fit_geometry(height, width, *out, "center-crop")
+    (y0, y1, *_), (x0, x1, *_) = fit_geometry(height, width, *out, "center-crop")
     assert 0 <= y0 <= y1 <= height and 0 <= x0 <= x1 <= width
     assert (y0, y1) == (0.0, height) or (x0, x1) == (0.0, width)  # the binding side is whole
     image = np.random.default_rng(0).integers(0, 256, (height, width, 3), np.uint8)
@@ -362,3 +362,116 @@ def test_auto_engine_resizes_on_the_host_without_starting_jax(tmp_path):
     assert type(asked) is JAXImagePreprocessor and asked.device.platform == "cpu"
     with pytest.raises(ConfigError, match="engine='gpu' must be one of auto, jax, host"):
         make_preprocessor("gpu")
+
+
+# --------------------------------------------------------------------------- bicubic (CLIP, SigLIP)
+
+FITS = ["stretch", "center-crop", "shortest-edge-crop", "letterbox"]
+# beyond SIZES: one-pixel rows and columns, a 62x downscale (bicubic's widest taps that the
+# ladder holds without a reduce), thin upscales
+BICUBIC_SIZES = [(1, 300), (300, 1), (4000, 60), (3, 101), (64, 2900)]
+
+
+@pytest.fixture(scope="module")
+def bicubic_inputs(inputs):
+    rng = np.random.default_rng(11)
+    return inputs + [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in BICUBIC_SIZES]
+
+
+@pytest.mark.parametrize(
+    ("fit", "size"), zip(FITS, [(64, 48), (224, 224), (64, 48), (224, 224)], strict=True)
+)
+def test_bicubic_is_pils_bit_for_bit_on_both_engines(bicubic_inputs, fit, size):
+    """PIL's BICUBIC (`Image.resize(BICUBIC, box=…)`, then the fit's crop or padding) to the
+    level, on the JAX engine's device passes and the host engine: down- and upscales, 1×N,
+    a 62× downscale, odd sizes, noise, every fit."""
+    kwargs = {"image_size": size, "fit": fit, "resample": "bicubic", "reducing_gap": None}
+    jax_rows = np.asarray(
+        JAXImagePreprocessor(cache_compiled=False, max_batch=8, **kwargs).preprocess_batch(
+            bicubic_inputs
+        )
+    )
+    host_rows = HostImagePreprocessor(max_batch=8, **kwargs).preprocess_batch(bicubic_inputs)
+    for image, got, host in zip(bicubic_inputs, jax_rows, host_rows, strict=True):
+        reference, mask = pil_reference(image, size, fit, "bicubic")
+        levels = np.rint((got.transpose(1, 2, 0).astype(np.float64) * STD + MEAN) * 255.0)
+        assert np.array_equal(levels[mask], reference[mask]), (image.shape, fit, size)
+        assert np.array_equal(host, float64_reference(image, fit, size, resample="bicubic"))
+    if fit == "stretch":  # the reference itself, in the plainest PIL call there is
+        image = bicubic_inputs[4]
+        plain = Image.fromarray(image).resize(size[::-1], Image.Resampling.BICUBIC)
+        assert np.array_equal(pil_reference(image, size, fit, "bicubic")[0], np.asarray(plain))
+
+
+def test_clip_and_siglip_geometry_are_transformers_processors(bicubic_inputs, side=64):
+    """fit shortest-edge-crop with bicubic is transformers' CLIPImageProcessor (short side to
+    `side`, long side int(side × long / short), centre crop from (resized − side) // 2), stretch
+    with bicubic its SiglipImageProcessor: the processors' own float32 pixels."""
+    transformers = pytest.importorskip("transformers")
+    pil_class = getattr(transformers, "CLIPImageProcessorPil", None)
+    clip_class = pil_class or transformers.CLIPImageProcessor
+    siglip_class = (
+        getattr(transformers, "SiglipImageProcessorPil", None) or transformers.SiglipImageProcessor
+    )
+    clip = clip_class(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
+    siglip = siglip_class(size={"height": side, "width": side})
+    # every third input (fewer compiled shapes); 1-px sides: see below
+    images = [im for im in bicubic_inputs[::3] if min(im.shape[:2]) > 1]
+    for processor, fit in ((clip, "shortest-edge-crop"), (siglip, "stretch")):
+        want = processor(images=images, return_tensors="np", input_data_format="channels_last")
+        want = np.asarray(want["pixel_values"], np.float32)
+        kwargs = {"image_size": side, "fit": fit, "resample": "bicubic", "reducing_gap": None,
+                  "mean": processor.image_mean, "std": processor.image_std}  # fmt: skip
+        # the host engine here; the JAX engine's pixels equal the same PIL calls bit for bit
+        # (test_bicubic_is_pils_bit_for_bit_on_both_engines), the processor's by transitivity
+        got = HostImagePreprocessor(max_batch=8, **kwargs).preprocess_batch(images)
+        assert np.abs(got - want).max() <= 1e-6, fit
+    # a 1-pixel side: the processor's own geometry still, its channel guess aside
+    line = bicubic_inputs[-len(BICUBIC_SIZES)]
+    want = clip(images=[line], return_tensors="np", input_data_format="channels_last")
+    host = HostImagePreprocessor(image_size=side, fit="shortest-edge-crop", resample="bicubic",
+                                 reducing_gap=None, mean=clip.image_mean, std=clip.image_std)  # fmt: skip
+    assert np.abs(host.preprocess_batch([line]) - want["pixel_values"]).max() <= 1e-6
+
+
+def test_bicubic_downscales_past_the_tap_ladder_reduce_first_on_jax():
+    """A 2000-pixel row to 8 pixels would need ~1000 bicubic taps per output: the JAX engine
+    box-reduces that side first (PIL's reduce, then PIL's bicubic resize), bounded compiled
+    shapes; the host engine stays PIL's plain resize."""
+    image = np.random.default_rng(5).integers(0, 256, (3, 2000, 3), np.uint8)
+    plan = plan_image(image, (3, 8), "stretch", None, "bicubic")
+    assert plan.pixels.shape[:2] == (3, 400) and plan.key[3] <= 256
+    pp = JAXImagePreprocessor(image_size=(3, 8), resample="bicubic", reducing_gap=None,
+                              cache_compiled=False, mean=(0, 0, 0), std=(1, 1, 1))  # fmt: skip
+    got = np.rint(np.asarray(pp.preprocess_batch([image]))[0].transpose(1, 2, 0) * 255.0)
+    composed = Image.fromarray(image).reduce((5, 1)).resize((8, 3), Image.Resampling.BICUBIC)
+    assert np.array_equal(got, np.asarray(composed))
+    host = HostImagePreprocessor(image_size=(3, 8), resample="bicubic", reducing_gap=None,
+                                 mean=(0, 0, 0), std=(1, 1, 1))  # fmt: skip
+    plain = Image.fromarray(image).resize((8, 3), Image.Resampling.BICUBIC)
+    assert np.array_equal(np.rint(host.preprocess_batch([image])[0].transpose(1, 2, 0) * 255.0),
+                          np.asarray(plain))  # fmt: skip
+
+
+def test_resample_is_checked_and_bilinear_stays_the_default():
+    with pytest.raises(ConfigError, match="resample='lanczos' must be one of bilinear, bicubic"):
+        HostImagePreprocessor(resample="lanczos")
+    assert HostImagePreprocessor().resample == "bilinear"
+    image = np.random.default_rng(2).integers(0, 256, (97, 61, 3), np.uint8)
+    bilinear = Image.fromarray(image).resize((224, 224), Image.Resampling.BILINEAR)
+    assert np.array_equal(pil_reference(image, (224, 224), "stretch")[0], np.asarray(bilinear))
+
+
+def test_bicubic_after_the_default_reduce_is_the_same_on_both_engines(photos):
+    """reducing_gap 3 (the default) with bicubic: PIL's reduce then PIL's bicubic resize, the
+    JAX engine's levels equal to the host engine's."""
+    big = np.asarray(Image.fromarray(photos["retina"]).resize((2100, 1900)))
+    kwargs = {"resample": "bicubic", "fit": "center-crop"}
+    host = HostImagePreprocessor(**kwargs).preprocess_batch([big])
+    jax_rows = np.asarray(
+        JAXImagePreprocessor(cache_compiled=False, **kwargs).preprocess_batch([big])
+    )
+    composed = Image.fromarray(big).reduce(2)  # the centred 1900² box: scale 8.5 -> factor 2
+    reference, _ = pil_reference(np.asarray(composed), (224, 224), "center-crop", "bicubic")
+    assert np.array_equal(np.rint(to_uint8_space(host))[0], reference)
+    assert np.array_equal(np.rint(to_uint8_space(jax_rows))[0], reference)

@@ -58,23 +58,18 @@ def imported(request, tmp_path_factory, photos):
 
 
 def reference_images(imported) -> np.ndarray:
-    """transformers' get_image_features on pixels made independently of accelkit: PIL's own
-    resize (the fit's box, accelkit's documented rule), then (x / 255 - mean) / std in numpy
-    float64, from the constants the folder was built with."""
+    """transformers' get_image_features on pixels made independently of accelkit: the model's
+    own image processor (CLIP's resize of the short side and whole-pixel centre crop, SigLIP's
+    stretch, both bicubic), built from the folder's preprocessor_config.json by transformers."""
     import torch
+    from transformers import AutoImageProcessor
 
-    from accelkit.images.embedding.resample import pil_reference
-
-    kind, size = imported["kind"], (hf_two_tower.SIZE, hf_two_tower.SIZE)
-    fit = "center-crop" if kind == "clip" else "stretch"
-    batch = []
-    for path in imported["paths"]:
-        pixels, _ = pil_reference(np.asarray(Image.open(path).convert("RGB")), size, fit)
-        normal = (pixels / 255.0 - np.asarray(MEAN[kind])) / np.asarray(STD[kind])
-        batch.append(normal.transpose(2, 0, 1))
+    processor = AutoImageProcessor.from_pretrained(str(imported["folder"]), backend="pil")
+    pictures = [np.asarray(Image.open(path).convert("RGB")) for path in imported["paths"]]
+    pixels = processor(images=pictures, return_tensors="np")["pixel_values"]
     with torch.no_grad():
         out = imported["model"].get_image_features(
-            pixel_values=torch.from_numpy(np.asarray(batch, np.float32))
+            pixel_values=torch.from_numpy(np.asarray(pixels, np.float32))
         )
     return (out if isinstance(out, torch.Tensor) else out.pooler_output).numpy()
 
@@ -104,7 +99,10 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
         "image_size": [hf_two_tower.SIZE] * 2,
         "mean": list(MEAN[kind]),
         "std": list(STD[kind]),
-        "fit": "center-crop" if kind == "clip" else "stretch",
+        "fit": "shortest-edge-crop" if kind == "clip" else "stretch",
+        "resample": "bicubic",
+        "reducing_gap": 0,
+        "fast_jpeg_downscale": False,
     }
     assert block["model"]["context_length"] == CONTEXT[kind]
     assert block["model"]["embedding_dim"] == (24 if kind == "clip" else 32)
@@ -114,9 +112,7 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
     assert tokenizer["padding"]["strategy"] == {"Fixed": CONTEXT[kind]}
     assert tokenizer["padding"]["pad_token"] == end
     assert tokenizer["truncation"]["max_length"] == CONTEXT[kind]
-    assert result["text"]["pad_token"] == end and result["preprocess"]["resample"] == {
-        "model": "bicubic", "accelkit": "bilinear"
-    }  # fmt: skip
+    assert result["text"]["pad_token"] == end and result["preprocess"]["resample"] == "bicubic"
     import onnx
 
     inputs = [i.name for i in onnx.load(str(out / "text_encoder.onnx")).graph.input]
@@ -125,8 +121,18 @@ def test_the_folder_becomes_the_files_text_search_loads(imported):
     assert result["text"]["attention_mask"] is masked
     checks = result["checks"]
     assert checks["image_min_cosine"] >= 0.9999 and checks["text_min_cosine"] >= 0.9999
-    assert 0.9 < checks["preprocess_min_cosine"] <= 1.0
-    assert 0.9 < checks["preprocess_full_resize_min_cosine"] <= 1.0
+    # the processor's own pixels (photos as arrays and as JPEG files): a gate, like the towers
+    assert checks["preprocess_min_cosine"] >= 0.9999
+    assert 0.9 < checks["preprocess_speedups_min_cosine"] <= 1.0
+
+
+def test_the_table_says_the_filter_and_the_checks(imported, tmp_path, capsys):
+    if imported["kind"] != "clip":
+        not_applicable("one kind suffices: the table is the same code")
+    code, out, _ = run_cli(["images", "import-model", str(imported["folder"]), "-o", str(tmp_path / "o")], capsys)  # fmt: skip
+    assert code == 0
+    assert "64x64 shortest-edge-crop, bicubic (the processor's, PIL-exact)" in out
+    assert "vs processor" in out and "speed-ups on" in out
 
 
 def test_accelkit_embeds_like_transformers(imported, tmp_path):
@@ -212,6 +218,7 @@ CASES = {
     "another rescale": (edit_json("preprocessor_config.json", rescale_factor=1 / 127.5), ["rescale_factor", "1/255"]),
     "no resize": (edit_json("preprocessor_config.json", do_resize=False), ["do_resize"]),
     "another size": (edit_json("preprocessor_config.json", size={"height": 48, "width": 48}, crop_size={"height": 48, "width": 48}, do_center_crop=False), ["size", "vision_config.image_size 64"]),
+    "a lanczos filter": (edit_json("preprocessor_config.json", resample=1), ["resample=1", "(lanczos)", "bilinear (2) or bicubic (3)"]),
     "a torn config": (lambda f: (f / "config.json").write_text('{"model_type": "cl'), ["config.json", "cannot read"]),
 }  # fmt: skip
 
@@ -291,6 +298,31 @@ def test_an_export_that_differs_from_transformers_is_refused_and_nothing_is_left
         "image encoder differs from transformers' own output" in line
         and str(imported["folder"]) in line
     )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preprocessing_that_differs_from_the_processor_is_refused(
+    imported, tmp_path, capsys, monkeypatch
+):
+    """The preprocessing gate: the YAML written with what accelkit did before it had the
+    processor's filter (bilinear, and CLIP's crop before the resize) and with the speed-ups on
+    differs from the processor by more than 1e-4 on these models: refused, nothing left."""
+    from accelkit.images.importing import convert
+
+    real = convert.config_yaml
+
+    def as_before(plan, dim, rule):
+        fit = "center-crop" if plan.fit == "shortest-edge-crop" else plan.fit
+        text = real(plan, dim, rule).replace(f"fit: {plan.fit}", f"fit: {fit}")
+        text = text.replace("resample: bicubic", "resample: bilinear")
+        return text.replace("reducing_gap: 0", "reducing_gap: 3.0").replace(
+            "fast_jpeg_downscale: false", "fast_jpeg_downscale: true"
+        )
+
+    monkeypatch.setattr(convert, "config_yaml", as_before)
+    line = refused(capsys, str(imported["folder"]), str(tmp_path / "out"))
+    assert "preprocessing differs from the model's image processor" in line
+    assert str(imported["folder"]) in line and "need >= 0.9999" in line
     assert list(tmp_path.iterdir()) == []
 
 

@@ -80,7 +80,8 @@ def embed_command(
         typer.Option("--batch-size", help="Images per batch (default: the config's, 32)."),
     ] = None,
     fit: Annotated[
-        str | None, typer.Option("--fit", help="stretch, center-crop or letterbox.")
+        str | None,
+        typer.Option("--fit", help="stretch, center-crop, shortest-edge-crop or letterbox."),
     ] = None,
     platform: Annotated[
         str | None, typer.Option("--platform", help="JAX platform for preprocessing: cpu or gpu.")

@@ -529,18 +529,15 @@ def image_weights(config) -> str | None:
 
 def image_tower_record(config, preprocess=None) -> dict:
     """What changes the vector of an image: the encoder's weights (`image_weights`), the output
-    read, and the preprocessing settings (`IMAGE_SETTINGS`). Not recorded: `preprocess.dtype`,
-    `engine`, `reducing_gap` and `fast_jpeg_downscale`, which move vectors by rounding only."""
+    read, and the preprocessing settings (`PreprocessConfig.vector_settings`). Not recorded:
+    `preprocess.dtype`, `engine`, `reducing_gap` and `fast_jpeg_downscale`, which move vectors
+    by rounding only."""
     if preprocess is None:
         preprocess = PreprocessConfig()
     return {
         "weights": image_weights(config),
         "output_name": config.output_name,
-        "image_size": list(preprocess.image_size),
-        "mean": [float(v) for v in preprocess.mean],
-        "std": [float(v) for v in preprocess.std],
-        "fit": preprocess.fit,
-        "data_format": preprocess.data_format,
+        **preprocess.vector_settings(),
         "normalize": bool(config.normalize),
     }
 

@@ -24,7 +24,7 @@ from accelkit.images.importing.export import (
     padding_rule,
     write_tokenizer,
 )
-from accelkit.images.importing.folder import ACCELKIT_RESAMPLE, TOKENIZER, read_folder
+from accelkit.images.importing.folder import TOKENIZER, read_folder
 from accelkit.images.importing.verify import verify
 from accelkit.runtime.progress import status
 
@@ -103,7 +103,7 @@ def _import(folder: Path, target: Path, started: float) -> dict[str, Any]:
             "mean": list(plan.mean),
             "std": list(plan.std),
             "fit": plan.fit,
-            "resample": {"model": plan.resample, "accelkit": ACCELKIT_RESAMPLE},
+            "resample": plan.resample,
         },
         "text": {
             "context_length": plan.context_length,

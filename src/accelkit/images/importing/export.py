@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.errors import InputError, require
-from accelkit.images.importing.folder import ACCELKIT_RESAMPLE, TOKENIZER, FolderPlan
+from accelkit.images.importing.folder import TOKENIZER, FolderPlan
 
 IMAGE_FILE = "image_encoder.onnx"
 TEXT_FILE = "text_encoder.onnx"
@@ -185,6 +185,11 @@ def config_yaml(plan: FolderPlan, dim: int, rule: dict[str, Any]) -> str:
             "mean": list(plan.mean),
             "std": list(plan.std),
             "fit": plan.fit,
+            "resample": plan.resample,
+            # the processor's pixels exactly (see `verify`): no reduce first (0: off; a file's
+            # null would read as "not set"), full JPEG decode
+            "reducing_gap": 0,
+            "fast_jpeg_downscale": False,
         },
         "model": {
             "name": plan.name,
@@ -200,8 +205,10 @@ def config_yaml(plan: FolderPlan, dim: int, rule: dict[str, Any]) -> str:
         f"# {plan.kind} model imported by `accelkit images import-model {plan.folder}`",
         f"# text: padded {rule['side']} to {plan.context_length} tokens with"
         f" {rule['pad_token']!r} (id {rule['pad_id']}), cut on the {rule['truncation_side']}, {mask}",
-        f"# images: the processor resizes {plan.resample}; accelkit resizes {ACCELKIT_RESAMPLE}"
-        " (PIL-exact)",
+        f"# images: resized {plan.resample} with fit {plan.fit}, PIL-exact, as the processor does;",
+        "# reducing_gap 0 and fast_jpeg_downscale false keep its pixels exactly (turned on, large"
+        " photos preprocess faster",
+        "# and vectors move: the import's checks.preprocess_speedups_min_cosine says how far)",
     ]
     return (
         "\n".join(header) + "\n" + yaml.safe_dump(block, sort_keys=False, default_flow_style=None)

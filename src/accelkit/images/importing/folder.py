@@ -22,14 +22,13 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER = "tokenizer.json"
 PROCESSOR = "preprocessor_config.json"
 RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-ACCELKIT_RESAMPLE = "bilinear"  # what accelkit's PIL-exact resize does (embedding/resample.py)
 
 
 @dataclass(frozen=True)
 class FolderPlan:
-    """One folder's model and rules, in accelkit's terms: `fit` "center-crop" (CLIP: the short
-    side resized to the crop's, the centre kept) or "stretch" (SigLIP: resized to height × width);
-    `resample` the processor's own filter (accelkit resizes `ACCELKIT_RESAMPLE`)."""
+    """One folder's model and rules, in accelkit's terms: `fit` "shortest-edge-crop" (CLIP: the
+    short side resized to the crop's, the centre cut out) or "stretch" (SigLIP: resized to
+    height × width); `resample` the processor's own filter, which accelkit applies PIL-exactly."""
 
     folder: Path
     kind: str
@@ -137,9 +136,9 @@ def image_rule(processor: dict[str, Any], path: Path, model_size: int):
                 "crop_size",
                 crop,
                 f"differs from size.shortest_edge {edge}: accelkit's"
-                " center-crop resizes the centred box to the crop's side, not a larger one",
+                " shortest-edge-crop resizes the short side to the crop's side, not a larger one",
             )
-        fit = "center-crop"
+        fit = "shortest-edge-crop"
     elif "height" in size and "width" in size:
         shape = (
             _side(size["height"], path, "size.height"),
@@ -164,6 +163,13 @@ def image_rule(processor: dict[str, Any], path: Path, model_size: int):
     else:
         mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     resample = RESAMPLE_NAMES.get(processor.get("resample", 3), str(processor.get("resample")))
+    if resample not in ("bilinear", "bicubic"):
+        raise _bad(
+            path,
+            "resample",
+            processor.get("resample"),
+            f"({resample}) is not a filter accelkit applies; it resizes bilinear (2) or bicubic (3)",
+        )
     return shape, mean, std, fit, resample
 
 
