@@ -231,6 +231,7 @@ def test_a_text_tower_added_to_an_image_only_collection_is_recorded(built, tmp_p
 
 SETTINGS = [
     ({"preprocess": {"fit": "letterbox"}}, "preprocess.fit"),
+    ({"preprocess": {"resample": "bicubic"}}, "preprocess.resample"),
     ({"preprocess": {"image_size": 48}}, "preprocess.image_size"),
     ({"preprocess": {"mean": [0.5, 0.5, 0.5]}}, "preprocess.mean"),
     ({"preprocess": {"std": [0.5, 0.5, 0.5]}}, "preprocess.std"),

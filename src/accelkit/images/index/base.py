@@ -53,6 +53,7 @@ IMAGE_PARTS = {
     "mean": "preprocess.mean",
     "std": "preprocess.std",
     "fit": "preprocess.fit",
+    "resample": "preprocess.resample",
     "data_format": "preprocess.data_format",
     "normalize": "model.normalize",
 }
