@@ -3,8 +3,8 @@ server (the documented growth path) or back — without re-embedding a photo.
 
 Per collection: ids, vectors (float32, bit for bit), metadata, thumbnails (where both sides keep
 them) and the model record. The destination collection is created with the source's dimension,
-metric, description and index (Milvus Lite builds no HNSW: such a collection gets FLAT there,
-with a warning), and its record (`origin`: a property on a server, a catalog row on Milvus Lite)
+metric, description and index (Milvus Lite 2.x builds no HNSW: such a collection gets FLAT
+there, with a warning), and its record (`origin`: a property on a server, a catalog row on Milvus Lite)
 says where it came from and how far the copy got. Items are read in ascending id order (Milvus' query iterator) and upserted in batches; after
 each batch the destination's record moves its mark to the batch's last id. So whenever the
 copy stops, the destination holds whole copies of source items — every one up to the mark, and
@@ -373,7 +373,7 @@ def _prepare(
     kind, params, flat = _index_of(src, dst, name, index_type)
     if flat:
         log.warning(
-            "collection %r: Milvus Lite builds no HNSW index; its copy gets FLAT (exact)", name
+            "collection %r: Milvus Lite 2.x builds no HNSW index; its copy gets FLAT (exact)", name
         )
     origin = {**origin, "after": None, "copied": 0, "complete": False}
     dst.create_collection(
@@ -391,11 +391,12 @@ def _prepare(
 
 def _index_of(src, dst, name: str, index_type: str | None) -> tuple[str, Any, bool]:
     """The index of DST's copy: `index_type` or the source's (its parameters where the same
-    kind), FLAT for an HNSW source on Milvus Lite (then True: said when the copy is made)."""
+    kind), FLAT for an HNSW source on Milvus Lite 2.x (then True: said when the copy is
+    made)."""
     info = src.describe(name)
     kind = (index_type or info["index_type"]).upper()
     params = dict(info["index_params"]) if kind == info["index_type"] else None
-    if kind == "HNSW" and not dst.is_server:
+    if kind == "HNSW" and dst.lite == 2:
         return "FLAT", None, True
     return kind, params, False
 
