@@ -112,3 +112,6 @@ def test_the_images_tests_pass_on_milvus_lite_3():
         },
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    passed = int(summary.split(" passed")[0].split()[-1])
+    assert passed >= 150, summary  # the store's, the service's and the page's tests, not a few
