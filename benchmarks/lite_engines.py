@@ -90,7 +90,8 @@ def make_inputs(folder: Path, size: int, queries: int, seed: int) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from service_bench import clustered_vectors
 
-    everything = clustered_vectors(size + queries + EXTRA, seed)
+    # float32, as a model's embeddings are (the generator's arithmetic comes out float64)
+    everything = clustered_vectors(size + queries + EXTRA, seed).astype(np.float32)
     data, query, extra = np.split(everything, [size, size + queries])
     mask = np.arange(size) % TAGS == 3
     folder.mkdir(parents=True, exist_ok=True)
