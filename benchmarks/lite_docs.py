@@ -143,7 +143,8 @@ def durability_table(doc: dict) -> str:
         )
         lines.append(
             f"| {ENGINES[key]} ({size:,}) | {d['acknowledged']:,} | {d['count_after_reopen']:,} |"
-            f" {same} (largest difference {diff:.1e}) | {d['reopen_and_count_s']:.2f} |"
+            f" {same if diff == 0 else f'{same} (largest difference {diff:.1e})'} |"
+            f" {d['reopen_and_count_s']:.2f} |"
         )
     return "\n".join(lines)
 
