@@ -66,13 +66,24 @@ def _context(doc: dict) -> str:
         ]
         if r
     )
+    own = all(
+        i.get("rss_kib", {}).get("own_process", False)
+        for _, _, r in _runs(doc)
+        for i in r.get("indexes", {}).values()
+        if "rss_kib" in i
+    )
+    rss = (
+        "of the process that measured the collection (one per index type)"
+        if own
+        else "of the process that measured the engine, over one collection's phase (FLAT, then"
+        " HNSW: the HNSW phase begins with what the closed FLAT store left)"
+    )
     cut = "" if doc.get("complete") else " **The run was cut short: only the sizes shown.**"
     return (
         f"({versions}; pymilvus {pymilvus}; {s['dim']}-d clustered unit vectors, {s['metric']},"
         f" top-{s['topk']}, filter `{s['filter']}` ({s['filter_selectivity']:.0%} match); up to"
         f" {s['queries']} queries a measurement, fewer where one ran past {s['budget_s']:.0f} s"
-        f" (n in the table); peak RSS: the measuring process's over that collection's"
-        f" phase (FLAT, then HNSW), from what it held when the phase began, which includes"
+        f" (n in the table); peak RSS: {rss}, from what it held when it began, which includes"
         f" the vectors ({inputs}); written {env['time_utc']} on {env['cpu_count']} cores, load average"
         f" {env['load_avg_start'][0]:.1f} at the start, {doc['load_avg_end'][0]:.1f} at the end;"
         f" {doc['minutes']:.0f} min; `{doc['command']}`.){cut}"
@@ -96,6 +107,9 @@ def engines_table(doc: dict) -> str:
         load = f"{result['load_avg_before'][0]:.1f} → {result['load_avg_after'][0]:.1f}"
         for index_type, r in result["indexes"].items():
             head = f"| {size:,} | {ENGINES[key]} | {index_type} |"
+            if "failed" in r:
+                lines.append(f"{head} failed: {r['failed']} |" + " |" * 10)
+                continue
             if "refused" in r:
                 refusals.add((ENGINES[key], index_type, r["refused"]))
                 lines.append(f"{head} refused (below) |" + " |" * 10)

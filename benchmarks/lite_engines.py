@@ -22,8 +22,9 @@ has it: Lite 3; Lite 2.5 refuses it, said in the JSON):
                match) p50/p99 and recall against the exact filtered top-10
   after upsert the first search right after an upsert of 1,000 new rows (Lite 3 flushes them
                first: `_settle`), and the one after it
-  disk, RSS    the database on disk (du: a 2.5 file, a 3 folder); the worker's peak RSS over that
-               collection's phase (VmHWM, reset per phase), and Lite 2.5's engine child's
+  disk, RSS    the database on disk (du: a 2.5 file, a 3 folder); the peak RSS of the process that
+               measured that collection (each index type in a process of its own), and of Lite
+               2.5's engine process
   durability   (once per engine and size) a child process upserts 2,000 rows, prints
                "acknowledged" once `upsert` returned and is SIGKILLed at once; the reopened store
                must hold all 2,000 (count, 20 vectors compared), with the time to reopen
@@ -109,19 +110,17 @@ def default_lite3_python() -> str:
     return str(lite3_python())
 
 
-def run_worker(python: str, inputs: Path, workdir: Path, args) -> dict:
-    out = workdir / "worker.json"
+def run_worker(python: str, inputs: Path, workdir: Path, args, phase: str | None = None) -> dict:
+    """This file as a worker in `python` (an engine's worker, or with `phase` one index type's
+    phase of it, in a process of its own so that its peak RSS is its own); its JSON result."""
+    out = workdir / (f"{phase.lower()}.json" if phase else "worker.json")
     command = [
         python,
         str(Path(__file__).resolve()),
-        "--worker",
-        str(inputs),
-        "--workdir",
-        str(workdir),
-        "--out",
-        str(out),
+        *("--worker", str(inputs), "--workdir", str(workdir), "--out", str(out)),
         *("--queries", str(args.queries), "--min-queries", str(args.min_queries)),
         *("--budget-s", str(args.budget_s), "--index-timeout", str(args.index_timeout)),
+        *(("--phase", phase) if phase else ()),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     started = time.perf_counter()
@@ -320,8 +319,11 @@ def bench_index(index_type: str, inputs: Path, workdir: Path, args) -> dict:
         out["filtered_search_params"] = spec.search_params(10, True)
         say(f"  {index_type}: upserting {n:,} rows ...")
         start = time.perf_counter()
+        calls = []
         for s in range(0, n, BATCH):
+            call = time.perf_counter()
             store.upsert(name, ids[s : s + BATCH], data[s : s + BATCH], metadata[s : s + BATCH])
+            calls.append((time.perf_counter() - call) * 1000)
         upserted = time.perf_counter()
         store.flush(name)
         flushed = time.perf_counter()
@@ -333,6 +335,12 @@ def bench_index(index_type: str, inputs: Path, workdir: Path, args) -> dict:
             "flush_s": flushed - upserted,
             "rows_per_s": n / (flushed - start),
             "rows_per_s_without_flush": n / (upserted - start),
+            # per 1,000-row call: Lite 3 flushes its memtable inside the call that fills it
+            "call_ms": {
+                "p50": float(np.percentile(calls, 50)),
+                "p99": float(np.percentile(calls, 99)),
+                "max": max(calls),
+            },
         }
         out["wait_for_index_s"] = ready - flushed
         out["index_state"] = state
@@ -373,6 +381,7 @@ def bench_index(index_type: str, inputs: Path, workdir: Path, args) -> dict:
         "at_start": rss_start,
         "peak": status_kib("self", "VmHWM") if peak_reset else None,
         "peak_reset_per_phase": peak_reset,
+        "own_process": bool(getattr(args, "phase", None)),
         "inputs_bytes": data.nbytes + queries.nbytes + extra.nbytes,
     }
     return out
@@ -463,7 +472,9 @@ def worker(args) -> int:
         "indexes": {},
     }
     for index_type in ("FLAT", "HNSW"):
-        result["indexes"][index_type] = bench_index(index_type, inputs, workdir, args)
+        result["indexes"][index_type] = run_worker(
+            sys.executable, inputs, workdir, args, index_type
+        )
     say("  durability after SIGKILL ...")
     result["durability"] = durability(inputs, workdir)
     result["peak_rss_kib_whole_worker"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -491,11 +502,18 @@ def main() -> int:
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("FLAT", "HNSW"), help=argparse.SUPPRESS)
     parser.add_argument("--durability-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     if args.durability_child:
         return durability_child(args.durability_child[0], Path(args.durability_child[1]))
+    if args.worker and args.phase:
+        from accelkit.runtime.files import write_json_atomic
+
+        result = bench_index(args.phase, Path(args.worker), Path(args.workdir), args)
+        write_json_atomic(args.out, result, trailing_newline=True)
+        return 0
     if args.worker:
         return worker(args)
     return driver(args)
