@@ -1,7 +1,8 @@
 """The Milvus server figures in docs/images.md and docs/performance.md are the JSON they cite: the
 generated blocks equal what benchmarks/service_docs.py renders from
 benchmarks/results/service_bench_server.json, and, read back from the text independently, the
-targets' figures equal the JSON's values at the printed precision."""
+targets' figures equal the JSON's values at the printed precision. The same for the Milvus Lite
+2.5-or-3 table (benchmarks/lite_docs.py, benchmarks/results/lite_engines.json)."""
 
 import importlib.util
 import json
@@ -10,12 +11,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "service_bench_server.json"
+LITE = ROOT / "benchmarks" / "results" / "lite_engines.json"
 
 
-def generator():
-    spec = importlib.util.spec_from_file_location(
-        "service_docs", ROOT / "benchmarks" / "service_docs.py"
-    )
+def generator(name: str = "service_docs"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -63,3 +63,54 @@ def test_resample_speed_block_is_what_the_json_renders():
     text = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
     assert "resample-speed" in {m.group("name") for m in gen._BLOCK.finditer(text)}
     assert gen.render(text, doc) == text, "run python benchmarks/resample_bench.py --docs"
+
+
+def test_lite_engine_blocks_are_what_the_json_renders():
+    gen = generator("lite_docs")
+    doc = json.loads(LITE.read_text(encoding="utf-8"))
+    images = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
+    assert set(gen.BLOCKS) <= {m.group("name") for m in gen._BLOCK.finditer(images)}
+    assert gen.render(images, doc) == images, "run python benchmarks/lite_docs.py"
+
+
+def test_lite_engine_figures_read_back_equal_the_json():
+    """Every measured row of the table, read back from the page: insert rate, p50/p99 and their
+    query counts, recall@10 and the filtered ones equal the JSON's at the printed precision."""
+    doc = json.loads(LITE.read_text(encoding="utf-8"))
+    text = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
+    block = text.split("<!-- generated: lite-engines -->")[1].split("<!-- end generated")[0]
+    names = {"Lite 2.5": "lite2", "Lite 3": "lite3"}
+    row = re.compile(
+        r"^\| ([\d,]+) \| (Lite 2\.5|Lite 3) \| (FLAT|HNSW) \| ([\d,]+) \| [\d.]+ \|"
+        r" ([\d.,]+) / ([\d.,]+) \((\d+)\) \| [\d.,]+ \| ([\d.]+) \|"
+        r" ([\d.,]+) / ([\d.,]+) \((\d+)\) \| ([\d.]+) \|",
+        re.M,
+    )
+
+    def near(printed: str, value: float) -> bool:  # within the printed precision
+        places = len(printed.split(".")[1]) if "." in printed else 0
+        return abs(float(printed.replace(",", "")) - value) <= 0.5 * 10**-places + 1e-9
+
+    seen = 0
+    for m in row.finditer(block):
+        size, engine, index, rate, p50, p99, n, rec, fp50, fp99, fn, frec = m.groups()
+        r = doc["sizes"][size.replace(",", "")][names[engine]]["indexes"][index]
+        single, filtered = r["search"]["single"], r["search"]["filtered"]
+        assert near(rate, r["insert"]["rows_per_s"])
+        assert near(p50, single["p50_ms"]) and near(p99, single["p99_ms"])
+        assert int(n) == single["queries"] and near(rec, single["recall_at_10"])
+        assert near(fp50, filtered["p50_ms"]) and near(fp99, filtered["p99_ms"])
+        assert int(fn) == filtered["queries"] and near(frec, filtered["recall_at_10"])
+        seen += 1
+    measured = sum(
+        "search" in r
+        for engines in doc["sizes"].values()
+        for result in engines.values()
+        for r in result.get("indexes", {}).values()
+    )
+    assert seen == measured > 0
+    refused = "Lite 2.5 HNSW: accelkit refuses it"
+    assert (refused in block) == any(
+        "refused" in e.get("lite2", {}).get("indexes", {}).get("HNSW", {})
+        for e in doc["sizes"].values()
+    )
