@@ -874,3 +874,37 @@ def test_lite_engines_never_share_their_scratch_folder(tmp_path, monkeypatch):
         for store in stores:
             store.close()
     assert os.environ["HOME"] == str(home)  # the swap was only for the engines' start
+
+
+def test_threads_writing_and_searching_at_once_lose_nothing_and_fail_nothing(tmp_path):
+    """8 threads of one store, each upserting and searching in turn (the service's pattern).
+    Milvus Lite 3 takes its calls on a thread pool with no lock of its own: before accelkit
+    let one call at a time into it, flushes failed ("current_seq is monotonic; tried to set
+    18 < 19", 3 of 480 calls)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    errors: list[str] = []
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    with VectorStore(StoreConfig(uri=str(tmp_path / "threads.db"))) as store:
+        store.create_collection("c", dim=64)
+
+        def client(c: int) -> None:
+            rng = np.random.default_rng(c)
+            for r in range(60):
+                try:
+                    if r % 2 == 0:
+                        store.upsert("c", [f"c{c}-{r}"], rng.random((1, 64), dtype=np.float32))
+                        with lock:
+                            acknowledged.append(f"c{c}-{r}")
+                    else:
+                        store.search("c", rng.random(64, dtype=np.float32), topk=5)
+                except Exception as exc:  # every failure is the finding
+                    with lock:
+                        errors.append(f"{type(exc).__name__}: {exc}")
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(client, range(8)))
+        assert errors == []
+        assert store.count("c") == len(acknowledged) == 240
+        assert len(store.get("c", acknowledged)) == 240

@@ -39,6 +39,7 @@ from accelkit.images.store.lite import (
     check_lite_space,
     clear_aborted_collection,
     close_engine,
+    engine_calls,
     lite_generation,
     lite_lock_holder,
     open_engine,
@@ -201,6 +202,20 @@ class StoreClient:
         if self._client is None:
             raise StoreError("this VectorStore is closed")
         kwargs.setdefault("timeout", self.config.timeout)
+        if self.lite == 3 and self._engine is not None:
+            calls = engine_calls(self._engine)
+            if not calls.acquire(timeout=self.config.timeout):
+                raise StoreTimeoutError(
+                    f"{what} waited longer than store.timeout ({self.config.timeout:g} s) for"
+                    " the Milvus Lite engine's other calls; retry, or raise store.timeout"
+                )
+            try:
+                return self._attempt(what, fn, args, kwargs)
+            finally:
+                calls.release()
+        return self._attempt(what, fn, args, kwargs)
+
+    def _attempt(self, what: str, fn: Callable, args: tuple, kwargs: dict):
         try:
             return fn(*args, **kwargs)
         except AccelkitError:
