@@ -5,7 +5,7 @@ Both engines are the module `milvus_lite`, so they never share a process: this d
 data and the exact answers once per size, then runs this file as a worker (`--worker`) once per
 engine and size, in a subprocess of that engine's Python (the system `python3` for Lite 2.5; the
 Lite 3 one from `--lite3-python`, default the test suite's `.venv-lite3/`, made on first use by
-tests/images/store/test_engines.py). Sizes are the outer loop, so the engines' runs interleave
+tests/support/lite3_env.py). Sizes are the outer loop, so the engines' runs interleave
 (2.5, 3 at 10k, then 2.5, 3 at 100k). The JSON is rewritten (atomically) after every worker, so a
 run cut short keeps what it measured ("complete": false).
 
@@ -105,7 +105,7 @@ def make_inputs(folder: Path, size: int, queries: int, seed: int) -> None:
 
 def default_lite3_python() -> str:
     sys.path.insert(0, str(REPO))
-    from tests.images.store.test_engines import lite3_python
+    from tests.support.lite3_env import lite3_python
 
     return str(lite3_python())
 
