@@ -17,10 +17,11 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.config import StoreConfig
-from accelkit.images.filters import json_in_as_equalities
+from accelkit.images.filters import NotOnLite3, for_lite3
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
+    FilterNotOnEngine,
     StoreError,
     StoreFullError,
     StoreTimeoutError,
@@ -269,10 +270,14 @@ class StoreClient:
             return "Strong" if level == "Session" and name in self._deleted else level
 
     def _engine_filter(self, expr: str | None) -> str:
-        """A checked filter as this engine must be sent it: Milvus Lite 3 reads `in` only after
-        `id` (`filters.json_in_as_equalities`); "" for none."""
+        """A checked filter as this engine must be sent it to select what Milvus selects: on
+        Milvus Lite 3 rewritten (`filters.for_lite3`), or refused there as a `FilterError`
+        naming the filter and the way on; "" for none."""
         if expr and self.lite == 3:
-            return json_in_as_equalities(expr)
+            try:
+                return for_lite3(expr)
+            except NotOnLite3 as exc:
+                raise FilterNotOnEngine(expr, str(exc)) from None
         return expr or ""
 
     def list_collections(self) -> list[str]:
