@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -369,10 +370,11 @@ class NotOnLite3(ValueError):
 
 
 _BOOLS_AS_NUMBERS = (
-    "Milvus Lite 3 compares JSON values as Python does, where true is 1 and false is 0"
-    ' (metadata["k"] == 1 also matches {"k": true}, == false also {"k": 0});'
-    " on Lite 3 compare flags stored as strings, numbers with values other than 0 and 1,"
-    " or use Milvus Lite 2.5 or a server"
+    "Milvus Lite 3 compares JSON values as Python does, where true is 1 and false is 0, so it"
+    " cannot compare true/false or 0/1 with a key that holds both booleans and the numbers 0 or 1,"
+    ' nor inside an array, nor order booleans (metadata["k"] == 1 would also match'
+    ' {"k": true}); keep one kind per key (booleans or numbers), or use Milvus Lite 2.5 or a'
+    " server"
 )
 _NEGATED_ORDER = (
     "Milvus Lite 3 reads not (a < b) as false where the key is missing or holds another type"
@@ -392,32 +394,68 @@ def _order_holds(op: str, left, right) -> bool:
     return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
 
 
-def _lite3_scalar(value, ordering: str | None = None) -> None:
-    """Refuse a literal Lite 3 cannot compare as Milvus does: true/false, a 0 or 1 it would
-    also find in a boolean (with `ordering`: a bound that true or false satisfies), a list."""
-    if isinstance(value, list):
-        raise NotOnLite3(_NESTED_LIST)
+def _ambiguous(value, ordering: str | None = None) -> str | None:
+    """The kind of stored value Lite 3 would confuse with this literal: "number" (0 and 1) for
+    true/false, "bool" for 0 and 1 (with `ordering`: a bound that 0 or 1 satisfies); None."""
     literal = value.value
     if isinstance(literal, bool):
-        raise NotOnLite3(_BOOLS_AS_NUMBERS)
+        return "number"
     if isinstance(literal, str):
-        return
-    if ordering is None and literal in (0, 1):
+        return None
+    if ordering is None:
+        return "bool" if literal in (0, 1) else None
+    return "bool" if any(_order_holds(ordering, b, literal) for b in (0, 1)) else None
+
+
+def _lite3_scalar(value, field: str, kinds, ordering: str | None = None) -> None:
+    """Refuse a literal Lite 3 cannot compare as Milvus does with the values at `field`: a list,
+    true/false where the field also holds 0 or 1 as numbers, 0 or 1 (or a bound they satisfy)
+    where it also holds booleans, and any of these where `kinds` (the kinds of the values equal
+    to 0 or 1 at each field, `lite3_ambiguous_fields`) was not looked up."""
+    if isinstance(value, list):
+        raise NotOnLite3(_NESTED_LIST)
+    if ordering is not None and isinstance(value.value, bool):
         raise NotOnLite3(_BOOLS_AS_NUMBERS)
-    if ordering is not None and any(_order_holds(ordering, b, literal) for b in (0, 1)):
+    confused = _ambiguous(value, ordering)
+    if confused and (kinds is None or field not in kinds or confused in kinds[field]):
         raise NotOnLite3(_BOOLS_AS_NUMBERS)
 
 
-def _lite3(node: tuple, positive: bool) -> str:
+def json_path(field: str) -> list[str]:
+    """The keys of a metadata field of the grammar: `metadata["a"]["b"]` -> ["a", "b"]."""
+    return [quoted or single or index for quoted, single, index in _SUBSCRIPT.findall(field)]
+
+
+def lite3_ambiguous_fields(expr: str) -> list[str]:
+    """The metadata fields that `expr` (already checked) compares with true/false, 0 or 1 (or a
+    bound 0 or 1 satisfies): `for_lite3` needs the kinds of the values equal to 0 or 1 there."""
+    fields: dict[str, None] = {}
+
+    def walk(node: tuple) -> None:
+        if node[0] in ("and", "or", "not"):
+            for part in node[1:]:
+                walk(part)
+        elif node[0] in ("cmp", "in", "not in") and node[1] != "id":
+            values = node[2] if node[0] != "cmp" else [node[3]]
+            ordering = node[2] if node[0] == "cmp" and node[2] not in ("==", "!=") else None
+            for value in values:
+                if isinstance(value, Literal) and _ambiguous(value, ordering):
+                    fields[node[1]] = None
+
+    walk(parse(expr, max_values=2**31))
+    return list(fields)
+
+
+def _lite3(node: tuple, positive: bool, kinds) -> str:
     """`node` (positive) or its negation as Milvus Lite 3 must be sent it to select what Milvus
     selects: negations pushed down to the conditions, each condition true or false on every item
     (never Lite 3's "unknown", which a `not` above it would keep false)."""
     kind = node[0]
     if kind in ("and", "or"):
         joiner = kind if positive else {"and": "or", "or": "and"}[kind]
-        return "(" + f" {joiner} ".join(_lite3(part, positive) for part in node[1:]) + ")"
+        return "(" + f" {joiner} ".join(_lite3(part, positive, kinds) for part in node[1:]) + ")"
     if kind == "not":
-        return _lite3(node[1], not positive)
+        return _lite3(node[1], not positive, kinds)
     field = node[1]
     if kind == "cmp":
         op, value = node[2], node[3]
@@ -425,18 +463,18 @@ def _lite3(node: tuple, positive: bool) -> str:
         if field == "id":  # a string on every item: Lite 3 reads it as Milvus does
             return f"{field} {op} {value.text}" if isinstance(value, Literal) else _fail_list()
         if op in ("==", "!="):
-            _lite3_scalar(value)
+            _lite3_scalar(value, field, kinds)
             return f"{field} == {value.text}" if op == "==" else _not_equal(field, value.text)
         if not positive:
             raise NotOnLite3(_NEGATED_ORDER)
-        _lite3_scalar(value, op)
+        _lite3_scalar(value, field, kinds, op)
         return f"{field} {op} {value.text}"
     if kind in ("in", "not in"):
         member = (kind == "in") == positive
         if field == "id":
             return f"{field} {'in' if member else 'not in'} [{', '.join(v.text for v in node[2])}]"
         for value in node[2]:
-            _lite3_scalar(value)
+            _lite3_scalar(value, field, kinds)
         if not node[2]:
             return _NEVER if member else _ALWAYS
         if member:
@@ -450,7 +488,7 @@ def _lite3(node: tuple, positive: bool) -> str:
     name, value = node[1], node[3]  # json_contains(field, value): false, never unknown, off arrays
     field = node[2]
     for element in value if isinstance(value, list) and name != FUNCTIONS[0] else [value]:
-        _lite3_scalar(element)
+        _lite3_scalar(element, field, None)  # the elements of arrays: never looked up
     written = value.text if isinstance(value, Literal) else f"[{', '.join(v.text for v in value)}]"
     condition = f"{name}({field}, {written})"
     return condition if positive else f"not ({condition})"
@@ -464,7 +502,7 @@ def _fail_list() -> str:
     raise NotOnLite3(_NESTED_LIST)
 
 
-def for_lite3(expr: str) -> str:
+def for_lite3(expr: str, kinds: Mapping[str, set[str]] | None = None) -> str:
     """`expr` (already checked) as Milvus Lite 3 must be sent it to select the items Milvus
     (Lite 2.5, the server) selects, or `NotOnLite3` where it cannot. Lite 3 evaluates a filter on
     JSON in Python with three-valued logic: a comparison on a missing key or JSON null, or across
@@ -474,7 +512,10 @@ def for_lite3(expr: str) -> str:
     `not a or not b`), a negated condition is written to be true where the key is missing or null
     (`metadata["k"] != 1` is `(metadata["k"] is null or metadata["k"] != 1)`, `not (... like p)`
     likewise), `in` becomes `==` joined by or (its parser takes `in` after `id` only), and what
-    Python cannot tell apart is refused: true/false and the numbers 0 and 1 compared with a JSON
-    value, bounds that 0 or 1 satisfy, and a negated `<`, `<=`, `>`, `>=` (unknown on a string,
+    Python cannot tell apart is refused: true/false compared with a field that also holds 0 or 1
+    as numbers, 0 or 1 (or bounds they satisfy) with one that also holds booleans (`kinds`: the
+    kinds, "bool" or "number", of the values equal to 0 or 1 at each of the
+    `lite3_ambiguous_fields`, which the store looks up first; a field not in it is refused), the
+    same inside json_contains, and a negated `<`, `<=`, `>`, `>=` (unknown on a string,
     a list or an object, which no condition of Lite 3 tests for)."""
-    return _lite3(parse(expr, max_values=2**31), True)
+    return _lite3(parse(expr, max_values=2**31), True, kinds)
