@@ -21,6 +21,7 @@ from accelkit.images.config import StoreConfig
 from accelkit.images.filters import Literal, parse
 from accelkit.images.store import FilterError, VectorStore
 from accelkit.images.store.errors import FilterNotOnEngine
+from tests.images.test_filter_properties import kind  # null, missing, list, object: None
 from tests.support.require import not_applicable
 
 MISSING = object()
@@ -164,16 +165,6 @@ FILTERS = [
 
 
 # -- the evaluator: Milvus' rules ----------------------------------------------------------------
-
-
-def kind(value) -> str | None:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return None  # null, missing, list, object: equal to no literal
 
 
 def equal(left, right) -> bool:
