@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -89,6 +90,22 @@ class FilterSyntaxError(ValueError):
 
 class FilterListTooLong(FilterSyntaxError):
     """A list in the filter holds more values than allowed."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A literal as written (`text`, a negative number with its sign) and its JSON value."""
+
+    text: str
+
+    @property
+    def value(self) -> bool | int | float | str:
+        if self.text in ("true", "false"):
+            return self.text == "true"
+        if self.text[0] in "\"'":
+            return re.sub(r"\\(.)", r"\1", self.text[1:-1])
+        number = self.text.replace(" ", "")
+        return int(number) if re.fullmatch(r"-?[0-9]+", number) else float(number)
 
 
 @dataclass(frozen=True)
@@ -212,73 +229,85 @@ class _Parser:
     def _is_field(self) -> bool:
         return self.token.kind == "json" or (self.token.kind == "name" and self.token.text == "id")
 
-    def whole(self) -> None:
-        self.expr()
+    def whole(self) -> tuple:
+        tree = self.expr()
         if self.token.kind != "end":
             raise self._fail("the end of the filter, or and/or between two conditions")
+        return tree
 
-    def expr(self) -> None:
-        self._and()
+    def expr(self) -> tuple:
+        parts = [self._and()]
         while self._is("or", "||"):
             self.at += 1
-            self._and()
+            parts.append(self._and())
+        return parts[0] if len(parts) == 1 else ("or", *parts)
 
-    def _and(self) -> None:
-        self._condition()
+    def _and(self) -> tuple:
+        parts = [self._condition()]
         while self._is("and", "&&"):
             self.at += 1
-            self._condition()
+            parts.append(self._condition())
+        return parts[0] if len(parts) == 1 else ("and", *parts)
 
-    def _condition(self) -> None:
-        if self._is("not", "!"):
+    def _condition(self) -> tuple:
+        negated = self._is("not", "!")
+        if negated:
             self.at += 1
             if not self._is("("):
                 raise self._fail("'(' after not: write not (condition)")
         if self._is("("):
             self.at += 1
-            self.expr()
+            inner = self.expr()
             self._take(")")
-            return
+            return ("not", inner) if negated else inner
         if self.token.kind == "name" and self.token.text in FUNCTIONS:
+            name = self.token.text
             self.at += 1
             self._take("(")
-            self._field(f'a field first, as in {FUNCTIONS[0]}(metadata["tags"], "a")')
+            field = self._field(f'a field first, as in {FUNCTIONS[0]}(metadata["tags"], "a")')
             self._take(",")
-            self._value()
+            value = self._value()
             self._take(")")
-            return
-        self._field('a field first: id or metadata["key"] (then the operator, then the value)')
+            return ("call", name, field, value)
+        field = self._field(
+            'a field first: id or metadata["key"] (then the operator, then the value)'
+        )
         if self._is("==", "!=", "<", "<=", ">", ">="):
+            op = self.token.text
             self.at += 1
-            self._value()
-        elif self._is("in") or (self._is("not") and self.tokens[self.at + 1].text == "in"):
-            self.at += 2 if self._is("not") else 1
-            self._list()
-        elif self._is("like"):
+            return ("cmp", field, op, self._value())
+        if self._is("in") or (self._is("not") and self.tokens[self.at + 1].text == "in"):
+            negated = self._is("not")
+            self.at += 2 if negated else 1
+            return ("not in" if negated else "in", field, self._list())
+        if self._is("like"):
             self.at += 1
             if not (self.token.kind == "string" and _PREFIX.fullmatch(self.token.text)):
                 raise self._fail('a prefix pattern after like, as in "2026-%" (no _ or other %)')
             self.at += 1
-        else:
-            raise self._fail("a comparison (== != < <= > >=), in, not in or like")
+            return ("like", field, Literal(self.tokens[self.at - 1].text))
+        raise self._fail("a comparison (== != < <= > >=), in, not in or like")
 
-    def _field(self, what: str) -> None:
+    def _field(self, what: str) -> str:
         if self._is_field():
             self.at += 1
-            return
+            return self.tokens[self.at - 1].text
         if self.token.kind == "name" and self.token.text not in ("true", "false"):
             raise self._unknown(self.token)
         raise self._fail(what)
 
-    def _value(self) -> None:
+    def _value(self) -> Literal | list:
+        sign = ""
         if self._is("-"):
             self.at += 1
+            sign = "-"
             if self.token.kind != "number":
                 raise self._fail("a number after '-'")
         if self.token.kind in ("number", "string") or self._is("true", "false"):
             self.at += 1
+            return Literal(sign + self.tokens[self.at - 1].text)
         elif self._is("["):
-            self._list()
+            return self._list()
         elif self.token.kind == "name" and self.token.text != "id":
             raise self._unknown(self.token)
         else:
@@ -299,11 +328,12 @@ class _Parser:
             'id and metadata["key"] (functions: ' + ", ".join(FUNCTIONS) + ")"
         )
 
-    def _list(self) -> None:
+    def _list(self) -> list:
         start = self.token.position
         self._take("[")
+        values = []
         if not self._is("]"):
-            self._value()
+            values.append(self._value())
             count = 1
             while self._is(","):
                 count += 1
@@ -313,56 +343,179 @@ class _Parser:
                         " values, the limit for one list"
                     )
                 self.at += 1
-                self._value()
+                values.append(self._value())
         self._take("]")
+        return values
 
 
 def check_syntax(expr: str, max_values: int = MAX_LIST_VALUES) -> None:
     """Raise `FilterSyntaxError` unless `expr` is one whole expression of the grammar above whose
     lists hold at most `max_values` values each."""
+    parse(expr, max_values)
+
+
+def parse(expr: str, max_values: int = MAX_LIST_VALUES) -> tuple:
+    """The tree of a filter of the grammar (or `FilterSyntaxError`): ("or"|"and", *parts),
+    ("not", part), ("cmp", field, op, value), ("in"|"not in", field, [values]),
+    ("like", field, pattern), ("call", function, field, value); a field is its text, a value a
+    `Literal` or a list of values."""
     try:
-        _Parser(tokenize(expr), max_values).whole()
+        return _Parser(tokenize(expr), max_values).whole()
     except RecursionError:
         raise FilterSyntaxError("it is nested too deeply") from None
 
 
-def json_in_as_equalities(expr: str) -> str:
-    """`expr` (already checked) with each `metadata[...] in [a, b]` written as
-    `(metadata[...] == a or metadata[...] == b)` and `not in` as `not (...)`: Milvus Lite 3's
-    parser takes `in` after `id` only ("left side of 'in' must be a field reference"). An empty
-    list matches nothing, as `in []` does; a list holding a list is passed through as written
-    (Lite 3 refuses it, in a line naming the filter). Every other token is passed as written."""
-    tokens = tokenize(expr)
-    out: list[str] = []
-    at = 0
-    while tokens[at].kind != "end":
-        token = tokens[at]
-        negated = tokens[at + 1].text == "not" and tokens[at + 2].text == "in"
-        if token.kind != "json" or not (negated or tokens[at + 1].text == "in"):
-            out.append(token.text)
-            at += 1
-            continue
-        start = at + (3 if negated else 2)  # the list's "["
-        end = start + 1
-        while tokens[end].kind != "op" or tokens[end].text not in ("[", "]"):
-            end += 1
-        if tokens[end].text == "[":  # a list inside the list
-            out.append(token.text)
-            at += 1
-            continue
-        values, value = [], ""
-        for inner in tokens[start + 1 : end]:
-            if inner.kind == "op" and inner.text == ",":
-                values.append(value)
-                value = ""
-            else:
-                value += inner.text  # "-" and its number stay one literal
-        if value:
-            values.append(value)
-        if values:
-            joined = "(" + " or ".join(f"{token.text} == {v}" for v in values) + ")"
-        else:
-            joined = f"({token.text} == 0 and {token.text} != 0)"
-        out.append(f"not {joined}" if negated else joined)
-        at = end + 1
-    return " ".join(out)
+class NotOnLite3(ValueError):
+    """A filter Milvus Lite 3 would read otherwise than Milvus does: why, and the way on."""
+
+
+_BOOLS_AS_NUMBERS = (
+    "Milvus Lite 3 compares JSON values as Python does, where true is 1 and false is 0, so it"
+    " cannot compare true/false or 0/1 with a key that holds both booleans and the numbers 0 or 1,"
+    ' nor inside an array, nor order booleans (metadata["k"] == 1 would also match'
+    ' {"k": true}); keep one kind per key (booleans or numbers), or use Milvus Lite 2.5 or a'
+    " server"
+)
+_NEGATED_ORDER = (
+    "Milvus Lite 3 reads not (a < b) as false where the key is missing or holds another type"
+    ' (Milvus: true); on Lite 3 write the opposite comparison (not (metadata["k"] < 2) as'
+    ' metadata["k"] >= 2) if such items should not match, or use Milvus Lite 2.5 or a server'
+)
+_NESTED_LIST = (
+    "Milvus Lite 3 has no comparison with a list; on Lite 3 filter arrays with"
+    ' json_contains(metadata["k"], value) and its _all/_any forms'
+)
+_FLIP = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_NEVER = '(id like "%" and not (id like "%"))'  # id is a string on every item
+_ALWAYS = 'id like "%"'
+
+
+def _order_holds(op: str, left, right) -> bool:
+    return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
+
+
+def _ambiguous(value, ordering: str | None = None) -> str | None:
+    """The kind of stored value Lite 3 would confuse with this literal: "number" (0 and 1) for
+    true/false, "bool" for 0 and 1 (with `ordering`: a bound that 0 or 1 satisfies); None."""
+    literal = value.value
+    if isinstance(literal, bool):
+        return "number"
+    if isinstance(literal, str):
+        return None
+    if ordering is None:
+        return "bool" if literal in (0, 1) else None
+    return "bool" if any(_order_holds(ordering, b, literal) for b in (0, 1)) else None
+
+
+def _lite3_scalar(value, field: str, kinds, ordering: str | None = None) -> None:
+    """Refuse a literal Lite 3 cannot compare as Milvus does with the values at `field`: a list,
+    true/false where the field also holds 0 or 1 as numbers, 0 or 1 (or a bound they satisfy)
+    where it also holds booleans, and any of these where `kinds` (the kinds of the values equal
+    to 0 or 1 at each field, `lite3_ambiguous_fields`) was not looked up."""
+    if isinstance(value, list):
+        raise NotOnLite3(_NESTED_LIST)
+    if ordering is not None and isinstance(value.value, bool):
+        raise NotOnLite3(_BOOLS_AS_NUMBERS)
+    confused = _ambiguous(value, ordering)
+    if confused and (kinds is None or field not in kinds or confused in kinds[field]):
+        raise NotOnLite3(_BOOLS_AS_NUMBERS)
+
+
+def json_path(field: str) -> list[str]:
+    """The keys of a metadata field of the grammar: `metadata["a"]["b"]` -> ["a", "b"]."""
+    return [quoted or single or index for quoted, single, index in _SUBSCRIPT.findall(field)]
+
+
+def lite3_ambiguous_fields(expr: str) -> list[str]:
+    """The metadata fields that `expr` (already checked) compares with true/false, 0 or 1 (or a
+    bound 0 or 1 satisfies): `for_lite3` needs the kinds of the values equal to 0 or 1 there."""
+    fields: dict[str, None] = {}
+
+    def walk(node: tuple) -> None:
+        if node[0] in ("and", "or", "not"):
+            for part in node[1:]:
+                walk(part)
+        elif node[0] in ("cmp", "in", "not in") and node[1] != "id":
+            values = node[2] if node[0] != "cmp" else [node[3]]
+            ordering = node[2] if node[0] == "cmp" and node[2] not in ("==", "!=") else None
+            for value in values:
+                if isinstance(value, Literal) and _ambiguous(value, ordering):
+                    fields[node[1]] = None
+
+    walk(parse(expr, max_values=2**31))
+    return list(fields)
+
+
+def _lite3(node: tuple, positive: bool, kinds) -> str:
+    """`node` (positive) or its negation as Milvus Lite 3 must be sent it to select what Milvus
+    selects: negations pushed down to the conditions, each condition true or false on every item
+    (never Lite 3's "unknown", which a `not` above it would keep false)."""
+    kind = node[0]
+    if kind in ("and", "or"):
+        joiner = kind if positive else {"and": "or", "or": "and"}[kind]
+        return "(" + f" {joiner} ".join(_lite3(part, positive, kinds) for part in node[1:]) + ")"
+    if kind == "not":
+        return _lite3(node[1], not positive, kinds)
+    field = node[1]
+    if kind == "cmp":
+        op, value = node[2], node[3]
+        op = op if positive else _FLIP[op]
+        if field == "id":  # a string on every item: Lite 3 reads it as Milvus does
+            return f"{field} {op} {value.text}" if isinstance(value, Literal) else _fail_list()
+        if op in ("==", "!="):
+            _lite3_scalar(value, field, kinds)
+            return f"{field} == {value.text}" if op == "==" else _not_equal(field, value.text)
+        if not positive:
+            raise NotOnLite3(_NEGATED_ORDER)
+        _lite3_scalar(value, field, kinds, op)
+        return f"{field} {op} {value.text}"
+    if kind in ("in", "not in"):
+        member = (kind == "in") == positive
+        if field == "id":
+            return f"{field} {'in' if member else 'not in'} [{', '.join(v.text for v in node[2])}]"
+        for value in node[2]:
+            _lite3_scalar(value, field, kinds)
+        if not node[2]:
+            return _NEVER if member else _ALWAYS
+        if member:
+            return "(" + " or ".join(f"{field} == {v.text}" for v in node[2]) + ")"
+        return "(" + " and ".join(_not_equal(field, v.text) for v in node[2]) + ")"
+    if kind == "like":
+        condition = f"{field} like {node[2].text}"
+        if positive:
+            return condition
+        return f"not ({condition})" if field == "id" else f"({field} is null or not ({condition}))"
+    name, value = node[1], node[3]  # json_contains(field, value): false, never unknown, off arrays
+    field = node[2]
+    for element in value if isinstance(value, list) and name != FUNCTIONS[0] else [value]:
+        _lite3_scalar(element, field, None)  # the elements of arrays: never looked up
+    written = value.text if isinstance(value, Literal) else f"[{', '.join(v.text for v in value)}]"
+    condition = f"{name}({field}, {written})"
+    return condition if positive else f"not ({condition})"
+
+
+def _not_equal(field: str, literal: str) -> str:
+    return f"({field} is null or {field} != {literal})"  # null: the key missing or JSON null
+
+
+def _fail_list() -> str:
+    raise NotOnLite3(_NESTED_LIST)
+
+
+def for_lite3(expr: str, kinds: Mapping[str, set[str]] | None = None) -> str:
+    """`expr` (already checked) as Milvus Lite 3 must be sent it to select the items Milvus
+    (Lite 2.5, the server) selects, or `NotOnLite3` where it cannot. Lite 3 evaluates a filter on
+    JSON in Python with three-valued logic: a comparison on a missing key or JSON null, or across
+    types (`"a" < 1`), is unknown, which `not` keeps unknown and the answer counts as false,
+    where Milvus reads such a comparison as false and `!=`, `not in` and `not (...)` as true; and
+    Python's true is 1. So negations are pushed down to the conditions (`not (a and b)` is
+    `not a or not b`), a negated condition is written to be true where the key is missing or null
+    (`metadata["k"] != 1` is `(metadata["k"] is null or metadata["k"] != 1)`, `not (... like p)`
+    likewise), `in` becomes `==` joined by or (its parser takes `in` after `id` only), and what
+    Python cannot tell apart is refused: true/false compared with a field that also holds 0 or 1
+    as numbers, 0 or 1 (or bounds they satisfy) with one that also holds booleans (`kinds`: the
+    kinds, "bool" or "number", of the values equal to 0 or 1 at each of the
+    `lite3_ambiguous_fields`, which the store looks up first; a field not in it is refused), the
+    same inside json_contains, and a negated `<`, `<=`, `>`, `>=` (unknown on a string,
+    a list or an object, which no condition of Lite 3 tests for)."""
+    return _lite3(parse(expr, max_values=2**31), True, kinds)

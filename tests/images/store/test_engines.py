@@ -30,6 +30,7 @@ PATHS = [
     "tests/images/test_api.py",
     "tests/images/test_faults.py",
     "tests/images/test_filter_properties.py",
+    "tests/images/test_filter_engines.py",
     "tests/images/test_ignored_settings.py",
     "tests/images/test_interrupts.py",
     "tests/images/test_outage.py",

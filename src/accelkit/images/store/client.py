@@ -17,10 +17,11 @@ from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.config import StoreConfig
-from accelkit.images.filters import json_in_as_equalities
+from accelkit.images.filters import NotOnLite3, for_lite3, json_path, lite3_ambiguous_fields
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
+    FilterNotOnEngine,
     StoreError,
     StoreFullError,
     StoreTimeoutError,
@@ -268,12 +269,48 @@ class StoreClient:
         with self._lock:
             return "Strong" if level == "Session" and name in self._deleted else level
 
-    def _engine_filter(self, expr: str | None) -> str:
-        """A checked filter as this engine must be sent it: Milvus Lite 3 reads `in` only after
-        `id` (`filters.json_in_as_equalities`); "" for none."""
-        if expr and self.lite == 3:
-            return json_in_as_equalities(expr)
-        return expr or ""
+    def _engine_filter(self, name: str, expr: str | None) -> str:
+        """A checked filter as this engine must be sent it to select what Milvus selects: on
+        Milvus Lite 3 rewritten (`filters.for_lite3`, after looking up which kinds of values equal
+        to 0 or 1 the fields it compares with true/false/0/1 hold), or refused there as a
+        `FilterError` naming the filter and the way on; "" for none."""
+        if not expr or self.lite != 3:
+            return expr or ""
+        try:
+            fields = lite3_ambiguous_fields(expr)
+            return for_lite3(expr, self._flag_kinds(name, fields) if fields else {})
+        except NotOnLite3 as exc:
+            raise FilterNotOnEngine(expr, str(exc)) from None
+
+    def _flag_kinds(self, name: str, fields: list[str]) -> dict[str, set[str]]:
+        """For each metadata field, the kinds ("bool", "number") of its values equal to 0 or 1
+        in collection `name` (Lite 3 finds true, 1 and 1.0 alike by `== 1`: told apart here)."""
+        self._require(name)
+        self._ensure_loaded(name)
+        wanted = " or ".join(f"{f} == 0 or {f} == 1" for f in fields)
+        iterator = self._call(
+            f"reading {name!r}",
+            self._client.query_iterator,
+            name,
+            batch_size=1000,
+            filter=wanted,
+            output_fields=[METADATA_FIELD],
+            consistency_level="Strong",
+        )
+        kinds: dict[str, set[str]] = {f: set() for f in fields}
+        paths = {f: json_path(f) for f in fields}
+        try:
+            while rows := self._call(f"reading {name!r}", lambda timeout: iterator.next()):
+                for row in rows:
+                    for field, path in paths.items():
+                        value = row.get(METADATA_FIELD) or {}
+                        for key in path:
+                            value = value.get(key) if isinstance(value, dict) else None
+                        if isinstance(value, (bool, int, float)) and value in (0, 1):
+                            kinds[field].add("bool" if isinstance(value, bool) else "number")
+        finally:
+            iterator.close()
+        return kinds
 
     def list_collections(self) -> list[str]:
         """The collections' names, sorted (our catalog left out)."""

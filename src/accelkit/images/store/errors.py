@@ -47,6 +47,15 @@ class FilterError(InputError):
         )
 
 
+class FilterNotOnEngine(FilterError):
+    """A filter this engine would read otherwise than Milvus does (Milvus Lite 3:
+    `filters.for_lite3`)."""
+
+    def __init__(self, filter_expr: str, reason: str):
+        shown = filter_expr if len(filter_expr) <= 80 else filter_expr[:77] + "..."
+        InputError.__init__(self, f"filter {shown!r} is refused on this engine: {reason}")
+
+
 _FILTER_REASONS = (  # (what Milvus says, what we say): its other messages are engine internals
     (r"field (\S+) not exist", 'there is no field {0}; filter on id or metadata["key"]'),
     (r"token recognition error at: '(.{0,20}?)'", "it cannot read {0!r}"),

@@ -51,6 +51,7 @@ class ItemSearch(StoreClient):
         spec = self._spec(name)
         self._ensure_loaded(name)
         self._settle(name)
+        engine_filter = self._engine_filter(name, filter_expr)
         try:
             results = self._with_load(
                 name,
@@ -59,7 +60,7 @@ class ItemSearch(StoreClient):
                 name,
                 data=queries.tolist(),
                 limit=topk,
-                filter=self._engine_filter(filter_expr),
+                filter=engine_filter,
                 output_fields=[METADATA_FIELD],
                 search_params={
                     "metric_type": spec.metric_type,

@@ -129,13 +129,14 @@ class ItemWrites(StoreClient):
         filter_expr = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
         if not filter_expr:
             raise InputError("delete by filter needs a non-empty filter expression")
+        engine_filter = self._engine_filter(name, filter_expr)  # refused before anything is sent
         try:
             rows = self._with_load(
                 name,
                 f"counting matches in {name!r}",
                 self._client.query,
                 name,
-                filter=self._engine_filter(filter_expr),
+                filter=engine_filter,
                 output_fields=["count(*)"],
                 consistency_level="Strong",
             )
@@ -146,7 +147,7 @@ class ItemWrites(StoreClient):
                 f"deleting from {name!r}",
                 self._client.delete,
                 name,
-                filter=self._engine_filter(filter_expr),
+                filter=engine_filter,
             )
             self._wrote(name)
         except StoreTimeoutError:
