@@ -44,7 +44,6 @@ class FolderPlan:
     vocab_size: int
     processor: dict[str, Any]
     notes: tuple[str, ...] = ()
-    processor_file: Path | None = None  # the file the image rule was read from (None: defaults)
     snapshot: tuple[str, str] | None = None  # (repo id, commit) of a Hugging Face cache snapshot
 
 
@@ -211,6 +210,12 @@ def model_name(folder: Path, config: dict[str, Any]) -> str:
     return name[:128]
 
 
+def processor_file(folder: Path) -> Path | None:
+    """The folder's processor file transformers reads: preprocessor_config.json, else the
+    processor_config.json transformers 5 writes for a whole processor; None where neither."""
+    return next((p for p in (folder / PROCESSOR, folder / COMBINED) if p.is_file()), None)
+
+
 def _image_processor(folder: Path, kind: str, model_size: int):
     """(the image processor's settings, the file they are from, notes): preprocessor_config.json,
     else the `image_processor` nested in processor_config.json (what transformers 5 writes for a
@@ -285,6 +290,5 @@ def read_folder(path: str | Path, tokenizer_max_length: int | None = None) -> Fo
         ),
         processor=processor,
         notes=tuple(notes),
-        processor_file=processor_path if processor_path.is_file() else None,
         snapshot=cache_snapshot(folder),
     )

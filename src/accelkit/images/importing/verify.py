@@ -30,7 +30,7 @@ from accelkit.images.config import load_settings
 from accelkit.images.embedding.models import make_backend, make_text_encoder
 from accelkit.images.embedding.preprocess import make_preprocessor
 from accelkit.images.importing.export import features, quiet_transformers
-from accelkit.images.importing.folder import FolderPlan, processor_class
+from accelkit.images.importing.folder import FolderPlan, processor_class, processor_file
 
 MIN_COSINE = 0.9999
 TEXTS = (
@@ -96,7 +96,8 @@ def hf_image_processor(plan: FolderPlan):
     """transformers' own image processor of the folder (`AutoImageProcessor.from_pretrained`,
     which reads preprocessor_config.json or processor_config.json), its PIL one (no torchvision
     needed); the model type's defaults where the folder has no processor file."""
-    if plan.processor_file is None:
+    path = processor_file(plan.folder)  # the folder's own, whatever accelkit read of it
+    if path is None:
         cls = processor_class(plan.kind)
         return cls(**{k: v for k, v in plan.processor.items() if k != "image_processor_type"})
     import transformers
@@ -110,7 +111,7 @@ def hf_image_processor(plan: FolderPlan):
                 return auto.from_pretrained(str(plan.folder))
     except Exception as exc:
         raise InputError(
-            f"{plan.processor_file}: transformers cannot load this image processor"
+            f"{path}: transformers cannot load this image processor"
             f" ({str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__});"
             " save the model's own processor into the folder"
         ) from exc
@@ -124,7 +125,7 @@ def processor_pixels(plan: FolderPlan, pictures: list[np.ndarray]) -> np.ndarray
     pixels = np.asarray(pixels, np.float32)
     if tuple(pixels.shape[-2:]) != tuple(plan.image_size):
         raise InputError(
-            f"{plan.processor_file or plan.folder}: transformers' image processor makes"
+            f"{processor_file(plan.folder) or plan.folder}: transformers' image processor makes"
             f" {pixels.shape[-2]}x{pixels.shape[-1]} pixels, the image tower takes"
             f" {plan.image_size[0]}x{plan.image_size[1]} (config.json vision_config.image_size);"
             " save the model's own processor into the folder"
@@ -189,7 +190,8 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
     preprocess_cos = cosines(ours_configured, processed.numpy())
     if preprocess_cos.min() < MIN_COSINE:
         worst = int(np.argmin(preprocess_cos))
-        processor_name = plan.processor_file.name if plan.processor_file else "config.json"
+        path = processor_file(plan.folder)
+        processor_name = path.name if path else "config.json"
         raise InputError(
             f"{plan.folder}: accelkit's preprocessing differs from the model's image processor"
             f" (cosine {preprocess_cos[worst]:.6f} on {input_names[worst]!r}, need >="
