@@ -74,25 +74,22 @@ def test_a_processor_of_another_size_than_the_tower_is_refused(tmp_path, capsys)
 
 
 def test_the_preprocessing_check_is_transformers_own_processor(tmp_path, capsys, monkeypatch):
-    """accelkit reading the folder's processor wrongly (its defaults in place of the saved
-    mean/std, what it did before it read processor_config.json) is refused by the check, which
-    runs transformers' AutoImageProcessor of the folder, not accelkit's reading of it."""
+    """accelkit reading the folder's processor wrongly (OpenAI's mean/std, CLIP's defaults, in
+    place of the saved 0.5: what it wrote before it read processor_config.json) is refused by the
+    check, which runs transformers' AutoImageProcessor of the folder, not accelkit's own
+    reconstruction of the processor from what it read."""
     from accelkit.images.importing import folder as folder_module
 
-    real = folder_module._image_processor
+    real = folder_module.image_rule
+    openai = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 
-    def defaults(folder, kind, size):
-        (folder / "hidden").mkdir()
-        (folder / "processor_config.json").rename(folder / "hidden" / "processor_config.json")
-        try:
-            return real(folder, kind, size)
-        finally:
-            (folder / "hidden" / "processor_config.json").rename(folder / "processor_config.json")
-            (folder / "hidden").rmdir()
+    def misread(processor, path, size):
+        shape, _, _, fit, resample = real(processor, path, size)
+        return (shape, *openai, fit, resample)
 
     mean, std = NORMALISE["clip"]
     hf_two_tower.build("clip", tmp_path / "m", mean=mean, std=std, combined=True)
-    monkeypatch.setattr(folder_module, "_image_processor", defaults)
+    monkeypatch.setattr(folder_module, "image_rule", misread)
     line = refused(capsys, str(tmp_path / "m"), str(tmp_path / "out"))
     assert "preprocessing differs from the model's image processor" in line
     assert "processor_config.json" in line
