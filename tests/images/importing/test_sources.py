@@ -73,6 +73,13 @@ def test_a_processor_of_another_size_than_the_tower_is_refused(tmp_path, capsys)
     assert "processor_config.json" in line and "vision_config.image_size 64" in line
 
 
+def test_a_processor_config_without_its_image_processor_is_refused(tmp_path, capsys):
+    hf_two_tower.build("clip", tmp_path / "m", combined=True)
+    (tmp_path / "m" / "processor_config.json").write_text('{"processor_class": "CLIPProcessor"}')
+    line = refused(capsys, str(tmp_path / "m"), str(tmp_path / "out"))
+    assert "processor_config.json" in line and "no image_processor" in line
+
+
 def test_the_preprocessing_check_is_transformers_own_processor(tmp_path, capsys, monkeypatch):
     """accelkit reading the folder's processor wrongly (OpenAI's mean/std, CLIP's defaults, in
     place of the saved 0.5: what it wrote before it read processor_config.json) is refused by the

@@ -220,11 +220,10 @@ def _image_processor(folder: Path, kind: str, model_size: int):
     """(the image processor's settings, the file they are from, notes): preprocessor_config.json,
     else the `image_processor` nested in processor_config.json (what transformers 5 writes for a
     whole CLIPProcessor/SiglipProcessor), else transformers' defaults for the model type."""
-    path = folder / PROCESSOR
-    if path.is_file():
+    path = processor_file(folder)
+    if path is not None and path.name == PROCESSOR:
         return _read_json(path, "image processor config"), path, []
-    path = folder / COMBINED
-    if path.is_file():
+    if path is not None:
         nested = _read_json(path, "processor config").get("image_processor")
         if not isinstance(nested, dict):
             raise InputError(
