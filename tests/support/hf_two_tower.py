@@ -21,32 +21,55 @@ SENTENCES = [
 SIZE = 64  # the vision tower's image size
 CLIP_CONTEXT = 24
 SIGLIP_CONTEXT = 16
+START, END = "<|startoftext|>", "<|endoftext|>"
+CLIP_SPLIT = (  # CLIP's own split (transformers' CLIPTokenizer)
+    r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+)
 
 
 def clip_tokenizer():
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    """A byte-level BPE shaped as CLIP's own (the pipeline `CLIPTokenizer` rebuilds over the
+    vocabulary and merges: CLIP's split, words ending in `</w>`), every byte a token alone and at
+    a word's end, so no text reads as `<|endoftext|>` (CLIP's unknown token, and its end: the
+    text tower pools at the first one, so texts with an unknown token early embed alike)."""
+    import json
 
-    tokenizer = Tokenizer(models.BPE(unk_token="<|endoftext|>"))
-    tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    def shaped(model):
+        tokenizer = Tokenizer(model)
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(CLIP_SPLIT), behavior="removed", invert=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False),
+            ]
+        )
+        return tokenizer
+
+    rule = {"unk_token": END, "continuing_subword_prefix": "", "end_of_word_suffix": "</w>"}
+    trained = shaped(models.BPE(**rule))
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|startoftext|>", "<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=400,
+        special_tokens=[START, END],
+        initial_alphabet=alphabet,
+        end_of_word_suffix="</w>",
     )
-    tokenizer.train_from_iterator(SENTENCES, trainer)
-    bos, eos = tokenizer.token_to_id("<|startoftext|>"), tokenizer.token_to_id("<|endoftext|>")
+    trained.train_from_iterator(SENTENCES, trainer)
+    model = json.loads(trained.to_str())["model"]
+    vocab = dict(model["vocab"])
+    for token in sorted(alphabet) + [f"{c}</w>" for c in sorted(alphabet)]:
+        vocab.setdefault(token, len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tokenizer = shaped(models.BPE(vocab=vocab, merges=merges, **rule))
+    tokenizer.add_special_tokens([START, END])
+    from tokenizers import decoders, processors
+
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<|startoftext|> $A <|endoftext|>",
-        special_tokens=[("<|startoftext|>", bos), ("<|endoftext|>", eos)],
+        single=f"{START} $A {END}", special_tokens=[(START, vocab[START]), (END, vocab[END])]
     )
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
@@ -92,12 +115,26 @@ def _towers(vocab: int, context: int, **text) -> dict:
     }
 
 
-def build(kind: str, folder: Path, seed: int = 0):
-    """The model (eval mode) after saving it, its tokenizer and its processor into `folder`."""
+def build(
+    kind: str,
+    folder: Path,
+    seed: int = 0,
+    *,
+    side: int = SIZE,
+    mean: tuple[float, float, float] | None = None,
+    std: tuple[float, float, float] | None = None,
+    combined: bool = False,
+):
+    """The model (eval mode) after saving it, its tokenizer and its processor into `folder`: the
+    image processor resizing to `side`, normalising with `mean`/`std` (the processor's defaults
+    where None); `combined` saves them as one `CLIPProcessor`/`SiglipProcessor`, as transformers
+    5 writes it (`processor_config.json` with the image processor nested, no
+    preprocessor_config.json)."""
     import torch
     from transformers import PreTrainedTokenizerFast
 
     torch.manual_seed(seed)
+    normalise = {k: list(v) for k, v in (("image_mean", mean), ("image_std", std)) if v}
     if kind == "clip":
         from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
 
@@ -115,16 +152,16 @@ def build(kind: str, folder: Path, seed: int = 0):
         )
         model = CLIPModel(config).eval()
         processor = CLIPImageProcessorPil(
-            size={"shortest_edge": SIZE}, crop_size={"height": SIZE, "width": SIZE}
+            size={"shortest_edge": side}, crop_size={"height": side, "width": side}, **normalise
         )
         # CLIP's own tokenizer class, as a downloaded folder names it: transformers rebuilds
         # CLIP's pipeline over the vocabulary and merges (what the importer must follow)
         tokenizer = CLIPTokenizer(
             tokenizer_object=backend,
-            bos_token="<|startoftext|>",
-            eos_token="<|endoftext|>",
-            pad_token="<|endoftext|>",
-            unk_token="<|endoftext|>",
+            bos_token=START,
+            eos_token=END,
+            pad_token=END,
+            unk_token=END,
             model_max_length=CLIP_CONTEXT,
         )
     else:
@@ -136,7 +173,7 @@ def build(kind: str, folder: Path, seed: int = 0):
             **_towers(backend.get_vocab_size(), SIGLIP_CONTEXT, eos_token_id=end, pad_token_id=end)
         )
         model = SiglipModel(config).eval()
-        processor = SiglipImageProcessorPil(size={"height": SIZE, "width": SIZE})
+        processor = SiglipImageProcessorPil(size={"height": side, "width": side}, **normalise)
         tokenizer = PreTrainedTokenizerFast(
             tokenizer_object=backend,
             eos_token="</s>",
@@ -148,6 +185,12 @@ def build(kind: str, folder: Path, seed: int = 0):
             model_input_names=["input_ids"],
         )
     model.save_pretrained(folder)
+    if combined:
+        import transformers
+
+        both = getattr(transformers, "CLIPProcessor" if kind == "clip" else "SiglipProcessor")
+        both(image_processor=processor, tokenizer=tokenizer).save_pretrained(folder)
+        return model
     processor.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model

@@ -176,6 +176,36 @@ def test_text_search_ranks_like_brute_force_over_transformers(imported, tmp_path
         assert order == brute or np.abs(gaps).min() < 4e-5, (text, order, brute)
 
 
+def test_different_texts_give_different_ids_vectors_and_ranks(imported, tmp_path):
+    """The folder's tokenizer as transformers runs it tells the texts apart (no unknown token,
+    which CLIP's tower reads as the end it pools at), so the tower's vectors and text search's
+    ranks depend on the text: what lets the checks above catch a tower that ignores it."""
+    from transformers import AutoTokenizer
+
+    from accelkit import images
+    from accelkit.images.embedding.models import make_text_encoder
+
+    tokenizer = AutoTokenizer.from_pretrained(str(imported["folder"]))
+    ids = [tokenizer(text)["input_ids"] for text in TEXTS]
+    assert len({tuple(row) for row in ids}) == len(TEXTS)
+    assert all(tokenizer.unk_token_id not in row[1:-1] for row in ids), ids
+    theirs = reference_texts(imported, TEXTS)
+    yaml_path = imported["root"] / "out" / "accelkit.yaml"
+    ours = make_text_encoder(images.load_settings(yaml_path).model).embed(TEXTS)
+    for vectors in (theirs, ours):
+        pairs = [cosine(vectors[i], vectors[j]) for i in range(4) for j in range(i + 1, 4)]
+        assert max(pairs) < 0.999, pairs
+    settings = images.load_settings(
+        images.load_settings(yaml_path), preprocess=EXACT, store={"uri": str(tmp_path / "s.db")}
+    )
+    assert images.insert(imported["paths"], "pics", create_collection=True, config=settings).ok
+    ranks = set()
+    for text in TEXTS:
+        hits = images.search(text=text, topk=len(NAMES), collection="pics", config=settings).hits
+        ranks.add(tuple(Path_name(h.metadata["source"]) for h in hits))
+    assert len(ranks) > 1, ranks
+
+
 def Path_name(source: str) -> str:
     return source.rsplit("/", 1)[-1].removesuffix(".png")
 
@@ -241,7 +271,7 @@ def test_a_crop_of_another_size_than_the_resize_is_refused(imported, tmp_path, c
 
 
 def test_a_tokenizer_of_another_model_is_refused(imported, tmp_path, capsys):
-    """CLIP's tokenizer (300 tokens) in the SigLIP folder (a 44-token text tower)."""
+    """CLIP's tokenizer (hundreds of tokens) in the SigLIP folder (a 44-token text tower)."""
     if imported["kind"] != "siglip":
         not_applicable("the CLIP tower's vocabulary is the larger one")
     from transformers import PreTrainedTokenizerFast
@@ -260,6 +290,8 @@ def test_an_output_that_is_not_empty_is_refused(imported, tmp_path, capsys):
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     code, _, err = run_cli(["images", "import-model", str(imported["folder"]), "-o", str(tmp_path / "taken")], capsys)  # fmt: skip
     assert code == 2 and "not empty" in err and str(tmp_path / "taken") in err
+    # a folder accelkit did not write and never looked into: no advice to remove it
+    assert "remove" not in err.lower() and "delete" not in err.lower(), err
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
 
 

@@ -15,7 +15,8 @@ def import_model_command(
         str,
         typer.Argument(
             help="A Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors,"
-            " tokenizer.json, preprocessor_config.json)."
+            " tokenizer.json, preprocessor_config.json or processor_config.json), or its"
+            " snapshot in the Hugging Face cache."
         ),
     ],
     output: Annotated[
@@ -23,7 +24,9 @@ def import_model_command(
         typer.Option(
             "--output",
             "-o",
-            help="Folder to write (new or empty). Default: PATH-accelkit beside the folder.",
+            help="Folder to write (new or empty). Default: PATH-accelkit beside the folder; for"
+            " a Hugging Face cache snapshot, ORG--NAME-COMMIT in accelkit's data folder"
+            " (models/), outside the cache.",
         ),
     ] = None,
     as_json: JsonOption = False,

@@ -24,12 +24,28 @@ from accelkit.images.importing.export import (
     padding_rule,
     write_tokenizer,
 )
-from accelkit.images.importing.folder import TOKENIZER, read_folder
+from accelkit.images.importing.folder import TOKENIZER, cache_snapshot, read_folder
 from accelkit.images.importing.verify import verify
 from accelkit.runtime.progress import status
 
 
+def imported_models_dir() -> Path:
+    """Where an import from a Hugging Face cache snapshot goes by default: `models/` in
+    accelkit's data folder (platformdirs' user data dir, e.g. ~/.local/share/accelkit)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("accelkit")) / "models"
+
+
 def default_output(folder: Path) -> Path:
+    """PATH-accelkit beside the folder; for a Hugging Face cache snapshot (whose snapshots/
+    `hf cache prune` deletes as a detached revision, what it did not download with it) a folder
+    named after the repository and commit in `imported_models_dir()`, outside the cache."""
+    snapshot = cache_snapshot(folder)
+    if snapshot:
+        repo, commit = snapshot
+        return imported_models_dir() / f"{repo.replace('/', '--')}-{commit[:12]}"
+    folder = folder.absolute()
     return folder.parent / f"{folder.name}-accelkit"
 
 
@@ -37,11 +53,24 @@ def _free_output(output: Path) -> None:
     if output.is_symlink() or (output.exists() and not output.is_dir()):
         raise InputError(f"{output}: exists and is not a folder; choose another --output")
     if output.is_dir() and any(output.iterdir()):
-        raise InputError(f"{output}: folder is not empty; choose another --output or remove it")
+        raise InputError(
+            f"{output}: folder is not empty; choose another --output (a new or empty folder)"
+        )
     if not output.parent.is_dir():
         raise InputError(
             f"{output.parent}: folder does not exist; create it or choose another --output"
         )
+
+
+def _snapshot_notes(plan, target: Path) -> list[str]:
+    if plan.snapshot is None:
+        return []
+    repo, commit = plan.snapshot
+    where = "outside the cache" if plan.snapshot != cache_snapshot(target) else "INSIDE the cache"
+    return [
+        f"a Hugging Face cache snapshot of {repo} (commit {commit[:12]}): named {plan.name!r},"
+        f" written {where}"
+    ]
 
 
 def import_model(
@@ -54,6 +83,8 @@ def import_model(
     folder = Path(path)
     read_folder(folder)  # the folder's own refusals first, before transformers loads anything
     target = Path(output) if output is not None else default_output(folder)
+    if output is None and cache_snapshot(folder):
+        target.parent.mkdir(parents=True, exist_ok=True)
     _free_output(target)
     started = time.perf_counter()
     with status(f"importing {folder}: exporting both towers, checking them against transformers"):
@@ -116,6 +147,6 @@ def _import(folder: Path, target: Path, started: float) -> dict[str, Any]:
         "embedding_dim": dim,
         "exporter": EXPORTER,
         "checks": checks,
-        "notes": list(plan.notes),
+        "notes": list(plan.notes) + _snapshot_notes(plan, target),
         "seconds": round(time.perf_counter() - started, 2),
     }

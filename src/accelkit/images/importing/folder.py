@@ -2,8 +2,9 @@
 into accelkit's settings, or one line naming the file and what to do.
 
 Read, never assumed: the model type and towers (`config.json`), the image rule
-(`preprocessor_config.json`: resize, crop, rescale, mean/std, size; transformers' defaults for
-the model type where the folder has none) and the text length (`text_config.
+(`preprocessor_config.json`, or the `image_processor` nested in the `processor_config.json`
+transformers 5 writes for a whole processor: resize, crop, rescale, mean/std, size;
+transformers' defaults for the model type where the folder has neither) and the text length (`text_config.
 max_position_embeddings`, shortened to the tokenizer's `model_max_length` where that is less).
 The padding rule comes from the tokenizer itself (`export.hf_tokenizer`)."""
 
@@ -21,6 +22,7 @@ KINDS = {"clip": "CLIPModel", "siglip": "SiglipModel"}
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER = "tokenizer.json"
 PROCESSOR = "preprocessor_config.json"
+COMBINED = "processor_config.json"  # transformers 5's save of a whole processor: image one nested
 RESAMPLE_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
@@ -42,6 +44,7 @@ class FolderPlan:
     vocab_size: int
     processor: dict[str, Any]
     notes: tuple[str, ...] = ()
+    snapshot: tuple[str, str] | None = None  # (repo id, commit) of a Hugging Face cache snapshot
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -179,12 +182,57 @@ def _side_or(value: Any, path: Path) -> int:
     return value
 
 
+def cache_snapshot(folder: Path) -> tuple[str, str] | None:
+    """(repo id, commit) where `folder` is in a Hugging Face hub cache snapshot
+    (`models--org--name/snapshots/<commit>/`, beside `blobs/` and `refs/`, as huggingface_hub
+    writes it), else None."""
+    for part in (folder.absolute(), *folder.absolute().parents):
+        repo = part.parent.parent
+        if (
+            part.parent.name == "snapshots"
+            and repo.name.startswith("models--")
+            and (repo / "blobs").is_dir()
+            and (repo / "refs").is_dir()
+        ):
+            return repo.name.removeprefix("models--").replace("--", "/"), part.name
+    return None
+
+
 def model_name(folder: Path, config: dict[str, Any]) -> str:
-    """The name collections record: the folder's name (or its `_name_or_path`), in the
-    alphabet model names take."""
+    """The name collections record: a cache snapshot's repository (`org/name`, not its commit
+    hash), else the folder's name (or its `_name_or_path`), in the alphabet model names take."""
+    snapshot = cache_snapshot(folder)
+    if snapshot:
+        name = re.sub(r"[^A-Za-z0-9._/-]+", "-", snapshot[0]).strip("-._/")
+        return name[:128] or "imported"
     raw = str(config.get("_name_or_path") or "").strip("/").split("/")[-1] or folder.name
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-._") or "imported"
     return name[:128]
+
+
+def processor_file(folder: Path) -> Path | None:
+    """The folder's processor file transformers reads: preprocessor_config.json, else the
+    processor_config.json transformers 5 writes for a whole processor; None where neither."""
+    return next((p for p in (folder / PROCESSOR, folder / COMBINED) if p.is_file()), None)
+
+
+def _image_processor(folder: Path, kind: str, model_size: int):
+    """(the image processor's settings, the file they are from, notes): preprocessor_config.json,
+    else the `image_processor` nested in processor_config.json (what transformers 5 writes for a
+    whole CLIPProcessor/SiglipProcessor), else transformers' defaults for the model type."""
+    path = processor_file(folder)
+    if path is not None and path.name == PROCESSOR:
+        return _read_json(path, "image processor config"), path, []
+    if path is not None:
+        nested = _read_json(path, "processor config").get("image_processor")
+        if not isinstance(nested, dict):
+            raise InputError(
+                f"{path}: no image_processor object in it; save the model's processor into the"
+                " folder (processor.save_pretrained(folder))"
+            )
+        return nested, path, []
+    notes = [f"no {PROCESSOR} or {COMBINED}: transformers' defaults for {KINDS[kind]}"]
+    return _default_processor(kind, model_size), folder / PROCESSOR, notes
 
 
 def read_folder(path: str | Path, tokenizer_max_length: int | None = None) -> FolderPlan:
@@ -220,13 +268,7 @@ def read_folder(path: str | Path, tokenizer_max_length: int | None = None) -> Fo
         )
     vision, text = config.get("vision_config") or {}, config.get("text_config") or {}
     model_size = _side(vision.get("image_size", 224), config_path, "vision_config.image_size")
-    notes = []
-    processor_path = folder / PROCESSOR
-    if processor_path.is_file():
-        processor = _read_json(processor_path, "image processor config")
-    else:
-        processor = _default_processor(kind, model_size)
-        notes.append(f"no {PROCESSOR}: transformers' defaults for {KINDS[kind]}")
+    processor, processor_path, notes = _image_processor(folder, kind, model_size)
     image_size, mean, std, fit, resample = image_rule(processor, processor_path, model_size)
     positions = text.get("max_position_embeddings", 77 if kind == "clip" else 64)
     context = _side(positions, config_path, "text_config.max_position_embeddings")
@@ -247,4 +289,5 @@ def read_folder(path: str | Path, tokenizer_max_length: int | None = None) -> Fo
         ),
         processor=processor,
         notes=tuple(notes),
+        snapshot=cache_snapshot(folder),
     )

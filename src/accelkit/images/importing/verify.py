@@ -9,7 +9,8 @@ Through accelkit's own loading of the written YAML (`load_settings`, `make_backe
   tokenizer's own (`padding="max_length"`, `truncation=True`), and the ONNX text encoder's vector
   has cosine at least `MIN_COSINE` with `get_text_features` on them;
 * preprocessing: accelkit's vector of each photo, given as pixels and as JPEG bytes, against
-  `get_image_features` on the model's own processor's pixels (of PIL's decode) — cosine at least
+  `get_image_features` on the pixels (of PIL's decode) of transformers' own image processor of
+  the folder (`AutoImageProcessor.from_pretrained`, not accelkit's reading of its files) — cosine at least
   `MIN_COSINE` (`preprocess_min_cosine`). The YAML asks for the processor's filter and geometry
   (`resample`, `fit`) and for no host speed-ups, which move pixels (`reducing_gap: null`,
   `fast_jpeg_downscale: false`); measured, not a gate: the same with those speed-ups on
@@ -28,8 +29,8 @@ from accelkit.errors import InputError
 from accelkit.images.config import load_settings
 from accelkit.images.embedding.models import make_backend, make_text_encoder
 from accelkit.images.embedding.preprocess import make_preprocessor
-from accelkit.images.importing.export import features
-from accelkit.images.importing.folder import FolderPlan, processor_class
+from accelkit.images.importing.export import features, quiet_transformers
+from accelkit.images.importing.folder import FolderPlan, processor_class, processor_file
 
 MIN_COSINE = 0.9999
 TEXTS = (
@@ -91,12 +92,45 @@ def _refuse(plan: FolderPlan, what: str, values: np.ndarray, names) -> InputErro
     )
 
 
+def hf_image_processor(plan: FolderPlan):
+    """transformers' own image processor of the folder (`AutoImageProcessor.from_pretrained`,
+    which reads preprocessor_config.json or processor_config.json), its PIL one (no torchvision
+    needed); the model type's defaults where the folder has no processor file."""
+    path = processor_file(plan.folder)  # the folder's own, whatever accelkit read of it
+    if path is None:
+        cls = processor_class(plan.kind)
+        return cls(**{k: v for k, v in plan.processor.items() if k != "image_processor_type"})
+    import transformers
+
+    auto = transformers.AutoImageProcessor
+    try:
+        with quiet_transformers():
+            try:
+                return auto.from_pretrained(str(plan.folder), backend="pil")
+            except TypeError:  # transformers 4: no backend choice, its processors are PIL ones
+                return auto.from_pretrained(str(plan.folder))
+    except Exception as exc:
+        raise InputError(
+            f"{path}: transformers cannot load this image processor"
+            f" ({str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__});"
+            " save the model's own processor into the folder"
+        ) from exc
+
+
 def processor_pixels(plan: FolderPlan, pictures: list[np.ndarray]) -> np.ndarray:
-    """The model's own processor on `pictures` (the PIL processors: no torchvision needed)."""
-    cls = processor_class(plan.kind)
-    settings = {k: v for k, v in plan.processor.items() if k != "image_processor_type"}
-    processor = cls(**settings)
-    return np.asarray(processor(images=pictures, return_tensors="np")["pixel_values"], np.float32)
+    """transformers' own processor of the folder on `pictures`; one line where its pixels are
+    not the size the image tower takes."""
+    processor = hf_image_processor(plan)
+    pixels = processor(images=pictures, return_tensors="np")["pixel_values"]
+    pixels = np.asarray(pixels, np.float32)
+    if tuple(pixels.shape[-2:]) != tuple(plan.image_size):
+        raise InputError(
+            f"{processor_file(plan.folder) or plan.folder}: transformers' image processor makes"
+            f" {pixels.shape[-2]}x{pixels.shape[-1]} pixels, the image tower takes"
+            f" {plan.image_size[0]}x{plan.image_size[1]} (config.json vision_config.image_size);"
+            " save the model's own processor into the folder"
+        )
+    return pixels
 
 
 def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, Any]:
@@ -156,10 +190,12 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
     preprocess_cos = cosines(ours_configured, processed.numpy())
     if preprocess_cos.min() < MIN_COSINE:
         worst = int(np.argmin(preprocess_cos))
+        path = processor_file(plan.folder)
+        processor_name = path.name if path else "config.json"
         raise InputError(
             f"{plan.folder}: accelkit's preprocessing differs from the model's image processor"
             f" (cosine {preprocess_cos[worst]:.6f} on {input_names[worst]!r}, need >="
-            f" {MIN_COSINE}); nothing written — report its preprocessor_config.json"
+            f" {MIN_COSINE}); nothing written — report its {processor_name}"
         )
     return {
         "images": names,
