@@ -20,6 +20,7 @@ from accelkit.images.store.lite import lite_generation
 from tests.support import two_tower
 from tests.support.cli import result_of
 from tests.support.groups import SERVERS
+from tests.support.migrate import everything, run, same_items, small_lite, stopped_line
 from tests.support.terminal import with_default_signals
 
 pytestmark = pytest.mark.xdist_group(SERVERS)
@@ -27,33 +28,6 @@ ROOT = Path(__file__).resolve().parents[3]
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera"]
 BULK = 1500
 BATCH = 2  # the interrupted copy's batch size
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    from accelkit.cli import main
-
-    with pytest.raises(SystemExit) as done:
-        main(["images", *args])
-    out = capsys.readouterr()
-    return done.value.code or 0, out.out, out.err
-
-
-def everything(settings: dict, name: str) -> dict[str, tuple[np.ndarray, dict]]:
-    """Every item of a collection: id -> (vector, metadata)."""
-    from accelkit.images.store import StoreConfig, VectorStore
-
-    with VectorStore(StoreConfig(**settings)) as store:
-        return {
-            row["id"]: (row["vector"], row["metadata"])
-            for rows in store.iterate(name, 500)
-            for row in rows
-        }
-
-
-def same_items(a: dict, b: dict) -> bool:
-    return set(a) == set(b) and all(
-        np.array_equal(a[i][0], b[i][0]) and a[i][1] == b[i][1] for i in a
-    )
 
 
 @pytest.fixture(scope="module")
@@ -338,17 +312,6 @@ def test_thumbnails_left_behind_are_said(source, server_db, capsys):
 # -- store identity: a store is what it is, not how it is spelled -----------------------------
 
 
-def small_lite(path: Path, name: str = "pics", count: int = 5) -> str:
-    """A Milvus Lite database holding one collection of `count` 8-d vectors."""
-    from accelkit.images.store import StoreConfig, VectorStore
-
-    with VectorStore(StoreConfig(uri=str(path))) as store:
-        store.create_collection(name, 8)
-        vectors = np.random.default_rng(1).normal(size=(count, 8)).astype(np.float32)
-        store.upsert(name, [f"i{k}" for k in range(count)], vectors)
-    return str(path)
-
-
 def engines_of_ours_on(path: str) -> set[int]:
     """PIDs of this process's children that have the file `path` open, by device and inode
     (read from /proc, not from the code under test)."""
@@ -485,35 +448,6 @@ def test_one_server_by_any_spelling_is_the_same_store(milvus_server, tmp_path, c
     (pics,) = result_of(out)["collections"]
     assert pics["copied"] == 0 and pics["verified"]
     assert same_items(everything({**settings, "db_name": two}, "pics"), before)
-
-
-def stopped_line(capsys, monkeypatch, where: str, failure: BaseException, *args):
-    """The one line of a migrate that `failure` stops at `where` (`upsert`: the second batch
-    written; `verify`: the verification)."""
-    import accelkit.images.store.migrate as migrate_module
-    from accelkit.images.store import VectorStore
-
-    if where == "upsert":
-        calls = []
-        upsert = VectorStore.upsert
-
-        def failing(self, *a, **k):
-            calls.append(1)
-            if len(calls) == 2:
-                raise failure
-            return upsert(self, *a, **k)
-
-        monkeypatch.setattr(VectorStore, "upsert", failing)
-    else:
-
-        def failing(*a, **k):
-            raise failure
-
-        monkeypatch.setattr(migrate_module, "_verify", failing)
-    code, _, err = run(capsys, "migrate", *args)
-    monkeypatch.undo()
-    lines = [x for x in err.splitlines() if x.strip()]
-    return code, lines[-1]
 
 
 def test_a_stopped_copy_names_the_stage_it_stopped_in(tmp_path, capsys, monkeypatch):
@@ -656,90 +590,3 @@ def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_s
         everything({"uri": milvus_server.uri, "db_name": db}, "pics"),
         everything({"uri": source["database"]}, "pics"),
     )
-
-
-# -- a finished copy run again: what it did, and never advice that loses data ---------------------
-
-
-def add_items(path: str, ids: list[str], name: str = "pics") -> None:
-    from accelkit.images.store import StoreConfig, VectorStore
-
-    with VectorStore(StoreConfig(uri=path)) as store:
-        vectors = np.random.default_rng(len(ids)).normal(size=(len(ids), 8)).astype(np.float32)
-        store.upsert(name, ids, vectors)
-
-
-def test_a_finished_copy_run_again_keeps_what_dst_gained(tmp_path, capsys):
-    """Issue 56: migrate, insert photos into DST, migrate again: it said "the source changed
-    during the copy, or DST was written to: run again with --restart" (exit 3), and --restart
-    then dropped the new photos. Now the rerun says the copy was finished and verified earlier,
-    that DST holds items SRC lacks, and that nothing needs doing (exit 0); --restart refuses to
-    drop the copy unless forced, naming what it would lose."""
-    src, dst = small_lite(tmp_path / "src.db"), str(tmp_path / "dst.db")
-    assert run(capsys, "migrate", src, dst, "--no-progress")[0] == 0
-    code, out, err = run(capsys, "migrate", src, dst, "--no-progress")  # unchanged: done
-    assert code == 0 and "nothing to do" in out and "finished and verified on" in out, out + err
-    add_items(dst, ["new-1", "new-2"])
-    code, out, err = run(capsys, "migrate", src, dst, "--no-progress")
-    (line,) = [x for x in out.splitlines() if "SRC lacks" in x]
-    assert code == 0, err
-    assert "finished and verified on" in line and "nothing needs doing" in line, line
-    assert "DST now holds 2 items SRC lacks" in line and "--restart" not in out + err, line
-    add_items(src, ["from-src"])  # SRC gained one too: copied, DST's own kept
-    code, out, err = run(capsys, "migrate", src, dst, "--no-progress", "--json")
-    (copy,) = result_of(out)["collections"]
-    assert code == 0 and copy["copied"] == 1 and copy["extra"] == 2 and copy["verified"], err
-    held = everything({"uri": dst}, "pics")
-    assert set(held) == set(everything({"uri": src}, "pics")) | {"new-1", "new-2"}
-    for args in (["--restart"], ["--force"]):
-        code, _, err = run(capsys, "migrate", src, dst, "--no-progress", *args)
-        assert code == 2 and len(err.strip().splitlines()) == 1, err
-    code, _, err = run(capsys, "migrate", src, dst, "--no-progress", "--restart")
-    assert "2 items" in err and "--force" in err and "complete" in err, err
-    assert set(everything({"uri": dst}, "pics")) == set(held)
-    code, out, err = run(capsys, "migrate", src, dst, "--restart", "--force", "--json")
-    assert code == 0 and result_of(out)["collections"][0]["copied"] == 6, err
-    assert same_items(everything({"uri": dst}, "pics"), everything({"uri": src}, "pics"))
-
-
-def test_restart_refuses_to_drop_a_complete_copy(tmp_path, capsys):
-    """A complete, verified copy is not dropped by --restart alone (nothing needs restarting),
-    nor an unfinished one holding items SRC lacks; --restart on an unfinished copy of SRC's items
-    only still starts over."""
-    from accelkit.images.store import StoreConfig, VectorStore
-    from accelkit.images.store.records import PROP_ORIGIN
-
-    src, dst = small_lite(tmp_path / "src.db"), str(tmp_path / "dst.db")
-    assert run(capsys, "migrate", src, dst, "--no-progress")[0] == 0
-    code, _, err = run(capsys, "migrate", src, dst, "--no-progress", "--restart")
-    assert code == 2 and "complete" in err and "5 items" in err and "--force" in err, err
-    with VectorStore(StoreConfig(uri=dst)) as store:  # as if stopped after 2 items
-        origin = store.recorded("pics", PROP_ORIGIN)
-        store.record("pics", {PROP_ORIGIN: {**origin, "after": "i1", "copied": 2, "complete": False}})  # fmt: skip
-    add_items(dst, ["written-to-dst"])
-    code, _, err = run(capsys, "migrate", src, dst, "--no-progress", "--restart")
-    assert code == 2 and "1 item" in err and "SRC lacks" in err and "--force" in err, err
-    assert "written-to-dst" in everything({"uri": dst}, "pics")
-    code, out, err = run(capsys, "migrate", src, dst, "--json")  # goes on, keeping it
-    (copy,) = result_of(out)["collections"]
-    assert code == 0 and copy["verified"] and copy["extra"] == 1, err
-    with VectorStore(StoreConfig(uri=dst)) as store:
-        store.delete("pics", ["written-to-dst"])
-        origin = store.recorded("pics", PROP_ORIGIN)
-        store.record("pics", {PROP_ORIGIN: {**origin, "after": "i1", "copied": 2, "complete": False}})  # fmt: skip
-    code, out, err = run(capsys, "migrate", src, dst, "--restart", "--json")
-    assert code == 0 and result_of(out)["collections"][0]["copied"] == 5, err
-
-
-def test_a_stopped_rerun_says_what_this_run_did(tmp_path, capsys, monkeypatch):
-    """The verification of a finished copy run again stops: its line says this run copied
-    nothing and when the copy was verified, not "all 5 items … copied"."""
-    from accelkit.images.store import StoreError
-
-    src, dst = small_lite(tmp_path / "src.db"), str(tmp_path / "dst.db")
-    assert run(capsys, "migrate", src, dst, "--no-progress")[0] == 0
-    failure = StoreError("reading 'pics' failed: gone")
-    code, line = stopped_line(capsys, monkeypatch, "verify", failure, src, dst, "--no-progress")
-    assert code == 2 and "stopped in the verification" in line, line
-    assert "copied 0 items of 'pics' in this run; the copy was verified on" in line, line
-    assert "--restart" not in line, line

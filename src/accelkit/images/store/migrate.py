@@ -381,11 +381,11 @@ def _loss(src, dst, name: str, found: dict[str, Any]) -> str | None:
     """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
     unfinished copy holding only SRC's items: the copy starts over and writes them again)."""
     _, _, extra = _compare(src, dst, name)
-    lacks = f"{_items(extra)} SRC lacks (written to DST, or deleted from SRC, since)"
+    since = "(written to DST, or deleted from SRC, since)"
     if found.get("complete"):
         held = _items(dst.count(name, consistency="Strong"))
-        return f"it is complete (verified {_when(found)}) and holds {held}, {lacks}"
-    return f"it holds {lacks}" if extra else None
+        return f"it is complete (verified {_when(found)}): {held}, {extra:,} of them SRC lacks {since}"  # fmt: skip
+    return f"it holds {_items(extra)} SRC lacks {since}" if extra else None
 
 
 def _prepare(
@@ -425,7 +425,9 @@ def _prepare(
                 return {**found, **origin}
             # SRC's collection was made again since: its items are not the ones copied
             loss = _loss(src, dst, name, found)
-            then = f"it is left as it is ({loss})" if loss else "run again with --restart"
+            then = (
+                f"its copy in DST is left as it is: {loss}" if loss else "run again with --restart"
+            )
             raise InputError(
                 f"collection {name!r} in SRC now holds another model's or another dimension's"
                 f" vectors than its copy in DST began with; {then}"
