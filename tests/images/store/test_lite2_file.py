@@ -392,3 +392,24 @@ def test_a_stopped_copy_from_a_2x_file_resumes_after_its_mark(tmp_path, capsys, 
     with Lite2Store(StoreConfig(uri=str(source))) as src:
         want = [row for rows in src.iterate("photos", 100) for row in rows]
     assert bits(copy_everything({"uri": str(target)}, "photos")["items"]) == bits(want)
+
+
+def test_a_finished_copy_of_a_2x_file_run_again_keeps_what_the_new_store_gained(tmp_path, capsys):
+    """Issue 56 on the 2.x → Lite 3 path: photos inserted into the new store after the copy are
+    kept by the same command run again (it once advised --restart, which dropped them)."""
+    import json
+
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    source, target = fixture_copy(tmp_path), tmp_path / "new.db"
+    assert migrate(source, target, capsys, "clips")[0] == 0
+    with VectorStore(StoreConfig(uri=str(target))) as store:
+        dim = store.describe_dim("clips")
+        store.upsert("clips", ["added-later"], np.ones((1, dim), np.float32))
+    code, out, err = migrate(source, target, capsys, "clips")
+    assert code == 0, err
+    (copy,) = json.loads(out)["collections"]
+    assert copy["copied"] == 0 and copy["extra"] == 1 and copy["verified"], copy
+    assert "nothing needs doing" in copy["note"] and "--restart" not in copy["note"]
+    with VectorStore(StoreConfig(uri=str(target))) as store:
+        assert store.count("clips", consistency="Strong") == 61

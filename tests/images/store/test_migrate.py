@@ -20,6 +20,7 @@ from accelkit.images.store.lite import lite_generation
 from tests.support import two_tower
 from tests.support.cli import result_of
 from tests.support.groups import SERVERS
+from tests.support.migrate import everything, run, same_items, small_lite, stopped_line
 from tests.support.terminal import with_default_signals
 
 pytestmark = pytest.mark.xdist_group(SERVERS)
@@ -27,33 +28,6 @@ ROOT = Path(__file__).resolve().parents[3]
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera"]
 BULK = 1500
 BATCH = 2  # the interrupted copy's batch size
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    from accelkit.cli import main
-
-    with pytest.raises(SystemExit) as done:
-        main(["images", *args])
-    out = capsys.readouterr()
-    return done.value.code or 0, out.out, out.err
-
-
-def everything(settings: dict, name: str) -> dict[str, tuple[np.ndarray, dict]]:
-    """Every item of a collection: id -> (vector, metadata)."""
-    from accelkit.images.store import StoreConfig, VectorStore
-
-    with VectorStore(StoreConfig(**settings)) as store:
-        return {
-            row["id"]: (row["vector"], row["metadata"])
-            for rows in store.iterate(name, 500)
-            for row in rows
-        }
-
-
-def same_items(a: dict, b: dict) -> bool:
-    return set(a) == set(b) and all(
-        np.array_equal(a[i][0], b[i][0]) and a[i][1] == b[i][1] for i in a
-    )
 
 
 @pytest.fixture(scope="module")
@@ -338,17 +312,6 @@ def test_thumbnails_left_behind_are_said(source, server_db, capsys):
 # -- store identity: a store is what it is, not how it is spelled -----------------------------
 
 
-def small_lite(path: Path, name: str = "pics", count: int = 5) -> str:
-    """A Milvus Lite database holding one collection of `count` 8-d vectors."""
-    from accelkit.images.store import StoreConfig, VectorStore
-
-    with VectorStore(StoreConfig(uri=str(path))) as store:
-        store.create_collection(name, 8)
-        vectors = np.random.default_rng(1).normal(size=(count, 8)).astype(np.float32)
-        store.upsert(name, [f"i{k}" for k in range(count)], vectors)
-    return str(path)
-
-
 def engines_of_ours_on(path: str) -> set[int]:
     """PIDs of this process's children that have the file `path` open, by device and inode
     (read from /proc, not from the code under test)."""
@@ -485,35 +448,6 @@ def test_one_server_by_any_spelling_is_the_same_store(milvus_server, tmp_path, c
     (pics,) = result_of(out)["collections"]
     assert pics["copied"] == 0 and pics["verified"]
     assert same_items(everything({**settings, "db_name": two}, "pics"), before)
-
-
-def stopped_line(capsys, monkeypatch, where: str, failure: BaseException, *args):
-    """The one line of a migrate that `failure` stops at `where` (`upsert`: the second batch
-    written; `verify`: the verification)."""
-    import accelkit.images.store.migrate as migrate_module
-    from accelkit.images.store import VectorStore
-
-    if where == "upsert":
-        calls = []
-        upsert = VectorStore.upsert
-
-        def failing(self, *a, **k):
-            calls.append(1)
-            if len(calls) == 2:
-                raise failure
-            return upsert(self, *a, **k)
-
-        monkeypatch.setattr(VectorStore, "upsert", failing)
-    else:
-
-        def failing(*a, **k):
-            raise failure
-
-        monkeypatch.setattr(migrate_module, "_verify", failing)
-    code, _, err = run(capsys, "migrate", *args)
-    monkeypatch.undo()
-    lines = [x for x in err.splitlines() if x.strip()]
-    return code, lines[-1]
 
 
 def test_a_stopped_copy_names_the_stage_it_stopped_in(tmp_path, capsys, monkeypatch):

@@ -319,6 +319,10 @@ def migrate_command(
     restart: Annotated[
         bool, typer.Option("--restart", help="Drop an unfinished or stale copy and start over.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="With --restart: drop a complete copy, or DST's own items."),
+    ] = False,
     source_token: Annotated[
         str | None, typer.Option("--source-token", help="SRC server's token.")
     ] = None,
@@ -362,6 +366,7 @@ def migrate_command(
         source_thumbnails=source_thumbnails,
         target_thumbnails=target_thumbnails,
         restart=restart,
+        force=force,
         progress=progress,
     )
     if as_json:
@@ -383,3 +388,5 @@ def migrate_command(
             for c in report.collections
         ],
     )
+    for line in (c.note for c in report.collections if c.note):
+        typer.echo(line)

@@ -9,10 +9,13 @@ says where it came from and how far the copy got. Items are read in ascending id
 each batch the destination's record moves its mark to the batch's last id. So whenever the
 copy stops, the destination holds whole copies of source items — every one up to the mark, and
 at most the batch that was in flight beyond it — and the same command resumes after the mark
-(that batch is written again: upserts are idempotent). At the end the counts are compared and a sample of
-vectors and metadata is read back from both sides and compared exactly; only then is the copy
-marked complete. A collection of that name in the destination that did not come from this
-source is never written to.
+(that batch is written again: upserts are idempotent). At the end the ids of both sides are
+compared (SRC's that DST lacks — gained behind the mark, or since a finished copy — are copied),
+and a sample of vectors and metadata is read back from both sides and compared exactly; only then
+is the copy marked complete, with the time. Items DST holds that SRC lacks (written to DST, or
+deleted from SRC) are kept and counted, never dropped: `--restart` refuses to drop a complete copy
+or one holding such items unless `force`. A collection of that name in the destination that did
+not come from this source is never written to.
 
 SRC and DST are compared by what they are, not by how they are spelled: two Milvus Lite files by
 device and inode (a hard link, a symbolic link and `./x/../photos.db` are one file), two servers'
@@ -34,6 +37,7 @@ import logging
 import os
 import random
 import shlex
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -72,7 +76,10 @@ log = logging.getLogger(__name__)
 @dataclass
 class CollectionCopy:
     """One collection's migration: `copied` items this run (`resumed_after`: the id it went on
-    after), `total` in the source, `verified` (counts equal, `sampled` vectors read back equal)."""
+    after), `total` in the source, `verified` (every SRC id in DST, `sampled` items read back
+    equal), `extra` items DST holds that SRC lacks (kept), `verified_before` when the copy was
+    finished and verified before this run (None: it was not), `note`: what this run did, where
+    the table does not say it."""
 
     name: str
     total: int
@@ -82,6 +89,9 @@ class CollectionCopy:
     sampled: int = 0
     verified: bool = False
     index_type: str = ""
+    extra: int = 0
+    verified_before: str | None = None
+    note: str = ""
 
     def document(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -226,14 +236,18 @@ def migrate(
     source_thumbnails: str = "auto",
     target_thumbnails: str = "auto",
     restart: bool = False,
+    force: bool = False,
     progress: bool = False,
     lite2_reader: bool | None = None,
 ) -> MigrateReport:
     """Copy `collections` (default: all) of the store `source` into the store `target`.
-    `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine (None: where the
-    installed engine is Lite 3, which cannot open it)."""
+    `restart`: drop an unfinished copy and start over (`force`: a complete one, or one holding
+    items SRC lacks, too). `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine
+    (None: where the installed engine is Lite 3, which cannot open it)."""
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
+    if force and not restart:
+        raise InputError("--force only goes with --restart (what it drops); leave it out")
     _refuse_database_flags(source, target)
     if is_local_uri(source.uri) and not lite_exists(source.uri):  # opening would make it
         raise InputError(
@@ -273,14 +287,15 @@ def migrate(
                         name,
                         kept,
                     )
-            origin = _prepare(src, dst, name, index_type, restart, identity, distinct)
+            origin = _prepare(src, dst, name, index_type, (restart, force), identity, distinct)
             copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
-            copied = f"all {copy.total:,} items of {name!r} copied to {_where(dst.config)}"
-            with _stage("verification", f"{copied}, not yet verified", hint):
+            found = _top_up(src, dst, copy, thumbs, batch_size, hint)
+            with _stage("verification", _this_run(copy, _where(dst.config)), hint):
                 _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
-                copy.sampled, copy.verified = _verify(src, dst, name, sample)
+                copy.sampled, copy.verified = _verify(src, dst, copy, found, sample)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
-            _mark(dst, name, {**origin, "complete": True})
+            _mark(dst, name, {**origin, "complete": True, "verified_at": _now()})
+            copy.note = _note(copy)
             record_kept(
                 f"migrate {name}", f"{copy.total:,} items of {name!r} in {_where(dst.config)}"
             )
@@ -338,12 +353,49 @@ def _mark(dst, name: str, origin: dict[str, Any]) -> None:
     dst.record(name, {PROP_ORIGIN: origin})
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def _when(origin: dict[str, Any]) -> str:
+    """When a complete copy was verified, as a line says it (records before 0.x kept no time)."""
+    return f"on {origin['verified_at']}" if origin.get("verified_at") else "earlier"
+
+
+def _ids(store, name: str) -> list[str]:
+    return [row["id"] for rows in store.iterate(name, 16384, ids_only=True) for row in rows]
+
+
+def _compare(src, dst, name: str) -> tuple[list[str], list[str], int]:
+    """SRC's ids (ascending), those of them DST lacks, and how many DST holds that SRC lacks."""
+    theirs, ours = _ids(src, name), set(_ids(dst, name))
+    missing = [i for i in theirs if i not in ours]
+    return theirs, missing, len(ours) - (len(theirs) - len(missing))
+
+
+def _items(count: int) -> str:
+    return f"{count:,} item{'s' if count != 1 else ''}"
+
+
+def _loss(src, dst, name: str, found: dict[str, Any]) -> str | None:
+    """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
+    unfinished copy holding only SRC's items: the copy starts over and writes them again)."""
+    _, _, extra = _compare(src, dst, name)
+    since = "(written to DST, or deleted from SRC, since)"
+    if found.get("complete"):
+        held = _items(dst.count(name, consistency="Strong"))
+        return f"it is complete (verified {_when(found)}): {held}, {extra:,} of them SRC lacks {since}"  # fmt: skip
+    return f"it holds {_items(extra)} SRC lacks {since}" if extra else None
+
+
 def _prepare(
-    src, dst, name: str, index_type: str | None, restart: bool, identity, distinct: bool
+    src, dst, name: str, index_type: str | None, restart, identity, distinct: bool
 ) -> dict[str, Any]:
     """The destination collection, created like the source's or found as an earlier run of
-    this copy left it; returns its origin record. `distinct`: SRC and DST are proven two stores
-    (only then is deleting DST's collection of that name advised)."""
+    this copy left it; returns its origin record. `restart`: (restart, force). `distinct`: SRC
+    and DST are proven two stores (only then is deleting DST's collection of that name
+    advised)."""
+    restart, force = restart
     origin = _origin(src, name, identity)
     if dst.has_collection(name):
         found = dst.recorded(name, PROP_ORIGIN) or {}
@@ -353,6 +405,13 @@ def _prepare(
             raise InputError(
                 f"collection {name!r} exists in DST and came from {where}; {fix} or migrate"
                 " other collections (--collection)"
+            )
+        loss = _loss(src, dst, name, found) if restart and not force else None
+        if loss:
+            raise InputError(
+                f"--restart would drop the copy of {name!r} in DST {_where(dst.config)}: {loss};"
+                " nothing is dropped (run without --restart: it copies what SRC gained and keeps"
+                " the rest), or add --force to drop it anyway"
             )
         if restart:
             dst.drop_collection(name)
@@ -365,9 +424,13 @@ def _prepare(
             if _same_vectors(src, dst, name):
                 return {**found, **origin}
             # SRC's collection was made again since: its items are not the ones copied
+            loss = _loss(src, dst, name, found)
+            then = (
+                f"its copy in DST is left as it is: {loss}" if loss else "run again with --restart"
+            )
             raise InputError(
                 f"collection {name!r} in SRC now holds another model's or another dimension's"
-                " vectors than its copy in DST began with; run again with --restart"
+                f" vectors than its copy in DST began with; {then}"
             )
     info = src.describe(name)
     kind, params, flat = _index_of(src, dst, name, index_type)
@@ -414,12 +477,18 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
     total = src.count(name, consistency="Strong")
     copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
     if origin.get("complete"):
-        return copy  # nothing left: verified again below
+        copy.verified_before = _when(origin)
+        return copy  # nothing left in order: what SRC gained since is copied, then verified
     after, done = origin.get("after"), int(origin.get("copied") or 0)
     copy.resumed_after = after
     where = _where(dst.config)
+
+    def state() -> str:
+        resumed = f", {copy.copied:,} of them in this run" if after is not None else ""
+        return f"{done:,} of {total:,} items of {name!r} copied to {where}{resumed}"
+
     with (
-        _stage("copy", lambda: f"{done:,} of {total:,} items of {name!r} copied to {where}", hint),
+        _stage("copy", state, hint),
         rows_progress(progress and total > 0, "items") as bar,
     ):
         _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
@@ -427,7 +496,7 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
         bar.update(task, advance=done)
         for rows in src.iterate(name, batch_size, after=after):
             ids = [row["id"] for row in rows]
-            if after is not None and min(ids) <= after:
+            if copy.resumed_after is not None and min(ids) <= after:
                 raise InputError(
                     f"collection {name!r}: SRC returned ids out of order; cannot resume safely,"
                     " run again with --restart"
@@ -447,6 +516,70 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
     return copy
 
 
+def _top_up(src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str):
+    """Copy SRC's items that DST lacks (added to SRC behind the ordered copy's mark, or since a
+    finished copy) and count DST's items that SRC lacks (`copy.extra`: kept); returns SRC's ids
+    and those DST still lacks."""
+    name, where = copy.name, _where(dst.config)
+    with _stage("verification", _this_run(copy, where), hint):
+        src_ids, missing, copy.extra = _compare(src, dst, name)
+    if not missing:
+        return src_ids, missing
+    copy.total, done = len(src_ids), 0
+    since = f"; the copy was verified {copy.verified_before}" if copy.verified_before else ""
+
+    def state() -> str:
+        return f"{done:,} of the {len(missing):,} items of {name!r} DST lacked copied to {where} in this run{since}"  # fmt: skip
+
+    with _stage("copy", state, hint):
+        for start in range(0, len(missing), batch_size):
+            rows = src.get(name, missing[start : start + batch_size], with_vectors=True)
+            ids = [row["id"] for row in rows]
+            if ids:
+                copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
+                vectors = np.stack([r["vector"] for r in rows])
+                dst.upsert(name, ids, vectors, [r["metadata"] for r in rows])
+            done += len(ids)
+            copy.copied += len(ids)
+        dst.flush(name)
+    with _stage("verification", _this_run(copy, where), hint):
+        src_ids, missing, copy.extra = _compare(src, dst, name)
+    return src_ids, missing
+
+
+def _this_run(copy: CollectionCopy, where: str) -> str:
+    """What this run did before its verification, as a stopped one says it."""
+    if copy.verified_before and not copy.copied:
+        return f"copied 0 items of {copy.name!r} in this run; the copy was verified {copy.verified_before}"  # fmt: skip
+    return (
+        f"all {copy.total:,} items of {copy.name!r} in {where}, {copy.copied:,} of them copied"
+        " in this run, not yet verified"
+    )
+
+
+def _note(copy: CollectionCopy) -> str:
+    """One line on what this run did where the table does not say it: a finished copy run
+    again, items DST holds that SRC lacks."""
+    name, parts = repr(copy.name), []
+    if copy.verified_before:
+        parts.append(f"the copy of {name} was finished and verified {copy.verified_before}")
+        if copy.copied:
+            parts.append(f"copied the {_items(copy.copied)} SRC gained since")
+    if copy.extra:
+        during = "since" if copy.verified_before else "during the copy"
+        held = "now holds" if copy.verified_before else "also holds"
+        parts.append(
+            f"DST {held} {_items(copy.extra)} SRC lacks (written to DST, or deleted from SRC,"
+            f" {during}), kept"
+        )
+    if not parts:
+        return ""
+    if copy.verified_before and not copy.copied:
+        end = "nothing needs doing" if copy.extra else "nothing to do, verified again"
+        return "; ".join(parts) + f"; {end}"
+    return "; ".join(parts) + "; verified"
+
+
 def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
     source, target = thumbs
     if source is None or target is None:
@@ -456,16 +589,25 @@ def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
     return len(found)
 
 
-def _verify(src, dst, name: str, sample: int) -> tuple[int, bool]:
-    """Counts equal, and `sample` items (chosen at random, seeded by the name) read back from
-    both stores with equal vectors (bit for bit) and metadata; `CheckFailed` otherwise."""
-    have, want = dst.count(name, consistency="Strong"), src.count(name, consistency="Strong")
-    if have != want:
-        raise CheckFailed(
-            f"collection {name!r}: DST holds {have:,} items, SRC {want:,}; the source changed"
-            " during the copy, or DST was written to: run again with --restart"
+def _verify(src, dst, copy: CollectionCopy, found, sample: int) -> tuple[int, bool]:
+    """SRC's items (`found`: their ids, and those DST lacks) all in DST, and `sample` of them (chosen at random, seeded by the name)
+    read back from both stores with equal vectors (bit for bit) and metadata; `CheckFailed`
+    otherwise, advising --restart only where dropping the copy loses nothing."""
+    name, (ids, lacking) = copy.name, found
+    if copy.verified_before or copy.extra:  # the copy is kept: never advice to drop it
+        kept = (
+            f"the copy was verified {copy.verified_before}"
+            if copy.verified_before
+            else f"DST holds {_items(copy.extra)} SRC lacks"
         )
-    ids = [row["id"] for rows in src.iterate(name, 16384, ids_only=True) for row in rows]
+        fix = f"nothing was dropped ({kept}: SRC or DST was written to since)"
+    else:
+        fix = "run again with --restart"
+    if lacking:
+        raise CheckFailed(
+            f"collection {name!r}: DST lacks {_items(len(lacking))} of SRC's {len(ids):,} (such"
+            f" as {lacking[0]!r}) after copying them; SRC or DST changed during the copy: {fix}"
+        )
     chosen = random.Random(name).sample(ids, min(sample, len(ids)))
     theirs = {r["id"]: r for r in src.get(name, chosen, with_vectors=True, consistency="Strong")}
     ours = {r["id"]: r for r in dst.get(name, chosen, with_vectors=True, consistency="Strong")}
@@ -477,7 +619,6 @@ def _verify(src, dst, name: str, sample: int) -> tuple[int, bool]:
             or a["metadata"] != b["metadata"]
         ):
             raise CheckFailed(
-                f"collection {name!r}: item {item_id!r} read back from DST differs from SRC;"
-                " run again with --restart"
+                f"collection {name!r}: item {item_id!r} read back from DST differs from SRC; {fix}"
             )
     return len(chosen), True
