@@ -19,8 +19,10 @@ within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` f
   quantiles reproduces it.
 * **float32 rounding** — the stored number is the float32 rounding of the exact one.
 
-Where no rows are at hand (a dataset-wide number no aggregate of per-episode entries gives back,
-a `norm_stats.json`, or no rows passed), a mean or std whose error lies within the rounding bound
+A dataset-wide number no aggregate of the stored per-episode entries gives back is recomputed
+from the rows where they are at hand (`recompute_global`: LeRobot's per-episode arithmetic on each
+episode, aggregated, and its arithmetic over all frames). Where no rows are at hand (a
+`norm_stats.json`, or no rows passed), a mean or std whose error lies within the rounding bound
 of E[x²] − E[x]² for these values is only *consistent with* float32 (float64) moments: the finding
 keeps the cause with `confirmed = False`, shown as "consistent with …". With the rows at hand,
 a bound is no confirmation (any std from 0 to ~1.6 is within it for 1000 + N(0, 1)).
@@ -125,7 +127,7 @@ def exact_entry(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
         "max": wide.max(axis=0),
         "count": np.asarray([len(x)], np.float64),
     }
-    quantiles = np.quantile(x, np.asarray(levels), axis=0)
+    quantiles = np.quantile(wide if x.dtype.kind == "f" else x, np.asarray(levels), axis=0)
     for q, values in zip(levels, quantiles, strict=True):
         out[f"q{int(q * 100):02d}"] = np.asarray(values, np.float64).reshape(-1)
     return out
