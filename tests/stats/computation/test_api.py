@@ -55,7 +55,7 @@ def test_check_then_fix_as_objects_equal_the_command(tmp_path, capsys):
     root = Path(shutil.copytree(FIXTURES / "lerobot_v30", tmp_path / "ds"))
     report = stats.check(root)
     assert isinstance(report, stats.CheckReport) and not report.ok
-    assert report.verdict() == "220 of 1,368 stored statistics off by more than 0.001"
+    assert report.verdict() == "435 of 1,368 stored numbers off by more than 0.001"
     code, out, _ = run_cli(["stats", "check", str(root), "--json", "--no-progress"], capsys)
     assert code == 3 and json.loads(out)["result"] == json.loads(json.dumps(report.document()))
     fixed = stats.fix(report)

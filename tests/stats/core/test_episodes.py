@@ -43,7 +43,7 @@ def assert_entry_is_numpy(entry: dict, rows: np.ndarray, with_quantiles: bool) -
     np.testing.assert_array_equal(entry["std"], x.astype(np.float64).std(0))
     assert list(entry["count"]) == [len(x)]
     if with_quantiles:
-        q = np.quantile(x, np.asarray(LEVELS), axis=0)
+        q = np.quantile(x.astype(np.float64), np.asarray(LEVELS), axis=0)  # float64, as documented
         for i, name in enumerate(["q01", "q10", "q50", "q90", "q99"]):
             np.testing.assert_array_equal(entry[name], q[i])
 
@@ -256,9 +256,28 @@ def test_collector_splits_anywhere_equal_numpy(lengths, cuts, seed):
         s = r.stats["x"]
         np.testing.assert_array_equal(s.mean, rows.astype(np.float64).mean(0))
         np.testing.assert_array_equal(s.std, rows.astype(np.float64).std(0))
-        q = np.quantile(rows, np.asarray(LEVELS), axis=0)
+        q = np.quantile(rows.astype(np.float64), np.asarray(LEVELS), axis=0)
         for i, level in enumerate(LEVELS):
             np.testing.assert_array_equal(s.quantiles[level], q[i])
+
+
+def test_per_episode_quantiles_of_float32_rows_are_numpys_over_float64():
+    """docs/stats.md: float64, equal to numpy.quantile over the float64 values bit for bit — not
+    numpy's quantile of the float32 values, which interpolates in float32 (these rows: ~1e-8 off).
+    LeRobot stores no numpy quantile to match (its per-episode quantiles are binned)."""
+    from accelkit.stats.core.episodes import episode_stats
+
+    x = np.random.default_rng(1).normal(3, 1, size=(37, 3)).astype(np.float32)
+    wide = np.quantile(x.astype(np.float64), np.asarray(LEVELS), axis=0)
+    narrow = np.quantile(x, np.asarray(LEVELS), axis=0)
+    assert not np.array_equal(np.asarray(narrow, np.float64), wide)  # the case that differs
+    got = episode_stats(x, LEVELS).quantiles
+    for i, level in enumerate(LEVELS):
+        assert got[level].dtype == np.float64
+        np.testing.assert_array_equal(got[level], wide[i])
+    big = np.asarray([[2**62 + 1], [2**62 + 7], [5]], np.int64)  # integers: numpy over them
+    for i, q in enumerate(np.quantile(big, np.asarray(LEVELS), axis=0)):
+        np.testing.assert_array_equal(episode_stats(big, LEVELS).quantiles[LEVELS[i]], q)
 
 
 def test_episode_appearing_twice_is_an_error():

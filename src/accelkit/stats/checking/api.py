@@ -83,7 +83,8 @@ class CheckReport(Report):
     _fix_inputs: _FixInputs | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> list[dict]:
-        """One row per (file, feature, cause): the worst statistic, its error, the episodes."""
+        """One row per (file, feature, statistic, cause): how many numbers, which dimensions, the
+        worst one (its error and episode), the episodes."""
         return summary_rows(self)
 
     def verdict(self) -> str:
@@ -102,7 +103,8 @@ class CheckReport(Report):
             "tolerance": self.tolerance,
             "within_tolerance": self.ok,
             "compared": self.numbers,
-            "failing": len(self.failures),
+            "failing": self.numbers_off,  # stored numbers off
+            "failing_entries": len(self.failures) - self.numbers_off,  # missing, gone, shape
             "summary": self.summary(),
             "findings": [f.document() for f in self.findings if f.fails],
             "worst": self.worst_by_file(),
@@ -244,12 +246,12 @@ def _check(
         for name, feature in source.features.items()
         if str(feature.get("dtype")).startswith(("int", "uint", "bool"))
     )
+    numeric = set(dict(stream.keys).values())
     if episodes_file is not None:  # first: a dataset-wide aggregate takes their causes
         stored_checked = {
             e: {k: v for k, v in per.items() if k not in unchecked_cameras}
             for e, per in episodes_stored.items()
         }
-        numeric = set(dict(stream.keys).values())
         core.check_episodes(
             report,
             episodes_file,
@@ -278,6 +280,12 @@ def _check(
             expected=list(exact) + unchecked_cameras,
             episode_file=episodes_file,
             integers=integers,
+            rows_of=lambda features: readers.episode_rows(
+                source,
+                {e: features & numeric for e, n in lengths.items() if n and features & numeric},
+                progress=_steps("recomputing the dataset-wide numbers' causes: files", progress),
+            ),
+            levels=levels,
         )
     elif source.version.startswith("v2"):
         report.not_checked.append(
@@ -341,19 +349,28 @@ def _steps(label: str, shown: bool):
 
 
 def _verdict(report) -> str:
-    """How many stored numbers are off, and how many features or episodes have none stored (a
-    dataset without statistics is not "701 of 0 off")."""
-    missing = sum(f.cause == "missing" for f in report.failures)
-    off = len(report.failures) - missing
+    """How many stored numbers are off (each dimension of each statistic counts), how many entries
+    are structurally wrong, and how many features or episodes have none stored (a dataset without
+    statistics is not "701 of 0 off")."""
     if report.ok:
         return (
             f"all {report.numbers:,} stored numbers within {report.tolerance:g} of the exact ones"
         )
-    parts = [
-        f"{off:,} of {report.numbers:,} stored statistics off by more than {report.tolerance:g}"
-    ]
+    failures = report.failures
+    missing = sum(f.cause == "missing" for f in failures)
+    structural = sum(f.dim is None and f.cause != "missing" for f in failures)
+    off = report.numbers_off
+    parts = []
+    if off or not (missing or structural):
+        parts.append(
+            f"{off:,} of {report.numbers:,} stored numbers off by more than {report.tolerance:g}"
+        )
+    if structural:
+        parts.append(
+            f"{structural:,} stored entries of the wrong shape or of episodes the data no longer"
+            " holds"
+        )
     if missing:
-        parts = parts if off else []
         parts.append(f"{missing:,} features or episodes with no statistics stored")
     return "; ".join(parts)
 

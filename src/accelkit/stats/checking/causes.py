@@ -19,8 +19,10 @@ within `REPRODUCED` (1e-6) of its unit, a count exactly: the rule `stats diff` f
   quantiles reproduces it.
 * **float32 rounding** — the stored number is the float32 rounding of the exact one.
 
-Where no rows are at hand (a dataset-wide number no aggregate of per-episode entries gives back,
-a `norm_stats.json`, or no rows passed), a mean or std whose error lies within the rounding bound
+A dataset-wide number no aggregate of the stored per-episode entries gives back is recomputed
+from the rows where they are at hand (`recompute_global`: LeRobot's per-episode arithmetic on each
+episode, aggregated, and its arithmetic over all frames). Where no rows are at hand (a
+`norm_stats.json`, or no rows passed), a mean or std whose error lies within the rounding bound
 of E[x²] − E[x]² for these values is only *consistent with* float32 (float64) moments: the finding
 keeps the cause with `confirmed = False`, shown as "consistent with …". With the rows at hand,
 a bound is no confirmation (any std from 0 to ~1.6 is within it for 1000 + N(0, 1)).
@@ -125,7 +127,7 @@ def exact_entry(x: np.ndarray, levels: list[float]) -> dict[str, np.ndarray]:
         "max": wide.max(axis=0),
         "count": np.asarray([len(x)], np.float64),
     }
-    quantiles = np.quantile(x, np.asarray(levels), axis=0)
+    quantiles = np.quantile(wide if x.dtype.kind == "f" else x, np.asarray(levels), axis=0)
     for q, values in zip(levels, quantiles, strict=True):
         out[f"q{int(q * 100):02d}"] = np.asarray(values, np.float64).reshape(-1)
     return out
@@ -403,3 +405,84 @@ def explain_global(
             _consistent(finding, float(frames), kind)
             return
     _name(finding, "unknown", "")
+
+
+# --- a dataset-wide number, recomputed from the rows -------------------------------------------
+
+
+def doubtful(finding) -> bool:
+    """A failing number whose cause a recomputation from the rows may still settle: no known
+    cause, or only consistent with a rounding bound (stale entries are settled by their episodes)."""
+    if finding.dim is None or finding.stat == "count" or finding.stored is None:
+        return False
+    return finding.cause == "unknown" or (finding.cause != "stale" and not finding.confirmed)
+
+
+def recompute_global(
+    episodes: list[np.ndarray], levels: list[float]
+) -> list[tuple[str, str, dict[str, np.ndarray]]]:
+    """What LeRobot may have stored dataset-wide for a feature whose rows per episode (in episode
+    order, the data's dtype) are `episodes`: (precision, "aggregated" or "whole", statistics) —
+    its `aggregate_stats` of its own per-episode statistics (all at once and folded after every
+    episode, in float64 and in the data's dtype), and its arithmetic over all frames at once."""
+    out: list[tuple[str, str, dict[str, np.ndarray]]] = []
+    episodes = [x for x in episodes if len(x)]
+    if not episodes:
+        return out
+    for native in (False, True):
+        per = [lerobot_rules.candidates(x, levels, native) for x in episodes]
+        for i, (precision, _) in enumerate(per[0]):
+            entries = [p[i][1] for p in per]
+            for way in (lerobot_rules.aggregate, lerobot_rules.fold):
+                found = way(entries)
+                if found:
+                    flat = {k: np.asarray(v, np.float64).reshape(-1) for k, v in found.items()}
+                    out.append((precision, "aggregated", flat))
+    whole = np.concatenate(episodes)
+    out.extend((p, "whole", stats) for p, stats in lerobot_rules.candidates(whole, levels))
+    return out
+
+
+def explain_recomputed(finding, exact: Mapping[str, np.ndarray], recomputed: list) -> None:
+    """Name a doubtful dataset-wide number's cause from `recompute_global` where one of its
+    recomputations gives it back; else it has no known cause (the rows were at hand)."""
+    stat, d = finding.stat, finding.dim
+    for precision, how, stats in recomputed:
+        values = stats.get(stat)
+        if values is None or values.size <= d:
+            continue
+        if not _near(finding.stored, values[d], exact, stat, d):
+            continue
+        frames = f"{float(stats['count'][0]):,.0f} frames"
+        if stat.startswith("q") and how == "aggregated":
+            _name(
+                finding,
+                "averaged",
+                f"LeRobot's count-weighted mean of its binned per-episode {stat}, recomputed"
+                " from the rows, gives it",
+            )
+        elif stat.startswith("q"):
+            _name(
+                finding,
+                "binned",
+                f"LeRobot's {lerobot_rules.BINS}-bin histogram quantile of all {frames} gives it",
+            )
+        elif stat in MOMENTS and how == "aggregated":
+            _name(
+                finding,
+                precision,
+                f"LeRobot's aggregate of its per-episode {stat}s in {precision}, recomputed from"
+                " the rows, gives it",
+            )
+        elif stat in MOMENTS:
+            _name(finding, precision, f"LeRobot's {stat} in {precision} over all {frames} gives it")
+        else:
+            continue
+        return
+    if finding.cause != "unknown":
+        _name(
+            finding,
+            "unknown",
+            "no recomputation from the rows (LeRobot's arithmetic per episode, aggregated, or over"
+            " all frames) gives it back",
+        )

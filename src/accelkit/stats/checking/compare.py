@@ -32,7 +32,8 @@ from accelkit.stats.core.tolerance import UNITS, sortable
 
 @dataclass
 class Finding:
-    """One stored statistic (worst dimension) of one feature in one file, or a structural problem."""
+    """One stored number (a statistic's dimension) of one feature in one file — every failing one,
+    and the worst of a statistic within tolerance — or a structural problem (`dim` None)."""
 
     file: str  # where it is stored, relative to the dataset (or the path given)
     feature: str
@@ -80,8 +81,10 @@ def compare(
     tolerance: float,
     episode: int | None = None,
 ) -> list[Finding]:
-    """One feature's stored statistics against the exact ones: a finding per statistic both have
-    (statistics only one side holds are not compared: v2.1 keeps no quantiles per episode)."""
+    """One feature's stored statistics against the exact ones, for the statistics both have
+    (statistics only one side holds are not compared: v2.1 keeps no quantiles per episode): a
+    finding per failing number (its dimension), or, for a statistic within tolerance, one for its
+    worst number; `errors` holds every dimension's error."""
     out = []
     for stat, values in stored.items():
         if stat not in exact:
@@ -107,28 +110,38 @@ def compare(
         size = 1.0 if stat == "count" else scale(stat, exact)
         errors = tolerance_rule.errors(values, truth, size)
         unit = UNITS.get(stat, "range")
-        dim = int(np.argmax(errors)) if errors.size else 0
-        worst = float(errors[dim]) if errors.size else 0.0
-        fails = bool(tolerance_rule.fails(worst, tolerance, stat))
-        out.append(
-            Finding(
-                file,
-                feature,
-                stat,
-                worst,
-                unit,
-                dim=dim,
-                stored=float(values[dim]) if values.size else None,
-                exact=float(truth[dim]) if truth.size else None,
-                episode=episode,
-                errors=[float(e) for e in errors],
-                fails=fails,
+        every = [float(e) for e in errors]
+        failing = [d for d, e in enumerate(every) if tolerance_rule.fails(e, tolerance, stat)]
+        # every failing number its own finding; a statistic within tolerance, its worst number
+        dims = failing or ([int(np.argmax(errors))] if errors.size else [])
+        for dim in dims or [None]:
+            out.append(
+                Finding(
+                    file,
+                    feature,
+                    stat,
+                    0.0 if dim is None else every[dim],
+                    unit,
+                    dim=0 if dim is None else dim,
+                    stored=None if dim is None else float(values[dim]),
+                    exact=None if dim is None else float(truth[dim]),
+                    episode=episode,
+                    errors=every,
+                    fails=bool(failing),
+                )
             )
-        )
     return out
 
 
+def compared(found: list[Finding]) -> int:
+    """How many stored numbers `compare` compared to give `found` (a wrong-shaped entry: one)."""
+    return sum(len(f.errors) or 1 for f in {f.stat: f for f in found}.values())
+
+
 # --- a whole dataset ---------------------------------------------------------------------------
+
+RowsOf = Callable[[dict[int, set[str]]], Iterable[tuple[int, str, np.ndarray]]]
+FeatureRows = Callable[[set[str]], Iterable[tuple[int, str, np.ndarray]]]
 
 
 @dataclass
@@ -144,6 +157,11 @@ class Report:
     @property
     def failures(self) -> list[Finding]:
         return [f for f in self.findings if f.fails]
+
+    @property
+    def numbers_off(self) -> int:
+        """How many stored numbers are off (each failing finding of a number)."""
+        return sum(f.dim is not None for f in self.failures)
 
     @property
     def ok(self) -> bool:
@@ -162,13 +180,19 @@ def check_global(
     expected: list[str] | None = None,
     episode_file: str | None = None,
     integers: frozenset[str] = frozenset(),
+    rows_of: FeatureRows | None = None,
+    levels: list[float] = (),
 ) -> None:
     """A file of dataset-wide statistics (`stats.json`, a `norm_stats.json`): every feature in
     `exact` compared; `expected` features without an entry are named (cameras included).
 
     Check the per-episode file first (`episode_file`, already in the report): a dataset-wide
     number that is LeRobot's aggregate of per-episode entries takes their confirmed cause.
-    `integers`: features whose values are integers or booleans."""
+    `integers`: features whose values are integers or booleans. `rows_of({feature, …})` yields
+    (episode, feature, rows) for every episode: a failing number no stored aggregate explains is
+    then recomputed with LeRobot's arithmetic on the rows (`causes.recompute_global`) — named
+    where that gives it back, else "no known cause" (a rounding bound is no confirmation)."""
+    doubtful: dict[str, list[Finding]] = {}
     for feature in expected if expected is not None else list(exact):
         if feature not in stored:
             report.findings.append(Finding(file, feature, "-", math.inf, "", "missing", fails=True))
@@ -185,7 +209,7 @@ def check_global(
         found = compare(
             entry, exact[feature], file=file, feature=feature, tolerance=report.tolerance
         )
-        report.numbers += sum(len(f.errors) or 1 for f in found)
+        report.numbers += compared(found)
         if any(f.fails for f in found):  # LeRobot's aggregates, once per feature
             aggregated = causes.Aggregated.of(per_stored, per_exact, feature in integers)
             for finding in found:
@@ -197,10 +221,20 @@ def check_global(
                     episode_causes=episode_causes,
                     integer=feature in integers,
                 )
+            again = [f for f in found if f.fails and causes.doubtful(f)]
+            if again:
+                doubtful[feature] = again
         report.findings.extend(found)
-
-
-RowsOf = Callable[[dict[int, set[str]]], Iterable[tuple[int, str, np.ndarray]]]
+    if rows_of is None or not doubtful:
+        return
+    rows: dict[str, dict[int, np.ndarray]] = {}
+    for episode, feature, values in rows_of(set(doubtful)):
+        rows.setdefault(feature, {})[episode] = values
+    for feature, found in doubtful.items():
+        episodes = [rows[feature][e] for e in sorted(rows.get(feature, {}))]
+        recomputed = causes.recompute_global(episodes, list(levels))
+        for finding in found:
+            causes.explain_recomputed(finding, exact[feature], recomputed)
 
 
 def check_episodes(
@@ -256,9 +290,8 @@ def check_episodes(
                 tolerance=report.tolerance,
                 episode=episode,
             )
-            for finding in found:
-                report.numbers += len(finding.errors) or 1
-                report.findings.append(finding)
+            report.numbers += compared(found)
+            report.findings.extend(found)
             if any(f.fails for f in found):
                 failing[(episode, feature)] = found
     if not failing:
@@ -298,20 +331,22 @@ def check_episodes(
 
 
 def summary_rows(report: Report) -> list[dict]:
-    """The table: one row per (file, feature, cause) with a failing statistic — which statistics,
-    the worst one (its dimension, error and episode) and how many episodes."""
+    """The table: one row per (file, feature, statistic, cause) with a failing number — how many
+    numbers, which dimensions, the worst one (its dimension, error and episode), the episodes."""
     groups: dict[tuple, list[Finding]] = {}
     for f in report.failures:
-        groups.setdefault((f.file, f.feature, f.cause, f.confirmed), []).append(f)
+        groups.setdefault((f.file, f.feature, f.stat, f.cause, f.confirmed), []).append(f)
     rows = []
-    for (file, feature, cause, confirmed), found in groups.items():
+    for (file, feature, stat, cause, confirmed), found in groups.items():
         worst = max(found, key=lambda f: sortable(f.error))
-        stats = sorted({f.stat for f in found}, key=_stat_order)
+        dims = sorted({f.dim for f in found if f.dim is not None})
         rows.append(
             {
                 "file": file,
                 "feature": feature,
-                "statistics": [s for s in stats if s != "-"],
+                "statistic": None if stat == "-" else stat,
+                "numbers": sum(f.dim is not None for f in found),
+                "dimensions": dims,
                 "worst": worst.stat if worst.dim is None else f"{worst.stat}[{worst.dim}]",
                 "error": worst.error,
                 "unit": worst.unit,
@@ -322,7 +357,9 @@ def summary_rows(report: Report) -> list[dict]:
                 "detail": worst.detail,
             }
         )
-    rows.sort(key=lambda r: (r["file"], r["feature"], -sortable(r["error"])))
+    rows.sort(
+        key=lambda r: (r["file"], r["feature"], _stat_order(r["statistic"] or "-"), r["cause"])
+    )
     return rows
 
 

@@ -127,6 +127,8 @@ def render(report, as_json: bool) -> None:
             [
                 r["file"],
                 r["feature"],
+                r["statistic"] or "-",
+                _numbers(r),
                 r["worst"] + (f" ep. {r['worst_episode']}" if r["episodes"] else ""),
                 format_error(r["error"], r["unit"]),
                 r["cause"],
@@ -135,10 +137,12 @@ def render(report, as_json: bool) -> None:
             for r in rows
         ]
         print_table(
-            f"stored statistics off by more than {report.tolerance:g}",
+            f"stored numbers off by more than {report.tolerance:g}",
             [
                 Col("stored in", key=True),
                 Col("feature"),
+                Col("statistic", short="stat."),
+                Col("n (dims)", numeric=False),
                 Col("worst"),
                 Col("error", numeric=True),
                 Col("cause"),
@@ -164,3 +168,12 @@ def render(report, as_json: bool) -> None:
             print(f"previous files kept in {', '.join(fixed.backups)}")
     if plot_path is not None:
         print(f"drew the errors in {plot_path}")
+
+
+def _numbers(row: dict) -> str:
+    """How many numbers a row holds and in which dimensions: "12 (0, 2, 5)"; "" for a whole entry."""
+    if not row["numbers"]:
+        return ""
+    dims = row["dimensions"]
+    shown = ", ".join(str(d) for d in dims[:6]) + (", …" if len(dims) > 6 else "")
+    return f"{row['numbers']} ({shown})"

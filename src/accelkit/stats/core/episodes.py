@@ -3,8 +3,8 @@
 LeRobot keeps statistics per episode (v2.1 `meta/episodes_stats.jsonl`, v3.0 the `stats/...`
 columns of `meta/episodes/`) and aggregates them on load. An episode is small (tens to thousands of
 frames), so its statistics are computed directly with numpy in float64: mean, population std
-(two-pass), min, max and `numpy.quantile` — each equal to numpy over the episode's rows, by
-construction. `EpisodeCollector` sees every chunk of the first pass once, keeps only the rows of the
+(two-pass), min, max and `numpy.quantile` over the float64 values (integers: over the integers)
+— each equal to numpy over the episode's rows widened to float64, by construction. `EpisodeCollector` sees every chunk of the first pass once, keeps only the rows of the
 episode that may continue into the next chunk, and finishes every other episode right away, so its
 memory is one episode per key plus the finished results (a few numbers per dimension).
 """
@@ -60,7 +60,9 @@ def _stats_of(values: np.ndarray, levels: np.ndarray, count, nonfinite) -> KeySt
         )  # fmt: skip
     x64 = values.astype(np.float64)
     mean, std = x64.mean(axis=0), x64.std(axis=0)
-    quantiles = np.quantile(values, levels, axis=0)
+    # float values: numpy.quantile over their float64 widening (numpy's own over float32 values
+    # interpolates in float32); integers: over the integers, whose differences stay exact
+    quantiles = np.quantile(x64 if values.dtype.kind == "f" else values, levels, axis=0)
     return KeyStats(
         count=count,
         mean=mean,
