@@ -257,6 +257,19 @@ def test_every_setting_that_changes_an_image_vector_is_recorded(filled, capsys, 
     assert images.describe_collection("pics", config=config())["count"] == 1
 
 
+def test_a_resample_mismatch_names_both_filters(filled, capsys):
+    """Seen: a bilinear config against a bicubic collection said `(configured: None)` (a
+    record leaves the default, bilinear, out). Both directions name both filters."""
+    config, _files, paths = filled
+    bicubic = config("bicubic", preprocess={"resample": "bicubic"})
+    code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "pics", "--no-progress", "--config", bicubic)  # fmt: skip
+    assert code == 2 and "preprocess.resample 'bilinear' (configured: 'bicubic')" in err, err
+    code, _out, err = run(capsys, "insert", str(paths[0]), "-c", "cubic", "--create-collection", "--no-progress", "--config", bicubic)  # fmt: skip
+    assert code == 0, err
+    code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "cubic", "--no-progress", "--config", config())  # fmt: skip
+    assert code == 2 and "preprocess.resample 'bicubic' (configured: 'bilinear')" in err, err
+
+
 def test_other_image_weights_are_named_and_leave_text_queries_alone(filled, tmp_path, capsys):
     _config, files, paths = filled
     _, other = two_tower.build(tmp_path / "retrained", seed=1)
