@@ -386,6 +386,13 @@ def test_set_model_records_a_checked_change(filled, capsys):
     assert code == 0, err
 
 
+def test_set_model_refuses_a_negative_seed(filled, capsys):
+    """Seen: `--seed -1` was `internal error: ValueError` (exit 1) from numpy's generator."""
+    config, _files, paths = filled
+    code, _out, err = run(capsys, "collection", "set-model", "pics", "--root", str(paths[0].parent), "--seed", "-1", "--config", config())  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "--seed -1" in err and "at least 0" in err, err
+
+
 def test_set_model_without_a_readable_item_needs_force(filled, tmp_path, capsys):
     from accelkit import images
 
