@@ -257,3 +257,25 @@ def test_resample_and_reducing_gap_settings(tmp_path):
     bicubic = image_tower_record(model, default.model_copy(update={"resample": "bicubic"}))
     assert {k: v for k, v in bicubic.items() if k != "resample"} == record
     assert bicubic["resample"] == "bicubic"
+
+
+def test_a_port_out_of_range_is_named(tmp_path, capsys):
+    """Seen: `serve --port -1` (or 70000, or server.port in a file) was `internal error:
+    OverflowError` (exit 1) from bind(). The port is checked as the config's own setting, one
+    line that names where it came from (exit 2); 0 (any free port) stays allowed."""
+    from accelkit.cli import main
+
+    assert ServiceConfig.from_env(env={}, server={"port": 0}).server.port == 0
+    for bad in (-1, 65536):
+        with pytest.raises(
+            ConfigError, match=f"--port {bad}: must be a port number from 0 to 65535"
+        ):
+            ServiceConfig.from_env(env={}, server={"port": bad})
+    with pytest.raises(ConfigError, match="SERVER_PORT '70000': must be a port number"):
+        ServiceConfig.from_env(env={"ACCELKIT_SERVER_PORT": "70000"})
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  port: 8080\n")
+    with pytest.raises(SystemExit) as done:
+        main(["images", "serve", "--config", str(path), "--port", "-1"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and "--port -1" in err, err

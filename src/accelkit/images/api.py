@@ -403,6 +403,7 @@ def serve(
 ) -> None:
     """Run the HTTP service until SIGINT/SIGTERM (in-flight requests finish first);
     `on_ready(url, settings)` is called once it listens."""
-    settings = load_settings(config)
+    given = {"host": host, "port": port}  # checked as the config's own (server.port's range)
+    settings = load_settings(config, server={k: v for k, v in given.items() if v is not None})
     ready = None if on_ready is None else (lambda url: on_ready(url, settings))
-    run_service(settings, host, port, on_ready=ready)
+    run_service(settings, on_ready=ready)

@@ -361,6 +361,13 @@ class ServerConfig(Settings):
             raise ValueError("must be at least 1")
         return value
 
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 <= value <= 65535:
+            raise ValueError("must be a port number from 0 to 65535 (0: any free port)")
+        return value
+
     @field_validator(
         "fetch_timeout_s",
         "decode_wait_s",

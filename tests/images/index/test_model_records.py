@@ -257,6 +257,19 @@ def test_every_setting_that_changes_an_image_vector_is_recorded(filled, capsys, 
     assert images.describe_collection("pics", config=config())["count"] == 1
 
 
+def test_a_resample_mismatch_names_both_filters(filled, capsys):
+    """Seen: a bilinear config against a bicubic collection said `(configured: None)` (a
+    record leaves the default, bilinear, out). Both directions name both filters."""
+    config, _files, paths = filled
+    bicubic = config("bicubic", preprocess={"resample": "bicubic"})
+    code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "pics", "--no-progress", "--config", bicubic)  # fmt: skip
+    assert code == 2 and "preprocess.resample 'bilinear' (configured: 'bicubic')" in err, err
+    code, _out, err = run(capsys, "insert", str(paths[0]), "-c", "cubic", "--create-collection", "--no-progress", "--config", bicubic)  # fmt: skip
+    assert code == 0, err
+    code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "cubic", "--no-progress", "--config", config())  # fmt: skip
+    assert code == 2 and "preprocess.resample 'bicubic' (configured: 'bilinear')" in err, err
+
+
 def test_other_image_weights_are_named_and_leave_text_queries_alone(filled, tmp_path, capsys):
     _config, files, paths = filled
     _, other = two_tower.build(tmp_path / "retrained", seed=1)
@@ -371,6 +384,13 @@ def test_set_model_records_a_checked_change(filled, capsys):
     assert images.describe_collection("pics", config=changed)["model"]["image_tower"]["data_format"] == "NHWC"  # fmt: skip
     code, _out, err = run(capsys, "insert", str(paths[1]), "-c", "pics", "--no-progress", "--config", changed)  # fmt: skip
     assert code == 0, err
+
+
+def test_set_model_refuses_a_negative_seed(filled, capsys):
+    """Seen: `--seed -1` was `internal error: ValueError` (exit 1) from numpy's generator."""
+    config, _files, paths = filled
+    code, _out, err = run(capsys, "collection", "set-model", "pics", "--root", str(paths[0].parent), "--seed", "-1", "--config", config())  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "--seed -1" in err and "at least 0" in err, err
 
 
 def test_set_model_without_a_readable_item_needs_force(filled, tmp_path, capsys):

@@ -57,6 +57,9 @@ IMAGE_PARTS = {
     "data_format": "preprocess.data_format",
     "normalize": "model.normalize",
 }
+# What a part absent from a record means: records leave `resample` out where it is bilinear
+# (`PreprocessConfig.vector_settings`), so those made before the setting existed stay equal.
+PART_DEFAULTS = {"resample": "bilinear"}
 TEXT_PARTS = {
     "weights": "text encoder weights",
     "tokenizer": "tokenizer",
@@ -125,7 +128,8 @@ def _differences(theirs: dict, mine: dict, parts: dict[str, str]) -> list[str]:
     side cannot know (a Triton model's) are not compared."""
     found = []
     for key, named in parts.items():
-        recorded, configured = theirs.get(key), mine.get(key)
+        default = PART_DEFAULTS.get(key)
+        recorded, configured = theirs.get(key, default), mine.get(key, default)
         if key == "weights" and (recorded is None or configured is None):
             continue
         if recorded != configured:

@@ -176,6 +176,8 @@ class LocalIndex(ImageIndex):
             raise InputError("this index has no model to record")
         if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
             raise InputError(f"--sample {sample!r} must be a whole number of at least 1")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise InputError(f"--seed {seed!r} must be a whole number of at least 0")
         if not 0 < min_cosine <= 1:
             raise InputError(f"--min-cosine {min_cosine!r} must be more than 0 and at most 1")
         self.store.describe_dim(name)
