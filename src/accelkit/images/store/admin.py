@@ -290,8 +290,16 @@ class CollectionAdmin(StoreClient):
             "total_rows": total,
             "pending_rows": int(info.get("pending_index_rows", max(total - indexed, 0)) or 0),
         }
-        # Milvus Lite 3 says Finished from the start; its segments say how far the build is
-        coverage = index_coverage(self._engine, name, VECTOR_FIELD) if self.lite == 3 else None
+        if self.lite == 2 and not total and state["state"] == "Finished":
+            # Milvus Lite 2.x indexes as it goes and says 0 of 0 rows: every row it holds
+            total = indexed = self.count(name)
+            state.update(indexed_rows=indexed, total_rows=total, pending_rows=0)
+        # Milvus Lite 3 says Finished from the start; its segments say how far the build is,
+        # once loaded: it reads their indexes back at load (a new process had read none)
+        coverage = None
+        if self.lite == 3:
+            self._ensure_loaded(name)
+            coverage = index_coverage(self._engine, name, VECTOR_FIELD)
         if coverage is not None:
             indexed, sealed = coverage  # unflushed rows count as pending: no index has them
             total = max(total, sealed)

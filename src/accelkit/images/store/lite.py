@@ -395,11 +395,14 @@ def _lite_holders(uri: str) -> list[tuple[int, int]]:
     """(pid, owner pid) of every other process with the database open under any of its names
     (device and inode; a Milvus Lite 2.x engine opens a `.db` name and is owned by its parent; a
     3.x database's `LOCK` is held by the process that runs the engine), our own engines left
-    out."""
+    out. Which of the two follows the database's format, whichever engine is installed here (a
+    2.x file under Lite 3, which migrate reads, is held by a 2.x engine of another environment);
+    a database not there yet, by the installed engine."""
     from pathlib import Path
 
     db = str(Path(uri).expanduser().resolve())
-    threads = lite_generation() >= 3 or lite_format(db) == 3
+    found = lite_format(db)
+    threads = found == 3 if found is not None else lite_generation() >= 3
     if threads:  # Lite 3: the engine is the process itself, holding the folder's LOCK
         db = os.path.join(db, "LOCK")
     identity = file_identity(db)
