@@ -114,12 +114,13 @@ def test_a_number_nothing_reproduces_is_no_known_cause(tmp_path, capsys):
     rows[1]["stats/action/q50"] = [v + 0.5 for v in rows[1]["stats/action/q50"]]
     pq.write_table(type(table).from_pylist(rows, schema=table.schema), path)
     _, result = check_json(root, capsys)
-    (finding,) = [
+    found = [
         f
         for f in result["findings"]
         if (f["episode"], f["feature"], f["statistic"]) == (1, "action", "q50")
-    ]
-    assert finding["cause"] == "no known cause"
+    ]  # every edited dimension a finding of its own
+    assert sorted(f["dimension"] for f in found) == list(range(len(rows[1]["stats/action/q50"])))
+    assert {f["cause"] for f in found} == {"no known cause"}
 
 
 @pytest.mark.parametrize(
