@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from accelkit.images.config import StoreConfig
 from accelkit.images.store import VectorStore
@@ -55,3 +56,43 @@ def test_index_and_flush_in_a_new_process_see_the_index_another_process_built(st
         assert done.returncode == 0, done.stderr[-2000:]
         result = result_of(done.stdout)
         assert tuple(result[k] for k in keys) == finished, (args, result)
+
+
+# on the Lite 3 pass's xdist worker: one process at a time makes `.venv-lite3/`
+@pytest.mark.xdist_group("lite3-venv")
+def test_a_2x_file_held_by_a_running_25_engine_is_refused_under_lite_3(tmp_path):
+    """The holder check follows the database's format, not the installed engine: a Lite 2.x file
+    that a running 2.5 engine holds is refused by a Lite 3 process (migrate copied it, exit 0,
+    while it could still change)."""
+    from accelkit.images.store.lite import lite_generation
+    from tests.support.lite3_env import lite3_python
+    from tests.support.require import not_applicable
+
+    if lite_generation() != 2:
+        not_applicable("needs this environment's Milvus Lite 2.5 to hold the file")
+    src = tmp_path / "held.db"
+    with VectorStore(StoreConfig(uri=str(src))) as store:
+        store.create_collection("pics", 4)
+        store.upsert("pics", ["a"], np.eye(1, 4, dtype=np.float32), [{}])
+    code = (
+        "import time\nfrom accelkit.images.store import StoreConfig, VectorStore\n"
+        f"s = VectorStore(StoreConfig(uri={str(src)!r})); s.count('pics')\n"
+        "print('ready', flush=True); time.sleep(120)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        command = [str(lite3_python()), "-m", "accelkit", "images", "migrate"]
+        run = subprocess.run(
+            [*command, str(src), str(tmp_path / "copy.db")],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+        assert f"process {holder.pid} holds it" in run.stderr, run.stderr
+        assert not (tmp_path / "copy.db").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)

@@ -15,6 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from accelkit.images.store.lite import lite_generation
 from tests.support.lite3_env import lite3_python
 from tests.support.require import not_applicable
@@ -37,6 +39,8 @@ PATHS = [
 ]
 
 
+# one process at a time makes `.venv-lite3/` (tests/images/store/test_another_process.py too)
+@pytest.mark.xdist_group("lite3-venv")
 def test_the_images_tests_pass_on_milvus_lite_3():
     if lite_generation() == 3:
         not_applicable("this run is on Milvus Lite 3 already")
