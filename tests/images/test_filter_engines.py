@@ -7,12 +7,8 @@ names, or the engine refuses the filter in one line (only where docs/images.md s
 2.5 refuses `not (...)`, Lite 3 the filters `filters.for_lite3` cannot write exactly) and a
 delete by it removes nothing.
 
-The evaluator follows Milvus' rules (docs/images.md, Filters; measured on Lite 2.5.1 and the
-server 2.3): a comparison is true only between values of one kind (a boolean with a boolean, a
-number with a number, 1 equal to 1.0, a string with a string) and false across kinds, on a
-missing key and on JSON null; `!=` and `not in` are the negations of `==` and `in`, so they match
-items that lack the key or hold another kind; `like` matches strings; json_contains looks into
-arrays only; and `not`, `and`, `or` are two-valued."""
+The evaluator follows Milvus' rules, written once in tests/support/milvus_rules.py (measured on
+Lite 2.5.1 and the server 2.3)."""
 
 import numpy as np
 import pytest
@@ -21,10 +17,9 @@ from accelkit.images.config import StoreConfig
 from accelkit.images.filters import Literal, parse
 from accelkit.images.store import FilterError, VectorStore
 from accelkit.images.store.errors import FilterNotOnEngine
-from tests.images.test_filter_properties import kind  # null, missing, list, object: None
+from tests.support.milvus_rules import MISSING, compare, contains, contains_all, like_prefix, member
 from tests.support.require import not_applicable
 
-MISSING = object()
 VALUES = {
     "true": True,
     "false": False,
@@ -167,20 +162,6 @@ FILTERS = [
 # -- the evaluator: Milvus' rules ----------------------------------------------------------------
 
 
-def equal(left, right) -> bool:
-    return kind(left) is not None and kind(left) == kind(right) and left == right
-
-
-def compare(op: str, left, right) -> bool:
-    if op == "==":
-        return equal(left, right)
-    if op == "!=":
-        return not equal(left, right)
-    if kind(left) is None or kind(left) != kind(right):
-        return False
-    return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
-
-
 def value_of(literal):
     return [value_of(v) for v in literal] if isinstance(literal, list) else literal.value
 
@@ -196,10 +177,6 @@ def lookup(item_id: str, doc: dict, field: str):
     return value
 
 
-def contains(array, values) -> bool:
-    return isinstance(array, list) and any(equal(a, v) for a in array for v in values)
-
-
 def evaluate(node: tuple, item_id: str, doc: dict) -> bool:
     op = node[0]
     if op == "and":
@@ -212,16 +189,15 @@ def evaluate(node: tuple, item_id: str, doc: dict) -> bool:
         array, value = lookup(item_id, doc, node[2]), value_of(node[3])
         if node[1] == "json_contains":
             return contains(array, [value])
-        found = [contains(array, [v]) for v in value]
-        return all(found) if node[1] == "json_contains_all" else any(found)
+        return (contains_all if node[1] == "json_contains_all" else contains)(array, value)
     field = lookup(item_id, doc, node[1])
     if op == "cmp":
         return compare(node[2], field, value_of(node[3]))
     if op in ("in", "not in"):
-        member = any(equal(field, v) for v in value_of(node[2]))
-        return member if op == "in" else not member
+        found = member(field, value_of(node[2]))
+        return found if op == "in" else not found
     assert op == "like" and isinstance(node[2], Literal)
-    return isinstance(field, str) and field.startswith(node[2].value[:-1])
+    return like_prefix(field, node[2].value[:-1])
 
 
 def named(text: str) -> set[str]:

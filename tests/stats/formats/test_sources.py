@@ -276,8 +276,10 @@ def test_corrupt_parquet_is_named(tmp_path, datasets):
         (datasets["v2.1"] / "data" / "chunk-000" / "episode_000000.parquet").read_bytes()
     )
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(DataError, match=r"broken\.parquet is not a readable parquet file"):
+    with pytest.raises(DataError, match=r"broken\.parquet is not a readable parquet file") as err:
         compute_stats(open_source(tmp_path))
+    assert "remove" not in str(err.value)  # the user's file: never advice to delete it
+    assert "re-export it, or restore it from a copy" in str(err.value)
 
 
 def test_damaged_info_json(tmp_path):

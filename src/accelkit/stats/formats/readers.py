@@ -41,7 +41,7 @@ def parquet_names(path: Path) -> list[str]:
         return list(pq.read_schema(source, filesystem=filesystem).names)
     except Exception as exc:
         raise DataError(
-            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export it, or restore it from a copy"
         ) from exc
 
 
@@ -53,7 +53,7 @@ def _parquet_rows(path: Path) -> int:
         return pq.ParquetFile(source, filesystem=filesystem).metadata.num_rows
     except Exception as exc:
         raise DataError(
-            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+            f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export it, or restore it from a copy"
         ) from exc
 
 
@@ -222,7 +222,7 @@ class FileReader:
                     return list(archive.files)
             except Exception as exc:
                 raise DataError(
-                    f"{path} is not a readable .npz file ({exc}); re-export or remove it"
+                    f"{path} is not a readable .npz file ({exc}); re-export it, or restore it from a copy"
                 ) from exc
         return [path.stem]
 
@@ -252,7 +252,7 @@ class FileReader:
                 return archive[name]
         except Exception as exc:
             raise DataError(
-                f"{path} is not a readable {path.suffix} file ({exc}); re-export or remove it"
+                f"{path} is not a readable {path.suffix} file ({exc}); re-export it, or restore it from a copy"
             ) from exc
 
     def read(
@@ -271,7 +271,7 @@ class FileReader:
                 )
             except Exception as exc:
                 raise DataError(
-                    f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+                    f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export it, or restore it from a copy"
                 ) from exc
             self._check_dtypes(table.schema, wanted, path)
             out = {c: arrow_column_rows(table.column(c), f"{path} column {c!r}") for c in wanted}
@@ -327,7 +327,7 @@ class FileReader:
                 except Exception as exc:
                     raise DataError(
                         f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); "
-                        "re-export or remove it"
+                        "re-export it, or restore it from a copy"
                     ) from exc
                 if first_row == 0:  # the file's schema, once it proved readable
                     self._check_dtypes(schema, wanted, path)
@@ -357,7 +357,7 @@ class FileReader:
             raise
         except Exception as exc:
             raise DataError(
-                f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export or remove it"
+                f"{path} is not a readable parquet file ({type(exc).__name__}: {exc}); re-export it, or restore it from a copy"
             ) from exc
 
 
