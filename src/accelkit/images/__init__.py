@@ -16,96 +16,60 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_MODULES = {
-    "accelkit.images.api": [
-        "create_collection",
-        "delete_collection",
-        "describe_collection",
-        "embed",
-        "flush_collection",
-        "health",
-        "import_model",
-        "index_collection",
-        "insert",
-        "list_collections",
-        "load_settings",
-        "open_index",
-        "search",
-        "serve",
-        "set_model",
-    ],
-    "accelkit.images.results": [
-        "EmbedReport",
-        "HealthReport",
-        "ImportReport",
-        "InsertReport",
-        "SearchReport",
-    ],
-    "accelkit.images.embedding.preprocess": [
-        "HostImagePreprocessor",
-        "JAXImagePreprocessor",
-        "make_preprocessor",
-    ],
-    "accelkit.images.config": [
-        "ModelConfig",
-        "PreprocessConfig",
-        "ServerConfig",
-        "ServiceConfig",
-        "StoreConfig",
-    ],
-    "accelkit.images.embedding.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
-    "accelkit.images.compat": ["ImageEmbeddingPipeline"],
-    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult", "Steering"],
-    "accelkit.images.index.local": ["LocalIndex"],
-    "accelkit.images.index.remote": ["RemoteIndex"],
-    "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
-    "accelkit.images.embedding.decode": ["ImageDecodeError", "decode_image"],
-}
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
     from accelkit.images.api import (
-        create_collection,
-        delete_collection,
-        describe_collection,
-        embed,
-        flush_collection,
-        health,
-        import_model,
-        index_collection,
-        insert,
-        list_collections,
-        load_settings,
-        open_index,
-        search,
-        serve,
-        set_model,
+        create_collection as create_collection,
+        delete_collection as delete_collection,
+        describe_collection as describe_collection,
+        embed as embed,
+        flush_collection as flush_collection,
+        health as health,
+        import_model as import_model,
+        index_collection as index_collection,
+        insert as insert,
+        list_collections as list_collections,
+        load_settings as load_settings,
+        open_index as open_index,
+        search as search,
+        serve as serve,
+        set_model as set_model,
     )
-    from accelkit.images.compat import ImageEmbeddingPipeline
+    from accelkit.images.compat import ImageEmbeddingPipeline as ImageEmbeddingPipeline
     from accelkit.images.config import (
-        ModelConfig,
-        PreprocessConfig,
-        ServerConfig,
-        ServiceConfig,
-        StoreConfig,
+        ModelConfig as ModelConfig,
+        PreprocessConfig as PreprocessConfig,
+        ServerConfig as ServerConfig,
+        ServiceConfig as ServiceConfig,
+        StoreConfig as StoreConfig,
     )
-    from accelkit.images.embedding.decode import ImageDecodeError, decode_image
-    from accelkit.images.embedding.pipeline import EmbeddingPipeline, EmbeddingResult
+    from accelkit.images.embedding.decode import (
+        ImageDecodeError as ImageDecodeError,
+        decode_image as decode_image,
+    )
+    from accelkit.images.embedding.pipeline import (
+        EmbeddingPipeline as EmbeddingPipeline,
+        EmbeddingResult as EmbeddingResult,
+    )
     from accelkit.images.embedding.preprocess import (
-        HostImagePreprocessor,
-        JAXImagePreprocessor,
-        make_preprocessor,
+        HostImagePreprocessor as HostImagePreprocessor,
+        JAXImagePreprocessor as JAXImagePreprocessor,
+        make_preprocessor as make_preprocessor,
     )
-    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult, Steering
-    from accelkit.images.index.local import LocalIndex
-    from accelkit.images.index.remote import RemoteIndex
+    from accelkit.images.index.base import (
+        ImageIndex as ImageIndex,
+        ImageInput as ImageInput,
+        InsertResult as InsertResult,
+        Steering as Steering,
+    )
+    from accelkit.images.index.local import LocalIndex as LocalIndex
+    from accelkit.images.index.remote import RemoteIndex as RemoteIndex
     from accelkit.images.results import (
-        EmbedReport,
-        HealthReport,
-        ImportReport,
-        InsertReport,
-        SearchReport,
+        EmbedReport as EmbedReport,
+        HealthReport as HealthReport,
+        ImportReport as ImportReport,
+        InsertReport as InsertReport,
+        SearchReport as SearchReport,
     )
-    from accelkit.images.store import Hit, IndexSpec, VectorStore
+    from accelkit.images.store import Hit as Hit, IndexSpec as IndexSpec, VectorStore as VectorStore
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -33,70 +33,34 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_MODULES = {
-    "accelkit.images.config": ["StoreConfig"],
-    "accelkit.images.store.errors": [
-        "CollectionExistsError",
-        "CollectionNotFoundError",
-        "FilterError",
-        "StoreError",
-        "StoreFullError",
-        "StoreTimeoutError",
-        "StoreUnavailableError",
-    ],
-    "accelkit.images.store.lite": [
-        "ORPHAN_WAIT_S",
-        "_engine_output_to",
-        "_lite_holders",
-        "check_lite_free",
-        "lite_lock_holder",
-    ],
-    "accelkit.images.store.records": [
-        "ID_BATCH",
-        "ID_FIELD",
-        "METADATA_FIELD",
-        "VECTOR_FIELD",
-        "Hit",
-        "IndexSpec",
-        "ids_filter",
-        "is_local_uri",
-        "literal",
-        "redact_uri",
-    ],
-    "accelkit.images.store.vector_store": ["VectorStore"],
-}
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.images.config import StoreConfig
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.images.config import StoreConfig as StoreConfig
     from accelkit.images.store.errors import (
-        CollectionExistsError,
-        CollectionNotFoundError,
-        FilterError,
-        StoreError,
-        StoreFullError,
-        StoreTimeoutError,
-        StoreUnavailableError,
+        CollectionExistsError as CollectionExistsError,
+        CollectionNotFoundError as CollectionNotFoundError,
+        FilterError as FilterError,
+        StoreError as StoreError,
+        StoreFullError as StoreFullError,
+        StoreTimeoutError as StoreTimeoutError,
+        StoreUnavailableError as StoreUnavailableError,
     )
     from accelkit.images.store.lite import (
-        ORPHAN_WAIT_S,
-        _engine_output_to,
-        _lite_holders,
-        check_lite_free,
-        lite_lock_holder,
+        ORPHAN_WAIT_S as ORPHAN_WAIT_S,
+        check_lite_free as check_lite_free,
+        lite_lock_holder as lite_lock_holder,
     )
     from accelkit.images.store.records import (
-        ID_BATCH,
-        ID_FIELD,
-        METADATA_FIELD,
-        VECTOR_FIELD,
-        Hit,
-        IndexSpec,
-        ids_filter,
-        is_local_uri,
-        literal,
-        redact_uri,
+        ID_BATCH as ID_BATCH,
+        ID_FIELD as ID_FIELD,
+        METADATA_FIELD as METADATA_FIELD,
+        VECTOR_FIELD as VECTOR_FIELD,
+        Hit as Hit,
+        IndexSpec as IndexSpec,
+        ids_filter as ids_filter,
+        is_local_uri as is_local_uri,
+        literal as literal,
+        redact_uri as redact_uri,
     )
-    from accelkit.images.store.vector_store import VectorStore
+    from accelkit.images.store.vector_store import VectorStore as VectorStore
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
