@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-
 if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
-    from accelkit.bench.api import BenchRun as BenchRun, defaults as defaults, run as run
-    from accelkit.bench.harness import Check as Check, Result as Result, Timing as Timing
+    from accelkit.bench.api import BenchRun as BenchRun
+    from accelkit.bench.api import defaults as defaults
+    from accelkit.bench.api import run as run
+    from accelkit.bench.harness import Check as Check
+    from accelkit.bench.harness import Result as Result
+    from accelkit.bench.harness import Timing as Timing
     from accelkit.bench.schema import validate as validate
     from accelkit.bench.suite import EXPERIMENTS as EXPERIMENTS
 

@@ -21,31 +21,50 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-
 if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
     from accelkit.stats.checking.api import (
         CheckReport as CheckReport,
+    )
+    from accelkit.stats.checking.api import (
         FixResult as FixResult,
+    )
+    from accelkit.stats.checking.api import (
         check as check,
+    )
+    from accelkit.stats.checking.api import (
         fix as fix,
     )
-    from accelkit.stats.computation.api import ComputeResult as ComputeResult, compute as compute
+    from accelkit.stats.computation.api import ComputeResult as ComputeResult
+    from accelkit.stats.computation.api import compute as compute
     from accelkit.stats.core.episodes import episode_stats as episode_stats
-    from accelkit.stats.diffing.api import DiffReport as DiffReport, diff as diff
+    from accelkit.stats.diffing.api import DiffReport as DiffReport
+    from accelkit.stats.diffing.api import diff as diff
     from accelkit.stats.engine.driver import compute_stats as compute_stats
     from accelkit.stats.formats.sources import open_source as open_source
     from accelkit.stats.formats.stats_files import (
         read_norm_stats as read_norm_stats,
+    )
+    from accelkit.stats.formats.stats_files import (
         write_stats as write_stats,
     )
     from accelkit.stats.formats.synthetic import write_sample_dataset as write_sample_dataset
     from accelkit.stats.settings import StatsSettings as StatsSettings
     from accelkit.stats.types import (
         BatchStream as BatchStream,
+    )
+    from accelkit.stats.types import (
         Column as Column,
+    )
+    from accelkit.stats.types import (
         KeyStats as KeyStats,
+    )
+    from accelkit.stats.types import (
         RunSummary as RunSummary,
+    )
+    from accelkit.stats.types import (
         StatsResult as StatsResult,
+    )
+    from accelkit.stats.types import (
         Stream as Stream,
     )
 

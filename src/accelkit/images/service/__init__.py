@@ -12,10 +12,15 @@ from typing import TYPE_CHECKING
 from accelkit.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
-    from accelkit.images.service.app import create_app as create_app, fastapi_app as fastapi_app
+    from accelkit.images.service.app import create_app as create_app
+    from accelkit.images.service.app import fastapi_app as fastapi_app
     from accelkit.images.service.errors import (
         ServiceError as ServiceError,
+    )
+    from accelkit.images.service.errors import (
         error_body as error_body,
+    )
+    from accelkit.images.service.errors import (
         status_for as status_for,
     )
     from accelkit.images.service.server import serve as serve

@@ -37,28 +37,62 @@ if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads the
     from accelkit.images.config import StoreConfig as StoreConfig
     from accelkit.images.store.errors import (
         CollectionExistsError as CollectionExistsError,
+    )
+    from accelkit.images.store.errors import (
         CollectionNotFoundError as CollectionNotFoundError,
+    )
+    from accelkit.images.store.errors import (
         FilterError as FilterError,
+    )
+    from accelkit.images.store.errors import (
         StoreError as StoreError,
+    )
+    from accelkit.images.store.errors import (
         StoreFullError as StoreFullError,
+    )
+    from accelkit.images.store.errors import (
         StoreTimeoutError as StoreTimeoutError,
+    )
+    from accelkit.images.store.errors import (
         StoreUnavailableError as StoreUnavailableError,
     )
     from accelkit.images.store.lite import (
         ORPHAN_WAIT_S as ORPHAN_WAIT_S,
+    )
+    from accelkit.images.store.lite import (
         check_lite_free as check_lite_free,
+    )
+    from accelkit.images.store.lite import (
         lite_lock_holder as lite_lock_holder,
     )
     from accelkit.images.store.records import (
         ID_BATCH as ID_BATCH,
+    )
+    from accelkit.images.store.records import (
         ID_FIELD as ID_FIELD,
+    )
+    from accelkit.images.store.records import (
         METADATA_FIELD as METADATA_FIELD,
+    )
+    from accelkit.images.store.records import (
         VECTOR_FIELD as VECTOR_FIELD,
+    )
+    from accelkit.images.store.records import (
         Hit as Hit,
+    )
+    from accelkit.images.store.records import (
         IndexSpec as IndexSpec,
+    )
+    from accelkit.images.store.records import (
         ids_filter as ids_filter,
+    )
+    from accelkit.images.store.records import (
         is_local_uri as is_local_uri,
+    )
+    from accelkit.images.store.records import (
         literal as literal,
+    )
+    from accelkit.images.store.records import (
         redact_uri as redact_uri,
     )
     from accelkit.images.store.vector_store import VectorStore as VectorStore

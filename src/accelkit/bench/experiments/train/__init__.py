@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-
 if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
-    from accelkit.bench.experiments.train.config import MODES as MODES, Setup as Setup
+    from accelkit.bench.experiments.train.config import MODES as MODES
+    from accelkit.bench.experiments.train.config import Setup as Setup
     from accelkit.bench.experiments.train.experiment import run as run
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)
