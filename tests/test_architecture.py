@@ -32,28 +32,15 @@ def module_files(src: Path = SRC) -> dict[str, Path]:
 
 
 def lazy_exports(path: Path, package: str) -> dict[str, str]:
-    """The names a package's __init__ exports lazily, from its module-level dict literals: name ->
-    module (`{"compute": "accelkit.stats.computation.api"}`, or a submodule's name alone) or module -> names
-    (`{"accelkit.images.api": ["embed", ...]}`)."""
-
-    def module(name: str) -> str:
-        return name if "." in name else f"{package}.{name}"
-
+    """The names a package's __init__ exports lazily: name -> module, from its `if TYPE_CHECKING:`
+    imports (runtime/exports.py)."""
     exports = {}
     for node in ast.parse(path.read_text()).body:
-        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
-        if not isinstance(value, ast.Dict):
-            continue
-        for key, target in zip(value.keys, value.values, strict=True):
-            key = getattr(key, "value", None)
-            if not isinstance(key, str):
-                continue
-            if isinstance(target, ast.Constant) and isinstance(target.value, str):
-                exports[key] = module(target.value)
-            elif isinstance(target, ast.List | ast.Tuple):
-                for item in target.elts:
-                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
-                        exports[item.value] = module(key)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for item in node.body:
+                if isinstance(item, ast.ImportFrom) and item.module:
+                    for alias in item.names:
+                        exports[alias.asname or alias.name] = item.module
     return exports
 
 
@@ -151,7 +138,8 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
     (package / "__init__.py").write_text(
-        '_EXPORTS = {"thing": "pkg.sub.deep"}\n_MODULES = {"pkg.top": ["other"]}\n'
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pkg.sub.deep import thing as thing\n    from pkg.top import other as other\n"
     )
     (package / "sub" / "__init__.py").write_text("")
     (package / "sub" / "deep.py").write_text("def f():\n    from .. import top\n")

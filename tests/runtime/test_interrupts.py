@@ -159,7 +159,7 @@ def test_the_watchdog_line_reaches_the_terminal_while_stderr_points_at_a_log(tmp
         sys.executable,
         "-c",
         "import os, time, accelkit.runtime.interrupts as i\n"
-        "from accelkit.images.store import _engine_output_to\n"
+        "from accelkit.images.store.lite import _engine_output_to\n"
         "terminal = os.dup(1)\n"
         "with i.handled():\n"
         f"    with _engine_output_to({str(log)!r}):\n"

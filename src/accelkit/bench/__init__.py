@@ -15,22 +15,14 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_EXPORTS = {
-    "run": "accelkit.bench.api",
-    "defaults": "accelkit.bench.api",
-    "BenchRun": "accelkit.bench.api",
-    "Result": "accelkit.bench.harness",
-    "Check": "accelkit.bench.harness",
-    "Timing": "accelkit.bench.harness",
-    "EXPERIMENTS": "accelkit.bench.suite",
-    "validate": "accelkit.bench.schema",
-}
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.bench.api import BenchRun as BenchRun
+    from accelkit.bench.api import defaults as defaults
+    from accelkit.bench.api import run as run
+    from accelkit.bench.harness import Check as Check
+    from accelkit.bench.harness import Result as Result
+    from accelkit.bench.harness import Timing as Timing
+    from accelkit.bench.schema import validate as validate
+    from accelkit.bench.suite import EXPERIMENTS as EXPERIMENTS
 
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.bench.api import BenchRun, defaults, run
-    from accelkit.bench.harness import Check, Result, Timing
-    from accelkit.bench.schema import validate
-    from accelkit.bench.suite import EXPERIMENTS
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -16,96 +16,120 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_MODULES = {
-    "accelkit.images.api": [
-        "create_collection",
-        "delete_collection",
-        "describe_collection",
-        "embed",
-        "flush_collection",
-        "health",
-        "import_model",
-        "index_collection",
-        "insert",
-        "list_collections",
-        "load_settings",
-        "open_index",
-        "search",
-        "serve",
-        "set_model",
-    ],
-    "accelkit.images.results": [
-        "EmbedReport",
-        "HealthReport",
-        "ImportReport",
-        "InsertReport",
-        "SearchReport",
-    ],
-    "accelkit.images.embedding.preprocess": [
-        "HostImagePreprocessor",
-        "JAXImagePreprocessor",
-        "make_preprocessor",
-    ],
-    "accelkit.images.config": [
-        "ModelConfig",
-        "PreprocessConfig",
-        "ServerConfig",
-        "ServiceConfig",
-        "StoreConfig",
-    ],
-    "accelkit.images.embedding.pipeline": ["EmbeddingPipeline", "EmbeddingResult"],
-    "accelkit.images.compat": ["ImageEmbeddingPipeline"],
-    "accelkit.images.index.base": ["ImageIndex", "ImageInput", "InsertResult", "Steering"],
-    "accelkit.images.index.local": ["LocalIndex"],
-    "accelkit.images.index.remote": ["RemoteIndex"],
-    "accelkit.images.store": ["Hit", "IndexSpec", "VectorStore"],
-    "accelkit.images.embedding.decode": ["ImageDecodeError", "decode_image"],
-}
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
     from accelkit.images.api import (
-        create_collection,
-        delete_collection,
-        describe_collection,
-        embed,
-        flush_collection,
-        health,
-        import_model,
-        index_collection,
-        insert,
-        list_collections,
-        load_settings,
-        open_index,
-        search,
-        serve,
-        set_model,
+        create_collection as create_collection,
     )
-    from accelkit.images.compat import ImageEmbeddingPipeline
+    from accelkit.images.api import (
+        delete_collection as delete_collection,
+    )
+    from accelkit.images.api import (
+        describe_collection as describe_collection,
+    )
+    from accelkit.images.api import (
+        embed as embed,
+    )
+    from accelkit.images.api import (
+        flush_collection as flush_collection,
+    )
+    from accelkit.images.api import (
+        health as health,
+    )
+    from accelkit.images.api import (
+        import_model as import_model,
+    )
+    from accelkit.images.api import (
+        index_collection as index_collection,
+    )
+    from accelkit.images.api import (
+        insert as insert,
+    )
+    from accelkit.images.api import (
+        list_collections as list_collections,
+    )
+    from accelkit.images.api import (
+        load_settings as load_settings,
+    )
+    from accelkit.images.api import (
+        open_index as open_index,
+    )
+    from accelkit.images.api import (
+        search as search,
+    )
+    from accelkit.images.api import (
+        serve as serve,
+    )
+    from accelkit.images.api import (
+        set_model as set_model,
+    )
+    from accelkit.images.compat import ImageEmbeddingPipeline as ImageEmbeddingPipeline
     from accelkit.images.config import (
-        ModelConfig,
-        PreprocessConfig,
-        ServerConfig,
-        ServiceConfig,
-        StoreConfig,
+        ModelConfig as ModelConfig,
     )
-    from accelkit.images.embedding.decode import ImageDecodeError, decode_image
-    from accelkit.images.embedding.pipeline import EmbeddingPipeline, EmbeddingResult
+    from accelkit.images.config import (
+        PreprocessConfig as PreprocessConfig,
+    )
+    from accelkit.images.config import (
+        ServerConfig as ServerConfig,
+    )
+    from accelkit.images.config import (
+        ServiceConfig as ServiceConfig,
+    )
+    from accelkit.images.config import (
+        StoreConfig as StoreConfig,
+    )
+    from accelkit.images.embedding.decode import (
+        ImageDecodeError as ImageDecodeError,
+    )
+    from accelkit.images.embedding.decode import (
+        decode_image as decode_image,
+    )
+    from accelkit.images.embedding.pipeline import (
+        EmbeddingPipeline as EmbeddingPipeline,
+    )
+    from accelkit.images.embedding.pipeline import (
+        EmbeddingResult as EmbeddingResult,
+    )
     from accelkit.images.embedding.preprocess import (
-        HostImagePreprocessor,
-        JAXImagePreprocessor,
-        make_preprocessor,
+        HostImagePreprocessor as HostImagePreprocessor,
     )
-    from accelkit.images.index.base import ImageIndex, ImageInput, InsertResult, Steering
-    from accelkit.images.index.local import LocalIndex
-    from accelkit.images.index.remote import RemoteIndex
+    from accelkit.images.embedding.preprocess import (
+        JAXImagePreprocessor as JAXImagePreprocessor,
+    )
+    from accelkit.images.embedding.preprocess import (
+        make_preprocessor as make_preprocessor,
+    )
+    from accelkit.images.index.base import (
+        ImageIndex as ImageIndex,
+    )
+    from accelkit.images.index.base import (
+        ImageInput as ImageInput,
+    )
+    from accelkit.images.index.base import (
+        InsertResult as InsertResult,
+    )
+    from accelkit.images.index.base import (
+        Steering as Steering,
+    )
+    from accelkit.images.index.local import LocalIndex as LocalIndex
+    from accelkit.images.index.remote import RemoteIndex as RemoteIndex
     from accelkit.images.results import (
-        EmbedReport,
-        HealthReport,
-        ImportReport,
-        InsertReport,
-        SearchReport,
+        EmbedReport as EmbedReport,
     )
-    from accelkit.images.store import Hit, IndexSpec, VectorStore
+    from accelkit.images.results import (
+        HealthReport as HealthReport,
+    )
+    from accelkit.images.results import (
+        ImportReport as ImportReport,
+    )
+    from accelkit.images.results import (
+        InsertReport as InsertReport,
+    )
+    from accelkit.images.results import (
+        SearchReport as SearchReport,
+    )
+    from accelkit.images.store import Hit as Hit
+    from accelkit.images.store import IndexSpec as IndexSpec
+    from accelkit.images.store import VectorStore as VectorStore
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -16,31 +16,39 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_EXPORTS = {
-    "evaluate": "accelkit.quant.api",
-    "apply": "accelkit.quant.api",
-    "EvalResult": "accelkit.quant.api",
-    "ApplyResult": "accelkit.quant.api",
-    "EvalRow": "accelkit.quant.evaluation.sweep",
-    "QuantConfig": "accelkit.quant.config",
-    "load_config": "accelkit.quant.config",
-    "QuantReport": "accelkit.quant.method.convert",
-    "quantize": "accelkit.quant.method.convert",
-    "quantize_with_report": "accelkit.quant.method.convert",
-    "LayerSpec": "accelkit.quant.method.layers",
-    "QuantLinear": "accelkit.quant.method.layers",
-    "load_quantized": "accelkit.quant.method.storage",
-    "save_quantized": "accelkit.quant.method.storage",
-    "model_factory": "accelkit.quant.models",
-}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.quant.api import ApplyResult, EvalResult, apply, evaluate
-    from accelkit.quant.config import QuantConfig, load_config
-    from accelkit.quant.evaluation.sweep import EvalRow
-    from accelkit.quant.method.convert import QuantReport, quantize, quantize_with_report
-    from accelkit.quant.method.layers import LayerSpec, QuantLinear
-    from accelkit.quant.method.storage import load_quantized, save_quantized
-    from accelkit.quant.models import model_factory
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.quant.api import (
+        ApplyResult as ApplyResult,
+    )
+    from accelkit.quant.api import (
+        EvalResult as EvalResult,
+    )
+    from accelkit.quant.api import (
+        apply as apply,
+    )
+    from accelkit.quant.api import (
+        evaluate as evaluate,
+    )
+    from accelkit.quant.config import QuantConfig as QuantConfig
+    from accelkit.quant.config import load_config as load_config
+    from accelkit.quant.evaluation.sweep import EvalRow as EvalRow
+    from accelkit.quant.method.convert import (
+        QuantReport as QuantReport,
+    )
+    from accelkit.quant.method.convert import (
+        quantize as quantize,
+    )
+    from accelkit.quant.method.convert import (
+        quantize_with_report as quantize_with_report,
+    )
+    from accelkit.quant.method.layers import LayerSpec as LayerSpec
+    from accelkit.quant.method.layers import QuantLinear as QuantLinear
+    from accelkit.quant.method.storage import (
+        load_quantized as load_quantized,
+    )
+    from accelkit.quant.method.storage import (
+        save_quantized as save_quantized,
+    )
+    from accelkit.quant.models import model_factory as model_factory
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

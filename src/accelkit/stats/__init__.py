@@ -21,41 +21,51 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_EXPORTS = {
-    "compute": "accelkit.stats.computation.api",
-    "ComputeResult": "accelkit.stats.computation.api",
-    "check": "accelkit.stats.checking.api",
-    "fix": "accelkit.stats.checking.api",
-    "CheckReport": "accelkit.stats.checking.api",
-    "diff": "accelkit.stats.diffing.api",
-    "DiffReport": "accelkit.stats.diffing.api",
-    "FixResult": "accelkit.stats.checking.api",
-    "StatsSettings": "accelkit.stats.settings",
-    "compute_stats": "accelkit.stats.engine.driver",
-    "open_source": "accelkit.stats.formats.sources",
-    "write_stats": "accelkit.stats.formats.stats_files",
-    "read_norm_stats": "accelkit.stats.formats.stats_files",
-    "write_sample_dataset": "accelkit.stats.formats.synthetic",
-    "episode_stats": "accelkit.stats.core.episodes",
-    "Column": "accelkit.stats.types",
-    "Stream": "accelkit.stats.types",
-    "BatchStream": "accelkit.stats.types",
-    "KeyStats": "accelkit.stats.types",
-    "RunSummary": "accelkit.stats.types",
-    "StatsResult": "accelkit.stats.types",
-}
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.stats.checking.api import (
+        CheckReport as CheckReport,
+    )
+    from accelkit.stats.checking.api import (
+        FixResult as FixResult,
+    )
+    from accelkit.stats.checking.api import (
+        check as check,
+    )
+    from accelkit.stats.checking.api import (
+        fix as fix,
+    )
+    from accelkit.stats.computation.api import ComputeResult as ComputeResult
+    from accelkit.stats.computation.api import compute as compute
+    from accelkit.stats.core.episodes import episode_stats as episode_stats
+    from accelkit.stats.diffing.api import DiffReport as DiffReport
+    from accelkit.stats.diffing.api import diff as diff
+    from accelkit.stats.engine.driver import compute_stats as compute_stats
+    from accelkit.stats.formats.sources import open_source as open_source
+    from accelkit.stats.formats.stats_files import (
+        read_norm_stats as read_norm_stats,
+    )
+    from accelkit.stats.formats.stats_files import (
+        write_stats as write_stats,
+    )
+    from accelkit.stats.formats.synthetic import write_sample_dataset as write_sample_dataset
+    from accelkit.stats.settings import StatsSettings as StatsSettings
+    from accelkit.stats.types import (
+        BatchStream as BatchStream,
+    )
+    from accelkit.stats.types import (
+        Column as Column,
+    )
+    from accelkit.stats.types import (
+        KeyStats as KeyStats,
+    )
+    from accelkit.stats.types import (
+        RunSummary as RunSummary,
+    )
+    from accelkit.stats.types import (
+        StatsResult as StatsResult,
+    )
+    from accelkit.stats.types import (
+        Stream as Stream,
+    )
 
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.stats.checking.api import CheckReport, FixResult, check, fix
-    from accelkit.stats.computation.api import ComputeResult, compute
-    from accelkit.stats.core.episodes import episode_stats
-    from accelkit.stats.diffing.api import DiffReport, diff
-    from accelkit.stats.engine.driver import compute_stats
-    from accelkit.stats.formats.sources import open_source
-    from accelkit.stats.formats.stats_files import read_norm_stats, write_stats
-    from accelkit.stats.formats.synthetic import write_sample_dataset
-    from accelkit.stats.settings import StatsSettings
-    from accelkit.stats.types import BatchStream, Column, KeyStats, RunSummary, StatsResult, Stream
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -803,7 +803,7 @@ def test_store_config_sources(tmp_path):
 def test_a_file_held_by_an_engine_whose_owner_exited_is_waited_for(tmp_path):
     """A Ctrl-C'd or killed command leaves its Milvus Lite engine stopping for a moment (longer
     under load) with the file still open: the next command waits for it instead of failing."""
-    from accelkit.images.store import _lite_holders, check_lite_free, lite_lock_holder
+    from accelkit.images.store.lite import _lite_holders, check_lite_free, lite_lock_holder
 
     if lite_generation() == 3:
         not_applicable("Milvus Lite 3 runs in threads of the process that owns it: no orphans")

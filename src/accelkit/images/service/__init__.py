@@ -11,20 +11,19 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_EXPORTS = {
-    "ServiceError": "accelkit.images.service.errors",
-    "ServiceState": "accelkit.images.service.state",
-    "create_app": "accelkit.images.service.app",
-    "error_body": "accelkit.images.service.errors",
-    "fastapi_app": "accelkit.images.service.app",
-    "serve": "accelkit.images.service.server",
-    "status_for": "accelkit.images.service.errors",
-}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.images.service.app import create_app, fastapi_app
-    from accelkit.images.service.errors import ServiceError, error_body, status_for
-    from accelkit.images.service.server import serve
-    from accelkit.images.service.state import ServiceState
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.images.service.app import create_app as create_app
+    from accelkit.images.service.app import fastapi_app as fastapi_app
+    from accelkit.images.service.errors import (
+        ServiceError as ServiceError,
+    )
+    from accelkit.images.service.errors import (
+        error_body as error_body,
+    )
+    from accelkit.images.service.errors import (
+        status_for as status_for,
+    )
+    from accelkit.images.service.server import serve as serve
+    from accelkit.images.service.state import ServiceState as ServiceState
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -33,70 +33,68 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_MODULES = {
-    "accelkit.images.config": ["StoreConfig"],
-    "accelkit.images.store.errors": [
-        "CollectionExistsError",
-        "CollectionNotFoundError",
-        "FilterError",
-        "StoreError",
-        "StoreFullError",
-        "StoreTimeoutError",
-        "StoreUnavailableError",
-    ],
-    "accelkit.images.store.lite": [
-        "ORPHAN_WAIT_S",
-        "_engine_output_to",
-        "_lite_holders",
-        "check_lite_free",
-        "lite_lock_holder",
-    ],
-    "accelkit.images.store.records": [
-        "ID_BATCH",
-        "ID_FIELD",
-        "METADATA_FIELD",
-        "VECTOR_FIELD",
-        "Hit",
-        "IndexSpec",
-        "ids_filter",
-        "is_local_uri",
-        "literal",
-        "redact_uri",
-    ],
-    "accelkit.images.store.vector_store": ["VectorStore"],
-}
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.images.config import StoreConfig
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.images.config import StoreConfig as StoreConfig
     from accelkit.images.store.errors import (
-        CollectionExistsError,
-        CollectionNotFoundError,
-        FilterError,
-        StoreError,
-        StoreFullError,
-        StoreTimeoutError,
-        StoreUnavailableError,
+        CollectionExistsError as CollectionExistsError,
+    )
+    from accelkit.images.store.errors import (
+        CollectionNotFoundError as CollectionNotFoundError,
+    )
+    from accelkit.images.store.errors import (
+        FilterError as FilterError,
+    )
+    from accelkit.images.store.errors import (
+        StoreError as StoreError,
+    )
+    from accelkit.images.store.errors import (
+        StoreFullError as StoreFullError,
+    )
+    from accelkit.images.store.errors import (
+        StoreTimeoutError as StoreTimeoutError,
+    )
+    from accelkit.images.store.errors import (
+        StoreUnavailableError as StoreUnavailableError,
     )
     from accelkit.images.store.lite import (
-        ORPHAN_WAIT_S,
-        _engine_output_to,
-        _lite_holders,
-        check_lite_free,
-        lite_lock_holder,
+        ORPHAN_WAIT_S as ORPHAN_WAIT_S,
+    )
+    from accelkit.images.store.lite import (
+        check_lite_free as check_lite_free,
+    )
+    from accelkit.images.store.lite import (
+        lite_lock_holder as lite_lock_holder,
     )
     from accelkit.images.store.records import (
-        ID_BATCH,
-        ID_FIELD,
-        METADATA_FIELD,
-        VECTOR_FIELD,
-        Hit,
-        IndexSpec,
-        ids_filter,
-        is_local_uri,
-        literal,
-        redact_uri,
+        ID_BATCH as ID_BATCH,
     )
-    from accelkit.images.store.vector_store import VectorStore
+    from accelkit.images.store.records import (
+        ID_FIELD as ID_FIELD,
+    )
+    from accelkit.images.store.records import (
+        METADATA_FIELD as METADATA_FIELD,
+    )
+    from accelkit.images.store.records import (
+        VECTOR_FIELD as VECTOR_FIELD,
+    )
+    from accelkit.images.store.records import (
+        Hit as Hit,
+    )
+    from accelkit.images.store.records import (
+        IndexSpec as IndexSpec,
+    )
+    from accelkit.images.store.records import (
+        ids_filter as ids_filter,
+    )
+    from accelkit.images.store.records import (
+        is_local_uri as is_local_uri,
+    )
+    from accelkit.images.store.records import (
+        literal as literal,
+    )
+    from accelkit.images.store.records import (
+        redact_uri as redact_uri,
+    )
+    from accelkit.images.store.vector_store import VectorStore as VectorStore
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

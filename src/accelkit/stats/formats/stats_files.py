@@ -281,7 +281,9 @@ def load_json(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path} is not readable JSON ({exc}); repair it, or restore it from a copy") from exc
+        raise DataError(
+            f"{path} is not readable JSON ({exc}); repair it, or restore it from a copy"
+        ) from exc
     if not isinstance(data, dict):
         raise DataError(f"{path} does not hold a JSON object; repair it, or restore it from a copy")
     return data

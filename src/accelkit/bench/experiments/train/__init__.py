@@ -46,15 +46,9 @@ from typing import TYPE_CHECKING
 
 from accelkit.runtime.exports import lazy_exports
 
-_EXPORTS = {
-    "MODES": "accelkit.bench.experiments.train.config",
-    "Setup": "accelkit.bench.experiments.train.config",
-    "run": "accelkit.bench.experiments.train.experiment",
-}
+if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
+    from accelkit.bench.experiments.train.config import MODES as MODES
+    from accelkit.bench.experiments.train.config import Setup as Setup
+    from accelkit.bench.experiments.train.experiment import run as run
 
-if TYPE_CHECKING:  # the same names, for help(), dir(), pyright and editors
-    from accelkit.bench.experiments.train.config import MODES, Setup
-    from accelkit.bench.experiments.train.experiment import run
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
