@@ -398,3 +398,16 @@ def test_review_findings_of_issue_27():
     ids = ["/" * 200 + str(i) for i in range(100)]
     for group in _id_groups(ids, QUERY_CHARS):
         assert sum(len(quote(i, safe="")) + len("&ids=") for i in group) <= QUERY_CHARS
+
+
+def test_glibc_takes_the_mmap_threshold():
+    """The service lowers glibc's mmap threshold by `mallopt` (docs/architecture.md, "Other
+    projects' internals"); on glibc the call must succeed, or freed image buffers stay with the
+    process."""
+    import platform
+
+    from accelkit.images.service.server import return_freed_memory
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc: nothing to tune")
+    assert return_freed_memory() is True

@@ -649,6 +649,24 @@ def test_delete_by_filter_flush_and_reindex(store):
     assert hits[0].id == "b1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
 
 
+def test_lite_3_index_coverage_reads_the_engines_segments(store):
+    """`lite.index_coverage` reads Milvus Lite 3's private segment objects (listed in
+    docs/architecture.md, "Other projects' internals"): it falls back to `describe_index` when
+    they change, so this test is what tells that they did."""
+    from accelkit.images.store.lite import index_coverage
+    from accelkit.images.store.records import VECTOR_FIELD
+
+    if store.lite != 3:
+        not_applicable("Lite 3's segments: this store is not on Milvus Lite 3")
+    rng = np.random.default_rng(13)
+    store.create_collection("segments", dim=8)
+    store.upsert("segments", [f"s{i}" for i in range(300)], unit_rows(rng, 300, 8))
+    store.flush("segments")
+    store.search("segments", unit_rows(rng, 1, 8)[0], topk=1)  # loaded, as a search has it
+    coverage = index_coverage(os.path.abspath(store.config.uri), "segments", VECTOR_FIELD)
+    assert coverage is not None and coverage[1] == 300, coverage
+
+
 def test_a_flushed_bulk_insert_is_searchable_at_once_by_any_client(store):
     """`flush` (how a bulk insert ends) returns once the server serves the rows: another client,
     whose reads carry no session and so wait for nothing, finds each of them right away; a
@@ -750,6 +768,19 @@ def test_persistence_and_crash_after_acknowledge(tmp_path):
         assert f"process {os.getpid()} holds it" in service.stderr
     with VectorStore(StoreConfig(uri=uri)) as again:  # closed above: the folder lock is released
         assert again.count("kept") == 39
+    # closed in this process (milvus_lite's `release_server`): another process opens it at once
+    reopened = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from accelkit.images.store import VectorStore\n"
+            f"print(VectorStore(uri={uri!r}).count('kept'))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert reopened.returncode == 0 and reopened.stdout.strip() == "39", reopened.stderr[-2000:]
 
 
 def test_unreachable_server_is_a_clear_error():

@@ -512,7 +512,7 @@ def _packaged_weights(config=None) -> str:
     return int8.int8_weights(fp32) if config is not None and int8.is_int8(config) else fp32
 
 
-RECORD_VERSION = 2  # records with per-tower parts; version 1 had one `fingerprint` over all files
+RECORD_VERSION = 2  # records with per-tower parts
 
 
 def image_weights(config) -> str | None:
@@ -608,23 +608,6 @@ def text_tower_record(config) -> dict | None:
     }
 
 
-def legacy_fingerprint(config, text: bool) -> str | None:
-    """The one `fingerprint` records of version 1 held: SHA-256 over the bytes of the image
-    encoder (and, for a model with a text tower, the text encoder and tokenizer.json) — what
-    a collection recorded then is compared with this; None for a Triton model."""
-    if config.backend == "triton":
-        return None
-    if config.onnx_path is None:
-        return _packaged_weights()
-    files = [regular_file(config.onnx_path, "ONNX model file", "model.onnx_path")]
-    if text:
-        towers = text_tower_files(config)
-        if towers is None:
-            return _short("no text tower")  # matches no record made with one
-        files += [regular_file(towers[0], "ONNX model file", "model.text_onnx_path"), towers[1]]
-    return _short(":".join(_file_fingerprint(path) for path in files))
-
-
 class ModelRecords:
     """The record of a configured model, each part made once when first asked: `image()` (name,
     dim and the image tower: what inserts and image searches compare), `text()` (the text
@@ -663,9 +646,6 @@ class ModelRecords:
         if text is not None:
             record["text_tower"] = text
         return record
-
-    def legacy_fingerprint(self, text: bool) -> str | None:
-        return self._part(f"legacy-{text}", lambda: legacy_fingerprint(self.config, text))
 
 
 def model_record(config, preprocess=None) -> dict:

@@ -44,7 +44,7 @@ class ModelMismatchError(DataError):
 
 # What a collection without a model record holds: it was made before accelkit recorded models,
 # when EfficientNet-Lite0 was the one model a config could name.
-UNRECORDED_MODEL = {"name": "efficientnet-lite0", "fingerprint": None}
+UNRECORDED_MODEL = {"name": "efficientnet-lite0"}
 # The parts of a tower's record (`models.ModelRecords`), as messages name them.
 IMAGE_PARTS = {
     "weights": "image encoder weights",
@@ -69,12 +69,10 @@ TEXT_PARTS = {
 
 @dataclass
 class ModelCheck:
-    """What `check_same_model` found besides a mismatch: `notes` to show (a legacy record, and
-    what of it could not be compared), and `record_text`: the collection has no text tower
+    """What `check_same_model` found besides a mismatch: `record_text`: the collection has no text tower
     recorded, so the configured one is recorded now (a text tower added to an image-only
     collection)."""
 
-    notes: list[str] = field(default_factory=list)
     record_text: bool = False
 
 
@@ -89,9 +87,9 @@ def check_same_model(collection: str, recorded: dict | None, mine: Any, tower: s
     """Refuse to fill or search `collection` with a model other than the one that made its
     vectors. `mine`: the configured model's `models.ModelRecords` (None: no check); `tower`:
     "image" (inserts and image searches: the image tower) or "text" (text searches: the text
-    tower). A different name is refused; so is any part of the tower that differs, named.
-    A record of an earlier version (one `fingerprint` over all files' bytes) is legacy: its
-    fingerprint is compared as it was made, and the note says what cannot be checked."""
+    tower). A different name is refused; so is any part of the tower that differs, named. A
+    record of a pre-release version (one `fingerprint` over all files' bytes) is refused with
+    the way on (`collection set-model`)."""
     if mine is None:
         return ModelCheck()
     theirs = recorded or UNRECORDED_MODEL
@@ -103,8 +101,15 @@ def check_same_model(collection: str, recorded: dict | None, mine: Any, tower: s
             " only by the model that made it: use a collection of this model, or that model's"
             " config"
         )
-    if "image_tower" not in theirs:
-        return _check_legacy(collection, theirs, mine, recorded is not None)
+    if recorded is None:  # made before records (or by another tool): the name is all there is
+        return ModelCheck()
+    if "image_tower" not in recorded:
+        raise ModelMismatchError(
+            f"collection {collection!r} has a model record of version"
+            f" {recorded.get('version', 1)!r} (one fingerprint over all files, from a pre-release"
+            " accelkit), which this version does not read: `accelkit images collection set-model"
+            f" {collection}` checks the configured model against its stored vectors and records it"
+        )
     if tower == "image":
         differences = _differences(theirs["image_tower"], mine.image()["image_tower"], IMAGE_PARTS)
     else:
@@ -139,34 +144,6 @@ def _differences(theirs: dict, mine: dict, parts: dict[str, str]) -> list[str]:
 
 def _shown(value: Any) -> str:
     return str(value) if isinstance(value, list) else repr(value)
-
-
-def _check_legacy(collection: str, theirs: dict, mine: Any, recorded: bool) -> ModelCheck:
-    fingerprint = theirs.get("fingerprint")
-    if not recorded:  # made before records: the name is all there is
-        return ModelCheck()
-    unchecked = "preprocessing" + ("" if theirs.get("text") else " and the text tower")
-    note = (
-        f"collection {collection!r} has a legacy model record (one fingerprint over the model's"
-        f" files, made by an earlier accelkit): {unchecked} not recorded, not checked;"
-        f" `accelkit images collection set-model {collection}` records each tower"
-    )
-    if not fingerprint:
-        return ModelCheck([note])
-    configured = mine.legacy_fingerprint(bool(theirs.get("text")))
-    if configured is None or configured == fingerprint:
-        return ModelCheck([note])
-    files = (
-        "image and text encoder weights and tokenizer.json"
-        if theirs.get("text")
-        else "image encoder weights"
-    )
-    raise ModelMismatchError(
-        f"collection {collection!r} has a legacy model record of {mine.name!r}: one fingerprint"
-        f" ({fingerprint}) over the bytes of its {files}, which the configured files do not"
-        f" match ({configured}); which of them differs cannot be told from it (a tokenizer.json"
-        f" saved again differs too): use that model's files{set_model_hint(collection)}"
-    )
 
 
 class Hits(list):

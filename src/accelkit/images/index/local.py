@@ -103,7 +103,6 @@ class LocalIndex(ImageIndex):
         self.embed = embed
         self.embed_text = embed_text
         self.records = model
-        self._noted: set[str] = set()
         self.default_collection = default_collection
         self.dim = dim
         self.thumbnails = thumbnails
@@ -120,14 +119,10 @@ class LocalIndex(ImageIndex):
         return None if self.records is None else self.records.full()
 
     def _same_model(self, name: str, tower: str = "image", fresh: bool = False) -> None:
-        """`index.check_same_model` for `tower`; a legacy record's note is logged once per
-        collection, and a text tower the collection has no record of is recorded."""
+        """`index.check_same_model` for `tower`; a text tower the collection has no record of is
+        recorded."""
         recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh)
         checked = check_same_model(name, recorded, self.records, tower)
-        for note in checked.notes:
-            if note not in self._noted:
-                self._noted.add(note)
-                log.warning(note)
         if checked.record_text and recorded is not None:
             text = self.records.text()
             self.store.record(name, {PROP_MODEL: {**recorded, "text": True, "text_tower": text}})

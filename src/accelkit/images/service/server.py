@@ -10,19 +10,22 @@ from accelkit.images.config import ServiceConfig
 from accelkit.images.store import check_lite_free
 
 
-def return_freed_memory() -> None:
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def return_freed_memory() -> bool:
     """Let glibc give freed image buffers back to the system (allocations over 128 KiB are
     mapped, and unmapped when freed): with its default, memory of decoded images stayed with the
-    process — 13 concurrent big-image requests left it at 2.1 GB when idle and its peak crept up
-    round by round (2.0 → 2.5 GB); with this, 0.7-0.8 GB idle and a 1.3-1.5 GB peak."""
+    process while idle and its peak crept up round by round (docs/images.md). glibc's public
+    `mallopt`, by ctypes; False where the C library has none (not glibc: nothing to tune)."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
+        return libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1
+    except (OSError, AttributeError):
+        return False
 
 
 def header_deadline_protocol(header_timeout: float, send_timeout: float):
