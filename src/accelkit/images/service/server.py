@@ -9,7 +9,6 @@ from accelkit.errors import ConfigError
 from accelkit.images.config import ServiceConfig
 from accelkit.images.store import check_lite_free
 
-
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
