@@ -15,7 +15,8 @@ keys its engines and its lock file on the path text (`milvus_lite.server_manager
 `.NAME.lock` beside the file), so a hard link once got an engine and a lock of its own on the
 same file, in this process or another: two engines writing one database.
 
-Before a write it also checks that the file's disk has room for it (`check_lite_space`)."""
+Before a write it also checks that the file's disk has room for it (`check_lite_space`; on
+Lite 3 with the index builds and merges that follow it, `lite3_upkeep`)."""
 
 from __future__ import annotations
 
