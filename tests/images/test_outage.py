@@ -269,3 +269,117 @@ def test_store_errors_map_to_statuses_with_retry_after_where_a_retry_can_help():
     assert status_for(full) == (507, "insufficient_storage")
     assert retry_headers(503, 3) == retry_headers(504, 3) == {"Retry-After": "3"}
     assert retry_headers(507, 3) == {}
+
+
+# -- a Milvus Lite store filled near full, opened by the next process ------------------------------
+
+
+def store_stats(config: Path, collection: str) -> subprocess.CompletedProcess:
+    """`accelkit images collection stats` in a new process: it loads the collection and counts."""
+    command = [
+        sys.executable, "-m", "accelkit", "images", "collection", "stats", collection,
+        "--config", str(config), "--json",
+    ]  # fmt: skip
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def stats_count(done: subprocess.CompletedProcess) -> int:
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(json.loads(done.stdout)["result"]["count"])
+
+
+def store_config(folder: Path, db: Path) -> Path:
+    config = folder / "store.yaml"
+    config.write_text(f"store:\n  uri: {db}\n")
+    return config
+
+
+def assert_full_line(done: subprocess.CompletedProcess, db: Path) -> None:
+    """One line, exit 2, saying the disk is full and the store is kept (no advice to delete it)."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("error: ") and "no space left on device" in lines[0], lines[0]
+    assert str(db) in lines[0] and "unchanged" in lines[0], lines[0]
+    assert "delete" not in lines[0] and "remove" not in lines[0], lines[0]
+
+
+def test_a_lite_store_filled_until_refused_loads_in_the_next_process_with_every_row(tmp_path):
+    """Inserts and searches through the VectorStore API, 200 rows at a time, until the store
+    refuses one for want of space (24 MiB left on a 32 MiB tmpfs): the next process loads the
+    collection and counts every acknowledged row, and so does one after the space is freed.
+    Milvus Lite 3 builds a segment's index, and merges segments, in the background and at the
+    next load, writing new files beside the old ones: a check counting the rows alone left a
+    store whose next load failed ("256000 requested and 177120 written") and, once space was
+    freed, still failed on the index file that load had left half-written."""
+    import numpy as np
+
+    from accelkit.images.store import StoreFullError, VectorStore
+
+    with small_disk(tmp_path / "disk", 32 * 1024) as disk:
+        db = disk / "images.db"
+        store = VectorStore(uri=str(db))
+        acknowledged: list[str] = []
+        try:
+            store.create_collection("c", DIM)
+            fill(disk, leave_bytes=24 << 20)
+            rng = np.random.default_rng(0)
+            for batch in range(200):  # far more than the disk holds
+                ids = [f"{batch:03d}-{i:03d}" for i in range(200)]
+                try:
+                    store.upsert("c", ids, rng.random((len(ids), DIM), dtype=np.float32))
+                except StoreFullError as exc:
+                    assert "no space left on device" in str(exc), exc
+                    break
+                acknowledged += ids
+                assert store.search("c", rng.random(DIM, dtype=np.float32), topk=1)
+            else:
+                pytest.fail("the store never filled the disk")
+        finally:
+            store.close()
+        assert acknowledged
+        config = store_config(tmp_path, db)
+        assert stats_count(store_stats(config, "c")) == len(acknowledged)
+        os.unlink(disk / "filler")
+        assert stats_count(store_stats(config, "c")) == len(acknowledged)
+        assert lite_rows(db, "c") == sorted(acknowledged)
+
+
+def test_a_lite_store_whose_next_load_finds_the_disk_full_says_so_and_loads_once_it_is_freed(
+    tmp_path,
+):
+    """A store written with room, its disk then filled by something else: the next process
+    either loads it or says in one line (exit 2) that the disk is full, keeping the store; once
+    the space is freed the next process loads it with every row. On Milvus Lite 3 its index
+    files are removed first, as a process killed before the engine's background index build
+    leaves them, so that the load must write: the engine's short write ("N requested and M
+    written") once came out as a plain load failure, and the index file it left half-written
+    failed every load after it."""
+    import numpy as np
+
+    from accelkit.images.store import VectorStore
+
+    with small_disk(tmp_path / "disk", 32 * 1024) as disk:
+        db = disk / "images.db"
+        ids = [f"row-{i:04d}" for i in range(600)]
+        with VectorStore(uri=str(db)) as store:
+            store.create_collection("c", DIM)
+            rng = np.random.default_rng(1)
+            for start in range(0, len(ids), 200):
+                chunk = ids[start : start + 200]
+                store.upsert("c", chunk, rng.random((len(chunk), DIM), dtype=np.float32))
+                store.flush("c")
+            lite3 = store.lite == 3
+        indexes = list(db.glob("collections/c/partitions/*/indexes/*")) if lite3 else []
+        assert indexes or not lite3
+        for index in indexes:
+            index.unlink()
+        fill(disk, leave_bytes=3 << 19)  # room for one segment's index of the three
+        config = store_config(tmp_path, db)
+        full = store_stats(config, "c")
+        if lite3 or full.returncode:
+            assert_full_line(full, db)
+        else:
+            assert stats_count(full) == len(ids)
+        os.unlink(disk / "filler")
+        assert stats_count(store_stats(config, "c")) == len(ids)
+        assert lite_rows(db, "c") == ids

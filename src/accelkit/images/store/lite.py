@@ -15,7 +15,8 @@ keys its engines and its lock file on the path text (`milvus_lite.server_manager
 `.NAME.lock` beside the file), so a hard link once got an engine and a lock of its own on the
 same file, in this process or another: two engines writing one database.
 
-Before a write it also checks that the file's disk has room for it (`check_lite_space`)."""
+Before a write it also checks that the file's disk has room for it (`check_lite_space`; on
+Lite 3 with the index builds and merges that follow it, `lite3_upkeep`)."""
 
 from __future__ import annotations
 
@@ -240,6 +241,50 @@ def index_coverage(path: str, name: str, field: str) -> tuple[int, int] | None:
         return indexed, total
     except Exception:
         return None
+
+
+def lite3_upkeep(path: str, name: str) -> int:
+    """Bytes Milvus Lite 3 may write for collection `name` of the database at `path` besides the
+    rows it is given: after a flush, and at the next load for a segment without one, it builds
+    each segment's index, and it merges small segments into one, writing the new files before it
+    removes the old ones (and a failed background build only shows at the next load). Counted as
+    the collection's size on disk: its segments, their indexes and its write-ahead log."""
+    total = 0
+    for folder, _, files in os.walk(os.path.join(path, "collections", name)):
+        for file in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(folder, file))
+    return total
+
+
+def index_files(path: str, name: str) -> dict[str, tuple[int, int]]:
+    """(size, modification time) of each index file of collection `name` in the Milvus Lite 3
+    database at `path`, by path."""
+    import glob
+
+    found = {}
+    for index in glob.glob(
+        os.path.join(path, "collections", name, "partitions", "*", "indexes", "*")
+    ):
+        with contextlib.suppress(OSError):
+            stat = os.stat(index)
+            found[index] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def clear_new_indexes(path: str, name: str, before: dict[str, tuple[int, int]]) -> int:
+    """Remove the index files of collection `name` written since `before` (`index_files`) by a
+    Milvus Lite 3 load that failed on a full disk: the engine writes an index file in place, and
+    loads one that exists rather than building it again, so the one it was writing, left short,
+    failed every later load ("could only read ..."). An index file is built again from its
+    segment by the next load: nothing stored is lost. Returns how many were removed."""
+    removed = 0
+    for index, stamp in index_files(path, name).items():
+        if before.get(index) != stamp:
+            with contextlib.suppress(OSError):
+                os.unlink(index)
+                removed += 1
+    return removed
 
 
 def file_identity(path: str) -> tuple[int, int] | None:

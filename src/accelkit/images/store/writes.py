@@ -70,10 +70,11 @@ class ItemWrites(StoreClient):
                 row_bytes(dim, ids[i], len(json.dumps(metadata[i] or {}, default=str)))
                 for i in order
             )
-            # on Lite 3 with room for the flush it may make of what is waiting, too
+            # on Lite 3 with room for the flush it may make of what is waiting, too, and for the
+            # index builds and merges that follow it
             check_lite_space(
                 self.config.uri,
-                needed + 2 * self._pending(name),
+                needed + 2 * self._pending(name) + self._upkeep(name),
                 f"inserting {len(order)} items into {name!r}",
             )
             self._wrote(name, needed // 2)  # first: a batch that fails midway may be stored
