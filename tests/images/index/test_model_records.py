@@ -3,7 +3,6 @@ changed behind this process's back: on a Milvus server another client may make a
 anew under the same name with another model, and on Milvus Lite another program may have
 dropped a collection whose catalog row stayed behind."""
 
-
 import numpy as np
 import pytest
 from PIL import Image

@@ -939,3 +939,35 @@ def test_threads_writing_and_searching_at_once_lose_nothing_and_fail_nothing(tmp
         assert errors == []
         assert store.count("c") == len(acknowledged) == 240
         assert len(store.get("c", acknowledged)) == 240
+
+
+def test_first_searches_from_many_threads_at_once_all_answer(tmp_path):
+    """pymilvus executes a second copy of scipy.sparse the first time a search asks whether its
+    vectors are sparse; service threads asking first at once met a partly imported module (a 503
+    in CI). The store imports scipy.sparse when it connects, before any search thread."""
+    pytest.importorskip("scipy")
+    uri = str(tmp_path / "threads.db")
+    script = textwrap.dedent(f"""
+        import sys, threading, numpy as np
+        from accelkit.images.store import VectorStore
+        from accelkit.images.config import StoreConfig
+        store = VectorStore(StoreConfig(uri={uri!r}))
+        store.create_collection("c", dim=4, index_type="FLAT", metric_type="IP")
+        print("imported at connect:", "scipy.sparse" in sys.modules, flush=True)
+        store.upsert("c", ["a", "b"], np.eye(2, 4, dtype=np.float32), [{{}}, {{}}])
+        failed = []
+        def search():
+            try:
+                store.search("c", np.eye(1, 4, dtype=np.float32), topk=1)
+            except Exception as exc:
+                failed.append(repr(exc))
+        threads = [threading.Thread(target=search) for _ in range(16)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print("failed:", failed, flush=True)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert "imported at connect: True" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "failed: []" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -85,6 +85,18 @@ def _disk_full(exc: BaseException) -> bool:
     return f"[Errno {errno.ENOSPC}]" in text or f"[Errno {errno.EDQUOT}]" in text
 
 
+def _import_scipy_sparse_once() -> None:
+    """pymilvus asks of every search's vectors whether they are a scipy sparse matrix; the first
+    time, it executes a second copy of `scipy.sparse` (client/utils.py, SciPyHelper). Two service
+    threads asking first at once meet a partly imported `scipy.sparse._bsr` and the search fails
+    (503, "partially initialized module"). Imported here, once, before any request thread, the
+    copy's imports find finished modules. Without scipy pymilvus skips the check."""
+    import importlib.util
+
+    if importlib.util.find_spec("scipy") is not None:
+        import scipy.sparse  # noqa: F401
+
+
 class StoreClient:
     """The connection and the shared steps; `VectorStore` adds the operations.
 
@@ -128,6 +140,7 @@ class StoreClient:
     def _connect(self):
         import_library("pymilvus", "images")
         _quiet_pymilvus()
+        _import_scipy_sparse_once()
         from pymilvus import MilvusClient
 
         uri = self.config.uri
