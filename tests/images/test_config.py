@@ -65,8 +65,10 @@ def test_original_preprocess_section_loads_unchanged(original):
         "output",
     )
     assert config.log_level == "INFO"
-    kwargs = p.preprocessor_kwargs()
-    assert kwargs["max_batch"] == 16 and kwargs["data_format"] == "NHWC"
+    from accelkit.images.embedding.preprocess import make_preprocessor
+
+    with make_preprocessor("host", p) as pre:  # built from the config: one name per setting
+        assert (pre.batch_size, pre.data_format, pre.batch_sizes[-1]) == (16, "NHWC", 16)
 
 
 def test_unknown_keys_are_named(original, tmp_path):
@@ -242,7 +244,7 @@ def test_resample_and_reducing_gap_settings(tmp_path):
         None,
         "shortest-edge-crop",
     )
-    with make_preprocessor("host", **loaded.preprocessor_kwargs()) as pre:
+    with make_preprocessor("host", loaded) as pre:
         assert (pre.resample, pre.reducing_gap, pre.fit) == ("bicubic", None, "shortest-edge-crop")
     default = ServiceConfig.from_env(env={}).preprocess
     assert (default.resample, default.reducing_gap) == ("bilinear", 3.0)

@@ -117,17 +117,19 @@ def command_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
     return parameters
 
 
-def with_options(model: type[BaseModel]):
+def with_options(model: type[BaseModel], *, after: str | None = None):
     """A command taking `**options` gets `model`'s flags as its typer parameters, before its own
-    (the face's: `--config`, `--json`, …); `given` turns what it receives into the model's
-    keywords."""
+    (the face's: `--config`, `--json`, …) or after its parameter `after`; `given` turns what it
+    receives into the model's keywords."""
 
     def decorate(command):
         signature = inspect.signature(command, eval_str=True)
         own = [
             p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD
         ]
-        command.__signature__ = signature.replace(parameters=[*command_parameters(model), *own])
+        at = 0 if after is None else [p.name for p in own].index(after) + 1
+        parameters = [*own[:at], *command_parameters(model), *own[at:]]
+        command.__signature__ = signature.replace(parameters=parameters)
         return command
 
     return decorate
@@ -151,12 +153,14 @@ def keyword_signature(
     model: type[BaseModel],
     *,
     positional: tuple[str, ...] = (),
+    leading: tuple[inspect.Parameter, ...] = (),
     extra: tuple[inspect.Parameter, ...] = (),
+    exclude: tuple[str, ...] = (),
     returns: Any = inspect.Signature.empty,
 ) -> inspect.Signature:
-    """A library function's signature made from `model`: its `positional` fields first, then
-    every other field as a keyword with the field's default and type, then `extra` (the
-    function's own keywords). Set as the function's `__signature__`, help() and editors that
+    """A library function's signature made from `model`: its own `leading` parameters, the
+    model's `positional` fields, then every other field but `exclude` as a keyword with the
+    field's default and type, then `extra` (the function's own keywords). Set as the function's `__signature__`, help() and editors that
     read signatures at run time (IPython, Jupyter) show it, and `bind` checks a call."""
     fields = model.model_fields
     parameters = [
@@ -176,6 +180,6 @@ def keyword_signature(
             annotation=field.annotation,
         )
         for name, field in fields.items()
-        if name not in positional
+        if name not in positional and name not in exclude
     ]
-    return inspect.Signature([*parameters, *extra], return_annotation=returns)
+    return inspect.Signature([*leading, *parameters, *extra], return_annotation=returns)
