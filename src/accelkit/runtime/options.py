@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)  # its own __init__: the names come first, as typer's
 class Flag:
     """How a field is written on the command line: its option names (`"--fast/--no-fast"`,
     `"-o"`), or `argument=True` for the command's positional argument. `text` is the type the
