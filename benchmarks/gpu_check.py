@@ -122,14 +122,14 @@ def part_images(platform: str = "gpu") -> dict:
     gpu = JAXImagePreprocessor(
         platform=platform,
         cache_compiled=False,
-        max_batch=32,
+        batch_size=32,
         reducing_gap=None,
         data_format="NHWC",
     )
     cpu = JAXImagePreprocessor(
         platform="cpu",
         cache_compiled=False,
-        max_batch=32,
+        batch_size=32,
         reducing_gap=None,
         data_format="NHWC",
     )

@@ -147,10 +147,10 @@ def main() -> None:
 
     # reducing_gap=None: PIL-equal output (no host box reduction of big photos) for the main comparison.
     pre = JAXImagePreprocessor(
-        cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=None
+        cache_compiled=False, batch_size=32, fast_jpeg_downscale=False, reducing_gap=None
     )
     gap = JAXImagePreprocessor(
-        cache_compiled=False, max_batch=32, fast_jpeg_downscale=False, reducing_gap=3.0
+        cache_compiled=False, batch_size=32, fast_jpeg_downscale=False, reducing_gap=3.0
     )
     methods = {
         "accelkit": lambda ims: np.asarray(pre.preprocess_batch(ims)),
@@ -196,7 +196,7 @@ def main() -> None:
             "accelkit", "pil_numpy"
         )
     # decode + preprocess from JPEG bytes
-    fast = JAXImagePreprocessor(cache_compiled=False, max_batch=32, fast_jpeg_downscale=True)
+    fast = JAXImagePreprocessor(cache_compiled=False, batch_size=32, fast_jpeg_downscale=True)
     runs = {}
     for name, fn in methods.items():
         decode = decoders[name]

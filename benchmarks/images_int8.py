@@ -98,7 +98,7 @@ def image_sets(photo_count: int, data_dir: Path) -> dict:
     from limits_bench import ensure_photos
 
     settings = PreprocessConfig()
-    preprocessor = make_preprocessor(settings.engine, **settings.preprocessor_kwargs())
+    preprocessor = make_preprocessor(config=settings)
 
     def ready(items):
         return np.asarray(preprocessor.preprocess_batch(items), np.float32)

@@ -78,7 +78,7 @@ def measure(n: int, rounds: int) -> dict:
 
     data = workloads(n)
     engines = {
-        name: make_preprocessor(engine, image_size=224, max_batch=32, cache_compiled=False, **kw)
+        name: make_preprocessor(engine, image_size=224, batch_size=32, cache_compiled=False, **kw)
         for name, (engine, kw) in METHODS.items()
     }
     results = {}

@@ -65,8 +65,10 @@ def test_original_preprocess_section_loads_unchanged(original):
         "output",
     )
     assert config.log_level == "INFO"
-    kwargs = p.preprocessor_kwargs()
-    assert kwargs["max_batch"] == 16 and kwargs["data_format"] == "NHWC"
+    from accelkit.images.embedding.preprocess import make_preprocessor
+
+    with make_preprocessor("host", p) as pre:  # built from the config: one name per setting
+        assert (pre.batch_size, pre.data_format, pre.batch_sizes[-1]) == (16, "NHWC", 16)
 
 
 def test_unknown_keys_are_named(original, tmp_path):
@@ -242,7 +244,7 @@ def test_resample_and_reducing_gap_settings(tmp_path):
         None,
         "shortest-edge-crop",
     )
-    with make_preprocessor("host", **loaded.preprocessor_kwargs()) as pre:
+    with make_preprocessor("host", loaded) as pre:
         assert (pre.resample, pre.reducing_gap, pre.fit) == ("bicubic", None, "shortest-edge-crop")
     default = ServiceConfig.from_env(env={}).preprocess
     assert (default.resample, default.reducing_gap) == ("bilinear", 3.0)
@@ -279,3 +281,44 @@ def test_a_port_out_of_range_is_named(tmp_path, capsys):
         main(["images", "serve", "--config", str(path), "--port", "-1"])
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and "--port -1" in err, err
+
+
+def test_preprocessing_options_are_declared_once():
+    """`PreprocessConfig` is the one list: the preprocessors take its fields by name (and no
+    other), `images embed`'s preprocessing options are its flagged fields with their help, and
+    the library's `embed` takes each of them as an override (None: the config's)."""
+    import inspect
+
+    import typer
+
+    from accelkit.images import api
+    from accelkit.images.cli import embed_command
+    from accelkit.images.embedding.preprocess import JAXImagePreprocessor, make_preprocessor
+    from accelkit.runtime.options import flags
+
+    fields = PreprocessConfig.model_fields
+    for function in (JAXImagePreprocessor, make_preprocessor):
+        keywords = {
+            name: p
+            for name, p in inspect.signature(function).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name != "cache_dir"
+        }
+        assert set(keywords) == set(fields) - (
+            {"engine"} if function is make_preprocessor else set()
+        )
+        assert all(keywords[name].default == fields[name].default for name in keywords)
+    with pytest.raises(ConfigError, match="unknown field 'max_batch'"):
+        make_preprocessor("host", max_batch=4)
+
+    app = typer.Typer(add_completion=False)
+    app.command()(embed_command)
+    options = {p.name: p for p in typer.main.get_command(app).params}
+    flagged = {name: field for name, field, _ in flags(PreprocessConfig)}
+    assert flagged and set(flagged) <= set(options)
+    for name, field in flagged.items():
+        assert options[name].help == field.description
+        assert options[name].default is None  # not given: the config file's value
+    embed = inspect.signature(api.embed).parameters
+    assert all(embed[name].default is None for name in flagged)
+    own = set(options) - set(flagged)
+    assert not own & set(fields), own & set(fields)  # no preprocessing option declared by the face

@@ -1,5 +1,6 @@
 """Shared helpers: snapshot of accelkit (copied from /work/main/src at 2176e5b), the FP32 ONNX file
 accelkit uses, and accelkit's own preprocessing."""
+
 from __future__ import annotations
 
 import io
@@ -26,7 +27,7 @@ def preprocessor():
     from accelkit.images.preprocess import make_preprocessor
 
     cfg = ServiceConfig.from_env(env={})
-    return make_preprocessor(cfg.preprocess.engine, **cfg.preprocess.preprocessor_kwargs())
+    return make_preprocessor(config=cfg.preprocess)
 
 
 def preprocess(images) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -23,19 +23,29 @@ from accelkit.errors import ConfigError
 from accelkit.images.schema import RequestLimits, check_model_name
 from accelkit.runtime.config import Section, Settings, load, read_yaml
 from accelkit.runtime.devices import PLATFORM_ALIASES
+from accelkit.runtime.options import Flag
 
 
 class PreprocessConfig(Settings):
-    """How images become model inputs; the first six fields are EmbeddingTrident's."""
+    """How images become model inputs; the first six fields are EmbeddingTrident's. Each field is
+    one setting, declared once: the preprocessors take these names (`embedding/preprocess.py`),
+    and a field with a `Flag` is an option of `accelkit images embed` (`runtime/options.py`)."""
 
     image_size: tuple[int, int] = (224, 224)
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
-    batch_size: int = 32
+    batch_size: Annotated[int, Flag("--batch-size")] = Field(
+        32, description="Images per batch (default: the config's, 32)."
+    )
     num_workers: int = 4
     data_format: Literal["NCHW", "NHWC"] = "NCHW"
-    platform: str | None = None  # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
-    fit: Literal["stretch", "center-crop", "shortest-edge-crop", "letterbox"] = "stretch"
+    fit: Annotated[
+        Literal["stretch", "center-crop", "shortest-edge-crop", "letterbox"], Flag("--fit")
+    ] = Field("stretch", description="stretch, center-crop, shortest-edge-crop or letterbox.")
+    # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
+    platform: Annotated[str | None, Flag("--platform")] = Field(
+        None, description="JAX platform for preprocessing: cpu or gpu."
+    )
     # the resize filter, PIL-exact: "bicubic" is what CLIP's and SigLIP's processors use
     resample: Literal["bilinear", "bicubic"] = "bilinear"
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -118,25 +128,6 @@ class PreprocessConfig(Settings):
         if self.resample != "bilinear":
             settings["resample"] = self.resample
         return settings
-
-    def preprocessor_kwargs(self) -> dict[str, Any]:
-        """Keywords for `JAXImagePreprocessor`."""
-        return {
-            "image_size": self.image_size,
-            "mean": self.mean,
-            "std": self.std,
-            "data_format": self.data_format,
-            "platform": self.platform,
-            "cache_compiled": self.cache_compiled,
-            "dtype": self.dtype,
-            "fit": self.fit,
-            "max_batch": self.batch_size,
-            "num_workers": self.num_workers,
-            "max_pixels": self.max_pixels,
-            "fast_jpeg_downscale": self.fast_jpeg_downscale,
-            "reducing_gap": self.reducing_gap,
-            "resample": self.resample,
-        }
 
 
 class ModelConfig(Settings):
@@ -566,6 +557,5 @@ def load_settings(config: ConfigLike = None, **sections: Any) -> ServiceConfig:
         return load_service_config(config, **sections)
     for section, values in sections.items():
         current = getattr(config, section)
-        updated = type(current)(**{**current.model_dump(), **(values or {})})  # validated
-        config = config.model_copy(update={section: updated})
+        config = config.model_copy(update={section: current.updated(**(values or {}))})
     return config

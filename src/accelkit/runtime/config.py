@@ -59,6 +59,11 @@ class Settings(BaseModel):
         except ValidationError as exc:
             raise InvalidSettings(exc, type(self).__name__) from None
 
+    def updated(self: Model, **values: Any) -> Model:
+        """A copy with `values` in place of these fields', validated (an unknown name is an
+        error naming it); itself when there are none."""
+        return type(self)(**{**self.model_dump(), **values}) if values else self
+
 
 class InvalidSettings(ConfigError):
     """A settings model refused a value; `validation` keeps pydantic's details so the loader can

@@ -99,7 +99,7 @@ def test_the_shipped_ranges_give_what_quantize_static_gives_on_the_photos(
     from accelkit.images.embedding.preprocess import make_preprocessor
 
     settings = PreprocessConfig()
-    preprocessor = make_preprocessor(settings.engine, **settings.preprocessor_kwargs())
+    preprocessor = make_preprocessor(config=settings)
     tensors = np.asarray(preprocessor.preprocess_batch(int8.calibration_images()), np.float32)
     assert len(tensors) == json.loads(int8.RANGES_FILE.read_text())["images"] == 50
 

@@ -13,7 +13,7 @@ COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug
 
 @pytest.fixture(scope="module")
 def batch(photos):
-    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
+    pp = JAXImagePreprocessor(cache_compiled=False, batch_size=4)
     return np.asarray(
         pp.preprocess_batch([photos[n] for n in ("chelsea", "coffee", "astronaut", "rocket")])
     )

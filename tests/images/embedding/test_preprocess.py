@@ -59,7 +59,7 @@ def inputs(photos):
 def preprocessors():
     # reducing_gap=None: no host-side box reduction, so the result must be PIL's plain resize.
     return {
-        fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, max_batch=8, reducing_gap=None)
+        fit: JAXImagePreprocessor(fit=fit, cache_compiled=False, batch_size=8, reducing_gap=None)
         for fit in ("stretch", "center-crop", "letterbox")
     }
 
@@ -111,7 +111,7 @@ def test_reducing_gap_on_huge_photos(photos):
     big = np.asarray(
         Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR)
     )
-    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=2)  # default reducing_gap=3
+    pp = JAXImagePreprocessor(cache_compiled=False, batch_size=2)  # default reducing_gap=3
     plan = plan_image(big, (224, 224), "stretch", 3.0)
     assert plan.pixels.shape[:2] == (950, 700)  # scales 8.5 and 9.4 -> factors 2 and 3
     got = to_uint8_space(pp.preprocess_batch([big]))[0]
@@ -130,9 +130,9 @@ def test_reducing_gap_on_huge_photos(photos):
 
 
 def test_layouts_and_dtypes(inputs):
-    nchw = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
-    nhwc = JAXImagePreprocessor(cache_compiled=False, max_batch=4, data_format="NHWC")
-    bf16 = JAXImagePreprocessor(cache_compiled=False, max_batch=4, dtype="bfloat16")
+    nchw = JAXImagePreprocessor(cache_compiled=False, batch_size=4)
+    nhwc = JAXImagePreprocessor(cache_compiled=False, batch_size=4, data_format="NHWC")
+    bf16 = JAXImagePreprocessor(cache_compiled=False, batch_size=4, dtype="bfloat16")
     a = np.asarray(nchw.preprocess_batch(inputs[:5]))
     b = np.asarray(nhwc.preprocess_batch(inputs[:5]))
     c = bf16.preprocess_batch(inputs[:5])
@@ -148,7 +148,7 @@ def test_mixed_input_kinds(tmp_path, photos):
     photo = photos["chelsea"]
     path = tmp_path / "cat.png"
     path.write_bytes(encode(photo, "PNG"))
-    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
+    pp = JAXImagePreprocessor(cache_compiled=False, batch_size=4)
     out = np.asarray(
         pp.preprocess_batch([str(path), path.read_bytes(), Image.fromarray(photo), photo, path])
     )
@@ -158,7 +158,7 @@ def test_mixed_input_kinds(tmp_path, photos):
 
 
 def test_bad_items_fail_alone(tmp_path, photos):
-    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
+    pp = JAXImagePreprocessor(cache_compiled=False, batch_size=4)
     tall = np.zeros((20000, 100, 3), np.uint8)
     tall[:10000] = 255
     result = pp.preprocess(
@@ -183,7 +183,7 @@ def test_bad_items_fail_alone(tmp_path, photos):
 
 
 def test_compile_count_bounded_over_many_sizes(photos):
-    pp = JAXImagePreprocessor(cache_compiled=False, max_batch=4)
+    pp = JAXImagePreprocessor(cache_compiled=False, batch_size=4)
     rng = np.random.default_rng(3)
     sizes = [(int(h), int(w)) for h, w in rng.integers(390, 512, (12, 2))]
     assert len(set(sizes)) >= 10
@@ -231,7 +231,7 @@ def test_cache_compiled_warms_up_and_writes_the_persistent_cache(tmp_path):
 
     code = (
         "from accelkit.images.embedding.preprocess import JAXImagePreprocessor as P;"
-        f"p = P(cache_compiled=True, cache_dir={str(tmp_path / 'jax')!r}, max_batch=2);"
+        f"p = P(cache_compiled=True, cache_dir={str(tmp_path / 'jax')!r}, batch_size=2);"
         "print(p.compile_count, p.cache_dir)"
     )
     done = subprocess.run(
@@ -273,7 +273,7 @@ def float64_reference(image, fit, size=(224, 224), data_format="NCHW", resample=
 
 @pytest.mark.parametrize("fit", ["stretch", "center-crop", "letterbox"])
 def test_host_engine_is_pils_pixels_normalized_exactly(preprocessors, inputs, fit):
-    host = HostImagePreprocessor(fit=fit, max_batch=8, reducing_gap=None)
+    host = HostImagePreprocessor(fit=fit, batch_size=8, reducing_gap=None)
     got = host.preprocess_batch(inputs)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32 and host.device is None
     for image, row in zip(inputs, got, strict=True):
@@ -309,15 +309,15 @@ def test_host_engine_reduces_huge_photos_like_the_jax_engine(photos):
     big = np.asarray(
         Image.fromarray(photos["retina"]).resize((2100, 1900), Image.Resampling.BILINEAR)
     )
-    host = HostImagePreprocessor(max_batch=2)  # default reducing_gap=3
+    host = HostImagePreprocessor(batch_size=2)  # default reducing_gap=3
     composed = np.asarray(Image.fromarray(big).reduce((3, 2)))  # PIL's reduce, then its resize
     assert np.array_equal(host.preprocess_batch([big])[0], float64_reference(composed, "stretch"))
 
 
 def test_host_engine_layouts_dtypes_order_and_bad_items(tmp_path, inputs, photos):
-    nchw = HostImagePreprocessor(max_batch=3)
-    nhwc = HostImagePreprocessor(max_batch=3, data_format="NHWC")
-    bf16 = HostImagePreprocessor(max_batch=3, dtype="bfloat16")
+    nchw = HostImagePreprocessor(batch_size=3)
+    nhwc = HostImagePreprocessor(batch_size=3, data_format="NHWC")
+    bf16 = HostImagePreprocessor(batch_size=3, dtype="bfloat16")
     a, b, c = (pp.preprocess_batch(inputs[:7]) for pp in (nchw, nhwc, bf16))
     assert a.shape == (7, 3, 224, 224) and b.shape == (7, 224, 224, 3)
     assert np.array_equal(a.transpose(0, 2, 3, 1), b)
@@ -344,7 +344,7 @@ def test_auto_engine_resizes_on_the_host_without_starting_jax(tmp_path):
     script = (
         "import sys\n"
         "from accelkit.images.embedding.preprocess import make_preprocessor\n"
-        "pp = make_preprocessor('auto', max_batch=2)\n"
+        "pp = make_preprocessor('auto', batch_size=2)\n"
         "import numpy as np\n"
         "out = pp.preprocess_batch([np.zeros((50, 60, 3), np.uint8)])\n"
         "print(type(pp).__name__, out.shape, 'jax' in sys.modules)\n"
@@ -387,11 +387,11 @@ def test_bicubic_is_pils_bit_for_bit_on_both_engines(bicubic_inputs, fit, size):
     a 62× downscale, odd sizes, noise, every fit."""
     kwargs = {"image_size": size, "fit": fit, "resample": "bicubic", "reducing_gap": None}
     jax_rows = np.asarray(
-        JAXImagePreprocessor(cache_compiled=False, max_batch=8, **kwargs).preprocess_batch(
+        JAXImagePreprocessor(cache_compiled=False, batch_size=8, **kwargs).preprocess_batch(
             bicubic_inputs
         )
     )
-    host_rows = HostImagePreprocessor(max_batch=8, **kwargs).preprocess_batch(bicubic_inputs)
+    host_rows = HostImagePreprocessor(batch_size=8, **kwargs).preprocess_batch(bicubic_inputs)
     for image, got, host in zip(bicubic_inputs, jax_rows, host_rows, strict=True):
         reference, mask = pil_reference(image, size, fit, "bicubic")
         levels = np.rint((got.transpose(1, 2, 0).astype(np.float64) * STD + MEAN) * 255.0)
@@ -424,7 +424,7 @@ def test_clip_and_siglip_geometry_are_transformers_processors(bicubic_inputs, si
                   "mean": processor.image_mean, "std": processor.image_std}  # fmt: skip
         # the host engine here; the JAX engine's pixels equal the same PIL calls bit for bit
         # (test_bicubic_is_pils_bit_for_bit_on_both_engines), the processor's by transitivity
-        got = HostImagePreprocessor(max_batch=8, **kwargs).preprocess_batch(images)
+        got = HostImagePreprocessor(batch_size=8, **kwargs).preprocess_batch(images)
         assert np.abs(got - want).max() <= 1e-6, fit
     # a 1-pixel side: the processor's own geometry still, its channel guess aside
     line = bicubic_inputs[-len(BICUBIC_SIZES)]
@@ -454,7 +454,10 @@ def test_bicubic_downscales_past_the_tap_ladder_reduce_first_on_jax():
 
 
 def test_resample_is_checked_and_bilinear_stays_the_default():
-    with pytest.raises(ConfigError, match="resample='lanczos' must be one of bilinear, bicubic"):
+    # checked once, by PreprocessConfig, whose error names the setting and the allowed values
+    with pytest.raises(
+        ConfigError, match="resample='lanczos': Input should be 'bilinear' or 'bicubic'"
+    ):
         HostImagePreprocessor(resample="lanczos")
     assert HostImagePreprocessor().resample == "bilinear"
     image = np.random.default_rng(2).integers(0, 256, (97, 61, 3), np.uint8)

@@ -97,12 +97,15 @@ def test_fix_needs_the_report_check_returned():
         stats.fix(stats.CheckReport(dataset="x", tolerance=1e-3))
 
 
-def test_every_option_is_one_list_checked_four_ways():
-    """Each stats option is a `StatsSettings` field; `compute` takes each as a keyword with the
-    field's default (so help() and editors show them), the command line hands each to
-    `load_settings` from one typer parameter, and `engine_options` reads only fields."""
+def test_every_option_is_declared_once_in_the_model():
+    """Each stats option is a `StatsSettings` field and nothing else: `compute` takes each as a
+    keyword with the field's default, `accelkit stats` has one option per field (its help the
+    field's description), the face's own options are how to run and render, and its body names
+    no option (it hands what it read to `load_settings` whole)."""
     import ast
     import inspect
+
+    import typer
 
     from accelkit.stats.cli import stats_command
     from accelkit.stats.settings import StatsSettings, engine_options
@@ -112,19 +115,21 @@ def test_every_option_is_one_list_checked_four_ways():
     assert set(parameters) - {"progress", "settings"} == set(fields)
     for name, field in fields.items():
         assert parameters[name].default == field.default, name
+        assert parameters[name].annotation == field.annotation, name
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY or name == "dataset"
 
-    face = ast.parse(inspect.getsource(stats_command))
-    call = next(
-        node
-        for node in ast.walk(face)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "load_settings"
-    )
-    given = {k.arg: k.value for k in call.keywords}
-    assert set(given) - {"yaml_path", "section", "env_prefix"} == set(fields)
-    used = {n.id for k in call.keywords for n in ast.walk(k.value) if isinstance(n, ast.Name)}
-    options = set(inspect.signature(stats_command).parameters)
-    assert options - used == {"no_progress", "as_json"}  # the face's own: how to render
+    app = typer.Typer(add_completion=False)
+    app.command()(stats_command)
+    options = {p.name: p for p in typer.main.get_command(app).params}
+    own = {"config", "config_name", "no_progress", "as_json"}  # the face's: which job, rendering
+    assert set(options) - own == set(fields)
+    for name, field in fields.items():
+        assert field.description, f"{name}: no help text"
+        assert options[name].help == field.description, name
+        assert options[name].default in (None, False), name  # not given: config/env/model decide
+    # the face's body names no option: every option reaches the model whole, through `given`
+    body = ast.parse(inspect.getsource(stats_command)).body[0]
+    assert not {n.id for n in ast.walk(body) if isinstance(n, ast.Name)} & set(fields)
 
     read = {
         n.attr

@@ -36,9 +36,11 @@ from accelkit.images.cli.options import (
     short_json,
     table,
 )
+from accelkit.images.config import PreprocessConfig
 from accelkit.images.schema import SOURCE_KEY
 from accelkit.images.store import redact_uri
 from accelkit.runtime.cli_options import command_group, endpoint_option, ray_option
+from accelkit.runtime.options import given, with_options
 
 images_app = command_group(
     "images",
@@ -53,6 +55,7 @@ def register(app: typer.Typer) -> None:
 
 
 @images_app.command("embed")
+@with_options(PreprocessConfig, after="config")  # --batch-size, --fit, --platform: its fields
 def embed_command(
     paths: Annotated[
         list[str],
@@ -75,17 +78,6 @@ def embed_command(
         Path | None,
         typer.Option("--config", help="ServiceConfig YAML (sections preprocess, model, triton)."),
     ] = None,
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", help="Images per batch (default: the config's, 32)."),
-    ] = None,
-    fit: Annotated[
-        str | None,
-        typer.Option("--fit", help="stretch, center-crop, shortest-edge-crop or letterbox."),
-    ] = None,
-    platform: Annotated[
-        str | None, typer.Option("--platform", help="JAX platform for preprocessing: cpu or gpu.")
-    ] = None,
     endpoint_url: Annotated[str | None, endpoint_option()] = None,
     ray: Annotated[
         str | None,
@@ -98,15 +90,14 @@ def embed_command(
         bool,
         typer.Option("--json", help="Print a JSON summary (paths, counts, failures) on stdout."),
     ] = False,
+    **preprocess,
 ) -> None:
     """Embed images; writes OUTPUT (rows in the order of OUTPUT.inputs.txt) and OUTPUT.failures.json."""
     report = library().embed(
         paths,
         output,
         config=config,
-        batch_size=batch_size,
-        fit=fit,
-        platform=platform,
+        **given(PreprocessConfig, preprocess),
         endpoint_url=endpoint_url,
         ray=ray,
         ray_actors=ray_actors,

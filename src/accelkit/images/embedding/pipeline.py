@@ -70,9 +70,7 @@ class EmbeddingPipeline:
         backend: Any = None,
     ):
         self.config = config or ServiceConfig()
-        self.preprocessor = preprocessor or make_preprocessor(
-            self.config.preprocess.engine, **self.config.preprocess.preprocessor_kwargs()
-        )
+        self.preprocessor = preprocessor or make_preprocessor(config=self.config.preprocess)
         self.backend = backend or make_backend(self.config.model)
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-infer")
         self._text: Any = None  # the text tower of a two-tower model, loaded on first use

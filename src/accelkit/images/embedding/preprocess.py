@@ -10,17 +10,19 @@ threads decode the next images. `HostImagePreprocessor` resizes with PIL in the 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from accelkit.errors import ConfigError
+from accelkit.images.config import PreprocessConfig
 from accelkit.images.embedding.decode import (
     DecodeOptions,
     ImageDecodeError,
@@ -28,11 +30,7 @@ from accelkit.images.embedding.decode import (
     describe_input,
 )
 from accelkit.images.embedding.resample import (
-    FITS,
-    Fit,
     ImagePlan,
-    Resample,
-    check_resample,
     host_reduce,
     host_reduce_factors,
     normalize,
@@ -47,6 +45,7 @@ from accelkit.runtime.devices import (
     devices_for,
     enable_compilation_cache,
 )
+from accelkit.runtime.options import keyword_signature
 
 __all__ = [
     "HostImagePreprocessor",
@@ -61,13 +60,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _batch_ladder(max_batch: int) -> tuple[int, ...]:
+def _batch_ladder(batch_size: int) -> tuple[int, ...]:
     sizes, b = [], 1
-    while b < max_batch:
+    while b < batch_size:
         sizes.append(b)
         b *= 2
-    sizes.append(max_batch)
+    sizes.append(batch_size)
     return tuple(sizes)
+
+
+def preprocess_config(config: PreprocessConfig | None, options: dict[str, Any]) -> PreprocessConfig:
+    """`config` with `options` (its fields by name) in place of its own values, validated once
+    (an unknown name is a ConfigError naming it)."""
+    return PreprocessConfig(**options) if config is None else config.updated(**options)
 
 
 @dataclass
@@ -87,77 +92,43 @@ class ImagePreprocessor:
     on a JAX device; `HostImagePreprocessor` with PIL in the decode threads. `make_preprocessor`
     picks one.
 
-    `platform`, `cache_compiled` and `cache_dir` concern the JAX engine (the device, and JAX's
-    persistent compilation cache); the host engine takes and ignores them, so that either engine
-    is built from the same settings (`PreprocessConfig.preprocessor_kwargs`)."""
+    Built from a `PreprocessConfig` (`config`), or from its fields by name (`image_size`,
+    `batch_size`, `fit`, …: one declaration each, validated there); `config` with fields given
+    too: those replace the config's. `platform`, `cache_compiled` and `cache_dir` concern the JAX
+    engine (the device, and JAX's persistent compilation cache); the host engine takes and
+    ignores them, so that either engine is built from the same settings."""
 
     def __init__(
         self,
-        image_size: int | tuple[int, int] = (224, 224),
-        mean: Sequence[float] = (0.485, 0.456, 0.406),
-        std: Sequence[float] = (0.229, 0.224, 0.225),
-        data_format: Literal["NCHW", "NHWC"] = "NCHW",
-        platform: str | None = None,
-        cache_compiled: bool = True,
-        dtype: Literal["float32", "bfloat16"] = "float32",
-        fit: Fit = "stretch",
+        config: PreprocessConfig | None = None,
         *,
         cache_dir: str | None = None,
-        max_batch: int = 32,
-        num_workers: int = 4,
-        max_pixels: int | None = None,
-        fast_jpeg_downscale: bool = True,
-        reducing_gap: float | None = 3.0,
-        resample: Resample = "bilinear",
+        **options: Any,
     ):
-        size = (
-            (image_size, image_size)
-            if isinstance(image_size, int)
-            else tuple(int(s) for s in image_size)
-        )
-        if len(size) != 2 or min(size) < 1 or max(size) > 4096:
-            raise ConfigError(
-                f"image_size={image_size!r} must be one or two positive sides up to 4096"
-            )
-        if data_format not in ("NCHW", "NHWC"):
-            raise ConfigError(f"data_format={data_format!r} must be NCHW or NHWC")
-        if dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"dtype={dtype!r} must be float32 or bfloat16")
-        if fit not in FITS:
-            raise ConfigError(f"fit={fit!r} must be one of {', '.join(FITS)}")
-        check_resample(resample)
-        if len(mean) != 3 or len(std) != 3 or any(s <= 0 for s in std):
-            raise ConfigError(
-                "mean and std need three values each (R, G, B) and std must be positive"
-            )
-        if max_batch < 1 or num_workers < 1:
-            raise ConfigError("max_batch and num_workers must be at least 1")
-        self.image_size = size
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.data_format = data_format
-        self.dtype = dtype
-        self.fit = fit
-        self.resample = resample
-        if reducing_gap is not None and reducing_gap < 1:
-            raise ConfigError(
-                f"reducing_gap={reducing_gap!r} must be at least 1 (or None for no host reduction)"
-            )
-        self.reducing_gap = reducing_gap
-        self.max_batch = int(max_batch)
-        self.batch_sizes = _batch_ladder(self.max_batch)
+        config = preprocess_config(config, options)
+        self.config = config
+        self.image_size = config.image_size
+        self.mean = tuple(float(m) for m in config.mean)
+        self.std = tuple(float(s) for s in config.std)
+        self.data_format = config.data_format
+        self.dtype = config.dtype
+        self.fit = config.fit
+        self.resample = config.resample
+        self.reducing_gap = config.reducing_gap
+        self.batch_size = config.batch_size
+        self.batch_sizes = _batch_ladder(self.batch_size)
         self.decode_options = DecodeOptions(
-            max_pixels=max_pixels or DecodeOptions().max_pixels,
+            max_pixels=config.max_pixels,
             # Reduced-size JPEG decoding only helps modes that read the whole image downscaled.
-            min_size=size if fast_jpeg_downscale else None,
+            min_size=config.image_size if config.fast_jpeg_downscale else None,
         )
         self._executor = ThreadPoolExecutor(
-            max_workers=int(num_workers), thread_name_prefix="accelkit-decode"
+            max_workers=config.num_workers, thread_name_prefix="accelkit-decode"
         )
         self._lock = threading.Lock()
         self._compiled: set[tuple] = set()
-        self._out_dtype = "bfloat16" if dtype == "bfloat16" else "float32"
-        self._start(platform, cache_compiled, cache_dir)
+        self._out_dtype = "bfloat16" if config.dtype == "bfloat16" else "float32"
+        self._start(config.platform, config.cache_compiled, cache_dir)
 
     def _start(self, platform: str | None, cache_compiled: bool, cache_dir: str | None) -> None:
         """The engine's own start-up (its device, its caches)."""
@@ -195,8 +166,8 @@ class ImagePreprocessor:
         limit = max(1, (1 << 24) // (key[0] * key[1]))
         return (
             max(b for b in self.batch_sizes if b <= limit)
-            if limit < self.max_batch
-            else self.max_batch
+            if limit < self.batch_size
+            else self.batch_size
         )
 
     def iter_groups(
@@ -209,7 +180,7 @@ class ImagePreprocessor:
         group; the array may have padding rows beyond `len(positions)`. Decoding runs `prefetch`
         items ahead in the thread pool while the device works on earlier groups. Bad items are
         recorded in `failures` (input position -> `ImageDecodeError`) and skipped."""
-        prefetch = prefetch or max(2 * self.max_batch, 8)
+        prefetch = prefetch or max(2 * self.batch_size, 8)
         pending: list[tuple[int, Future, Any]] = []
         groups: dict[tuple, list[tuple[int, ImagePlan]]] = {}
         iterator = iter(enumerate(inputs))
@@ -290,6 +261,21 @@ class ImagePreprocessor:
         raise NotImplementedError
 
 
+def _signature(function, *, exclude: tuple[str, ...] = ()) -> None:
+    """`function`'s keywords shown as `PreprocessConfig`'s fields (help(), IPython)."""
+    own = inspect.signature(function, eval_str=True).parameters.values()
+    function.__signature__ = keyword_signature(
+        PreprocessConfig,
+        leading=tuple(p for p in own if p.kind is p.POSITIONAL_OR_KEYWORD),
+        extra=tuple(p for p in own if p.kind is p.KEYWORD_ONLY),
+        exclude=exclude,
+        returns=inspect.signature(function, eval_str=True).return_annotation,
+    )
+
+
+_signature(ImagePreprocessor.__init__)
+
+
 class JAXImagePreprocessor(ImagePreprocessor):
     """Decode, resize (PIL-exact antialiased bilinear or bicubic) and normalize images on a JAX
     device.
@@ -349,7 +335,7 @@ class JAXImagePreprocessor(ImagePreprocessor):
     def warm_up(self) -> None:
         """Compile the common shape (a batch of photos up to 512² reduced to the target)."""
         probe = np.zeros((512, 512, 3), np.uint8)
-        self.preprocess_batch([probe] * self.max_batch)
+        self.preprocess_batch([probe] * self.batch_size)
 
     def _run_group(self, plans: list[ImagePlan]):
         """Dispatch one bucket group (asynchronously) and return the device array [n, ...]."""
@@ -445,7 +431,7 @@ class HostImagePreprocessor(ImagePreprocessor):
         return np.stack([plan.array for plan in plans])
 
     def group_limit(self, key: tuple) -> int:
-        return self.max_batch
+        return self.batch_size
 
     def _empty(self, shape: tuple[int, ...]) -> np.ndarray:
         return np.zeros(shape, self._numpy_dtype)
@@ -473,13 +459,25 @@ def _host_dtype(dtype: str):
 ENGINES = ("auto", "jax", "host")
 
 
-def make_preprocessor(engine: str = "auto", **kwargs: Any) -> ImagePreprocessor:
-    """`engine` "jax" or "host", or "auto": the host where the resize would run on the CPU
-    without needing JAX otherwise (the CPU was asked for, or no JAX accelerator plugin is
-    installed), JAX where an accelerator can take it."""
-    if engine not in ENGINES:
+def make_preprocessor(
+    engine: str | None = None,
+    config: PreprocessConfig | None = None,
+    *,
+    cache_dir: str | None = None,
+    **options: Any,
+) -> ImagePreprocessor:
+    """`engine` (default: the config's) "jax" or "host", or "auto": the host where the resize
+    would run on the CPU without needing JAX otherwise (the CPU was asked for, or no JAX
+    accelerator plugin is installed), JAX where an accelerator can take it. `config` and
+    `options` as for `ImagePreprocessor`."""
+    if engine is not None and engine not in ENGINES:
         raise ConfigError(f"engine={engine!r} must be one of {', '.join(ENGINES)}")
+    config = preprocess_config(config, options)
+    engine = engine or config.engine
     if engine == "auto":
-        engine = "host" if cpu_without_jax(kwargs.get("platform")) is not None else "jax"
+        engine = "host" if cpu_without_jax(config.platform) is not None else "jax"
     cls = HostImagePreprocessor if engine == "host" else JAXImagePreprocessor
-    return cls(**kwargs)
+    return cls(config, cache_dir=cache_dir)
+
+
+_signature(make_preprocessor, exclude=("engine",))

@@ -75,9 +75,7 @@ _preprocessors: dict[str, object] = {}  # one per worker process and settings: c
 def _preprocessor(config):
     key = config.preprocess.model_dump_json()
     if key not in _preprocessors:
-        _preprocessors[key] = make_preprocessor(
-            config.preprocess.engine, **config.preprocess.preprocessor_kwargs()
-        )
+        _preprocessors[key] = make_preprocessor(config=config.preprocess)
     return _preprocessors[key]
 
 

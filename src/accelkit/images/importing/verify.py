@@ -140,16 +140,16 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
     settings = load_settings(config_path)
     images = sample_images()
     names, pictures = list(images), list(images.values())
-    kwargs = settings.preprocess.preprocessor_kwargs()
-    with make_preprocessor("host", **kwargs) as pre:
+    configured = settings.preprocess
+    with make_preprocessor("host", configured) as pre:
         pixels = np.asarray(pre.preprocess_batch(pictures), np.float32)
     # the photos as JPEG files come to accelkit's decoder; the processor gets PIL's decode
     inputs = pictures + [_jpeg(picture) for picture in pictures]
     input_names = names + [f"{name}.jpg" for name in names]
-    with make_preprocessor("host", **kwargs) as pre:
+    with make_preprocessor("host", configured) as pre:
         as_configured = np.asarray(pre.preprocess_batch(inputs), np.float32)
-    fast = {**kwargs, "reducing_gap": 3.0, "fast_jpeg_downscale": True}
-    with make_preprocessor("host", **fast) as pre:
+    fast = {"reducing_gap": 3.0, "fast_jpeg_downscale": True}
+    with make_preprocessor("host", configured, **fast) as pre:
         with_speedups = np.asarray(pre.preprocess_batch(inputs), np.float32)
     backend = make_backend(settings.model)
     text_encoder = make_text_encoder(settings.model)

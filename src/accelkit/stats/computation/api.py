@@ -11,18 +11,17 @@ written (openpi `norm_stats.json` or LeRobot `stats.json`, per-episode files, a 
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
-from typing import Literal
 
 from accelkit.errors import ConfigError
 from accelkit.runtime import storage
 from accelkit.runtime.config import load_settings
 from accelkit.runtime.devices import enable_compilation_cache
 from accelkit.runtime.files import temporary_folder
+from accelkit.runtime.options import keyword_signature
 from accelkit.runtime.progress import Steps, phase
 from accelkit.stats.computation.outputs import write_outputs, write_plot
 from accelkit.stats.computation.plot import check_plot_path
@@ -78,36 +77,9 @@ class ComputeResult:
 def compute(
     dataset: str | Path | list[str | Path] | None = None,
     *,
-    output: str | Path | None = None,
-    format: Literal["openpi", "lerobot"] = "openpi",
-    fast: bool = False,
-    quantiles: Sequence[float] | None = None,
-    keys: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None,
-    weights: Sequence[str | float | Fraction] | None = None,
-    max_frames: int | None = None,
-    max_time_minutes: float | None = None,
-    batch_size: int | None = None,
-    platform: str | None = None,
-    action_horizon: int | None = None,
-    chunk_end: Literal["truncate", "clamp"] = "truncate",
-    skip_nonfinite: bool = False,
-    seed: int = 0,
-    trust_files: bool = False,
-    fill_empty: float | None = None,
-    allow_missing_quantiles: bool = False,
-    per_episode: bool = False,
-    write_into: str | Path | None = None,
-    cache_mb: float | None = None,
-    endpoint_url: str | None = None,
-    ray: str | None = None,
-    ray_tasks: int | None = None,
-    delta_actions: str | None = None,
-    transform: str | None = None,
-    per_timestep: bool = False,
-    plot: str | Path | None = None,
-    images: Literal["none", "sample", "all"] | None = None,
     progress: bool = False,
     settings: StatsSettings | None = None,
+    **options,
 ) -> ComputeResult:
     """Statistics of `dataset` (a LeRobot dataset folder or repo id, a file or folder of
     .parquet/.npz/.npy; a list: their union, or with `weights` their mixture), written as the
@@ -115,14 +87,17 @@ def compute(
     command line's flags, with the same defaults (docs/stats.md, "Options"): `output` (default
     norm_stats.json or stats.json), `format`, `fast`, `quantiles`, `keys` (output key -> column),
     `per_episode`, `write_into`, `action_horizon`, `chunk_end`, `images`, `plot`, ….
+    A path may be given as a `Path`.
 
     Bad options raise `accelkit.errors.ConfigError` naming the option; bad data `DataError`."""
+    try:  # the signature (below) is the model's: an unknown keyword is a TypeError naming it
+        compute.__signature__.bind(dataset, progress=progress, settings=settings, **options)
+    except TypeError as exc:
+        raise TypeError(f"compute() {exc}") from None
     options = {
         name: value
-        for name, value in locals().items()
-        if name in StatsSettings.model_fields
-        and name != "dataset"
-        and not _is_default(value, StatsSettings.model_fields[name].default)
+        for name, value in options.items()
+        if not _is_default(value, StatsSettings.model_fields[name].default)
     }
     if settings is None:
         paths = {k: _text(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
@@ -130,6 +105,20 @@ def compute(
     elif dataset is not None or options:
         raise ConfigError("give compute() either settings or a dataset and options, not both")
     return _run(settings, progress)
+
+
+# One declaration per option: compute's keywords are `StatsSettings`' fields, with their defaults
+# and types (help(), inspect.signature and IPython show them; `runtime/options.py`).
+compute.__signature__ = keyword_signature(
+    StatsSettings,
+    positional=("dataset",),
+    extra=tuple(
+        p
+        for name, p in inspect.signature(compute, eval_str=True).parameters.items()
+        if name in ("progress", "settings")
+    ),
+    returns=ComputeResult,
+)
 
 
 def _is_default(value, default) -> bool:
