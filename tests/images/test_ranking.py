@@ -35,6 +35,9 @@ def test_terms_are_parsed_as_documented(text, terms):
         ('cat "open', "not closed"),
         ('cat -"', "not closed"),
         ('cat -""', "empty negative"),
+        ('""', "only empty quotes"),  # as negative_texts [""] is refused, not searched as ""
+        ('" "  ""', "only empty quotes"),
+        ('"\u200b"', "only empty quotes"),  # invisible, as check_text counts it
         ("cat " + " ".join(f"-w{i}" for i in range(17)), "at most 16"),
     ],
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,9 @@ class Terms:
 
 def parse_terms(text: str, name: str = "text") -> Terms:
     """Split words and negative terms (see the module's doc). An unbalanced quote, an empty
-    negative, or negatives with no positive words are an `InputError` naming `name`."""
+    negative, no words to search for (only empty quotes, or only negatives) are an
+    `InputError` naming `name`: the words are empty when they hold nothing but white space and
+    invisible format characters (U+200B), as `schema.check_text` counts a text."""
     positive: list[str] = []
     negatives: list[str] = []
     i, n = 0, len(text)
@@ -75,6 +78,8 @@ def parse_terms(text: str, name: str = "text") -> Terms:
                 raise InputError(f"{name}: an empty negative term ('-\"\"'); remove it")
             continue
         (negatives if negative else positive).append(term)
+    if not negatives and _blank(" ".join(positive)):  # '""': nothing for the text tower
+        raise InputError(f"{name}: only empty quotes ('\"\"'); give a few words to search for")
     if negatives and not positive:
         raise InputError(
             f"{name}: only negative terms ({', '.join(negatives)}); give words to search for"
@@ -83,6 +88,10 @@ def parse_terms(text: str, name: str = "text") -> Terms:
     if len(negatives) > MAX_NEGATIVES:
         raise InputError(f"{name}: at most {MAX_NEGATIVES} negative terms, not {len(negatives)}")
     return Terms(" ".join(positive), tuple(negatives))
+
+
+def _blank(text: str) -> bool:
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -578,6 +578,9 @@ def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
         ({"auto_cut": "yes"}, "auto_cut"),
         ({"text": "-cat -dog"}, "text"),
         ({"text": 'cat "dog'}, "text"),
+        ({"text": '""'}, "text"),  # only empty quotes: refused as negative_texts [""] is
+        ({"text": " \t "}, "text"),
+        ({"negative_texts": [""]}, "negative_texts"),
     ],
 )
 def test_bad_cut_and_steering_fields_are_4xx_naming_the_field(service, body, field):
