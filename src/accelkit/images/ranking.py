@@ -13,10 +13,11 @@ candidates (no store, no model), shared by every backend.
   query. Words against words: both come from the text tower, so their similarities to the
   photos spread alike and w weighs one against the other as it says.
 * `push_away`: "less like this" on stored items (`negative_ids`), which the form above cannot
-  do: a photo's vector and the photos' lie in one narrow cone (image-image cosines 0.8-0.97
-  where text-image ones are 0.1-0.3: the modality gap), so w·cos(x, n) is nearly the same for
-  every photo and hardly moves the ranking in one model, and swamps the words in another
-  (docs/images.md has the measurements). What the query likes about a photo is measured from
+  do: a photo's similarities to the photos spread nothing like the words' do (the modality
+  gap: in one model the photos lie in a narrow cone, image-image cosines ~0.97, and w·cos(x,
+  n) is nearly the same for every photo, so the marked best result often stays first; in
+  another it swamps the words and scrambles the ranking; docs/images.md has the measurements).
+  What the query likes about a photo is measured from
   the centre instead: μ = the mean unit vector of the query's `STEER_CANDIDATES` best
   candidates (the same filter), the query's lead of photo x over them s(x) - s̄ = (x - μ)·q, and
   of a marked item e_i = (n_i - μ)·q. With P the orthogonal projection onto the span of the
