@@ -571,6 +571,17 @@ def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
     assert page.names() == ranked(service, steered, 9)
 
 
+def test_words_of_only_empty_quotes_are_refused_on_the_page(service, browser):
+    """'""' is no words: the service's 422 naming the field, shown under the form."""
+    from selenium.webdriver.common.keys import Keys
+
+    page = words_page(service, browser)
+    words_search(page, FIRST)
+    type_into(page.find("#text"), '""', Keys.ENTER)
+    page.wait.until(lambda d: page.text("#error"))
+    assert page.text("#error").startswith("text: only empty quotes"), page.text("#error")
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
