@@ -2,7 +2,8 @@
 
     python benchmarks/search_cut_eval.py            # measure; write benchmarks/results/search_cut.json
     python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated blocks
-                                                    # (this one's and search_steering_bench.py's)
+                                                    # (this one's, search_steering_bench.py's
+                                                    # and search_less_like_eval.py's)
     python benchmarks/search_cut_eval.py --check    # exit 1 when the docs differ from the JSON
 
 Image queries (EfficientNet-Lite0, the shipped model): each of the 25 shipped photos' altered
@@ -186,9 +187,38 @@ def render_cost(data: dict) -> str:
     return "\n".join(lines)
 
 
+LESS_LIKE = ROOT / "benchmarks" / "results" / "search_less_like.json"  # search_less_like_eval.py
+
+
+def render_less_like(data: dict) -> str:
+    lines = [
+        "| model (image-image cosine, median) | form | best stays first | its rank | its copy's"
+        " | other top 10 kept |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in data["models"]:
+        for n, row in enumerate(model["rows"]):
+            label = f"{model['model']} ({model['image_cosine_median']})" if n == 0 else ""
+            form = "q − w·n (before)" if row["form"] == "before" else "push_away"
+            lines.append(
+                f"| {label} | {form}, w = {row['weight']} | {row['stays_first']:.0%}"
+                f" | {row['median_rank']:g} | {row['median_copy_rank']:g}"
+                f" | {row['other_top10_kept']} |"
+            )
+    lines.append("")
+    lines.append(
+        f"{data['items']} items, {data['queries']} queries, random weights (`{data['command']}`)."
+    )
+    return "\n".join(lines)
+
+
 def write_docs(check: bool) -> int:
     doc = original = DOC.read_text(encoding="utf-8")
-    for name, path, make in (("search_cut", OUT, render), ("search_steering", COST, render_cost)):
+    for name, path, make in (
+        ("search_cut", OUT, render),
+        ("search_steering", COST, render_cost),
+        ("search_less_like", LESS_LIKE, render_less_like),
+    ):
         begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
         pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
         if not pattern.search(doc):

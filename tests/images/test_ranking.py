@@ -35,6 +35,9 @@ def test_terms_are_parsed_as_documented(text, terms):
         ('cat "open', "not closed"),
         ('cat -"', "not closed"),
         ('cat -""', "empty negative"),
+        ('""', "only empty quotes"),  # as negative_texts [""] is refused, not searched as ""
+        ('" "  ""', "only empty quotes"),
+        ('"\u200b"', "only empty quotes"),  # invisible, as check_text counts it
         ("cat " + " ".join(f"-w{i}" for i in range(17)), "at most 16"),
     ],
 )
@@ -59,6 +62,41 @@ def test_the_steered_vector_ranks_by_similarity_minus_weighted_negatives(rng):
     np.testing.assert_allclose(ranking.steer(p, [], 0.5), p / np.linalg.norm(p), atol=1e-7)
     with pytest.raises(InputError, match="cancel"):
         ranking.steer(p, [p], 1.0)
+
+
+def test_pushing_away_from_stored_items_equals_its_formula(rng):
+    """`push_away` against the formula written out with a pseudo-inverse, in a narrow cone (the
+    photos' vectors): each marked item's lead over the centre becomes (1 - 2w) times its own,
+    and the marked items are no longer the best (the real model's case, where the former
+    p - w·n left the best first: tests/images/index/test_search_steering.py)."""
+    axis = rng.normal(size=24)
+    stored = axis / np.linalg.norm(axis) + 0.05 * rng.normal(size=(300, 24))  # cosines ~0.94
+    stored /= np.linalg.norm(stored, axis=1, keepdims=True)
+    p = rng.normal(size=24)
+    p /= np.linalg.norm(p)
+    around = ranking.centre(stored * rng.uniform(0.5, 2, size=(300, 1)))  # any length: unit rows
+    np.testing.assert_allclose(around, stored.mean(axis=0), atol=1e-12)
+    best = int(np.argmax(stored @ p))
+    for marked, weight in (([best], 0.5), ([best, 7], 0.3), ([best, 7, 40], 1.0)):
+        q = ranking.push_away(p * 3, [stored[i] * 2 for i in marked], around, weight)
+        directions = stored[marked] - around
+        projected = directions.T @ np.linalg.pinv(directions @ directions.T) @ (directions @ p)
+        expected = p - 2 * weight * projected
+        np.testing.assert_allclose(q, expected / np.linalg.norm(expected), atol=1e-6)
+        scale = np.linalg.norm(expected)
+        np.testing.assert_allclose(
+            directions @ q.astype(np.float64) * scale,
+            (1 - 2 * weight) * (directions @ p),
+            atol=1e-6,
+        )
+        assert int(np.argmax(stored @ q)) not in marked
+    # nothing to measure from: the query as it is; no direction (the item is the centre) too
+    np.testing.assert_allclose(ranking.push_away(p, [stored[best]], None, 0.5), p, atol=1e-7)
+    centred = around / np.linalg.norm(around)
+    np.testing.assert_allclose(ranking.push_away(p, [around], centred, 0.5), p, atol=1e-7)
+    assert ranking.centre(np.empty((0, 24))) is None
+    with pytest.raises(InputError, match="hold the whole query"):
+        ranking.push_away(stored[best] - around, [stored[best]], around, 0.5)
 
 
 def brute_fold(vectors, threshold, topk):

@@ -179,7 +179,8 @@ def search(
 
     `min_score`: drop results scoring below it (COSINE/IP); `auto_cut`: also those below a
     clear gap in the scores (`accelkit.images.ranking.gap_cut`); `negatives` (texts) and
-    `negative_ids` (stored items): push the results away from them by `negative_weight`;
+    `negative_ids` (stored items: "less like this", `ranking.push_away`): push the results
+    away from them by `negative_weight`;
     `fold_duplicates` (a cosine, e.g. 0.95): near-duplicates folded under the best-ranked of
     them (`hit.similar`), `topk` distinct results. `report.message` says "no photo scores
     above X" when the cut leaves nothing."""

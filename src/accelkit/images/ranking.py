@@ -5,11 +5,29 @@ candidates (no store, no model), shared by every backend.
   with `-` after a space (or at the start) is negative; `-"two words"` is a negative phrase; a
   double-quoted phrase is literal text, so `"-5 degrees"` searches for those words, minus and
   all. Nothing else in the text has a meaning: the words go to the text tower as they are.
-* `steer`: the query vector pushed away from the negatives, q = unit(p - w·mean(n)) with p and n
-  unit vectors, so for unit stored vectors cos(x, q) = (cos(x, p) - w·mean cos(x, n)) / |p - w·n̄|:
-  the ranking is exactly "similarity to the positive minus w times similarity to the negatives"
-  (Qdrant's `average_vector` recommendation is p + (p - n̄), the same direction with w = 1/2),
-  and the store searches it as one query: filters and the whole collection as for any query.
+* `steer`: the query vector pushed away from negative texts, q = unit(p - w·mean(n)) with p and
+  n unit vectors, so for unit stored vectors cos(x, q) = (cos(x, p) - w·mean cos(x, n)) /
+  |p - w·n̄|: the ranking is exactly "similarity to the positive minus w times similarity to the
+  negatives" (Qdrant's `average_vector` recommendation is p + (p - n̄), the same direction with
+  w = 1/2), and the store searches it as one query: filters and the whole collection as for any
+  query. Words against words: both come from the text tower, so their similarities to the
+  photos spread alike and w weighs one against the other as it says.
+* `push_away`: "less like this" on stored items (`negative_ids`), which the form above cannot
+  do: a photo's similarities to the photos spread nothing like the words' do (the modality
+  gap: in one model the photos lie in a narrow cone, image-image cosines ~0.97, and w·cos(x,
+  n) is nearly the same for every photo, so the marked best result often stays first; in
+  another it swamps the words and scrambles the ranking; docs/images.md has the measurements).
+  What the query likes about a photo is measured from
+  the centre instead: μ = the mean unit vector of the query's `STEER_CANDIDATES` best
+  candidates (the same filter), the query's lead of photo x over them s(x) - s̄ = (x - μ)·q, and
+  of a marked item e_i = (n_i - μ)·q. With P the orthogonal projection onto the span of the
+  n_i - μ, the query becomes q' = unit(q - 2w·P q): for each marked item (n_i - μ)·q' ∝ (1 -
+  2w)·e_i, so w = 1/2 (the default) makes each an average candidate, w = 1 puts it as far below
+  the average as it was above (q' is q reflected), and any photo x loses 2w·(P(x - μ))·q: in
+  proportion to how far it goes from the centre towards the marked items, so their
+  near-duplicates go down with them. The strength comes from the query's own scores, so it is
+  the same whatever the models' cones; q' is again one exact search over the whole collection
+  (the candidates only place μ), and every score is cos(x, q').
 * `fold`: near-duplicates (cosine >= threshold to a higher-ranked result) folded under it.
 * `gap_cut`: the automatic cut where the scores show a clear gap (off by default).
 * `cut`: min-score and the automatic cut applied; what is left, and what the page draws.
@@ -19,6 +37,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +50,7 @@ DEFAULT_NEGATIVE_WEIGHT = 0.5  # Qdrant's average_vector: p + (p - n) = 2(p - n/
 DEFAULT_FOLD = 0.95  # cosine at which a result is folded under a higher-ranked one
 FOLD_OVERFETCH = 4  # candidates fetched per result asked for, when folding
 MAX_NEGATIVES = 16
+STEER_CANDIDATES = 100  # the query's best candidates whose centre "less like this" measures from
 # The automatic cut (`gap_cut`): after rank j when the gap s_j - s_{j+1} is the largest, at
 # least GAP_SHARE of the spread s_1 - s_n, GAP_OVER_MEAN times the mean of the other gaps and
 # GAP_MIN (a cosine) — among at least GAP_MIN_SCORES scores
@@ -47,7 +67,9 @@ class Terms:
 
 def parse_terms(text: str, name: str = "text") -> Terms:
     """Split words and negative terms (see the module's doc). An unbalanced quote, an empty
-    negative, or negatives with no positive words are an `InputError` naming `name`."""
+    negative, no words to search for (only empty quotes, or only negatives) are an
+    `InputError` naming `name`: the words are empty when they hold nothing but white space and
+    invisible format characters (U+200B), as `schema.check_text` counts a text."""
     positive: list[str] = []
     negatives: list[str] = []
     i, n = 0, len(text)
@@ -75,6 +97,8 @@ def parse_terms(text: str, name: str = "text") -> Terms:
                 raise InputError(f"{name}: an empty negative term ('-\"\"'); remove it")
             continue
         (negatives if negative else positive).append(term)
+    if not negatives and _blank(" ".join(positive)):  # '""': nothing for the text tower
+        raise InputError(f"{name}: only empty quotes ('\"\"'); give a few words to search for")
     if negatives and not positive:
         raise InputError(
             f"{name}: only negative terms ({', '.join(negatives)}); give words to search for"
@@ -83,6 +107,10 @@ def parse_terms(text: str, name: str = "text") -> Terms:
     if len(negatives) > MAX_NEGATIVES:
         raise InputError(f"{name}: at most {MAX_NEGATIVES} negative terms, not {len(negatives)}")
     return Terms(" ".join(positive), tuple(negatives))
+
+
+def _blank(text: str) -> bool:
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -103,6 +131,36 @@ def steer(positive: np.ndarray, negatives: Sequence[np.ndarray], weight: float) 
     if float(np.linalg.norm(steered)) < 1e-6:
         raise InputError("the negative terms cancel the query (the same direction); drop one")
     return _unit(steered).astype(np.float32)
+
+
+def centre(vectors: np.ndarray) -> np.ndarray | None:
+    """The mean of the rows made unit length, in float64 (None when there are none)."""
+    if not len(vectors):
+        return None
+    rows = np.asarray(vectors, np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.mean(rows / np.where(norms == 0, 1, norms), axis=0)
+
+
+def push_away(
+    query: np.ndarray, items: Sequence[np.ndarray], around: np.ndarray | None, weight: float
+) -> np.ndarray:
+    """unit(q - 2·weight·P q), q = unit(query), P the orthogonal projection onto the span of
+    unit(n_i) - `around` (the candidates' `centre`), in float64 then float32: see the module's
+    doc. No centre (no candidates) or no direction (every item is the centre): unit(q)."""
+    q = _unit(query)
+    if around is None or not len(items):
+        return q.astype(np.float32)
+    directions = np.stack([_unit(n) - around for n in items])
+    _, sizes, rows = np.linalg.svd(directions, full_matrices=False)
+    basis = rows[sizes > max(sizes.max(initial=0.0), 1e-12) * 1e-9]  # orthonormal rows
+    pushed = q - 2 * weight * (basis.T @ (basis @ q))
+    if float(np.linalg.norm(pushed)) < 1e-6:
+        raise InputError(
+            "the items marked 'less like this' hold the whole query; drop one or lower"
+            " negative_weight"
+        )
+    return _unit(pushed).astype(np.float32)
 
 
 def check_weight(weight: Any, name: str = "negative_weight") -> float:

@@ -442,7 +442,9 @@ class SearchRequest(Body):
         None, description="texts the results are pushed away from (as '-term' in text)"
     )
     negative_ids: Annotated[list[ItemId] | None, Field(max_length=16)] = Field(
-        None, description="stored items whose vectors the results are pushed away from"
+        None,
+        description="'less like this': stored items the results are pushed away from (from what"
+        " sets them apart from the query's candidates)",
     )
     negative_weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False)
     fold_duplicates: float | None = Field(

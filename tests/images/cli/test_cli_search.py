@@ -196,8 +196,8 @@ def test_min_score_folding_and_bad_values_on_the_command_line(
     tmp_path, pipeline, config, photos, capsys
 ):
     """--min-score cuts at the score numpy gives (and says so when nothing passes),
-    --fold-duplicates folds an altered copy under its original, and a bad value is one line
-    naming the option, exit 2."""
+    --negative-id pushes the stored photo away (the formula in numpy), --fold-duplicates folds
+    an altered copy under its original, and a bad value is one line naming the option, exit 2."""
     import numpy as np
 
     folder = tmp_path / "album"
@@ -222,11 +222,28 @@ def test_min_score_folding_and_bad_values_on_the_command_line(
     assert code == 0 and len(result["results"]) == 2 and result["message"] is None
     np.testing.assert_allclose([r["score"] for r in result["results"]], scores[:2], atol=1e-4)
     assert result["cut"]["kept"] == 2 and result["cut"]["dropped"] == 4
+    # --negative-id on the best stored photo: the query pushed away from what sets it apart
+    # from the candidates' centre μ (all 6), q' = q - 2w·(q·d)d/|d|², d = n - μ, w = 1/2
+    best = result["results"][1 if result["results"][0]["metadata"]["source"] != "rocket.png" else 0]
+    assert best["metadata"]["source"] == "rocket.png"
+    code, out, err = run(capsys, *base, "--negative-id", best["id"], "--json")
+    pushed = result_of(out)["results"]
+    unit = stored / np.linalg.norm(stored, axis=1, keepdims=True)
+    away = unit[3] - unit.mean(axis=0)
+    steered = q / np.linalg.norm(q) - (away @ q / np.linalg.norm(q)) * away / (away @ away)
+    steered /= np.linalg.norm(steered)  # the scores are cosines with it
+    order = np.argsort(-(unit @ steered))
+    sources = [f"{n}.png" for n in names] + ["rocket_copy.jpg"]
+    assert code == 0 and [r["metadata"]["source"] for r in pushed] == [sources[i] for i in order]
+    np.testing.assert_allclose([r["score"] for r in pushed], (unit @ steered)[order], atol=1e-4)
+    # w = 1/2 takes away its lead over the candidates: it scores their mean, far below before
+    after = {r["metadata"]["source"]: r["score"] for r in pushed}
+    assert after["rocket.png"] == pytest.approx(np.mean(list(after.values())), abs=1e-4)
+    assert best["score"] > np.mean(scores) + 0.1
     other = tmp_path / "coins.jpg"  # not stored: nothing scores 0.99
     other.write_bytes(altered(photos["coins"]))
     code, out, err = run(capsys, "search", str(other), *base[2:], "--min-score", "0.99")
     assert code == 0 and "no photo scores above 0.99 (the best scores" in out
-    unit = stored / np.linalg.norm(stored, axis=1, keepdims=True)
     alike = float(unit[3] @ unit[5])  # the rocket and its copy
     fold = ["--fold-duplicates", "--fold-cosine", f"{alike - 0.01:.4f}", "-k", "3"]
     code, out, err = run(capsys, *base, *fold, "--json")

@@ -106,6 +106,8 @@ def test_the_command_line_searches_by_words(setup, capsys):
     assert code == 2 and "one of the two" in err
     code, out, err = run(capsys, "search", "--text", "  ", "-c", "pics", "--config", str(setup["config"]))  # fmt: skip
     assert code == 2 and "--text is empty" in err
+    code, out, err = run(capsys, "search", "--text", '""', "-c", "pics", "--config", str(setup["config"]))  # fmt: skip
+    assert code == 2 and err.startswith("error: --text: only empty quotes") and err.count("\n") == 1
 
 
 def test_collections_remember_their_model(setup, built, onnx_path, tmp_path, capsys):
@@ -233,8 +235,9 @@ def test_words_through_the_service(setup, tmp_path, capsys):
 
 def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
     """An argument of bytes that are not UTF-8 (Python decodes it to lone surrogates, which no
-    tokenizer takes), C1 control characters and text of nothing but invisible format characters
-    are the caller's mistake: exit 2 naming --text, and 4xx naming the field through the service."""
+    tokenizer takes), C1 control characters, text of nothing but invisible format characters
+    and words of nothing but empty quotes ('""') are the caller's mistake: exit 2 naming --text,
+    and 4xx naming the field through the service."""
     import subprocess
     import sys
 
@@ -254,6 +257,8 @@ def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
         ("cat \udcff", "surrogate"),
         ("cat\u0085dog", "control character"),
         ("\u200b\ufeff \u2060", "is empty"),
+        ('""', "--text: only empty quotes"),
+        ('" "  "\u200b"', "--text: only empty quotes"),
     ):
         with pytest.raises(InputError, match=reason):
             images.search(text=text, collection="pics", config=setup["config"])
@@ -267,7 +272,7 @@ def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
     try:
         import httpx
 
-        for text in ("cat\u0085dog", "\u200b\u200b", "\u0090"):
+        for text in ("cat\u0085dog", "\u200b\u200b", "\u0090", '""', '" " ""', "  \t"):
             answer = httpx.post(server.url + "/search", json={"text": text, "collection": "pics"})
             assert answer.status_code == 422, (text, answer.text)
             assert answer.json()["error"]["message"].startswith("text: ")

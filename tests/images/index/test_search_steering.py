@@ -145,16 +145,69 @@ def test_negative_terms_rank_by_similarity_minus_weighted_negatives(lite):
     assert_same(literal, brute(reference, two_tower.text_vector(torch_model, "-dog cat")), 5)
 
 
-def test_a_stored_image_as_a_negative(lite):
-    index, reference, torch_model = lite
+def less_like(reference, query, marked, weight, keep=lambda meta: True, candidates=100):
+    """ "Less like this" written out in float64: the centre μ of the query's best `candidates`
+    (under the filter), the marked items' directions n_i - μ, and the query q minus 2w times
+    its projection onto their span (the pseudo-inverse, not an SVD as the code does)."""
     ids, vectors, _ = reference
-    away = vectors[ids.index("moon.original")]
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    q = np.asarray(query, np.float64) / np.linalg.norm(query)
+    best = brute(reference, q, keep)[:candidates]  # 100: the documented STEER_CANDIDATES
+    around = unit[[ids.index(i) for i, _ in best]].mean(axis=0)
+    directions = np.stack([unit[ids.index(i)] - around for i in marked])
+    projected = directions.T @ np.linalg.pinv(directions @ directions.T) @ (directions @ q)
+    return q - 2 * weight * projected, around
+
+
+def test_a_stored_image_as_a_negative(lite, monkeypatch):
+    index, reference, torch_model = lite
     p = two_tower.text_vector(torch_model, "rocket")
-    steered = p - 0.5 * away / np.linalg.norm(away)
-    hits = index.search(
-        TextQuery("rocket"), 6, steering=Steering.checked(negative_ids=["moon.original"])
-    )
+    sky = ('metadata["group"] == "sky"', lambda m: m["group"] == "sky")
+    for marked, weight, (expression, keep) in (
+        (["moon.original"], 0.5, (None, lambda m: True)),
+        (["moon.original", "coffee.copy"], 0.8, (None, lambda m: True)),
+        (["moon.original"], 0.3, sky),  # the filter over the whole collection, and for μ
+    ):
+        steering = Steering.checked(negative_ids=marked, negative_weight=weight)
+        hits = index.search(TextQuery("rocket"), 6, expression, steering=steering)
+        steered, around = less_like(reference, p, marked, weight, keep)
+        assert_same(hits, brute(reference, steered, keep), 6)
+        assert all(keep(h.metadata) for h in hits)
+        # each marked item's lead over the candidates' mean is (1 - 2w) times what it was
+        ids, vectors, _ = reference
+        for item in marked:
+            n = vectors[ids.index(item)] / np.linalg.norm(vectors[ids.index(item)])
+            lead, after = (n - around) @ (p / np.linalg.norm(p)), (n - around) @ steered
+            assert after == pytest.approx((1 - 2 * weight) * lead, abs=1e-9)
+    # the centre from fewer candidates than the collection holds (a clear gap at the 12th)
+    ranked = brute(reference, p)
+    assert ranked[11][1] - ranked[12][1] > 1e-3
+    monkeypatch.setattr(ranking, "STEER_CANDIDATES", 12)
+    hits = index.search(TextQuery("rocket"), 6, steering=Steering.checked(negative_ids=["moon.original"]))  # fmt: skip
+    steered, _ = less_like(reference, p, ["moon.original"], 0.5, candidates=12)
     assert_same(hits, brute(reference, steered), 6)
+
+
+def test_less_like_the_best_result_pushes_it_and_its_copy_down(lite):
+    """The modality gap: w·cos(x, n) for the best photo n is nearly the same for every photo, so
+    the former q = p - w·n left "coffee cup"'s best result first; pushed from the candidates'
+    centre, it and its altered copy leave the top 10, and the rest is the formula's ranking. (The
+    text negatives keep their form: `test_negative_terms_rank_by_similarity_minus_weighted_…`.)"""
+    index, reference, torch_model = lite
+    p = two_tower.text_vector(torch_model, "coffee cup")
+    ranked = brute(reference, p)
+    best = ranked[0][0]
+    copy = best.rsplit(".", 1)[0] + (".original" if best.endswith(".copy") else ".copy")
+    ids, vectors, _ = reference
+    n = vectors[ids.index(best)] / np.linalg.norm(vectors[ids.index(best)])
+    former = p - 0.5 * n  # p is unit
+    assert brute(reference, former)[0][0] == best  # what main did: the best stayed first
+    hits = index.search(TextQuery("coffee cup"), 10, steering=Steering.checked(negative_ids=[best]))  # fmt: skip
+    assert best not in [h.id for h in hits] and copy not in [h.id for h in hits], hits
+    steered, _ = less_like(reference, p, [best], 0.5)
+    assert_same(hits, brute(reference, steered), 10)
+    order = [i for i, _ in brute(reference, steered)]
+    assert order.index(best) >= 15 and order.index(copy) >= 15  # an average candidate, or below
 
 
 def test_folding_returns_k_distinct_results_with_their_duplicates(lite):

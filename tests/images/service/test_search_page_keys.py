@@ -550,20 +550,36 @@ def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
     browser.get(service["server"].url + "/?" + urlencode({"q": FIRST, "c": "pics", "min": "NaN"}))
     page.search_done()
     assert page.find("#min-score").get_attribute("value") == "" and page.names() == want[:9]
-    # "less like this" on the best result: the words pushed away from its vector, in the address
+    # "less like this" on the best result: the words pushed away from what sets it apart from
+    # the centre μ of their candidates (all 9 here), q' = q - 2w·(q·d)d/|d|², d = n - μ, w = 1/2
+    # (numpy over the model's own vectors): it is first no more, and the address keeps it
     first = want[0]
     page.clear_status()
     page.find("#results .result .less").click()
     page.search_done()
-    away = service["vectors"][first] / np.linalg.norm(service["vectors"][first])
-    steered = query / np.linalg.norm(query) - 0.5 * away
+    unit = {k: v / np.linalg.norm(v) for k, v in service["vectors"].items()}
+    away = unit[first] - np.mean(list(unit.values()), axis=0)
+    q = query / np.linalg.norm(query)
+    steered = q - (away @ q) * away / (away @ away)
     assert page.names() == ranked(service, steered, 9) != want[:9]
+    assert page.names()[0] != first
     assert params(browser)["not"] == [service["ids"][first]]
     assert "pushed away from 1 result" in page.text("#negatives")
     page.clear_status()
     browser.refresh()
     page.search_done()
     assert page.names() == ranked(service, steered, 9)
+
+
+def test_words_of_only_empty_quotes_are_refused_on_the_page(service, browser):
+    """'""' is no words: the service's 422 naming the field, shown under the form."""
+    from selenium.webdriver.common.keys import Keys
+
+    page = words_page(service, browser)
+    words_search(page, FIRST)
+    type_into(page.find("#text"), '""', Keys.ENTER)
+    page.wait.until(lambda d: page.text("#error"))
+    assert page.text("#error").startswith("text: only empty quotes"), page.text("#error")
 
 
 @pytest.mark.parametrize(
@@ -578,6 +594,9 @@ def test_min_score_on_the_page_is_kept_in_the_address(service, browser):
         ({"auto_cut": "yes"}, "auto_cut"),
         ({"text": "-cat -dog"}, "text"),
         ({"text": 'cat "dog'}, "text"),
+        ({"text": '""'}, "text"),  # only empty quotes: refused as negative_texts [""] is
+        ({"text": " \t "}, "text"),
+        ({"negative_texts": [""]}, "negative_texts"),
     ],
 )
 def test_bad_cut_and_steering_fields_are_4xx_naming_the_field(service, body, field):

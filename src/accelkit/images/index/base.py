@@ -171,8 +171,9 @@ class Steering:
 
     `min_score`: results scoring below it are dropped; `auto_cut`: so are those below a clear
     gap in the scores (`ranking.gap_cut`); `negatives`: texts whose direction the query is
-    pushed away from, `negative_ids`: stored items' vectors likewise, by `negative_weight`
-    (`ranking.steer`); `fold`: results within that cosine of a higher-ranked one are folded
+    pushed away from (`ranking.steer`), `negative_ids`: stored items likewise, from what sets
+    them apart from the query's candidates ("less like this", `ranking.push_away`), both by
+    `negative_weight`; `fold`: results within that cosine of a higher-ranked one are folded
     under it (`Hit.similar`), and more are fetched so `topk` distinct ones come back."""
 
     min_score: float | None = None

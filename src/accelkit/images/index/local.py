@@ -358,13 +358,16 @@ class LocalIndex(ImageIndex):
         if steering.negatives and not isinstance(query, TextQuery):
             self._same_model(name, "text")
         vector = self._steered_vector(query, steering, name)
+        if steering.negative_ids:
+            vector = self._less_like(name, vector, steering, filter, consistency)
         hits = self._fetch(name, vector, topk, filter, consistency, steering.fold)
         cut = ranking.cut([h.score for h in hits], steering.min_score, steering.auto_cut)
         return Hits(hits[: cut.kept], self.store.ignored(name), name, cut)
 
     def _steered_vector(self, query: Any, steering: Any, name: str) -> np.ndarray:
         """The query's vector; with negative terms (in the words, or given), pushed away from
-        theirs (`ranking.steer`): the words and negative texts embedded in one call."""
+        theirs (`ranking.steer`): the words and negative texts embedded in one call. Stored
+        items (`negative_ids`) are pushed away from after it (`ranking.push_away`)."""
         negatives = list(steering.negatives)
         if isinstance(query, TextQuery):
             terms = ranking.parse_terms(query.text)
@@ -377,10 +380,17 @@ class LocalIndex(ImageIndex):
         else:
             positive = self.query_vector(query)
             pushed = list(self.query_texts(negatives)) if negatives else []
-        pushed += [self.stored_vector(i, name) for i in steering.negative_ids]
         if not pushed:
             return positive
         return ranking.steer(positive, pushed, steering.negative_weight)
+
+    def _less_like(self, name, vector, steering, filter, consistency) -> np.ndarray:
+        """The query pushed away from stored items (`ranking.push_away`), measured from the
+        centre of its `STEER_CANDIDATES` best candidates under the same filter."""
+        items = [self.stored_vector(i, name) for i in steering.negative_ids]
+        _, around = self._candidates(name, vector, ranking.STEER_CANDIDATES, filter, consistency)
+        centre = ranking.centre(list(around.values()))
+        return ranking.push_away(vector, items, centre, steering.negative_weight)
 
     def _fetch(self, name, vector, topk, filter, consistency, fold) -> list[Hit]:
         """The `topk` hits; with `fold`, near-duplicates folded under the best-ranked of them,
@@ -390,10 +400,7 @@ class LocalIndex(ImageIndex):
             return self.store.search(name, vector, topk, filter, consistency=consistency)[0]
         fetch = min(topk * ranking.FOLD_OVERFETCH, MAX_FETCH)
         while True:
-            found = self.store.search(name, vector, fetch, filter, consistency=consistency)[0]
-            rows = self.store.get(name, [h.id for h in found], with_vectors=True)
-            vectors = {row["id"]: row["vector"] for row in rows}
-            found = [h for h in found if h.id in vectors]  # deleted meanwhile: left out
+            found, vectors = self._candidates(name, vector, fetch, filter, consistency)
             kept = (
                 ranking.fold(np.stack([vectors[h.id] for h in found]), fold, topk) if found else []
             )
@@ -404,6 +411,13 @@ class LocalIndex(ImageIndex):
             Hit(found[i].id, found[i].score, found[i].metadata, [found[j].id for j in folded])
             for i, folded in kept
         ]
+
+    def _candidates(self, name, vector, fetch, filter, consistency) -> tuple[list[Hit], dict]:
+        """The `fetch` best hits and their stored vectors by id (one deleted meanwhile: left out)."""
+        found = self.store.search(name, vector, fetch, filter, consistency=consistency)[0]
+        rows = self.store.get(name, [h.id for h in found], with_vectors=True)
+        vectors = {row["id"]: row["vector"] for row in rows}
+        return [h for h in found if h.id in vectors], vectors
 
     def _get(self, ids: list[str], collection: str | None) -> list[dict[str, Any]]:
         return self.store.get(self._name(collection), ids)

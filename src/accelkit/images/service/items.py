@@ -13,6 +13,7 @@ from fastapi import (
 )  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
+from accelkit.images import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from accelkit.images.schema import (
     LIMIT_SETTINGS,
@@ -98,6 +99,11 @@ async def search(request: Request, state: State):
             422, "invalid_field", f"topk: must be at most {server.max_topk}, not {body.topk}"
         )
     name = check_collection_name(body.collection or config.store.collection_name)
+    if body.text is not None:  # its terms ('""', '-cat' alone): "text: …", a field's 422 too
+        try:
+            ranking.parse_terms(body.text, "text")
+        except InputError as exc:
+            raise ServiceError(422, "invalid_field", str(exc)) from None
     steering = Steering.checked(
         body.min_score,
         body.auto_cut,
