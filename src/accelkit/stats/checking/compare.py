@@ -27,7 +27,7 @@ from accelkit.stats.checking import causes
 from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
-from accelkit.stats.core.tolerance import UNITS, sortable
+from accelkit.stats.core.tolerance import COUNTS, UNITS, sortable
 
 
 @dataclass
@@ -90,8 +90,9 @@ def compare(
         if stat not in exact:
             continue
         truth = exact[stat]
+        problem = f"{values.size} values stored, the feature has {truth.size}"
         if stat == "count":
-            values = values[:1]
+            values, truth, problem = _counts(values, exact)
         if values.shape != truth.shape:
             out.append(
                 Finding(
@@ -101,7 +102,7 @@ def compare(
                     math.inf,
                     "",
                     "shape",
-                    f"{values.size} values stored, the feature has {truth.size}",
+                    problem,
                     episode=episode,
                     fails=True,
                 )
@@ -131,6 +132,19 @@ def compare(
                 )
             )
     return out
+
+
+def _counts(values: np.ndarray, exact: Mapping[str, np.ndarray]):
+    """A stored count and the exact one to compare it with: LeRobot's one number with the frames,
+    one per dimension (openpi) each with its dimension's; any other number of values is wrong."""
+    width = exact["mean"].size if "mean" in exact else 1
+    if values.size == 1:
+        return values, exact["count"], ""
+    per_dimension = tolerance_rule.counts(exact.get(COUNTS, exact["count"]), width)
+    if tolerance_rule.counts(values, width) is None or per_dimension is None:
+        problem = f"{values.size} values stored, the feature has {width} (a count: 1, or 1 each)"
+        return values, np.full(width, np.nan), problem
+    return values, per_dimension, ""
 
 
 def compared(found: list[Finding]) -> int:
