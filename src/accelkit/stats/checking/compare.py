@@ -26,8 +26,8 @@ import numpy as np
 from accelkit.stats.checking import causes
 from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
-from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
 from accelkit.stats.core.tolerance import COUNTS, UNITS, sortable
+from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
 
 
 @dataclass
