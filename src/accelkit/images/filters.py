@@ -37,7 +37,9 @@ above: keywords (`and or not in like true false`) are lower case and never direc
 without quotes, brackets, backslashes or control characters; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'`
 and no line breaks; PREFIX is a string of at least one plain character ending in one `%`
 (`"2026-%"`); numbers are decimal without leading zeros, integers within ±2^53 (where a double is
-exact), other numbers exactly a double's shortest decimal (no more digits than a double holds).
+exact), other numbers exactly a double's shortest decimal (no more digits than a double holds)
+and below 2^53 in magnitude (`9007199254740992.0` matched 2^53 + 1 on Milvus Lite 2.5 and the
+server, not on Lite 3).
 FUNCTION is json_contains, json_contains_all or json_contains_any. A list holds at most
 `MAX_LIST_VALUES` values (the service's `server.max_filter_values`).
 
@@ -135,7 +137,8 @@ def _lex_error(expr: str, position: int) -> FilterSyntaxError:
 def _check_number(text: str, position: int) -> None:
     """Numbers Milvus compares as written: integers within ±2^53 (beyond, it compares them as
     rounded doubles), other numbers exactly a double's shortest decimal (5.0000000000000001
-    matched 5, 1e-400 matched 0)."""
+    matched 5, 1e-400 matched 0), and below 2^53 in magnitude (beyond, a double cannot tell
+    neighbouring integers apart and the engines differ)."""
     where = f"the number at character {position}"
     if text.isdigit():
         if int(text) > 2**53:
@@ -146,6 +149,12 @@ def _check_number(text: str, position: int) -> None:
         raise FilterSyntaxError(
             f"{where} is not exactly a double; write it with at most the digits a double holds"
             f" (e.g. {value!r})"
+        )
+    if math.isfinite(value) and abs(value) >= 2**53:
+        raise FilterSyntaxError(
+            f"the number {text[:30]} at character {position} is not an integer and lies beyond"
+            " 2^53, where a double cannot tell neighbouring integers apart (the engines disagree"
+            " on what it matches); write an integer within ±2^53, or a range (>= and <)"
         )
 
 
