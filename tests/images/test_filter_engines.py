@@ -102,6 +102,13 @@ FILTERS = [
     'metadata["k"] == 9007199254740992',
     'metadata["k"] == 9007199254740991',
     'metadata["k"] > 9007199254740991',
+    # decimal literals written otherwise than Lite 3's parser reads them (issue 56 finding 14)
+    'metadata["k"] == 25e-1',
+    'metadata["k"] != 2.50',
+    'metadata["num"] < .5',
+    'metadata["num"] >= 1.',
+    'metadata["num"] in [.0, 2e0]',
+    'metadata["num"] not in [1e0]',
     # in / not in
     'metadata["k"] in [1, 2]',
     'metadata["k"] in [2, 3]',

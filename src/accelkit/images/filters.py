@@ -455,6 +455,17 @@ def lite3_ambiguous_fields(expr: str) -> list[str]:
     return list(fields)
 
 
+def _lite3_text(value: Literal) -> str:
+    """A literal as Lite 3's parser reads it: a number not an integer written out in full
+    (`.5` as 0.5, `5.` as 5.0, `1e3` as 1000.0; Lite 3 refused `.5` as unparsable), the rest as
+    written. Exact: the grammar admits only a double's shortest decimal, below 2^53."""
+    number = value.value
+    if isinstance(number, bool) or not isinstance(number, float):
+        return value.text
+    text = format(Decimal(repr(number)), "f")
+    return text if "." in text else f"{text}.0"
+
+
 def _lite3(node: tuple, positive: bool, kinds) -> str:
     """`node` (positive) or its negation as Milvus Lite 3 must be sent it to select what Milvus
     selects: negations pushed down to the conditions, each condition true or false on every item
@@ -470,27 +481,33 @@ def _lite3(node: tuple, positive: bool, kinds) -> str:
         op, value = node[2], node[3]
         op = op if positive else _FLIP[op]
         if field == "id":  # a string on every item: Lite 3 reads it as Milvus does
-            return f"{field} {op} {value.text}" if isinstance(value, Literal) else _fail_list()
+            return (
+                f"{field} {op} {_lite3_text(value)}" if isinstance(value, Literal) else _fail_list()
+            )
         if op in ("==", "!="):
             _lite3_scalar(value, field, kinds)
-            return f"{field} == {value.text}" if op == "==" else _not_equal(field, value.text)
+            return (
+                f"{field} == {_lite3_text(value)}"
+                if op == "=="
+                else _not_equal(field, _lite3_text(value))
+            )
         if not positive:
             raise NotOnLite3(_NEGATED_ORDER)
         _lite3_scalar(value, field, kinds, op)
-        return f"{field} {op} {value.text}"
+        return f"{field} {op} {_lite3_text(value)}"
     if kind in ("in", "not in"):
         member = (kind == "in") == positive
         if field == "id":
-            return f"{field} {'in' if member else 'not in'} [{', '.join(v.text for v in node[2])}]"
+            return f"{field} {'in' if member else 'not in'} [{', '.join(_lite3_text(v) for v in node[2])}]"
         for value in node[2]:
             _lite3_scalar(value, field, kinds)
         if not node[2]:
             return _NEVER if member else _ALWAYS
         if member:
-            return "(" + " or ".join(f"{field} == {v.text}" for v in node[2]) + ")"
-        return "(" + " and ".join(_not_equal(field, v.text) for v in node[2]) + ")"
+            return "(" + " or ".join(f"{field} == {_lite3_text(v)}" for v in node[2]) + ")"
+        return "(" + " and ".join(_not_equal(field, _lite3_text(v)) for v in node[2]) + ")"
     if kind == "like":
-        condition = f"{field} like {node[2].text}"
+        condition = f"{field} like {_lite3_text(node[2])}"
         if positive:
             return condition
         return f"not ({condition})" if field == "id" else f"({field} is null or not ({condition}))"
@@ -498,7 +515,11 @@ def _lite3(node: tuple, positive: bool, kinds) -> str:
     field = node[2]
     for element in value if isinstance(value, list) and name != FUNCTIONS[0] else [value]:
         _lite3_scalar(element, field, None)  # the elements of arrays: never looked up
-    written = value.text if isinstance(value, Literal) else f"[{', '.join(v.text for v in value)}]"
+    written = (
+        _lite3_text(value)
+        if isinstance(value, Literal)
+        else f"[{', '.join(_lite3_text(v) for v in value)}]"
+    )
     condition = f"{name}({field}, {written})"
     return condition if positive else f"not ({condition})"
 
