@@ -343,3 +343,28 @@ def test_a_count_of_the_wrong_size_or_value_is_reported_like_any_statistic(
     code, doc = check_json([str(root), "--stats", str(norm)], capsys)
     (finding,) = [f for f in doc["result"]["findings"] if f["file"] == str(norm) and f["fails"]]
     assert code == 3 and finding["cause"] == "wrong number of values"
+
+
+def test_a_nan_stored_is_named_and_text_is_refused_as_damage(dataset, capsys):
+    """Issue 56 finding 12: a NaN stored is "not a number stored", the file's worst number; a
+    string where a number belongs is damage like null (named with its key, statistic, index)."""
+    root = dataset("lerobot_v30")
+    path = root / "meta" / "stats.json"
+    data = json.loads(path.read_text())
+    data["action"]["mean"][1] = float("nan")
+    path.write_text(json.dumps(data))
+    code, doc = check_json([str(root)], capsys)
+    (nan,) = [
+        f
+        for f in doc["result"]["findings"]
+        if (f["file"], f["feature"], f["statistic"], f["dimension"])
+        == ("meta/stats.json", "action", "mean", 1)
+    ]
+    assert code == 3 and nan["cause"] == "not a number stored"
+    worst = doc["result"]["worst"]["meta/stats.json"]
+    assert (worst["statistic"], worst["cause"]) == ("mean[1]", "not a number stored")
+    data["action"]["mean"][1] = 0.0
+    data["action"]["max"][1] = "5"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli(["stats", "check", str(root), "--no-progress"], capsys)
+    assert code == 2 and "'action'.max holds text among its numbers (at index 1)" in err

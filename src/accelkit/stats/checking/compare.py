@@ -116,6 +116,8 @@ def compare(
         # every failing number its own finding; a statistic within tolerance, its worst number
         dims = failing or ([int(np.argmax(errors))] if errors.size else [])
         for dim in dims or [None]:
+            stored_number = None if dim is None else float(values[dim])
+            not_a_number = stored_number is not None and not math.isfinite(stored_number)
             out.append(
                 Finding(
                     file,
@@ -123,8 +125,10 @@ def compare(
                     stat,
                     0.0 if dim is None else every[dim],
                     unit,
+                    "nan" if not_a_number else None,  # named as such, never "no known cause"
+                    f"the file holds {stored_number}" if not_a_number else "",
                     dim=0 if dim is None else dim,
-                    stored=None if dim is None else float(values[dim]),
+                    stored=stored_number,
                     exact=None if dim is None else float(truth[dim]),
                     episode=episode,
                     errors=every,
