@@ -13,11 +13,20 @@ Lite 2.5.1 and the server 2.3)."""
 import numpy as np
 import pytest
 
+from accelkit.errors import InputError
 from accelkit.images.config import StoreConfig
 from accelkit.images.filters import Literal, parse
 from accelkit.images.store import FilterError, VectorStore
 from accelkit.images.store.errors import FilterNotOnEngine
-from tests.support.milvus_rules import MISSING, compare, contains, contains_all, like_prefix, member
+from tests.support.milvus_rules import (
+    MISSING,
+    agreed_literal,
+    compare,
+    contains,
+    contains_all,
+    like_prefix,
+    member,
+)
 from tests.support.require import not_applicable
 
 VALUES = {
@@ -93,6 +102,13 @@ FILTERS = [
     'metadata["k"] == 9007199254740992',
     'metadata["k"] == 9007199254740991',
     'metadata["k"] > 9007199254740991',
+    # decimal literals written otherwise than Lite 3's parser reads them (issue 56 finding 14)
+    'metadata["k"] == 25e-1',
+    'metadata["k"] != 2.50',
+    'metadata["num"] < .5',
+    'metadata["num"] >= 1.',
+    'metadata["num"] in [.0, 2e0]',
+    'metadata["num"] not in [1e0]',
     # in / not in
     'metadata["k"] in [1, 2]',
     'metadata["k"] in [2, 3]',
@@ -157,6 +173,16 @@ FILTERS = [
     'id in ["v-null", "v-missing"] and metadata["k"] != "a"',
     'not (id like "v-s%")',
 ]
+
+# refused on every engine before it runs, naming the literal (issue 56 finding 5): a non-integer
+# literal beyond 2^53, where the engines disagree (milvus_rules.agreed_literal)
+REFUSED = {
+    'metadata["k"] == 9007199254740992.0': "9007199254740992.0",
+    'metadata["k"] > 4.611686018427388e18': "4.611686018427388e18",
+    'metadata["k"] in [1, -9007199254740994.0]': "9007199254740994.0",
+    'json_contains(metadata["k"], 1e300)': "1e300",
+    'metadata["k"] != 2.5 and metadata["n"] <= 1e16': "1e16",
+}
 
 
 # -- the evaluator: Milvus' rules ----------------------------------------------------------------
@@ -288,3 +314,29 @@ def test_lite_3_refuses_only_what_it_cannot_read_as_milvus_does(store):
     with pytest.raises(FilterNotOnEngine, match="true is 1"):
         store.delete_matching("domain", 'metadata["k"] == false')
     assert len(store.get("domain", list(ITEMS))) == len(ITEMS)
+
+
+@pytest.mark.parametrize("text", REFUSED)
+def test_literals_the_engines_disagree_on_are_refused_naming_them(store, text):
+    literal = REFUSED[text]
+    assert not agreed_literal(float(literal))
+    for method, args in (
+        (store.search, ("domain", np.ones(4, np.float32), len(ITEMS), text)),
+        (store.delete_matching, ("domain", text)),
+    ):
+        with pytest.raises(InputError) as caught:  # the grammar's refusal, before any engine
+            method(*args)
+        message = str(caught.value)
+        assert "\n" not in message and literal in message and "within ±2^53" in message, message
+    assert len(store.get("domain", list(ITEMS))) == len(ITEMS)  # nothing deleted
+
+
+def test_the_corpus_holds_only_literals_the_engines_agree_on():
+    def literals(node):
+        if isinstance(node, Literal):
+            yield node.value
+        elif isinstance(node, (tuple, list)):
+            for part in node:
+                yield from literals(part)
+
+    assert all(agreed_literal(v) for text in FILTERS for v in literals(parse(text)))

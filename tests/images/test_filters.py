@@ -3,7 +3,7 @@ only in part (and so filter or delete more than written) is refused with the pos
 
 import pytest
 
-from accelkit.images.filters import FilterSyntaxError, check_syntax, tokenize
+from accelkit.images.filters import FilterSyntaxError, check_syntax, for_lite3, tokenize
 
 ACCEPTED = [
     'metadata["k"] == 1',
@@ -135,3 +135,14 @@ def test_a_control_character_is_refused_with_its_position():
     for text, position in (('\x00id == "a"', 1), ('id == "a\x1b"', 9), ("id == 'a'\x7f", 10)):
         with pytest.raises(InputError, match=rf"control character \(.+\) at character {position};"):
             check_filter(text)
+
+
+@pytest.mark.parametrize(
+    ("literal", "written"),
+    [(".5", "0.5"), ("5.", "5.0"), ("1e3", "1000.0"), ("-2.5e-3", "-0.0025"), ("7", "7")],
+)
+def test_lite3_is_sent_decimal_literals_as_its_parser_reads_them(literal, written):
+    """Lite 3 refused `.5` as unparsable where Lite 2.5 answered it (issue 56 finding 14): the
+    rewrite writes each number out in full, the same value (the engines' corpus checks answers)."""
+    assert for_lite3(f'metadata["s"] == {literal}') == f'metadata["s"] == {written}'
+    assert float(written) == float(literal)

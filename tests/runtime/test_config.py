@@ -147,3 +147,20 @@ def test_relative_paths_in_a_file_resolve_beside_it(tmp_path, monkeypatch):
     assert (here.output, here.plot) == (str(folder / "out/norm_stats.json"), str(folder / "out/stats.png"))  # fmt: skip
     hub = load_settings(StatsSettings, yaml_path=jobs, section="hub", env={}, output="o.json")
     assert hub.dataset == "lerobot/pusht" and hub.output == "o.json"
+
+
+@pytest.mark.parametrize("given", ["/dev/null", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_named_as_such(tmp_path, capsys, given):
+    """Issue 56 finding 15: `--config /dev/null` (or a folder) exists, so it is not said not to;
+    the one line says what it is and what --config takes, exit 2."""
+    from accelkit.runtime.config import read_yaml
+    from tests.support.cli import run_cli
+
+    path = tmp_path / given if given == "folder" else given
+    if given == "folder":
+        path.mkdir()
+    with pytest.raises(ConfigError, match=r"is (not a regular file|a folder)") as caught:
+        read_yaml(path)
+    assert "does not exist" not in str(caught.value)
+    code, _, err = run_cli(["stats", str(tmp_path), "--config", str(path)], capsys)
+    assert code == 2 and "does not exist" not in err and "give --config the path of a YAML" in err

@@ -37,7 +37,9 @@ above: keywords (`and or not in like true false`) are lower case and never direc
 without quotes, brackets, backslashes or control characters; strings are single- or double-quoted, with no escapes but `\\\\`, `\\"` and `\\'`
 and no line breaks; PREFIX is a string of at least one plain character ending in one `%`
 (`"2026-%"`); numbers are decimal without leading zeros, integers within ±2^53 (where a double is
-exact), other numbers exactly a double's shortest decimal (no more digits than a double holds).
+exact), other numbers exactly a double's shortest decimal (no more digits than a double holds)
+and below 2^53 in magnitude (`9007199254740992.0` matched 2^53 + 1 on Milvus Lite 2.5 and the
+server, not on Lite 3).
 FUNCTION is json_contains, json_contains_all or json_contains_any. A list holds at most
 `MAX_LIST_VALUES` values (the service's `server.max_filter_values`).
 
@@ -135,7 +137,8 @@ def _lex_error(expr: str, position: int) -> FilterSyntaxError:
 def _check_number(text: str, position: int) -> None:
     """Numbers Milvus compares as written: integers within ±2^53 (beyond, it compares them as
     rounded doubles), other numbers exactly a double's shortest decimal (5.0000000000000001
-    matched 5, 1e-400 matched 0)."""
+    matched 5, 1e-400 matched 0), and below 2^53 in magnitude (beyond, a double cannot tell
+    neighbouring integers apart and the engines differ)."""
     where = f"the number at character {position}"
     if text.isdigit():
         if int(text) > 2**53:
@@ -146,6 +149,12 @@ def _check_number(text: str, position: int) -> None:
         raise FilterSyntaxError(
             f"{where} is not exactly a double; write it with at most the digits a double holds"
             f" (e.g. {value!r})"
+        )
+    if math.isfinite(value) and abs(value) >= 2**53:
+        raise FilterSyntaxError(
+            f"the number {text[:30]} at character {position} is not an integer and lies beyond"
+            " 2^53, where a double cannot tell neighbouring integers apart (the engines disagree"
+            " on what it matches); write an integer within ±2^53, or a range (>= and <)"
         )
 
 
@@ -446,6 +455,17 @@ def lite3_ambiguous_fields(expr: str) -> list[str]:
     return list(fields)
 
 
+def _lite3_text(value: Literal) -> str:
+    """A literal as Lite 3's parser reads it: a number not an integer written out in full
+    (`.5` as 0.5, `5.` as 5.0, `1e3` as 1000.0; Lite 3 refused `.5` as unparsable), the rest as
+    written. Exact: the grammar admits only a double's shortest decimal, below 2^53."""
+    number = value.value
+    if isinstance(number, bool) or not isinstance(number, float):
+        return value.text
+    text = format(Decimal(repr(number)), "f")
+    return text if "." in text else f"{text}.0"
+
+
 def _lite3(node: tuple, positive: bool, kinds) -> str:
     """`node` (positive) or its negation as Milvus Lite 3 must be sent it to select what Milvus
     selects: negations pushed down to the conditions, each condition true or false on every item
@@ -461,27 +481,33 @@ def _lite3(node: tuple, positive: bool, kinds) -> str:
         op, value = node[2], node[3]
         op = op if positive else _FLIP[op]
         if field == "id":  # a string on every item: Lite 3 reads it as Milvus does
-            return f"{field} {op} {value.text}" if isinstance(value, Literal) else _fail_list()
+            return (
+                f"{field} {op} {_lite3_text(value)}" if isinstance(value, Literal) else _fail_list()
+            )
         if op in ("==", "!="):
             _lite3_scalar(value, field, kinds)
-            return f"{field} == {value.text}" if op == "==" else _not_equal(field, value.text)
+            return (
+                f"{field} == {_lite3_text(value)}"
+                if op == "=="
+                else _not_equal(field, _lite3_text(value))
+            )
         if not positive:
             raise NotOnLite3(_NEGATED_ORDER)
         _lite3_scalar(value, field, kinds, op)
-        return f"{field} {op} {value.text}"
+        return f"{field} {op} {_lite3_text(value)}"
     if kind in ("in", "not in"):
         member = (kind == "in") == positive
         if field == "id":
-            return f"{field} {'in' if member else 'not in'} [{', '.join(v.text for v in node[2])}]"
+            return f"{field} {'in' if member else 'not in'} [{', '.join(_lite3_text(v) for v in node[2])}]"
         for value in node[2]:
             _lite3_scalar(value, field, kinds)
         if not node[2]:
             return _NEVER if member else _ALWAYS
         if member:
-            return "(" + " or ".join(f"{field} == {v.text}" for v in node[2]) + ")"
-        return "(" + " and ".join(_not_equal(field, v.text) for v in node[2]) + ")"
+            return "(" + " or ".join(f"{field} == {_lite3_text(v)}" for v in node[2]) + ")"
+        return "(" + " and ".join(_not_equal(field, _lite3_text(v)) for v in node[2]) + ")"
     if kind == "like":
-        condition = f"{field} like {node[2].text}"
+        condition = f"{field} like {_lite3_text(node[2])}"
         if positive:
             return condition
         return f"not ({condition})" if field == "id" else f"({field} is null or not ({condition}))"
@@ -489,7 +515,11 @@ def _lite3(node: tuple, positive: bool, kinds) -> str:
     field = node[2]
     for element in value if isinstance(value, list) and name != FUNCTIONS[0] else [value]:
         _lite3_scalar(element, field, None)  # the elements of arrays: never looked up
-    written = value.text if isinstance(value, Literal) else f"[{', '.join(v.text for v in value)}]"
+    written = (
+        _lite3_text(value)
+        if isinstance(value, Literal)
+        else f"[{', '.join(_lite3_text(v) for v in value)}]"
+    )
     condition = f"{name}({field}, {written})"
     return condition if positive else f"not ({condition})"
 

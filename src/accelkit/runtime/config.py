@@ -119,6 +119,12 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     import yaml
 
     file = Path(path)
+    if file.exists() and not file.is_file():
+        what = "a folder" if file.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise ConfigError(
+            f"config file {file} is {what}; give --config the path of a YAML file (an empty"
+            " config: an empty file, or leave --config out)"
+        )
     if not file.is_file():
         raise ConfigError(f"config file {file} does not exist; check the path given to --config")
     try:

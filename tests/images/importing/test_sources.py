@@ -161,3 +161,30 @@ def test_a_hub_cache_snapshot_is_imported_outside_the_cache_named_after_its_repo
     block = yaml.safe_load((expected / "accelkit.yaml").read_text())
     assert block["model"]["name"] == "acme/tiny-clip"
     assert any("outside the cache" in note for note in result["notes"])
+
+
+def test_the_cache_repository_folder_is_read_at_refs_main_and_an_output_in_the_cache_is_warned(
+    tmp_path, capsys
+):
+    """Issue 56 finding 10: given the repository folder itself (models--org--name/, told by its
+    layout, here named otherwise), the snapshot refs/main names is imported; an output anywhere in
+    the cache — in the repository folder beside snapshots/, which deleting the revision or `hf
+    cache prune` removes whole — is INSIDE it, said as a warning, never as "outside"."""
+    hf_two_tower.build("clip", tmp_path / "saved")
+    commit = hashlib.sha1(b"tiny-clip").hexdigest()
+    snapshot = hub_cache(tmp_path / "saved", tmp_path / "hub", "acme/tiny-clip", commit)
+    repo = snapshot.parents[1]
+    renamed = repo.rename(repo.with_name("tiny-clip-cache"))  # the layout, not the name
+    output = renamed / "out"
+    code, out, err = run_cli(["images", "import-model", str(renamed), "-o", str(output), "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    result = result_of(out)
+    assert result["source"] == str(renamed / "snapshots" / commit)
+    assert (output / "accelkit.yaml").is_file()
+    notes = " ".join(result["notes"])
+    assert "written outside the cache" not in notes and "INSIDE the Hugging Face cache" in notes
+    assert "hf cache prune" in notes and "delete_revisions" in notes
+    assert any("INSIDE the Hugging Face cache" in w for w in json.loads(out)["warnings"])
+    (renamed / "refs" / "main").write_text("0" * 40)  # refs/main names no snapshot held
+    line = refused(capsys, str(renamed), str(tmp_path / "o2"))
+    assert "refs/main names no snapshot" in line and commit in line

@@ -309,3 +309,62 @@ def test_a_dataset_with_no_statistics_says_so(tmp_path, capsys):
     assert code == 0, err
     code, out, _ = run_cli(["stats", "check", str(root), "--no-progress"], capsys)
     assert code == 0 and "stored numbers within 0.001 of the exact ones" in out
+
+
+def test_a_count_of_the_wrong_size_or_value_is_reported_like_any_statistic(
+    dataset, capsys, tmp_path
+):
+    """A count is compared in full (issue 56 finding 8): LeRobot's [n] with an extra value is of
+    the wrong size; in openpi's one count per dimension, each number is compared."""
+    root = dataset("lerobot_v30")
+    frames = len(column_of(root, "action"))
+    path = root / "meta" / "stats.json"
+    data = json.loads(path.read_text())
+    data["action"]["count"] = [frames, 400]
+    path.write_text(json.dumps(data))
+    code, doc = check_json([str(root)], capsys)
+    counts = [f for f in doc["result"]["findings"] if f["statistic"] == "count" and f["fails"]]
+    assert code == 3 and [(f["feature"], f["cause"]) for f in counts] == [
+        ("action", "wrong number of values")
+    ]
+    norm = tmp_path / "norm_stats.json"
+    code, _, err = run_cli(["stats", str(root), "-o", str(norm), "--no-progress"], capsys)
+    assert code == 0, err
+    data = json.loads(norm.read_text())
+    assert data["norm_stats"]["actions"]["count"][1] == frames  # one count per dimension
+    data["norm_stats"]["actions"]["count"][1] = 400
+    norm.write_text(json.dumps(data))
+    code, doc = check_json([str(root), "--stats", str(norm)], capsys)
+    (finding,) = [f for f in doc["result"]["findings"] if f["file"] == str(norm) and f["fails"]]
+    assert code == 3 and finding["statistic"] == "count" and finding["dimension"] == 1
+    assert (finding["stored"], finding["exact"]) == (400, frames)
+    data["norm_stats"]["actions"]["count"] = [frames] * 3  # 3 counts for a wider feature
+    norm.write_text(json.dumps(data))
+    code, doc = check_json([str(root), "--stats", str(norm)], capsys)
+    (finding,) = [f for f in doc["result"]["findings"] if f["file"] == str(norm) and f["fails"]]
+    assert code == 3 and finding["cause"] == "wrong number of values"
+
+
+def test_a_nan_stored_is_named_and_text_is_refused_as_damage(dataset, capsys):
+    """Issue 56 finding 12: a NaN stored is "not a number stored", the file's worst number; a
+    string where a number belongs is damage like null (named with its key, statistic, index)."""
+    root = dataset("lerobot_v30")
+    path = root / "meta" / "stats.json"
+    data = json.loads(path.read_text())
+    data["action"]["mean"][1] = float("nan")
+    path.write_text(json.dumps(data))
+    code, doc = check_json([str(root)], capsys)
+    (nan,) = [
+        f
+        for f in doc["result"]["findings"]
+        if (f["file"], f["feature"], f["statistic"], f["dimension"])
+        == ("meta/stats.json", "action", "mean", 1)
+    ]
+    assert code == 3 and nan["cause"] == "not a number stored"
+    worst = doc["result"]["worst"]["meta/stats.json"]
+    assert (worst["statistic"], worst["cause"]) == ("mean[1]", "not a number stored")
+    data["action"]["mean"][1] = 0.0
+    data["action"]["max"][1] = "5"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli(["stats", "check", str(root), "--no-progress"], capsys)
+    assert code == 2 and "'action'.max holds text among its numbers (at index 1)" in err

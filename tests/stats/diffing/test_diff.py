@@ -264,3 +264,20 @@ def test_bad_input_is_exit_2_naming_it(capsys, tmp_path, args, message):
     )
     assert code == 2 and message.format(**names) in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_counts_are_compared_in_full(tmp_path):
+    """Issue 56 finding 8: a count with an extra value, or one per dimension with one of them off,
+    differs; LeRobot's [n] and openpi's [n, n] for the same frames agree."""
+    entry = {"mean": [0.0, 1.0], "std": [1.0, 1.0], "count": [508]}
+    a = write(tmp_path / "a.json", {"x": entry})
+    per_dimension = write(tmp_path / "p.json", {"x": dict(entry, count=[508, 508])})
+    assert stats.diff(a, per_dimension).ok
+    extra = write(tmp_path / "e.json", {"x": dict(entry, count=[508, 400, 3])})
+    (count,) = [d for d in stats.diff(a, extra).comparison.differences if d.stat == "count"]
+    assert count.fails.all() and count.causes[0] == DIFF_CAUSES["shape"]
+    one_off = write(tmp_path / "o.json", {"x": dict(entry, count=[508, 400])})
+    (count,) = [
+        d for d in stats.diff(per_dimension, one_off).comparison.differences if d.stat == "count"
+    ]
+    assert count.failing == [1] and count.errors.tolist() == [0.0, 108.0]

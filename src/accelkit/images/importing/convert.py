@@ -3,6 +3,7 @@ and rename it to the output at the end — an interrupted or refused import leav
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -24,9 +25,17 @@ from accelkit.images.importing.export import (
     padding_rule,
     write_tokenizer,
 )
-from accelkit.images.importing.folder import TOKENIZER, cache_snapshot, read_folder
+from accelkit.images.importing.folder import (
+    TOKENIZER,
+    cache_repo,
+    cache_snapshot,
+    read_folder,
+    snapshot_of_repo,
+)
 from accelkit.images.importing.verify import verify
 from accelkit.runtime.progress import status
+
+log = logging.getLogger(__name__)
 
 
 def imported_models_dir() -> Path:
@@ -62,15 +71,39 @@ def _free_output(output: Path) -> None:
         )
 
 
-def _snapshot_notes(plan, target: Path) -> list[str]:
-    if plan.snapshot is None:
-        return []
-    repo, commit = plan.snapshot
-    where = "outside the cache" if plan.snapshot != cache_snapshot(target) else "INSIDE the cache"
-    return [
-        f"a Hugging Face cache snapshot of {repo} (commit {commit[:12]}): named {plan.name!r},"
-        f" written {where}"
-    ]
+def cache_root_holding(target: Path, folder: Path) -> Path | None:
+    """The Hugging Face cache folder `target` lies in — any cache repository's folder (what a
+    revision's deletion or `hf cache prune` removes whole), or the cache `folder` was read from
+    — else None."""
+    repo = cache_repo(target)
+    if repo is not None:
+        return repo.parent
+    source = cache_repo(folder)
+    real = Path(os.path.realpath(target))
+    if source is not None and real.is_relative_to(source.parent):
+        return source.parent
+    return None
+
+
+def _snapshot_notes(plan, target: Path, folder: Path) -> list[str]:
+    root = cache_root_holding(target, folder)
+    notes = []
+    if root is not None:
+        inside = (
+            f"{target} is INSIDE the Hugging Face cache {root}: `hf cache prune`, `hf cache"
+            " delete` or huggingface_hub's delete_revisions can delete it with the repository it"
+            " lies in; to keep it out of their reach, import with -o to a folder outside the cache"
+        )
+        log.warning(inside)
+        notes.append(inside)
+    if plan.snapshot is not None:
+        repo, commit = plan.snapshot
+        where = "INSIDE the cache" if root is not None else "outside the cache"
+        notes.append(
+            f"a Hugging Face cache snapshot of {repo} (commit {commit[:12]}): named"
+            f" {plan.name!r}, written {where}"
+        )
+    return notes
 
 
 def import_model(
@@ -81,6 +114,7 @@ def import_model(
     Returns what was written and the checks' figures (`ImportReport`'s fields)."""
     require("torch", "images-import")
     folder = Path(path)
+    folder = snapshot_of_repo(folder) or folder  # a cache repository: the snapshot refs/main names
     read_folder(folder)  # the folder's own refusals first, before transformers loads anything
     target = Path(output) if output is not None else default_output(folder)
     if output is None and cache_snapshot(folder):
@@ -147,6 +181,6 @@ def _import(folder: Path, target: Path, started: float) -> dict[str, Any]:
         "embedding_dim": dim,
         "exporter": EXPORTER,
         "checks": checks,
-        "notes": list(plan.notes) + _snapshot_notes(plan, target),
+        "notes": list(plan.notes) + _snapshot_notes(plan, target, folder),
         "seconds": round(time.perf_counter() - started, 2),
     }

@@ -11,6 +11,7 @@ The padding rule comes from the tokenizer itself (`export.hf_tokenizer`)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,20 +183,51 @@ def _side_or(value: Any, path: Path) -> int:
     return value
 
 
+def _real(path: Path) -> Path:
+    """`path` with `..` and symbolic links resolved as far as it exists (it may not yet)."""
+    return Path(os.path.realpath(path))
+
+
+def cache_repo(folder: Path) -> Path | None:
+    """The repository folder of a Hugging Face hub cache that `folder` is or lies in — told by
+    its layout (`snapshots/`, `blobs/` and `refs/` side by side, as huggingface_hub writes
+    `models--org--name/`), not by its name — else None."""
+    for part in (_real(folder), *_real(folder).parents):
+        if all((part / sub).is_dir() for sub in ("snapshots", "blobs", "refs")):
+            return part
+    return None
+
+
 def cache_snapshot(folder: Path) -> tuple[str, str] | None:
     """(repo id, commit) where `folder` is in a Hugging Face hub cache snapshot
     (`models--org--name/snapshots/<commit>/`, beside `blobs/` and `refs/`, as huggingface_hub
     writes it), else None."""
-    for part in (folder.absolute(), *folder.absolute().parents):
-        repo = part.parent.parent
-        if (
-            part.parent.name == "snapshots"
-            and repo.name.startswith("models--")
-            and (repo / "blobs").is_dir()
-            and (repo / "refs").is_dir()
-        ):
-            return repo.name.removeprefix("models--").replace("--", "/"), part.name
-    return None
+    repo = cache_repo(folder)
+    if repo is None:
+        return None
+    inside = _real(folder).relative_to(repo).parts
+    if len(inside) < 2 or inside[0] != "snapshots":
+        return None
+    return repo.name.removeprefix("models--").replace("--", "/"), inside[1]
+
+
+def snapshot_of_repo(folder: Path) -> Path | None:
+    """The snapshot a cache repository folder given itself names in `refs/main` (what
+    huggingface_hub loads by default); None where `folder` is not one. Refused in one line where
+    refs/main names no snapshot of it."""
+    repo = cache_repo(folder)
+    if repo is None or repo != _real(folder):
+        return None
+    snapshots = sorted(p.name for p in (repo / "snapshots").iterdir() if p.is_dir())
+    ref = repo / "refs" / "main"
+    commit = ref.read_text(encoding="utf-8", errors="replace").strip() if ref.is_file() else ""
+    if commit and commit in snapshots:
+        return folder / "snapshots" / commit
+    shown = ", ".join(snapshots[:3]) + (", …" if len(snapshots) > 3 else "") or "none"
+    raise InputError(
+        f"{folder}: a Hugging Face cache repository folder whose refs/main names no snapshot;"
+        f" give one of its snapshots/<commit> folders (here: {shown})"
+    )
 
 
 def model_name(folder: Path, config: dict[str, Any]) -> str:

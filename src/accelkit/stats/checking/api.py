@@ -23,6 +23,7 @@ from accelkit.runtime import storage
 from accelkit.runtime.devices import enable_compilation_cache
 from accelkit.runtime.files import copy_atomic
 from accelkit.runtime.progress import Steps, phase
+from accelkit.stats.checking import causes
 from accelkit.stats.checking import compare as core
 from accelkit.stats.checking.compare import Report, summary_rows
 from accelkit.stats.checking.plot import draw
@@ -31,7 +32,7 @@ from accelkit.stats.computation.api import camera_stats
 from accelkit.stats.core import tolerance as tolerance_rule
 from accelkit.stats.core.camera_stats import camera_keys
 from accelkit.stats.core.quantiles import quantile_name
-from accelkit.stats.core.tolerance import TOLERANCE, exact_values
+from accelkit.stats.core.tolerance import TOLERANCE, exact_values, sortable
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats import lerobot, readers, repo_ids
 from accelkit.stats.formats.sources import DEFAULT_KEYS, open_source
@@ -457,18 +458,23 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
 
 
 def _worst_by_file(report) -> dict:
-    """Per stored file: the largest finite error of any statistic (in its unit)."""
+    """Per stored file: the largest finite error of any statistic (in its unit), or a number
+    not a number stored (NaN, Inf: `error` None, `cause` saying so), which is worse."""
     worst: dict = {}
+    ranks: dict = {}
     for f in report.findings:
-        if not math.isfinite(f.error) or f.stat == "count":
+        nan = f.cause == "nan"
+        if (not math.isfinite(f.error) and not nan) or f.stat == "count":
             continue
-        key = f.file
-        if key not in worst or f.error > worst[key]["error"]:
+        key, rank = f.file, sortable(f.error)
+        if key not in worst or rank > ranks[key]:
+            ranks[key] = rank
             worst[key] = {
                 "feature": f.feature,
                 "statistic": f.stat if f.dim is None else f"{f.stat}[{f.dim}]",
                 "episode": f.episode,
-                "error": f.error,
+                "error": None if nan else f.error,
                 "unit": f.unit,
+                "cause": causes.label("nan") if nan else None,
             }
     return worst

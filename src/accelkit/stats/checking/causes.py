@@ -56,6 +56,7 @@ CAUSES = {
     "gone": "episode is gone",
     "missing": "no statistics stored",
     "shape": "wrong number of values",
+    "nan": "not a number stored",
     "unknown": "no known cause",
 }
 
@@ -76,6 +77,7 @@ CAUSE_HELP = {
     "gone": "episode is gone: statistics of an episode the data no longer holds",
     "missing": "no statistics stored for a feature or an episode the data holds",
     "shape": "wrong number of values: the stored entry does not match the feature's dimensions",
+    "nan": "not a number stored: the file holds NaN or Inf for the statistic",
     "unknown": "no known cause: no recomputation (LeRobot's arithmetic, other frames, an average)"
     " gives the stored number back",
     "consistent": f"{CONSISTENT} …: not confirmed — no rows were at hand to recompute it; the"

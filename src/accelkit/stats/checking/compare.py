@@ -26,8 +26,8 @@ import numpy as np
 from accelkit.stats.checking import causes
 from accelkit.stats.checking.causes import scale
 from accelkit.stats.core import tolerance as tolerance_rule
+from accelkit.stats.core.tolerance import COUNTS, UNITS, sortable
 from accelkit.stats.core.tolerance import TOLERANCE as TOLERANCE  # check's default, re-exported
-from accelkit.stats.core.tolerance import UNITS, sortable
 
 
 @dataclass
@@ -90,8 +90,9 @@ def compare(
         if stat not in exact:
             continue
         truth = exact[stat]
+        problem = f"{values.size} values stored, the feature has {truth.size}"
         if stat == "count":
-            values = values[:1]
+            values, truth, problem = _counts(values, exact)
         if values.shape != truth.shape:
             out.append(
                 Finding(
@@ -101,7 +102,7 @@ def compare(
                     math.inf,
                     "",
                     "shape",
-                    f"{values.size} values stored, the feature has {truth.size}",
+                    problem,
                     episode=episode,
                     fails=True,
                 )
@@ -115,6 +116,8 @@ def compare(
         # every failing number its own finding; a statistic within tolerance, its worst number
         dims = failing or ([int(np.argmax(errors))] if errors.size else [])
         for dim in dims or [None]:
+            stored_number = None if dim is None else float(values[dim])
+            not_a_number = stored_number is not None and not math.isfinite(stored_number)
             out.append(
                 Finding(
                     file,
@@ -122,8 +125,10 @@ def compare(
                     stat,
                     0.0 if dim is None else every[dim],
                     unit,
+                    "nan" if not_a_number else None,  # named as such, never "no known cause"
+                    f"the file holds {stored_number}" if not_a_number else "",
                     dim=0 if dim is None else dim,
-                    stored=None if dim is None else float(values[dim]),
+                    stored=stored_number,
                     exact=None if dim is None else float(truth[dim]),
                     episode=episode,
                     errors=every,
@@ -131,6 +136,19 @@ def compare(
                 )
             )
     return out
+
+
+def _counts(values: np.ndarray, exact: Mapping[str, np.ndarray]):
+    """A stored count and the exact one to compare it with: LeRobot's one number with the frames,
+    one per dimension (openpi) each with its dimension's; any other number of values is wrong."""
+    width = exact["mean"].size if "mean" in exact else 1
+    if values.size == 1:
+        return values, exact["count"], ""
+    per_dimension = tolerance_rule.counts(exact.get(COUNTS, exact["count"]), width)
+    if tolerance_rule.counts(values, width) is None or per_dimension is None:
+        problem = f"{values.size} values stored, the feature has {width} (a count: 1, or 1 each)"
+        return values, np.full(width, np.nan), problem
+    return values, per_dimension, ""
 
 
 def compared(found: list[Finding]) -> int:

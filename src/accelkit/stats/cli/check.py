@@ -157,7 +157,7 @@ def render(report, as_json: bool) -> None:
     for file, item in worst.items():
         print(
             f"{file}: worst {item['statistic']} of {item['feature']}:"
-            f" {format_error(item['error'], item['unit'])}"
+            f" {item['cause'] or format_error(item['error'], item['unit'])}"
         )
     for note in report.not_checked:
         print(f"not checked: {note}")

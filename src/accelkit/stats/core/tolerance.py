@@ -81,9 +81,24 @@ def format_error(error: float, unit: str) -> str:
     return f"{error:.3g}{sign}"
 
 
+COUNTS = "count per dimension"  # the exact count of each dimension's finite values (no file's key)
+
+
+def counts(values: np.ndarray, width: int) -> np.ndarray | None:
+    """A stored count as one number per dimension of a `width`-wide feature: LeRobot writes one
+    ([n], broadcast), accelkit's openpi file one per dimension; None for any other number of values
+    (a wrong count, compared like any other statistic of the wrong size)."""
+    if values.size == width:
+        return values
+    if values.size == 1:
+        return np.full(width, values[0])
+    return None
+
+
 def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
     """Every statistic of a `KeyStats` (numeric feature) or `CameraStats` (camera) as float64
-    arrays, quantiles under LeRobot's names (q01, …); count as frames [1]."""
+    arrays, quantiles under LeRobot's names (q01, …); count as frames [1], and under `COUNTS` the
+    count of each dimension."""
     count = stats.count
     frames = int(np.max(count, initial=0)) if np.ndim(count) else int(count)
     out = {
@@ -92,6 +107,7 @@ def exact_values(stats, names: Mapping[float, str]) -> dict[str, np.ndarray]:
         "min": np.asarray(stats.min, np.float64).reshape(-1),
         "max": np.asarray(stats.max, np.float64).reshape(-1),
         "count": np.asarray([frames], np.float64),
+        COUNTS: np.asarray(count, np.float64).reshape(-1),
     }
     for q, values in stats.quantiles.items():
         if float(q) in names:

@@ -111,10 +111,24 @@ def pairs(a, b) -> tuple[list[Pair], list[str], list[str]]:
     return out, alone_a, alone_b
 
 
-def _count(values: np.ndarray) -> np.ndarray:
-    """A count as one number (LeRobot writes [n]; accelkit's openpi file one per dimension)."""
-    finite = values[np.isfinite(values)]
-    return np.asarray([finite.max() if finite.size else np.nan])
+def _width(entry: dict[str, np.ndarray]) -> int:
+    """How many dimensions the feature of `entry` has (its mean's, else any other statistic's)."""
+    sizes = [v.size for k, v in entry.items() if k != "count"]
+    return entry["mean"].size if "mean" in entry else max(sizes, default=1)
+
+
+def _counts(pair: Pair) -> tuple[np.ndarray, np.ndarray, str]:
+    """Both files' counts, comparable: one number each where both hold one (LeRobot's [n]), one per
+    dimension where either holds one per dimension (openpi); a problem where either holds another
+    number of values."""
+    a, b = pair.a["count"], pair.b["count"]
+    if a.size == 1 and b.size == 1:
+        return a, b, ""
+    width = _width(pair.a)
+    wide_a, wide_b = tolerance_rule.counts(a, width), tolerance_rule.counts(b, width)
+    if wide_a is None or wide_b is None:
+        return a, b, f"A holds {a.size} counts, B {b.size}, for a feature of {width} values"
+    return wide_a, wide_b, ""
 
 
 def _range(entry: dict[str, np.ndarray], n: int) -> np.ndarray | None:
@@ -151,15 +165,16 @@ def compare_pair(pair: Pair, stat: str, tolerance: float) -> Difference:
     """One statistic both files hold for `pair`, dimension by dimension."""
     a, b = pair.a[stat], pair.b[stat]
     unit = "frames" if stat == "count" else ("std" if stat in MOMENTS else "range")
+    problem = ""
     if stat == "count":
-        a, b = _count(a), _count(b)
+        a, b, problem = _counts(pair)
 
     def found(errors, scale, fails, **more) -> Difference:
         key, other, column = pair.key, pair.key_b, pair.column
         return Difference(key, other, column, stat, unit, a, b, errors, scale, fails, **more)
 
-    if a.shape != b.shape:
-        problem = f"A holds {a.size} values, B {b.size}"
+    if a.shape != b.shape or problem:
+        problem = problem or f"A holds {a.size} values, B {b.size}"
         return found(np.asarray([math.inf]), np.ones(1), np.asarray([True]), problem=problem)
     n = a.size
 

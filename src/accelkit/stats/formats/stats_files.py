@@ -251,9 +251,32 @@ def _holds_null(value) -> bool:
     return value is None or (isinstance(value, list) and any(_holds_null(v) for v in value))
 
 
+def _first_text(value) -> str:
+    """Where the first text is in a (nested) list: "2", "1][0"; "0" for a bare string."""
+    if isinstance(value, str):
+        return "0"
+    for i, v in enumerate(value):
+        if isinstance(v, str):
+            return str(i)
+        if isinstance(v, list) and _holds_text(v):
+            return f"{i}][{_first_text(v)}"
+    return "0"
+
+
+def _holds_text(value) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list) and any(_holds_text(v) for v in value)
+    )
+
+
 def _array(value, where: str) -> np.ndarray:
     if _holds_null(value):  # numpy would read it as NaN: a number the file does not hold
         raise DataError(f"{where} holds null among its numbers; the file is damaged")
+    if _holds_text(value):  # numpy would read "5" as 5.0: text where a number belongs
+        index = _first_text(value)
+        raise DataError(
+            f"{where} holds text among its numbers (at index {index}); the file is damaged"
+        )
     try:
         array = np.asarray(value, np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
