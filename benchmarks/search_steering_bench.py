@@ -32,9 +32,9 @@ def main() -> int:
     parser.add_argument("--topk", type=int, default=10)
     args = parser.parse_args()
 
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.index.base import Steering
     from accelkit.images.index.local import open_local_index
+    from accelkit.images.settings.config import ServiceConfig
     from accelkit.runtime.files import write_json_atomic
 
     rng = np.random.default_rng(0)

@@ -13,8 +13,8 @@ Lite 2.5.1 and the server 2.3)."""
 import numpy as np
 import pytest
 
-from accelkit.images.config import StoreConfig
-from accelkit.images.filters import Literal, parse
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.filters import Literal, parse
 from accelkit.images.store import FilterError, VectorStore
 from accelkit.images.store.errors import FilterNotOnEngine
 from tests.support.milvus_rules import MISSING, compare, contains, contains_all, like_prefix, member

@@ -27,7 +27,6 @@ from contextlib import closing
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
-from accelkit.images.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
 from accelkit.images.importing.convert import import_model as convert_model
 from accelkit.images.index.base import ImageIndex, ImageInput, Steering, TextQuery
 from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
@@ -48,8 +47,9 @@ from accelkit.images.results import (
     SearchReport,
 )
 from accelkit.images.runners import open_runner, unreadable, warn
-from accelkit.images.schema import check_filter, check_text
 from accelkit.images.service import serve as run_service
+from accelkit.images.settings.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
+from accelkit.images.settings.schema import check_filter, check_text
 from accelkit.images.store.migrate import migrate as copy_store
 from accelkit.images.store.records import ignored_warnings
 

@@ -134,7 +134,7 @@ FoldCosineOption = Annotated[
 
 def search_rows(hits) -> list[list]:
     """The rows of `images search`'s table: rank, source, id, score (+N similar), metadata."""
-    from accelkit.images.schema import SOURCE_KEY
+    from accelkit.images.settings.schema import SOURCE_KEY
 
     return [
         [
