@@ -258,10 +258,11 @@ FLOORS = {
     "accelkit.images": (
         ("settings", "testing", "ranking"),  # config, schema, filters | sample photos | cut, steer
         ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
-        ("inputs", "store", "importing"),  # paths, globs, URIs, metadata | Milvus, thumbnails,
-        # migrate | a Hugging Face CLIP/SigLIP folder -> the ONNX pair, tokenizer.json, YAML
-        ("results", "index"),  # result objects | ImageIndex: local, remote, the Ray sink, opener
-        ("runners", "compat", "service"),  # here or on Ray | EmbeddingTrident's facade | HTTP
+        ("store", "importing"),  # Milvus, thumbnails, migrate | a Hugging Face CLIP/SigLIP
+        # folder -> the ONNX pair, tokenizer.json, YAML
+        ("index",),  # ImageIndex: local, remote, the Ray sink, opener
+        ("operations", "compat", "service"),  # the API's inputs, runners (here or on Ray) and
+        # results | EmbeddingTrident's facade | HTTP
         ("api",),  # the library API
         ("cli",),  # the faces
     ),

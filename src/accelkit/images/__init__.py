@@ -98,19 +98,19 @@ if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads the
     )
     from accelkit.images.index.local import LocalIndex as LocalIndex
     from accelkit.images.index.remote import RemoteIndex as RemoteIndex
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         EmbedReport as EmbedReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         HealthReport as HealthReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         ImportReport as ImportReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         InsertReport as InsertReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         SearchReport as SearchReport,
     )
     from accelkit.images.settings.config import (

@@ -1,7 +1,7 @@
 """The library API of `accelkit images`: what a user runs, as plain functions that open the
 model, the store or the service, do one operation and return a result object
-(`accelkit.images.results`). The command line calls exactly these (one each) and only renders
-what they return, so a notebook gets the same behaviour, checks and messages:
+(`accelkit.images.operations.results`). The command line calls exactly these (one each) and
+only renders what they return, so a notebook gets the same behaviour, checks and messages:
 
 ```python
 from accelkit import images
@@ -31,7 +31,15 @@ from accelkit.images.importing.convert import import_model as convert_model
 from accelkit.images.index.base import ImageIndex, ImageInput, Steering, TextQuery
 from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
 from accelkit.images.index.opener import open_index as open_chosen_index
-from accelkit.images.inputs import check_image_header, expand_named, missing_inputs
+from accelkit.images.operations.inputs import check_image_header, expand_named, missing_inputs
+from accelkit.images.operations.results import (
+    EmbedReport,
+    HealthReport,
+    ImportReport,
+    InsertReport,
+    SearchReport,
+)
+from accelkit.images.operations.runners import open_runner, unreadable, warn
 from accelkit.images.ranking import (
     DEFAULT_NEGATIVE_WEIGHT,
     check_fold,
@@ -39,14 +47,6 @@ from accelkit.images.ranking import (
     check_weight,
     parse_terms,
 )
-from accelkit.images.results import (
-    EmbedReport,
-    HealthReport,
-    ImportReport,
-    InsertReport,
-    SearchReport,
-)
-from accelkit.images.runners import open_runner, unreadable, warn
 from accelkit.images.service import serve as run_service
 from accelkit.images.settings.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
 from accelkit.images.settings.schema import check_filter, check_text
