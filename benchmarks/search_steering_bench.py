@@ -4,8 +4,8 @@ plain search in the same run, on Milvus Lite (FLAT, COSINE).
     python benchmarks/search_steering_bench.py [--rows 10000] [--queries 40]
 
 Random unit vectors of the default model's width (1280) and query vectors (no model runs, so
-only the store and `accelkit.images.ranking` are timed); the variants run interleaved, query by
-query, in an order rotated per query (the first search of a new vector is slower), so the
+only the store and `accelkit.images.index.ranking` are timed); the variants run interleaved, query
+by query, in an order rotated per query (the first search of a new vector is slower), so the
 machine's load hits them alike. Writes benchmarks/results/search_steering.json.
 """
 

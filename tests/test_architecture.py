@@ -256,11 +256,11 @@ FLOORS = {
         ("cli",),  # the faces
     ),
     "accelkit.images": (
-        ("settings", "testing", "ranking"),  # config, schema, filters | sample photos | cut, steer
+        ("settings", "testing"),  # config, schema, filters | sample photos
         ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
         ("store", "importing"),  # Milvus, thumbnails, migrate | a Hugging Face CLIP/SigLIP
         # folder -> the ONNX pair, tokenizer.json, YAML
-        ("index",),  # ImageIndex: local, remote, the Ray sink, opener
+        ("index",),  # ImageIndex: local, remote, the Ray sink, opener; ranking (cut, steer)
         ("operations", "compat", "service"),  # the API's inputs, runners (here or on Ray) and
         # results | EmbeddingTrident's facade | HTTP
         ("api",),  # the library API

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelkit.images import ranking
+from accelkit.images.index import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from tests.images.embedding.test_pipeline import altered
 from tests.support import two_tower

@@ -91,7 +91,7 @@ def index_in_use(collection: dict) -> str:
     return text + (f" (ignored: {ignored})" if ignored else "")
 
 
-# `images search`: cut and steer the answer (accelkit.images.ranking) ----------------------------
+# `images search`: cut and steer the answer (accelkit.images.index.ranking) ------------------------
 MinScoreOption = Annotated[
     float | None,
     typer.Option(

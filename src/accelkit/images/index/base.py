@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.images import ranking
+from accelkit.images.index import ranking
 from accelkit.images.settings.schema import (
     GRAMMAR_ONLY,
     SOURCE_KEY,

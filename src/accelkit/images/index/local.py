@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images import ranking
 from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.embedding.models import PROBE_TEXT, ModelRecords, no_text_tower
 from accelkit.images.embedding.pipeline import EmbeddingPipeline
+from accelkit.images.index import ranking
 from accelkit.images.index.base import (
     Hits,
     ImageIndex,

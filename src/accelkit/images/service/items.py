@@ -13,7 +13,7 @@ from fastapi import (
 )  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images import ranking
+from accelkit.images.index import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from accelkit.images.service import forms
 from accelkit.images.service.errors import ServiceError
