@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     import httpx
 
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     workdir = Path(tempfile.mkdtemp(prefix="delete-burst-"))

@@ -25,7 +25,7 @@ from typing import Any
 def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
     import numpy as np
 
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import ID_FIELD, METADATA_FIELD, VECTOR_FIELD, VectorStore
     from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
     from accelkit.images.store.thumbnails import open_thumbnails

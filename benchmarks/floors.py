@@ -43,8 +43,8 @@ def read(dataset: str, columns: list[str], pre_buffer: bool = True) -> dict:
 def model(tensors: str, images: int, batch: int) -> dict:
     import numpy as np
 
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.embedding.models import make_backend
+    from accelkit.images.settings.config import ServiceConfig
 
     ready = np.load(tensors, mmap_mode="r")
     backend = make_backend(ServiceConfig.from_env(env={}).model)

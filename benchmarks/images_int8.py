@@ -92,8 +92,8 @@ def versions(photo, rng) -> list:
 def image_sets(photo_count: int, data_dir: Path) -> dict:
     import numpy as np
 
-    from accelkit.images.config import PreprocessConfig
     from accelkit.images.embedding.preprocess import make_preprocessor
+    from accelkit.images.settings.config import PreprocessConfig
     from accelkit.images.testing import photos
     from limits_bench import ensure_photos
 

@@ -291,7 +291,7 @@ def searches(store, name: str, queries, exact, exact_filtered, args) -> dict:
 
 def bench_index(index_type: str, inputs: Path, workdir: Path, args) -> dict:
     from accelkit.errors import ConfigError
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     data = np.load(inputs / "data.npy")
@@ -394,7 +394,7 @@ def durable_rows(inputs: Path) -> np.ndarray:
 
 
 def durability_child(db: str, inputs: Path) -> int:
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     data = durable_rows(inputs)
@@ -412,7 +412,7 @@ def durability_child(db: str, inputs: Path) -> int:
 
 
 def durability(inputs: Path, workdir: Path) -> dict:
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     db = str(workdir / "durable.db")

@@ -174,7 +174,7 @@ MIGRATE_DIM = 1280
 def lite_source(path: Path, items: int) -> np.ndarray:
     """A Milvus Lite file holding collection `bulk`: `items` seeded vectors, ids `00000000`...,
     metadata {"i": i}; returns the vectors."""
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     vectors = np.random.default_rng(47).standard_normal((items, MIGRATE_DIM)).astype(np.float32)

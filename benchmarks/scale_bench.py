@@ -184,10 +184,10 @@ def bench_stats(args, result: dict) -> None:
 
 
 def bench_images(args, result: dict) -> None:
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.embedding import ray as cluster
     from accelkit.images.embedding.pipeline import EmbeddingPipeline
     from accelkit.images.embedding.ray import read_shards
+    from accelkit.images.settings.config import ServiceConfig
     from accelkit.runtime.timing import interleaved
 
     named = ensure_images(args.data_dir, args.images)

@@ -1,4 +1,4 @@
-"""Does the automatic cut (`accelkit.images.ranking.gap_cut`) hold up on the test sets?
+"""Does the automatic cut (`accelkit.images.index.ranking.gap_cut`) hold up on the test sets?
 
     python benchmarks/search_cut_eval.py            # measure; write benchmarks/results/search_cut.json
     python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated blocks
@@ -52,7 +52,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 def judge(scores_sets: list[list[float]], relevant_sets: list[list[bool]]) -> dict:
     """The rule over many answers (scores best first, and which of them are relevant)."""
-    from accelkit.images.ranking import gap_cut
+    from accelkit.images.index.ranking import gap_cut
 
     fired = kept_total = relevant_kept = relevant_all = wrong_kept = 0
     exact = 0

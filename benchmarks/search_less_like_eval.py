@@ -1,5 +1,5 @@
 """What "less like this" on the best result does to a text search, before and after
-`accelkit.images.ranking.push_away`, on the test models.
+`accelkit.images.index.ranking.push_away`, on the test models.
 
     python benchmarks/search_less_like_eval.py   # measure; write benchmarks/results/search_less_like.json
     python benchmarks/search_cut_eval.py --docs  # rewrite docs/images.md's generated blocks
@@ -77,7 +77,7 @@ def transformers_vectors(kind: str, images: list, folder: Path) -> tuple[np.ndar
 
 
 def judge(vectors: np.ndarray, texts: np.ndarray, form: str, weight: float) -> dict:
-    from accelkit.images import ranking
+    from accelkit.images.index import ranking
 
     ranks, copies, kept, stays = [], [], [], []
     for p in texts:

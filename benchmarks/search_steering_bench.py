@@ -4,8 +4,8 @@ plain search in the same run, on Milvus Lite (FLAT, COSINE).
     python benchmarks/search_steering_bench.py [--rows 10000] [--queries 40]
 
 Random unit vectors of the default model's width (1280) and query vectors (no model runs, so
-only the store and `accelkit.images.ranking` are timed); the variants run interleaved, query by
-query, in an order rotated per query (the first search of a new vector is slower), so the
+only the store and `accelkit.images.index.ranking` are timed); the variants run interleaved, query
+by query, in an order rotated per query (the first search of a new vector is slower), so the
 machine's load hits them alike. Writes benchmarks/results/search_steering.json.
 """
 
@@ -32,9 +32,9 @@ def main() -> int:
     parser.add_argument("--topk", type=int, default=10)
     args = parser.parse_args()
 
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.index.base import Steering
     from accelkit.images.index.local import open_local_index
+    from accelkit.images.settings.config import ServiceConfig
     from accelkit.runtime.files import write_json_atomic
 
     rng = np.random.default_rng(0)

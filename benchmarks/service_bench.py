@@ -97,7 +97,7 @@ def bench_store(
 ) -> dict:
     from pymilvus import DataType, MilvusClient
 
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import IndexSpec, VectorStore
 
     n = len(data)

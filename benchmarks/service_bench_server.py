@@ -82,7 +82,7 @@ def bench_server(
     """Index types on a Milvus server, each stage timed (wall, client CPU, server CPU): create,
     upsert, the first search right after it, flush (which waits until the rows are applied),
     index build + hand-off, searches (altered copies, filtered, off-data), Strong reads, sweeps."""
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import IndexSpec, VectorStore, records
 
     n = len(data)
@@ -202,7 +202,7 @@ def bench_visibility(uri: str, token: str | None, data: np.ndarray) -> dict:
     each consistency level (does it see the last row? how long until an Eventually read does?),
     and after the bulk path (upsert + flush, as `images insert` ends) from this client and from
     a second one (another process's reads carry no session)."""
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     n = len(data)
@@ -258,7 +258,7 @@ def bench_lite_flat(
     uri: str, data: np.ndarray, queries: np.ndarray, n_queries: int, sources: np.ndarray
 ) -> dict:
     """Milvus Lite's default (FLAT) on the same vectors and queries, for the same-run comparison."""
-    from accelkit.images.config import StoreConfig
+    from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
     n = len(data)

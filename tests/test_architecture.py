@@ -238,9 +238,9 @@ def test_command_lines_stay_thin():
 
 
 # ---- rooms inside each capability (docs/architecture.md): floors, lowest first. A module's room is
-# its first name below the capability (`method` for accelkit.quant.method.layers; `settings` for the
-# files SAME_ROOM groups). A module imports its own room and rooms on lower floors only: rooms on one
-# floor are siblings and never import each other (check and diff; local and Ray runners' callers).
+# its first name below the capability (`method` for accelkit.quant.method.layers). A module imports
+# its own room and rooms on lower floors only: rooms on one floor are siblings and never import each
+# other (check and diff; local and Ray runners' callers).
 # The package's __init__ (its lazy exports) stands above them all. A new room is given its floor here.
 FLOORS = {
     "accelkit.stats": (
@@ -256,12 +256,13 @@ FLOORS = {
         ("cli",),  # the faces
     ),
     "accelkit.images": (
-        ("settings", "testing", "ranking"),  # config, schema, filters | sample photos | cut, steer
+        ("settings", "testing"),  # config, schema, filters | sample photos
         ("embedding",),  # images in, vectors out: decode, preprocess, models, the Ray pipeline
-        ("inputs", "store", "importing"),  # paths, globs, URIs, metadata | Milvus, thumbnails,
-        # migrate | a Hugging Face CLIP/SigLIP folder -> the ONNX pair, tokenizer.json, YAML
-        ("results", "index"),  # result objects | ImageIndex: local, remote, the Ray sink, opener
-        ("runners", "compat", "service"),  # here or on Ray | EmbeddingTrident's facade | HTTP
+        ("store", "importing"),  # Milvus, thumbnails, migrate | a Hugging Face CLIP/SigLIP
+        # folder -> the ONNX pair, tokenizer.json, YAML
+        ("index",),  # ImageIndex: local, remote, the Ray sink, opener; ranking (cut, steer)
+        ("operations", "compat", "service"),  # the API's inputs, runners (here or on Ray) and
+        # results | EmbeddingTrident's facade | HTTP
         ("api",),  # the library API
         ("cli",),  # the faces
     ),
@@ -282,7 +283,6 @@ FLOORS = {
         ("cli",),
     ),
 }
-SAME_ROOM = {"accelkit.images": {"config": "settings", "schema": "settings", "filters": "settings"}}
 # what a core must not import: file formats, our file and storage modules, drawing
 CORE_FORBIDDEN = (
     "pyarrow",
@@ -301,8 +301,7 @@ def room_of(module: str, package: str) -> str | None:
     for the package itself."""
     if not module.startswith(package + "."):
         return None
-    name = module[len(package) + 1 :].split(".")[0]
-    return SAME_ROOM.get(package, {}).get(name, name)
+    return module[len(package) + 1 :].split(".")[0]
 
 
 def wrong_arrows(graph: dict[str, set[str]], package: str, floors) -> list[str]:

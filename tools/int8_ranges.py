@@ -15,9 +15,9 @@ import sys
 def fresh() -> dict:
     import numpy as np
 
-    from accelkit.images.config import PreprocessConfig
     from accelkit.images.embedding import int8, models
     from accelkit.images.embedding.preprocess import make_preprocessor
+    from accelkit.images.settings.config import PreprocessConfig
 
     settings = PreprocessConfig()
     preprocessor = make_preprocessor(settings.engine, **settings.preprocessor_kwargs())

@@ -1,7 +1,7 @@
 import pytest
 
 from accelkit.errors import ConfigError
-from accelkit.images.config import PreprocessConfig, ServiceConfig
+from accelkit.images.settings.config import PreprocessConfig, ServiceConfig
 
 ORIGINAL = """
 triton:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from accelkit.errors import InputError
-from accelkit.images.config import StoreConfig
-from accelkit.images.filters import Literal, parse
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.filters import Literal, parse
 from accelkit.images.store import FilterError, VectorStore
 from accelkit.images.store.errors import FilterNotOnEngine
 from tests.support.milvus_rules import (

@@ -3,7 +3,7 @@ only in part (and so filter or delete more than written) is refused with the pos
 
 import pytest
 
-from accelkit.images.filters import FilterSyntaxError, check_syntax, for_lite3, tokenize
+from accelkit.images.settings.filters import FilterSyntaxError, check_syntax, for_lite3, tokenize
 
 ACCEPTED = [
     'metadata["k"] == 1',
@@ -130,7 +130,7 @@ def test_a_control_character_is_refused_with_its_position():
     """Issue 47 (generated filters): the refusal said "contains a control character" without
     saying where, the one refusal of a filter that named no position."""
     from accelkit.errors import InputError
-    from accelkit.images.schema import check_filter
+    from accelkit.images.settings.schema import check_filter
 
     for text, position in (('\x00id == "a"', 1), ('id == "a\x1b"', 9), ("id == 'a'\x7f", 10)):
         with pytest.raises(InputError, match=rf"control character \(.+\) at character {position};"):

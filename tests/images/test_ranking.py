@@ -1,5 +1,5 @@
-"""`accelkit.images.ranking`: the query syntax of negative terms, the steered vector against the
-score-difference form it stands for, folding and the cuts against brute force in numpy."""
+"""`accelkit.images.index.ranking`: the query syntax of negative terms, the steered vector against
+the score-difference form it stands for, folding and the cuts against brute force in numpy."""
 
 import math
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from accelkit.errors import InputError
-from accelkit.images import ranking
-from accelkit.images.ranking import Terms, parse_terms
+from accelkit.images.index import ranking
+from accelkit.images.index.ranking import Terms, parse_terms
 
 
 @pytest.mark.parametrize(

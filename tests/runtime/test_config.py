@@ -5,7 +5,7 @@ the input the user gave."""
 import pytest
 
 from accelkit.errors import ConfigError
-from accelkit.images.config import ServiceConfig
+from accelkit.images.settings.config import ServiceConfig
 from accelkit.quant.config import load_config
 from accelkit.runtime.config import Section, Settings, load, load_settings
 from accelkit.stats.cli import ENV_PREFIX, StatsSettings

@@ -23,8 +23,9 @@ def fp32_path() -> Path:
 
 
 def preprocessor():
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.preprocess import make_preprocessor
+
+    from accelkit.images.settings.config import ServiceConfig
 
     cfg = ServiceConfig.from_env(env={})
     return make_preprocessor(config=cfg.preprocess)

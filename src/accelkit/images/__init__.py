@@ -63,21 +63,6 @@ if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads the
         set_model as set_model,
     )
     from accelkit.images.compat import ImageEmbeddingPipeline as ImageEmbeddingPipeline
-    from accelkit.images.config import (
-        ModelConfig as ModelConfig,
-    )
-    from accelkit.images.config import (
-        PreprocessConfig as PreprocessConfig,
-    )
-    from accelkit.images.config import (
-        ServerConfig as ServerConfig,
-    )
-    from accelkit.images.config import (
-        ServiceConfig as ServiceConfig,
-    )
-    from accelkit.images.config import (
-        StoreConfig as StoreConfig,
-    )
     from accelkit.images.embedding.decode import (
         ImageDecodeError as ImageDecodeError,
     )
@@ -113,20 +98,35 @@ if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads the
     )
     from accelkit.images.index.local import LocalIndex as LocalIndex
     from accelkit.images.index.remote import RemoteIndex as RemoteIndex
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         EmbedReport as EmbedReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         HealthReport as HealthReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         ImportReport as ImportReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         InsertReport as InsertReport,
     )
-    from accelkit.images.results import (
+    from accelkit.images.operations.results import (
         SearchReport as SearchReport,
+    )
+    from accelkit.images.settings.config import (
+        ModelConfig as ModelConfig,
+    )
+    from accelkit.images.settings.config import (
+        PreprocessConfig as PreprocessConfig,
+    )
+    from accelkit.images.settings.config import (
+        ServerConfig as ServerConfig,
+    )
+    from accelkit.images.settings.config import (
+        ServiceConfig as ServiceConfig,
+    )
+    from accelkit.images.settings.config import (
+        StoreConfig as StoreConfig,
     )
     from accelkit.images.store import Hit as Hit
     from accelkit.images.store import IndexSpec as IndexSpec

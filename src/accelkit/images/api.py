@@ -1,7 +1,7 @@
 """The library API of `accelkit images`: what a user runs, as plain functions that open the
 model, the store or the service, do one operation and return a result object
-(`accelkit.images.results`). The command line calls exactly these (one each) and only renders
-what they return, so a notebook gets the same behaviour, checks and messages:
+(`accelkit.images.operations.results`). The command line calls exactly these (one each) and
+only renders what they return, so a notebook gets the same behaviour, checks and messages:
 
 ```python
 from accelkit import images
@@ -27,29 +27,29 @@ from contextlib import closing
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
-from accelkit.images.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
 from accelkit.images.importing.convert import import_model as convert_model
 from accelkit.images.index.base import ImageIndex, ImageInput, Steering, TextQuery
 from accelkit.images.index.local import SET_MODEL_MIN_COSINE, SET_MODEL_SAMPLE, open_local_index
 from accelkit.images.index.opener import open_index as open_chosen_index
-from accelkit.images.inputs import check_image_header, expand_named, missing_inputs
-from accelkit.images.ranking import (
+from accelkit.images.index.ranking import (
     DEFAULT_NEGATIVE_WEIGHT,
     check_fold,
     check_min_score,
     check_weight,
     parse_terms,
 )
-from accelkit.images.results import (
+from accelkit.images.operations.inputs import check_image_header, expand_named, missing_inputs
+from accelkit.images.operations.results import (
     EmbedReport,
     HealthReport,
     ImportReport,
     InsertReport,
     SearchReport,
 )
-from accelkit.images.runners import open_runner, unreadable, warn
-from accelkit.images.schema import check_filter, check_text
+from accelkit.images.operations.runners import open_runner, unreadable, warn
 from accelkit.images.service import serve as run_service
+from accelkit.images.settings.config import ConfigLike, ServiceConfig, StoreConfig, load_settings
+from accelkit.images.settings.schema import check_filter, check_text
 from accelkit.images.store.migrate import migrate as copy_store
 from accelkit.images.store.records import ignored_warnings
 
@@ -178,7 +178,7 @@ def search(
     `metadata["album"] == "2026"`.
 
     `min_score`: drop results scoring below it (COSINE/IP); `auto_cut`: also those below a
-    clear gap in the scores (`accelkit.images.ranking.gap_cut`); `negatives` (texts) and
+    clear gap in the scores (`accelkit.images.index.ranking.gap_cut`); `negatives` (texts) and
     `negative_ids` (stored items: "less like this", `ranking.push_away`): push the results
     away from them by `negative_weight`;
     `fold_duplicates` (a cosine, e.g. 0.95): near-duplicates folded under the best-ranked of

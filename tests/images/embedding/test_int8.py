@@ -20,7 +20,7 @@ def int8_path(onnx_path):
 
 
 def int8_weights(onnx_path) -> str:
-    from accelkit.images.config import ModelConfig
+    from accelkit.images.settings.config import ModelConfig
 
     return models.image_weights(ModelConfig(**int8_settings(onnx_path)))
 
@@ -95,8 +95,8 @@ def test_the_shipped_ranges_give_what_quantize_static_gives_on_the_photos(
         quantize_static,
     )
 
-    from accelkit.images.config import PreprocessConfig
     from accelkit.images.embedding.preprocess import make_preprocessor
+    from accelkit.images.settings.config import PreprocessConfig
 
     settings = PreprocessConfig()
     preprocessor = make_preprocessor(config=settings)

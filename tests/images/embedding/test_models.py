@@ -78,7 +78,7 @@ def test_user_onnx_file_and_names(onnx_path, batch, tmp_path):
 
 def test_triton_backend_config_and_errors():
     # No Triton server can run here: this checks configuration and failure reporting only.
-    from accelkit.images.config import ModelConfig
+    from accelkit.images.settings.config import ModelConfig
 
     with pytest.raises(ConfigError, match="without a scheme"):
         models.TritonBackend("http://localhost:8000", "m", None, None)

@@ -88,7 +88,7 @@ def test_cli_embed_writes_outputs(tmp_path, photos, onnx_path, monkeypatch):
     ]
     assert set(failures) == {str(folder / "broken.jpg"), str(tmp_path / "missing.png")}
     # the glob form picks the same files
-    from accelkit.images.inputs import expand_inputs
+    from accelkit.images.operations.inputs import expand_inputs
 
     assert expand_inputs([str(folder / "**" / "*.*")]) == sorted(
         str(p) for p in folder.rglob("*.*")

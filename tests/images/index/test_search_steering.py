@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from accelkit.images import ranking
+from accelkit.images.index import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from tests.images.embedding.test_pipeline import altered
 from tests.support import two_tower
@@ -25,8 +25,8 @@ def model(tmp_path_factory):
 def filled_index(base, files, photos, store: dict):
     """A LocalIndex over `store` holding the 25 photos and their altered copies, and the stored
     (ids, vectors, metadata) read back for the reference."""
-    from accelkit.images.config import load_settings
     from accelkit.images.index.local import open_local_index
+    from accelkit.images.settings.config import load_settings
 
     config = base / "config.yaml"
     text = two_tower.config_yaml(files, store["uri"])

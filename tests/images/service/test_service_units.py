@@ -17,7 +17,6 @@ from accelkit.images.embedding.batching import (
     Overloaded,
     split_result,
 )
-from accelkit.images.schema import InsertRequest, SearchRequest
 from accelkit.images.service import ServiceError
 from accelkit.images.service.forms import insert_sources, search_source, validate
 from accelkit.images.service.guards import DecodeBudget, Metrics
@@ -27,6 +26,7 @@ from accelkit.images.service.sources import (
     decode_base64,
     read_allowed_file,
 )
+from accelkit.images.settings.schema import InsertRequest, SearchRequest
 
 
 def test_split_result_routes_rows_and_failures():
@@ -327,7 +327,7 @@ def test_every_list_in_a_request_has_a_cap():
     """Issue 27: a delete of 1,000,000 ids was accepted. Every list a body holds is counted before
     its entries are validated; over its cap it is a 413 naming the field, the cap and the
     setting (a filter's list: a 422 naming the filter)."""
-    from accelkit.images.schema import (
+    from accelkit.images.settings.schema import (
         CreateCollectionRequest,
         DeleteRequest,
         EmbedRequest,
@@ -380,8 +380,8 @@ def test_review_findings_of_issue_27():
     from urllib.parse import quote
 
     from accelkit.images.index.remote import QUERY_CHARS, _id_groups
-    from accelkit.images.schema import GRAMMAR_ONLY, RequestLimits, check_filter
     from accelkit.images.service.urls import is_public
+    from accelkit.images.settings.schema import GRAMMAR_ONLY, RequestLimits, check_filter
 
     # 6to4 addresses carrying an internal IPv4 address are not public
     for text in ("2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:0a00:0001::1"):

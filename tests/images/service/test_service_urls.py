@@ -16,9 +16,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.config import ServerConfig
 from accelkit.images.service import ServiceError
 from accelkit.images.service.urls import fetch_url, is_public
+from accelkit.images.settings.config import ServerConfig
 
 IMAGE = b"\x89PNG not really, but bytes all the same" * 10
 
@@ -296,9 +296,9 @@ def test_one_deadline_for_all_the_sources_of_a_request(helper):
     deadline, and the four still waiting when the request's deadline passes fail with it, instead
     of each waiting its turn for a deadline of its own (256 slow sources once held a request for
     minutes)."""
-    from accelkit.images.config import ServiceConfig
     from accelkit.images.service.sources import Source
     from accelkit.images.service.state import FETCH_CONCURRENCY, ServiceState
+    from accelkit.images.settings.config import ServiceConfig
 
     server = ServerConfig(allow_urls=True, url_allow=["127.0.0.1"], fetch_timeout_s=1.0)
     state = ServiceState(ServiceConfig(server=server), pipeline=object())

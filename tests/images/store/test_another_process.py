@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelkit.images.config import StoreConfig
+from accelkit.images.settings.config import StoreConfig
 from accelkit.images.store import VectorStore
 from tests.support.cli import result_of
 

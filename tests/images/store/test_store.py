@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from accelkit.errors import ConfigError, DataError, InputError
-from accelkit.images.config import ServiceConfig, StoreConfig
-from accelkit.images.schema import check_filter
+from accelkit.images.settings.config import ServiceConfig, StoreConfig
+from accelkit.images.settings.schema import check_filter
 from accelkit.images.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -711,7 +711,7 @@ def test_persistence_and_crash_after_acknowledge(tmp_path):
     script = textwrap.dedent(f"""
         import os, numpy as np
         from accelkit.images.store import VectorStore
-        from accelkit.images.config import StoreConfig
+        from accelkit.images.settings.config import StoreConfig
         store = VectorStore(StoreConfig(uri={uri!r}))
         store.create_collection("kept", dim=8, index_type="IVF_FLAT", metric_type="L2", index_params={{"nlist": 4}}, description="d")
         data = np.arange(40 * 8, dtype=np.float32).reshape(40, 8) % 7
@@ -950,7 +950,7 @@ def test_first_searches_from_many_threads_at_once_all_answer(tmp_path):
     script = textwrap.dedent(f"""
         import sys, threading, numpy as np
         from accelkit.images.store import VectorStore
-        from accelkit.images.config import StoreConfig
+        from accelkit.images.settings.config import StoreConfig
         store = VectorStore(StoreConfig(uri={uri!r}))
         store.create_collection("c", dim=4, index_type="FLAT", metric_type="IP")
         print("imported at connect:", "scipy.sparse" in sys.modules, flush=True)

@@ -36,8 +36,8 @@ from accelkit.images.cli.options import (
     short_json,
     table,
 )
-from accelkit.images.config import PreprocessConfig
-from accelkit.images.schema import SOURCE_KEY
+from accelkit.images.settings.config import PreprocessConfig
+from accelkit.images.settings.schema import SOURCE_KEY
 from accelkit.images.store import redact_uri
 from accelkit.runtime.cli_options import command_group, endpoint_option, ray_option
 from accelkit.runtime.options import given, with_options

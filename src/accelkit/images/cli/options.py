@@ -91,7 +91,7 @@ def index_in_use(collection: dict) -> str:
     return text + (f" (ignored: {ignored})" if ignored else "")
 
 
-# `images search`: cut and steer the answer (accelkit.images.ranking) ----------------------------
+# `images search`: cut and steer the answer (accelkit.images.index.ranking) ------------------------
 MinScoreOption = Annotated[
     float | None,
     typer.Option(
@@ -134,7 +134,7 @@ FoldCosineOption = Annotated[
 
 def search_rows(hits) -> list[list]:
     """The rows of `images search`'s table: rank, source, id, score (+N similar), metadata."""
-    from accelkit.images.schema import SOURCE_KEY
+    from accelkit.images.settings.schema import SOURCE_KEY
 
     return [
         [

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from accelkit.errors import ConfigError, InputError, require
-from accelkit.images.config import PreprocessConfig
 from accelkit.images.embedding import int8
+from accelkit.images.settings.config import PreprocessConfig
 from accelkit.runtime.files import atomic_open, regular_file
 from accelkit.runtime.progress import status, stderr_console
 

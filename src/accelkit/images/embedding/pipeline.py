@@ -21,7 +21,6 @@ from typing import Any, Literal
 import numpy as np
 
 from accelkit.errors import DataError
-from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import split_result
 from accelkit.images.embedding.decode import describe_input
 from accelkit.images.embedding.models import (
@@ -31,6 +30,7 @@ from accelkit.images.embedding.models import (
     no_text_tower,
 )
 from accelkit.images.embedding.preprocess import make_preprocessor
+from accelkit.images.settings.config import ServiceConfig
 
 __all__ = ["EmbeddingPipeline", "EmbeddingResult"]
 

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import ConfigError
-from accelkit.images.config import PreprocessConfig
 from accelkit.images.embedding.decode import (
     DecodeOptions,
     ImageDecodeError,
@@ -38,6 +37,7 @@ from accelkit.images.embedding.resample import (
     plan_image,
     resample_pass,
 )
+from accelkit.images.settings.config import PreprocessConfig
 from accelkit.runtime.devices import (
     PlatformChoice,
     choose_platform,

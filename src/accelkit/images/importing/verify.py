@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import InputError
-from accelkit.images.config import load_settings
 from accelkit.images.embedding.models import make_backend, make_text_encoder
 from accelkit.images.embedding.preprocess import make_preprocessor
 from accelkit.images.importing.export import features, quiet_transformers
 from accelkit.images.importing.folder import FolderPlan, processor_class, processor_file
+from accelkit.images.settings.config import load_settings
 
 MIN_COSINE = 0.9999
 TEXTS = (

@@ -26,8 +26,14 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.images import ranking
-from accelkit.images.schema import GRAMMAR_ONLY, SOURCE_KEY, check_filter, check_ids, check_text
+from accelkit.images.index import ranking
+from accelkit.images.settings.schema import (
+    GRAMMAR_ONLY,
+    SOURCE_KEY,
+    check_filter,
+    check_ids,
+    check_text,
+)
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.records import ignored_warnings
 from accelkit.runtime.files import record_kept

@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, DataError, InputError
-from accelkit.images import ranking
-from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import ItemResult
 from accelkit.images.embedding.models import PROBE_TEXT, ModelRecords, no_text_tower
 from accelkit.images.embedding.pipeline import EmbeddingPipeline
+from accelkit.images.index import ranking
 from accelkit.images.index.base import (
     Hits,
     ImageIndex,
@@ -33,7 +32,13 @@ from accelkit.images.index.base import (
     check_same_model,
     content_id,
 )
-from accelkit.images.schema import SOURCE_KEY, check_collection_name, check_id, check_metadata
+from accelkit.images.settings.config import ServiceConfig
+from accelkit.images.settings.schema import (
+    SOURCE_KEY,
+    check_collection_name,
+    check_id,
+    check_metadata,
+)
 from accelkit.images.store import CollectionNotFoundError, Hit, VectorStore
 from accelkit.images.store.records import PROP_MODEL
 from accelkit.images.store.thumbnails import make_thumbnail, open_thumbnails

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from accelkit.images.config import ServiceConfig
 from accelkit.images.index.base import ImageIndex
 from accelkit.images.index.local import open_local_index
 from accelkit.images.index.remote import RemoteIndex
+from accelkit.images.settings.config import ServiceConfig
 from accelkit.runtime.progress import phase
 
 

@@ -26,7 +26,7 @@ from accelkit.images.index.base import (
     ModelMismatchError,
     TextQuery,
 )
-from accelkit.images.ranking import Cut
+from accelkit.images.index.ranking import Cut
 from accelkit.images.store import CollectionExistsError, CollectionNotFoundError, Hit, StoreError
 
 # ids sent in one request: within the service's server.max_ids_per_request (10,000 by default);

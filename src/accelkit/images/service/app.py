@@ -5,7 +5,7 @@ Endpoints: GET /health, GET /collections, POST /collections/create, GET|DELETE
 /collections/{name}, GET /collections/{name}/stats, POST /collections/{name}/flush,
 GET|POST /collections/{name}/index, POST /insert, POST /search, GET /items, DELETE /items,
 POST /delete and POST /embed (EmbeddingTrident's), GET /metrics, OpenAPI at /docs.
-Request bodies are the models of `accelkit.images.schema` (JSON, or multipart with files), so
+Request bodies are the models of `accelkit.images.settings.schema` (JSON, or multipart with files), so
 the OpenAPI schema is theirs. Images come as uploads or base64; server-side paths only under
 `server.allowed_roots` (none by default → 403); http(s) URLs only with `allow_urls`.
 
@@ -33,9 +33,12 @@ from starlette.routing import Match
 
 from accelkit import __version__
 from accelkit.errors import AccelkitError
-from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import BatcherClosed, Overloaded
-from accelkit.images.schema import (
+from accelkit.images.service import collections, guards, items, openapi, page
+from accelkit.images.service.errors import ServiceError, error_body, retry_headers, status_for
+from accelkit.images.service.state import ServiceState, State
+from accelkit.images.settings.config import ServiceConfig
+from accelkit.images.settings.schema import (
     CreateCollectionRequest,
     DeleteRequest,
     EmbedRequest,
@@ -43,9 +46,6 @@ from accelkit.images.schema import (
     SearchRequest,
     check_collection_name,
 )
-from accelkit.images.service import collections, guards, items, openapi, page
-from accelkit.images.service.errors import ServiceError, error_body, retry_headers, status_for
-from accelkit.images.service.state import ServiceState, State
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from fastapi import (
 )  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import InputError
-from accelkit.images.schema import (
-    CreateCollectionRequest,
-    check_collection_name,
-)
 from accelkit.images.service import forms
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.state import State
+from accelkit.images.settings.schema import (
+    CreateCollectionRequest,
+    check_collection_name,
+)
 
 log = logging.getLogger(__name__)
 INDEX_SPEC_FIELDS = {"index_type", "metric_type", "index_params"}

@@ -1,4 +1,4 @@
-"""Request bodies, JSON or multipart, into the pydantic models of `accelkit.images.schema`.
+"""Request bodies, JSON or multipart, into the pydantic models of `accelkit.images.settings.schema`.
 
 Both encodings end in the same model, so validation happens once and the OpenAPI schema is the
 model's. A malformed field is a 422 that names the field; a body that is not JSON (or is nested
@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from accelkit.errors import InputError
-from accelkit.images.schema import (
+from accelkit.images.service.errors import ServiceError
+from accelkit.images.service.sources import Source
+from accelkit.images.settings.schema import (
     LIMIT_SETTINGS,
     SURROGATE,
     TOO_MANY,
@@ -24,8 +26,6 @@ from accelkit.images.schema import (
     RequestLimits,
     SearchRequest,
 )
-from accelkit.images.service.errors import ServiceError
-from accelkit.images.service.sources import Source
 
 Model = TypeVar("Model", bound=BaseModel)
 _INTEGER_FIELDS = {"topk", "dim", "batch_size"}

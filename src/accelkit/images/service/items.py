@@ -13,9 +13,13 @@ from fastapi import (
 )  # module level: FastAPI resolves the endpoints' annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images import ranking
+from accelkit.images.index import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
-from accelkit.images.schema import (
+from accelkit.images.service import forms
+from accelkit.images.service.errors import ServiceError
+from accelkit.images.service.sources import Source
+from accelkit.images.service.state import State
+from accelkit.images.settings.schema import (
     LIMIT_SETTINGS,
     DeleteRequest,
     EmbedRequest,
@@ -23,10 +27,6 @@ from accelkit.images.schema import (
     SearchRequest,
     check_collection_name,
 )
-from accelkit.images.service import forms
-from accelkit.images.service.errors import ServiceError
-from accelkit.images.service.sources import Source
-from accelkit.images.service.state import State
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ the statuses it sends. Collection names in paths carry their pattern, /metrics i
 
 from __future__ import annotations
 
-from accelkit.images.schema import MAX_NAME_CHARS, InsertRequest, SearchRequest
+from accelkit.images.settings.schema import MAX_NAME_CHARS, InsertRequest, SearchRequest
 
 ERROR_MODEL = "ErrorResponse"
 ERROR_SCHEMA = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from accelkit.errors import ConfigError
-from accelkit.images.config import ServiceConfig
+from accelkit.images.settings.config import ServiceConfig
 from accelkit.images.store import check_lite_free
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h

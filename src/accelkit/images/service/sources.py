@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.config import ServerConfig
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.urls import fetch_url
+from accelkit.images.settings.config import ServerConfig
 from accelkit.runtime.files import file_kind
 
 MAX_SOURCE_NAME = 256

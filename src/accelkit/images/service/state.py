@@ -14,7 +14,6 @@ from typing import Annotated, Any
 from fastapi import Depends, Request  # module level: FastAPI resolves annotations here
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.config import ServiceConfig
 from accelkit.images.embedding.batching import AdmissionLimiter, DynamicBatcher
 from accelkit.images.embedding.decode import check_pixels, header_cost
 from accelkit.images.embedding.models import PROBE_TEXT
@@ -23,6 +22,7 @@ from accelkit.images.index.local import LocalIndex, open_local_index
 from accelkit.images.service import forms, guards
 from accelkit.images.service.errors import ServiceError
 from accelkit.images.service.sources import Source, load
+from accelkit.images.settings.config import ServiceConfig
 from accelkit.images.store import VectorStore
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import socket
 from urllib.parse import urljoin
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.config import ServerConfig
 from accelkit.images.service.errors import ServiceError
+from accelkit.images.settings.config import ServerConfig
 
 MAX_REDIRECTS = 3
 REDIRECTS = (301, 302, 303, 307, 308)

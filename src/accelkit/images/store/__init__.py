@@ -7,7 +7,7 @@ A collection has three fields: `id` (VARCHAR primary key, user-given or generate
 
 Why the details below exist:
 * **No user string changes what an operation means.** Ids and collection names are checked
-  against strict rules (`accelkit.images.schema`) before they reach Milvus, and the primary-key
+  against strict rules (`accelkit.images.settings.schema`) before they reach Milvus, and the primary-key
   expressions for get/delete are built here with escaped string literals, never by pymilvus'
   `get(ids=)`/`delete(ids=)`, which paste ids between quotes unescaped. Milvus Lite pastes ids
   into SQL on upsert, so the id alphabet has no quote at all.
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from accelkit.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads them)
-    from accelkit.images.config import StoreConfig as StoreConfig
+    from accelkit.images.settings.config import StoreConfig as StoreConfig
     from accelkit.images.store.errors import (
         CollectionExistsError as CollectionExistsError,
     )

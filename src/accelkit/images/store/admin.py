@@ -10,7 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
-from accelkit.images.schema import MAX_DIM, MIN_DIM, check_collection_name, check_description
+from accelkit.images.settings.schema import (
+    MAX_DIM,
+    MIN_DIM,
+    check_collection_name,
+    check_description,
+)
 from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import CollectionExistsError, StoreError, StoreTimeoutError
 from accelkit.images.store.lite import clear_aborted_collection, index_coverage

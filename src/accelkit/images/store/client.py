@@ -17,9 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
-from accelkit.images.config import StoreConfig
-from accelkit.images.filters import NotOnLite3, for_lite3, json_path, lite3_ambiguous_fields
-from accelkit.images.schema import check_collection_name
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.filters import (
+    NotOnLite3,
+    for_lite3,
+    json_path,
+    lite3_ambiguous_fields,
+)
+from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
     FilterNotOnEngine,

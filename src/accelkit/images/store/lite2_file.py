@@ -36,8 +36,8 @@ from urllib.parse import quote
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.config import StoreConfig
-from accelkit.images.schema import check_ids
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.schema import check_ids
 from accelkit.images.store.errors import CollectionNotFoundError
 from accelkit.images.store.lite import check_lite_free, lite_format
 from accelkit.images.store.records import (

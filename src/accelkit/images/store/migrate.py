@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import AccelkitError, CheckFailed, InputError
-from accelkit.images.config import StoreConfig
-from accelkit.images.schema import check_collection_name
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store import VectorStore
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.lite import (

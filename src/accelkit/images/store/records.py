@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelkit.errors import ConfigError
-from accelkit.images.config import StoreConfig
-from accelkit.images.schema import MAX_INDEX_PARAM, RESERVED_NAMES, check_ids
+from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.schema import MAX_INDEX_PARAM, RESERVED_NAMES, check_ids
 
 ID_FIELD, VECTOR_FIELD, METADATA_FIELD = "id", "vector", "metadata"
 MAX_ID_LENGTH = (

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.schema import GRAMMAR_ONLY, check_filter, check_ids, check_metadata
+from accelkit.images.settings.schema import GRAMMAR_ONLY, check_filter, check_ids, check_metadata
 from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import FilterError, StoreError, StoreTimeoutError, _unreachable
 from accelkit.images.store.lite import check_lite_space, row_bytes

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkit.images.ranking import Cut
+from accelkit.images.index.ranking import Cut
 from accelkit.images.store import Hit
 
 

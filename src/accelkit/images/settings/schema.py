@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from accelkit.errors import DataError, InputError
-from accelkit.images.filters import (
+from accelkit.images.settings.filters import (
     MAX_LIST_VALUES,
     FilterListTooLong,
     FilterSyntaxError,
@@ -154,7 +154,7 @@ GRAMMAR_ONLY = 1 << 62
 
 def check_filter(expr: Any, where: str = "filter", max_values: int = MAX_LIST_VALUES) -> str | None:
     """A filter expression, bounded, printable, and one whole expression of the grammar in
-    `accelkit.images.filters` (Milvus silently drops what follows a complete expression), whose
+    `accelkit.images.settings.filters` (Milvus silently drops what follows a complete expression), whose
     lists hold at most `max_values` values; None or "" means no filter."""
     if expr is None or expr == "":
         return None

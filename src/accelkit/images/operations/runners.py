@@ -18,16 +18,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from accelkit.errors import ConfigError, DataError, InputError
-from accelkit.images.config import ConfigLike, load_settings
 from accelkit.images.embedding import ray as ray_pipeline
 from accelkit.images.embedding.pipeline import EmbeddingPipeline
 from accelkit.images.index import ray as ray_sink
 from accelkit.images.index.base import ImageInput, insert_in_chunks
 from accelkit.images.index.local import open_local_index
 from accelkit.images.index.opener import open_index
-from accelkit.images.inputs import missing_inputs, open_items, parse_metadata, sidecar_paths
-from accelkit.images.results import EmbedReport, InsertReport
-from accelkit.images.schema import check_collection_name
+from accelkit.images.operations.inputs import (
+    missing_inputs,
+    open_items,
+    parse_metadata,
+    sidecar_paths,
+)
+from accelkit.images.operations.results import EmbedReport, InsertReport
+from accelkit.images.settings.config import ConfigLike, load_settings
+from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store import is_local_uri
 from accelkit.runtime import storage
 from accelkit.runtime.files import atomic_open, temporary_folder, write_json_atomic

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
-from accelkit.images.schema import RequestLimits, check_model_name
+from accelkit.images.settings.schema import RequestLimits, check_model_name
 from accelkit.runtime.config import Section, Settings, load, read_yaml
 from accelkit.runtime.devices import PLATFORM_ALIASES
 from accelkit.runtime.options import Flag
