@@ -33,6 +33,8 @@ Lite 3 directory under Lite 2, a 2.x file as DST under Lite 3) is refused in one
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import random
@@ -79,7 +81,9 @@ class CollectionCopy:
     after), `total` in the source, `verified` (every SRC id in DST, `sampled` items read back
     equal), `extra` items DST holds that SRC lacks (kept), `verified_before` when the copy was
     finished and verified before this run (None: it was not), `note`: what this run did, where
-    the table does not say it."""
+    the table does not say it, `compared`: items whose content (vector bytes and metadata) was
+    found equal in SRC and DST, `replaced`: DST items that differed, replaced by SRC's
+    (`replace_changed`)."""
 
     name: str
     total: int
@@ -92,6 +96,8 @@ class CollectionCopy:
     extra: int = 0
     verified_before: str | None = None
     note: str = ""
+    compared: int = 0
+    replaced: int = 0
 
     def document(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -204,9 +210,11 @@ def resume_hint(
     collections: Sequence[str] | None = None,
     source_thumbnails: str = "auto",
     target_thumbnails: str = "auto",
+    *extra: str,
 ) -> str:
     """The command that goes on with a migration: the same stores, databases, collections and
-    thumbnail files (tokens and credentials are not shown: give them again)."""
+    thumbnail files, then `extra` flags (tokens and credentials are not shown: give them
+    again)."""
     words = ["accelkit", "images", "migrate", redact_uri(source.uri), redact_uri(target.uri)]
     for flag, value in (("--source-db", source.db_name), ("--target-db", target.db_name)):
         words += [flag, value] if value else []
@@ -217,6 +225,7 @@ def resume_hint(
         ("--target-thumbnails", target_thumbnails),
     ):
         words += [flag, value] if value != "auto" else []
+    words += extra
     secret = [
         f"--{side}-token"
         for side, config in (("source", source), ("target", target))
@@ -237,12 +246,15 @@ def migrate(
     target_thumbnails: str = "auto",
     restart: bool = False,
     force: bool = False,
+    replace_changed: bool = False,
     progress: bool = False,
     lite2_reader: bool | None = None,
 ) -> MigrateReport:
     """Copy `collections` (default: all) of the store `source` into the store `target`.
     `restart`: drop an unfinished copy and start over (`force`: a complete one, or one holding
-    items SRC lacks, too). `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine
+    items SRC lacks or items that differ from SRC's, too). `replace_changed`: items that differ
+    between SRC and DST (written to either since they were copied) take SRC's version (else
+    they are counted, kept and the verification fails). `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine
     (None: where the installed engine is Lite 3, which cannot open it)."""
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
@@ -256,6 +268,9 @@ def migrate(
         )
     _refuse_one_file(source, target)
     hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
+    replace_hint = resume_hint(
+        source, target, collections, source_thumbnails, target_thumbnails, "--replace-changed"
+    )
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
         src = stack.enter_context(_open_source(source, lite2_reader))
@@ -265,7 +280,7 @@ def migrate(
         if is_local_uri(target.uri):
             check_lite_format(target.uri, "DST")
         dst = stack.enter_context(VectorStore(target))
-        identity, distinct = _identify(src, dst)
+        identity, _ = _identify(src, dst)
         names = list(collections or src.list_collections())
         for name in names:
             check_collection_name(name)
@@ -287,12 +302,12 @@ def migrate(
                         name,
                         kept,
                     )
-            origin = _prepare(src, dst, name, index_type, (restart, force), identity, distinct)
+            origin = _prepare(src, dst, name, index_type, (restart, force), identity)
             copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
-            found = _top_up(src, dst, copy, thumbs, batch_size, hint)
+            found = _top_up(src, dst, copy, thumbs, batch_size, hint, replace_changed)
             with _stage("verification", _this_run(copy, _where(dst.config)), hint):
                 _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
-                copy.sampled, copy.verified = _verify(src, dst, copy, found, sample)
+                copy.sampled, copy.verified = _verify(src, dst, copy, found, sample, replace_hint)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
             _mark(dst, name, {**origin, "complete": True, "verified_at": _now()})
             copy.note = _note(copy)
@@ -334,7 +349,8 @@ def _stage(stage: str, state: str | Callable[[], str], hint: str) -> Iterator[No
         yield
     except AccelkitError as exc:
         got = state if isinstance(state, str) else state()
-        goes_on = "" if "--restart" in str(exc) else f"; run `{hint}` again to resume"
+        advised = "--restart" in str(exc) or getattr(exc, "advised", False)
+        goes_on = "" if advised else f"; run `{hint}` again to resume"
         exc.args = (f"migrate stopped in the {stage} ({got}): {exc}{goes_on}",)
         raise
 
@@ -362,15 +378,42 @@ def _when(origin: dict[str, Any]) -> str:
     return f"on {origin['verified_at']}" if origin.get("verified_at") else "earlier"
 
 
-def _ids(store, name: str) -> list[str]:
-    return [row["id"] for rows in store.iterate(name, 16384, ids_only=True) for row in rows]
+def _digest(row: dict[str, Any]) -> bytes:
+    """An item's content as 16 bytes: its vector's float32 bytes and its metadata (JSON, keys
+    sorted), hashed."""
+    digest = hashlib.blake2b(np.ascontiguousarray(row["vector"], np.float32).tobytes(), digest_size=16)  # fmt: skip
+    digest.update(json.dumps(row["metadata"], sort_keys=True, separators=(",", ":")).encode())
+    return digest.digest()
 
 
-def _compare(src, dst, name: str) -> tuple[list[str], list[str], int]:
-    """SRC's ids (ascending), those of them DST lacks, and how many DST holds that SRC lacks."""
-    theirs, ours = _ids(src, name), set(_ids(dst, name))
+def _digests(store, name: str) -> dict[str, bytes]:
+    """Every item of `name`, id (ascending) -> `_digest` of its content, read in batches."""
+    return {row["id"]: _digest(row) for rows in store.iterate(name, 1000) for row in rows}
+
+
+@dataclass
+class Difference:
+    """SRC's and DST's items of one collection compared by content: SRC's ids (ascending),
+    those DST lacks, how many DST holds that SRC lacks, and the ids both hold with another
+    vector or metadata."""
+
+    ids: list[str]
+    missing: list[str]
+    extra: int
+    changed: list[str]
+
+
+def _compare(src, dst, name: str) -> Difference:
+    """Every item of `name` in SRC and DST compared: ids, vector bytes and metadata."""
+    theirs, ours = _digests(src, name), _digests(dst, name)
     missing = [i for i in theirs if i not in ours]
-    return theirs, missing, len(ours) - (len(theirs) - len(missing))
+    changed = [i for i, d in theirs.items() if i in ours and ours[i] != d]
+    return Difference(list(theirs), missing, len(ours) - (len(theirs) - len(missing)), changed)
+
+
+def _such_as(ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(i) for i in ids[:3])
+    return f"{shown}{', …' if len(ids) > 3 else ''}"
 
 
 def _items(count: int) -> str:
@@ -379,32 +422,40 @@ def _items(count: int) -> str:
 
 def _loss(src, dst, name: str, found: dict[str, Any]) -> str | None:
     """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
-    unfinished copy holding only SRC's items: the copy starts over and writes them again)."""
-    _, _, extra = _compare(src, dst, name)
+    unfinished copy holding only SRC's items as SRC holds them: the copy starts over and writes
+    them again). Items DST holds with another vector or metadata than SRC's are lost too."""
+    diff = _compare(src, dst, name)
     since = "(written to DST, or deleted from SRC, since)"
+    changed = (
+        f", and {_items(len(diff.changed))} that differ from SRC's (such as"
+        f" {_such_as(diff.changed)}: written to DST or to SRC since they were copied)"
+        if diff.changed
+        else ""
+    )
     if found.get("complete"):
         held = _items(dst.count(name, consistency="Strong"))
-        return f"it is complete (verified {_when(found)}): {held}, {extra:,} of them SRC lacks {since}"  # fmt: skip
-    return f"it holds {_items(extra)} SRC lacks {since}" if extra else None
+        return f"it is complete (verified {_when(found)}): {held}, {diff.extra:,} of them SRC lacks {since}{changed}"  # fmt: skip
+    if diff.extra or diff.changed:
+        return f"it holds {_items(diff.extra)} SRC lacks {since}{changed}"
+    return None
 
 
-def _prepare(
-    src, dst, name: str, index_type: str | None, restart, identity, distinct: bool
-) -> dict[str, Any]:
+def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> dict[str, Any]:
     """The destination collection, created like the source's or found as an earlier run of
-    this copy left it; returns its origin record. `restart`: (restart, force). `distinct`: SRC
-    and DST are proven two stores (only then is deleting DST's collection of that name
-    advised)."""
+    this copy left it; returns its origin record. `restart`: (restart, force). A collection of
+    that name in DST that is no copy of this one is never written to, and never advised
+    deleted (its items may be the user's only copy)."""
     restart, force = restart
     origin = _origin(src, name, identity)
     if dst.has_collection(name):
         found = dst.recorded(name, PROP_ORIGIN) or {}
         if not _came_from(found, origin):
             where = "another store" if found else "no migration"
-            fix = f"delete it from DST {_where(dst.config)}" if distinct else "name another DST"
+            held = _items(dst.count(name, consistency="Strong"))
             raise InputError(
-                f"collection {name!r} exists in DST and came from {where}; {fix} or migrate"
-                " other collections (--collection)"
+                f"collection {name!r} exists in DST {_where(dst.config)} and came from {where}"
+                f" ({held}, kept: migrate writes only into its own copies); migrate into another"
+                " DST, or migrate other collections (--collection)"
             )
         loss = _loss(src, dst, name, found) if restart and not force else None
         if loss:
@@ -516,24 +567,29 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
     return copy
 
 
-def _top_up(src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str):
+def _top_up(
+    src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str, replace_changed: bool
+) -> Difference:
     """Copy SRC's items that DST lacks (added to SRC behind the ordered copy's mark, or since a
-    finished copy) and count DST's items that SRC lacks (`copy.extra`: kept); returns SRC's ids
-    and those DST still lacks."""
+    finished copy), and with `replace_changed` SRC's version of the items that differ; count
+    DST's items that SRC lacks (`copy.extra`: kept); returns SRC and DST compared again."""
     name, where = copy.name, _where(dst.config)
     with _stage("verification", _this_run(copy, where), hint):
-        src_ids, missing, copy.extra = _compare(src, dst, name)
-    if not missing:
-        return src_ids, missing
-    copy.total, done = len(src_ids), 0
+        diff = _compare(src, dst, name)
+        copy.extra = diff.extra
+    todo = diff.missing + (diff.changed if replace_changed else [])
+    if not todo:
+        return diff
+    copy.total, done = len(diff.ids), 0
     since = f"; the copy was verified {copy.verified_before}" if copy.verified_before else ""
+    what = f"{len(todo):,} items of {name!r} DST lacked or held otherwise than SRC"
 
     def state() -> str:
-        return f"{done:,} of the {len(missing):,} items of {name!r} DST lacked copied to {where} in this run{since}"  # fmt: skip
+        return f"{done:,} of the {what} copied to {where} in this run{since}"
 
     with _stage("copy", state, hint):
-        for start in range(0, len(missing), batch_size):
-            rows = src.get(name, missing[start : start + batch_size], with_vectors=True)
+        for start in range(0, len(todo), batch_size):
+            rows = src.get(name, todo[start : start + batch_size], with_vectors=True)
             ids = [row["id"] for row in rows]
             if ids:
                 copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
@@ -541,10 +597,13 @@ def _top_up(src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str):
                 dst.upsert(name, ids, vectors, [r["metadata"] for r in rows])
             done += len(ids)
             copy.copied += len(ids)
+            copy.replaced += len(set(ids) & set(diff.changed)) if replace_changed else 0
+            _kept(dst, name, f"{done:,} of the {what}", "copy", hint, "resume")
         dst.flush(name)
     with _stage("verification", _this_run(copy, where), hint):
-        src_ids, missing, copy.extra = _compare(src, dst, name)
-    return src_ids, missing
+        diff = _compare(src, dst, name)
+        copy.extra = diff.extra
+    return diff
 
 
 def _this_run(copy: CollectionCopy, where: str) -> str:
@@ -563,8 +622,13 @@ def _note(copy: CollectionCopy) -> str:
     name, parts = repr(copy.name), []
     if copy.verified_before:
         parts.append(f"the copy of {name} was finished and verified {copy.verified_before}")
-        if copy.copied:
-            parts.append(f"copied the {_items(copy.copied)} SRC gained since")
+        if copy.copied - copy.replaced:
+            parts.append(f"copied the {_items(copy.copied - copy.replaced)} SRC gained since")
+    if copy.replaced:
+        parts.append(
+            f"replaced {_items(copy.replaced)} DST held otherwise than SRC with SRC's"
+            " (--replace-changed)"
+        )
     if copy.extra:
         during = "since" if copy.verified_before else "during the copy"
         held = "now holds" if copy.verified_before else "also holds"
@@ -589,11 +653,28 @@ def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
     return len(found)
 
 
-def _verify(src, dst, copy: CollectionCopy, found, sample: int) -> tuple[int, bool]:
-    """SRC's items (`found`: their ids, and those DST lacks) all in DST, and `sample` of them (chosen at random, seeded by the name)
+def _verify(
+    src, dst, copy: CollectionCopy, found: Difference, sample: int, replace_hint: str
+) -> tuple[int, bool]:
+    """SRC's items all in DST with the same content (`found`: every item's vector bytes and
+    metadata compared by digest), and `sample` of them (chosen at random, seeded by the name)
     read back from both stores with equal vectors (bit for bit) and metadata; `CheckFailed`
-    otherwise, advising --restart only where dropping the copy loses nothing."""
-    name, (ids, lacking) = copy.name, found
+    otherwise, advising --restart only where dropping the copy loses nothing, and for items
+    that differ only what keeps them (`replace_hint`: SRC's version replaces DST's, said how
+    many)."""
+    name, ids, lacking = copy.name, found.ids, found.missing
+    if found.changed:
+        count = _items(len(found.changed))
+        failed = CheckFailed(
+            f"collection {name!r}: {count} of SRC's {len(ids):,} differ in DST (vector or"
+            f" metadata; such as {_such_as(found.changed)}): SRC or DST was written to since"
+            f" they were copied; nothing was overwritten or dropped, and the copy is not marked"
+            f" verified; keep DST's versions as they are, or take SRC's with `{replace_hint}`"
+            f" (replaces those {count} in DST)"
+        )
+        failed.advised = True  # rerunning as it is cannot help: no "again to resume"
+        raise failed
+    copy.compared = len(ids)
     if copy.verified_before or copy.extra:  # the copy is kept: never advice to drop it
         kept = (
             f"the copy was verified {copy.verified_before}"
