@@ -3,7 +3,10 @@ Lite through the command: what DST gained is kept and said, never dropped by adv
 refuses to drop a complete copy or DST's own items unless `--force`; a stopped rerun says what
 this run did. No server: these run in the Lite 3 pass too (tests/images/store/test_engines.py)."""
 
+import os
 import signal
+
+import pytest
 
 from tests.support.cli import result_of
 from tests.support.migrate import add_items, everything, run, same_items, small_lite, stopped_line
@@ -178,3 +181,34 @@ def test_an_interrupted_top_up_says_what_it_wrote(tmp_path, capsys, monkeypatch)
     assert code == 130 and "nothing written" not in line, line
     assert "2 of the 6 items of 'pics' DST lacked" in line and "stopped in the copy" in line, line
     assert len(everything({"uri": dst}, "pics")) == 7
+
+
+def test_another_programs_sqlite_database_is_never_written(tmp_path, capsys):
+    """Findings 56 #6: `migrate src.db app.db` (app.db: the user's own SQLite database) exited 0
+    with Milvus Lite's tables written into it; under Lite 3 such a file was called "a Milvus Lite
+    2.x database" with advice to migrate it. Now every open of a Milvus Lite store (a command's
+    store, migrate's SRC and DST) refuses it in one line, exit 2, writing nothing; a new path
+    still makes a store."""
+    import sqlite3
+
+    from accelkit.errors import InputError
+    from accelkit.images.store import StoreConfig, VectorStore
+
+    src = small_lite(tmp_path / "stores" / "src.db")
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as db:
+        db.execute("CREATE TABLE contacts (name TEXT)")
+        db.execute("INSERT INTO contacts VALUES ('Ada')")
+    db.close()
+    before, listing = app.read_bytes(), sorted(os.listdir(tmp_path))
+    for args in ([src, str(app)], [str(app), str(tmp_path / "stores" / "new.db")]):
+        code, _, err = run(capsys, "migrate", *args, "--no-progress")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "SQLite database of another program (its tables: contacts)" in err, err
+        assert "2.x" not in err and "damaged" not in err, err
+    with pytest.raises(InputError, match="another program"), VectorStore(StoreConfig(uri=str(app))) as store:  # fmt: skip
+        store.list_collections()
+    assert app.read_bytes() == before and sorted(os.listdir(tmp_path)) == listing
+    assert not (tmp_path / "stores" / "new.db").exists()
+    with VectorStore(StoreConfig(uri=str(tmp_path / "fresh.db"))) as store:
+        assert store.list_collections() == []

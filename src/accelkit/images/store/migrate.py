@@ -55,6 +55,7 @@ from accelkit.images.store.errors import StoreError
 from accelkit.images.store.lite import (
     check_lite_format,
     file_identity,
+    foreign_tables,
     lite_exists,
     lite_format,
     lite_generation,
@@ -261,6 +262,8 @@ def migrate(
     if force and not restart:
         raise InputError("--force only goes with --restart (what it drops); leave it out")
     _refuse_database_flags(source, target)
+    if is_local_uri(source.uri) and foreign_tables(source.uri):
+        check_lite_format(source.uri, "SRC")  # another program's SQLite database: refused
     if is_local_uri(source.uri) and not lite_exists(source.uri):  # opening would make it
         raise InputError(
             f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
