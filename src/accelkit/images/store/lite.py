@@ -24,6 +24,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -55,7 +56,7 @@ LITE3_ENTRIES = ("collections", "databases")  # what a Milvus Lite 3.x folder ho
 LITE2_TABLE = "collection_meta"  # what a Milvus Lite 2.x file holds from its engine's first start
 
 
-def _is_sqlite(path: str) -> bool:
+def is_sqlite(path: str) -> bool:
     try:
         with open(path, "rb") as handle:
             return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
@@ -73,7 +74,7 @@ def foreign_tables(path: str) -> list[str]:
     from urllib.parse import quote
 
     path = os.path.expanduser(path)
-    if os.path.isdir(path) or not _is_sqlite(path):
+    if os.path.isdir(path) or not is_sqlite(path):
         return []
     try:
         db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=1)
@@ -94,7 +95,7 @@ def lite_format(path: str) -> int | None:
     path = os.path.expanduser(path)
     if os.path.isdir(path):
         return 3 if all(os.path.isdir(os.path.join(path, e)) for e in LITE3_ENTRIES) else None
-    return 2 if _is_sqlite(path) and not foreign_tables(path) else None
+    return 2 if is_sqlite(path) and not foreign_tables(path) else None
 
 
 def lite_exists(path: str) -> bool:
@@ -123,7 +124,7 @@ def check_lite_format(uri: str, role: str = "store.uri") -> None:
         raise InputError(
             f"{role} {uri} is a Milvus Lite 2.x database (one SQLite file), which the installed"
             f" Milvus Lite {installed}.x cannot open; copy it into a Lite 3 store with `accelkit"
-            f" images migrate {uri} NEW.db` (no 2.x engine needed), or install milvus-lite<3"
+            f" images migrate {shlex.quote(uri)} NEW.db` (no 2.x engine needed), or install milvus-lite<3"
             " to use it as it is"
         )
     if found == 3 and installed < 3:
