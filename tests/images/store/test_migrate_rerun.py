@@ -212,3 +212,35 @@ def test_another_programs_sqlite_database_is_never_written(tmp_path, capsys):
     assert not (tmp_path / "stores" / "new.db").exists()
     with VectorStore(StoreConfig(uri=str(tmp_path / "fresh.db"))) as store:
         assert store.list_collections() == []
+
+
+def test_a_held_source_is_refused_with_advice_migrate_can_follow(tmp_path, capsys):
+    """Findings 56 #11: migrating from a file a running service holds advised "go through that
+    service with --server", an option migrate lacks. Now it advises stopping the holder and the
+    command to run then."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src, dst = small_lite(tmp_path / "src.db"), str(tmp_path / "dst.db")
+    root = Path(__file__).resolve().parents[3]
+    code = (
+        "import sys, time\nfrom accelkit.images.store import StoreConfig, VectorStore\n"
+        "s = VectorStore(StoreConfig(uri=sys.argv[1])); s.count('pics')\n"
+        "print('ready', flush=True); time.sleep(120)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, src], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        code, _, err = run(capsys, "migrate", src, dst, "--no-progress")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert code == 2 and f"process {holder.pid} holds it" in err, err
+    assert (
+        "--server" not in err and f"stop it, then run `accelkit images migrate {src} {dst}" in err
+    ), err
+    assert not os.path.exists(dst)

@@ -21,6 +21,7 @@ Lite 3 with the index builds and merges that follow it, `lite3_upkeep`)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -395,10 +396,28 @@ def close_engine(path: str) -> bool:
         return True
 
 
+# What a refused open advises besides stopping the holder: the running command's own way
+# through the holder (`holder_advice`); the store's commands have --server.
+_HOLDER_ADVICE: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "holder_advice", default="stop it, or go through that service with --server"
+)
+
+
+@contextlib.contextmanager
+def holder_advice(advice: str):
+    """Inside the block, a Milvus Lite database another process holds is refused advising
+    `advice` (the ways the running command has), not the store commands' --server."""
+    token = _HOLDER_ADVICE.set(advice)
+    try:
+        yield
+    finally:
+        _HOLDER_ADVICE.reset(token)
+
+
 def _held_by(uri: str, pid: int) -> StoreError:
     return StoreError(
         f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
-        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
+        f"(e.g. a running `accelkit images serve`); {_HOLDER_ADVICE.get()}"
     )
 
 

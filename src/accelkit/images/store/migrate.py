@@ -56,6 +56,7 @@ from accelkit.images.store.lite import (
     check_lite_format,
     file_identity,
     foreign_tables,
+    holder_advice,
     lite_exists,
     lite_format,
     lite_generation,
@@ -276,6 +277,8 @@ def migrate(
     )
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
+        # migrate has no --server: a held file is copied once its holder stops
+        stack.enter_context(holder_advice(f"stop it, then run `{hint}` again"))
         src = stack.enter_context(_open_source(source, lite2_reader))
         if isinstance(src, Lite2Store):  # one it cannot copy: refused before DST is touched
             for name in collections or src.list_collections():
