@@ -9,20 +9,21 @@ says where it came from and how far the copy got. Items are read in ascending id
 each batch the destination's record moves its mark to the batch's last id. So whenever the
 copy stops, the destination holds whole copies of source items — every one up to the mark, and
 at most the batch that was in flight beyond it — and the same command resumes after the mark
-(that batch is written again: upserts are idempotent). At the end the ids of both sides are
-compared (SRC's that DST lacks — gained behind the mark, or since a finished copy — are copied),
-and a sample of vectors and metadata is read back from both sides and compared exactly; only then
-is the copy marked complete, with the time. Items DST holds that SRC lacks (written to DST, or
-deleted from SRC) are kept and counted, never dropped: `--restart` refuses to drop a complete copy
-or one holding such items unless `force`. A collection of that name in the destination that did
-not come from this source is never written to.
+(that batch is written again: upserts are idempotent). At the end every item of both sides is
+compared by content (a digest of its vector's bytes and its metadata; SRC's items that DST
+lacks — gained behind the mark, or since a finished copy — are copied), and a sample is read
+back from both sides and compared exactly; only then is the copy marked complete, with the
+time. Items DST holds that SRC lacks (written to DST, or deleted from SRC) are kept and counted,
+never dropped; items both hold that differ (written to either since they were copied) are
+counted, named and kept (exit 3) unless `replace_changed` takes SRC's. `--restart` refuses to
+drop a complete copy or one holding either kind unless `force`. A collection of that name in
+the destination that did not come from this source is never written to, nor advised deleted.
 
 SRC and DST are compared by what they are, not by how they are spelled: two Milvus Lite files by
 device and inode (a hard link, a symbolic link and `./x/../photos.db` are one file), two servers'
 databases by the random id accelkit keeps in each (`StoreClient.store_marker`: `localhost`,
 `127.0.0.1` and `LOCALHOST`, db_name "" and "default", reach one database). One store named twice
-is refused before anything is written; deleting a collection is advised only where SRC and DST
-are proven two stores. A copy that stops (a signal, a failure) says whether it stopped in the copy
+is refused before anything is written. A copy that stops (a signal, a failure) says whether it stopped in the copy
 or in the verification, with the command that goes on.
 
 A Milvus Lite 2.x file (one SQLite file) is read without its engine (`lite2_file.Lite2Store`)
