@@ -427,11 +427,13 @@ def _items(count: int) -> str:
     return f"{count:,} item{'s' if count != 1 else ''}"
 
 
-def _loss(src, dst, name: str, found: dict[str, Any]) -> str | None:
+def _loss(src, dst, name: str, found: dict[str, Any], changed: bool = True) -> str | None:
     """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
     unfinished copy holding only SRC's items as SRC holds them: the copy starts over and writes
-    them again). Items DST holds with another vector or metadata than SRC's are lost too."""
+    them again). Items DST holds with another vector or metadata than SRC's are lost too, unless
+    not `changed` (SRC's collection was made again with another model: all its items differ)."""
     diff = _compare(src, dst, name)
+    diff.changed = diff.changed if changed else []
     since = "(written to DST, or deleted from SRC, since)"
     changed = (
         f", and {_items(len(diff.changed))} that differ from SRC's (such as"
@@ -464,7 +466,8 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
                 f" ({held}, kept: migrate writes only into its own copies); migrate into another"
                 " DST, or migrate other collections (--collection)"
             )
-        loss = _loss(src, dst, name, found) if restart and not force else None
+        same = _same_vectors(src, dst, name)
+        loss = _loss(src, dst, name, found, same) if restart and not force else None
         if loss:
             raise InputError(
                 f"--restart would drop the copy of {name!r} in DST {_where(dst.config)}: {loss};"
@@ -479,10 +482,10 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
             kind, params, _ = _index_of(src, dst, name, index_type)
             metric = src.describe(name)["metric_type"]
             dst.finish_index(name, IndexSpec.from_config(dst.config, kind, metric, params))
-            if _same_vectors(src, dst, name):
+            if same:
                 return {**found, **origin}
             # SRC's collection was made again since: its items are not the ones copied
-            loss = _loss(src, dst, name, found)
+            loss = _loss(src, dst, name, found, changed=False)
             then = (
                 f"its copy in DST is left as it is: {loss}" if loss else "run again with --restart"
             )
