@@ -244,3 +244,27 @@ def test_a_held_source_is_refused_with_advice_migrate_can_follow(tmp_path, capsy
         "--server" not in err and f"stop it, then run `accelkit images migrate {src} {dst}" in err
     ), err
     assert not os.path.exists(dst)
+
+
+def test_a_resumed_copy_does_not_write_over_what_dst_holds_past_its_mark(
+    tmp_path, capsys, monkeypatch
+):
+    """Findings 56 #1, past the mark: an item DST holds beyond a stopped copy's mark (the batch
+    in flight, or written to DST since) with other content than SRC's was written over by the
+    resumed copy without a word. Now the rerun refuses before writing, naming it (exit 3);
+    --replace-changed takes SRC's."""
+    from accelkit.images.store import StoreError
+
+    src, dst = small_lite(tmp_path / "src.db"), str(tmp_path / "dst.db")
+    failure = StoreError("upserting into 'pics' failed: gone")
+    code, _ = stopped_line(capsys, monkeypatch, "upsert", failure, src, dst, "--batch-size", "2", "--no-progress")  # fmt: skip
+    assert code == 2
+    _edit(dst, "i3")  # past the mark (i1)
+    before = everything({"uri": dst}, "pics")
+    code, _, err = run(capsys, "migrate", src, dst, "--batch-size", "2", "--no-progress")
+    assert code == 3 and "1 item of SRC's 5 differ in DST" in err and "'i3'" in err, err
+    assert "--replace-changed" in err and "--restart" not in err, err
+    assert same_items(everything({"uri": dst}, "pics"), before)
+    code, out, err = run(capsys, "migrate", src, dst, "--replace-changed", "--json")
+    assert code == 0 and result_of(out)["collections"][0]["verified"], err
+    assert same_items(everything({"uri": dst}, "pics"), everything({"uri": src}, "pics"))

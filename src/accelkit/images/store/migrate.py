@@ -34,8 +34,6 @@ Lite 3 directory under Lite 2, a 2.x file as DST under Lite 3) is refused in one
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import random
@@ -52,6 +50,14 @@ from accelkit.errors import AccelkitError, CheckFailed, InputError
 from accelkit.images.config import StoreConfig
 from accelkit.images.schema import check_collection_name
 from accelkit.images.store import VectorStore
+from accelkit.images.store.compare import (
+    Difference,
+    changed_refusal,
+    compare,
+    items_text,
+    refuse_changed_ahead,
+    such_as,
+)
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.lite import (
     check_lite_format,
@@ -310,7 +316,8 @@ def migrate(
                         kept,
                     )
             origin = _prepare(src, dst, name, index_type, (restart, force), identity)
-            copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
+            copying = (thumbs, batch_size, progress, hint, replace_changed, replace_hint)
+            copy = _copy(src, dst, name, origin, *copying)
             found = _top_up(src, dst, copy, thumbs, batch_size, hint, replace_changed)
             with _stage("verification", _this_run(copy, _where(dst.config)), hint):
                 _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
@@ -385,67 +392,25 @@ def _when(origin: dict[str, Any]) -> str:
     return f"on {origin['verified_at']}" if origin.get("verified_at") else "earlier"
 
 
-def _digest(row: dict[str, Any]) -> bytes:
-    """An item's content as 16 bytes: its vector's float32 bytes and its metadata (JSON, keys
-    sorted), hashed."""
-    digest = hashlib.blake2b(np.ascontiguousarray(row["vector"], np.float32).tobytes(), digest_size=16)  # fmt: skip
-    digest.update(json.dumps(row["metadata"], sort_keys=True, separators=(",", ":")).encode())
-    return digest.digest()
-
-
-def _digests(store, name: str) -> dict[str, bytes]:
-    """Every item of `name`, id (ascending) -> `_digest` of its content, read in batches."""
-    return {row["id"]: _digest(row) for rows in store.iterate(name, 1000) for row in rows}
-
-
-@dataclass
-class Difference:
-    """SRC's and DST's items of one collection compared by content: SRC's ids (ascending),
-    those DST lacks, how many DST holds that SRC lacks, and the ids both hold with another
-    vector or metadata."""
-
-    ids: list[str]
-    missing: list[str]
-    extra: int
-    changed: list[str]
-
-
-def _compare(src, dst, name: str) -> Difference:
-    """Every item of `name` in SRC and DST compared: ids, vector bytes and metadata."""
-    theirs, ours = _digests(src, name), _digests(dst, name)
-    missing = [i for i in theirs if i not in ours]
-    changed = [i for i, d in theirs.items() if i in ours and ours[i] != d]
-    return Difference(list(theirs), missing, len(ours) - (len(theirs) - len(missing)), changed)
-
-
-def _such_as(ids: Sequence[str]) -> str:
-    shown = ", ".join(repr(i) for i in ids[:3])
-    return f"{shown}{', …' if len(ids) > 3 else ''}"
-
-
-def _items(count: int) -> str:
-    return f"{count:,} item{'s' if count != 1 else ''}"
-
-
 def _loss(src, dst, name: str, found: dict[str, Any], changed: bool = True) -> str | None:
     """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
     unfinished copy holding only SRC's items as SRC holds them: the copy starts over and writes
     them again). Items DST holds with another vector or metadata than SRC's are lost too, unless
     not `changed` (SRC's collection was made again with another model: all its items differ)."""
-    diff = _compare(src, dst, name)
+    diff = compare(src, dst, name)
     diff.changed = diff.changed if changed else []
     since = "(written to DST, or deleted from SRC, since)"
     changed = (
-        f", and {_items(len(diff.changed))} that differ from SRC's (such as"
-        f" {_such_as(diff.changed)}: written to DST or to SRC since they were copied)"
+        f", and {items_text(len(diff.changed))} that differ from SRC's (such as"
+        f" {such_as(diff.changed)}: written to DST or to SRC since they were copied)"
         if diff.changed
         else ""
     )
     if found.get("complete"):
-        held = _items(dst.count(name, consistency="Strong"))
+        held = items_text(dst.count(name, consistency="Strong"))
         return f"it is complete (verified {_when(found)}): {held}, {diff.extra:,} of them SRC lacks {since}{changed}"  # fmt: skip
     if diff.extra or diff.changed:
-        return f"it holds {_items(diff.extra)} SRC lacks {since}{changed}"
+        return f"it holds {items_text(diff.extra)} SRC lacks {since}{changed}"
     return None
 
 
@@ -460,7 +425,7 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         found = dst.recorded(name, PROP_ORIGIN) or {}
         if not _came_from(found, origin):
             where = "another store" if found else "no migration"
-            held = _items(dst.count(name, consistency="Strong"))
+            held = items_text(dst.count(name, consistency="Strong"))
             raise InputError(
                 f"collection {name!r} exists in DST {_where(dst.config)} and came from {where}"
                 f" ({held}, kept: migrate writes only into its own copies); migrate into another"
@@ -534,7 +499,9 @@ def _same_vectors(src, dst, name: str) -> bool:
     ) == dst.recorded(name, PROP_MODEL)
 
 
-def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> CollectionCopy:
+def _copy(
+    src, dst, name, origin, thumbs, batch_size, progress, hint, replace_changed, replace_hint
+) -> CollectionCopy:
     total = src.count(name, consistency="Strong")
     copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
     if origin.get("complete"):
@@ -555,6 +522,8 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
         _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
         task = bar.add_task(f"copying {name}", total=total)
         bar.update(task, advance=done)
+        if after is not None and not replace_changed:  # never written over without a word
+            refuse_changed_ahead(src, dst, name, after, batch_size, total, replace_hint)
         for rows in src.iterate(name, batch_size, after=after):
             ids = [row["id"] for row in rows]
             if copy.resumed_after is not None and min(ids) <= after:
@@ -585,7 +554,7 @@ def _top_up(
     DST's items that SRC lacks (`copy.extra`: kept); returns SRC and DST compared again."""
     name, where = copy.name, _where(dst.config)
     with _stage("verification", _this_run(copy, where), hint):
-        diff = _compare(src, dst, name)
+        diff = compare(src, dst, name)
         copy.extra = diff.extra
     todo = diff.missing + (diff.changed if replace_changed else [])
     if not todo:
@@ -611,7 +580,7 @@ def _top_up(
             _kept(dst, name, f"{done:,} of the {what}", "copy", hint, "resume")
         dst.flush(name)
     with _stage("verification", _this_run(copy, where), hint):
-        diff = _compare(src, dst, name)
+        diff = compare(src, dst, name)
         copy.extra = diff.extra
     return diff
 
@@ -633,17 +602,17 @@ def _note(copy: CollectionCopy) -> str:
     if copy.verified_before:
         parts.append(f"the copy of {name} was finished and verified {copy.verified_before}")
         if copy.copied - copy.replaced:
-            parts.append(f"copied the {_items(copy.copied - copy.replaced)} SRC gained since")
+            parts.append(f"copied the {items_text(copy.copied - copy.replaced)} SRC gained since")
     if copy.replaced:
         parts.append(
-            f"replaced {_items(copy.replaced)} DST held otherwise than SRC with SRC's"
+            f"replaced {items_text(copy.replaced)} DST held otherwise than SRC with SRC's"
             " (--replace-changed)"
         )
     if copy.extra:
         during = "since" if copy.verified_before else "during the copy"
         held = "now holds" if copy.verified_before else "also holds"
         parts.append(
-            f"DST {held} {_items(copy.extra)} SRC lacks (written to DST, or deleted from SRC,"
+            f"DST {held} {items_text(copy.extra)} SRC lacks (written to DST, or deleted from SRC,"
             f" {during}), kept"
         )
     if not parts:
@@ -674,29 +643,20 @@ def _verify(
     many)."""
     name, ids, lacking = copy.name, found.ids, found.missing
     if found.changed:
-        count = _items(len(found.changed))
-        failed = CheckFailed(
-            f"collection {name!r}: {count} of SRC's {len(ids):,} differ in DST (vector or"
-            f" metadata; such as {_such_as(found.changed)}): SRC or DST was written to since"
-            f" they were copied; nothing was overwritten or dropped, and the copy is not marked"
-            f" verified; keep DST's versions as they are, or take SRC's with `{replace_hint}`"
-            f" (replaces those {count} in DST)"
-        )
-        failed.advised = True  # rerunning as it is cannot help: no "again to resume"
-        raise failed
+        raise changed_refusal(name, found.changed, len(ids), replace_hint)
     copy.compared = len(ids)
     if copy.verified_before or copy.extra:  # the copy is kept: never advice to drop it
         kept = (
             f"the copy was verified {copy.verified_before}"
             if copy.verified_before
-            else f"DST holds {_items(copy.extra)} SRC lacks"
+            else f"DST holds {items_text(copy.extra)} SRC lacks"
         )
         fix = f"nothing was dropped ({kept}: SRC or DST was written to since)"
     else:
         fix = "run again with --restart"
     if lacking:
         raise CheckFailed(
-            f"collection {name!r}: DST lacks {_items(len(lacking))} of SRC's {len(ids):,} (such"
+            f"collection {name!r}: DST lacks {items_text(len(lacking))} of SRC's {len(ids):,} (such"
             f" as {lacking[0]!r}) after copying them; SRC or DST changed during the copy: {fix}"
         )
     chosen = random.Random(name).sample(ids, min(sample, len(ids)))
