@@ -118,8 +118,8 @@ def check_lite_format(uri: str, role: str = "store.uri") -> None:
         shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
         raise InputError(
             f"{role} {uri} is a SQLite database of another program (its tables: {shown}), not a"
-            " Milvus Lite one, and is left as it is; give the path of a Milvus Lite database,"
-            " or a new one"
+            " Milvus Lite one, and is left as it is; give the path of a Milvus Lite database"
+            + ("" if role == "SRC" else ", or a new one")
         )
     if found == 2 and installed >= 3:
         raise InputError(
