@@ -367,7 +367,7 @@ def migrate(
     Lite file or a server URI each): ids, vectors, metadata, thumbnails and the model record, in
     batches, resumable, verified. `options`: those of `accelkit.images.store.migrate.migrate`
     (batch_size, index_type, sample, source_thumbnails, target_thumbnails, restart, force,
-    progress).
+    replace_changed, progress).
     Settings not given (timeout, batch sizes, consistency) come from the config's `store`."""
     base = load_settings(config).store.model_dump()
 

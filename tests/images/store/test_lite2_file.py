@@ -347,20 +347,35 @@ def test_a_database_the_installed_engine_cannot_open_is_one_line(tmp_path, capsy
 
 
 def test_an_unfinished_write_is_undone_as_the_refusal_says(tmp_path):
+    """The advised command, pasted into a shell, undoes the write; a path with shell syntax in
+    it (findings 56 #9: `x$(touch PWNED).db` ran touch, `it's.db` broke the quoting) is quoted.
+    Under Lite 3, the advice to migrate a 2.x file quotes its path too."""
+    import os
+    import shlex
     import subprocess
-    import sys
 
-    from accelkit.errors import DataError
+    from accelkit.errors import DataError, InputError
+    from accelkit.images.store import StoreConfig, VectorStore
+    from accelkit.images.store.lite import lite_generation
     from accelkit.images.store.lite2_file import Lite2File
 
-    path = damaged(tmp_path, "unfinished write")
+    folder = tmp_path / "x$(touch PWNED) it's"
+    folder.mkdir()
+    path = damaged(folder, "unfinished write")
     with pytest.raises(DataError) as refused:
         Lite2File(str(path))
     advice = str(refused.value).split("then run again: ")[1]
-    assert advice.startswith('python3 -c "')
-    subprocess.run([sys.executable, "-c", advice.removeprefix('python3 -c "')[:-1]], check=True)
+    assert advice.startswith("python3 -c ")
+    python = os.path.dirname(shutil.which("python3") or "")
+    env = {**os.environ, "PATH": os.pathsep.join([python, os.environ.get("PATH", "")])}
+    subprocess.run(["bash", "-c", advice], check=True, cwd=tmp_path, env=env)
+    assert not (tmp_path / "PWNED").exists()
     with Lite2File(str(path)) as lite:
         assert lite.count("photos") == 172 and lite.count("clips") == 60
+    if lite_generation() >= 3:
+        with pytest.raises(InputError) as refused, VectorStore(StoreConfig(uri=str(path))):
+            pass
+        assert f"images migrate {shlex.quote(str(path))} NEW.db" in str(refused.value)
 
 
 def test_a_stopped_copy_from_a_2x_file_resumes_after_its_mark(tmp_path, capsys, monkeypatch):

@@ -314,6 +314,13 @@ def migrate_command(
         bool,
         typer.Option("--force", help="With --restart: drop a complete copy, or DST's own items."),
     ] = False,
+    replace_changed: Annotated[
+        bool,
+        typer.Option(
+            "--replace-changed",
+            help="Items that differ between SRC and DST (written to since copied) take SRC's version.",
+        ),
+    ] = False,
     source_token: Annotated[
         str | None, typer.Option("--source-token", help="SRC server's token.")
     ] = None,
@@ -358,6 +365,7 @@ def migrate_command(
         target_thumbnails=target_thumbnails,
         restart=restart,
         force=force,
+        replace_changed=replace_changed,
         progress=progress,
     )
     if as_json:
@@ -373,7 +381,7 @@ def migrate_command(
                 c.total,
                 c.resumed_after or "",
                 c.thumbnails,
-                f"{c.sampled} equal" if c.verified else "no",
+                f"all {c.compared:,} equal" if c.verified else "no",
                 c.index_type,
             ]
             for c in report.collections

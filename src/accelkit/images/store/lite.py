@@ -21,9 +21,11 @@ Lite 3 with the index builds and merges that follow it, `lite3_upkeep`)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -52,20 +54,49 @@ def lite_generation() -> int:
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 LITE3_ENTRIES = ("collections", "databases")  # what a Milvus Lite 3.x folder holds
+LITE2_TABLE = "collection_meta"  # what a Milvus Lite 2.x file holds from its engine's first start
+
+
+def is_sqlite(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def foreign_tables(path: str) -> list[str]:
+    """The tables of the SQLite file at `path` where it is not a Milvus Lite 2.x database (it
+    has tables, none of them Milvus Lite's): another program's database, which an engine must
+    never write its tables into. Empty where it is one, where it holds no table, where it is no
+    SQLite file, or where its tables cannot be read now (locked, a write unfinished: its own
+    reader says so)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    path = os.path.expanduser(path)
+    if os.path.isdir(path) or not is_sqlite(path):
+        return []
+    try:
+        db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=1)
+        try:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+    tables = sorted(str(row[0]) for row in rows)
+    return [] if LITE2_TABLE in tables else tables
 
 
 def lite_format(path: str) -> int | None:
-    """Which Milvus Lite generation made the database at `path`: 2 (a SQLite file), 3 (a
-    folder holding Lite 3's `collections/` and `databases/`), or None (nothing there, an empty
-    file or folder, anything else)."""
+    """Which Milvus Lite generation made the database at `path`: 2 (a SQLite file, not another
+    program's: `foreign_tables`), 3 (a folder holding Lite 3's `collections/` and
+    `databases/`), or None (nothing there, an empty file or folder, anything else)."""
     path = os.path.expanduser(path)
     if os.path.isdir(path):
         return 3 if all(os.path.isdir(os.path.join(path, e)) for e in LITE3_ENTRIES) else None
-    try:
-        with open(path, "rb") as handle:
-            return 2 if handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER else None
-    except OSError:
-        return None
+    return 2 if is_sqlite(path) and not foreign_tables(path) else None
 
 
 def lite_exists(path: str) -> bool:
@@ -82,11 +113,19 @@ def check_lite_format(uri: str, role: str = "store.uri") -> None:
     path = os.path.expanduser(uri)
     found, installed = lite_format(path), lite_generation()
     empty = os.path.isdir(path) and not os.listdir(path) if installed >= 3 else _empty_file(path)
+    foreign = foreign_tables(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
+        raise InputError(
+            f"{role} {uri} is a SQLite database of another program (its tables: {shown}), not a"
+            " Milvus Lite one, and is left as it is; give the path of a Milvus Lite database"
+            + ("" if role == "SRC" else ", or a new one")
+        )
     if found == 2 and installed >= 3:
         raise InputError(
             f"{role} {uri} is a Milvus Lite 2.x database (one SQLite file), which the installed"
             f" Milvus Lite {installed}.x cannot open; copy it into a Lite 3 store with `accelkit"
-            f" images migrate {uri} NEW.db` (no 2.x engine needed), or install milvus-lite<3"
+            f" images migrate {shlex.quote(uri)} NEW.db` (no 2.x engine needed), or install milvus-lite<3"
             " to use it as it is"
         )
     if found == 3 and installed < 3:
@@ -357,10 +396,28 @@ def close_engine(path: str) -> bool:
         return True
 
 
+# What a refused open advises besides stopping the holder: the running command's own way
+# through the holder (`holder_advice`); the store's commands have --server.
+_HOLDER_ADVICE: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "holder_advice", default="stop it, or go through that service with --server"
+)
+
+
+@contextlib.contextmanager
+def holder_advice(advice: str):
+    """Inside the block, a Milvus Lite database another process holds is refused advising
+    `advice` (the ways the running command has), not the store commands' --server."""
+    token = _HOLDER_ADVICE.set(advice)
+    try:
+        yield
+    finally:
+        _HOLDER_ADVICE.reset(token)
+
+
 def _held_by(uri: str, pid: int) -> StoreError:
     return StoreError(
         f"cannot open the Milvus Lite database {uri}: process {pid} holds it "
-        "(e.g. a running `accelkit images serve`); stop it, or go through that service with --server"
+        f"(e.g. a running `accelkit images serve`); {_HOLDER_ADVICE.get()}"
     )
 
 

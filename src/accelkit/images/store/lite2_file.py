@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from accelkit.errors import DataError, InputError
 from accelkit.images.settings.config import StoreConfig
 from accelkit.images.settings.schema import check_ids
 from accelkit.images.store.errors import CollectionNotFoundError
-from accelkit.images.store.lite import check_lite_free, lite_format
+from accelkit.images.store.lite import check_lite_free, is_sqlite
 from accelkit.images.store.records import (
     CATALOG,
     ID_FIELD,
@@ -135,7 +136,7 @@ class Lite2File:
 
     def __init__(self, path: str):
         self.path = os.path.expanduser(path)
-        if lite_format(self.path) != 2:
+        if not is_sqlite(self.path):
             raise InputError(
                 f"{path} is not a Milvus Lite 2.x database (no SQLite header); name the .db"
                 " file a Lite 2.x store wrote"
@@ -150,16 +151,22 @@ class Lite2File:
         except sqlite3.Error as exc:
             journal = f"{self.path}-journal"
             if os.path.exists(journal):  # a hot journal: only a writer may roll it back
+                undo = (
+                    f"import sqlite3; sqlite3.connect({self.path!r}).execute('PRAGMA quick_check')"
+                )
                 raise DataError(
                     f"Milvus Lite 2.x file {self.path} holds a write its engine did not finish"
-                    f' ({journal}); let SQLite undo it, then run again: python3 -c "import'
-                    f" sqlite3; sqlite3.connect({self.path!r}).execute('PRAGMA quick_check')\""
+                    f" ({journal}); let SQLite undo it, then run again:"
+                    f" {shlex.join(['python3', '-c', undo])}"
                 ) from exc
             self._fail(f"SQLite cannot read it ({exc})")
         if checked != [(b"ok",)]:
             self._fail(f"SQLite finds it damaged ({checked[0][0].decode(errors='replace')})")
         if b"collection_meta" not in tables:
-            self._fail("it is a SQLite file without Milvus Lite's collection_meta table")
+            self._fail(
+                "it is a SQLite file without Milvus Lite's collection_meta table",
+                fix="name the .db file a Lite 2.x store wrote",
+            )
         self._tables = {t.decode(errors="replace") for t in tables}
         self._schemas: dict[str, Schema] = {}
         self._rows: dict[str, dict[Any, int]] = {}  # primary key -> SQLite rowid, per collection

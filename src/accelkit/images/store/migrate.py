@@ -9,20 +9,21 @@ says where it came from and how far the copy got. Items are read in ascending id
 each batch the destination's record moves its mark to the batch's last id. So whenever the
 copy stops, the destination holds whole copies of source items — every one up to the mark, and
 at most the batch that was in flight beyond it — and the same command resumes after the mark
-(that batch is written again: upserts are idempotent). At the end the ids of both sides are
-compared (SRC's that DST lacks — gained behind the mark, or since a finished copy — are copied),
-and a sample of vectors and metadata is read back from both sides and compared exactly; only then
-is the copy marked complete, with the time. Items DST holds that SRC lacks (written to DST, or
-deleted from SRC) are kept and counted, never dropped: `--restart` refuses to drop a complete copy
-or one holding such items unless `force`. A collection of that name in the destination that did
-not come from this source is never written to.
+(that batch is written again: upserts are idempotent). At the end every item of both sides is
+compared by content (a digest of its vector's bytes and its metadata; SRC's items that DST
+lacks — gained behind the mark, or since a finished copy — are copied), and a sample is read
+back from both sides and compared exactly; only then is the copy marked complete, with the
+time. Items DST holds that SRC lacks (written to DST, or deleted from SRC) are kept and counted,
+never dropped; items both hold that differ (written to either since they were copied) are
+counted, named and kept (exit 3) unless `replace_changed` takes SRC's. `--restart` refuses to
+drop a complete copy or one holding either kind unless `force`. A collection of that name in
+the destination that did not come from this source is never written to, nor advised deleted.
 
 SRC and DST are compared by what they are, not by how they are spelled: two Milvus Lite files by
 device and inode (a hard link, a symbolic link and `./x/../photos.db` are one file), two servers'
 databases by the random id accelkit keeps in each (`StoreClient.store_marker`: `localhost`,
 `127.0.0.1` and `LOCALHOST`, db_name "" and "default", reach one database). One store named twice
-is refused before anything is written; deleting a collection is advised only where SRC and DST
-are proven two stores. A copy that stops (a signal, a failure) says whether it stopped in the copy
+is refused before anything is written. A copy that stops (a signal, a failure) says whether it stopped in the copy
 or in the verification, with the command that goes on.
 
 A Milvus Lite 2.x file (one SQLite file) is read without its engine (`lite2_file.Lite2Store`)
@@ -49,10 +50,20 @@ from accelkit.errors import AccelkitError, CheckFailed, InputError
 from accelkit.images.settings.config import StoreConfig
 from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store import VectorStore
+from accelkit.images.store.compare import (
+    Difference,
+    changed_refusal,
+    compare,
+    items_text,
+    refuse_changed_ahead,
+    such_as,
+)
 from accelkit.images.store.errors import StoreError
 from accelkit.images.store.lite import (
     check_lite_format,
     file_identity,
+    foreign_tables,
+    holder_advice,
     lite_exists,
     lite_format,
     lite_generation,
@@ -79,7 +90,9 @@ class CollectionCopy:
     after), `total` in the source, `verified` (every SRC id in DST, `sampled` items read back
     equal), `extra` items DST holds that SRC lacks (kept), `verified_before` when the copy was
     finished and verified before this run (None: it was not), `note`: what this run did, where
-    the table does not say it."""
+    the table does not say it, `compared`: items whose content (vector bytes and metadata) was
+    found equal in SRC and DST, `replaced`: DST items that differed, replaced by SRC's
+    (`replace_changed`)."""
 
     name: str
     total: int
@@ -92,6 +105,8 @@ class CollectionCopy:
     extra: int = 0
     verified_before: str | None = None
     note: str = ""
+    compared: int = 0
+    replaced: int = 0
 
     def document(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -204,9 +219,11 @@ def resume_hint(
     collections: Sequence[str] | None = None,
     source_thumbnails: str = "auto",
     target_thumbnails: str = "auto",
+    *extra: str,
 ) -> str:
     """The command that goes on with a migration: the same stores, databases, collections and
-    thumbnail files (tokens and credentials are not shown: give them again)."""
+    thumbnail files, then `extra` flags (tokens and credentials are not shown: give them
+    again)."""
     words = ["accelkit", "images", "migrate", redact_uri(source.uri), redact_uri(target.uri)]
     for flag, value in (("--source-db", source.db_name), ("--target-db", target.db_name)):
         words += [flag, value] if value else []
@@ -217,6 +234,7 @@ def resume_hint(
         ("--target-thumbnails", target_thumbnails),
     ):
         words += [flag, value] if value != "auto" else []
+    words += extra
     secret = [
         f"--{side}-token"
         for side, config in (("source", source), ("target", target))
@@ -237,18 +255,23 @@ def migrate(
     target_thumbnails: str = "auto",
     restart: bool = False,
     force: bool = False,
+    replace_changed: bool = False,
     progress: bool = False,
     lite2_reader: bool | None = None,
 ) -> MigrateReport:
     """Copy `collections` (default: all) of the store `source` into the store `target`.
     `restart`: drop an unfinished copy and start over (`force`: a complete one, or one holding
-    items SRC lacks, too). `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine
+    items SRC lacks or items that differ from SRC's, too). `replace_changed`: items that differ
+    between SRC and DST (written to either since they were copied) take SRC's version (else
+    they are counted, kept and the verification fails). `lite2_reader`: read a Milvus Lite 2.x SRC file without its engine
     (None: where the installed engine is Lite 3, which cannot open it)."""
     if not 1 <= batch_size <= 16384:
         raise InputError(f"--batch-size {batch_size} must be between 1 and 16384")
     if force and not restart:
         raise InputError("--force only goes with --restart (what it drops); leave it out")
     _refuse_database_flags(source, target)
+    if is_local_uri(source.uri) and foreign_tables(source.uri):
+        check_lite_format(source.uri, "SRC")  # another program's SQLite database: refused
     if is_local_uri(source.uri) and not lite_exists(source.uri):  # opening would make it
         raise InputError(
             f"SRC {source.uri}: no such Milvus Lite database; check the path (or give a server"
@@ -256,8 +279,13 @@ def migrate(
         )
     _refuse_one_file(source, target)
     hint = resume_hint(source, target, collections, source_thumbnails, target_thumbnails)
+    replace_hint = resume_hint(
+        source, target, collections, source_thumbnails, target_thumbnails, "--replace-changed"
+    )
     report = MigrateReport(redact_uri(source.uri), redact_uri(target.uri))
     with ExitStack() as stack:
+        # migrate has no --server: a held file is copied once its holder stops
+        stack.enter_context(holder_advice(f"stop it, then run `{hint}` again"))
         src = stack.enter_context(_open_source(source, lite2_reader))
         if isinstance(src, Lite2Store):  # one it cannot copy: refused before DST is touched
             for name in collections or src.list_collections():
@@ -265,7 +293,7 @@ def migrate(
         if is_local_uri(target.uri):
             check_lite_format(target.uri, "DST")
         dst = stack.enter_context(VectorStore(target))
-        identity, distinct = _identify(src, dst)
+        identity, _ = _identify(src, dst)
         names = list(collections or src.list_collections())
         for name in names:
             check_collection_name(name)
@@ -287,12 +315,13 @@ def migrate(
                         name,
                         kept,
                     )
-            origin = _prepare(src, dst, name, index_type, (restart, force), identity, distinct)
-            copy = _copy(src, dst, name, origin, thumbs, batch_size, progress, hint)
-            found = _top_up(src, dst, copy, thumbs, batch_size, hint)
+            origin = _prepare(src, dst, name, index_type, (restart, force), identity)
+            copying = (thumbs, batch_size, progress, hint, replace_changed, replace_hint)
+            copy = _copy(src, dst, name, origin, *copying)
+            found = _top_up(src, dst, copy, thumbs, batch_size, hint, replace_changed)
             with _stage("verification", _this_run(copy, _where(dst.config)), hint):
                 _kept(dst, name, f"all {copy.total:,} items", "verification", hint, "verify them")
-                copy.sampled, copy.verified = _verify(src, dst, copy, found, sample)
+                copy.sampled, copy.verified = _verify(src, dst, copy, found, sample, replace_hint)
             origin = dst.recorded(name, PROP_ORIGIN) or {}
             _mark(dst, name, {**origin, "complete": True, "verified_at": _now()})
             copy.note = _note(copy)
@@ -334,7 +363,8 @@ def _stage(stage: str, state: str | Callable[[], str], hint: str) -> Iterator[No
         yield
     except AccelkitError as exc:
         got = state if isinstance(state, str) else state()
-        goes_on = "" if "--restart" in str(exc) else f"; run `{hint}` again to resume"
+        advised = "--restart" in str(exc) or getattr(exc, "advised", False)
+        goes_on = "" if advised else f"; run `{hint}` again to resume"
         exc.args = (f"migrate stopped in the {stage} ({got}): {exc}{goes_on}",)
         raise
 
@@ -362,51 +392,47 @@ def _when(origin: dict[str, Any]) -> str:
     return f"on {origin['verified_at']}" if origin.get("verified_at") else "earlier"
 
 
-def _ids(store, name: str) -> list[str]:
-    return [row["id"] for rows in store.iterate(name, 16384, ids_only=True) for row in rows]
-
-
-def _compare(src, dst, name: str) -> tuple[list[str], list[str], int]:
-    """SRC's ids (ascending), those of them DST lacks, and how many DST holds that SRC lacks."""
-    theirs, ours = _ids(src, name), set(_ids(dst, name))
-    missing = [i for i in theirs if i not in ours]
-    return theirs, missing, len(ours) - (len(theirs) - len(missing))
-
-
-def _items(count: int) -> str:
-    return f"{count:,} item{'s' if count != 1 else ''}"
-
-
-def _loss(src, dst, name: str, found: dict[str, Any]) -> str | None:
+def _loss(src, dst, name: str, found: dict[str, Any], changed: bool = True) -> str | None:
     """What dropping DST's copy of `name` would lose, said in a line; None where nothing (an
-    unfinished copy holding only SRC's items: the copy starts over and writes them again)."""
-    _, _, extra = _compare(src, dst, name)
+    unfinished copy holding only SRC's items as SRC holds them: the copy starts over and writes
+    them again). Items DST holds with another vector or metadata than SRC's are lost too, unless
+    not `changed` (SRC's collection was made again with another model: all its items differ)."""
+    diff = compare(src, dst, name)
+    diff.changed = diff.changed if changed else []
     since = "(written to DST, or deleted from SRC, since)"
+    changed = (
+        f", and {items_text(len(diff.changed))} that differ from SRC's (such as"
+        f" {such_as(diff.changed)}: written to DST or to SRC since they were copied)"
+        if diff.changed
+        else ""
+    )
     if found.get("complete"):
-        held = _items(dst.count(name, consistency="Strong"))
-        return f"it is complete (verified {_when(found)}): {held}, {extra:,} of them SRC lacks {since}"  # fmt: skip
-    return f"it holds {_items(extra)} SRC lacks {since}" if extra else None
+        held = items_text(dst.count(name, consistency="Strong"))
+        return f"it is complete (verified {_when(found)}): {held}, {diff.extra:,} of them SRC lacks {since}{changed}"  # fmt: skip
+    if diff.extra or diff.changed:
+        return f"it holds {items_text(diff.extra)} SRC lacks {since}{changed}"
+    return None
 
 
-def _prepare(
-    src, dst, name: str, index_type: str | None, restart, identity, distinct: bool
-) -> dict[str, Any]:
+def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> dict[str, Any]:
     """The destination collection, created like the source's or found as an earlier run of
-    this copy left it; returns its origin record. `restart`: (restart, force). `distinct`: SRC
-    and DST are proven two stores (only then is deleting DST's collection of that name
-    advised)."""
+    this copy left it; returns its origin record. `restart`: (restart, force). A collection of
+    that name in DST that is no copy of this one is never written to, and never advised
+    deleted (its items may be the user's only copy)."""
     restart, force = restart
     origin = _origin(src, name, identity)
     if dst.has_collection(name):
         found = dst.recorded(name, PROP_ORIGIN) or {}
         if not _came_from(found, origin):
             where = "another store" if found else "no migration"
-            fix = f"delete it from DST {_where(dst.config)}" if distinct else "name another DST"
+            held = items_text(dst.count(name, consistency="Strong"))
             raise InputError(
-                f"collection {name!r} exists in DST and came from {where}; {fix} or migrate"
-                " other collections (--collection)"
+                f"collection {name!r} exists in DST {_where(dst.config)} and came from {where}"
+                f" ({held}, kept: migrate writes only into its own copies); migrate into another"
+                " DST, or migrate other collections (--collection)"
             )
-        loss = _loss(src, dst, name, found) if restart and not force else None
+        same = _same_vectors(src, dst, name)
+        loss = _loss(src, dst, name, found, same) if restart and not force else None
         if loss:
             raise InputError(
                 f"--restart would drop the copy of {name!r} in DST {_where(dst.config)}: {loss};"
@@ -421,10 +447,10 @@ def _prepare(
             kind, params, _ = _index_of(src, dst, name, index_type)
             metric = src.describe(name)["metric_type"]
             dst.finish_index(name, IndexSpec.from_config(dst.config, kind, metric, params))
-            if _same_vectors(src, dst, name):
+            if same:
                 return {**found, **origin}
             # SRC's collection was made again since: its items are not the ones copied
-            loss = _loss(src, dst, name, found)
+            loss = _loss(src, dst, name, found, changed=False)
             then = (
                 f"its copy in DST is left as it is: {loss}" if loss else "run again with --restart"
             )
@@ -473,7 +499,9 @@ def _same_vectors(src, dst, name: str) -> bool:
     ) == dst.recorded(name, PROP_MODEL)
 
 
-def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> CollectionCopy:
+def _copy(
+    src, dst, name, origin, thumbs, batch_size, progress, hint, replace_changed, replace_hint
+) -> CollectionCopy:
     total = src.count(name, consistency="Strong")
     copy = CollectionCopy(name, total, index_type=dst.describe(name)["index_type"])
     if origin.get("complete"):
@@ -494,6 +522,8 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
         _kept(dst, name, f"{done:,} of {total:,} items", "copy", hint, "resume")
         task = bar.add_task(f"copying {name}", total=total)
         bar.update(task, advance=done)
+        if after is not None and not replace_changed:  # never written over without a word
+            refuse_changed_ahead(src, dst, name, after, batch_size, total, replace_hint)
         for rows in src.iterate(name, batch_size, after=after):
             ids = [row["id"] for row in rows]
             if copy.resumed_after is not None and min(ids) <= after:
@@ -516,24 +546,29 @@ def _copy(src, dst, name, origin, thumbs, batch_size, progress, hint) -> Collect
     return copy
 
 
-def _top_up(src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str):
+def _top_up(
+    src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str, replace_changed: bool
+) -> Difference:
     """Copy SRC's items that DST lacks (added to SRC behind the ordered copy's mark, or since a
-    finished copy) and count DST's items that SRC lacks (`copy.extra`: kept); returns SRC's ids
-    and those DST still lacks."""
+    finished copy), and with `replace_changed` SRC's version of the items that differ; count
+    DST's items that SRC lacks (`copy.extra`: kept); returns SRC and DST compared again."""
     name, where = copy.name, _where(dst.config)
     with _stage("verification", _this_run(copy, where), hint):
-        src_ids, missing, copy.extra = _compare(src, dst, name)
-    if not missing:
-        return src_ids, missing
-    copy.total, done = len(src_ids), 0
+        diff = compare(src, dst, name)
+        copy.extra = diff.extra
+    todo = diff.missing + (diff.changed if replace_changed else [])
+    if not todo:
+        return diff
+    copy.total, done = len(diff.ids), 0
     since = f"; the copy was verified {copy.verified_before}" if copy.verified_before else ""
+    what = f"{len(todo):,} items of {name!r} DST lacked or held otherwise than SRC"
 
     def state() -> str:
-        return f"{done:,} of the {len(missing):,} items of {name!r} DST lacked copied to {where} in this run{since}"  # fmt: skip
+        return f"{done:,} of the {what} copied to {where} in this run{since}"
 
     with _stage("copy", state, hint):
-        for start in range(0, len(missing), batch_size):
-            rows = src.get(name, missing[start : start + batch_size], with_vectors=True)
+        for start in range(0, len(todo), batch_size):
+            rows = src.get(name, todo[start : start + batch_size], with_vectors=True)
             ids = [row["id"] for row in rows]
             if ids:
                 copy.thumbnails += _copy_thumbnails(thumbs, name, ids)
@@ -541,10 +576,13 @@ def _top_up(src, dst, copy: CollectionCopy, thumbs, batch_size: int, hint: str):
                 dst.upsert(name, ids, vectors, [r["metadata"] for r in rows])
             done += len(ids)
             copy.copied += len(ids)
+            copy.replaced += len(set(ids) & set(diff.changed)) if replace_changed else 0
+            _kept(dst, name, f"{done:,} of the {what}", "copy", hint, "resume")
         dst.flush(name)
     with _stage("verification", _this_run(copy, where), hint):
-        src_ids, missing, copy.extra = _compare(src, dst, name)
-    return src_ids, missing
+        diff = compare(src, dst, name)
+        copy.extra = diff.extra
+    return diff
 
 
 def _this_run(copy: CollectionCopy, where: str) -> str:
@@ -563,13 +601,18 @@ def _note(copy: CollectionCopy) -> str:
     name, parts = repr(copy.name), []
     if copy.verified_before:
         parts.append(f"the copy of {name} was finished and verified {copy.verified_before}")
-        if copy.copied:
-            parts.append(f"copied the {_items(copy.copied)} SRC gained since")
+        if copy.copied - copy.replaced:
+            parts.append(f"copied the {items_text(copy.copied - copy.replaced)} SRC gained since")
+    if copy.replaced:
+        parts.append(
+            f"replaced {items_text(copy.replaced)} DST held otherwise than SRC with SRC's"
+            " (--replace-changed)"
+        )
     if copy.extra:
         during = "since" if copy.verified_before else "during the copy"
         held = "now holds" if copy.verified_before else "also holds"
         parts.append(
-            f"DST {held} {_items(copy.extra)} SRC lacks (written to DST, or deleted from SRC,"
+            f"DST {held} {items_text(copy.extra)} SRC lacks (written to DST, or deleted from SRC,"
             f" {during}), kept"
         )
     if not parts:
@@ -589,23 +632,31 @@ def _copy_thumbnails(thumbs, name: str, ids: list[str]) -> int:
     return len(found)
 
 
-def _verify(src, dst, copy: CollectionCopy, found, sample: int) -> tuple[int, bool]:
-    """SRC's items (`found`: their ids, and those DST lacks) all in DST, and `sample` of them (chosen at random, seeded by the name)
+def _verify(
+    src, dst, copy: CollectionCopy, found: Difference, sample: int, replace_hint: str
+) -> tuple[int, bool]:
+    """SRC's items all in DST with the same content (`found`: every item's vector bytes and
+    metadata compared by digest), and `sample` of them (chosen at random, seeded by the name)
     read back from both stores with equal vectors (bit for bit) and metadata; `CheckFailed`
-    otherwise, advising --restart only where dropping the copy loses nothing."""
-    name, (ids, lacking) = copy.name, found
+    otherwise, advising --restart only where dropping the copy loses nothing, and for items
+    that differ only what keeps them (`replace_hint`: SRC's version replaces DST's, said how
+    many)."""
+    name, ids, lacking = copy.name, found.ids, found.missing
+    if found.changed:
+        raise changed_refusal(name, found.changed, len(ids), replace_hint)
+    copy.compared = len(ids)
     if copy.verified_before or copy.extra:  # the copy is kept: never advice to drop it
         kept = (
             f"the copy was verified {copy.verified_before}"
             if copy.verified_before
-            else f"DST holds {_items(copy.extra)} SRC lacks"
+            else f"DST holds {items_text(copy.extra)} SRC lacks"
         )
         fix = f"nothing was dropped ({kept}: SRC or DST was written to since)"
     else:
         fix = "run again with --restart"
     if lacking:
         raise CheckFailed(
-            f"collection {name!r}: DST lacks {_items(len(lacking))} of SRC's {len(ids):,} (such"
+            f"collection {name!r}: DST lacks {items_text(len(lacking))} of SRC's {len(ids):,} (such"
             f" as {lacking[0]!r}) after copying them; SRC or DST changed during the copy: {fix}"
         )
     chosen = random.Random(name).sample(ids, min(sample, len(ids)))
