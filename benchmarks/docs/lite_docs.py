@@ -16,12 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_docs import _BLOCK  # the shared block markers
 
-ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "images.md"
-RESULT = ROOT / "benchmarks" / "results" / "lite_engines.json"
+from benchmarks.common import REPO
+
+DOC = REPO / "docs" / "images.md"
+RESULT = REPO / "benchmarks" / "results" / "lite_engines.json"
 ENGINES = {"lite2": "Lite 2.5", "lite3": "Lite 3"}
 
 
@@ -224,7 +224,7 @@ def main() -> int:
     if new == text:
         return 0
     if args.check:
-        print(f"{DOC.relative_to(ROOT)} differs from the JSON; run python benchmarks/lite_docs.py")
+        print(f"{DOC.relative_to(REPO)} differs from the JSON; run python benchmarks/lite_docs.py")
         return 1
     DOC.write_text(new, encoding="utf-8")
     return 0

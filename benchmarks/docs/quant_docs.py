@@ -16,17 +16,18 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "quant.md"
-BENCH = ROOT / "benchmarks" / "results" / "quant_bench.json"
-MATRIX = ROOT / "benchmarks" / "results" / "quant_matrix.json"
-MATRIX_EAGER = ROOT / "benchmarks" / "results" / "quant_matrix_2026-11-25.json"  # eager only
-KERNELS = ROOT / "benchmarks" / "results" / "quant_kernels.json"
-EVAL = ROOT / "benchmarks" / "results" / "quant_eval_default.json"
-EVAL_AVX2 = ROOT / "benchmarks" / "results" / "quant_eval_avx2.json"
-TARGET = ROOT / "benchmarks" / "results" / "quant_target.json"
-EVAL_TIME = ROOT / "benchmarks" / "results" / "quant_eval_time.json"
-PROFILE = ROOT / "benchmarks" / "results" / "quant_profile.json"
+from benchmarks.common import REPO
+
+DOC = REPO / "docs" / "quant.md"
+BENCH = REPO / "benchmarks" / "results" / "quant_bench.json"
+MATRIX = REPO / "benchmarks" / "results" / "quant_matrix.json"
+MATRIX_EAGER = REPO / "benchmarks" / "results" / "quant_matrix_2026-11-25.json"  # eager only
+KERNELS = REPO / "benchmarks" / "results" / "quant_kernels.json"
+EVAL = REPO / "benchmarks" / "results" / "quant_eval_default.json"
+EVAL_AVX2 = REPO / "benchmarks" / "results" / "quant_eval_avx2.json"
+TARGET = REPO / "benchmarks" / "results" / "quant_target.json"
+EVAL_TIME = REPO / "benchmarks" / "results" / "quant_eval_time.json"
+PROFILE = REPO / "benchmarks" / "results" / "quant_profile.json"
 
 
 def _load(path: Path) -> dict | None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_docs import _BLOCK  # the shared block markers
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = (ROOT / "docs" / "images.md", ROOT / "docs" / "performance.md")
-SERVER = ROOT / "benchmarks" / "results" / "service_bench_server.json"
+from benchmarks.common import REPO
+
+DOCS = (REPO / "docs" / "images.md", REPO / "docs" / "performance.md")
+SERVER = REPO / "benchmarks" / "results" / "service_bench_server.json"
 
 STAGES = {
     "create": "create the collection (schema, index, load)",
@@ -240,7 +239,7 @@ def main() -> int:
             continue
         if args.check:
             print(
-                f"{page.relative_to(ROOT)} differs from the JSON; run python benchmarks/service_docs.py"
+                f"{page.relative_to(REPO)} differs from the JSON; run python benchmarks/service_docs.py"
             )
             status = 1
         else:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 SCHEMA = "accelkit.delete_burst/1"
 
 

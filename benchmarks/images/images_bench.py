@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 SCHEMA = "accelkit.images_bench/1"
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -277,7 +277,6 @@ def main() -> None:
         "quick": args.quick,
         **results,
     }
-    sys.path.insert(0, str(REPO / "src"))
     from accelkit.runtime.files import write_json_atomic
 
     write_json_atomic(out_path, payload, trailing_newline=True)

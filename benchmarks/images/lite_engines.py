@@ -56,8 +56,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, module_command, repo_env
+
 SCHEMA = "accelkit.lite_engines/1"
+MODULE = "benchmarks.images.lite_engines"
 DIM = 1280
 TAGS = 10
 FILTER = 'metadata["tag"] == 3'
@@ -88,8 +90,7 @@ def exact_top10(data: np.ndarray, queries: np.ndarray, mask: np.ndarray | None) 
 
 
 def make_inputs(folder: Path, size: int, queries: int, seed: int) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from service_bench import clustered_vectors
+    from benchmarks.images.vectors import clustered_vectors
 
     # float32, as a model's embeddings are (the generator's arithmetic comes out float64)
     everything = clustered_vectors(size + queries + EXTRA, seed).astype(np.float32)
@@ -104,7 +105,6 @@ def make_inputs(folder: Path, size: int, queries: int, seed: int) -> None:
 
 
 def default_lite3_python() -> str:
-    sys.path.insert(0, str(REPO))
     from tests.support.lite3_env import lite3_python
 
     return str(lite3_python())
@@ -115,14 +115,13 @@ def run_worker(python: str, inputs: Path, workdir: Path, args, phase: str | None
     phase of it, in a process of its own so that its peak RSS is its own); its JSON result."""
     out = workdir / (f"{phase.lower()}.json" if phase else "worker.json")
     command = [
-        python,
-        str(Path(__file__).resolve()),
+        *module_command(MODULE, python=python),
         *("--worker", str(inputs), "--workdir", str(workdir), "--out", str(out)),
         *("--queries", str(args.queries), "--min-queries", str(args.min_queries)),
         *("--budget-s", str(args.budget_s), "--index-timeout", str(args.index_timeout)),
         *(("--phase", phase) if phase else ()),
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    env = repo_env({**os.environ, "PYTHONPATH": ""}, str(REPO / "src"))
     started = time.perf_counter()
     done = subprocess.run(command, env=env, timeout=args.worker_timeout)
     if done.returncode:
@@ -217,8 +216,7 @@ def reset_peak() -> bool:
 
 def engine_children() -> list[int]:
     """Our descendant processes (Lite 2.5 runs its engine in a child)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from delete_burst import tree
+    from benchmarks.images.delete_burst import tree
 
     return [pid for pid in tree(os.getpid()) if pid != os.getpid()]
 
@@ -417,7 +415,8 @@ def durability(inputs: Path, workdir: Path) -> dict:
 
     db = str(workdir / "durable.db")
     child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--durability-child", db, str(inputs)],
+        module_command(MODULE, "--durability-child", db, str(inputs)),
+        env=repo_env(),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -505,7 +504,6 @@ def main() -> int:
     parser.add_argument("--phase", choices=("FLAT", "HNSW"), help=argparse.SUPPRESS)
     parser.add_argument("--durability-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO / "src"))
     if args.durability_child:
         return durability_child(args.durability_child[0], Path(args.durability_child[1]))
     if args.worker and args.phase:

@@ -32,13 +32,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_docs import _BLOCK  # the shared block markers
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "benchmarks" / "results" / "resample_bench.json"
-DOC = ROOT / "docs" / "images.md"
+from benchmarks.common import REPO
+
+RESULT = REPO / "benchmarks" / "results" / "resample_bench.json"
+DOC = REPO / "docs" / "images.md"
 SCHEMA = "accelkit.resample_bench/1"
 EXACT = {"resample": "bicubic", "reducing_gap": None, "fast_jpeg_downscale": False}
 METHODS = {

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results" / "search_steering.json"
+from benchmarks.common import REPO
+
+OUT = REPO / "benchmarks" / "results" / "search_steering.json"
 DIM = 1280
 
 

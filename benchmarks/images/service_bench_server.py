@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from service_bench import (
+from benchmarks.common import REPO
+from benchmarks.images.vectors import (
     DIM,
     FILTER,
-    REPO,
     SCHEMA,
     clustered_vectors,
     environment,
@@ -357,7 +357,6 @@ def run_server_bench(args, data, queries, sources, load_start) -> None:
     with contextlib.ExitStack() as stack:
         uri = args.uri
         if args.server:
-            sys.path.insert(0, str(REPO))
             from tests.support.milvus_server import MilvusServer, unavailable
 
             reason = unavailable()

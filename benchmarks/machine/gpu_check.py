@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, module_command, repo_env
 
 
 def jax_gpu():
@@ -177,7 +177,8 @@ def part_quant(out_dir: Path) -> dict:
         return {"status": "skipped", "why": "PyTorch has no CUDA GPU"}
     target = out_dir / "quant_cuda_graphs.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "quant_cuda_graphs.py"), "--out", str(target)],
+        module_command("benchmarks.quant.quant_cuda_graphs", "--out", str(target)),
+        env=repo_env(),
         capture_output=True,
         text=True,
         timeout=1200,
@@ -255,7 +256,6 @@ def main() -> int:
             }
         report["parts"][name]["seconds"] = time.perf_counter() - start
         print(f"gpu_check: {name}: {report['parts'][name].get('status', 'ok')}", flush=True)
-    sys.path.insert(0, str(REPO / "src"))
     from accelkit.runtime.files import write_json_atomic
 
     write_json_atomic(args.out, report, trailing_newline=True)

@@ -42,14 +42,22 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]
+from benchmarks.common import (
+    REPO,
+    accelkit_command,
+    ensure_photos,
+    ensure_tensors,
+    ensure_v21,
+    ensure_v30,
+    log,
+    rounds,
+    run_process,
+)
 
 TARGETS = {  # issues 49, 40, 29
     "stats_v30": 0.9,
@@ -67,50 +75,8 @@ MEMORY_TARGET = 1.5
 MEMORY_FLOOR_MIB = 512
 WORKLOADS = tuple(TARGETS)
 DOCS = REPO / "docs" / "performance.md"
+FLOORS = Path(__file__).with_name("floors.py")  # run by path: a floor imports only what it needs
 MARKERS = ("<!-- limits_bench:start -->", "<!-- limits_bench:end -->")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def run_process(command: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
-    """One whole process: wall seconds, CPU seconds and peak RSS from the kernel (`wait4`)."""
-    with tempfile.TemporaryFile() as out:
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd or REPO
-        )
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode != 0:
-            out.seek(0)
-            tail = out.read().decode(errors="replace")[-2000:]
-            raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{tail}")
-    return {
-        "wall_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,
-    }
-
-
-def rounds(commands: dict[str, callable], count: int) -> dict:
-    """Every process once to warm up, then `count` rounds, the first one rotating each round."""
-    names = list(commands)
-    calls: dict[str, list[dict]] = {name: [] for name in names}
-    for name in names:
-        log(f"  warm-up: {name}")
-        commands[name]()
-    for r in range(count):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            load = os.getloadavg()[0]
-            call = commands[name]()
-            call["load_before"] = round(load, 2)
-            calls[name].append(call)
-            log(f"  round {r + 1}/{count}: {name} {call['wall_s']:.2f} s (load {load:.1f})")
-    return calls
 
 
 def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
@@ -138,118 +104,7 @@ def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def ensure_v30(
-    data_dir: Path,
-    frames: int,
-    frames_per_episode: int,
-    columns: str = "smooth",
-    row_groups: str = "episode",
-) -> tuple[Path, dict]:
-    """A LeRobot v3.0 dataset packed as LeRobot records one (formats/synthetic.py: one row group per
-    episode, a new ~100 MB file when the next episode would pass 100 MB), made once; with
-    `row_groups="file"`, each of those files is one row group."""
-    import math
-
-    from accelkit.stats.formats.synthetic import write_sample_dataset
-
-    tag = ("" if columns == "smooth" else f"_{columns}") + (
-        "" if row_groups == "episode" else "_1rg"
-    )
-    root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14{tag}"
-    marker = root / "bench_done.json"
-    if not marker.is_file():
-        shutil.rmtree(root, ignore_errors=True)
-        started = time.perf_counter()
-        write_sample_dataset(
-            root,
-            episodes=math.ceil(frames / frames_per_episode * 1.03) + 2,
-            frames_per_episode=frames_per_episode,
-            layout="v3.0",
-            columns=columns,
-            row_groups=row_groups,
-        )
-        files = sorted((root / "data").rglob("*.parquet"))
-        info = {
-            "layout": "v3.0",
-            "columns": columns,
-            "row_groups": row_groups,
-            "frames": json.loads((root / "meta" / "info.json").read_text())["total_frames"],
-            "files": len(files),
-            "bytes_on_disk": sum(p.stat().st_size for p in files),
-            "generation_s": time.perf_counter() - started,
-        }
-        marker.write_text(json.dumps(info, indent=2))
-    return root, json.loads(marker.read_text())
-
-
-def ensure_v21(
-    data_dir: Path, frames: int, frames_per_episode: int, columns: str = "smooth"
-) -> tuple[Path, dict]:
-    from stats_bench import ensure_parquet_dataset
-
-    root, info = ensure_parquet_dataset(data_dir, frames, frames_per_episode, columns=columns)
-    return root, {
-        "columns": columns,
-        **{k: info[k] for k in ("layout", "frames", "files", "bytes_on_disk")},
-    }
-
-
-def ensure_photos(data_dir: Path, count: int, seed: int = 0) -> Path:
-    """`count` JPEG photos whose longer side is 400-900 px: random crops of the sample photos
-    (scikit-image's and scikit-learn's), resized; made once."""
-    import numpy as np
-    from PIL import Image
-
-    from accelkit.images.testing import photos
-
-    folder = data_dir / f"limits_photos_{count}_s{seed}"
-    if (folder / "done").is_file():
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "jpg").mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    sources = list(photos().values())
-    for i in range(count):
-        image = sources[i % len(sources)]
-        h, w = image.shape[:2]
-        ch, cw = rng.integers(h // 2, h + 1), rng.integers(w // 2, w + 1)
-        y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-        crop = Image.fromarray(image[y : y + ch, x : x + cw])
-        scale = rng.integers(400, 901) / max(crop.size)
-        crop = crop.resize((max(1, round(crop.width * scale)), max(1, round(crop.height * scale))))
-        crop.save(folder / "jpg" / f"{i:06d}.jpg", quality=90)
-    (folder / "done").write_text("ok")
-    return folder
-
-
-def ensure_tensors(data_dir: Path, photos: Path, count: int = 256) -> Path:
-    """Ready model inputs for the model floor: `count` photos resized to 224x224, normalized,
-    float32 NCHW (their content does not change the model's time)."""
-    import numpy as np
-    from PIL import Image
-
-    path = data_dir / f"limits_tensors_{count}.npy"
-    if path.is_file():
-        return path
-    mean = np.array([0.485, 0.456, 0.406], np.float32)
-    std = np.array([0.229, 0.224, 0.225], np.float32)
-    files = sorted((photos / "jpg").glob("*.jpg"))[:count]
-    ready = np.stack(
-        [
-            ((np.asarray(Image.open(f).convert("RGB").resize((224, 224)), np.float32) / 255 - mean)
-             / std).transpose(2, 0, 1)
-            for f in files
-        ]
-    ).astype(np.float32)  # fmt: skip
-    np.save(path, ready)
-    return path
-
-
 # --- workloads ----------------------------------------------------------------------------------
-
-
-def accelkit_command() -> list[str]:
-    return [sys.executable, "-m", "accelkit"]
 
 
 def bench_stats(name: str, args, scratch: Path) -> dict:
@@ -270,11 +125,9 @@ def bench_stats(name: str, args, scratch: Path) -> dict:
         "accelkit": lambda: run_process(
             [*accelkit_command(), "stats", str(root), "-o", str(out), "--no-progress"]
         ),
-        "floor_read": lambda: run_process(
-            [sys.executable, str(REPO / "benchmarks" / "floors.py"), "read", str(root)]
-        ),
+        "floor_read": lambda: run_process([sys.executable, str(FLOORS), "read", str(root)]),
         "floor_read_lean": lambda: run_process(
-            [sys.executable, str(REPO / "benchmarks" / "floors.py"), "read-lean", str(root)]
+            [sys.executable, str(FLOORS), "read-lean", str(root)]
         ),
     }
     if args.baseline_src:  # another checkout's accelkit (e.g. main's), in the same rounds
@@ -321,7 +174,7 @@ def bench_images(args, scratch: Path) -> dict:
              "-o", str(scratch / "embeddings_int8.npy"), "--no-progress"], env=int8_env,
         ),
         "floor_model": lambda: run_process(
-            [sys.executable, str(REPO / "benchmarks" / "floors.py"), "model", str(tensors),
+            [sys.executable, str(FLOORS), "model", str(tensors),
              str(args.photos), "32"]
         ),
     }  # fmt: skip

@@ -35,17 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.common import REPO, log
 
 SCHEMA = "accelkit.scale_bench/1"
 TARGETS = {"ray_2_vs_local_throughput": 0.8, "driver_share_at_512_workers": 0.01}
 TASKS_PER_WORKER = 2  # stats.cluster.TASKS_PER_CPU
 MANY_TASKS = 64  # groups of the run that measures what a task costs beyond its rows
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def start_ray(cpus: int) -> float:
@@ -96,7 +91,7 @@ def bench_stats(args, result: dict) -> None:
     from accelkit.runtime.timing import interleaved
     from accelkit.stats.engine.driver import compute_stats
     from accelkit.stats.formats.sources import open_source
-    from stats_bench import ensure_parquet_dataset
+    from benchmarks.common import ensure_parquet_dataset
 
     root, info = ensure_parquet_dataset(args.data_dir, args.frames, args.frames_per_episode)
     files = info.get("files") or len(list((root / "data").rglob("*.parquet")))

@@ -25,17 +25,18 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.common import REPO
+
+RESULTS = REPO / "benchmarks" / "results"
 
 
 def run(cmd: list[str], stdout_to: Path | None = None) -> None:
     print("$", " ".join(cmd), flush=True)
     start = time.perf_counter()
     if stdout_to is None:
-        subprocess.run(cmd, cwd=ROOT, check=True)
+        subprocess.run(cmd, cwd=REPO, check=True)
     else:
-        done = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE)
+        done = subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.PIPE)
         stdout_to.write_bytes(done.stdout)
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 

@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 
+from benchmarks.common import module_command, repo_env
+
 ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
@@ -27,7 +29,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int)
     args = parser.parse_args()
     if any(os.environ.get(k) != v for k, v in ENV.items()):  # the variables are read at start-up
-        sys.exit(subprocess.call([sys.executable, *sys.argv], env={**os.environ, **ENV}))
+        sys.exit(
+            subprocess.call(
+                module_command("benchmarks.quant.quant_avx2", *sys.argv[1:]),
+                env=repo_env({**os.environ, **ENV}),
+            )
+        )
     import torch
 
     from accelkit.quant import evaluate

@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 COMMAND = "python -m accelkit quant eval --json"
 
 # the child: `python -m accelkit quant eval --json`, with inductor's counters written at exit
@@ -57,7 +58,7 @@ def run_once(env: dict[str, str], folder: Path) -> dict:
     cpu0, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", CHILD],
-        cwd=ROOT,
+        cwd=REPO,
         env={**env, "QUANT_EVAL_TIME_COUNTERS": str(counters)},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -129,7 +130,7 @@ def main() -> None:
             if key not in ("ACCELKIT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
         }
         environment = {**record(("torch", "transformers")), "cpus": os.cpu_count()}
-        plan = [(name, ROOT / "src", base / "candidate") for name in args.runs.split(",")]
+        plan = [(name, REPO / "src", base / "candidate") for name in args.runs.split(",")]
         if args.baseline_src is not None:
             plan.insert(0, ("baseline cold", args.baseline_src.resolve(), base / "baseline"))
             environment["baseline"] = {

@@ -27,9 +27,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from benchmarks.common import module_command, repo_env
 
 SHAPES = {"minilm": [(384, 384), (384, 1536), (1536, 384)], "llama-random": [(256, 256),
           (256, 128), (256, 768), (768, 256)]}  # fmt: skip
@@ -164,11 +165,11 @@ def main() -> None:
             env = {**os.environ, **(AVX2 if isa == "avx2" else {})}
             for key in AVX2 if isa == "native" else ():
                 env.pop(key, None)
-            cmd = [sys.executable, __file__, "--isa", isa, "--rounds", str(args.rounds),
+            cmd = [*module_command("benchmarks.quant.quant_kernels"), "--isa", isa, "--rounds", str(args.rounds),
                    "--calls", str(args.calls), "--out", str(part)]  # fmt: skip
             if args.threads:
                 cmd += ["--threads", str(args.threads)]
-            subprocess.run(cmd, env=env, check=True)
+            subprocess.run(cmd, env=repo_env(env), check=True)
             parts[isa] = json.loads(part.read_text(encoding="utf-8"))
             part.unlink()
         from accelkit.runtime.files import write_json_atomic

@@ -15,13 +15,13 @@ per route and check, with a curl line to reproduce them) and the service log's t
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 SCHEMA = "accelkit.fuzz_service/1"
 
 
@@ -70,7 +70,6 @@ def main() -> None:
     parser.add_argument("--output", default=str(REPO / "benchmarks/results/fuzz_service.json"))
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO))
     import numpy as np
     import schemathesis
     from PIL import Image

@@ -35,8 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO)]
+from benchmarks.common import REPO
 
 KEY = "outage-key"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

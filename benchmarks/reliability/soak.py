@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.support.two_tower, tests.support.milvus_server
+from benchmarks.common import REPO
+
 RESULTS = REPO / "benchmarks" / "results"
 SCHEMA = "accelkit.soak/1"
 COLLECTION = "soak"

@@ -34,8 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]
+from benchmarks.common import REPO, log
 
 OUT = REPO / "benchmarks" / "results" / "images_int8.json"
 DOCS = REPO / "docs" / "images.md"
@@ -56,10 +55,6 @@ RECIPES = {
     "stem + blocks 0-3 float": ("the stem and blocks 0-3", [r"^/_conv_stem/", *blocks(3)]),
     "stem + blocks 0-7 float": ("the stem and blocks 0-7", [r"^/_conv_stem/", *blocks(7)]),
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def versions(photo, rng) -> list:
@@ -95,7 +90,7 @@ def image_sets(photo_count: int, data_dir: Path) -> dict:
     from accelkit.images.config import PreprocessConfig
     from accelkit.images.embedding.preprocess import make_preprocessor
     from accelkit.images.testing import photos
-    from limits_bench import ensure_photos
+    from benchmarks.common import ensure_photos
 
     settings = PreprocessConfig()
     preprocessor = make_preprocessor(settings.engine, **settings.preprocessor_kwargs())

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results" / "search_cut.json"
-DOC = ROOT / "docs" / "images.md"
+from benchmarks.common import REPO
+
+OUT = REPO / "benchmarks" / "results" / "search_cut.json"
+DOC = REPO / "docs" / "images.md"
 TOPK = 10
 TEXTS = [
     "a photo of a cat",
@@ -111,7 +112,6 @@ def image_eval() -> dict:
 
 
 def text_eval() -> dict:
-    sys.path.insert(0, str(ROOT))
     from tests.support import two_tower
 
     from accelkit.images.testing import altered, photos
@@ -168,7 +168,7 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
-COST = ROOT / "benchmarks" / "results" / "search_steering.json"  # search_steering_bench.py
+COST = REPO / "benchmarks" / "results" / "search_steering.json"  # search_steering_bench.py
 
 
 def render_cost(data: dict) -> str:

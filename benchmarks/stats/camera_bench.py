@@ -37,12 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import REPO
+from benchmarks.common import log as common_log
+
 SCHEMA = "accelkit.camera_bench/1"
-REPO = Path(__file__).resolve().parents[1]
+MODULE = "benchmarks.stats.camera_bench"
 
 
 def log(msg: str) -> None:
-    print(f"[camera_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    common_log(msg, "camera_bench")
 
 
 # --- in LeRobot's environment ------------------------------------------------------------------
@@ -173,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = f"{args.cameras}x{args.episodes}x{args.frames}@{args.height}x{args.width}"
     root = args.data_dir / shape
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}  # benchmarks only
     if not (root / "meta" / "info.json").is_file():
         log(f"writing {root} with LeRobot's writer")
         began = time.perf_counter()
         subprocess.run(
-            [args.lerobot_python, __file__, "--make", str(root), "--cameras", str(args.cameras),
+            [args.lerobot_python, "-m", MODULE, "--make", str(root), "--cameras", str(args.cameras),
              "--episodes", str(args.episodes), "--frames", str(args.frames),
              "--height", str(args.height), "--width", str(args.width)],
             check=True, env=env,
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     log("LeRobot's compute_episode_stats (its environment)")
     child_out = args.data_dir / "lerobot_timing.json"
     subprocess.run(
-        [args.lerobot_python, __file__, "--lerobot-child", str(root), str(child_out)],
+        [args.lerobot_python, "-m", MODULE, "--lerobot-child", str(root), str(child_out)],
         check=True, env=env,
     )  # fmt: skip
     lerobot = json.loads(child_out.read_text())

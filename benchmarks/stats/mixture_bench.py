@@ -1,7 +1,7 @@
 """What a mixture costs: `accelkit stats A B` (the union, and `--weights 0.7,0.3`) against
 `accelkit stats C`, where C holds A's and B's files (the same bytes: one run on the concatenation).
 
-Whole processes (`limits_bench.run_process`: wall, CPU, peak RSS from wait4), one warm-up each,
+Whole processes (`benchmarks.common.run_process`: wall, CPU, peak RSS from wait4), one warm-up each,
 then interleaved rounds whose first command rotates; medians and per-round ratios. The three
 inputs are plain parquet folders of the same files (symlinks to two LeRobot v3.0 datasets' data
 files, made once under --data-dir), so every run reads through the same path and only the mixture
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from limits_bench import REPO, accelkit_command, log, rounds, run_process
+from benchmarks.common import REPO, accelkit_command, log, rounds, run_process
 
 
 def ensure_member(data_dir: Path, name: str, frames: int, seed: int) -> Path:

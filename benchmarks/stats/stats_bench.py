@@ -45,26 +45,19 @@ from pathlib import Path
 
 import numpy as np
 
-from stats_bench_workloads import (  # noqa: F401  (ensure_parquet_dataset: other benchmarks import it from here)
+from benchmarks.common import REPO, log
+from benchmarks.stats.stats_bench_workloads import (
     MIB,
     QUANTILES,
-    REPO,
     SCHEMA,
     TARGETS,
-    accelkit_stats,
-    accuracy,
-    baseline_b,
     bench_in_memory,
     bench_many_files,
     bench_memory,
     bench_parquet,
     bench_startup,
-    ensure_parquet_dataset,
     environment,
-    log,
     memory_child,
-    pyarrow_read,
-    read_only,
 )
 
 

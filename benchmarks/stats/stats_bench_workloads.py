@@ -4,7 +4,6 @@ what each measures); the command line, the report and the table are there."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import statistics
@@ -15,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import ensure_parquet_dataset, log, machine, module_command, repo_env
+
 SCHEMA = "accelkit.stats_bench/1"
 QUANTILES = (0.01, 0.99)
 IN_MEMORY_BATCH = 65536
 GEN_BATCH = 65536
 GIB = 1 << 30
 MIB = 1 << 20
-REPO = Path(__file__).resolve().parents[1]
 
 TARGETS = {
     "exact_vs_baseline_b": 50.0,
@@ -90,56 +90,6 @@ class GeneratedBatches:
             x *= self.scale
             x += self.loc
             yield {"state": x}
-
-
-def ensure_parquet_dataset(
-    data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14, columns: str = "smooth"
-) -> tuple[Path, dict]:
-    """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size
-    and `columns`, `write_sample_dataset`'s)."""
-    from accelkit.stats.formats.synthetic import write_sample_dataset
-
-    tag = "" if columns == "smooth" else f"_{columns}"
-    root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}{tag}"
-    marker = root / "bench_done.json"
-    if marker.is_file():
-        info = json.loads(marker.read_text())
-        info["generated_now"] = False
-        return root, info
-    if root.exists():  # an interrupted generation
-        import shutil
-
-        shutil.rmtree(root)
-    # episode lengths are uniform in [fpe/2, 3*fpe/2]; 3% more episodes make >= `frames` likely, and
-    # the true count is checked below
-    episodes = math.ceil(frames / frames_per_episode * 1.03) + 2
-    started = time.perf_counter()
-    write_sample_dataset(
-        root,
-        episodes=episodes,
-        frames_per_episode=frames_per_episode,
-        dim=dim,
-        layout="v2.1",
-        seed=0,
-        columns=columns,
-    )
-    meta = json.loads((root / "meta" / "info.json").read_text())
-    info = {
-        "path": str(root),
-        "layout": "v2.1",
-        "episodes": episodes,
-        "frames": int(meta["total_frames"]),
-        "files": len(list((root / "data").rglob("*.parquet"))),
-        "bytes_on_disk": sum(p.stat().st_size for p in (root / "data").rglob("*.parquet")),
-        "generation_s": time.perf_counter() - started,
-    }
-    if info["frames"] < frames:
-        raise SystemExit(
-            f"generated dataset has {info['frames']} frames < {frames}; raise the episode margin"
-        )
-    marker.write_text(json.dumps(info, indent=2))
-    info["generated_now"] = True
-    return root, info
 
 
 # --- methods ------------------------------------------------------------------------------------
@@ -430,8 +380,7 @@ def memory_child(rows: int, dim: int, fast: bool) -> None:
 
 def run_memory(rows: int, dim: int, fast: bool) -> dict:
     cmd = [
-        sys.executable,
-        str(Path(__file__).with_name("stats_bench.py").resolve()),
+        *module_command("benchmarks.stats.stats_bench"),
         "--memory-child",
         str(rows),
         "--dim",
@@ -439,7 +388,7 @@ def run_memory(rows: int, dim: int, fast: bool) -> dict:
     ]
     if fast:
         cmd.append("--fast")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=repo_env())
     if proc.returncode != 0:
         return {
             "rows": rows,
@@ -448,22 +397,6 @@ def run_memory(rows: int, dim: int, fast: bool) -> dict:
             "error": proc.stderr[-2000:],
         }
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def environment() -> dict:
-    """accelkit's run record (`accelkit.runtime.environment.record`: machine, load, versions, which
-    accelkit source was measured) plus the JAX devices."""
-    import jax
-
-    from accelkit.runtime.environment import record
-
-    env = record(("numpy", "jax", "jaxlib", "pyarrow"))
-    env["jax_devices"] = [str(d) for d in jax.devices()]
-    return env
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def bench_in_memory(args) -> dict:
@@ -596,7 +529,6 @@ def bench_many_files(args) -> dict:
 def bench_startup(args) -> dict:
     """The whole `accelkit stats` process on the v2.1 sample dataset vs bare numpy + pyarrow imports."""
     import subprocess
-    import sys
     import tempfile
 
     from accelkit.stats.formats.synthetic import write_sample_dataset
@@ -659,3 +591,12 @@ def bench_memory(args) -> dict:
         "ru_maxrss) are recorded too but include the parent's high-water mark inherited across fork + exec"
     )
     return mem
+
+
+def environment() -> dict:
+    """The machine record (`benchmarks.common.machine`) plus the JAX devices."""
+    import jax
+
+    return machine(
+        ("numpy", "jax", "jaxlib", "pyarrow"), jax_devices=[str(d) for d in jax.devices()]
+    )

@@ -1,4 +1,4 @@
-"""`quant apply --output` under the crash harness (benchmarks/faults.py): a rerun after a kill must
+"""`quant apply --output` under the crash harness (benchmarks/reliability/faults.py): a rerun after a kill must
 write the clean run's bytes, so the same model saved twice must be the same bytes."""
 
 import json

@@ -1,4 +1,4 @@
-"""The commands the crash harness (faults.py) kills, each with a small starting state so that a run
+"""The commands the crash harness (harness.py) kills, each with a small starting state so that a run
 takes seconds: LeRobot sample datasets (v2.1 and v3.0), a stale dataset for `stats check --fix`,
 photos and a Milvus Lite store (a server too with --server, where one can run), a tiny BERT for
 `quant apply`, an old `bench --output` file to be replaced, and a full store for `images migrate`
@@ -11,8 +11,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from faults import Case, accelkit, child_env
-from faults_store import store_state
+from tests.support.crash.harness import Case
+from tests.support.crash.process import accelkit, child_env
+from tests.support.crash.store import store_state
 
 PHOTOS = 12
 STORE_FILES = re.compile(r"(^|/)(store/|\.?images\.db)")  # the store is compared by what it holds
@@ -305,9 +306,6 @@ def cases(server: bool = False) -> list[Case]:
 def server_cases() -> list[Case]:
     """`images insert` into a Milvus server's database of its own per trial (tests/support
     /milvus_server.py; needs root for its network namespace)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.support.milvus_server import MilvusServer, server_database, unavailable
 
     if unavailable():

@@ -1,6 +1,6 @@
-"""Kill points at file-system writes, for the crash harness (faults.py): the command runs as
+"""Kill points at file-system writes, for the crash harness (harness.py): the command runs as
 
-    python -c "import faults_inject; faults_inject.main()" ARGS...      (ARGS: accelkit's)
+    python -m tests.support.crash.inject ARGS...      (ARGS: accelkit's; process.injected)
 
 and each call that changes a file or folder (open for writing, os.open with O_CREAT/O_WRONLY/
 O_RDWR, replace, rename, unlink, rmdir, mkdir, copy, rmtree) is an event. With

@@ -1,5 +1,5 @@
-"""What a vector store holds, for the crash harness (faults.py): dumped by a child process
-(`python benchmarks/faults_store.py URI [DB_NAME [--marks]]`, one JSON document on stdout) through
+"""What a vector store holds, for the crash harness (harness.py): dumped by a child process
+(`python -m tests.support.crash.store URI [DB_NAME [--marks]]`, one JSON document on stdout) through
 accelkit's own store client, which waits for an engine a killed command left stopping; and the
 comparison of a store after a kill with the old and the new state.
 
@@ -100,10 +100,17 @@ def dump(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
 
 def store_state(uri: str, db_name: str = "", marks: bool = False) -> dict[str, Any]:
     """`dump` in a child process (as a separate client, after the command's engine is gone)."""
-    from faults import child_env
+    from tests.support.crash.process import child_env
 
     done = subprocess.run(
-        [sys.executable, str(Path(__file__)), uri, db_name, *(["--marks"] if marks else [])],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.crash.store",
+            uri,
+            db_name,
+            *(["--marks"] if marks else []),
+        ],
         capture_output=True,
         text=True,
         env=child_env(),
