@@ -1,26 +1,12 @@
-"""The Milvus Lite 2.5-or-3 figures docs/images.md shows, generated from
-benchmarks/results/lite_engines.json (`benchmarks/lite_engines.py`; never typed).
-
-    python benchmarks/lite_docs.py          # rewrite the generated blocks of docs/images.md
-    python benchmarks/lite_docs.py --check  # exit 1 when the page differs from the JSON
-
-Each block sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->` (the
-markers of benchmarks/quant_docs.py) and is made by `BLOCKS[NAME](json)`;
-tests/images/test_docs_numbers.py checks that the page holds exactly what this renders.
-"""
+"""The Milvus Lite 2.5-or-3 tables of docs/images.md, rendered from
+benchmarks/results/lite_engines.json (`python -m benchmarks.images.lite_engines`; never typed).
+`TABLES` names them for the docs engine (`python -m benchmarks.docs`, blocks.py)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
-from quant_docs import _BLOCK  # the shared block markers
-
 from benchmarks.common import REPO
+from benchmarks.docs.blocks import Table
 
-DOC = REPO / "docs" / "images.md"
 RESULT = REPO / "benchmarks" / "results" / "lite_engines.json"
 ENGINES = {"lite2": "Lite 2.5", "lite3": "Lite 3"}
 
@@ -193,42 +179,8 @@ def ratios(doc: dict) -> str:
     return "\n".join(lines) if len(lines) > 2 else "(no size with both engines)"
 
 
-BLOCKS = {
-    "lite-engines": engines_table,
-    "lite-durability": durability_table,
-    "lite-ratios": ratios,
+TABLES = {
+    "lite-engines": Table(RESULT, engines_table),
+    "lite-durability": Table(RESULT, durability_table),
+    "lite-ratios": Table(RESULT, ratios),
 }
-
-
-def render(text: str, doc: dict | None) -> str:
-    """`text` with every block of ours rendered again from the JSON (others' blocks untouched)."""
-    made = {name: make(doc) for name, make in BLOCKS.items()} if doc else {}
-    return _BLOCK.sub(
-        lambda m: (
-            m.group(1) + made[m.group("name")] + m.group(4)
-            if m.group("name") in made
-            else m.group(0)
-        ),
-        text,
-    )
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check; exit 1 on a difference")
-    parser.add_argument("--json", type=Path, default=RESULT)
-    args = parser.parse_args()
-    doc = json.loads(args.json.read_text(encoding="utf-8")) if args.json.is_file() else None
-    text = DOC.read_text(encoding="utf-8")
-    new = render(text, doc)
-    if new == text:
-        return 0
-    if args.check:
-        print(f"{DOC.relative_to(REPO)} differs from the JSON; run python benchmarks/lite_docs.py")
-        return 1
-    DOC.write_text(new, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

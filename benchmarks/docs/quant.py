@@ -1,24 +1,12 @@
-"""The numbers docs/quant.md shows from the benchmark JSON, generated from it (never typed).
-
-    python benchmarks/quant_docs.py          # rewrite the generated blocks of docs/quant.md
-    python benchmarks/quant_docs.py --check  # exit 1 when the docs differ from the JSON
-
-Each block sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->` and is
-made by `BLOCKS[NAME](json)` from the file it cites; tests/quant/test_docs_numbers.py checks that
-the docs hold exactly what this renders.
-"""
+"""The tables of docs/quant.md, rendered from the quant benchmarks' JSON
+(benchmarks/results/quant_*.json; never typed). `TABLES` names them for the docs engine
+(`python -m benchmarks.docs`, blocks.py)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
-import sys
-from pathlib import Path
-
 from benchmarks.common import REPO
+from benchmarks.docs.blocks import Table
 
-DOC = REPO / "docs" / "quant.md"
 BENCH = REPO / "benchmarks" / "results" / "quant_bench.json"
 MATRIX = REPO / "benchmarks" / "results" / "quant_matrix.json"
 MATRIX_EAGER = REPO / "benchmarks" / "results" / "quant_matrix_2026-11-25.json"  # eager only
@@ -28,10 +16,6 @@ EVAL_AVX2 = REPO / "benchmarks" / "results" / "quant_eval_avx2.json"
 TARGET = REPO / "benchmarks" / "results" / "quant_target.json"
 EVAL_TIME = REPO / "benchmarks" / "results" / "quant_eval_time.json"
 PROFILE = REPO / "benchmarks" / "results" / "quant_profile.json"
-
-
-def _load(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _method_table(rows: list[dict]) -> str:
@@ -370,60 +354,18 @@ def profile_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {  # name -> (source, renderer)
-    "bench-groups": (BENCH, bench_groups),
-    "bench-per-channel": (BENCH, bench_per_channel),
-    "bench-torchao": (BENCH, bench_torchao),
-    "bench-progressive": (BENCH, bench_progressive),
-    "bench-compiled": (BENCH, bench_compiled),
-    "matrix": (MATRIX, matrix_table),
-    "matrix-2026-11-25": (MATRIX_EAGER, matrix_table),
-    "kernels": (KERNELS, kernel_table),
-    "eval-default": (EVAL, eval_default),
-    "eval-avx2": (EVAL_AVX2, eval_default),
-    "target": (TARGET, target_table),
-    "eval-time": (EVAL_TIME, eval_time_table),
-    "profile": (PROFILE, profile_table),
+TABLES = {
+    "bench-groups": Table(BENCH, bench_groups),
+    "bench-per-channel": Table(BENCH, bench_per_channel),
+    "bench-torchao": Table(BENCH, bench_torchao),
+    "bench-progressive": Table(BENCH, bench_progressive),
+    "bench-compiled": Table(BENCH, bench_compiled),
+    "matrix": Table(MATRIX, matrix_table),
+    "matrix-2026-11-25": Table(MATRIX_EAGER, matrix_table),
+    "kernels": Table(KERNELS, kernel_table),
+    "eval-default": Table(EVAL, eval_default),
+    "eval-avx2": Table(EVAL_AVX2, eval_default),
+    "target": Table(TARGET, target_table),
+    "eval-time": Table(EVAL_TIME, eval_time_table),
+    "profile": Table(PROFILE, profile_table),
 }
-_BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
-    re.S,
-)
-
-
-def render(text: str) -> str:
-    """`text` with every generated block rendered again from its JSON."""
-    cache: dict[Path, dict | None] = {}
-
-    def fill(m: re.Match) -> str:
-        source, make = BLOCKS[m.group("name")]
-        if source not in cache:
-            cache[source] = _load(source)
-        if cache[source] is None:
-            return m.group(0)  # no JSON yet: leave the block as it is
-        return m.group(1) + make(cache[source]) + m.group(4)
-
-    return _BLOCK.sub(fill, text)
-
-
-def blocks(text: str) -> dict[str, str]:
-    return {m.group("name"): m.group("body") for m in _BLOCK.finditer(text)}
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check; exit 1 on a difference")
-    args = parser.parse_args()
-    text = DOC.read_text(encoding="utf-8")
-    new = render(text)
-    if args.check:
-        if new != text:
-            print("docs/quant.md differs from the JSON; run python benchmarks/quant_docs.py")
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,25 +1,12 @@
-"""The Milvus server figures docs/images.md and docs/performance.md show, generated from
-benchmarks/results/service_bench_server.json (never typed).
-
-    python benchmarks/service_docs.py          # rewrite the generated blocks of both pages
-    python benchmarks/service_docs.py --check  # exit 1 when a page differs from the JSON
-
-Each block sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->` (the
-markers of benchmarks/quant_docs.py) and is made by `BLOCKS[NAME](json)`;
-tests/images/test_docs_numbers.py checks that the pages hold exactly what this renders.
-"""
+"""The Milvus server tables of docs/images.md and docs/performance.md, rendered from
+benchmarks/results/service_bench_server.json (`python -m benchmarks.images.service_bench
+--server`; never typed). `TABLES` names them for the docs engine (`python -m benchmarks.docs`)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-from quant_docs import _BLOCK  # the shared block markers
-
 from benchmarks.common import REPO
+from benchmarks.docs.blocks import Table
 
-DOCS = (REPO / "docs" / "images.md", REPO / "docs" / "performance.md")
 SERVER = REPO / "benchmarks" / "results" / "service_bench_server.json"
 
 STAGES = {
@@ -206,46 +193,9 @@ def server_targets(doc: dict) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {
-    "server-targets": server_targets,
-    "server-stages": server_stages,
-    "server-visibility": server_visibility,
-    "server-search": server_search,
+TABLES = {
+    "server-targets": Table(SERVER, server_targets),
+    "server-stages": Table(SERVER, server_stages),
+    "server-visibility": Table(SERVER, server_visibility),
+    "server-search": Table(SERVER, server_search),
 }
-
-
-def render(text: str, doc: dict | None) -> str:
-    """`text` with every block of ours rendered again from the JSON (others' blocks untouched)."""
-
-    def fill(m) -> str:
-        make = BLOCKS.get(m.group("name"))
-        if make is None or doc is None:
-            return m.group(0)
-        return m.group(1) + make(doc) + m.group(4)
-
-    return _BLOCK.sub(fill, text)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check; exit 1 on a difference")
-    args = parser.parse_args()
-    doc = json.loads(SERVER.read_text(encoding="utf-8")) if SERVER.is_file() else None
-    status = 0
-    for page in DOCS:
-        text = page.read_text(encoding="utf-8")
-        new = render(text, doc)
-        if new == text:
-            continue
-        if args.check:
-            print(
-                f"{page.relative_to(REPO)} differs from the JSON; run python benchmarks/service_docs.py"
-            )
-            status = 1
-        else:
-            page.write_text(new, encoding="utf-8")
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,8 +17,8 @@ Timing: one warm-up per method, then --rounds rounds; each round runs every meth
 once, in turn, so load hits all alike. Rates are medians over rounds; each ratio (to the bilinear
 method of the same engine and workload) is taken within a round: median, min, max.
 
-    python benchmarks/resample_bench.py           # about a minute on 2 cores
-    python benchmarks/resample_bench.py --docs    # rewrite docs/images.md's block from the JSON
+    python -m benchmarks.images.resample_bench          # about a minute on 2 cores
+    python -m benchmarks.images.resample_bench --docs   # rewrite docs/images.md's block from the JSON
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from quant_docs import _BLOCK  # the shared block markers
 
 from benchmarks.common import REPO
+from benchmarks.docs.blocks import Table, rewrite
 
 RESULT = REPO / "benchmarks" / "results" / "resample_bench.json"
 DOC = REPO / "docs" / "images.md"
@@ -129,13 +129,7 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def render(text: str, doc: dict) -> str:
-    def fill(m) -> str:
-        if m.group("name") != "resample-speed":
-            return m.group(0)
-        return m.group(1) + table(doc) + m.group(4)
-
-    return _BLOCK.sub(fill, text)
+TABLES = {"resample-speed": Table(RESULT, table)}  # for the docs engine
 
 
 def main() -> int:
@@ -161,7 +155,7 @@ def main() -> int:
         os.replace(temp, args.out)
         print(table(doc))
     doc = json.loads(args.out.read_text())
-    DOC.write_text(render(DOC.read_text(encoding="utf-8"), doc), encoding="utf-8")
+    rewrite(DOC, "resample-speed", table(doc))
     return 0
 
 

@@ -32,7 +32,7 @@ the best of each (best accelkit against best floor, as a quiet machine would sho
     python benchmarks/limits_bench.py --docs-only     # rewrite docs/performance.md from the JSON
 
 Writes benchmarks/results/limits_bench.json (limits_bench_quick.json with --quick) and the section
-between the `limits_bench` markers of docs/performance.md (not with --quick).
+in the `limits` block of docs/performance.md (not with --quick).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from benchmarks.common import (
     rounds,
     run_process,
 )
+from benchmarks.docs.blocks import Table, rewrite
 
 TARGETS = {  # issues 49, 40, 29
     "stats_v30": 0.9,
@@ -75,8 +76,8 @@ MEMORY_TARGET = 1.5
 MEMORY_FLOOR_MIB = 512
 WORKLOADS = tuple(TARGETS)
 DOCS = REPO / "docs" / "performance.md"
+RESULT = REPO / "benchmarks" / "results" / "limits_bench.json"
 FLOORS = Path(__file__).with_name("floors.py")  # run by path: a floor imports only what it needs
-MARKERS = ("<!-- limits_bench:start -->", "<!-- limits_bench:end -->")
 
 
 def summarize(calls: dict[str, list[dict]], ours: str, floor: str) -> dict:
@@ -273,7 +274,6 @@ def render(report: dict) -> str:
     env = report["environment"]
     source = env.get("accelkit_source", {})
     lines = [
-        MARKERS[0],
         "## Whole processes against their floors (`benchmarks/limits_bench.py`)",
         "",
         f"Generated from `benchmarks/results/limits_bench.json`, written {env['time_utc']} "
@@ -363,7 +363,7 @@ def render(report: dict) -> str:
             f" {q['cosine_min']:.3f}, median {q['cosine_median']:.4f}; int8 instructions of this"
             f" CPU: {features}."
         )
-    lines += ["", MARKERS[1]]
+    lines += [""]
     return "\n".join(lines)
 
 
@@ -387,18 +387,11 @@ def int8_row(result: dict) -> str:
     )
 
 
+TABLES = {"limits": Table(RESULT, render)}  # for the docs engine
+
+
 def write_docs(report: dict) -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    section = render(report)
-    if MARKERS[0] in text and MARKERS[1] in text:
-        head, rest = text.split(MARKERS[0], 1)
-        tail = rest.split(MARKERS[1], 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = DOCS.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(DOCS)
+    rewrite(DOCS, "limits", render(report))
 
 
 def save(report: dict, previous: dict, out: Path) -> dict:

@@ -17,7 +17,7 @@ interleaved rounds, each recipe's time against FP32's in the same round.
     python benchmarks/images_int8.py                  # ~10 min on 2 busy cores
     python benchmarks/images_int8.py --docs-only      # rewrite the docs section from the JSON
 
-Writes benchmarks/results/images_int8.json and the section between the `images_int8` markers
+Writes benchmarks/results/images_int8.json and the `images-int8` block
 of docs/images.md.
 """
 
@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, log
+from benchmarks.docs.blocks import Table, rewrite
 
 OUT = REPO / "benchmarks" / "results" / "images_int8.json"
 DOCS = REPO / "docs" / "images.md"
-MARKERS = ("<!-- images_int8:start -->", "<!-- images_int8:end -->")
 HEAD = ("/ReduceMean", "/_fc/Gemm")
 
 
@@ -228,7 +228,6 @@ def render(report: dict) -> str:
     speed = report["speed"]
     loads = speed["load_per_round"]
     lines = [
-        MARKERS[0],
         "### The int8 model's frontier (`benchmarks/images_int8.py`)",
         "",
         f"Generated from `benchmarks/results/images_int8.json`, written {env['time_utc']} (commit"
@@ -256,21 +255,15 @@ def render(report: dict) -> str:
         )
     if report.get("relabelled"):
         lines += ["", f"Note: {report['relabelled']}."]
-    lines += ["", MARKERS[1]]
+    lines += [""]
     return "\n".join(lines)
 
 
+TABLES = {"images-int8": Table(OUT, render)}  # for the docs engine
+
+
 def write_docs(report: dict) -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    section = render(report)
-    if MARKERS[0] in text and MARKERS[1] in text:
-        head, rest = text.split(MARKERS[0], 1)
-        text = head + section + rest.split(MARKERS[1], 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = DOCS.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(DOCS)
+    rewrite(DOCS, "images-int8", render(report))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import REPO
+from benchmarks.docs.blocks import Table, rewrite
 
 OUT = REPO / "benchmarks" / "results" / "search_cut.json"
 DOC = REPO / "docs" / "images.md"
@@ -168,7 +168,7 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
-COST = REPO / "benchmarks" / "results" / "search_steering.json"  # search_steering_bench.py
+COST = REPO / "benchmarks" / "results" / "search_steering.json"  # images/search_steering_bench.py
 
 
 def render_cost(data: dict) -> str:
@@ -186,29 +186,20 @@ def render_cost(data: dict) -> str:
     return "\n".join(lines)
 
 
-def write_docs(check: bool) -> int:
-    doc = original = DOC.read_text(encoding="utf-8")
-    for name, path, make in (("search_cut", OUT, render), ("search_steering", COST, render_cost)):
-        begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
-        pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-        if not pattern.search(doc):
-            print(f"{DOC}: no {begin} block", file=sys.stderr)
-            return 1
-        block = f"{begin}\n{make(json.loads(path.read_text(encoding='utf-8')))}\n{end}"
-        doc = pattern.sub(lambda _, block=block: block, doc)
-    if check:
-        return 0 if doc == original else 1
-    DOC.write_text(doc, encoding="utf-8")
-    return 0
+TABLES = {
+    "search-cut": Table(OUT, render),
+    "search-steering": Table(COST, render_cost),
+}  # docs engine
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", action="store_true", help="rewrite docs/images.md's block")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the docs differ")
+    parser.add_argument("--docs", action="store_true", help="rewrite docs/images.md's blocks")
     args = parser.parse_args()
-    if args.docs or args.check:
-        return write_docs(args.check)
+    if args.docs:
+        for name, table in TABLES.items():
+            rewrite(DOC, name, table.make(json.loads(table.source.read_text(encoding="utf-8"))))
+        return 0
     from accelkit.runtime.files import write_json_atomic
 
     data = {
