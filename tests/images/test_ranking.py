@@ -125,16 +125,12 @@ def test_bad_min_scores_are_refused(bad):
 
 
 def test_the_docs_table_is_the_evaluation_json():
-    """docs/images.md's automatic-cut table is what benchmarks/search_cut_eval.py renders from
-    benchmarks/results/search_cut.json (never typed)."""
-    import importlib.util
-    from pathlib import Path
+    """docs/images.md's automatic-cut table is what benchmarks/research/search_cut_eval.py renders
+    from benchmarks/results/search_cut.json (never typed), through the docs engine."""
+    from tests.support.docs_numbers import engine_check
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "search_cut_eval.py"
-    spec = importlib.util.spec_from_file_location("search_cut_eval", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.write_docs(check=True) == 0
+    done = engine_check("--block", "search-cut", "--block", "search-steering")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_numpy_numbers_are_numbers():
