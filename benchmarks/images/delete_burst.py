@@ -8,8 +8,8 @@ the whole process tree (sum of VmRSS over the service and its children) when idl
 burst of --requests deletes of --ids ids each (the first ones delete stored items, the rest name
 absent ids), after --settle seconds of idle, and the tree's peak (sum of VmHWM).
 
-    python benchmarks/delete_burst.py                         # 20 deletes of 10,000 ids
-    python benchmarks/delete_burst.py --ids 1000000 --requests 5   # the request
+    python -m benchmarks.images.delete_burst                         # 20 deletes of 10,000 ids
+    python -m benchmarks.images.delete_burst --ids 1000000 --requests 5   # the request
                                                               # (refused with 413 since the fix)
 
 Writes JSON to benchmarks/results/delete_burst.json (or --output). Timings are of one run on a

@@ -22,8 +22,8 @@ Timing: one warm-up per method (compilation), then --rounds rounds; each round t
 of a workload once, in turn, so a change in the machine's load hits all methods alike. Rates are
 medians over rounds; each ratio is taken within a round and reported as median, min and max.
 
-    python benchmarks/images_bench.py            # about 2-3 minutes on 2 cores
-    python benchmarks/images_bench.py --quick    # smoke run
+    python -m benchmarks.images.images_bench            # about 2-3 minutes on 2 cores
+    python -m benchmarks.images.images_bench --quick    # smoke run
 """
 
 from __future__ import annotations

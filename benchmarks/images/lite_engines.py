@@ -33,9 +33,9 @@ A measurement stops after `--queries` queries, or earlier once it has run `--bud
 has at least `--min-queries` (Lite 3's FLAT at 100k takes seconds a query); the JSON gives each
 count.
 
-    nice -n 10 python3 benchmarks/lite_engines.py                  # 10k and 100k, both engines
-    nice -n 10 python3 benchmarks/lite_engines.py --sizes 2000 --queries 20 --out /tmp/x.json
-    python3 benchmarks/lite_docs.py                                # docs/images.md's table
+    nice -n 10 python -m benchmarks.images.lite_engines                  # 10k and 100k, both engines
+    nice -n 10 python -m benchmarks.images.lite_engines --sizes 2000 --queries 20 --out /tmp/x.json
+    python -m benchmarks.docs                                # docs/images.md's table
 
 Writes benchmarks/results/lite_engines.json.
 """

@@ -1,7 +1,7 @@
 """What cutting and steering a search costs (`ImageIndex.search(..., steering=...)`), against the
 plain search in the same run, on Milvus Lite (FLAT, COSINE).
 
-    python benchmarks/search_steering_bench.py [--rows 10000] [--queries 40]
+    python -m benchmarks.images.search_steering_bench [--rows 10000] [--queries 40]
 
 Random unit vectors of the default model's width (1280) and query vectors (no model runs, so
 only the store and `accelkit.images.ranking` are timed); the variants run interleaved, query by
@@ -79,7 +79,7 @@ def main() -> int:
         for name, t in times.items()
     }
     data = {
-        "command": "python benchmarks/search_steering_bench.py",
+        "command": "python -m benchmarks.images.search_steering_bench",
         "rows": args.rows,
         "dim": DIM,
         "queries": args.queries,

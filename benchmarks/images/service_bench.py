@@ -19,9 +19,9 @@ Measured in one run, on the same random unit vectors (N x 1280, metadata {"k": i
              handler's own time (`took_ms`: embedding + store search, without queueing); the
              FLAT collection (the default index).
 
-    python benchmarks/service_bench.py            # 100k vectors; about 6-8 minutes on 2 cores
-    python benchmarks/service_bench.py --quick    # 10k vectors; about 1-2 minutes
-    python benchmarks/service_bench.py --uri http://host:19530 [--token user:pass]
+    python -m benchmarks.images.service_bench            # 100k vectors; about 6-8 minutes on 2 cores
+    python -m benchmarks.images.service_bench --quick    # 10k vectors; about 1-2 minutes
+    python -m benchmarks.images.service_bench --uri http://host:19530 [--token user:pass]
 
 With --server (the test suite's loopback-only server, started for the run; root needed) or --uri, a
 Milvus server is measured instead, beside Milvus Lite's FLAT default in the same run (same
@@ -32,7 +32,7 @@ first search, flush, index build + hand-off, top-10 p50/p99 with and without the
 filter at the plain ef: the baseline of the 4x ef walk), recall@10 against exact numpy float64
 top-10 for altered copies and off-data queries, and a sweep of ef. Server targets (issue 49):
 first search after a bulk insert <= 100 ms, HNSW and filtered top-10 p99 < 20 ms, upsert >= 5,000
-vectors/s, the whole run <= 20 minutes. `benchmarks/service_docs.py` renders the docs' tables.
+vectors/s, the whole run <= 20 minutes. `benchmarks/docs/service.py` renders the docs' tables.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The floor processes `limits_bench.py` measures accelkit's commands against: a whole process that
 does only the part no implementation can skip.
 
-    python benchmarks/floors.py read DATASET [COLUMN ...]
+    python -m benchmarks.machine.floors read DATASET [COLUMN ...]
         Read COLUMN (default observation.state and action) of every parquet file under DATASET/data
         into numpy float32 [rows, dim] arrays with pyarrow (its threads on), and nothing else.
-    python benchmarks/floors.py read-lean DATASET [COLUMN ...]
+    python -m benchmarks.machine.floors read-lean DATASET [COLUMN ...]
         The same without pyarrow's pre-buffering of column chunks (its default is on; accelkit
         reads local files without it: a cheaper read, so a stricter floor).
-    python benchmarks/floors.py model TENSORS.npy IMAGES [BATCH]
+    python -m benchmarks.machine.floors model TENSORS.npy IMAGES [BATCH]
         Load the embedding model the way `accelkit images embed` does (same ONNX file, same
         session options) and run it on IMAGES ready 224x224 tensors in batches of BATCH (default
         32), cycling through the [K, 3, 224, 224] tensors in TENSORS.npy: no decoding, no resizing.

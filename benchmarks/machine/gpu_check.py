@@ -1,6 +1,6 @@
 """Every GPU path of accelkit in one call, each against its CPU reference in the same run.
 
-    python benchmarks/gpu_check.py [--out benchmarks/results/gpu_check.json] [--rows 4000000]
+    python -m benchmarks.machine.gpu_check [--out benchmarks/results/gpu_check.json] [--rows 4000000]
 
 Parts (each recorded as ok / failed / skipped with the reason; one failing part never stops the rest):
   devices   what JAX and PyTorch see (`accelkit devices`), and the platform accelkit would choose
@@ -8,7 +8,7 @@ Parts (each recorded as ok / failed / skipped with the reason; one failing part 
             bit-equal to numpy.quantile) and rows/s on GPU vs CPU
   images    JAXImagePreprocessor on the GPU: max |difference| to PIL in uint8 levels, images/s vs CPU
             and vs PIL + numpy, compile count
-  quant     benchmarks/quant_cuda_graphs.py (torch.compile reduce-overhead, 100 calls holding outputs)
+  quant     benchmarks/quant/quant_cuda_graphs.py (torch.compile reduce-overhead, 100 calls holding outputs)
   bench     `accelkit bench xla` with JAX and PyTorch on the GPU (synchronized timings, checks)
 
 On a machine where neither JAX nor PyTorch has a GPU it writes nothing and exits 3. JAX needs its

@@ -25,11 +25,11 @@ the best of each (best accelkit against best floor, as a quiet machine would sho
                 127.0.0.1 (2 nodes of 1 CPU, started once, as a user's cluster is), against the
                 local `accelkit images embed` of the same photos
 
-    python benchmarks/limits_bench.py                 # everything, ~15 min here (datasets once)
-    python benchmarks/limits_bench.py --stats                 # the stats rows only (issue 40)
-    python benchmarks/limits_bench.py --only stats_v30,stats_v21 --rounds 3
-    python benchmarks/limits_bench.py --quick         # small sizes, one round: a smoke run
-    python benchmarks/limits_bench.py --docs-only     # rewrite docs/performance.md from the JSON
+    python -m benchmarks.machine.limits_bench                 # everything, ~15 min here (datasets once)
+    python -m benchmarks.machine.limits_bench --stats                 # the stats rows only (issue 40)
+    python -m benchmarks.machine.limits_bench --only stats_v30,stats_v21 --rounds 3
+    python -m benchmarks.machine.limits_bench --quick         # small sizes, one round: a smoke run
+    python -m benchmarks.machine.limits_bench --docs-only     # rewrite docs/performance.md from the JSON
 
 Writes benchmarks/results/limits_bench.json (limits_bench_quick.json with --quick) and the section
 in the `limits` block of docs/performance.md (not with --quick).
@@ -274,7 +274,7 @@ def render(report: dict) -> str:
     env = report["environment"]
     source = env.get("accelkit_source", {})
     lines = [
-        "## Whole processes against their floors (`benchmarks/limits_bench.py`)",
+        "## Whole processes against their floors (`benchmarks/machine/limits_bench.py`)",
         "",
         f"Generated from `benchmarks/results/limits_bench.json`, written {env['time_utc']} "
         f"(commit `{(source.get('commit') or '?')[:7]}`{', uncommitted changes' if source.get('dirty') else ''}), "

@@ -19,8 +19,8 @@ The model: work per worker-second (rows/s or images/s of one Ray worker, from ra
 merge seconds per task (measured), the listing seconds per file (stats: `open_source` on this
 dataset), for a dataset of --model-frames frames in --model-files files with 2 tasks per worker.
 
-    python benchmarks/scale_bench.py            # full run (about 5 minutes on 2 cores)
-    python benchmarks/scale_bench.py --quick    # smoke run (about a minute)
+    python -m benchmarks.machine.scale_bench            # full run (about 5 minutes on 2 cores)
+    python -m benchmarks.machine.scale_bench --quick    # smoke run (about a minute)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every `accelkit quant` speed and fidelity benchmark in one command, then docs/quant.md's
 generated tables from their JSON (benchmarks/results/quant_*.json).
 
-    python benchmarks/quant_all.py [--threads N] [--quick]
+    python -m benchmarks.quant.quant_all [--threads N] [--quick]
 
 In order, each in its own process (the machine may be shared: each script interleaves its
 candidates with their baseline and reports medians and ratios):
@@ -48,17 +48,17 @@ def main() -> None:
     args = parser.parse_args()
     py = sys.executable
     threads = ["--threads", str(args.threads)] if args.threads else []
-    run([py, "benchmarks/quant_kernels.py", *threads])
+    run([py, "benchmarks/quant/quant_kernels.py", *threads])
     env_threads = [] if not args.threads else ["env", f"OMP_NUM_THREADS={args.threads}"]
     run([*env_threads, py, "-m", "accelkit", "quant", "eval", "--json"],
         stdout_to=RESULTS / "quant_eval_default.json")  # fmt: skip
-    run([py, "benchmarks/quant_avx2.py", *threads])
-    run([py, "benchmarks/quant_target.py", *threads])
+    run([py, "benchmarks/quant/quant_avx2.py", *threads])
+    run([py, "benchmarks/quant/quant_target.py", *threads])
     quick = ["--models", "minilm,llama-random", "--limit", "4"] if args.quick else []
-    run([py, "benchmarks/quant_matrix.py", *threads, *quick])
-    run([*env_threads, py, "benchmarks/quant_eval_time.py"])
-    run([*env_threads, py, "benchmarks/quant_bench.py", "--profile"])
-    run([py, "benchmarks/quant_docs.py"])
+    run([py, "benchmarks/research/quant_matrix.py", *threads, *quick])
+    run([*env_threads, py, "benchmarks/quant/quant_eval_time.py"])
+    run([*env_threads, py, "benchmarks/quant/quant_bench.py", "--profile"])
+    run([py, "benchmarks/docs/quant.py"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`quant eval` on this CPU held to AVX2: what an AVX2-only machine's default would look like.
 
-    python benchmarks/quant_avx2.py [--out benchmarks/results/quant_eval_avx2.json]
+    python -m benchmarks.quant.quant_avx2 [--out benchmarks/results/quant_eval_avx2.json]
 
 Re-runs itself with ONEDNN_MAX_CPU_ISA=AVX2 and FBGEMM_ENABLE_INSTRUCTIONS=AVX2 (oneDNN's and
 fbgemm's own switches) and inductor's `cpp.simdlen = 256` (AVX2-wide generated code), then runs

@@ -1,8 +1,8 @@
 """accelkit quant on all-MiniLM-L6-v2: fidelity, size and eager/compiled latency vs FP32 (same run),
 plus a cross-check of our RTN W4A8 against torchao's int8-dynamic-activation / int4-weight.
 
-    python benchmarks/quant_bench.py [--pairs 300] [--out benchmarks/results/quant_bench.json]
-    python benchmarks/quant_bench.py --profile [--out benchmarks/results/quant_profile.json]
+    python -m benchmarks.quant.quant_bench [--pairs 300] [--out benchmarks/results/quant_bench.json]
+    python -m benchmarks.quant.quant_bench --profile [--out benchmarks/results/quant_profile.json]
 
 `--profile`: only where the time of `quant eval`'s recommended setting (DuQuant W4A8, the default
 config) goes — torch.profiler over the compiled quantized model and the compiled FP32 model (as

@@ -2,7 +2,7 @@
 holding every earlier output, each compared with eager. This is the failure the openpi fork hit
 ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run").
 
-    python benchmarks/quant_cuda_graphs.py [--calls 100] [--out benchmarks/results/quant_cuda_graphs.json]
+    python -m benchmarks.quant.quant_cuda_graphs [--calls 100] [--out benchmarks/results/quant_cuda_graphs.json]
 
 Needs a CUDA GPU; on a CPU-only machine it exits with status 3 and says so. The model is
 all-MiniLM-L6-v2 quantized with DuQuant W4A8 (calibrated eagerly on the CPU, then moved to the GPU).

@@ -3,8 +3,8 @@ cold caches (a new user: fresh HOME, XDG_CACHE_HOME and TORCHINDUCTOR_CACHE_DIR,
 table is measured anew and inductor builds every graph), then the same command again on the caches
 the first run left (warm: inductor's FX / AOT caches and the kernel table hit).
 
-    python benchmarks/quant_eval_time.py [--out benchmarks/results/quant_eval_time.json] [--runs cold,warm]
-    python benchmarks/quant_eval_time.py --baseline-src /tmp/main/src --baseline-commit 38f19a7
+    python -m benchmarks.quant.quant_eval_time [--out benchmarks/results/quant_eval_time.json] [--runs cold,warm]
+    python -m benchmarks.quant.quant_eval_time --baseline-src /tmp/main/src --baseline-commit 38f19a7
 
 With --baseline-src, the accelkit of that src folder (e.g. `git archive <commit> src`) runs the same
 command cold first, in caches of its own, so the baseline comes from the same session.

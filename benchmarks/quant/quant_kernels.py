@@ -4,8 +4,8 @@ CPU's own ISA and held to AVX2 (`--isa avx2`: ONEDNN_MAX_CPU_ISA=AVX2,
 FBGEMM_ENABLE_INSTRUCTIONS=AVX2, ATEN_CPU_CAPABILITY=avx2; eager only, so inductor is not
 involved).
 
-    python benchmarks/quant_kernels.py            # both ISAs, one process each -> JSON
-    python benchmarks/quant_kernels.py --isa native --out part.json
+    python -m benchmarks.quant.quant_kernels            # both ISAs, one process each -> JSON
+    python -m benchmarks.quant.quant_kernels --isa native --out part.json
 
 Per shape (in × out) of MiniLM and of the matrix's Llama, at each row count, median seconds of
 interleaved rounds (each round calls every candidate `calls` times; the machine may be shared):

@@ -2,11 +2,11 @@
 and time it costs (QuantVLA's case: plain W4A8 loses too much until the sensitive projections stay
 at higher precision).
 
-    python benchmarks/quant_target.py [--out benchmarks/results/quant_target.json]
+    python -m benchmarks.quant.quant_target [--out benchmarks/results/quant_target.json]
 
 - MiniLM (the shipped encoder) on the shipped pairs, DuQuant W4A8 (the default setting), target
   mean cosine 0.99 (its plain W4A8 reaches ~0.98);
-- the matrix's Llama-style causal LM with random weights (benchmarks/quant_matrix.py
+- the matrix's Llama-style causal LM with random weights (benchmarks/research/quant_matrix.py
   `llama-random`, saved to a temporary folder with MiniLM's tokenizer), DuQuant W4A8, target
   0.995 on the last hidden states.
 Each run is `accelkit.quant.evaluate(..., target_cosine=T)` — the `quant eval --target-cosine`

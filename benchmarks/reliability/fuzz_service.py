@@ -3,8 +3,8 @@ requests from the service's own OpenAPI document, route by route, and every answ
 tests/images/service/test_service_fuzz.py checks it (no 5xx, a documented status and content type, a body
 matching the documented schema, every refusal naming its field).
 
-    python benchmarks/fuzz_service.py                      # 200 cases per route
-    python benchmarks/fuzz_service.py --cases 1000 --seed 7
+    python -m benchmarks.reliability.fuzz_service                      # 200 cases per route
+    python -m benchmarks.reliability.fuzz_service --cases 1000 --seed 7
 
 The service runs as users run it (a subprocess on 127.0.0.1, Milvus Lite in a temporary folder,
 the real model from the user cache), and is stopped by its PID. Writes JSON to

@@ -17,8 +17,8 @@ on 127.0.0.1. Three outages, one after another:
    its mark and verified; every item once, its vector bit-equal to the Lite file's, its metadata
    equal.
 
-    python benchmarks/outage.py [--down 15] [--images 600] [--out benchmarks/results/outage.json]
-    python benchmarks/outage.py --phases migrate --merge    # one phase; the others' results kept
+    python -m benchmarks.reliability.outage [--down 15] [--images 600] [--out benchmarks/results/outage.json]
+    python -m benchmarks.reliability.outage --phases migrate --merge    # one phase; the others' results kept
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ Measured and checked at the end:
   memory       the service's RSS after warm-up and at the end (target: within 10 %), file
                descriptors after warm-up and at the end (no leak)
 
-    python benchmarks/soak.py                          # Milvus Lite, 16 clients, 10 minutes
-    python benchmarks/soak.py --store server           # a real Milvus server (root: a loopback-only
+    python -m benchmarks.reliability.soak                          # Milvus Lite, 16 clients, 10 minutes
+    python -m benchmarks.reliability.soak --store server           # a real Milvus server (root: a loopback-only
                                                        # network namespace, tests/support/milvus_server)
-    python benchmarks/soak.py --minutes 1 --clients 4  # a quick look
+    python -m benchmarks.reliability.soak --minutes 1 --clients 4  # a quick look
 
 Writes benchmarks/results/soak_<store>.json."""
 

@@ -14,8 +14,8 @@ test of tests/images/embedding/test_pipeline.py (each copy's nearest original is
 smallest margin). Speed: the model alone in one process on ready 224x224 batches of 32,
 interleaved rounds, each recipe's time against FP32's in the same round.
 
-    python benchmarks/images_int8.py                  # ~10 min on 2 busy cores
-    python benchmarks/images_int8.py --docs-only      # rewrite the docs section from the JSON
+    python -m benchmarks.research.images_int8                  # ~10 min on 2 busy cores
+    python -m benchmarks.research.images_int8 --docs-only      # rewrite the docs section from the JSON
 
 Writes benchmarks/results/images_int8.json and the `images-int8` block
 of docs/images.md.
@@ -228,7 +228,7 @@ def render(report: dict) -> str:
     speed = report["speed"]
     loads = speed["load_per_round"]
     lines = [
-        "### The int8 model's frontier (`benchmarks/images_int8.py`)",
+        "### The int8 model's frontier (`benchmarks/research/images_int8.py`)",
         "",
         f"Generated from `benchmarks/results/images_int8.json`, written {env['time_utc']} (commit"
         f" `{(source.get('commit') or '?')[:7]}`{', uncommitted changes' if source.get('dirty') else ''}),"

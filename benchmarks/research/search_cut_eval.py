@@ -1,9 +1,9 @@
 """Does the automatic cut (`accelkit.images.ranking.gap_cut`) hold up on the test sets?
 
-    python benchmarks/search_cut_eval.py            # measure; write benchmarks/results/search_cut.json
-    python benchmarks/search_cut_eval.py --docs     # rewrite docs/images.md's generated blocks
+    python -m benchmarks.research.search_cut_eval            # measure; write benchmarks/results/search_cut.json
+    python -m benchmarks.research.search_cut_eval --docs     # rewrite docs/images.md's generated blocks
                                                     # (this one's and search_steering_bench.py's)
-    python benchmarks/search_cut_eval.py --check    # exit 1 when the docs differ from the JSON
+    python -m benchmarks.research.search_cut_eval --check    # exit 1 when the docs differ from the JSON
 
 Image queries (EfficientNet-Lite0, the shipped model): each of the 25 shipped photos' altered
 copies (`testing.altered`) searched among the 25 originals, top 10, brute force (the same scores
@@ -203,7 +203,7 @@ def main() -> int:
     from accelkit.runtime.files import write_json_atomic
 
     data = {
-        "command": "python benchmarks/search_cut_eval.py",
+        "command": "python -m benchmarks.research.search_cut_eval",
         "topk": TOPK,
         "images": image_eval(),
         "text": text_eval(),

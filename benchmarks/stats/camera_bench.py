@@ -18,8 +18,8 @@ writer (`LeRobotDataset.create` / `add_frame` / `save_episode`, its default AV1 
 Timing: one warm-up of each accelkit method (page cache), then --repeats interleaved rounds;
 medians. The LeRobot baseline is timed once per episode and camera, summed. Results: JSON (--out).
 
-    python benchmarks/camera_bench.py --lerobot-python /tmp/lr04/bin/python
-    python benchmarks/camera_bench.py --lerobot-python /tmp/lr04/bin/python --episodes 100 \\
+    python -m benchmarks.stats.camera_bench --lerobot-python /tmp/lr04/bin/python
+    python -m benchmarks.stats.camera_bench --lerobot-python /tmp/lr04/bin/python --episodes 100 \\
         --height 480 --width 640       # the issue's 2 x 100 x 300 at 640x480 (long to write)
 """
 

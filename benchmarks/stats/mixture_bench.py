@@ -9,8 +9,8 @@ differs. Cases: openpi's q01/q99 (one pass with windows), LeRobot's five levels 
 The union's quantiles are checked to equal the concatenation's (the mixture is exact, so they
 must), and the result goes to benchmarks/results/mixture_bench.json.
 
-    python benchmarks/mixture_bench.py                  # 2 x 1.1M frames, 3 rounds (~3 minutes)
-    python benchmarks/mixture_bench.py --quick          # 2 x 100k frames, 1 round
+    python -m benchmarks.stats.mixture_bench                  # 2 x 1.1M frames, 3 rounds (~3 minutes)
+    python -m benchmarks.stats.mixture_bench --quick          # 2 x 100k frames, 1 round
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ Timing: one warm-up run per method (JAX compilation, page cache; reported as fir
 --repeats interleaved rounds (every method once per round, so load changes hit all alike); medians
 of wall and CPU time, and per-round ratios. Results: JSON (--out) and a table on stdout.
 
-    python benchmarks/stats_bench.py                 # full run (about 4-5 minutes on 2 cores)
-    python benchmarks/stats_bench.py --quick         # smoke run (< 1 minute)
+    python -m benchmarks.stats.stats_bench                 # full run (about 4-5 minutes on 2 cores)
+    python -m benchmarks.stats.stats_bench --quick         # smoke run (< 1 minute)
     # a fixed commit rather than the working tree:
     git archive <commit> src | tar -x -C /tmp/ak
-    ACCELKIT_BENCH_COMMIT=<commit> PYTHONPATH=/tmp/ak/src python benchmarks/stats_bench.py
+    ACCELKIT_BENCH_COMMIT=<commit> PYTHONPATH=/tmp/ak/src python -m benchmarks.stats.stats_bench
 """
 
 from __future__ import annotations

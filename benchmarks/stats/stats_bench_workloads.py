@@ -1,4 +1,4 @@
-"""The workloads, baselines and measurements of `benchmarks/stats_bench.py` (its docstring says
+"""The workloads, baselines and measurements of `benchmarks/stats/stats_bench.py` (its docstring says
 what each measures); the command line, the report and the table are there."""
 
 from __future__ import annotations

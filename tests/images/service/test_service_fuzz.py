@@ -2,7 +2,7 @@
 `accelkit images serve` (uvicorn on 127.0.0.1, Milvus Lite, the real model) from the service's
 own OpenAPI document. Every answer: not a 5xx, a status and content type the document lists, a
 body that matches the document's schema for it, and every refusal of a request names the field
-(or the body) it refuses. Bounded here (`MAX_EXAMPLES` per route); `benchmarks/fuzz_service.py`
+(or the body) it refuses. Bounded here (`MAX_EXAMPLES` per route); `benchmarks/reliability/fuzz_service.py`
 runs longer and writes what it ran to benchmarks/results/."""
 
 import base64
@@ -188,7 +188,7 @@ def test_the_document_lists_every_answer_the_service_gives(server, api_schema):
 
 
 def test_refusals_name_the_fields_they_refuse(server):
-    """Found by benchmarks/fuzz_service.py: "6 images in one request; the limit is 4" named no
+    """Found by benchmarks/reliability/fuzz_service.py: "6 images in one request; the limit is 4" named no
     field (the images come from several), and an empty key given twice was ": given twice"."""
     image = base64.b64encode(b"not an image").decode()
     for path, body, fields in (

@@ -1,4 +1,4 @@
-"""The busy-hour soak (benchmarks/soak.py), shortened for the suite: 8 clients for 20 s against a
+"""The busy-hour soak (benchmarks/reliability/soak.py), shortened for the suite: 8 clients for 20 s against a
 real `accelkit images serve` on Milvus Lite, mixing inserts, image/text/filtered searches,
 deletes, gets and collection admin. No 5xx, no transport error, every acknowledged insert found
 once with its metadata and every acknowledged delete gone, no file descriptor leaked. (RSS is
