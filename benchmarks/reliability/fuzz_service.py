@@ -29,8 +29,8 @@ def fuzz(operation, route: str, url: str, args, cases, statuses, failures) -> No
     """`args.cases` generated requests to one operation, each answer checked; failures recorded
     (distinct per route, kind and first line), the run goes on."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
-    from tests.images.service.test_service import AUTH
-    from tests.images.service.test_service_fuzz import CHECKS, error_names_its_field
+    from tests.support.service import AUTH
+    from tests.support.service_fuzz import CHECKS, error_names_its_field
 
     @seed(args.seed)
     @settings(
@@ -73,8 +73,8 @@ def main() -> None:
     import numpy as np
     import schemathesis
     from PIL import Image
-    from tests.images.service.test_service import Server
-    from tests.images.service.test_service_fuzz import service_config
+    from tests.support.service import Server
+    from tests.support.service_fuzz import service_config
 
     from accelkit.images.embedding.models import cached_onnx_path
     from accelkit.runtime.files import write_json_atomic

@@ -275,8 +275,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from tests.images.service.test_service import Server
     from tests.support.milvus_server import MilvusServer, server_database, unavailable
+    from tests.support.service import Server
 
     from accelkit.images.embedding.models import cached_onnx_path
     from accelkit.runtime.environment import record

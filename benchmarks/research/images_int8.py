@@ -61,7 +61,8 @@ def versions(photo, rng) -> list:
     """Set A's 12 versions of one photo."""
     import numpy as np
     from PIL import Image, ImageEnhance, ImageOps
-    from tests.images.embedding.test_pipeline import altered
+
+    from accelkit.images.testing import altered
 
     image = Image.fromarray(photo)
     w, h = image.size

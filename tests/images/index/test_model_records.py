@@ -31,8 +31,8 @@ def test_a_service_checks_a_collection_made_anew_by_another_client(built, milvus
     import httpx
 
     from accelkit import images
-    from tests.images.service.test_service import Server
     from tests.support.milvus_server import server_database
+    from tests.support.service import Server
 
     files, paths = built
     database = server_database(milvus_server, "model_records")

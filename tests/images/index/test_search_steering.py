@@ -10,7 +10,7 @@ from PIL import Image
 
 from accelkit.images import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
-from tests.images.embedding.test_pipeline import altered
+from accelkit.images.testing import altered
 from tests.support import two_tower
 
 SKY = {"rocket", "rocket_top", "moon", "hubble_deep_field"}
