@@ -9,6 +9,7 @@ import pytest
 from accelkit.errors import InputError
 from accelkit.images import ranking
 from accelkit.images.ranking import Terms, parse_terms
+from tests.support.search import brute_fold
 
 
 @pytest.mark.parametrize(
@@ -59,22 +60,6 @@ def test_the_steered_vector_ranks_by_similarity_minus_weighted_negatives(rng):
     np.testing.assert_allclose(ranking.steer(p, [], 0.5), p / np.linalg.norm(p), atol=1e-7)
     with pytest.raises(InputError, match="cancel"):
         ranking.steer(p, [p], 1.0)
-
-
-def brute_fold(vectors, threshold, topk):
-    """Folding written out the plain way: cosine of every pair in float64."""
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    heads, under = [], {}
-    for i in range(len(unit)):
-        owner = next((h for h in heads if float(unit[h] @ unit[i]) >= threshold), None)
-        if owner is not None:
-            under[owner].append(i)
-        elif len(heads) < topk:
-            heads.append(i)
-            under[i] = []
-        else:
-            break
-    return [(h, under[h]) for h in heads]
 
 
 def test_folding_equals_brute_force(rng):

@@ -76,7 +76,7 @@ def test_a_lite_collection_inherits_nothing_of_a_dropped_ones_records(tmp_path, 
 
     from accelkit.images.store import StoreConfig, VectorStore
     from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
-    from tests.images.store.test_migrate import run
+    from tests.support.migrate import run
 
     source, target = str(tmp_path / "s.db"), str(tmp_path / "t.db")
     model = {"name": "old-model", "dim": 8, "text": False, "fingerprint": None}

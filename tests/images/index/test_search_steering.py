@@ -159,7 +159,7 @@ def test_a_stored_image_as_a_negative(lite):
 
 def test_folding_returns_k_distinct_results_with_their_duplicates(lite):
     index, reference, torch_model = lite
-    from tests.images.test_ranking import brute_fold
+    from tests.support.search import brute_fold
 
     q = two_tower.text_vector(torch_model, "a photo of a coffee cup")
     ranked = brute(reference, q)

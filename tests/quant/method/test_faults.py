@@ -6,7 +6,7 @@ import json
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.storage import save_quantized
-from tests.quant.method.test_apply_storage import SMALL, batches, make_net
+from tests.support.quant_blocks import SMALL, batches, make_net
 
 
 def test_the_same_model_is_saved_as_the_same_bytes(tmp_path):
