@@ -25,9 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO
-
-RESULTS = REPO / "benchmarks" / "results"
+from benchmarks.common import REPO, RESULTS
 
 
 def run(cmd: list[str], stdout_to: Path | None = None) -> None:
@@ -48,17 +46,17 @@ def main() -> None:
     args = parser.parse_args()
     py = sys.executable
     threads = ["--threads", str(args.threads)] if args.threads else []
-    run([py, "benchmarks/quant/quant_kernels.py", *threads])
+    run([py, "-m", "benchmarks.quant.quant_kernels", *threads])
     env_threads = [] if not args.threads else ["env", f"OMP_NUM_THREADS={args.threads}"]
     run([*env_threads, py, "-m", "accelkit", "quant", "eval", "--json"],
         stdout_to=RESULTS / "quant_eval_default.json")  # fmt: skip
-    run([py, "benchmarks/quant/quant_avx2.py", *threads])
-    run([py, "benchmarks/quant/quant_target.py", *threads])
+    run([py, "-m", "benchmarks.quant.quant_avx2", *threads])
+    run([py, "-m", "benchmarks.quant.quant_target", *threads])
     quick = ["--models", "minilm,llama-random", "--limit", "4"] if args.quick else []
-    run([py, "benchmarks/research/quant_matrix.py", *threads, *quick])
-    run([*env_threads, py, "benchmarks/quant/quant_eval_time.py"])
-    run([*env_threads, py, "benchmarks/quant/quant_bench.py", "--profile"])
-    run([py, "benchmarks/docs/quant.py"])
+    run([py, "-m", "benchmarks.research.quant_matrix", *threads, *quick])
+    run([*env_threads, py, "-m", "benchmarks.quant.quant_eval_time"])
+    run([*env_threads, py, "-m", "benchmarks.quant.quant_bench", "--profile"])
+    run([py, "-m", "benchmarks.docs", "--page", "docs/quant.md"])
 
 
 if __name__ == "__main__":

@@ -43,9 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, RESULTS
 
-RESULTS = REPO / "benchmarks" / "results"
 SCHEMA = "accelkit.soak/1"
 COLLECTION = "soak"
 TAGS = ("red", "green", "blue", "grey")
