@@ -15,11 +15,7 @@ from pathlib import Path
 import httpx
 
 KEY = "test-key-123"
-
-
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
