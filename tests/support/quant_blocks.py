@@ -1,5 +1,6 @@
-"""A pre-norm MLP block with a residual: the smallest model with the linears, the norm and the
-activation a transformer layer quantizes, shared by the quant tests."""
+"""Small models the quant tests share: a pre-norm MLP block with a residual (the smallest model
+with the linears, the norm and the activation a transformer layer quantizes), and `Net`, linears of
+several shapes (one an outlier channel's victim, `batches`) for the apply/storage and crash tests."""
 
 from __future__ import annotations
 
