@@ -22,6 +22,9 @@ def column_of(root: Path, column: str) -> np.ndarray:
     return rows.reshape(len(rows), -1)
 
 
+NAMED_LEVELS = {0.01: "q01", 0.1: "q10", 0.5: "q50", 0.9: "q90", 0.99: "q99"}  # LeRobot's
+
+
 def exact_of(x: np.ndarray) -> dict:
     x64 = np.asarray(x, np.float64).reshape(len(x), -1)
     out = {
@@ -31,7 +34,7 @@ def exact_of(x: np.ndarray) -> dict:
         "max": x64.max(axis=0),
         "count": np.asarray([len(x64)], np.float64),
     }
-    for q, name in LEVELS.items():
+    for q, name in NAMED_LEVELS.items():
         out[name] = np.quantile(x64, q, axis=0)
     return out
 
