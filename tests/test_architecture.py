@@ -2,6 +2,13 @@
 imported): arrows point down and never close a circle, a capability never imports another, the
 command lines stay thin and no file grows into several rooms.
 
+The code around src/ keeps the same rules and three of its own (the end of this file):
+benchmarks/ and tests/ close no import circle; no module imports a test module (`test_*`) or a
+`conftest` (what tests share lives in tests/support/, or in `accelkit.*.testing` when public;
+fixtures in conftest.py); and tests never import benchmarks (a test that checks a benchmark runs
+it as a user does, `python -m benchmarks.ROOM.NAME`, or the shared piece moves to tests/support/
+or src/). Benchmarks run as modules and never edit sys.path.
+
 Every import counts, also one inside a function (a lazy import still makes the two modules depend
 on each other), and so does a name a package exports lazily (`from accelkit.stats import
 compute_stats` depends on the module that defines it)."""
@@ -44,9 +51,10 @@ def lazy_exports(path: Path, package: str) -> dict[str, str]:
     return exports
 
 
-def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """Module -> the package modules it imports (anywhere in its body)."""
-    modules = module_files(src)
+def import_graph(src: Path = SRC, modules: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere in its body); `modules` (default: every
+    module under `src`) are the nodes."""
+    modules = module_files(src) if modules is None else modules
     exports = {
         name: lazy_exports(path, name) for name, path in modules.items() if path.stem == "__init__"
     }
@@ -396,3 +404,142 @@ def test_faces_are_the_files_under_cli(capability):
         if target.startswith(faces) and module != "accelkit.cli" and not module.startswith(faces)
     )
     assert not wrong, f"a library module imports a {capability} face: " + ", ".join(wrong)
+
+
+# -- the code around src/: benchmarks/ and tests/ -------------------------------------------------
+
+AROUND = ("benchmarks", "tests")
+
+
+def around_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of benchmarks/ and tests/ by its dotted name from the repository root."""
+    return {
+        name: path
+        for name, path in module_files(root).items()
+        if name.split(".")[0] in AROUND and "fixtures" not in name.split(".")
+    }
+
+
+def is_test_module(name: str) -> bool:
+    last = name.rpartition(".")[2]
+    return last.startswith("test_") or last == "conftest"
+
+
+def imports_of_test_modules(modules: dict[str, Path]) -> list[str]:
+    """`module -> test module` for every import of a test module or a conftest."""
+    return sorted(
+        f"{module} -> {name}"
+        for module, path in modules.items()
+        for name in imported_names(path)
+        if is_test_module(name) and not (module.endswith("conftest") and name == "pytest")
+    )
+
+
+def sys_path_edits(path: Path) -> int:
+    """Calls that change sys.path (`sys.path.insert/append/extend(...)`, `sys.path[...] = ...`)."""
+    edits = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value if node.func.attr in {"insert", "append", "extend"} else None
+        elif isinstance(node, ast.Assign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            target = next((t.value for t in targets if isinstance(t, ast.Subscript)), None)
+        if isinstance(target, ast.Attribute) and target.attr == "path":
+            edits += getattr(target.value, "id", None) == "sys"
+    return edits
+
+
+def test_the_rules_around_src_see_what_they_forbid(tmp_path):
+    """The checks below are only as good as this: a circle, a test module imported three ways, a
+    conftest imported, a benchmark imported by a test and sys.path edited twice."""
+    for name, text in {
+        "benchmarks/__init__.py": "",
+        "benchmarks/a.py": "import sys\nsys.path.insert(0, 'x')\nfrom benchmarks import b\n",
+        "benchmarks/b.py": "def f():\n    from benchmarks.a import g\n",
+        "tests/__init__.py": "",
+        "tests/test_x.py": "from tests.test_y import helper\nimport benchmarks.a\n",
+        "tests/test_y.py": "from tests import conftest\nimport sys\nsys.path[:0] = ['x']\n",
+        "tests/support.py": "def f():\n    from tests.test_x import thing\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    modules = around_modules(tmp_path)
+    assert cycles(import_graph(tmp_path, modules)) == [["benchmarks.a", "benchmarks.b"]]
+    assert imports_of_test_modules(modules) == [
+        "tests.support -> tests.test_x",
+        "tests.test_x -> tests.test_y",
+        "tests.test_y -> tests.conftest",
+    ]
+    assert sum(sys_path_edits(p) for p in modules.values()) == 2
+    assert is_test_module("tests.images.conftest") and not is_test_module("tests.support.tests")
+
+
+def test_no_import_circles_around_src():
+    modules = around_modules()
+    assert {"benchmarks.common", "tests.support.crash.harness"} <= set(modules)
+    found = cycles(import_graph(ROOT, modules))
+    assert not found, "import circles in benchmarks/ or tests/: " + "; ".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_nothing_imports_a_test_module_or_a_conftest():
+    wrong = imports_of_test_modules(around_modules())
+    assert not wrong, (
+        "shared test pieces go to tests/support/ (fixtures to conftest.py): " + ", ".join(wrong)
+    )
+
+
+def test_tests_never_import_benchmarks():
+    wrong = sorted(
+        f"{module} -> {name}"
+        for module, path in around_modules().items()
+        if module.startswith("tests.")
+        for name in imported_names(path)
+        if name == "benchmarks" or name.startswith("benchmarks.")
+    )
+    by_path = sorted(  # a benchmark loaded from its file is imported all the same
+        module
+        for module, path in around_modules().items()
+        if module.startswith("tests.") and "spec_from_file_location" in path.read_text()
+    )
+    wrong += [f"{module} loads a file as a module" for module in by_path if module != __name__]
+    assert not wrong, "run the benchmark as `python -m benchmarks...` instead: " + ", ".join(wrong)
+
+
+def test_benchmarks_are_modules_and_nothing_around_src_edits_sys_path():
+    folders = [p for p in (ROOT / "benchmarks").rglob("*") if p.is_dir() and any(p.glob("*.py"))]
+    assert all((folder / "__init__.py").is_file() for folder in folders), folders
+    edits = {
+        str(path.relative_to(ROOT)): n
+        for path in around_modules().values()
+        if (n := sys_path_edits(path))
+    }
+    assert not edits, edits
+
+
+# -- accelkit.quant's own rules (once tests/quant/test_layout.py) ---------------------------------
+
+
+def test_the_quant_command_line_only_calls_the_library():
+    """Of accelkit.quant, its face imports only the API and the report's column names."""
+    edges = {t for t in import_graph()["accelkit.quant.cli"] if t.startswith("accelkit.quant")}
+    assert edges <= {"accelkit.quant.api", "accelkit.quant.evaluation.report"}, edges
+
+
+def test_every_quant_result_object_names_its_json_document():
+    """docs/architecture.md: result objects give the `--json` result as `.document()` (EvalResult
+    and ApplyResult once called it `to_dict()`, while stats and bench said `document()`)."""
+    results = {}
+    for name, path in module_files().items():
+        if not name.startswith("accelkit.quant."):
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Result"):
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+                results[f"{name.removeprefix('accelkit.quant.')}.{node.name}"] = methods
+    assert {"api.EvalResult", "api.ApplyResult", "evaluation.target.TargetResult"} <= set(results)
+    wrong = {name for name, methods in results.items() if "document" not in methods}
+    wrong |= {name for name, methods in results.items() if methods & {"to_dict", "as_dict"}}
+    assert not wrong, sorted(wrong)

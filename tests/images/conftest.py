@@ -1,6 +1,5 @@
 """Shared fixtures: real photos, one ONNX export per test session (in a tmp dir, not the user cache)."""
 
-import io
 import os
 import signal
 
@@ -42,14 +41,6 @@ def pipeline(onnx_path):
     )
     with ImageEmbeddingPipeline(config) as p:
         yield p
-
-
-def encode(array: np.ndarray, fmt: str, **kwargs) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format=fmt, **kwargs)
-    return buffer.getvalue()
 
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -1,36 +1,32 @@
 """The Milvus server figures in docs/images.md and docs/performance.md are the JSON they cite: the
-generated blocks equal what benchmarks/service_docs.py renders from
-benchmarks/results/service_bench_server.json, and, read back from the text independently, the
-targets' figures equal the JSON's values at the printed precision. The same for the Milvus Lite
-2.5-or-3 table (benchmarks/lite_docs.py, benchmarks/results/lite_engines.json)."""
+generated blocks equal what the docs engine (`python -m benchmarks.docs`; tables in
+benchmarks/docs/service.py) renders from benchmarks/results/service_bench_server.json, and, read
+back from the text independently, the targets' figures equal the JSON's values at the printed
+precision. The same for the Milvus Lite 2.5-or-3 table (benchmarks/docs/lite.py,
+benchmarks/results/lite_engines.json) and every other block of both pages."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
+
+from tests.support.docs_numbers import engine_check, generated
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "service_bench_server.json"
 LITE = ROOT / "benchmarks" / "results" / "lite_engines.json"
 
 
-def generator(name: str = "service_docs"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generated_blocks_are_what_the_json_renders():
-    gen = generator()
-    doc = json.loads(RESULT.read_text(encoding="utf-8"))
+    """Every block of both pages (the server's, Milvus Lite's, the resample, search-cut, limits
+    and int8 ones) is what its JSON renders."""
     images = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
     performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    found = {m.group("name") for m in gen._BLOCK.finditer(images)}
-    assert set(gen.BLOCKS) <= found
-    assert "server-targets" in {m.group("name") for m in gen._BLOCK.finditer(performance)}
-    for text in (images, performance):
-        assert gen.render(text, doc) == text, "run python benchmarks/service_docs.py"
+    assert {"server-targets", "server-search", "lite-engines", "resample-speed"} <= set(
+        generated(images)
+    )
+    assert {"server-targets", "limits"} <= set(generated(performance))
+    done = engine_check("--page", "docs/images.md", "--page", "docs/performance.md")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_target_figures_read_back_equal_the_json():
@@ -49,28 +45,6 @@ def test_target_figures_read_back_equal_the_json():
     assert float(minutes.group(1)) == round(doc["minutes"], 1)
     met = re.findall(r"\*\*(met|missed)\*\*", block)
     assert met[1] == ("met" if search["no_filter"]["p99_ms"] < 20 else "missed")
-
-
-def test_resample_speed_block_is_what_the_json_renders():
-    """docs/images.md's bicubic-against-bilinear table is benchmarks/resample_bench.py's
-    rendering of benchmarks/results/resample_bench.json."""
-    spec = importlib.util.spec_from_file_location(
-        "resample_bench", ROOT / "benchmarks" / "resample_bench.py"
-    )
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    doc = json.loads(gen.RESULT.read_text(encoding="utf-8"))
-    text = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
-    assert "resample-speed" in {m.group("name") for m in gen._BLOCK.finditer(text)}
-    assert gen.render(text, doc) == text, "run python benchmarks/resample_bench.py --docs"
-
-
-def test_lite_engine_blocks_are_what_the_json_renders():
-    gen = generator("lite_docs")
-    doc = json.loads(LITE.read_text(encoding="utf-8"))
-    images = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
-    assert set(gen.BLOCKS) <= {m.group("name") for m in gen._BLOCK.finditer(images)}
-    assert gen.render(images, doc) == images, "run python benchmarks/lite_docs.py"
 
 
 def test_lite_engine_figures_read_back_equal_the_json():

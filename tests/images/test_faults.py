@@ -1,15 +1,14 @@
 """`accelkit images insert` killed outright (SIGKILL) at its store writes (the crash harness,
-benchmarks/faults.py, kills every writer at 20 points; these are the points that found something).
-The store is read back by a separate client (benchmarks/faults_store.py) after the kill and after
-the command is run again."""
+benchmarks/reliability/faults.py, kills every writer at 20 points; these are the points that found
+something). The store is read back by a separate client (tests/support/crash/store.py) after the
+kill and after the command is run again."""
 
 import pytest
 from PIL import Image
 
-from tests.support.faults import event_number, harness, killed_at, write_events
-
-faults = harness()
-from faults_store import store_state  # noqa: E402  (benchmarks/, put on the path by harness())
+from tests.support.crash import event_number, killed_at, write_events
+from tests.support.crash.process import accelkit, run
+from tests.support.crash.store import store_state
 
 INSERT = ["images", "insert", "photos", "--config", "images.yaml", "--collection", "pics",
           "--create-collection"]  # fmt: skip
@@ -38,7 +37,7 @@ def pics(folder):
 
 
 def rerun(folder):
-    done = faults.run(faults.accelkit(*INSERT), folder)
+    done = run(accelkit(*INSERT), folder)
     assert done.code == 0, done.output[-3000:]
 
 
@@ -83,7 +82,7 @@ def test_a_delete_killed_between_the_collection_and_its_thumbnails_is_finished_b
     rerun(killed)
     events = write_events(delete, counted, counted / "events.txt")
     killed_at(delete, killed, event_number(events, r"^milvus\.drop_collection pics$"))
-    again = faults.run(faults.accelkit(*delete), killed)
+    again = run(accelkit(*delete), killed)
     assert again.code == 2 and "does not exist" in again.output, again.output[-2000:]
     with sqlite3.connect(killed / "store" / "images.db.thumbnails.sqlite") as db:
         left = db.execute("SELECT count(*) FROM thumbnails WHERE collection = 'pics'").fetchone()

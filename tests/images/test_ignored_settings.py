@@ -107,7 +107,7 @@ def test_the_command_line_warns_once_and_health_lists_the_index(
 def test_the_service_adds_the_line_to_its_answers(tmp_path, onnx_path, photos):
     from PIL import Image
 
-    from tests.images.service.test_service import Server
+    from tests.support.service import Server
 
     query = tmp_path / "q.png"
     Image.fromarray(photos["coffee"]).save(query)

@@ -6,7 +6,7 @@ import signal
 import pytest
 from PIL import Image
 
-from tests.runtime.test_interrupts import interrupt, leftovers
+from tests.support.interrupts import interrupt, leftovers
 from tests.support.terminal import accelkit, run_in_terminal
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.images.service.test_service import AUTH, KEY, ROOT, Server, b64, error_of
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
 from tests.support.outage import (
@@ -34,6 +33,7 @@ from tests.support.outage import (
     tile,
     wait_for_rows,
 )
+from tests.support.service import AUTH, KEY, ROOT, Server, b64, error_of
 from tests.support.small_disk import fill, small_disk
 
 STORE_TIMEOUT = 10  # seconds; the clients wait three times this before calling it a hang

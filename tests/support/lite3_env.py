@@ -3,7 +3,7 @@ once in `.venv-lite3/` beside the checkout, with milvus-lite 3 (the `images-lite
 read from pyproject.toml) and faiss-cpu installed into it without dependencies, and a `.pth` file
 adding this environment's site folders after its own, so all else is shared and nothing of this
 environment is touched. Used by tests/images/store/test_engines.py and
-benchmarks/lite_engines.py."""
+benchmarks/images/lite_engines.py."""
 
 from __future__ import annotations
 

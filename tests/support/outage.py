@@ -1,4 +1,4 @@
-"""A dead Milvus server under load, for tests/images/test_outage.py and benchmarks/outage.py.
+"""A dead Milvus server under load, for tests/images/test_outage.py and benchmarks/reliability/outage.py.
 
 `Load` drives a running `accelkit images serve` with inserts (one small image each, an id of its
 own) and searches (a vector) from a few threads, and records every answer: when it came, its

@@ -3,7 +3,7 @@
 import pytest
 from PIL import Image
 
-from tests.images.embedding.test_pipeline import altered
+from accelkit.images.testing import altered
 from tests.support.cli import result_of
 
 

@@ -4,8 +4,8 @@ and counts are never cut (the shared `runtime.tables.fitting_table`)."""
 import pytest
 from PIL import Image
 
-from tests.runtime.test_tables import WIDTHS, assert_whole
 from tests.support.cli import result_of, run_cli
+from tests.support.tables import WIDTHS, assert_whole
 
 NAMES = ["a_cat_photographed_on_a_sunny_afternoon_in_the_garden_0001", "rocket", "coffee_cup_02"]
 

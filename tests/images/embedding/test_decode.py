@@ -10,7 +10,7 @@ from accelkit.images.embedding.decode import (
     apply_orientation,
     decode_image,
 )
-from tests.images.conftest import encode
+from tests.support.photos import encode
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from accelkit.images.embedding import int8, models
-from tests.images.embedding.test_pipeline import altered
+from accelkit.images.testing import altered
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from PIL import Image
 
 from accelkit.errors import DataError
 from accelkit.images.testing import altered
-from tests.images.conftest import encode
+from tests.support.photos import encode
 
 
 def test_retrieval_each_photo_finds_its_altered_copy(pipeline, photos):

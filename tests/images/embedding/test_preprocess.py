@@ -12,7 +12,7 @@ from accelkit.images.embedding.preprocess import (
     pil_reference,
     plan_image,
 )
-from tests.images.conftest import encode
+from tests.support.photos import encode
 
 MEAN = np.array([0.485, 0.456, 0.406])
 STD = np.array([0.229, 0.224, 0.225])

@@ -191,7 +191,7 @@ def test_words_through_the_service(setup, tmp_path, capsys):
 
     from accelkit.images.index.base import TextQuery
     from accelkit.images.index.remote import RemoteIndex
-    from tests.images.service.test_service import Server
+    from tests.support.service import Server
 
     config = tmp_path / "service.yaml"
     database = tmp_path / "service.db"
@@ -243,7 +243,7 @@ def test_words_that_are_not_text_are_one_line(setup, tmp_path, capsys):
 
     from accelkit import images
     from accelkit.errors import InputError
-    from tests.images.service.test_service import Server
+    from tests.support.service import Server
 
     done = subprocess.run(
         [sys.executable, "-m", "accelkit", "images", "search", "--text", b"red \xff\xfe bicycle",
@@ -301,7 +301,7 @@ def test_a_broken_text_tower_is_unhealthy_and_stops_the_service_at_start(built, 
     start (as with a broken image model), instead of answering every text query 400 or 500."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from tests.images.service.test_service import Server
+    from tests.support.service import Server
 
     _, files, _ = built
     foreign = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 5000}, unk_token="[UNK]"))

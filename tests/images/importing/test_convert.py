@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +15,10 @@ from PIL import Image
 
 from tests.support import hf_two_tower
 from tests.support.cli import result_of, run_cli
+from tests.support.import_model import NAMES, cosine, refused
 from tests.support.require import not_applicable
 
 KINDS = ("clip", "siglip")
-NAMES = ["chelsea", "coffee", "rocket", "astronaut", "china", "camera"]
 TEXTS = ["a photo of a cat", "a red bicycle at night", "coffee cup", "an astronaut on the moon"]
 CONTEXT = {"clip": hf_two_tower.CLIP_CONTEXT, "siglip": hf_two_tower.SIGLIP_CONTEXT}
 MEAN = {"clip": (0.48145466, 0.4578275, 0.40821073), "siglip": (0.5, 0.5, 0.5)}
@@ -27,11 +26,6 @@ MEAN = {"clip": (0.48145466, 0.4578275, 0.40821073), "siglip": (0.5, 0.5, 0.5)}
 # rounding, ~3e-4 in these random models' text scores)
 EXACT = {"reducing_gap": None}
 STD = {"clip": (0.26862954, 0.26130258, 0.27577711), "siglip": (0.5, 0.5, 0.5)}
-
-
-def cosine(a, b) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -227,15 +221,6 @@ def edit_json(name: str, **values):
         path.write_text(json.dumps(document))
 
     return change
-
-
-def refused(capsys, source: str, output: str) -> str:
-    code, _, err = run_cli(["images", "import-model", source, "--output", output], capsys)
-    lines = err.strip().splitlines()  # a status line ("importing …") may come first
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert code == 2 and len(errors) == 1 and lines[-1] == errors[0], (code, err)
-    assert not any(p.name.startswith((".out", "out")) for p in Path(output).parent.iterdir())
-    return errors[0]
 
 
 CASES = {

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.images.importing.test_convert import NAMES, cosine, refused
 from tests.support import hf_two_tower
 from tests.support.cli import result_of, run_cli
+from tests.support.import_model import NAMES, cosine, refused
 
 # not the model type's defaults (CLIP's are OpenAI's, SigLIP's 0.5): what the import must read
 NORMALISE = {

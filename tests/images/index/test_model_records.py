@@ -31,8 +31,8 @@ def test_a_service_checks_a_collection_made_anew_by_another_client(built, milvus
     import httpx
 
     from accelkit import images
-    from tests.images.service.test_service import Server
     from tests.support.milvus_server import server_database
+    from tests.support.service import Server
 
     files, paths = built
     database = server_database(milvus_server, "model_records")
@@ -76,7 +76,7 @@ def test_a_lite_collection_inherits_nothing_of_a_dropped_ones_records(tmp_path, 
 
     from accelkit.images.store import StoreConfig, VectorStore
     from accelkit.images.store.records import PROP_MODEL, PROP_ORIGIN
-    from tests.images.store.test_migrate import run
+    from tests.support.migrate import run
 
     source, target = str(tmp_path / "s.db"), str(tmp_path / "t.db")
     model = {"name": "old-model", "dim": 8, "text": False, "fingerprint": None}

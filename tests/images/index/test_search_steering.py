@@ -10,7 +10,7 @@ from PIL import Image
 
 from accelkit.images.index import ranking
 from accelkit.images.index.base import ImageInput, Steering, TextQuery
-from tests.images.embedding.test_pipeline import altered
+from accelkit.images.testing import altered
 from tests.support import two_tower
 
 SKY = {"rocket", "rocket_top", "moon", "hubble_deep_field"}
@@ -212,7 +212,7 @@ def test_less_like_the_best_result_pushes_it_and_its_copy_down(lite):
 
 def test_folding_returns_k_distinct_results_with_their_duplicates(lite):
     index, reference, torch_model = lite
-    from tests.images.test_ranking import brute_fold
+    from tests.support.search import brute_fold
 
     q = two_tower.text_vector(torch_model, "a photo of a coffee cup")
     ranked = brute(reference, q)

@@ -10,7 +10,6 @@ import io
 import os
 import re
 import shutil
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -18,8 +17,9 @@ import pytest
 from PIL import Image
 
 from accelkit.images.store.thumbnails import MAX_BYTES, MAX_SIDE, make_thumbnail
-from tests.images.conftest import encode
-from tests.images.service.test_service import AUTH, KEY, ROOT, Server, store_yaml
+from tests.support.photos import encode
+from tests.support.search_page import Page
+from tests.support.service import AUTH, KEY, ROOT, Server, store_yaml
 
 COLLECTION = "page_photos"
 XSS_NAME = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>.png"
@@ -204,49 +204,6 @@ def test_search_by_a_stored_id_and_deleted_items_lose_their_thumbnail(service, p
 
 
 # -- the browser ---------------------------------------------------------------------------------
-
-
-class Page:
-    """The search page in the browser, as a person uses it."""
-
-    def __init__(self, driver, url: str):
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        self.driver, self.url, self.By = driver, url, By
-        self.wait = WebDriverWait(driver, 60)
-
-    def find(self, selector: str):
-        return self.driver.find_element(self.By.CSS_SELECTOR, selector)
-
-    def text(self, selector: str) -> str:
-        return self.find(selector).text
-
-    def names(self) -> list[str]:
-        return self.driver.execute_script(
-            "return Array.from(document.querySelectorAll('#results .name')).map(e => e.textContent)"
-        )
-
-    def scores(self) -> list[float]:
-        return [
-            float(e.text.removeprefix("score "))
-            for e in self.driver.find_elements(self.By.CSS_SELECTOR, "#results .score")
-        ]
-
-    def clear_status(self) -> None:
-        """Empties the status line, so that the next search's line is told from the last one's
-        (two searches may well say "5 results in 12.5 ms")."""
-        self.driver.execute_script("document.getElementById('status').textContent = ''")
-
-    def search_done(self) -> str:
-        """Waits until the status line names results (after `clear_status`); returns it."""
-        self.wait.until(lambda d: "results" in self.text("#status"))
-        return self.text("#status")
-
-    def query(self, path: Path) -> None:
-        self.clear_status()
-        self.find("#query-file").send_keys(str(path))
-        self.search_done()
 
 
 def test_search_page_in_chromium(service, browser, tmp_path):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.images.service.test_search_page import Page
-from tests.images.service.test_service import AUTH, KEY, Server
 from tests.support import two_tower
+from tests.support.search_page import Page
+from tests.support.service import AUTH, KEY, Server
 
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera", "china"]
 FORMULA = "=1+2"  # a file name a spreadsheet would run as a formula

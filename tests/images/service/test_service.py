@@ -2,12 +2,10 @@
 port), driven with httpx; a real model, on Milvus Lite and on a real Milvus server, restarts
 included. The attacks that once lost data are regression tests here, on both stores."""
 
-import base64
 import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,68 +19,9 @@ import pytest
 from PIL import Image
 
 from accelkit.images.store.lite import lite_generation
-from tests.images.conftest import encode
 from tests.support.cli import result_of
-
-KEY = "test-key-123"
-AUTH = {"Authorization": f"Bearer {KEY}"}
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`python -m accelkit images serve` on a free port; stop() sends SIGTERM (graceful)."""
-
-    def __init__(self, config: Path, log: Path):
-        self.config, self.log = config, log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = None
-
-    def start(self) -> "Server":
-        handle = open(self.log, "ab")  # noqa: SIM115 - the child writes to it until it exits
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "accelkit",
-                "images",
-                "serve",
-                "--config",
-                str(self.config),
-                "--port",
-                str(self.port),
-            ],
-            cwd=ROOT,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"server did not start: {self.log.read_text()[-3000:]}")
-
-    def stop(self) -> int:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+from tests.support.photos import encode
+from tests.support.service import AUTH, KEY, ROOT, Server, b64, error_of, store_yaml
 
 
 @pytest.fixture(scope="module")
@@ -112,27 +51,11 @@ def setup(tmp_path_factory, onnx_path, photos, store_settings):
     }
 
 
-def store_yaml(settings: dict, base: Path) -> str:
-    """The `store:` section for Milvus Lite (a file here) or the test server's database."""
-    settings = settings if "db_name" in settings else {"uri": str(base / "images.db")}
-    return "".join(f"  {key}: {value}\n" for key, value in settings.items())
-
-
 @pytest.fixture(scope="module")
 def server(setup):
     srv = Server(setup["config"], setup["base"] / "server.log").start()
     yield srv
     srv.stop()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def error_of(response) -> dict:
-    body = response.json()
-    assert set(body) == {"error"} and body["error"]["status"] == response.status_code, body
-    return body["error"]
 
 
 def test_health_auth_docs_and_metrics(server, setup):

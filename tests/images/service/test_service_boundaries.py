@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.images.conftest import encode
-from tests.images.service.test_service import AUTH, KEY, ROOT, Server, b64, error_of, store_yaml
-from tests.images.service.test_service_urls import Helper
+from tests.support.photos import encode
+from tests.support.service import AUTH, KEY, ROOT, Server, b64, error_of, store_yaml
+from tests.support.url_server import Helper
 
 MAX_IDS = 2500  # below the default 10,000, so that GET /items can carry one id too many
 

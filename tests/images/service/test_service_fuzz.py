@@ -2,7 +2,7 @@
 `accelkit images serve` (uvicorn on 127.0.0.1, Milvus Lite, the real model) from the service's
 own OpenAPI document. Every answer: not a 5xx, a status and content type the document lists, a
 body that matches the document's schema for it, and every refusal of a request names the field
-(or the body) it refuses. Bounded here (`MAX_EXAMPLES` per route); `benchmarks/fuzz_service.py`
+(or the body) it refuses. Bounded here (`MAX_EXAMPLES` per route); `benchmarks/reliability/fuzz_service.py`
 runs longer and writes what it ran to benchmarks/results/."""
 
 import base64
@@ -13,34 +13,14 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.images.service.test_service import AUTH, KEY, Server
+from tests.support.service import AUTH, Server
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is in the test extra")
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
-from schemathesis import checks  # noqa: E402
+
+from tests.support.service_fuzz import CHECKS, error_names_its_field, service_config  # noqa: E402
 
 MAX_EXAMPLES = 12  # per route; the suite stays well under 90 s on a loaded 2-core machine
-# refusals of a request that must name what they refuse (401, 404 of a route, 405, 429, 503 are
-# about the caller or the service, not a field)
-FIELD_ERRORS = {
-    "invalid_field",
-    "invalid_request",
-    "invalid_filter",
-    "invalid_data",
-    "too_many_items",
-}
-
-
-def service_config(base, onnx_path, allowed) -> str:
-    return (
-        f"preprocess:\n  cache_compiled: false\n  batch_size: 8\n"
-        f"model:\n  onnx_path: {onnx_path}\n"
-        f"store:\n  uri: {base / 'images.db'}\n"
-        f"server:\n  api_key: {KEY}\n  allowed_roots: [{allowed}]\n  max_body_bytes: 2000000\n"
-        f"  max_concurrency: 2\n  max_queue: 16\n  batch_max_wait_ms: 5\n"
-        f"  max_items_per_request: 4\n  max_ids_per_request: 64\n  max_topk: 50\n"
-        f"log_level: WARNING\n"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -62,62 +42,6 @@ def server(tmp_path_factory, onnx_path, photos):
 @pytest.fixture(scope="module")
 def api_schema(server):
     return schemathesis.openapi.from_url(server.url + "/openapi.json")
-
-
-def field_names(case) -> set[str]:
-    """Every field the operation's document names: body properties (and those of the models
-    they refer to), parameters, and the body itself."""
-    names = {"body", "request body", "form field", "files", "file"}
-    document = case.operation.schema.raw_schema
-    for model in document.get("components", {}).get("schemas", {}).values():
-        names.update(model.get("properties", {}))
-    names.update(p["name"] for p in case.operation.definition.raw.get("parameters", []))
-    return names
-
-
-def error_names_its_field(case, response) -> None:
-    """A refusal of what the client sent says which field (or the body) is wrong."""
-    if response.status_code not in (400, 413, 422):
-        return
-    error = response.json()["error"]
-    assert set(error) <= {"status", "code", "message", "detail"}, error
-    if error["code"] not in FIELD_ERRORS:
-        return
-    message = error["message"]
-    named = {m for m in field_names(case) if re.search(rf"\b{re.escape(m)}\b", message)}
-    named |= {key for key in sent_keys(case) if named_in(key, message)}
-    assert named, (case.method, case.path, case.body, case.query, error)
-
-
-def named_in(key: str, message: str) -> bool:
-    """Whether `message` shows a key the request sent: as sent, quoted, escaped, or as a
-    multipart client encodes a quote in a field name (%22)."""
-    spellings = set()
-    for sent in (key, key.replace('"', "%22")):
-        spellings |= {sent[:40], repr(sent[:40]), repr(sent)[1:-1][:40]}
-    return any(spelling and spelling in message for spelling in spellings)
-
-
-def sent_keys(case) -> set[str]:
-    """The keys the request sent, at every depth of its JSON body, and its query parameters."""
-    keys, pending = set(case.query or {}), [case.body]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, dict):
-            keys.update(str(k) for k in value)
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return keys
-
-
-CHECKS = [
-    checks.not_a_server_error,
-    checks.status_code_conformance,
-    checks.content_type_conformance,
-    checks.response_schema_conformance,
-    checks.response_headers_conformance,
-]
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -188,7 +112,7 @@ def test_the_document_lists_every_answer_the_service_gives(server, api_schema):
 
 
 def test_refusals_name_the_fields_they_refuse(server):
-    """Found by benchmarks/fuzz_service.py: "6 images in one request; the limit is 4" named no
+    """Found by benchmarks/reliability/fuzz_service.py: "6 images in one request; the limit is 4" named no
     field (the images come from several), and an empty key given twice was ": given twice"."""
     image = base64.b64encode(b"not an image").decode()
     for path, body, fields in (

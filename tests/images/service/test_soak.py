@@ -1,5 +1,5 @@
-"""The busy-hour soak (benchmarks/soak.py), shortened for the suite: 8 clients for 20 s against a
-real `accelkit images serve` on Milvus Lite, mixing inserts, image/text/filtered searches,
+"""The busy-hour soak (benchmarks/reliability/soak.py, run as a user runs it), shortened for the
+suite: 8 clients for 20 s against a real `accelkit images serve` on Milvus Lite, mixing inserts, image/text/filtered searches,
 deletes, gets and collection admin. No 5xx, no transport error, every acknowledged insert found
 once with its metadata and every acknowledged delete gone, no file descriptor leaked. (RSS is
 judged in the benchmark's 10-minute run, not in 20 s that are mostly warm-up.)"""
@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_short_busy_spell_loses_nothing_and_answers_no_5xx(tmp_path):
     output = tmp_path / "soak.json"
     ran = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "0.34",
+        [sys.executable, "-m", "benchmarks.reliability.soak", "--minutes", "0.34",
          "--clients", "8", "--warmup-s", "8", "--seed", "7", "--output", str(output)],
-        capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert output.exists(), ran.stdout[-3000:] + ran.stderr[-3000:]
     result = json.loads(output.read_text())

@@ -531,7 +531,7 @@ class Killed(BaseException):
 def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
     source, tmp_path, monkeypatch
 ):
-    """Found by benchmarks/faults.py (images-migrate-lite, killed just after the first batch's
+    """Found by benchmarks/reliability/faults.py (images-migrate-lite, killed just after the first batch's
     upsert): the batch's items were in DST, searchable, without their thumbnails until the copy
     was resumed. The thumbnails are now copied first (one of an item DST does not hold is never
     served), as `images insert` keeps them first."""
@@ -560,7 +560,7 @@ def test_a_copy_killed_just_after_an_upsert_holds_no_item_without_its_thumbnail(
 def test_a_copy_killed_between_its_collection_and_its_index_is_finished_by_the_same_command(
     source, milvus_server, capsys, monkeypatch
 ):
-    """Found by benchmarks/faults.py (images-migrate-lite-server, killed just after the server's
+    """Found by benchmarks/reliability/faults.py (images-migrate-lite-server, killed just after the server's
     create_collection): DST's collection was left without its index (a kill runs no `except`: the
     all-or-nothing drop never came), and the same command then failed for good ("loading
     collection 'pics' failed: index not found"), the copy neither resumed nor finished. Now a

@@ -369,7 +369,7 @@ def test_accepted_filters_are_read_whole_by_the_engine(store):
     """Milvus reads only the first complete expression of a filter and drops the rest without a
     word; in parentheses, a dropped rest is a syntax error instead. So a filter that our grammar
     accepts must give the same items with and without parentheses (or be refused both ways)."""
-    from tests.images.test_filters import ACCEPTED
+    from tests.support.search import ACCEPTED
 
     rng = np.random.default_rng(12)
     store.create_collection("grammar", dim=4)

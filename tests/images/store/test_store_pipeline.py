@@ -6,8 +6,8 @@ from PIL import Image
 
 from accelkit.errors import InputError
 from accelkit.images.store import CollectionNotFoundError
-from tests.images.conftest import encode
-from tests.images.embedding.test_pipeline import altered
+from accelkit.images.testing import altered
+from tests.support.photos import encode
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from accelkit.images.store.thumbnails import (
     make_thumbnail,
     thumbnail_path,
 )
-from tests.images.conftest import encode
+from tests.support.photos import encode
 
 
 def decoded(jpeg: bytes) -> np.ndarray:

@@ -176,7 +176,7 @@ def tiny_llama(tmp_path):
     """A 2-layer Llama with random weights (MiniLM's tokenizer) and a file of evaluation texts."""
     import transformers
 
-    from tests.quant.test_evaluate import TEXTS, with_tokenizer
+    from tests.support.quant_eval import TEXTS, with_tokenizer
 
     torch.manual_seed(1)
     config = transformers.LlamaConfig(

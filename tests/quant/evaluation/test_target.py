@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from accelkit.quant import apply, evaluate
-from tests.quant.test_evaluate import causal_dir, encoder_dir, run_json, texts  # noqa: F401
+from tests.support.quant_eval import run_json
 
 TARGET = 0.999  # the tiny Llama (RTN W4A8: ~0.993); MiniLM is asked for 0.99 (RTN W4A8: ~0.97)
 BITS = "w4a8"
 
 
-def data(which, encoder_dir, causal_dir, texts):  # noqa: F811
+def data(which, encoder_dir, causal_dir, texts):
     """(model, evaluate/load_subject keywords, target): MiniLM on 16 shipped pairs (a random-weight
     BERT keeps cosine 0.99999 at any bits: nothing to test), the tiny Llama on the test's texts."""
     if which == "encoder":
@@ -49,7 +49,7 @@ def independent_cosine(model, layers: dict, kwargs) -> float:
 
 
 @pytest.mark.parametrize("which", ["encoder", "causal"])
-def test_eval_reaches_the_target_worst_layers_first(which, encoder_dir, causal_dir, texts):  # noqa: F811
+def test_eval_reaches_the_target_worst_layers_first(which, encoder_dir, causal_dir, texts):
     model, kwargs, goal = data(which, encoder_dir, causal_dir, texts)
     result = evaluate(
         model,
@@ -82,7 +82,7 @@ def test_eval_reaches_the_target_worst_layers_first(which, encoder_dir, causal_d
     )
 
 
-def test_a_target_already_met_changes_nothing(encoder_dir, texts):  # noqa: F811
+def test_a_target_already_met_changes_nothing(encoder_dir, texts):
     """A target the plain setting already reaches: no variant, the setting recommended as is."""
     result = evaluate(
         str(encoder_dir),
@@ -97,7 +97,7 @@ def test_a_target_already_met_changes_nothing(encoder_dir, texts):  # noqa: F811
     assert result.recommendation["setting"]["label"] == "rtn/w4a8"
 
 
-def test_apply_saves_the_model_that_reaches_the_target(causal_dir, texts, tmp_path):  # noqa: F811
+def test_apply_saves_the_model_that_reaches_the_target(causal_dir, texts, tmp_path):
     from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.method.storage import load_quantized
     from accelkit.quant.models import model_factory
@@ -120,7 +120,7 @@ def test_apply_saves_the_model_that_reaches_the_target(causal_dir, texts, tmp_pa
     assert fid["mean_cosine"] >= TARGET
 
 
-def test_the_command_line_says_what_moved(causal_dir, texts, capsys):  # noqa: F811
+def test_the_command_line_says_what_moved(causal_dir, texts, capsys):
     doc = run_json(
         ["quant", "eval", "--model", str(causal_dir), "--methods", "fp32,rtn", "--bits", BITS,
          "--calibration", str(texts / "calib.txt"), "--eval-data", str(texts / "eval.txt"),
@@ -149,7 +149,7 @@ def test_without_vnni_the_default_bits_add_w4a7(monkeypatch):
     assert api.default_bits() == ["w4a8", "w4a4"]
 
 
-def test_hidden_state_cosine_of_a_causal_lm_equals_an_independent_one(causal_dir, texts):  # noqa: F811
+def test_hidden_state_cosine_of_a_causal_lm_equals_an_independent_one(causal_dir, texts):
     """fidelity.lm_fidelity's mean cosine against the last hidden states read by the test itself
     (transformers' output_hidden_states, float64)."""
     import copy

@@ -11,40 +11,7 @@ from accelkit.quant.config import QuantConfig, load_config
 from accelkit.quant.method.convert import quantize, quantize_with_report
 from accelkit.quant.method.layers import QuantLinear
 from accelkit.quant.method.storage import load_quantized, save_quantized
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.encoder = nn.ModuleDict({"q": nn.Linear(128, 128), "up": nn.Linear(128, 256)})
-        self.down = nn.Linear(256, 128)
-        self.odd = nn.Linear(128, 40)
-        self.narrow = nn.Linear(40, 8)
-
-    def forward(self, x, scale=None):
-        h = self.encoder["q"](x)
-        h = self.down(torch.relu(self.encoder["up"](h)))
-        if scale is not None:
-            h = h * scale
-        return self.narrow(self.odd(h))
-
-
-def make_net():
-    torch.manual_seed(0)
-    return Net().eval()
-
-
-def batches(n=3):
-    g = torch.Generator().manual_seed(5)
-    out = []
-    for _ in range(n):
-        x = torch.randn(16, 128, generator=g)
-        x[:, 9] *= 30
-        out.append(x)
-    return out
-
-
-SMALL = {"block_size": 64, "rotation_steps": 16}
+from tests.support.quant_blocks import SMALL, batches, make_net
 
 
 def test_selection_globs_and_indivisible_layer_is_reported():

@@ -1,4 +1,4 @@
-"""`quant apply --output` under the crash harness (benchmarks/faults.py): a rerun after a kill must
+"""`quant apply --output` under the crash harness (benchmarks/reliability/faults.py): a rerun after a kill must
 write the clean run's bytes, so the same model saved twice must be the same bytes."""
 
 import json
@@ -6,7 +6,7 @@ import json
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.storage import save_quantized
-from tests.quant.method.test_apply_storage import SMALL, batches, make_net
+from tests.support.quant_blocks import SMALL, batches, make_net
 
 
 def test_the_same_model_is_saved_as_the_same_bytes(tmp_path):

@@ -12,24 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from accelkit.stats.checking import compare as check
-from tests.stats.formats.test_lerobot import FIXTURES, column_of
 from tests.support.cli import run_cli
+from tests.support.stats import FIXTURES, column_of, exact_of
 
 LEVELS = {0.01: "q01", 0.1: "q10", 0.5: "q50", 0.9: "q90", 0.99: "q99"}
-
-
-def exact_of(x: np.ndarray) -> dict:
-    x64 = np.asarray(x, np.float64).reshape(len(x), -1)
-    out = {
-        "mean": x64.mean(axis=0),
-        "std": x64.std(axis=0),
-        "min": x64.min(axis=0),
-        "max": x64.max(axis=0),
-        "count": np.asarray([len(x64)], np.float64),
-    }
-    for q, name in LEVELS.items():
-        out[name] = np.quantile(x64, q, axis=0)
-    return out
 
 
 # --- the core, on numbers made here ------------------------------------------------------------

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import accelkit.stats as stats
-from tests.stats.checking.test_check import exact_of
-from tests.stats.formats.test_lerobot import FIXTURES, column_of
+from tests.support.stats import FIXTURES, column_of, exact_of
 
 DOCS = Path(__file__).parents[3] / "docs" / "stats.md"
 STATS = ("mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99")

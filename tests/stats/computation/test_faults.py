@@ -1,11 +1,11 @@
 """`accelkit stats --write-into` and `stats check --fix` killed outright (SIGKILL) at their writes
-(the crash harness, benchmarks/faults.py, runs every writer at 20 kill points; this is the part
+(the crash harness, benchmarks/reliability/faults.py, runs every writer at 20 kill points; this is the part
 that found something, kept as a test)."""
 
 import shutil
 import subprocess
 
-from tests.support.faults import event_number, killed_at, write_events
+from tests.support.crash import event_number, killed_at, write_events
 from tests.support.terminal import accelkit
 
 STATS = ["stats", "ds", "--format", "lerobot", "--per-episode", "--write-into", "ds"]

@@ -13,24 +13,9 @@ from accelkit.errors import DataError
 from accelkit.stats.core.quantiles import float_keys, keys_to_floats
 from accelkit.stats.engine.driver import compute_stats
 from tests.stats.helpers import assert_matches_numpy, stats_of
+from tests.support.stats import adversarial_columns
 
 LEVELS = [0.0, 0.01, 0.1, 0.25, 0.5, 1 / 3, 0.9, 0.99, 1.0]
-
-
-def adversarial_columns(rng, n):
-    cols = {
-        "gaussian": rng.standard_normal(n),
-        "gripper": (rng.random(n) > 0.3).astype(float),
-        "cauchy": rng.standard_cauchy(n),
-        "mean_much_larger_than_std": 1e4 + 1e-2 * rng.standard_normal(n),
-        "constant": np.full(n, 7.25),
-        "signed_zeros": np.where(rng.random(n) > 0.5, 0.0, -0.0),
-        "near_1e30": rng.choice([-1e30, 1e30, 3e29, -2.5e30], n) * (1 + 1e-3 * rng.random(n)),
-        "ties": rng.integers(-3, 4, n).astype(float),
-        "tiny_denormals": rng.standard_normal(n) * 1e-40,
-        "all_negative": -np.exp(rng.standard_normal(n)),
-    }
-    return cols
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 1000, 40_000])

@@ -19,26 +19,11 @@ from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.sources import open_source
 from accelkit.stats.formats.synthetic import write_sample_dataset
 from tests.support.groups import SERVERS
+from tests.support.stats import LEVELS, assert_bit_identical
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
-
-
-def assert_bit_identical(a, b):
-    assert a.stats.keys() == b.stats.keys() and a.summary.rows == b.summary.rows
-    for key in a.stats:
-        x, y = a.stats[key], b.stats[key]
-        for name in ("count", "mean", "std", "min", "max", "nonfinite"):
-            u, v = getattr(x, name), getattr(y, name)
-            assert u.dtype == v.dtype and u.tobytes() == v.tobytes(), (key, name, u, v)
-        assert x.quantiles.keys() == y.quantiles.keys()
-        for q in x.quantiles:
-            assert x.quantiles[q].tobytes() == y.quantiles[q].tobytes(), (key, q)
-        for name in ("edges", "counts", "at_min", "at_max", "coarse"):  # what --plot draws
-            u, v = getattr(x.histogram, name), getattr(y.histogram, name)
-            assert u.tobytes() == v.tobytes(), (key, name)
 
 
 @pytest.fixture(scope="module")

@@ -15,43 +15,11 @@ from accelkit.errors import DataError
 from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.formats.sources import open_source
 from tests.stats.helpers import assert_matches_numpy
+from tests.support.stats import FIXTURES, column_of, listed_files
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
 VERSIONS = ["lerobot_v21", "lerobot_v30"]
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 FRAMES = 216  # 7 episodes: 5, 60, 1, 33, 47, 12, 58
-
-
-def listed_files(root: Path) -> list[Path]:
-    """The data files by the metadata, read independently of accelkit (LeRobot's conventions)."""
-    info = json.loads((root / "meta" / "info.json").read_text())
-    if info["codebase_version"] == "v2.1":
-        lines = (root / "meta" / "episodes.jsonl").read_text().splitlines()
-        indexes = sorted(json.loads(line)["episode_index"] for line in lines)
-        return [
-            root / info["data_path"].format(episode_chunk=e // info["chunks_size"], episode_index=e)
-            for e in indexes
-        ]
-    episodes = pa.concat_tables(
-        [pq.read_table(p) for p in sorted((root / "meta" / "episodes").rglob("*.parquet"))]
-    )
-    pairs = sorted(
-        set(
-            zip(
-                episodes.column("data/chunk_index").to_pylist(),
-                episodes.column("data/file_index").to_pylist(),
-                strict=True,
-            )
-        )
-    )
-    return [root / info["data_path"].format(chunk_index=c, file_index=f) for c, f in pairs]
-
-
-def column_of(root: Path, column: str) -> np.ndarray:
-    tables = [pq.read_table(f, columns=[column]) for f in listed_files(root)]
-    values = [np.asarray(t.column(column).to_pylist()) for t in tables]
-    rows = np.concatenate(values)
-    return rows.reshape(len(rows), -1)
 
 
 @pytest.fixture

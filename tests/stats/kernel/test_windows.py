@@ -14,8 +14,8 @@ from accelkit.stats.formats.sources import FileReader, open_source
 from accelkit.stats.kernel import host as host_passes
 from accelkit.stats.kernel import windows
 from accelkit.stats.kernel.state import PassSpec, init
-from tests.stats.engine.test_exact import adversarial_columns
 from tests.stats.helpers import assert_matches_numpy
+from tests.support.stats import adversarial_columns
 
 TAILS = [0.0, 0.001, 0.01, 0.99, 0.999, 1.0]
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import accelkit.stats as stats
-from tests.stats.mixture.test_mixture import assert_exact_where_numpy_is, exact_reference
 from tests.support.cli import envelope_of, run_cli
+from tests.support.stats import assert_exact_where_numpy_is, exact_reference
 from tests.support.terminal import (
     accelkit,
     assert_interrupted,

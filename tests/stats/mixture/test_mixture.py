@@ -16,6 +16,7 @@ from accelkit.stats.engine.driver import compute_stats
 from accelkit.stats.kernel import windows
 from accelkit.stats.mixture import ranks as mixture
 from accelkit.stats.mixture.engine import compute_mixture_stats
+from tests.support.stats import assert_exact_where_numpy_is, exact_reference, numpy_weighted
 
 LEVELS = [0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0]
 TAILS = [0.0, 0.01, 0.02, 0.99, 1.0]
@@ -23,56 +24,6 @@ TAILS = [0.0, 0.01, 0.02, 0.99, 1.0]
 
 def as_batches(x: np.ndarray, split: int = 997) -> list[dict]:
     return [{"x": x[i : i + split]} for i in range(0, len(x), split)]
-
-
-def exact_reference(parts: list[np.ndarray], weights, levels) -> np.ndarray:
-    """The weighted quantile by definition, in Fractions: the smallest value whose cumulative
-    weight (a value of member m weighs w_m / (W N_m)) reaches the level read as a decimal."""
-    total = sum(weights)
-    values = np.concatenate(parts)
-    share = np.concatenate([[weights[m] / (total * len(p))] * len(p) for m, p in enumerate(parts)])
-    out = np.empty((len(levels), values.shape[1]), values.dtype)
-    for d in range(values.shape[1]):
-        order = np.argsort(values[:, d], kind="stable")
-        cumulative = np.cumsum(share[order])  # Fractions: exact
-        for j, q in enumerate(levels):
-            i = int(np.searchsorted(cumulative, Fraction(repr(q)), side="left"))
-            out[j, d] = values[order[min(i, len(order) - 1)], d]
-    return out
-
-
-def on_boundary(parts: list[np.ndarray], weights, q: float, d: int, value) -> bool:
-    """Whether the cumulative weight of the values <= `value` (dimension d) is exactly the level:
-    where numpy's float64 sums may land on either side."""
-    total = sum(weights)
-    weight = sum(
-        weights[m] / (total * len(p)) * int(np.sum(p[:, d] <= value)) for m, p in enumerate(parts)
-    )
-    return weight == Fraction(repr(q))
-
-
-def assert_exact_where_numpy_is(got, parts, weights, levels) -> None:
-    """`got` equals the exact definition; numpy's inverted_cdf too, except on boundaries."""
-    exact = exact_reference(parts, weights, levels)
-    np.testing.assert_array_equal(got, exact)
-    numpy = numpy_weighted(parts, weights, levels)
-    for j, d in zip(*np.nonzero(numpy != exact), strict=True):
-        assert on_boundary(parts, weights, levels[j], d, exact[j, d]), (levels[j], d)
-
-
-def numpy_weighted(parts: list[np.ndarray], weights, levels) -> np.ndarray:
-    values = np.concatenate(parts)
-    total = sum(weights)
-    w = np.concatenate(
-        [np.full(len(p), float(weights[m] / total) / len(p)) for m, p in enumerate(parts)]
-    )
-    return np.stack(
-        [
-            np.quantile(values[:, d], levels, weights=w, method="inverted_cdf")
-            for d in range(values.shape[1])
-        ],
-        axis=1,
-    )
 
 
 def quantiles_of(stats, levels) -> np.ndarray:

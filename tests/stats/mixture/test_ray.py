@@ -13,8 +13,8 @@ import pytest
 from accelkit.stats.formats.sources import open_source
 from accelkit.stats.formats.synthetic import write_sample_dataset
 from accelkit.stats.mixture.engine import compute_mixture_stats
-from tests.stats.engine.test_ray_runner import LEVELS, assert_bit_identical
 from tests.support.groups import SERVERS
+from tests.support.stats import LEVELS, assert_bit_identical
 
 pytestmark = [pytest.mark.xdist_group(SERVERS), pytest.mark.slow]
 

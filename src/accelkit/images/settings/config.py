@@ -192,7 +192,7 @@ class StoreConfig(Settings):
     `efConstruction` (build) and `ef` (search, at least top-k); FLAT is exact and has none.
     Milvus Lite (2.x) builds FLAT and IVF_FLAT only; HNSW needs a Milvus server. FLAT is the
     default because it is exact: Milvus Lite 2.5 ignores `nprobe`, and its IVF_FLAT missed the
-    exact match for ~1 in 5 queries at 100k vectors (benchmarks/service_bench.py).
+    exact match for ~1 in 5 queries at 100k vectors (benchmarks/images/service_bench.py).
     """
 
     file_paths = ("uri", "thumbnails")

@@ -1,0 +1,254 @@
+"""What every benchmark shares: where things are (REPO, RESULTS, DOCS), the progress log, the
+machine record (`accelkit.runtime.environment.record`), whole-process timing (wall, CPU and peak
+RSS from `wait4`) and the generated inputs (LeRobot datasets, photos, model-ready tensors), each
+made once under a data folder and reused.
+
+Benchmarks run from the repository root as modules (`python -m benchmarks.ROOM.NAME`), so this is
+`from benchmarks.common import ...`; nothing here edits sys.path."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+DOCS = REPO / "docs"
+
+
+def log(msg: str, tag: str = "") -> None:
+    """One progress line on stderr, timed (`tag` names the benchmark where several run at once)."""
+    prefix = f"{tag} " if tag else ""
+    print(f"[{prefix}{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine(packages: tuple[str, ...] = ("numpy",), **extra) -> dict:
+    """accelkit's run record (`accelkit.runtime.environment.record`: machine, load, versions, which
+    accelkit source was measured) with the versions of `packages` and the `extra` fields."""
+    from accelkit.runtime.environment import record
+
+    return {**record(packages), **extra}
+
+
+# --- whole processes ------------------------------------------------------------------------------
+
+
+def accelkit_command() -> list[str]:
+    return [sys.executable, "-m", "accelkit"]
+
+
+def module_command(module: str, *args: str, python: str | None = None) -> list[str]:
+    """`python -m MODULE ARGS` (a benchmark as a child process: run it with `repo_env()`, so that
+    `benchmarks` imports from any working folder and in another environment's Python)."""
+    return [python or sys.executable, "-m", module, *args]
+
+
+def repo_env(env: dict[str, str] | None = None, *front: str) -> dict[str, str]:
+    """`env` (default: this process's) with the repository (and `front` before it) first on the
+    child's PYTHONPATH."""
+    env = dict(os.environ if env is None else env)
+    paths = (*front, str(REPO), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def run_process(command: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
+    """One whole process: wall seconds, CPU seconds and peak RSS from the kernel (`wait4`)."""
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd or REPO
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            out.seek(0)
+            tail = out.read().decode(errors="replace")[-2000:]
+            raise SystemExit(f"{' '.join(command)} exited {process.returncode}:\n{tail}")
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def rounds(commands: dict[str, callable], count: int) -> dict:
+    """Every process once to warm up, then `count` rounds, the first one rotating each round."""
+    names = list(commands)
+    calls: dict[str, list[dict]] = {name: [] for name in names}
+    for name in names:
+        log(f"  warm-up: {name}")
+        commands[name]()
+    for r in range(count):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            load = os.getloadavg()[0]
+            call = commands[name]()
+            call["load_before"] = round(load, 2)
+            calls[name].append(call)
+            log(f"  round {r + 1}/{count}: {name} {call['wall_s']:.2f} s (load {load:.1f})")
+    return calls
+
+
+# --- generated inputs (made once under a data folder, reused) ---------------------------------------
+
+
+def ensure_parquet_dataset(
+    data_dir: Path, frames: int, frames_per_episode: int, dim: int = 14, columns: str = "smooth"
+) -> tuple[Path, dict]:
+    """A LeRobot v2.1 dataset of >= `frames` frames, generated once and reused (keyed by its size
+    and `columns`, `write_sample_dataset`'s)."""
+    from accelkit.stats.formats.synthetic import write_sample_dataset
+
+    tag = "" if columns == "smooth" else f"_{columns}"
+    root = data_dir / f"lerobot_v21_f{frames}_e{frames_per_episode}_d{dim}{tag}"
+    marker = root / "bench_done.json"
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        info["generated_now"] = False
+        return root, info
+    if root.exists():  # an interrupted generation
+        shutil.rmtree(root)
+    # episode lengths are uniform in [fpe/2, 3*fpe/2]; 3% more episodes make >= `frames` likely, and
+    # the true count is checked below
+    episodes = math.ceil(frames / frames_per_episode * 1.03) + 2
+    started = time.perf_counter()
+    write_sample_dataset(
+        root,
+        episodes=episodes,
+        frames_per_episode=frames_per_episode,
+        dim=dim,
+        layout="v2.1",
+        seed=0,
+        columns=columns,
+    )
+    meta = json.loads((root / "meta" / "info.json").read_text())
+    info = {
+        "path": str(root),
+        "layout": "v2.1",
+        "episodes": episodes,
+        "frames": int(meta["total_frames"]),
+        "files": len(list((root / "data").rglob("*.parquet"))),
+        "bytes_on_disk": sum(p.stat().st_size for p in (root / "data").rglob("*.parquet")),
+        "generation_s": time.perf_counter() - started,
+    }
+    if info["frames"] < frames:
+        raise SystemExit(
+            f"generated dataset has {info['frames']} frames < {frames}; raise the episode margin"
+        )
+    marker.write_text(json.dumps(info, indent=2))
+    info["generated_now"] = True
+    return root, info
+
+
+def ensure_v30(
+    data_dir: Path,
+    frames: int,
+    frames_per_episode: int,
+    columns: str = "smooth",
+    row_groups: str = "episode",
+) -> tuple[Path, dict]:
+    """A LeRobot v3.0 dataset packed as LeRobot records one (formats/synthetic.py: one row group per
+    episode, a new ~100 MB file when the next episode would pass 100 MB), made once; with
+    `row_groups="file"`, each of those files is one row group."""
+    import math
+
+    from accelkit.stats.formats.synthetic import write_sample_dataset
+
+    tag = ("" if columns == "smooth" else f"_{columns}") + (
+        "" if row_groups == "episode" else "_1rg"
+    )
+    root = data_dir / f"lerobot_v30_f{frames}_e{frames_per_episode}_d14{tag}"
+    marker = root / "bench_done.json"
+    if not marker.is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        started = time.perf_counter()
+        write_sample_dataset(
+            root,
+            episodes=math.ceil(frames / frames_per_episode * 1.03) + 2,
+            frames_per_episode=frames_per_episode,
+            layout="v3.0",
+            columns=columns,
+            row_groups=row_groups,
+        )
+        files = sorted((root / "data").rglob("*.parquet"))
+        info = {
+            "layout": "v3.0",
+            "columns": columns,
+            "row_groups": row_groups,
+            "frames": json.loads((root / "meta" / "info.json").read_text())["total_frames"],
+            "files": len(files),
+            "bytes_on_disk": sum(p.stat().st_size for p in files),
+            "generation_s": time.perf_counter() - started,
+        }
+        marker.write_text(json.dumps(info, indent=2))
+    return root, json.loads(marker.read_text())
+
+
+def ensure_v21(
+    data_dir: Path, frames: int, frames_per_episode: int, columns: str = "smooth"
+) -> tuple[Path, dict]:
+    root, info = ensure_parquet_dataset(data_dir, frames, frames_per_episode, columns=columns)
+    return root, {
+        "columns": columns,
+        **{k: info[k] for k in ("layout", "frames", "files", "bytes_on_disk")},
+    }
+
+
+def ensure_photos(data_dir: Path, count: int, seed: int = 0) -> Path:
+    """`count` JPEG photos whose longer side is 400-900 px: random crops of the sample photos
+    (scikit-image's and scikit-learn's), resized; made once."""
+    import numpy as np
+    from PIL import Image
+
+    from accelkit.images.testing import photos
+
+    folder = data_dir / f"limits_photos_{count}_s{seed}"
+    if (folder / "done").is_file():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "jpg").mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    sources = list(photos().values())
+    for i in range(count):
+        image = sources[i % len(sources)]
+        h, w = image.shape[:2]
+        ch, cw = rng.integers(h // 2, h + 1), rng.integers(w // 2, w + 1)
+        y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        crop = Image.fromarray(image[y : y + ch, x : x + cw])
+        scale = rng.integers(400, 901) / max(crop.size)
+        crop = crop.resize((max(1, round(crop.width * scale)), max(1, round(crop.height * scale))))
+        crop.save(folder / "jpg" / f"{i:06d}.jpg", quality=90)
+    (folder / "done").write_text("ok")
+    return folder
+
+
+def ensure_tensors(data_dir: Path, photos: Path, count: int = 256) -> Path:
+    """Ready model inputs for the model floor: `count` photos resized to 224x224, normalized,
+    float32 NCHW (their content does not change the model's time)."""
+    import numpy as np
+    from PIL import Image
+
+    path = data_dir / f"limits_tensors_{count}.npy"
+    if path.is_file():
+        return path
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    files = sorted((photos / "jpg").glob("*.jpg"))[:count]
+    ready = np.stack(
+        [
+            ((np.asarray(Image.open(f).convert("RGB").resize((224, 224)), np.float32) / 255 - mean)
+             / std).transpose(2, 0, 1)
+            for f in files
+        ]
+    ).astype(np.float32)  # fmt: skip
+    np.save(path, ready)
+    return path

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.docs.engine import main
+
+sys.exit(main())

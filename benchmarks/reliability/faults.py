@@ -1,0 +1,84 @@
+"""Crash consistency of every command that writes, all of it: the crash harness
+(tests/support/crash/, whose module docstring says what a kill point is and what is checked) over
+every case, `--kills` kills each; the suite runs a few kills per command (tests/test_faults.py).
+
+    python -m benchmarks.reliability.faults                   # every command, 20 kills each
+    python -m benchmarks.reliability.faults --kills 5 --only stats-v30,images-insert-new
+
+Writes JSON to benchmarks/results/faults.json (or --output) and prints a markdown table of kills
+x outcomes per command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.support.crash.cases import cases
+from tests.support.crash.harness import SEED, measure
+
+from benchmarks.common import REPO, machine
+
+SCHEMA = "accelkit.faults/1"
+
+
+def table(results: dict) -> str:
+    rows = ["| command | kills | outcomes | reruns | failures |", "|---|---|---|---|---|"]
+    for result in results.values():
+        trials = result["trials"]
+        outcomes = "; ".join(f"{n}× {o}" for o, n in sorted(result["outcomes"].items()))
+        reruns = sum(t["rerun"] == "ran" for t in trials)
+        rows.append(
+            f"| `{result['command']}` | {len(trials)} | {outcomes} | {reruns} ran, "
+            f"{len(trials) - reruns} known | {result['failures']} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--only", default="", help="comma-separated case names")
+    parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--server", action="store_true", help="also the Milvus server cases")
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "faults.json"))
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other commands' results already in --output"
+    )
+    args = parser.parse_args(argv)
+    chosen = [
+        c for c in cases(server=args.server) if not args.only or c.name in args.only.split(",")
+    ]
+    started = machine(())  # the common machine record
+    out = Path(args.output)
+    results: dict[str, Any] = json.loads(out.read_text())["results"] if args.merge else {}
+
+    def write() -> None:  # after each command: a long run killed midway keeps what it measured
+        from accelkit.runtime.files import write_json_atomic
+
+        document = {
+            "schema": SCHEMA,
+            "seed": args.seed,
+            "kills_per_command": args.kills,
+            "environment": {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
+            "results": results,
+            "table": table(results),
+        }
+        write_json_atomic(out, document, trailing_newline=True)
+
+    with tempfile.TemporaryDirectory(prefix="accelkit-faults-") as tmp:
+        for case in chosen:
+            results[case.name] = measure(case, args.kills, Path(tmp) / case.name, args.seed)
+            write()
+    print(table(results))
+    print(f"wrote {out}")
+    return 1 if any(r["failures"] for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
