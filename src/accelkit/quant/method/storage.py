@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError, require
-from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.layers import LayerSpec, QuantLinear, as_linear
 from accelkit.quant.method.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
@@ -130,8 +130,9 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
                 f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized"
             ) from exc
         spec = LayerSpec(**spec_dict)
-        shape = (getattr(old, "in_features", None), getattr(old, "out_features", None))
-        if not isinstance(old, nn.Linear) or shape != (spec.in_features, spec.out_features):
+        linear = as_linear(old)  # a Linear, or a Conv1D as the Linear it is
+        shape = (linear.in_features, linear.out_features) if linear is not None else None
+        if linear is None or shape != (spec.in_features, spec.out_features):
             raise InputError(
                 f"{file}: layer {name!r} was quantized as Linear({spec.in_features}, "
                 f"{spec.out_features}) but the model from model_factory has {old!r} there; pass the "
