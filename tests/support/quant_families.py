@@ -20,7 +20,7 @@ from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs, 
 HIDDEN = 64
 VOCAB = 384
 IMAGE = 32
-STEPS = 200
+STEPS = 100
 FAMILIES = ("gpt2", "qwen2", "bert", "t5", "vit")  # quantized; "paligemma" is refused
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]"]
 
@@ -43,7 +43,9 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=VOCAB,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(training_texts(600) + calibration_sentences(), trainer)
     return transformers.PreTrainedTokenizerFast(

@@ -19,7 +19,13 @@ from torch import nn
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.calibrate import collect_inputs
-from accelkit.quant.method.layers import LayerSpec, QuantLinear, is_conv1d, linear_layers
+from accelkit.quant.method.layers import (
+    LayerSpec,
+    QuantLinear,
+    as_linear,
+    is_conv1d,
+    linear_layers,
+)
 from accelkit.quant.method.transforms import fit_transform, quiet_channels
 
 # smoothing scales come from per-channel activation maxima: fewer tokens than this give noise
@@ -191,13 +197,33 @@ def _default_selection(config: QuantConfig) -> bool:
     )
 
 
+def matmul_weights(model: nn.Module) -> dict[str, int]:
+    """How many weights each matmul layer of `model` holds: Linear and Conv1D layers, and any
+    other module's 2-D `weight` (a fused or custom linear quant does not know, e.g. Conv1D before
+    it was known); embedding tables are not matmuls."""
+    found = {}
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if not name or isinstance(module, nn.Embedding | QuantLinear):
+            continue
+        if as_linear(module) is not None or (
+            isinstance(weight, nn.Parameter) and weight.dim() == 2
+        ):
+            found[name] = weight.numel()
+    return found
+
+
 def check_share(model: nn.Module, usable: dict[str, nn.Linear], config, report) -> None:
-    """Count the share of the model's linear weights `usable` covers into `report`; refuse a
-    default selection that would quantize (almost) none of them — the model's compute is in
-    layers quant does not know, and the result would be the float model under another name —
-    and warn below `LOW_SHARE`."""
-    everything = linear_layers(model)
-    report.linear_weights = sum(m.weight.numel() for m in everything.values())
+    """Count the share of the model's linear (matmul) weights `usable` covers into `report` — an
+    lm_head kept in float by default counts on neither side; refuse a default selection that
+    would quantize (almost) none of them — the model's compute is in layers quant does not know,
+    and the result would be the float model under another name — and warn below `LOW_SHARE`."""
+    weights = {
+        name: n
+        for name, n in matmul_weights(model).items()
+        if config.lm_head or not is_lm_head(name)
+    }
+    report.linear_weights = sum(weights.values())
     report.quantized_weights = sum(m.weight.numel() for m in usable.values())
     share = report.quantized_share
     if share < 0.005 and _default_selection(config):
@@ -207,7 +233,7 @@ def check_share(model: nn.Module, usable: dict[str, nn.Linear], config, report) 
             f" quantized; its compute is in layers quant does not handle. {SUPPORTED}"
         )
     if share < LOW_SHARE:
-        left = [n for n in everything if n not in usable]
+        left = [n for n in weights if n not in usable]
         text = (
             f"quant: only {100 * share:.1f} % of the model's linear weights are quantized"
             f" ({report.quantized_weights} of {report.linear_weights}); left in float:"
