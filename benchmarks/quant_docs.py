@@ -27,6 +27,7 @@ EVAL_AVX2 = ROOT / "benchmarks" / "results" / "quant_eval_avx2.json"
 TARGET = ROOT / "benchmarks" / "results" / "quant_target.json"
 EVAL_TIME = ROOT / "benchmarks" / "results" / "quant_eval_time.json"
 PROFILE = ROOT / "benchmarks" / "results" / "quant_profile.json"
+FAMILIES = ROOT / "benchmarks" / "results" / "quant_families.json"
 
 
 def _load(path: Path) -> dict | None:
@@ -369,6 +370,43 @@ def profile_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def families_table(doc: dict) -> str:
+    """The family matrix (benchmarks/quant_families.py): each family's trained test model, RTN
+    and DuQuant at W4A8 against FP32, the quantized share, the outlier measure, eager speed."""
+
+    def f(value, spec=".4f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        "| family | judged by | quantized share | channel max/median (init → trained)"
+        " | RTN mean cos | DuQuant mean cos | RTN / DuQuant ppl ratio | RTN / DuQuant top-1"
+        " | DuQuant eager × FP32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, run in doc["families"].items():
+        if "refused" in run:
+            lines.append(f"| {name} | refused in one line: {run['refused'].split(';')[0]} ||||||||")
+            continue
+        rtn, dq = run["rows"]["rtn/w4a8"], run["rows"]["duquant/w4a8"]
+        ratio = run["channel_ratio"]
+        causal = run["kind"] == "causal-lm"
+        lines.append(
+            f"| {name} | {run['kind']} | {100 * run['quantized_share']:.0f} %"
+            f" | {ratio['init']:.1f} → {ratio['trained']:.1f}"
+            f" | {f(rtn['mean_cosine'])} | {f(dq['mean_cosine'])}"
+            f" | {f(rtn['perplexity_ratio']) + ' / ' + f(dq['perplexity_ratio']) if causal else '-'}"
+            f" | {f(rtn['top1_agreement'], '.3f')} / {f(dq['top1_agreement'], '.3f')}"
+            f" | {_x(dq['eager_ratio'])} |"
+        )
+    env = doc["environment"]
+    lines.append(
+        f"\n({env.get('time_utc', '')}, {doc['steps']} training steps per model,"
+        f" {2 * doc['pairs']} evaluation texts or images, W4A8, lm_head in float; eager times"
+        f" interleaved with the FP32 model, medians; load {env.get('load_average', ['?'])[0]}.)"
+    )
+    return "\n".join(lines)
+
+
 BLOCKS = {  # name -> (source, renderer)
     "bench-groups": (BENCH, bench_groups),
     "bench-per-channel": (BENCH, bench_per_channel),
@@ -383,6 +421,7 @@ BLOCKS = {  # name -> (source, renderer)
     "target": (TARGET, target_table),
     "eval-time": (EVAL_TIME, eval_time_table),
     "profile": (PROFILE, profile_table),
+    "families": (FAMILIES, families_table),
 }
 _BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
