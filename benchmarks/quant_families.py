@@ -9,12 +9,14 @@ init and trained. PaliGemma is refused in one line (recorded as such).
     python benchmarks/quant_families.py [--pairs 16] [--out benchmarks/results/quant_families.json]
 
 Eager only (`compiled=False`: compiling is `tests/quant/test_families.py`'s compile test and
-docs/quant.md's "Speed"); the JSON is written after each family.
+docs/quant.md's "Speed"); the JSON is written after each family, and `--families a,b` replaces
+those families' entries in an existing JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/quant_families.json")
     args = parser.parse_args()
     doc = {"environment": record(), "pairs": args.pairs, "steps": fam.STEPS, "families": {}}
+    if Path(args.out).is_file():  # a run of some families adds to the others' numbers
+        doc["families"] = json.loads(Path(args.out).read_text())["families"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         calib = root / "calib.txt"

@@ -27,7 +27,6 @@ from accelkit.quant.evaluation.fidelity import (
     subject_reference,
 )
 from accelkit.quant.evaluation.speed import Phases, SpeedBench
-from accelkit.quant.evaluation.tokenize import Batches
 from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.layers import QuantLinear, linear_layers
 from accelkit.runtime.progress import Steps
@@ -135,7 +134,7 @@ def run_eval(
         ref = subject_reference(subject)
     if reference is not None:
         reference.append(ref)
-    timing_batch = data.first() if isinstance(data, Batches) else data[0]
+    timing_batch = data.first() if hasattr(data, "first") else data[0]  # Batches, ImageBatches
     bench = bench or SpeedBench(fp32, timing_batch, phases)
     rows: list[EvalRow] = []
 
