@@ -71,10 +71,18 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
         for key, t in compact_tensors(mod).items():
             tensors[f"quant/{name}/{key}"] = t
     prefixes = tuple(f"{name}." for name in quant)
+    tied: dict[str, str] = {}  # a float tensor that is another's (lm_head tied to the embeddings)
+    first: dict[tuple, str] = {}
     for key, t in model.state_dict().items():
         if not key.startswith(prefixes):
+            same = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
+            if t.numel() and same in first:  # safetensors refuses shared memory: stored once
+                tied[key] = first[same]
+                continue
+            first[same] = key
             tensors[f"float/{key}"] = t.detach().cpu().contiguous()
     meta = {
+        "tied": json.dumps(tied),
         "format": FORMAT,
         "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()}),
         # the CPU kernel each layer ran on here, exact for its width, weights and bits (load
@@ -161,6 +169,9 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
             layer.to(next(old.buffers(), next(old.parameters())).device),
         )
     rest = {k[len("float/") :]: v for k, v in tensors.items() if k.startswith("float/")}
+    for alias, source in json.loads(meta.get("tied") or "{}").items():
+        if source in rest:
+            rest[alias] = rest[source]
     try:
         missing, unexpected = model.load_state_dict(rest, strict=False)
     except RuntimeError as exc:  # size mismatches
