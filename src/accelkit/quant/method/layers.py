@@ -171,6 +171,10 @@ class QuantLinear(nn.Module):
         if spec.wbits == 16:
             self.register_buffer("weight", torch.zeros(m, n, dtype=f32))
         else:
+            # what model code reads of a Linear it calls (T5's feed-forward casts its input to
+            # `wo.weight.dtype` unless that is int8): an empty int8 marker, never stored, never
+            # read by forward — the input keeps its dtype, which forward returns
+            self.register_buffer("weight", torch.zeros(0, dtype=torch.int8), persistent=False)
             groups = 1 if spec.group_size is None else n // spec.group_size
             cols = n // 2 if spec.packed else n
             code_dtype = torch.int8 if spec.int8 else torch.uint8

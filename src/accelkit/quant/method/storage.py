@@ -35,11 +35,16 @@ DERIVED = (
 )  # rebuilt from the others on load
 
 
+def _derived(layer: QuantLinear, name: str) -> bool:
+    """A buffer rebuilt on load, or a 4-bit layer's empty `weight` marker (never stored)."""
+    return name in DERIVED or (name == "weight" and layer.spec.wbits != 16)
+
+
 def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
     """The tensors that define a QuantLinear, without the derivable rotation matrices."""
     out = {}
     for name, buf in layer.named_buffers(recurse=False):
-        if name in DERIVED:
+        if _derived(layer, name):
             continue
         if name == "perm":
             buf = buf.to(torch.int32)
@@ -149,7 +154,7 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
         layer = QuantLinear(spec)
         with torch.no_grad():
             for key, buf in layer.named_buffers(recurse=False):
-                if key in DERIVED:
+                if _derived(layer, key):
                     continue
                 saved = tensors.get(f"quant/{name}/{key}")
                 if saved is None or saved.shape != buf.shape:
