@@ -385,7 +385,8 @@ def families_table(doc: dict) -> str:
     ]
     for name, run in doc["families"].items():
         if "refused" in run:
-            lines.append(f"| {name} | refused in one line: {run['refused'].split(';')[0]} ||||||||")
+            why = run["refused"].split(": ", 1)[-1].split(";")[0]  # without the temporary path
+            lines.append(f"| {name} | refused in one line: {why} ||||||||")
             continue
         rtn, dq = run["rows"]["rtn/w4a8"], run["rows"]["duquant/w4a8"]
         ratio = run["channel_ratio"]
