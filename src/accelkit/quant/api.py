@@ -378,7 +378,8 @@ def evaluate(
         )
     target = None
     if goal is not None:
-        with phases("target"):
+        name = "cosine" if goal.metric == "mean_cosine" else goal.metric.replace("_", " ")
+        with phases(f"target {name}"):
             target = _target_row(subject, reference[0], rows, models, overrides, goal, progress)
         if target is not None:
             rows.append(_measured_target_row(target, bench if latency else None, base))
