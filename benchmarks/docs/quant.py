@@ -16,6 +16,7 @@ EVAL_AVX2 = REPO / "benchmarks" / "results" / "quant_eval_avx2.json"
 TARGET = REPO / "benchmarks" / "results" / "quant_target.json"
 EVAL_TIME = REPO / "benchmarks" / "results" / "quant_eval_time.json"
 PROFILE = REPO / "benchmarks" / "results" / "quant_profile.json"
+FAMILIES = REPO / "benchmarks" / "results" / "quant_families.json"
 
 
 def _method_table(rows: list[dict]) -> str:
@@ -354,6 +355,44 @@ def profile_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def families_table(doc: dict) -> str:
+    """The family matrix (benchmarks/quant/quant_families.py): each family's trained test model, RTN
+    and DuQuant at W4A8 against FP32, the quantized share, the outlier measure, eager speed."""
+
+    def f(value, spec=".4f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    lines = [
+        "| family | judged by | quantized share | channel max/median (init → trained)"
+        " | RTN mean cos | DuQuant mean cos | RTN / DuQuant ppl ratio | RTN / DuQuant top-1"
+        " | DuQuant eager × FP32 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, run in doc["families"].items():
+        if "refused" in run:
+            why = run["refused"].split(": ", 1)[-1].split(";")[0]  # without the temporary path
+            lines.append(f"| {name} | refused in one line: {why} ||||||||")
+            continue
+        rtn, dq = run["rows"]["rtn/w4a8"], run["rows"]["duquant/w4a8"]
+        ratio = run["channel_ratio"]
+        causal = run["kind"] == "causal-lm"
+        lines.append(
+            f"| {name} | {run['kind']} | {100 * run['quantized_share']:.0f} %"
+            f" | {ratio['init']:.1f} → {ratio['trained']:.1f}"
+            f" | {f(rtn['mean_cosine'])} | {f(dq['mean_cosine'])}"
+            f" | {f(rtn['perplexity_ratio']) + ' / ' + f(dq['perplexity_ratio']) if causal else '-'}"
+            f" | {f(rtn['top1_agreement'], '.3f')} / {f(dq['top1_agreement'], '.3f')}"
+            f" | {_x(dq['eager_ratio'])} |"
+        )
+    env = doc["environment"]
+    lines.append(
+        f"\n({env.get('time_utc', '')}, {doc['steps']} training steps per model,"
+        f" {2 * doc['pairs']} evaluation texts or images, W4A8, lm_head in float; eager times"
+        f" interleaved with the FP32 model, medians; load {env.get('load_average', ['?'])[0]}.)"
+    )
+    return "\n".join(lines)
+
+
 TABLES = {
     "bench-groups": Table(BENCH, bench_groups),
     "bench-per-channel": Table(BENCH, bench_per_channel),
@@ -368,4 +407,5 @@ TABLES = {
     "target": Table(TARGET, target_table),
     "eval-time": Table(EVAL_TIME, eval_time_table),
     "profile": Table(PROFILE, profile_table),
+    "families": Table(FAMILIES, families_table),
 }

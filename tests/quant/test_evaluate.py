@@ -65,7 +65,8 @@ def test_apply_a_folder_and_load_it_back(causal_dir, texts, tmp_path, capsys):
          "--calibration", str(texts / "calib.txt"), "--json"],
         capsys,
     )  # fmt: skip
-    assert len(doc["quantized"]) == 15  # q, k, v, o, gate, up, down x 2 layers and lm_head
+    assert len(doc["quantized"]) == 14  # q, k, v, o, gate, up, down x 2 layers
+    assert doc["lm_head"] == "float" and doc["quantized_share"] == 1.0  # lm_head: not by default
     loaded = load_quantized(out, model_factory(str(causal_dir)))
     assert sum(isinstance(m, QuantLinear) for m in loaded.modules()) == len(doc["quantized"])
 

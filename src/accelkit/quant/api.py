@@ -25,7 +25,6 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError
 from accelkit.quant.config import QuantConfig, config_for_run
-from accelkit.quant.evaluation.corpus import calibration_sentences
 from accelkit.quant.evaluation.report import LayerErrors, build, check_folder, write_report
 from accelkit.runtime.files import temporary_folder
 from accelkit.runtime.progress import Steps
@@ -53,7 +52,10 @@ class EvalResult:
     timing_batch: list[int] | None = None  # texts × tokens of the timed batch
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the run
     kernels: dict | None = None  # the CPU kernel measurements the layers were placed by
-    target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
+    target: dict | None = None  # --target-*: what was moved out of 4-bit, and the cost
+    quantized_share: float | None = None  # of the model's linear weights, in every row
+    lm_head: str | None = None  # "float" | "quantized"; None: the model has none
+    compile_error: str | None = None  # why torch.compile failed (then timed eager only)
 
     def document(self) -> dict:
         """The document `--json` prints and `--output` writes."""
@@ -73,6 +75,9 @@ class EvalResult:
             "phases": self.phases,
             "kernels": self.kernels,
             "target": self.target,
+            "quantized_share": self.quantized_share,
+            "lm_head": self.lm_head,
+            "compile_error": self.compile_error,
         }
 
 
@@ -93,7 +98,9 @@ class ApplyResult:
     layer_abits: dict[str, int] = field(default_factory=dict)  # layers at other activation bits
     summary: str = ""
     kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
-    target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
+    target: dict | None = None  # --target-*: what was moved out of 4-bit, and the cost
+    quantized_share: float = 0.0  # of the model's linear weights
+    lm_head: str | None = None  # "float" | "quantized"; None: the model has none
 
     def document(self) -> dict:
         if self.dry_run:
@@ -104,6 +111,8 @@ class ApplyResult:
                 "skipped": self.skipped,
                 "abits": self.abits,
                 "layer_abits": self.layer_abits,
+                "quantized_share": self.quantized_share,
+                "lm_head": self.lm_head,
             }
         return {
             "output": str(self.output),
@@ -116,6 +125,8 @@ class ApplyResult:
             "fp32_layers_bytes": self.fp32_layers_bytes,
             "kernels": self.kernels,
             "target": self.target,
+            "quantized_share": self.quantized_share,
+            "lm_head": self.lm_head,
         }
 
 
@@ -137,9 +148,57 @@ def _check_max_length(max_length: int | None) -> None:
         raise ConfigError(f"--max-length {max_length} must be at least 2 tokens")
 
 
-def _check_target(target: float | None) -> None:
-    if target is not None and not 0.0 < target < 1.0:
-        raise ConfigError(f"--target-cosine {target} must lie between 0 and 1, e.g. 0.99")
+def _goal(cosine: float | None, perplexity_ratio: float | None, top1: float | None):
+    """The one fidelity target asked for (`target.Goal`), or None; each checked in one line."""
+    from accelkit.quant.evaluation.target import Goal
+
+    if cosine is not None and not 0.0 < cosine < 1.0:
+        raise ConfigError(f"--target-cosine {cosine} must lie between 0 and 1, e.g. 0.99")
+    if perplexity_ratio is not None and not perplexity_ratio >= 1.0:
+        raise ConfigError(
+            f"--target-perplexity-ratio {perplexity_ratio} must be at least 1 (quantized / FP32"
+            " perplexity), e.g. 1.05"
+        )
+    if top1 is not None and not 0.0 < top1 <= 1.0:
+        raise ConfigError(f"--target-top1 {top1} must lie in (0, 1], e.g. 0.9")
+    given = [
+        Goal(metric, value)
+        for metric, value in (
+            ("mean_cosine", cosine),
+            ("perplexity_ratio", perplexity_ratio),
+            ("top1_agreement", top1),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise ConfigError(
+            "pass one of --target-cosine, --target-perplexity-ratio, --target-top1, not several"
+        )
+    return given[0] if given else None
+
+
+def _check_goal_kind(goal, kind: str) -> None:
+    from accelkit.quant.evaluation.target import TARGET_FLAGS
+
+    if goal is not None and goal.metric == "perplexity_ratio" and kind != "causal-lm":
+        raise ConfigError(
+            f"{TARGET_FLAGS[goal.metric]} needs a causal LM (this model is an {kind}); use"
+            " --target-cosine"
+        )
+
+
+def _plan_share(model, config: QuantConfig) -> tuple[float, str | None]:
+    """(the share of the model's linear weights a run quantizes, what becomes of its lm_head:
+    "float", "quantized" or None without one) — refused at ~0 before anything slow
+    (`convert.check_share`)."""
+    from accelkit.quant.method.convert import is_lm_head, plan
+    from accelkit.quant.method.layers import linear_layers
+
+    usable, report = plan(model, config)
+    head = None
+    if any(is_lm_head(name) for name in linear_layers(model)):
+        head = "quantized" if any(is_lm_head(name) for name in usable) else "float"
+    return report.quantized_share, head
 
 
 def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer):
@@ -166,22 +225,23 @@ def default_bits() -> list[str]:
     return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
 
 
-def _target_row(subject, reference, rows, models, overrides, target, progress) -> dict | None:
-    """--target-cosine on an evaluation: None when a measured setting reaches the target as is;
-    else the most faithful setting with its most sensitive layers moved out of 4-bit, as one more
-    row ("row", "model") and what was moved (the rest of the dict)."""
+def _target_row(subject, reference, rows, models, overrides, goal, progress) -> dict | None:
+    """--target-* on an evaluation: None when a measured setting reaches the target as is;
+    else the most faithful setting (by the target's metric) with its most sensitive layers moved
+    out of 4-bit, as one more row ("row", "model") and what was moved (the rest of the dict)."""
     from accelkit.quant.evaluation import target as tgt
     from accelkit.quant.evaluation.sweep import EvalRow, fp32_bytes, kernel_counts, parse_bits
 
-    quantized = [r for r in rows if r.method != "fp32" and r.mean_cosine is not None]
-    if not quantized or max(r.mean_cosine for r in quantized) >= target:
+    quantized = [r for r in rows if r.method != "fp32" and getattr(r, goal.metric) is not None]
+    if not quantized or any(goal.met(asdict(r)) for r in quantized):
         return None
-    best = max(quantized, key=lambda r: r.mean_cosine)
+    best = max(quantized, key=lambda r: goal.score(asdict(r)))
     wbits, abits = parse_bits(best.bits)
     config = QuantConfig(method=best.method, wbits=wbits, abits=abits, **overrides)
     model, found = tgt.reach(
-        subject, reference, models[best.label], best.label, config, target, progress
+        subject, reference, models[best.label], best.label, config, goal, progress
     )
+    short = {"mean_cosine": "target", "perplexity_ratio": "ppl", "top1_agreement": "top1"}
     row = EvalRow(
         best.method,
         best.bits,
@@ -189,12 +249,12 @@ def _target_row(subject, reference, rows, models, overrides, target, progress) -
         quant_layers_mb=found.linear_bytes_after / 2**20,  # float layers included, in FP32
         fp32_layers_mb=fp32_bytes(subject.model) / 2**20,
         kernels=kernel_counts(model),
-        label=f"{best.label}+target{target:g}",
+        label=f"{best.label}+{short[goal.metric]}{goal.value:g}",
     )
     return {**found.document(), "row": row, "model": model}
 
 
-def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report, target_cosine) -> tuple:
+def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report) -> tuple:
     """`evaluate`'s inputs checked before anything slow, each refused in one line: (methods, bit
     settings, torch dtype)."""
     from accelkit.quant.evaluation.sweep import parse_bits
@@ -202,7 +262,6 @@ def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report, target_
 
     method_list = _items(methods, "methods", METHODS)
     bit_list = _items(default_bits() if bits is None else bits, "bits")
-    _check_target(target_cosine)
     if not 1 <= pairs <= 300:
         raise ConfigError(f"--pairs {pairs} must lie in 1..300")
     _check_max_length(max_length)
@@ -244,6 +303,9 @@ def evaluate(
     target_cosine: float | None = None,
     compile_all: bool = False,
     progress: Progress = None,
+    target_perplexity_ratio: float | None = None,
+    target_top1: float | None = None,
+    lm_head: bool | None = None,
 ) -> EvalResult:
     """Quantize `model` with each method × bit setting; fidelity to FP32, size and latency per row.
 
@@ -258,7 +320,10 @@ def evaluate(
     most sensitive layers are moved out of 4-bit until it does (`evaluation/target.py`), and that
     variant is measured as one more row. Compiled latency is measured for FP32 and the settings
     that reach that bar (the candidates), or for every row with `compile_all`. `progress(text)`
-    hears what is being done.
+    hears what is being done. Causal LMs: `target_perplexity_ratio` (at most, e.g. 1.05) or
+    `target_top1` (next-token agreement, at least) instead of `target_cosine`; `lm_head` True
+    quantizes the output projection too (default: kept in float, and the result says so). A
+    torch.compile failure keeps every figure measured and times the rest eager (`compile_error`).
     """
     from accelkit.quant.evaluation import sweep
     from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
@@ -266,13 +331,15 @@ def evaluate(
     from accelkit.quant.method import kernels
 
     method_list, bit_list, torch_dtype = _eval_inputs(
-        model, methods, bits, pairs, max_length, dtype, report, target_cosine
+        model, methods, bits, pairs, max_length, dtype, report
     )
+    goal = _goal(target_cosine, target_perplexity_ratio, target_top1)
     base = config_for_run(
         config,
         group_size,
         disable_compile=None if compiled is None else not compiled,
         weight_format=weight_format,
+        lm_head=lm_head,
     )
     overrides = base.model_dump(exclude={"method", "wbits", "abits", "disable_compile"})
     if progress:
@@ -284,6 +351,8 @@ def evaluate(
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
             layers = LayerErrors(stack.enter_context(temporary_folder("accelkit-quant-report-")))
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
+        _check_goal_kind(goal, subject.kind)
+        share, head = _plan_share(subject.model, QuantConfig(**overrides))
         phases = Phases({"load": time.perf_counter() - started})
         bench = SpeedBench(subject.model, subject.data.first(), phases)
         kernels.table().phases = phases  # a shape measured on this machine: "kernel choice"
@@ -301,18 +370,17 @@ def evaluate(
             subject=subject,
             layers=layers,
             phases=phases,
-            models=models if target_cosine is not None else None,  # only --target-cosine needs them
+            models=models if goal is not None else None,  # only --target-* needs them
             reference=reference,
             bench=bench,
             # the candidates: reaching the bar, or 0.98 (the rows a target starts from)
             compile_min_cosine=None if compile_all else min(min_cosine, MIN_COSINE),
         )
     target = None
-    if target_cosine is not None:
-        with phases("target cosine"):
-            target = _target_row(
-                subject, reference[0], rows, models, overrides, target_cosine, progress
-            )
+    if goal is not None:
+        name = "cosine" if goal.metric == "mean_cosine" else goal.metric.replace("_", " ")
+        with phases(f"target {name}"):
+            target = _target_row(subject, reference[0], rows, models, overrides, goal, progress)
         if target is not None:
             rows.append(_measured_target_row(target, bench if latency else None, base))
     result = EvalResult(
@@ -324,10 +392,13 @@ def evaluate(
         pairs=subject.n_pairs,
         rows=rows,
         recommendation=recommend(rows, min_cosine=min_cosine),
-        timing_batch=list(subject.data.first()["input_ids"].shape),
+        timing_batch=list(next(iter(subject.data.first().values())).shape),
         phases=phases.rounded(),
         kernels=kernels.table().report(),
         target=target,
+        quantized_share=share,
+        lm_head=head,
+        compile_error=bench.compile_failed,
     )
     if report:
         result.report = write_report(report, build(result.document(), layers))
@@ -352,6 +423,9 @@ def apply(
     eval_data: str | os.PathLike | None = None,
     pairs: int = 300,
     progress: Progress = None,
+    target_perplexity_ratio: float | None = None,
+    target_top1: float | None = None,
+    lm_head: bool | None = None,
 ) -> ApplyResult:
     """Quantize `model` (calibrated on the shipped sentences or the `calibration` text file) and
     save it to `output` (int4 packed safetensors; `load_quantized` reads it back bit-exactly).
@@ -361,45 +435,43 @@ def apply(
     result lists the layers that would be (`planned`). `target_cosine`: measure the mean cosine
     to FP32 on `eval_data` (default: `pairs` of the shipped paraphrase pairs) and move the most
     sensitive layers out of 4-bit until it is reached (`evaluation/target.py`); `target` says what
-    moved and what it cost (size, and eager time against FP32 before and after)."""
+    moved and what it cost (size, and eager time against FP32 before and after);
+    `target_perplexity_ratio` / `target_top1` likewise for causal LMs. `lm_head` True quantizes a
+    language model's output projection too (default: float; `lm_head` in the result says which)."""
     import torch.nn as nn
 
-    from accelkit.quant.evaluation.fidelity import quant_layer_bytes
+    from accelkit.quant.evaluation.fidelity import calibration_data, quant_layer_bytes
     from accelkit.quant.evaluation.sweep import kernel_counts
-    from accelkit.quant.evaluation.tokenize import Texts, prepare
     from accelkit.quant.method.convert import quantize_with_report
     from accelkit.quant.method.storage import save_quantized
-    from accelkit.quant.models import check_model, load_model, model_max_length, parse_dtype
+    from accelkit.quant.models import check_model, load_model, parse_dtype
 
     if output is None:
         raise ConfigError("apply needs output=PATH (where to write the quantized model)")
-    _check_target(target_cosine)
+    goal = _goal(target_cosine, target_perplexity_ratio, target_top1)
     check_model(model)
     torch_dtype = parse_dtype(dtype)
     _check_max_length(max_length)
     cfg = config_for_run(
-        config, group_size, method=method, wbits=wbits, abits=abits, weight_format=weight_format
-    )
-    texts = (
-        Texts("--calibration", calibration)
-        if calibration
-        else Texts("the shipped calibration sentences", items=calibration_sentences())
+        config,
+        group_size,
+        method=method,
+        wbits=wbits,
+        abits=abits,
+        weight_format=weight_format,
+        lm_head=lm_head,
     )
     if progress:
         progress(f"loading {model}…")
     subject = None
-    if target_cosine is not None and not cfg.dry_run:  # the evaluation texts too
+    if goal is not None and not cfg.dry_run:  # the evaluation texts too
         subject = _subject(model, pairs, calibration, eval_data, max_length, torch_dtype, tokenizer)
+        _check_goal_kind(goal, subject.kind)
         float_model, data = copy.deepcopy(subject.model), subject.calibration
     else:
         float_model, tok, _ = load_model(model, torch_dtype, tokenizer)
-        data = prepare(
-            tok,
-            texts,
-            max_length=max_length,
-            model_max=model_max_length(float_model, tok),
-            batch_size=32,
-        )
+        data = calibration_data(float_model, tok, calibration, max_length)
+    share, head = _plan_share(float_model, cfg)
     _default_abits(cfg, float_model)
     steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
     if progress:
@@ -423,10 +495,12 @@ def apply(
             abits=cfg.abits,
             layer_abits=dict(cfg.layer_abits),
             summary=report.summary(),
+            quantized_share=share,
+            lm_head=head,
         )
     target = None
     if subject is not None:
-        qmodel, target = _apply_target(subject, qmodel, cfg, target_cosine, progress)
+        qmodel, target = _apply_target(subject, qmodel, cfg, goal, progress)
     _warn_float_fallback(qmodel, cfg)
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
@@ -442,20 +516,22 @@ def apply(
         summary=report.summary(),
         kernels=kernel_counts(qmodel),
         target=target,
+        quantized_share=share,
+        lm_head=head,
     )
 
 
-def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:
-    """`apply --target-cosine`: the model that reaches the target, and what it took."""
+def _apply_target(subject, qmodel, cfg, goal, progress) -> tuple:
+    """`apply --target-*`: the model that reaches the target, and what it took."""
     from accelkit.quant.evaluation import target as tgt
     from accelkit.quant.evaluation.fidelity import subject_reference
     from accelkit.quant.evaluation.speed import Phases, SpeedBench
 
     if progress:
-        progress(f"measuring the mean cosine on {subject.texts} texts")
+        progress(f"measuring {goal.metric} on {subject.texts} texts")
     reference = subject_reference(subject)
     label = f"{cfg.method}/w{cfg.wbits}a{cfg.abits}"
-    final, found = tgt.reach(subject, reference, qmodel, label, cfg, target_cosine, progress)
+    final, found = tgt.reach(subject, reference, qmodel, label, cfg, goal, progress)
     done = found.document()
     if final is not qmodel:  # what it costs in time: eager, against FP32, in the same rounds
         bench = SpeedBench(subject.model, subject.data.first(), Phases())

@@ -80,6 +80,30 @@ TargetOption = Annotated[
         " the size and time it cost are reported.",
     ),
 ]
+PerplexityTargetOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-perplexity-ratio",
+        help="Causal LMs: reach at most this perplexity ratio to FP32 (e.g. 1.05), moving the"
+        " most sensitive layers out of 4-bit as --target-cosine does.",
+    ),
+]
+Top1TargetOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-top1",
+        help="Reach at least this top-1 agreement with FP32 (causal LMs: the next token;"
+        " encoders: the nearest neighbour), e.g. 0.9, as --target-cosine does.",
+    ),
+]
+LmHeadOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--lm-head/--no-lm-head",
+        help="Also quantize a language model's output projection (lm_head). Default: kept in"
+        " float, so the hidden-state cosine sees every quantized layer.",
+    ),
+]
 PairsOption = Annotated[
     int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
 ]
@@ -144,6 +168,9 @@ def eval_command(
         ),
     ] = None,
     target_cosine: TargetOption = None,
+    target_perplexity_ratio: PerplexityTargetOption = None,
+    target_top1: Top1TargetOption = None,
+    lm_head: LmHeadOption = None,
 ) -> None:
     """Quantize the model with each method and bit setting; print fidelity to FP32, size and latency."""
     from accelkit.quant.api import evaluate
@@ -169,6 +196,9 @@ def eval_command(
             target_cosine=target_cosine,
             compile_all=compile_all,
             progress=lambda s: activity(f"{s}…"),
+            target_perplexity_ratio=target_perplexity_ratio,
+            target_top1=target_top1,
+            lm_head=lm_head,
         )
     finally:
         pause()
@@ -233,6 +263,9 @@ def _print_eval_table(result) -> None:
             f" ({', '.join(key['isa'])}), torch {key['torch']}, {key['threads']} threads;"
             f" cached in {result.kernels['cache']}"
         )
+    typer.echo(_share_line(result.quantized_share, result.lm_head))
+    if result.compile_error:
+        typer.echo(f"torch.compile failed ({result.compile_error}): timed eager from there on")
     if result.target:
         typer.echo(_target_line(result.target))
     if result.recommendation:
@@ -268,6 +301,9 @@ def apply_command(
     target_cosine: TargetOption = None,
     eval_data: EvalDataOption = None,
     pairs: PairsOption = 300,
+    target_perplexity_ratio: PerplexityTargetOption = None,
+    target_top1: Top1TargetOption = None,
+    lm_head: LmHeadOption = None,
 ) -> None:
     """Quantize the model (calibrated on the shipped sentences or --calibration) and save it (int4 packed safetensors)."""
     from accelkit.quant.api import apply
@@ -291,6 +327,9 @@ def apply_command(
             eval_data=eval_data,
             pairs=pairs,
             progress=activity,
+            target_perplexity_ratio=target_perplexity_ratio,
+            target_top1=target_top1,
+            lm_head=lm_head,
         )
     finally:
         pause()
@@ -314,8 +353,22 @@ def apply_command(
             f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); CPU kernels: {kernels};"
             f" wrote {result.output}"
         )
+        typer.echo(_share_line(result.quantized_share, result.lm_head))
         if result.target:
             typer.echo(_target_line(result.target))
+
+
+def _share_line(share: float | None, lm_head: str | None) -> str:
+    """What share of the model's linear weights is quantized, and what became of its lm_head."""
+    text = f"quantized share: {100 * (share or 0.0):.1f} % of the model's linear weights"
+    if lm_head == "float":
+        text += "; lm_head kept in float (the default; --lm-head quantizes it too)"
+    elif lm_head == "quantized":
+        text += (
+            "; lm_head quantized (--lm-head): its error shows in the perplexity ratio and top-1,"
+            " not in the hidden-state cosine"
+        )
+    return text
 
 
 def _target_line(t: dict) -> str:
@@ -333,7 +386,14 @@ def _target_line(t: dict) -> str:
     cost = f"Linear layers {before:.2f} → {after:.2f} MB"
     if t.get("eager_ratio_after") is not None:
         cost += f", eager {t['eager_ratio_before']:.2f}× → {t['eager_ratio_after']:.2f}× FP32"
+    metric = t.get("metric", "mean_cosine")
+    name = {"mean_cosine": "cosine", "perplexity_ratio": "perplexity ratio"}.get(metric, "top-1")
+    before, after = (
+        (t["base_cosine"], t["cosine"])
+        if metric == "mean_cosine"
+        else (t["base_value"], t["value"])
+    )
     return (
-        f"target cosine {t['target']}: {t['base']} {t['base_cosine']:.4f} → {t['cosine']:.4f}"
+        f"target {name} {t['target']}: {t['base']} {before:.4f} → {after:.4f}"
         f" ({'reached' if t['reached'] else 'NOT reached'}), {moved}; {cost}"
     )

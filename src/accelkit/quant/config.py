@@ -96,6 +96,10 @@ class QuantConfig(Settings):
     act_clip: float = 0.9
     act_granularity: Literal["per-token-dynamic", "per-tensor-static"] = "per-token-dynamic"
     include: list[str] = Field(default_factory=lambda: ["*"])
+    # a language model's output projection (`lm_head`): kept in float unless asked, so the
+    # last-hidden-state cosine sees every quantized layer; --lm-head quantizes it too (its error
+    # then shows in the perplexity ratio and next-token agreement)
+    lm_head: bool = False
     exclude: list[str] = Field(default_factory=list)
     scope: str = ""
     indivisible: Literal["skip", "error"] = "skip"

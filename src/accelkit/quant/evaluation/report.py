@@ -90,9 +90,9 @@ class LayerErrors:
     @contextmanager
     def reference(self, model) -> Iterator[None]:
         """Watch the FP32 model's reference pass: store each layer's output, sum ‖y‖²."""
-        from torch import nn
+        from accelkit.quant.method.layers import linear_layers
 
-        self.names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
+        self.names = list(linear_layers(model))  # Linear, and Conv1D as the Linear it is
         self.ref_sq = dict.fromkeys(self.names, 0.0)
 
         def store(batch, name, call, rows):

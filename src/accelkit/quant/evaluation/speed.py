@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -126,6 +127,7 @@ class SpeedBench:
         self.phases, self.rounds = phases, rounds
         self._fp32_compiled: nn.Module | None = None
         self._fp32_compile_s: float | None = None
+        self.compile_failed: str | None = None  # why torch.compile failed, once it has
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
         """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
@@ -153,8 +155,23 @@ class SpeedBench:
             speed.eager_ms, speed.eager_fp32_ms, speed.eager_ratio = self._pair(
                 model, self.fp32, self.batch, min(EAGER_ROUNDS, self.rounds)
             )
-        if not compiled:
+        if not compiled or self.compile_failed:
             return speed
+        try:
+            self._measure_compiled(model, speed)
+        except Exception as exc:
+            self.compile_failed = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            logging.getLogger(__name__).warning(
+                "quant: torch.compile failed on this model (%s); every figure measured so far is"
+                " kept and the rest of the run is timed eager only (--no-compile skips the try)",
+                self.compile_failed,
+            )
+            speed.compiled_ms = speed.compiled_fp32_ms = speed.compiled_ratio = None
+            speed.compiled_one_ms = speed.compiled_one_fp32_ms = speed.compiled_one_ratio = None
+            speed.compile_s = None
+        return speed
+
+    def _measure_compiled(self, model: nn.Module, speed: Speed) -> None:
         # every model compiles the same forward code: let dynamo keep one entry per model
         with torch._dynamo.config.patch(recompile_limit=64):
             with self.phases("compile"):
@@ -171,4 +188,3 @@ class SpeedBench:
                 )
                 one = self._pair(ours, base, self.one, self.rounds)
                 speed.compiled_one_ms, speed.compiled_one_fp32_ms, speed.compiled_one_ratio = one
-        return speed

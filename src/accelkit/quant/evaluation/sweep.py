@@ -27,9 +27,8 @@ from accelkit.quant.evaluation.fidelity import (
     subject_reference,
 )
 from accelkit.quant.evaluation.speed import Phases, SpeedBench
-from accelkit.quant.evaluation.tokenize import Batches
 from accelkit.quant.method.convert import quantize
-from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.layers import QuantLinear, linear_layers
 from accelkit.runtime.progress import Steps
 
 
@@ -72,10 +71,10 @@ def kernel_counts(model: nn.Module) -> dict[str, int]:
 
 
 def fp32_bytes(model: nn.Module) -> int:
+    """FP32 bytes of every Linear (and Conv1D) layer's weight and bias."""
     return sum(
         4 * m.weight.numel() + (4 * m.bias.numel() if m.bias is not None else 0)
-        for m in model.modules()
-        if isinstance(m, nn.Linear)
+        for m in linear_layers(model).values()
     )
 
 
@@ -135,7 +134,7 @@ def run_eval(
         ref = subject_reference(subject)
     if reference is not None:
         reference.append(ref)
-    timing_batch = data.first() if isinstance(data, Batches) else data[0]
+    timing_batch = data.first() if hasattr(data, "first") else data[0]  # Batches, ImageBatches
     bench = bench or SpeedBench(fp32, timing_batch, phases)
     rows: list[EvalRow] = []
 

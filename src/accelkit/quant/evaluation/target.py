@@ -1,11 +1,13 @@
-"""`--target-cosine T`: keep the most sensitive layers out of 4-bit until the model reaches T.
+"""`--target-cosine T` (and, for causal LMs, `--target-perplexity-ratio R` / `--target-top1 A`):
+keep the most sensitive layers out of 4-bit until the model reaches the target.
 
 Layers are ranked worst first by the report's metric — each layer's relative output error
 ‖y_q − y‖ / ‖y‖ inside the quantized model against the FP32 model — measured here on the first
 evaluation batch. The changes are taken in one order: the worst layer to W8A8 (symmetric int8
 weights per output channel on the same int8 GEMM, calibrated like the rest), then the next …
 until every ranked layer is at W8A8, then the worst back to float, then the next. Mean cosine to
-FP32 (on the whole evaluation set) grows along that order, so the fewest changes that reach T are
+FP32 (or next-token agreement; the perplexity ratio falls) on the whole evaluation set improves
+along that order, so the fewest changes that reach the target are
 found by doubling then halving over it — a handful of evaluation passes, not one per layer. The
 result names every layer moved, the cosine at each step tried, and what it cost: the size of the
 Linear layers and, where timed, the speed.
@@ -21,10 +23,42 @@ from torch import nn
 
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.evaluation.fidelity import Subject, subject_fidelity
-from accelkit.quant.evaluation.tokenize import Batches
 from accelkit.quant.method.convert import quantize
-from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.layers import QuantLinear, as_linear
 from accelkit.quant.method.storage import compact_tensors
+
+# the flag that sets each target metric
+TARGET_FLAGS = {
+    "mean_cosine": "--target-cosine",
+    "perplexity_ratio": "--target-perplexity-ratio",
+    "top1_agreement": "--target-top1",
+}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a target asks of the quantized model: `metric` (a fidelity key) at least `value`,
+    or at most for the perplexity ratio."""
+
+    metric: str  # "mean_cosine" | "perplexity_ratio" | "top1_agreement"
+    value: float
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric == "perplexity_ratio"
+
+    def met(self, fidelity: dict) -> bool:
+        got = fidelity.get(self.metric)
+        if got is None:
+            return False
+        return got <= self.value if self.lower_is_better else got >= self.value
+
+    def score(self, fidelity: dict) -> float:
+        """Higher is better, for picking the most faithful row."""
+        got = fidelity.get(self.metric)
+        if got is None:
+            return float("-inf")
+        return -got if self.lower_is_better else got
 
 
 @dataclass
@@ -34,6 +68,9 @@ class TargetResult:
     base_cosine: float
     reached: bool
     cosine: float
+    metric: str = "mean_cosine"  # what `target` is a value of (`Goal.metric`)
+    base_value: float | None = None  # that metric before and after
+    value: float | None = None
     layers: dict[str, str] = field(default_factory=dict)  # layer -> "w8a8" (w8a<bits>) | "float"
     tried: list[dict] = field(default_factory=list)  # {"changes": k, "mean_cosine": c}
     order: list[dict] = field(default_factory=list)  # {"layer", "relative_error"}, worst first
@@ -51,8 +88,8 @@ def linear_bytes(model: nn.Module) -> int:
     for m in model.modules():
         if isinstance(m, QuantLinear):
             total += sum(t.numel() * t.element_size() for t in compact_tensors(m).values())
-        elif isinstance(m, nn.Linear):
-            total += 4 * (m.weight.numel() + (m.bias.numel() if m.bias is not None else 0))
+        elif (linear := as_linear(m)) is not None:  # Linear, or Conv1D as the Linear it is
+            total += 4 * (linear.weight.numel() + (m.bias.numel() if m.bias is not None else 0))
     return total
 
 
@@ -60,13 +97,15 @@ def linear_bytes(model: nn.Module) -> int:
 def layer_errors(fp32: nn.Module, quantized: nn.Module, batch: dict) -> dict[str, float]:
     """‖y_q − y‖ / ‖y‖ of every quantized layer's output on the batch's real tokens (float64)."""
     names = [n for n, m in quantized.named_modules() if isinstance(m, QuantLinear)]
-    mask = batch["attention_mask"].bool()
+    mask = batch.get("attention_mask")  # images: every token is real
+    mask = None if mask is None else mask.bool()
     outputs: dict[str, dict[str, torch.Tensor]] = {"fp32": {}, "q": {}}
 
     def run(model, key):
         def hook_for(name):
             def hook(_module, _args, out):
-                rows = out[mask] if out.dim() == 3 and out.shape[:2] == mask.shape else out
+                real = mask is not None and out.dim() == 3 and out.shape[:2] == mask.shape
+                rows = out[mask] if real else out
                 outputs[key][name] = rows.detach().to(torch.float64)
 
             return hook
@@ -126,31 +165,38 @@ def reach(
     base: nn.Module,
     base_label: str,
     base_config: QuantConfig,
-    target: float,
+    target: float | Goal,
     progress=None,
 ) -> tuple[nn.Module, TargetResult]:
-    """The model with the fewest layers moved out of 4-bit (worst first) whose mean cosine to
-    FP32 reaches `target`, and what was done (`TargetResult`)."""
+    """The model with the fewest layers moved out of 4-bit (worst first) that reaches `target`
+    (a `Goal`; a number is a mean cosine) and what was done (`TargetResult`)."""
+    goal = target if isinstance(target, Goal) else Goal("mean_cosine", target)
 
-    def cosine(model) -> dict:
+    def measure(model) -> dict:
         return subject_fidelity(subject, model, reference)
 
-    base_fid = cosine(base)
+    def tried(k: int, fid: dict) -> dict:
+        return {"changes": k, "mean_cosine": fid["mean_cosine"], goal.metric: fid[goal.metric]}
+
+    base_fid = measure(base)
     result = TargetResult(
-        target=target,
+        target=goal.value,
         base=base_label,
         base_cosine=base_fid["mean_cosine"],
-        reached=base_fid["mean_cosine"] >= target,
+        reached=goal.met(base_fid),
         cosine=base_fid["mean_cosine"],
+        metric=goal.metric,
+        base_value=base_fid[goal.metric],
+        value=base_fid[goal.metric],
         linear_bytes_before=linear_bytes(base),
         fidelity=base_fid,
     )
-    result.tried.append({"changes": 0, "mean_cosine": base_fid["mean_cosine"]})
+    result.tried.append(tried(0, base_fid))
     if result.reached:
         result.linear_bytes_after = result.linear_bytes_before
         return base, result
     data = subject.data
-    first = data.first() if isinstance(data, Batches) else data[0]
+    first = data.first() if hasattr(data, "first") else data[0]
     errors = layer_errors(subject.model, base, first)
     ranked = [
         name
@@ -159,7 +205,7 @@ def reach(
     ]
     result.order = [{"layer": n, "relative_error": errors[n]} for n in ranked]
     if progress:
-        progress(f"target cosine {target}: calibrating W8A8 layers")
+        progress(f"target {goal.metric} {goal.value}: calibrating W8A8 layers")
     w8_config = base_config.model_copy(
         update={"wbits": 8, "weight_format": "progressive", "layer_wbits": {}}
     )
@@ -170,17 +216,17 @@ def reach(
     def at(k: int) -> tuple[nn.Module, dict]:
         if k not in seen:
             if progress:
-                progress(f"target cosine {target}: {k} layers moved out of 4-bit")
+                progress(f"target {goal.metric} {goal.value}: {k} layers moved out of 4-bit")
             model = ladder.model(k)
-            fid = cosine(model)
+            fid = measure(model)
             seen[k] = (model, fid)
-            result.tried.append({"changes": k, "mean_cosine": fid["mean_cosine"]})
+            result.tried.append(tried(k, fid))
         return seen[k]
 
     low, high, step = 0, None, 1  # low: known short of the target
     while high is None:
         k = min(step, ladder.steps)
-        if at(k)[1]["mean_cosine"] >= target:
+        if goal.met(at(k)[1]):
             high = k
         elif k == ladder.steps:
             break  # even every ranked layer in float falls short
@@ -192,14 +238,15 @@ def reach(
     else:
         while high - low > 1:
             mid = (low + high) // 2
-            if at(mid)[1]["mean_cosine"] >= target:
+            if goal.met(at(mid)[1]):
                 high = mid
             else:
                 low = mid
         final_k = high
         model, fid = at(final_k)
-    result.reached = fid["mean_cosine"] >= target
+    result.reached = goal.met(fid)
     result.cosine = fid["mean_cosine"]
+    result.value = fid[goal.metric]
     result.fidelity = fid
     result.layers = ladder.levels(final_k)
     result.tried.sort(key=lambda t: t["changes"])

@@ -155,3 +155,56 @@ def prepare(
             unk, tokens, 100 * unk / tokens, where,
         )  # fmt: skip
     return Batches(tokenizer, texts, length, batch_size, count, tokens)
+
+
+class ImageBatches:
+    """Images as a vision tower's batches: {"pixel_values": (batch, channels, size, size)} float32,
+    resized to the model's side (bilinear), scaled to [0, 1] and normalized by the model's mean
+    and std (`models.ImageInputs`), made on demand on every pass. `count` images; `length` and
+    `tokens` count patch tokens (per image, and in all) as `Batches` counts text tokens."""
+
+    def __init__(self, images, inputs, batch_size: int, flag: str):
+        self.images, self.inputs, self.batch_size, self.flag = images, inputs, batch_size, flag
+        self.count = len(images)
+        self.length = inputs.tokens
+        self.tokens = self.count * inputs.tokens
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for i in range(0, self.count, self.batch_size):
+            yield {"pixel_values": self._pixels(self.images[i : i + self.batch_size])}
+
+    def _pixels(self, images) -> torch.Tensor:
+        x = torch.as_tensor(images).permute(0, 3, 1, 2).to(torch.float32) / 255.0
+        side = self.inputs.size
+        if x.shape[-1] != side or x.shape[-2] != side:
+            x = torch.nn.functional.interpolate(
+                x, size=(side, side), mode="bilinear", antialias=True, align_corners=False
+            )
+        x = x[:, : self.inputs.channels]
+        mean = torch.tensor(self.inputs.mean[: x.shape[1]]).reshape(1, -1, 1, 1)
+        std = torch.tensor(self.inputs.std[: x.shape[1]]).reshape(1, -1, 1, 1)
+        return (x - mean) / std
+
+    def __len__(self) -> int:
+        return -(-self.count // self.batch_size)
+
+    def first(self) -> dict[str, torch.Tensor]:
+        return next(iter(self))
+
+
+def read_images(folder: str, flag: str):
+    """The images of a folder (PNG, JPEG, WebP, BMP; sorted by name) as uint8 RGB arrays of one
+    size (the first image's), for a vision tower's calibration or evaluation."""
+    import numpy as np
+    from PIL import Image
+
+    names = sorted(
+        p
+        for p in Path(folder).iterdir()
+        if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+    )
+    if not names:
+        raise InputError(f"{flag} {folder}: no images (.png, .jpg, .webp, .bmp) in the folder")
+    first = Image.open(names[0]).convert("RGB")
+    size = first.size
+    return np.stack([np.asarray(Image.open(p).convert("RGB").resize(size)) for p in names])

@@ -19,11 +19,24 @@ from torch import nn
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.calibrate import collect_inputs
-from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.layers import (
+    LayerSpec,
+    QuantLinear,
+    as_linear,
+    is_conv1d,
+    linear_layers,
+)
 from accelkit.quant.method.transforms import fit_transform, quiet_channels
 
 # smoothing scales come from per-channel activation maxima: fewer tokens than this give noise
 MIN_CALIBRATION_TOKENS = 32
+# the share of a model's linear weights quantized below which a run says so (and at ~0 refuses)
+LOW_SHARE = 0.5
+SUPPORTED = (
+    "accelkit quant quantizes nn.Linear and transformers' Conv1D layers (BERT/MiniLM-style"
+    " encoders, GPT-2, Llama/Qwen2/Mistral/Gemma-style decoders, T5 encoders, ViT/SigLIP vision"
+    " towers)"
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +46,19 @@ class QuantReport:
     quantized: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     planned: dict[str, int] = field(default_factory=dict)  # dry_run: layer -> weight bits
+    linear_weights: int = 0  # weights of every Linear (and Conv1D) layer of the model
+    quantized_weights: int = 0  # … of the layers quantized (planned, in a dry run)
+
+    @property
+    def quantized_share(self) -> float:
+        """The share of the model's linear weights that are quantized (planned)."""
+        return self.quantized_weights / self.linear_weights if self.linear_weights else 0.0
 
     def summary(self) -> str:
-        text = f"quantized {len(self.quantized)} Linear layers"
+        text = (
+            f"quantized {len(self.quantized)} Linear layers"
+            f" ({100 * self.quantized_share:.1f} % of the model's linear weights)"
+        )
         if self.skipped:
             text += "; left in float: " + ", ".join(
                 f"{n} ({why})" for n, why in self.skipped.items()
@@ -43,18 +66,26 @@ class QuantReport:
         return text
 
 
+def is_lm_head(name: str) -> bool:
+    """The output projection of a language model (transformers names it `lm_head`)."""
+    return name.rpartition(".")[2] == "lm_head"
+
+
 def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
-    """Linear layers whose qualified name starts with `scope`, matches an include glob (and the
-    include regex, by re.search) and no exclude glob (nor the exclude regex)."""
+    """Linear layers (and Conv1D ones, as the Linear they are: `layers.as_linear`) whose
+    qualified name starts with `scope`, matches an include glob (and the include regex, by
+    re.search) and no exclude glob (nor the exclude regex); a language model's `lm_head` only
+    with `config.lm_head`."""
     if any(isinstance(m, QuantLinear) for m in model.modules()):
         raise InputError(
             "the model is already quantized (it holds QuantLinear layers); quantize the float model instead"
         )
-    linears = {n: m for n, m in model.named_modules() if type(m) is nn.Linear}
+    linears = linear_layers(model)
     chosen = {
         name: mod
         for name, mod in linears.items()
         if name.startswith(config.scope)
+        and (config.lm_head or not is_lm_head(name))
         and any(fnmatch.fnmatchcase(name, pat) for pat in config.include)
         and not any(fnmatch.fnmatchcase(name, pat) for pat in config.exclude)
         and (config.include_regex is None or re.search(config.include_regex, name))
@@ -73,7 +104,7 @@ def select_layers(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]
         shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
         raise InputError(
             f"no nn.Linear matches scope={config.scope!r} include={config.include} exclude={config.exclude}"
-            f"{regexes}; candidates: {shown or 'none (the model has no nn.Linear)'}"
+            f"{regexes}; candidates: {shown or 'none'}. {SUPPORTED}"
         )
     unknown = sorted((set(config.layer_wbits) | set(config.layer_abits)) - set(chosen))
     if unknown:
@@ -156,18 +187,91 @@ def plan_layers(
     return usable
 
 
+def _default_selection(config: QuantConfig) -> bool:
+    return (
+        not config.scope
+        and config.include == ["*"]
+        and not config.exclude
+        and not config.include_regex
+        and not config.exclude_regex
+    )
+
+
+def matmul_weights(model: nn.Module) -> dict[str, int]:
+    """How many weights each matmul layer of `model` holds: Linear and Conv1D layers, and any
+    other module's 2-D `weight` (a fused or custom linear quant does not know, e.g. Conv1D before
+    it was known); embedding tables are not matmuls."""
+    found = {}
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if not name or isinstance(module, nn.Embedding | QuantLinear):
+            continue
+        if as_linear(module) is not None or (
+            isinstance(weight, nn.Parameter) and weight.dim() == 2
+        ):
+            found[name] = weight.numel()
+    return found
+
+
+def check_share(model: nn.Module, usable: dict[str, nn.Linear], config, report) -> None:
+    """Count the share of the model's linear (matmul) weights `usable` covers into `report` — an
+    lm_head kept in float by default counts on neither side; refuse a default selection that
+    would quantize (almost) none of them — the model's compute is in layers quant does not know,
+    and the result would be the float model under another name — and warn below `LOW_SHARE`."""
+    weights = {
+        name: n
+        for name, n in matmul_weights(model).items()
+        if config.lm_head or not is_lm_head(name)
+    }
+    report.linear_weights = sum(weights.values())
+    report.quantized_weights = sum(m.weight.numel() for m in usable.values())
+    share = report.quantized_share
+    if share < 0.005 and _default_selection(config):
+        raise InputError(
+            f"only {100 * share:.1f} % of the model's linear weights ({report.quantized_weights}"
+            f" of {report.linear_weights}: {', '.join(list(usable)[:3]) or 'none'}) can be"
+            f" quantized; its compute is in layers quant does not handle. {SUPPORTED}"
+        )
+    if share < LOW_SHARE:
+        left = [n for n in weights if n not in usable]
+        text = (
+            f"quant: only {100 * share:.1f} % of the model's linear weights are quantized"
+            f" ({report.quantized_weights} of {report.linear_weights}); left in float:"
+            f" {', '.join(left[:4])}{', …' if len(left) > 4 else ''}"
+        )
+        if text not in _WARNED:  # once per process: an evaluation quantizes the model per row
+            _WARNED.add(text)
+            log.warning("%s", text)
+
+
+_WARNED: set[str] = set()
+
+
+def plan(model: nn.Module, config: QuantConfig) -> tuple[dict[str, nn.Linear], QuantReport]:
+    """The layers `quantize` would quantize (by name, as Linear) and its report so far: what is
+    left in float and why, and the quantized share (refused near 0, `check_share`). Changes
+    nothing."""
+    report = QuantReport()
+    usable = plan_layers(select_layers(model, config), config, report)
+    check_share(model, usable, config, report)
+    return usable, report
+
+
 def quantize_with_report(
     model: nn.Module, config: QuantConfig, calibration_batches: Iterable, progress=None
 ) -> tuple[nn.Module, QuantReport]:
-    """Quantize in place; returns the model and which layers were quantized or skipped (and why)."""
-    layers = select_layers(model, config)
-    report = QuantReport()
-    usable = plan_layers(layers, config, report)
+    """Quantize in place; returns the model and which layers were quantized or skipped (and why).
+    Conv1D layers are swapped for the Linear they are (the same weights, the same results) before
+    calibration, so the hooks see them as any Linear."""
+    usable, report = plan(model, config)
     if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
         report.planned = {name: config.layer_weights(name)[0] for name in usable}  # bits
         return model, report
     if not usable:
         raise InputError(f"no selected layer can be quantized: {report.summary()}")
+    for name, linear in usable.items():
+        if is_conv1d(model.get_submodule(name)):
+            _set_module(model, name, linear)
     needs_data = (
         config.method != "rtn"
         or config.weight_clip == "search"

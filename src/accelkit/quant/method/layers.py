@@ -22,6 +22,45 @@ DENSE_TRANSFORM_MAX_BLOCKS = 4
 CUDA_INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: more than 16 rows, k and n multiples of 8
 
 
+def is_conv1d(module: nn.Module) -> bool:
+    """transformers' `Conv1D` (GPT-2, GPT-J's ancestors, …): a Linear whose weight is stored
+    transposed, [in, out], computing addmm(bias, x, weight). Recognized by its shape, not
+    imported: transformers stays optional here."""
+    weight = getattr(module, "weight", None)
+    return (
+        type(module).__name__ == "Conv1D"
+        and isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and getattr(module, "nf", None) == weight.shape[1]
+    )
+
+
+def as_linear(module: nn.Module) -> nn.Linear | None:
+    """`module` as the `nn.Linear` it is: a Linear itself, a `Conv1D` as a Linear whose weight is
+    the transposed view of the Conv1D's (same storage; F.linear(x, Wᵀ, b) runs the very addmm
+    Conv1D runs, bit for bit — tested), else None."""
+    if type(module) is nn.Linear:
+        return module
+    if not is_conv1d(module):
+        return None
+    n, m = module.weight.shape
+    linear = nn.Linear(n, m, bias=module.bias is not None, device="meta")
+    linear.weight = nn.Parameter(module.weight.t(), requires_grad=module.weight.requires_grad)
+    if module.bias is not None:
+        linear.bias = module.bias
+    return linear
+
+
+def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
+    """Every layer of `model` that is a Linear in all but name (`as_linear`), by qualified name."""
+    found = {}
+    for name, module in model.named_modules():
+        linear = as_linear(module)
+        if linear is not None and name:
+            found[name] = linear
+    return found
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     """Everything that fixes a QuantLinear's buffer shapes; stored with a saved model."""
@@ -132,6 +171,10 @@ class QuantLinear(nn.Module):
         if spec.wbits == 16:
             self.register_buffer("weight", torch.zeros(m, n, dtype=f32))
         else:
+            # what model code reads of a Linear it calls (T5's feed-forward casts its input to
+            # `wo.weight.dtype` unless that is int8): an empty int8 marker, never stored, never
+            # read by forward — the input keeps its dtype, which forward returns
+            self.register_buffer("weight", torch.zeros(0, dtype=torch.int8), persistent=False)
             groups = 1 if spec.group_size is None else n // spec.group_size
             cols = n // 2 if spec.packed else n
             code_dtype = torch.int8 if spec.int8 else torch.uint8

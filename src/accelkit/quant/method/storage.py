@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from accelkit.errors import InputError, require
-from accelkit.quant.method.layers import LayerSpec, QuantLinear
+from accelkit.quant.method.layers import LayerSpec, QuantLinear, as_linear
 from accelkit.quant.method.transforms import block_base, rotation_from_steps
 from accelkit.runtime.files import atomic_open
 
@@ -35,11 +35,16 @@ DERIVED = (
 )  # rebuilt from the others on load
 
 
+def _derived(layer: QuantLinear, name: str) -> bool:
+    """A buffer rebuilt on load, or a 4-bit layer's empty `weight` marker (never stored)."""
+    return name in DERIVED or (name == "weight" and layer.spec.wbits != 16)
+
+
 def compact_tensors(layer: QuantLinear) -> dict[str, torch.Tensor]:
     """The tensors that define a QuantLinear, without the derivable rotation matrices."""
     out = {}
     for name, buf in layer.named_buffers(recurse=False):
-        if name in DERIVED:
+        if _derived(layer, name):
             continue
         if name == "perm":
             buf = buf.to(torch.int32)
@@ -71,10 +76,18 @@ def save_quantized(model: nn.Module, path: str | os.PathLike) -> Path:
         for key, t in compact_tensors(mod).items():
             tensors[f"quant/{name}/{key}"] = t
     prefixes = tuple(f"{name}." for name in quant)
+    tied: dict[str, str] = {}  # a float tensor that is another's (lm_head tied to the embeddings)
+    first: dict[tuple, str] = {}
     for key, t in model.state_dict().items():
         if not key.startswith(prefixes):
+            same = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.dtype)
+            if t.numel() and same in first:  # safetensors refuses shared memory: stored once
+                tied[key] = first[same]
+                continue
+            first[same] = key
             tensors[f"float/{key}"] = t.detach().cpu().contiguous()
     meta = {
+        "tied": json.dumps(tied),
         "format": FORMAT,
         "layers": json.dumps({name: mod.spec.to_dict() for name, mod in quant.items()}),
         # the CPU kernel each layer ran on here, exact for its width, weights and bits (load
@@ -130,8 +143,9 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
                 f"{file}: the model from model_factory has no layer {name!r}; pass the factory of the model that was quantized"
             ) from exc
         spec = LayerSpec(**spec_dict)
-        shape = (getattr(old, "in_features", None), getattr(old, "out_features", None))
-        if not isinstance(old, nn.Linear) or shape != (spec.in_features, spec.out_features):
+        linear = as_linear(old)  # a Linear, or a Conv1D as the Linear it is
+        shape = (linear.in_features, linear.out_features) if linear is not None else None
+        if linear is None or shape != (spec.in_features, spec.out_features):
             raise InputError(
                 f"{file}: layer {name!r} was quantized as Linear({spec.in_features}, "
                 f"{spec.out_features}) but the model from model_factory has {old!r} there; pass the "
@@ -140,7 +154,7 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
         layer = QuantLinear(spec)
         with torch.no_grad():
             for key, buf in layer.named_buffers(recurse=False):
-                if key in DERIVED:
+                if _derived(layer, key):
                     continue
                 saved = tensors.get(f"quant/{name}/{key}")
                 if saved is None or saved.shape != buf.shape:
@@ -160,6 +174,9 @@ def load_quantized(path: str | os.PathLike, model_factory: Callable[[], nn.Modul
             layer.to(next(old.buffers(), next(old.parameters())).device),
         )
     rest = {k[len("float/") :]: v for k, v in tensors.items() if k.startswith("float/")}
+    for alias, source in json.loads(meta.get("tied") or "{}").items():
+        if source in rest:
+            rest[alias] = rest[source]
     try:
         missing, unexpected = model.load_state_dict(rest, strict=False)
     except RuntimeError as exc:  # size mismatches
