@@ -79,7 +79,7 @@ class CollectionAdmin(StoreClient):
             )
         from pymilvus import DataType
 
-        client = self._client
+        client = self._milvus
         schema = client.create_schema(
             auto_id=False, enable_dynamic_field=False, description=description
         )
@@ -109,7 +109,7 @@ class CollectionAdmin(StoreClient):
             # this name dropped by another program (or a drop stopped before its row went) is
             # replaced, not inherited.
             self.record(name, records, replace=True)
-        if self.lite == 3:
+        if self.lite == 3 and self._engine is not None:
             clear_aborted_collection(self._engine, name)
         self._call(
             f"creating collection {name!r}",
@@ -140,24 +140,24 @@ class CollectionAdmin(StoreClient):
         """Give an existing collection without an index the one `spec` (default: the config's)
         names, and load it: a creation killed between the two (SIGKILL, OOM: no `except` ran)
         is finished by the next one. Returns whether it had to."""
-        if self._call(f"listing indexes of {name!r}", self._client.list_indexes, name):
+        if self._call(f"listing indexes of {name!r}", self._milvus.list_indexes, name):
             return False
         spec = spec or IndexSpec.from_config(self.config)
         with self._lock:
             self._specs.pop(name, None)
         self._call(
             f"indexing collection {name!r}",
-            self._client.create_index,
+            self._milvus.create_index,
             name,
             self._index_params(spec),
         )
-        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        self._call(f"loading collection {name!r}", self._milvus.load_collection, name)
         with self._lock:
             self._loaded.add(name)
         return True
 
     def _index_params(self, spec: IndexSpec):
-        index = self._client.prepare_index_params()
+        index = self._milvus.prepare_index_params()
         build = spec.build_params()
         index.add_index(
             VECTOR_FIELD,
@@ -172,7 +172,7 @@ class CollectionAdmin(StoreClient):
     def describe(self, name: str) -> dict[str, Any]:
         """name, description, dim, count, index_type, metric_type, index params."""
         self._require(name)
-        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
         spec = self._spec(name)
         description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get(
@@ -230,7 +230,7 @@ class CollectionAdmin(StoreClient):
         rows = self._with_load(
             name,
             f"counting {name!r}",
-            self._client.query,
+            self._milvus.query,
             name,
             filter="",
             output_fields=["count(*)"],
@@ -240,7 +240,7 @@ class CollectionAdmin(StoreClient):
 
     def drop_collection(self, name: str) -> None:
         self._require(name)
-        self._call(f"dropping collection {name!r}", self._client.drop_collection, name)
+        self._call(f"dropping collection {name!r}", self._milvus.drop_collection, name)
         with self._lock:
             self._loaded.discard(name)
             self._specs.pop(name, None)
@@ -260,7 +260,7 @@ class CollectionAdmin(StoreClient):
         with self._lock:
             pending = self._unflushed.pop(name, None)
         try:
-            self._call(f"flushing {name!r}", self._client.flush, name)
+            self._call(f"flushing {name!r}", self._milvus.flush, name)
         except BaseException:
             if pending is not None:
                 self._wrote(name, pending)
@@ -297,7 +297,7 @@ class CollectionAdmin(StoreClient):
         # Milvus Lite 3 says Finished from the start; its segments say how far the build is,
         # once loaded: it reads their indexes back at load (a new process had read none)
         coverage = None
-        if self.lite == 3:
+        if self.lite == 3 and self._engine is not None:
             self._ensure_loaded(name)
             coverage = index_coverage(self._engine, name, VECTOR_FIELD)
         if coverage is not None:
@@ -316,7 +316,7 @@ class CollectionAdmin(StoreClient):
         the segment is large enough to get one); None where the store cannot say (Milvus Lite)."""
         try:
             segments = self._call(
-                f"listing the loaded segments of {name!r}", self._client.list_loaded_segments, name
+                f"listing the loaded segments of {name!r}", self._milvus.list_loaded_segments, name
             )
         except StoreTimeoutError:
             raise
@@ -387,7 +387,7 @@ class CollectionAdmin(StoreClient):
                 "Milvus Lite cannot change a collection's index; create a new "
                 "collection with the index you want and insert into it (or use a Milvus server)"
             )
-        client = self._client
+        client = self._milvus
         self._call(f"releasing {name!r}", client.release_collection, name)
         with self._lock:
             self._loaded.discard(name)
