@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, field_validator
 
@@ -536,7 +536,7 @@ def load_service_config(
         raise ConfigError(
             f"arguments: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(names))}, log_level"
         )
-    arguments = {key: keywords.get(key) for key in names}
+    arguments: dict[str | None, Any] = {key: keywords.get(key) for key in names}
     arguments[None] = {"log_level": keywords.get("log_level")}
     data = read_yaml(path) if path is not None else {}
     loaded = load(SECTIONS, path=path, data=data, env=env, arguments=arguments)
@@ -547,12 +547,13 @@ def load_service_config(
             "embed on that Triton server, or model.backend: onnxruntime to run EfficientNet-Lite0 "
             "locally (and drop the triton: section)"
         )
+    # `load` answers each section's own model, by key (SECTIONS)
     return ServiceConfig(
-        preprocess=loaded["preprocess"],
-        model=model,
-        store=loaded["store"],
-        server=loaded["server"],
-        log_level=loaded[None].log_level,
+        preprocess=cast(PreprocessConfig, loaded["preprocess"]),
+        model=cast(ModelConfig, model),
+        store=cast(StoreConfig, loaded["store"]),
+        server=cast(ServerConfig, loaded["server"]),
+        log_level=cast(_Top, loaded[None]).log_level,
     )
 
 

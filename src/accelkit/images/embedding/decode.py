@@ -250,7 +250,7 @@ def _jpeg_fast(
         return None
     if colorspace not in ("RGB", "YCbCr", "Gray"):
         return None  # CMYK/YCCK: PIL knows the Adobe inversion convention
-    check_pixels(name, width, height, options.max_pixels)
+    check_pixels(name, int(width), int(height), options.max_pixels)
     min_h = min_w = 0
     if options.min_size is not None:
         # The decoded image must keep at least margin × target on each side, whatever the rotation.

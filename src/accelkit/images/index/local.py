@@ -194,7 +194,7 @@ class LocalIndex(ImageIndex):
             if result.error is not None:
                 continue
             checked += 1
-            cosine, ratio = _likeness(result.vector, stored)
+            cosine, ratio = _likeness(result.embedding, stored)
             lowest = cosine if lowest is None else min(lowest, cosine)
             if cosine < min_cosine or abs(ratio - 1) > SET_MODEL_NORM_TOLERANCE:
                 raise ModelMismatchError(
@@ -275,7 +275,7 @@ class LocalIndex(ImageIndex):
                 failures[earlier] = (
                     f"{labels[earlier]}: replaced by {labels[i]}, which has the same id {item_id!r}"
                 )
-            rows[item_id] = (i, result.vector, meta)
+            rows[item_id] = (i, result.embedding, meta)
         stored = sorted(rows.items(), key=lambda kv: kv[1][0])
         ids = [item_id for item_id, _ in stored]
         if ids:
@@ -343,7 +343,7 @@ class LocalIndex(ImageIndex):
         (result,) = self.embed([query.data])
         if result.error is not None:
             raise DataError(f"query: {result.error}")
-        return result.vector
+        return result.embedding
 
     def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
         name = self._name(collection)
@@ -553,7 +553,7 @@ def open_local_index(
         "backend": config.model.backend,
         "text": config.model.has_text,  # words can be searched
     }
-    index._on_close.append(lambda: loaded and loaded[0].close())
+    index._on_close.append(lambda: loaded[0].close() if loaded else None)
     if owned:
         index._on_close.append(store.close)
     return index

@@ -582,7 +582,8 @@ class StoreClient:
         try:
             self._call(f"loading collection {name!r}", self._milvus.load_collection, name)
         except StoreFullError:
-            if engine is not None:  # Lite 3 builds missing indexes at load: the one it was writing is short
+            # Lite 3 builds missing indexes at load: the one it was writing is short
+            if engine is not None:
                 clear_new_indexes(engine, name, before)
             raise
         except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet

@@ -177,7 +177,9 @@ class Lite2File:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _query(self, sql: str, args: Sequence[Any] = (), collection: str | None = None) -> list[Any]:
+    def _query(
+        self, sql: str, args: Sequence[Any] = (), collection: str | None = None
+    ) -> list[Any]:
         try:
             return self._db.execute(sql, tuple(args)).fetchall()
         except sqlite3.Error as exc:
