@@ -208,7 +208,8 @@ class CollectionAdmin(StoreClient):
         Milvus reports them, the search parameters that apply, and those ignored."""
         info = self._index_info(name)
         spec = self._spec(name)
-        nested = info.get("params") if isinstance(info.get("params"), dict) else {}
+        params = info.get("params")
+        nested = params if isinstance(params, dict) else {}
         info = {**nested, **info}  # Milvus Lite 3 answers them nested under "params"
         build = {
             k: int(info[k])
