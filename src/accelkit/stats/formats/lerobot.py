@@ -185,7 +185,7 @@ def read_layout(root: Path, info: dict, info_file: Path) -> Layout:
     return layout
 
 
-def files_on_disk(root: Path) -> list[Path]:
+def files_on_disk(root: Path | storage.ObjectPath) -> list:
     data = root / "data"
     if isinstance(data, storage.ObjectPath):  # one listing; a missing prefix lists nothing
         return storage.files_under(data, "*.parquet")
@@ -531,8 +531,9 @@ def write_episodes_v30(
                     kind = pa.float64()
                 array = pa.array(values, pa.list_(kind))
                 table = put(table, f"stats/{column}/{stat}", array)
-        for column in next(iter(cameras.values())) if cameras else ():
-            entries = [cameras[e][column] for e in order]
+        by_episode = cameras or {}
+        for column in next(iter(by_episode.values())) if by_episode else ():
+            entries = [by_episode[e][column] for e in order]
             for stat in entries[0]:
                 kind = pa.int64() if stat == "count" else pa.list_(pa.list_(pa.float64()))
                 array = pa.array([entry[stat] for entry in entries], pa.list_(kind))
