@@ -221,7 +221,7 @@ class StoreConfig(Settings):
     insert_batch_size: int = 1000
     insert_threads: int = 2  # batches sent at once to a server (Milvus Lite takes one at a time)
     timeout: float = 30.0  # every store call (connect, search, insert, ...) gives up after this
-    # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
+    # reads: Session sees this client's own writes at once, far sooner than Strong on a server
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
     # thumbnails for the search page, made at insert time (accelkit.images.store.thumbnails): "auto"
@@ -247,8 +247,8 @@ class StoreConfig(Settings):
     @field_validator("insert_batch_size")
     @classmethod
     def _batch_cap(cls, value: int) -> int:
-        # Measured with Milvus Lite 2.5 (1280-d): 1,000-row upserts run at ~2,400 rows/s, 2,000-row
-        # ones at ~90 rows/s (messages over ~8 MB take a slow path). Larger batches buy nothing.
+        # Milvus Lite 2.5 takes large messages (a few thousand 1280-d rows) on a slow path, many
+        # times slower a row (docs/performance.md). Larger batches buy nothing.
         if value > 4096:
             raise ValueError("must be at most 4096 (about 1000 is fastest for 1280-d vectors)")
         return value

@@ -160,7 +160,7 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    """`int8.py`'s model, quantized from the FP32 export once (10-30 s), written atomically."""
+    """`int8.py`'s model, quantized from the FP32 export once (it takes a while), written atomically."""
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     target = folder / f"{int8.INT8_MODEL_NAME}-{int8.int8_weights(_packaged_weights())}.onnx"
     if target.is_file() and _valid_onnx(target):

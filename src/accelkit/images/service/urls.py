@@ -129,7 +129,7 @@ async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
                 timeout=server.fetch_timeout_s,
                 follow_redirects=False,
                 trust_env=False,  # no proxy from the environment: it would resolve the name
-                verify=_ssl_context(),  # built once: ~25 ms of CPU on the event loop each
+                verify=_ssl_context(),  # built once: each costs CPU on the event loop
                 limits=httpx.Limits(max_keepalive_connections=0),  # no connection across hosts
             ) as client,
         ):

@@ -252,8 +252,8 @@ class CollectionAdmin(StoreClient):
         """Seal the collection's growing segments so the index can cover them (a server builds
         indexes on sealed segments only; Milvus Lite indexes as it goes), then, on a server, wait
         until its query nodes have applied this client's writes: an upsert returns when the
-        proxy has logged the rows, and the query nodes take ~1 s per 10,000 1280-d rows more on
-        2 cores to apply them. After a bulk insert (which ends with a flush) the first search,
+        proxy has logged the rows, and the query nodes take a while longer, in proportion to the
+        rows, to apply them. After a bulk insert (which ends with a flush) the first search,
         from this client or any other, answers at once and sees every row."""
         self._require(name)
         if self.lite == 3:
@@ -343,8 +343,8 @@ class CollectionAdmin(StoreClient):
         it (or `timeout` seconds pass).
 
         A server builds the index on sealed segments, then hands them to the query nodes, which
-        load them ~10-15 s later; until then searches run on the growing segments' interim index
-        (measured: recall@10 0.32 before the hand-off, 0.88 after, same ef)."""
+        load them seconds later; until then searches run on the growing segments' interim index,
+        of much lower recall at the same ef."""
         self.flush(name)
         deadline = time.monotonic() + (timeout if timeout is not None else 10 * self.config.timeout)
         while True:

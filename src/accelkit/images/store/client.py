@@ -117,7 +117,7 @@ class StoreClient:
         # until the next upsert (whose timestamp is later than the delete's) returns.
         self._deleted: set[str] = set()
         # Milvus Lite 3 searches rows it has not flushed by turning each back into a Python list
-        # (~0.3 ms a 1280-d row, every search) and keeps no index over them: collections written
+        # (at every search) and keeps no index over them: collections written
         # (or first used) since their last flush, with the disk bytes of what they wrote, flushed
         # before their next search (`_settle`).
         self._unflushed: dict[str, int] = {}
@@ -262,7 +262,7 @@ class StoreClient:
             since = time.monotonic() - self._down_at if self._down_at is not None else None
             if _timed_out(exc) and since is not None and since < RECOVERY_S:
                 # back, and still recovering: a server SIGKILLed and started again answers
-                # cheap calls at once and searches 10-25 s later (tests/images/test_outage.py)
+                # cheap calls at once and searches only later (tests/images/test_outage.py)
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} was unavailable {since:.0f} s ago and is still recovering;"
@@ -626,9 +626,9 @@ class StoreClient:
     def _settle(self, name: str) -> None:
         """Before a search on Milvus Lite 3: flush what was written since the last one, so the
         search reads segments (indexed, once the engine's background build has them) instead of
-        the memtable. Measured at 10k 1280-d rows: 3.3 s a search unflushed, 0.18 s flushed
-        (FLAT), 0.02 s with HNSW; a flush takes ~0.4 ms a row, once. Without room on the disk
-        for the flush, the search reads the memtable (slower, as exact)."""
+        the memtable, which is many times slower (docs/performance.md); a flush is paid once.
+        Without room on the disk for the flush, the search reads the memtable (slower, as
+        exact)."""
         with self._lock:
             if name not in self._unflushed:
                 return
@@ -652,7 +652,7 @@ class StoreClient:
         except StoreTimeoutError as exc:
             if self.is_server and not self._serving(name):
                 # a server that answers but is loading the collection again (after a restart)
-                # is unavailable for it, not slow: measured, searches waited 10-20 s for it
+                # is unavailable for it, not slow: searches would wait for the reload
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} is loading {name!r} (again, after a restart); retry later"

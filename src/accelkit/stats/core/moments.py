@@ -120,8 +120,8 @@ def block_sums(
 def _in_order(values: jnp.ndarray, block_rows: int, op=None) -> jnp.ndarray:
     """`op` (add, minimum, maximum) over each block of rows as written-out element-wise ops: runs of
     16 rows left to right, then the runs left to right. Explicit ops are never reordered, and XLA
-    fuses them into one loop (2-3x faster on CPU than a halving tree or a reduce, whose order is
-    the backend's choice)."""
+    fuses them into one loop (faster on CPU than a halving tree or a reduce, whose order is the
+    backend's choice)."""
     if op is None:
         import jax.numpy as jnp
 

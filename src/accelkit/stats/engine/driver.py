@@ -84,8 +84,8 @@ def _center_of(column: Column) -> np.ndarray:
     It shifts the moments' sums (so |mean| >> std costs no precision) and centers fast mode's keys.
     numpy's median of each dimension's counted values, one contiguous copy at a time: the same
     numbers as `np.nanmedian` over the chunk with the others set to NaN (a test compares them bit
-    for bit), without its per-column `apply_along_axis` over a strided float64 copy, which took
-    0.12 s per key of a 262,144-row first chunk on the run's critical path."""
+    for bit), without its per-column `apply_along_axis` over a strided float64 copy, which cost
+    seconds of a large first chunk on the run's critical path."""
     values = column.values
     if values.dtype.kind in "iu":  # as np.where made them: float64, then the median
         values = values.astype(np.float64)

@@ -644,8 +644,8 @@ def open_source(
         files = [p for p in files if p.stem in set(chosen.values())]
     fragments, offset = [], 0
     first_name = next(iter(chosen.values()))
-    # a LeRobot dataset's metadata lists every file's rows: no file is opened to list them (2,000
-    # footers are a third of a second here, and one request each on object storage)
+    # a LeRobot dataset's metadata lists every file's rows: no file is opened to list them (a
+    # dataset of thousands of files would read as many footers, one request each on object storage)
     listed = layout is not None and all(f.suffix == ".parquet" for f in files)
     counts = (
         [layout.rows_per_file[f] for f in files]

@@ -28,7 +28,7 @@ from accelkit.stats.formats.lerobot import episode_entry
 LAYOUTS = ("v2.1", "v3.0")
 COLUMN_KINDS = ("smooth", "robot")
 ROW_GROUPS = ("episode", "file")
-# `columns="robot"`: what dimension d % 8 holds (issue 49), in state and action alike
+# `columns="robot"`: what dimension d % 8 holds, in state and action alike
 ROBOT_COLUMNS = (
     "joint: a random walk from a per-episode offset",
     "gripper: 0 then 1 (two point masses)",

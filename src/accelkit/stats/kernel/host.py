@@ -117,8 +117,8 @@ def warm_up(freeze: bool = False) -> threading.Thread:
     `freeze`, for a process that is this run (the CLI; never a library caller's process): once the
     loop is loaded, every object then alive goes to the collector's permanent generation
     (`gc.freeze`): by then ~125,000 long-lived objects (numba's, the imports') that each full
-    collection of the run would walk again (v2.1, 2,165 files, 8 interleaved pairs of whole runs:
-    median 3.94 s against 4.49 s, CPU 5.1 against 5.7 s, the same output bytes). Such a process
+    collection of the run would walk again (a whole run is faster, with the same output bytes:
+    docs/performance.md). Such a process
     also skips numba's BLAS probe if numba is needed (`_without_blas_probe`)."""
     global _warming, _quiet_blas
 
@@ -145,7 +145,7 @@ def _without_blas_probe(active: bool):
     np.correlate and np.convolve may call BLAS (`_HAVE_BLAS`). The loop calls neither: in the
     command's own process (`active`), the probe is answered "no BLAS" while the loop loads, and
     numba's own `ensure_blas` is put back after it (np.dot and np.linalg still find scipy).
-    Whole-process CPU of loading the loop: 0.51 against 0.72-0.75 s, 16 MiB less."""
+    Loading the loop then takes less CPU and memory."""
     if not active or "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
         yield
         return
