@@ -52,7 +52,7 @@ _engines: list = []  # linked objects stay alive with the process
 _trap = None
 
 
-def folder() -> Path | None:
+def folder() -> Path:
     """`$ACCELKIT_CACHE_DIR/stats-kernel`, else the user cache's (as the JAX cache)."""
     import platformdirs
 
