@@ -37,6 +37,7 @@ from accelkit.stats.engine.driver import (
     open_runner,
     select_pass,
 )
+from accelkit.stats.engine.ray_runner import RayRunner
 from accelkit.stats.engine.replay import Recording
 from accelkit.stats.engine.runner import choose_devices, x64_for
 from accelkit.stats.kernel import windows
@@ -102,7 +103,7 @@ def compute_mixture_stats(
         platform=devices[0].platform,
         devices=[str(d) for d in devices]
         if ray is None
-        else [d for r in runners for d in r.describe_devices()],
+        else [d for r in runners if isinstance(r, RayRunner) for d in r.describe_devices()],
         batch_size=max((max(r.batch_sizes.values(), default=0) for r in runners), default=0),
         passes=len(pass_times),
         rows=run.rows,
@@ -112,7 +113,9 @@ def compute_mixture_stats(
         partial=False,
         compiles=len(set().union(*(r.compiled for r in runners))),
         pass_seconds=pass_times,
-        cluster=None if ray is None else {"members": [r.traffic() for r in runners]},
+        cluster=None
+        if ray is None
+        else {"members": [r.traffic() for r in runners if isinstance(r, RayRunner)]},
     )
     return StatsResult(stats, summary)
 
