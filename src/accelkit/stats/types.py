@@ -93,7 +93,7 @@ class BatchStream(Stream):
             yield chunk
 
 
-def row_dtype(dtype: np.dtype) -> np.dtype:
+def row_dtype(dtype: np.dtype | str) -> np.dtype:
     """The type statistics are computed in: int64 for integers wider than 16 bits (exact beyond
     float32's 2**24), float32 for everything else (bool and small integers are exact in it)."""
     dtype = np.dtype(dtype)

@@ -22,7 +22,7 @@ sampled), k > 1 counts it k times (an action that appears in k action chunks).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -31,15 +31,17 @@ if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
 
 from accelkit.stats.core.sort_keys import empty_keys, keys_of, keys_to_values
 
+# a numpy array on the host, a jax.Array on a device (a tracer under jit): one code serves both
+HostOrDevice: TypeAlias = Any
+
 BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole blocks per device
 
 
 class Extremes(NamedTuple):
-    count: jnp.ndarray  # int64 [D]: total weight
-    min_key: (
-        jnp.ndarray
-    )  # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
-    max_key: jnp.ndarray
+    count: HostOrDevice  # int64 [D]: total weight
+    # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
+    min_key: HostOrDevice
+    max_key: HostOrDevice
 
 
 class Sums(NamedTuple):

@@ -156,11 +156,11 @@ def compute_stats(
             "per-episode statistics need every frame; drop --max-time-minutes (a partial run "
             "would leave episodes out)"
         )
-    observer: Callable[[], EpisodeCollector] | None = None
-    if per_episode:
 
-        def observer():
-            return EpisodeCollector(levels, skip_nonfinite)
+    def collector() -> EpisodeCollector:
+        return EpisodeCollector(levels, skip_nonfinite)
+
+    observer = collector if per_episode else None
 
     started = time.perf_counter()
 

@@ -194,10 +194,10 @@ def run_group(
     return {"rows": result["rows"]}, result
 
 
-def _episode_files(stream, indices) -> dict:
+def _episode_files(stream, indices) -> dict | None:
     """Episode -> the file that holds it, for the group's files (in order); an episode in two
     files is the local run's error."""
-    owners: dict = {}
+    owners: dict | None = {}
     for index in indices:
         path = stream.fragments[index].path
         _, episodes = stream.reader.read(path, [])

@@ -206,4 +206,6 @@ def _trap_address() -> int:
             os.abort()
 
         _trap = ctypes.CFUNCTYPE(None)(trap)
-    return ctypes.cast(_trap, ctypes.c_void_p).value
+    address = ctypes.cast(_trap, ctypes.c_void_p).value
+    assert address is not None  # a live callback's
+    return address

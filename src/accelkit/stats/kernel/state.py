@@ -30,12 +30,13 @@ class PassSpec(NamedTuple):
 class PassState(NamedTuple):
     extremes: mom.Extremes  # count, min, max (first pass and fast mode only)
     # host (numpy) or device arrays
-    counts: np.ndarray  # int32 [D, U, 2**digit_bits] (int64 once merged on the host)
-    prefixes: np.ndarray  # uint32 [D, U] (uint64 for integer data)
-    center: np.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
-    nonfinite: (
-        np.ndarray
-    )  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    counts: mom.HostOrDevice  # int32 [D, U, 2**digit_bits] (int64 once merged on the host)
+    prefixes: mom.HostOrDevice  # uint32 [D, U] (uint64 for integer data)
+    center: (
+        mom.HostOrDevice
+    )  # float32 [D] near the data: the moments' shift; fast mode keys x - center
+    # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    nonfinite: mom.HostOrDevice
     # the host kernel's first pass only: the values near each quantile (`windows.Windows`)
     windows: Windows | None = None
 

@@ -231,7 +231,7 @@ class _Mixture:
             log.info(
                 "quantiles found in pass 1 for %d of %d keys", len(plans) - len(missed), len(plans)
             )
-        pass_times = [sum(o.seconds for o in first)]
+        pass_times: list[float] = [sum(o.seconds for o in first)]
         while any(plan.prefix_bits < plan.key_bits for plan in plans.values()):
             views = {key: mx.view(plan) for key, plan in plans.items()}
             groups, digits, spec_for, init_for_pass = select_pass(views)
@@ -278,9 +278,9 @@ class _Mixture:
         for key in outcomes[0].states:
             states = [o.states[key] for o in outcomes]
             merged = _merged_extremes(states)
-            counts = sum(
-                (s.counts.astype(np.int64) for s in states[1:]), states[0].counts.astype(np.int64)
-            )
+            counts = states[0].counts.astype(np.int64)
+            for s in states[1:]:
+                counts = counts + s.counts.astype(np.int64)
             est, bound = qt.sketch_quantiles(
                 counts,
                 np.asarray(states[0].center, np.float64),
@@ -321,7 +321,7 @@ class _Mixture:
             min=base["min"],
             max=base["max"],
             quantiles={float(q): values[:, i] for i, q in enumerate(self.levels)},
-            nonfinite=sum(np.asarray(s.nonfinite, np.int64) for s in states),
+            nonfinite=np.sum([np.asarray(s.nonfinite, np.int64) for s in states], axis=0),
             rank_error_bound=None
             if bound is None
             else {float(q): bound[:, i] for i, q in enumerate(self.levels)},
