@@ -15,8 +15,10 @@ statistics (`stats/engine/driver.py`), with LeRobot's quantile levels, every epi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, cast
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
@@ -117,7 +119,7 @@ class CheckReport(Report):
 def check(
     dataset: str | Path,
     *,
-    stats_files: list[str | Path] = (),
+    stats_files: Sequence[str | Path] = (),
     keys: dict[str, str] | None = None,
     action_horizon: int | None = None,
     chunk_end: str | None = None,
@@ -207,11 +209,12 @@ def _check(
     phase(f"reading the metadata of {root}")
     stream = _all_features_stream(root)
     source = stream.lerobot
+    assert source is not None  # a LeRobot dataset's stream
     settings = StatsSettings(
         dataset=str(root),
         format="lerobot",
         per_episode=True,
-        images=images,
+        images=cast(Literal["none", "sample", "all"] | None, images),  # checked on entry
         keys=dict(stream.keys),
     )
     cameras = camera_stats(settings, stream, levels, progress)

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import TypeVar
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -28,6 +29,7 @@ from accelkit.runtime import storage
 from accelkit.runtime.files import atomic_open, copy_atomic
 
 log = logging.getLogger(__name__)
+_PathOrNone = TypeVar("_PathOrNone", Path, None)  # `created` answers what it was given
 
 SHOWN = 5  # stray files named in the warning; the rest are counted
 
@@ -333,7 +335,7 @@ class _Restore:
         self.saved = {Path(p): (Path(p).read_bytes() if Path(p).is_file() else None) for p in paths}
         self.made: list[Path] = []
 
-    def created(self, path: Path | None) -> Path | None:
+    def created(self, path: _PathOrNone) -> _PathOrNone:
         """A file or folder the block makes (a backup): removed if the block fails."""
         if path is not None:
             self.made.append(Path(path))
