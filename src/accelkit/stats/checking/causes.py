@@ -196,8 +196,11 @@ def _own(finding, recomputed: Recomputed | None, exact) -> str | None:
     d = finding.dim or 0
     for precision, stats in recomputed.own:
         values = stats.get(finding.stat)
-        found = values is not None and values.size > d
-        if found and _near(finding.stored, values[d], exact, finding.stat, d):
+        if (
+            values is not None
+            and values.size > d
+            and _near(finding.stored, values[d], exact, finding.stat, d)
+        ):
             return precision
     return None
 

@@ -138,7 +138,9 @@ class Recomputer:
         self.state, self.actions, self.numeric = state, actions, numeric
         self.columns = {c for c in columns | {state, actions} if c in numeric}
         self.names = {float(q): quantile_name(q) for q in levels}
-        self.source = open_source(root, keys={c: c for c in sorted(numeric)[:1]}).lerobot
+        source = open_source(root, keys={c: c for c in sorted(numeric)[:1]}).lerobot
+        assert source is not None  # `root` is a LeRobot dataset
+        self.source = source
         self.lengths = np.asarray([e.length for e in self.source.layout.episodes], np.int64)
         self.frames = int(self.lengths.sum())
         self._cache: dict = {}
@@ -525,7 +527,7 @@ def _inferred_mask(recompute, side, horizon, width) -> tuple[bool, ...]:
     end = "clamp"
     plain = recompute.chunks(horizon, end, False)["mean"] if horizon > 1 else None
     relative = recompute.chunks(horizon, end, True)["mean"] if horizon > 1 else None
-    if plain is None:
+    if plain is None or relative is None:  # both, with a horizon of 1
         return ()
     mask = [
         bool(d < mean.size and abs(mean[d] - relative[d]) < abs(mean[d] - plain[d]))

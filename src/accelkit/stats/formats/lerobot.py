@@ -19,8 +19,8 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TypeVar
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 import numpy as np
 
