@@ -123,7 +123,7 @@ def check(
     keys: dict[str, str] | None = None,
     action_horizon: int | None = None,
     chunk_end: str | None = None,
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = TOLERANCE,
     images: str = "none",
     plot: str | Path | None = None,
     progress: bool = False,

@@ -83,7 +83,7 @@ def diff(
     *,
     dataset: str | Path | None = None,
     keys: Mapping[str, str] | None = None,
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = TOLERANCE,
     action_horizon: int | None = None,
     chunk_end: str | None = None,
     delta_actions: str | None = None,
