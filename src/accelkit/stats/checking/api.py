@@ -238,7 +238,7 @@ def _check(
                 {k: exact_values(s, names) for k, s in per.items()}
             )
     report = CheckReport(str(root), tolerance, plot=plot_path)
-    lengths = {e.index: e.length for e in source.layout.episodes}
+    lengths = {e.index: e.length for e in source.episodes}
     frames = sum(lengths.values())
 
     camera_names = camera_keys(source.features)

@@ -332,7 +332,7 @@ def explain_global(
     *,
     frames: int,
     aggregated: Aggregated | None = None,
-    episode_causes: Mapping[str, Mapping[str, bool]],
+    episode_causes: Mapping[str, Mapping[str | None, bool]],
     integer: bool = False,
 ) -> None:
     """The cause of a failing dataset-wide finding (`stats.json`, a `norm_stats.json`).

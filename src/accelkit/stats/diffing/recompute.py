@@ -141,7 +141,7 @@ class Recomputer:
         source = open_source(root, keys={c: c for c in sorted(numeric)[:1]}).lerobot
         assert source is not None  # `root` is a LeRobot dataset
         self.source = source
-        self.lengths = np.asarray([e.length for e in self.source.layout.episodes], np.int64)
+        self.lengths = np.asarray([e.length for e in self.source.episodes], np.int64)
         self.frames = int(self.lengths.sum())
         self._cache: dict = {}
 
@@ -238,7 +238,7 @@ class Recomputer:
         def make():
             wanted_columns = sorted(columns & self.numeric)
             per: dict[str, list] = {c: [] for c in wanted_columns}
-            wanted = {e.index: set(wanted_columns) for e in self.source.layout.episodes if e.length}
+            wanted = {e.index: set(wanted_columns) for e in self.source.episodes if e.length}
             steps = Steps(1, "recomputing LeRobot's per-episode arithmetic: files")
 
             def show(done, total, what):
@@ -276,7 +276,7 @@ class Recomputer:
         from accelkit.runtime.progress import Steps, phase
 
         def episodes():
-            wanted = {e.index: {self.state, self.actions} for e in self.source.layout.episodes}
+            wanted = {e.index: {self.state, self.actions} for e in self.source.episodes}
             held: dict[int, dict] = {}
             for episode, column, rows in readers.episode_rows(self.source, wanted):
                 held.setdefault(episode, {})[column] = rows

@@ -20,7 +20,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
+from typing import overload
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from accelkit.runtime import storage
 from accelkit.runtime.files import atomic_open, copy_atomic
 
 log = logging.getLogger(__name__)
-_PathOrNone = TypeVar("_PathOrNone", Path, None)  # `created` answers what it was given
 
 SHOWN = 5  # stray files named in the warning; the rest are counted
 
@@ -58,6 +57,13 @@ class Source:
     version: str
     features: dict
     layout: Layout | None  # None when read with trust_files
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """The episodes its metadata lists; a source read with trust_files has no such list."""
+        if self.layout is None:
+            raise ValueError(f"{self.root} was read with trust_files: no episode list")
+        return self.layout.episodes
 
 
 def read_json(path: Path) -> dict:
@@ -335,7 +341,11 @@ class _Restore:
         self.saved = {Path(p): (Path(p).read_bytes() if Path(p).is_file() else None) for p in paths}
         self.made: list[Path] = []
 
-    def created(self, path: _PathOrNone) -> _PathOrNone:
+    @overload
+    def created(self, path: Path) -> Path: ...
+    @overload
+    def created(self, path: Path | None) -> Path | None: ...
+    def created(self, path: Path | None) -> Path | None:
         """A file or folder the block makes (a backup): removed if the block fails."""
         if path is not None:
             self.made.append(Path(path))

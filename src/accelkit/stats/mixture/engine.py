@@ -165,7 +165,7 @@ class _Mixture:
 
     # --- exact mode ---
 
-    def exact(self):
+    def exact(self) -> tuple[dict, list[float]]:
 
         with ExitStack() as stack:
             sources, speculate = [], []
@@ -260,7 +260,7 @@ class _Mixture:
 
     # --- fast mode (the union only) ---
 
-    def fast(self):
+    def fast(self) -> tuple[dict, list[float]]:
 
         def spec_for(key, dim, integer):
             bits = qt.FAST_DIGIT_BITS
