@@ -226,7 +226,7 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
         return 130, interrupts.message(signal.SIGINT)
     except Exception as exc:
         # bare `accelkit`: show the help, as --help does
-        if _is_usage_error(exc) and type(exc).__name__ == "NoArgsIsHelpError":
+        if type(exc).__name__ == "NoArgsIsHelpError" and _is_usage_error(exc):
             typer.echo(exc.format_message())
             return 0, None
         if _is_usage_error(exc):

@@ -71,7 +71,7 @@ class _FixInputs:
     result: object
     levels: list
     root: Path
-    openpi_exact: dict
+    openpi_exact: dict[Path, tuple]  # norm_stats.json -> (exact values, KeyStats or None, columns)
     mapping: dict
 
 
@@ -451,7 +451,8 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
         for path, (_, keystats, columns) in openpi_exact.items():
             if keystats is None:
                 keystats = {k: result.stats[c] for k, c in columns.items()}
-            copy = guard.created(path.with_name(f"{path.name}.{stamp}.bak"))
+            copy = path.with_name(f"{path.name}.{stamp}.bak")
+            guard.created(copy)
             copy_atomic(path, copy)  # a kill mid-copy leaves no torn .bak (SIGKILL, OOM)
             backups.append(str(copy))
             write_stats(path, keystats, "openpi", columns)
