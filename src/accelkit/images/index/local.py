@@ -45,10 +45,9 @@ EmbedTextFn = Callable[[list[str]], np.ndarray]
 
 
 # `set_model`: items re-embedded, how many times that many are looked at for a readable source,
-# and the tolerance. Measured on 8 sample photos (lowest cosine with the stored vector): the same
-# model and settings 1.0; preprocess.dtype bfloat16 0.99977 (EfficientNet-Lite0), which passes;
-# fit letterbox instead of center-crop 0.81 (EfficientNet-Lite0) and 0.993 (the tests' random
-# two-tower model), mean/std 0.5 instead of ImageNet's 0.70 and 0.987, which do not
+# and the tolerance. Calibrated on sample photos (docs/images.md has the cosines): the same model
+# and settings, and bfloat16 preprocessing, pass; another fit or mean/std, which change what the
+# vectors mean, do not
 SET_MODEL_SAMPLE, SET_MODEL_LOOK = 32, 50
 SET_MODEL_MIN_COSINE, SET_MODEL_NORM_TOLERANCE = 0.999, 0.01
 MAX_FETCH = 16384  # the most candidates one search fetches (Milvus' limit on top k)
