@@ -248,7 +248,7 @@ class StoreConfig(Settings):
     @classmethod
     def _batch_cap(cls, value: int) -> int:
         # Milvus Lite 2.5 takes large messages (a few thousand 1280-d rows) on a slow path, many
-        # times slower a row (docs/performance.md). Larger batches buy nothing.
+        # times slower a row (docs/images.md). Larger batches buy nothing.
         if value > 4096:
             raise ValueError("must be at most 4096 (about 1000 is fastest for 1280-d vectors)")
         return value

@@ -626,7 +626,7 @@ class StoreClient:
     def _settle(self, name: str) -> None:
         """Before a search on Milvus Lite 3: flush what was written since the last one, so the
         search reads segments (indexed, once the engine's background build has them) instead of
-        the memtable, which is many times slower (docs/performance.md); a flush is paid once.
+        the memtable, which is many times slower (docs/images.md); a flush is paid once.
         Without room on the disk for the flush, the search reads the memtable (slower, as
         exact)."""
         with self._lock:
