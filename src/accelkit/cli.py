@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Annotated
+from typing import Annotated, Protocol, TypeGuard
 
 import typer
 
@@ -107,7 +107,13 @@ def _mount_capabilities() -> None:
 _mount_capabilities()
 
 
-def _is_usage_error(exc: BaseException) -> bool:
+class _UsageError(Protocol):
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
+def _is_usage_error(exc: BaseException) -> TypeGuard[_UsageError]:
     # typer vendors its own click; its usage errors carry `format_message` and `exit_code`
     return hasattr(exc, "format_message") and hasattr(exc, "exit_code")
 
@@ -219,9 +225,8 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
         interrupts.report(signal.SIGINT)
         return 130, interrupts.message(signal.SIGINT)
     except Exception as exc:
-        if (
-            type(exc).__name__ == "NoArgsIsHelpError"
-        ):  # bare `accelkit`: show the help, as --help does
+        # bare `accelkit`: show the help, as --help does
+        if type(exc).__name__ == "NoArgsIsHelpError" and _is_usage_error(exc):
             typer.echo(exc.format_message())
             return 0, None
         if _is_usage_error(exc):

@@ -5,11 +5,17 @@ and what to do, on one line. The CLI prints it as `error: …` and exits with `e
 failed check, `CheckFailed`). Anything else is an internal failure and exits 1. See docs/cli.md.
 """
 
+from typing import Any
+
 
 class AccelkitError(Exception):
     """Bad input or configuration; the message tells the user what to change."""
 
     exit_code = 2
+    # where a remote accelkit service answered with this error (accelkit.images.index.remote):
+    # its machine-readable code and detail
+    code: str | None = None
+    detail: Any = None
 
 
 class InputError(AccelkitError):

@@ -120,6 +120,10 @@ class Shared:
         render(done, **{k: v for k, v in self.values.items() if k in RENDERING})
 
 
+# the default of each command's `shared` parameter, which `bench_command` replaces by the options
+SHARED_OPTIONS = Shared("", {})
+
+
 def bench_command(name: str, *shared: str):
     """Register the function as `bench NAME`: its own options, and in place of its `shared`
     parameter the shared options named (in that order), which it receives as one `Shared`."""
@@ -140,7 +144,8 @@ def bench_command(name: str, *shared: str):
             given = {option: values.pop(option) for option in shared}
             return func(**values, shared=Shared(name, given))
 
-        command.__signature__ = signature.replace(parameters=params)
+        # inspect (and typer) read __signature__, which functools' wrapper type does not declare
+        command.__signature__ = signature.replace(parameters=params)  # pyright: ignore[reportAttributeAccessIssue]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return bench_app.command(name)(command)
 
@@ -197,7 +202,7 @@ def xla_command(
         int, typer.Option("--matrix-size", help="N of the N×N matrices (published: 5000).")
     ] = 2000,
     dtype: Annotated[str, typer.Option("--dtype", help="float64 or float32.")] = "float64",
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """Generate, mean+sum, product and inverse of N×N matrices; checks means and ‖C·C⁻¹ − I‖."""
     shared.run(modes, matrix_size=matrix_size, dtype=dtype)
@@ -211,7 +216,7 @@ def chain_command(
     matrix_size: Annotated[
         int, typer.Option("--matrix-size", help="N of the N×N float32 matrix.")
     ] = 1000,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """The tutorial's matrix chain; counts compiled matmuls (CSE) and times distinct operands."""
     shared.run(modes, matrix_size=matrix_size)
@@ -222,7 +227,7 @@ def jit_command(
     scale: Annotated[
         float, typer.Option("--scale", help="Loops per size = scale · 1e8 / n (published: 1).")
     ] = 0.25,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """f(x) = 0.2x + sin x + cos 2x at n = 1e4…1e7: eager vs jit per platform, plus the unblocked timer."""
     shared.run(scale=scale)
@@ -234,7 +239,7 @@ def scipy_command(
     array_length: Annotated[
         int, typer.Option("--array-length", help="Samples of the calibration signal.")
     ] = 10_000,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """Sensor calibration by BFGS: scipy.optimize vs jax.scipy.optimize (jitted); recompiles per shape."""
     shared.run(modes, array_length=array_length)
@@ -245,7 +250,7 @@ def autograd_command(
     modes: Annotated[str, typer.Argument(help="pytorch, jax (comma-separated).")] = "pytorch,jax",
     points: Annotated[int, typer.Option("--points", help="Points per gradient evaluation.")] = 1000,
     loops: Annotated[int, typer.Option("--loops", help="Evaluations per timed repeat.")] = 10,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """grad f(3.0) = −0.23116…, vector gradients vs the analytic derivative; jit and per-element timings."""
     shared.run(modes, points=points, loops=loops)
@@ -301,7 +306,7 @@ def mnist_command(
             help="One training batch and one validation batch per framework (install check).",
         ),
     ] = False,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """The same CNN in PyTorch and Flax, fed by one DataLoader: loss, test accuracy, time per epoch."""
     shared.run(
@@ -342,7 +347,7 @@ def train_command(
     devices: Annotated[
         int, typer.Option("--devices", help="Virtual CPU devices for the multi-device eval.")
     ] = 8,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """The tutorial's MLP (BatchNorm, Dropout) in PyTorch, Flax and Keras 3: same start, lockstep
     BatchNorm statistics, FLOPs, checkpoint resume, multi-device eval, loss and time per epoch."""
@@ -364,7 +369,7 @@ def parallel_command(
     devices: Annotated[
         int, typer.Option("--devices", help="Virtual CPU devices for the sharding demos.")
     ] = 8,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
 ) -> None:
     """vmap, grad on pytrees, sharding over virtual CPU devices, pmap vs shard_map vs jit, data-parallel training."""
     shared.run(devices=devices)
@@ -376,7 +381,7 @@ def all_command(
         Path | None,
         typer.Option("--report", help="Write a markdown report here (and its figure beside it)."),
     ] = None,
-    shared: Shared = None,
+    shared: Shared = SHARED_OPTIONS,
     quick: Annotated[
         bool, typer.Option("--quick", help="Tiny sizes (seconds): a smoke test, not a measurement.")
     ] = False,

@@ -36,7 +36,7 @@ SIZES = {
         "mnist_limit": 512,
         "mnist_epochs": 3,
         "train": {"samples": 1000, "epochs": 2},
-        "train_modes": ("pytorch", "flax"),  # each Keras backend is a child process (~5-10 s)
+        "train_modes": ("pytorch", "flax"),  # each Keras backend is a child process (seconds each)
     },
 }
 
@@ -66,7 +66,7 @@ def run_all(
     progress("chain")
     chain_modes = [
         m for m in chain.MODES if not (quick and m == "pytorch-compile")
-    ]  # inductor compiles for ~10 s
+    ]  # inductor's compile alone takes seconds
     results.append(chain.run(chain_modes, matrix_size=size["chain"], protocol=protocol))
     progress("jit")
     results.append(jit.run(scale=size["jit_scale"], protocol=protocol))

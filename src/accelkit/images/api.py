@@ -196,6 +196,7 @@ def search(
         asked: Any = TextQuery(check_text(text, "--text"))
         _option_error("--text", parse_terms, asked.text, "--text")
     else:
+        assert query is not None  # one of the two, checked above
         missing = missing_inputs([query])
         if missing:
             raise DataError(missing[0])

@@ -143,12 +143,13 @@ def handlers_kept():
     file"); in a user's program it closes whatever absl was writing to."""
     import logging.config
 
-    original = logging.config._clearExistingHandlers
-    logging.config._clearExistingHandlers = lambda: None
+    # typeshed lists no private names of logging.config: the attribute is there (see above)
+    original = logging.config._clearExistingHandlers  # pyright: ignore[reportAttributeAccessIssue]
+    logging.config._clearExistingHandlers = lambda: None  # pyright: ignore[reportAttributeAccessIssue]
     try:
         yield
     finally:
-        logging.config._clearExistingHandlers = original
+        logging.config._clearExistingHandlers = original  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def import_library(module: str, extra: str):

@@ -25,6 +25,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
@@ -347,11 +348,11 @@ class LogBar:
     def __exit__(self, *exc) -> None:
         pause()
 
-    def add_task(self, description: str, total: float | None = None, **_) -> int:
+    def add_task(self, description: str, total: float | None = None, **_) -> TaskID:
         self.tasks.append(
             {"description": description, "total": total, "done": 0, "since": time.perf_counter()}
         )
-        return len(self.tasks) - 1
+        return TaskID(len(self.tasks) - 1)  # rich's task id: the two bars are used alike
 
     def update(self, task: int, *, advance: float = 0, description: str | None = None, **_):
         state = self.tasks[task]

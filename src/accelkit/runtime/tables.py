@@ -174,10 +174,12 @@ def fitting_table(
             start = stop
         if all(widths(keys + g, has_short) is not None for g in even):
             groups = even
+    fitted = [(keys + g, widths(keys + g, has_short)) for g in groups]  # each group fits
     if groups:
         return [
-            build(keys + g, has_short, widths(keys + g, has_short), f" ({n}/{len(groups)})")
-            for n, g in enumerate(groups, 1)
+            build(part, has_short, sizes, f" ({n}/{len(groups)})")
+            for n, (part, sizes) in enumerate(fitted, 1)
+            if sizes is not None
         ]
     return _vertical(title, columns, texts, styles, caption, width)
 

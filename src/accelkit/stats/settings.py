@@ -35,7 +35,9 @@ def parse_keys(text: str | None) -> dict[str, str] | None:
     return keys
 
 
-def parse_member_keys(texts: list[str] | None) -> dict[str, str] | list[dict[str, str]] | None:
+def parse_member_keys(
+    texts: list[str] | None,
+) -> dict[str, str] | list[dict[str, str] | None] | None:
     """--keys given once (every dataset's) or once per dataset of a mixture, in their order."""
     if not texts:
         return None

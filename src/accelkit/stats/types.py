@@ -5,8 +5,9 @@ driver all import from here; nothing here imports them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Stream:
     # no copy of pass 1's chunks, and reads it again where a later pass is needed
     rereadable: bool = False
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self) -> Generator[Chunk, None, None]:
         raise NotImplementedError
 
     def describe_row(self, key: str, row_id: int) -> str:
@@ -69,7 +70,7 @@ class BatchStream(Stream):
         self._batches = batches
         self._keys = dict(keys) if keys else None
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self) -> Generator[Chunk, None, None]:
         source = self._batches() if callable(self._batches) else self._batches
         row = 0
         for index, batch in enumerate(source):
@@ -92,7 +93,7 @@ class BatchStream(Stream):
             yield chunk
 
 
-def row_dtype(dtype: np.dtype) -> np.dtype:
+def row_dtype(dtype: np.dtype | str) -> np.dtype:
     """The type statistics are computed in: int64 for integers wider than 16 bits (exact beyond
     float32's 2**24), float32 for everything else (bool and small integers are exact in it)."""
     dtype = np.dtype(dtype)
@@ -110,7 +111,7 @@ def integer_rows(values: np.ndarray, what: str) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int64)
 
 
-def as_rows(array: object, what: str) -> np.ndarray:
+def as_rows(array: Any, what: str) -> np.ndarray:
     """A float32 (or int64, see `row_dtype`) [rows, D] array of an array-like: leading axes
     flattened, scalars per row -> D=1."""
     if hasattr(array, "detach"):  # torch tensors: may need grad, live on a GPU, or be bfloat16

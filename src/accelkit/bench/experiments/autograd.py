@@ -131,6 +131,7 @@ def _run_torch(result: Result, xs, want, grid20, protocol: Protocol, loops: int)
 
     x3 = torch.tensor(3.0, requires_grad=True)
     f(x3, torch).backward()
+    assert x3.grad is not None  # backward filled it
     result.checks.append(
         check_close("pytorch: grad f(3.0) = −0.23116", float(x3.grad), GRAD_AT_3, 1e-5)
     )
@@ -141,6 +142,7 @@ def _run_torch(result: Result, xs, want, grid20, protocol: Protocol, loops: int)
         for v in values:
             x = torch.tensor(v, requires_grad=True)
             f(x, torch).backward()
+            assert x.grad is not None  # backward filled it
             grads.append(x.grad.item())
         return np.array(grads)
 

@@ -82,9 +82,9 @@ def jax_matmul_counts(n: int) -> dict:
     x = jax.ShapeDtypeStruct((n, n), jnp.float32)
     xs = jax.ShapeDtypeStruct((5, n, n), jnp.float32)
     return {
-        "jit(f) compiled matmuls": count_matmuls(jax.jit(f).lower(x).compile().as_text()),
+        "jit(f) compiled matmuls": count_matmuls(jax.jit(f).lower(x).compile().as_text() or ""),
         "jit(f_distinct) compiled matmuls": count_matmuls(
-            jax.jit(f_distinct).lower(xs).compile().as_text()
+            jax.jit(f_distinct).lower(xs).compile().as_text() or ""
         ),
         "matmuls as written (each)": 5 * (FACTORS - 1),
     }
@@ -247,7 +247,7 @@ def at_set(result: Result, n: int, protocol: Protocol, writes: int = AT_SET_WRIT
 
     copying = jax.jit(loop)
     donating = jax.jit(loop, donate_argnums=0)
-    compiled = donating.lower(x_jax).compile().as_text()
+    compiled = donating.lower(x_jax).compile().as_text() or ""  # None where XLA keeps no text
     held = [jnp.asarray(base)]
     address = held[0].unsafe_buffer_pointer()
 

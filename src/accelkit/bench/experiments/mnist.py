@@ -26,6 +26,7 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,8 @@ def load_data(spec: str, limit: int | None = None) -> Dataset:
     if spec == "digits":
         from sklearn.datasets import load_digits
 
-        digits = load_digits()
+        # scikit-learn's stubs answer load_digits() as a tuple; without return_X_y it is a Bunch
+        digits: Any = load_digits()
         x, y = digits.images.astype(np.float32) / 16.0, digits.target
         return _standardize("digits", *stratified_split(x, y, 0.2), limit)
     if spec == "mnist5k":
@@ -353,7 +355,8 @@ def train_flax(params, data: Dataset, plan: Schedule):
 
     @jax.jit
     def predict(params, x):
-        return jnp.argmax(model.apply({"params": params}, x, train=False), axis=-1)
+        # flax types apply's answer as maybe (output, state); without `mutable` it is the output
+        return jnp.argmax(model.apply({"params": params}, x, train=False), axis=-1)  # pyright: ignore[reportArgumentType]
 
     history = []
     for _ in range(plan.epochs):

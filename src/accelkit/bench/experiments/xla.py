@@ -56,7 +56,7 @@ def _checks(result: Result, mode: str, n: int, a, b, c, c_inv, mean_a, sum_a, dt
         check_below(
             f"{mode}: ‖C·C⁻¹ − I‖_F / (‖C‖‖C⁻¹‖)",
             normalized,
-            50 * n * eps,
+            float(50 * n * eps),
             f"max |C·C⁻¹ − I| = {np.max(np.abs(residual)):.3e}",
         )
     )
@@ -129,8 +129,8 @@ def run_pytorch(
         torch.linalg.inv,
     )
     a, b, c, c_inv, mean_a, sum_a = _four_ops(result, "pytorch", dev.type, n, protocol, ops)
-    arrays = [x.cpu().numpy() for x in (a, b, c, c_inv)]
-    _checks(result, "pytorch", n, *arrays, float(mean_a), float(sum_a), dtype)
+    a, b, c, c_inv = (x.cpu().numpy() for x in (a, b, c, c_inv))
+    _checks(result, "pytorch", n, a, b, c, c_inv, float(mean_a), float(sum_a), dtype)
 
 
 def run(

@@ -34,6 +34,13 @@ class ItemResult:
     vector: np.ndarray | None
     error: str | None = None
 
+    @property
+    def embedding(self) -> np.ndarray:
+        """The vector of an image that did not fail."""
+        if self.vector is None:
+            raise ValueError(f"this image has no vector: {self.error}")
+        return self.vector
+
 
 def split_result(
     embeddings: np.ndarray, indices: Sequence[int], failures: dict[int, str], sizes: Sequence[int]

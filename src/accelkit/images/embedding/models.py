@@ -123,7 +123,7 @@ def export_onnx(path: str | os.PathLike, image_size: tuple[int, int] = (224, 224
         torch.onnx.export(
             wrapper,
             (sample,),
-            handle,
+            handle,  # pyright: ignore[reportArgumentType]  (torch types `f` as a path; its exporter writes a file object too)
             input_names=[INPUT_NAME],
             output_names=[EMBEDDING_OUTPUT, LOGITS_OUTPUT],
             dynamic_axes={
@@ -160,7 +160,7 @@ def cached_onnx_path(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def cached_int8_path(cache_dir: str | os.PathLike | None = None) -> Path:
-    """`int8.py`'s model, quantized from the FP32 export once (10-30 s), written atomically."""
+    """`int8.py`'s model, quantized from the FP32 export once (it takes a while), written atomically."""
     folder = Path(cache_dir) if cache_dir else default_cache_dir()
     target = folder / f"{int8.INT8_MODEL_NAME}-{int8.int8_weights(_packaged_weights())}.onnx"
     if target.is_file() and _valid_onnx(target):
@@ -253,6 +253,7 @@ class OnnxRuntimeBackend:
         return np.ascontiguousarray(batch, np.float32)
 
     def run(self, batch: np.ndarray, outputs: list[str] | None = None) -> list[np.ndarray]:
+        assert self.session is not None, "the model is closed"
         return self.session.run(
             outputs or [self.output_name], {self.input_name: self._arrange(batch)}
         )
@@ -421,6 +422,7 @@ class TextEncoder:
         feed = {self.ids_name: ids}
         if self.mask_name:
             feed[self.mask_name] = mask
+        assert self.session is not None, "the model is closed"
         (out,) = self.session.run([self.session.get_outputs()[0].name], feed)
         out = np.asarray(out, np.float32)
         if out.ndim != 2 or out.shape[0] != len(texts) or self.dim not in (None, out.shape[1]):

@@ -134,6 +134,11 @@ class ImagePreprocessor:
         """The engine's own start-up (its device, its caches)."""
 
     @property
+    def device(self) -> Any:
+        """Where the engine leaves its arrays: a JAX device, or None for host memory."""
+        raise NotImplementedError
+
+    @property
     def compile_count(self) -> int:
         """How many distinct shapes were compiled in this process (bounded by the bucket ladders)."""
         return len(self._compiled)

@@ -28,7 +28,7 @@ import numpy as np
 from accelkit.errors import ConfigError
 from accelkit.images.embedding.decode import describe_input
 from accelkit.images.embedding.models import l2_normalize, make_backend
-from accelkit.images.embedding.preprocess import make_preprocessor
+from accelkit.images.embedding.preprocess import ImagePreprocessor, make_preprocessor
 from accelkit.runtime import storage
 from accelkit.runtime.files import atomic_open
 from accelkit.runtime.logs import quiet_after_import
@@ -69,7 +69,8 @@ def _item(source: str, endpoint_url: str | None):
     return storage.as_path(source, endpoint_url) if storage.is_uri(source) else source
 
 
-_preprocessors: dict[str, object] = {}  # one per worker process and settings: compiled once
+# one per worker process and settings: compiled once
+_preprocessors: dict[str, ImagePreprocessor] = {}
 
 
 def _preprocessor(config):
@@ -128,9 +129,9 @@ class EmbedActor:
     def __call__(self, batch: dict) -> dict:
         errors = [str(e) for e in batch["error"]]
         ok = [i for i, e in enumerate(errors) if not e]
-        vectors = self._embed(batch["pixels"][ok]) if ok else None
         ids = [str(i) for i in batch["id"]]
         if ok:
+            vectors = self._embed(batch["pixels"][ok])
             ids, errors = self.write(batch, ok, vectors, ids, errors)
         return {"position": batch["position"], "id": np.asarray(ids), "error": np.asarray(errors)}
 
@@ -204,6 +205,7 @@ def run(
     connect(address)
     import ray
     import ray.data
+    import ray.exceptions
 
     quiet_after_import("ray", "ray.data")  # ray.data configures its loggers on import
     context = ray.data.DataContext.get_current()
@@ -218,7 +220,8 @@ def run(
     rows = [{"position": i, "source": s, "name": n} for i, (s, n) in enumerate(named)]
     dataset = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows) // batch, 1000)))
     dataset = dataset.map_batches(
-        preprocess_batch,
+        # ray types a batch function over its DataBatch union; batch_format="numpy" gives a dict
+        preprocess_batch,  # pyright: ignore[reportArgumentType]
         fn_kwargs={"config": config, "endpoint_url": endpoint_url, "identify": sink.identify},
         batch_size=batch,
         batch_format="numpy",

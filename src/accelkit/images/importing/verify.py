@@ -92,7 +92,7 @@ def _refuse(plan: FolderPlan, what: str, values: np.ndarray, names) -> InputErro
     )
 
 
-def hf_image_processor(plan: FolderPlan):
+def hf_image_processor(plan: FolderPlan) -> Any:
     """transformers' own image processor of the folder (`AutoImageProcessor.from_pretrained`,
     which reads preprocessor_config.json or processor_config.json), its PIL one (no torchvision
     needed); the model type's defaults where the folder has no processor file."""
@@ -153,6 +153,7 @@ def verify(plan: FolderPlan, model, tokenizer, config_path: Path) -> dict[str, A
         with_speedups = np.asarray(pre.preprocess_batch(inputs), np.float32)
     backend = make_backend(settings.model)
     text_encoder = make_text_encoder(settings.model)
+    assert text_encoder is not None, "an imported folder has a text tower"
     try:
         ours = backend.embed(pixels)
         ours_configured = backend.embed(as_configured)

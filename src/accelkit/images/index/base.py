@@ -98,7 +98,7 @@ def check_same_model(collection: str, recorded: dict | None, mine: Any, tower: s
     the way on (`collection set-model`)."""
     if mine is None:
         return ModelCheck()
-    theirs = recorded or UNRECORDED_MODEL
+    theirs: dict[str, Any] = recorded or UNRECORDED_MODEL
     if theirs.get("name") != mine.name:
         raise ModelMismatchError(
             f"collection {collection!r} holds vectors of model {theirs.get('name')!r}"
@@ -382,6 +382,7 @@ class ImageIndex(ABC):
             raise InputError("give either ids or a filter to delete by (not both)")
         if ids is not None:
             return self._delete_ids(check_ids(list(ids)), collection)
+        assert filter is not None  # exactly one of the two, checked above
         return self._delete_matching(filter, collection)
 
     # collections -----------------------------------------------------------------------------

@@ -50,10 +50,9 @@ EmbedTextFn = Callable[[list[str]], np.ndarray]
 
 
 # `set_model`: items re-embedded, how many times that many are looked at for a readable source,
-# and the tolerance. Measured on 8 sample photos (lowest cosine with the stored vector): the same
-# model and settings 1.0; preprocess.dtype bfloat16 0.99977 (EfficientNet-Lite0), which passes;
-# fit letterbox instead of center-crop 0.81 (EfficientNet-Lite0) and 0.993 (the tests' random
-# two-tower model), mean/std 0.5 instead of ImageNet's 0.70 and 0.987, which do not
+# and the tolerance. Calibrated on sample photos (docs/images.md has the cosines): the same model
+# and settings, and bfloat16 preprocessing, pass; another fit or mean/std, which change what the
+# vectors mean, do not
 SET_MODEL_SAMPLE, SET_MODEL_LOOK = 32, 50
 SET_MODEL_MIN_COSINE, SET_MODEL_NORM_TOLERANCE = 0.999, 0.01
 MAX_FETCH = 16384  # the most candidates one search fetches (Milvus' limit on top k)
@@ -199,7 +198,7 @@ class LocalIndex(ImageIndex):
             if result.error is not None:
                 continue
             checked += 1
-            cosine, ratio = _likeness(result.vector, stored)
+            cosine, ratio = _likeness(result.embedding, stored)
             lowest = cosine if lowest is None else min(lowest, cosine)
             if cosine < min_cosine or abs(ratio - 1) > SET_MODEL_NORM_TOLERANCE:
                 raise ModelMismatchError(
@@ -280,7 +279,7 @@ class LocalIndex(ImageIndex):
                 failures[earlier] = (
                     f"{labels[earlier]}: replaced by {labels[i]}, which has the same id {item_id!r}"
                 )
-            rows[item_id] = (i, result.vector, meta)
+            rows[item_id] = (i, result.embedding, meta)
         stored = sorted(rows.items(), key=lambda kv: kv[1][0])
         ids = [item_id for item_id, _ in stored]
         if ids:
@@ -348,7 +347,7 @@ class LocalIndex(ImageIndex):
         (result,) = self.embed([query.data])
         if result.error is not None:
             raise DataError(f"query: {result.error}")
-        return result.vector
+        return result.embedding
 
     def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
         name = self._name(collection)
@@ -572,7 +571,7 @@ def open_local_index(
         "backend": config.model.backend,
         "text": config.model.has_text,  # words can be searched
     }
-    index._on_close.append(lambda: loaded and loaded[0].close())
+    index._on_close.append(lambda: loaded[0].close() if loaded else None)
     if owned:
         index._on_close.append(store.close)
     return index

@@ -166,7 +166,7 @@ def push_away(
 def check_weight(weight: Any, name: str = "negative_weight") -> float:
     if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
         raise InputError(f"{name} {weight!r} must be a number between 0 and 1")
-    if not (math.isfinite(weight) and 0 < weight <= 1):
+    if not (math.isfinite(weight) and 0 < float(weight) <= 1):
         raise InputError(f"{name} {weight!r} must be a number greater than 0 and at most 1")
     return float(weight)
 
@@ -177,7 +177,7 @@ def check_min_score(value: Any, name: str = "min_score") -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} {value!r} must be a number between -1 and 1")
-    if not (math.isfinite(value) and -1 <= value <= 1):
+    if not (math.isfinite(value) and -1 <= float(value) <= 1):
         raise InputError(
             f"{name} {value!r} must be a finite number between -1 and 1 (a cosine similarity)"
         )
@@ -190,7 +190,7 @@ def check_fold(value: Any, name: str = "fold_cosine") -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} {value!r} must be a cosine between 0 and 1")
-    if not (math.isfinite(value) and 0 < value <= 1):
+    if not (math.isfinite(value) and 0 < float(value) <= 1):
         raise InputError(f"{name} {value!r} must be a cosine greater than 0 and at most 1")
     return float(value)
 

@@ -111,7 +111,7 @@ class RemoteIndex(ImageIndex):
             return body
         error = (body or {}).get("error") if isinstance(body, dict) else None
         message = f"service answered {response.status_code}: " + (
-            error.get("message") if isinstance(error, dict) else response.text[:200]
+            str(error.get("message")) if isinstance(error, dict) else response.text[:200]
         )
         code = error.get("code") if isinstance(error, dict) else None
         if code == "collection_not_found":

@@ -59,6 +59,7 @@ def _expand_uri(text: str, endpoint_url: str | None) -> list[tuple[str, str]]:
     wild = [text.find(ch) for ch in "*?[" if ch in text]
     if not wild:
         path = storage.as_path(text, endpoint_url)
+        assert isinstance(path, storage.ObjectPath)  # `text` is a URI
         if path.is_dir():
             return [
                 (str(p), p.relative_to(path).as_posix())
@@ -67,6 +68,7 @@ def _expand_uri(text: str, endpoint_url: str | None) -> list[tuple[str, str]]:
             ]
         return [(text, path.name)]
     fixed = storage.as_path(text[: min(wild)], endpoint_url).parent
+    assert isinstance(fixed, storage.ObjectPath)  # `text` is a URI
     pattern = str(storage.as_path(text, endpoint_url))
     matches = [p for p in fixed.rglob("*") if fnmatch.fnmatchcase(str(p), pattern)]
     return [(str(p), p.relative_to(fixed).as_posix()) for p in matches] or [(text, text)]

@@ -90,7 +90,7 @@ class SearchReport:
     @property
     def asked(self) -> str:
         """The query as a person reads it: the file, or the words in quotes."""
-        return self.query if self.text is None else f'"{self.text}"'
+        return str(self.query) if self.text is None else f'"{self.text}"'
 
     @property
     def message(self) -> str | None:

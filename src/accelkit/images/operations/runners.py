@@ -115,7 +115,8 @@ class LocalRunner:
             result = pipeline.embed(items, progress=lambda n: bar.advance(task, n))
         failures = {names[i]: reason for i, reason in result.failures.items()}
         with temporary_folder("accelkit-embed-") as folder:
-            local = Path(folder) / target.name if remote else target  # uploaded whole below
+            # an object-storage output is written here first and uploaded whole below
+            local = Path(folder) / target.name if isinstance(target, storage.ObjectPath) else target
             inputs_path, failures_path = sidecar_paths(local)
             shown = {local: output}
             if remote:

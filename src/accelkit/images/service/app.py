@@ -332,7 +332,8 @@ def create_app(config: ServiceConfig | None = None, pipeline: Any = None):
     )
     app.state.service = state
     for kind, handler in ERROR_HANDLERS:
-        app.add_exception_handler(kind, handler)
+        # starlette types a handler as taking any Exception; it calls each with its own kind
+        app.add_exception_handler(kind, handler)  # pyright: ignore[reportArgumentType]
     app.middleware("http")(_guard)
     for routes in (router, collections.router, items.router):
         app.include_router(routes)

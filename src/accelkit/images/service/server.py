@@ -30,9 +30,9 @@ def return_freed_memory() -> bool:
 def header_deadline_protocol(header_timeout: float, send_timeout: float):
     """uvicorn's HTTP/1.1 protocol, closing a connection that has not sent a whole request's
     headers within `header_timeout` seconds of opening (or of its last response), or that has not
-    read any of a buffered answer for `send_timeout` seconds. uvicorn has neither limit: 200
-    connections that each sent half a header stayed open for good, and 30 that never read a 15 MB
-    answer held 515 MB."""
+    read any of a buffered answer for `send_timeout` seconds. uvicorn has neither limit:
+    connections that each sent half a header stayed open for good, and a few that never read a
+    large answer held its memory."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderDeadline(H11Protocol):

@@ -228,7 +228,7 @@ async def read_allowed_path(path: str, server: ServerConfig, where: str) -> tupl
 async def load(source: Source, server: ServerConfig, where: str) -> tuple[bytes, str | None]:
     """The bytes of one image and the name to record for it."""
     kind, value = source.kind, source.value
-    if kind == "bytes":
+    if kind == "bytes" and isinstance(value, bytes):  # an upload's bytes
         if not value:
             raise DataError(f"{where}: the uploaded file is empty (0 bytes)")
         return value, clean_name(source.name)

@@ -50,9 +50,16 @@ class ServiceState:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkit-batch")
         self.batcher: DynamicBatcher | None = None
         self.store: Any = None
-        self.index: LocalIndex | None = None
+        self._index: LocalIndex | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
+
+    @property
+    def index(self) -> LocalIndex:
+        """The index the routes call; it exists once `start` has run."""
+        if self._index is None:
+            raise RuntimeError("the service has not started")
+        return self._index
 
     async def read(self, request, model):
         """The request's body read once (JSON or multipart) and validated into `model` (a schema
@@ -82,7 +89,7 @@ class ServiceState:
             on_batch,
         )
         self.batcher.start()
-        self.index = open_local_index(
+        self._index = open_local_index(
             self.config,
             store=self.store,
             embed=self.embed_blocking,
@@ -100,6 +107,7 @@ class ServiceState:
 
     def embed_blocking(self, items: list[Any]):
         """The index's embed function: runs in a worker thread, waits for the batcher on the loop."""
+        assert self.batcher is not None and self.loop is not None, "the service has not started"
         results = asyncio.run_coroutine_threadsafe(self.batcher.embed(items), self.loop).result()
         ok = sum(r.error is None for r in results)
         self.metrics.images.inc(ok)

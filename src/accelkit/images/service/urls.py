@@ -76,7 +76,7 @@ async def checked_address(host: str, port: int, allow: list[str], url: str, wher
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         raise DataError(f"{where}: cannot resolve the host of {url} ({exc})") from exc
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise DataError(f"{where}: the host of {url} has no address")
     if not _allowed(host, allow):
@@ -129,7 +129,7 @@ async def fetch_url(url: str, server: ServerConfig, where: str) -> bytes:
                 timeout=server.fetch_timeout_s,
                 follow_redirects=False,
                 trust_env=False,  # no proxy from the environment: it would resolve the name
-                verify=_ssl_context(),  # built once: ~25 ms of CPU on the event loop each
+                verify=_ssl_context(),  # built once: each costs CPU on the event loop
                 limits=httpx.Limits(max_keepalive_connections=0),  # no connection across hosts
             ) as client,
         ):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, field_validator
 
@@ -212,7 +212,7 @@ class StoreConfig(Settings):
     insert_batch_size: int = 1000
     insert_threads: int = 2  # batches sent at once to a server (Milvus Lite takes one at a time)
     timeout: float = 30.0  # every store call (connect, search, insert, ...) gives up after this
-    # reads: Session sees this client's own writes at once (2-5 ms on a server; Strong ~200 ms)
+    # reads: Session sees this client's own writes at once, far sooner than Strong on a server
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Session"
     flush_after_rows: int = 10_000  # a bulk insert of at least this many rows seals its segments
     # thumbnails for the search page, made at insert time (accelkit.images.store.thumbnails): "auto"
@@ -238,8 +238,8 @@ class StoreConfig(Settings):
     @field_validator("insert_batch_size")
     @classmethod
     def _batch_cap(cls, value: int) -> int:
-        # Measured with Milvus Lite 2.5 (1280-d): 1,000-row upserts run at ~2,400 rows/s, 2,000-row
-        # ones at ~90 rows/s (messages over ~8 MB take a slow path). Larger batches buy nothing.
+        # Milvus Lite 2.5 takes large messages (a few thousand 1280-d rows) on a slow path, many
+        # times slower a row (docs/images.md). Larger batches buy nothing.
         if value > 4096:
             raise ValueError("must be at most 4096 (about 1000 is fastest for 1280-d vectors)")
         return value
@@ -527,7 +527,7 @@ def load_service_config(
         raise ConfigError(
             f"arguments: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(names))}, log_level"
         )
-    arguments = {key: keywords.get(key) for key in names}
+    arguments: dict[str | None, Any] = {key: keywords.get(key) for key in names}
     arguments[None] = {"log_level": keywords.get("log_level")}
     data = read_yaml(path) if path is not None else {}
     loaded = load(SECTIONS, path=path, data=data, env=env, arguments=arguments)
@@ -538,12 +538,13 @@ def load_service_config(
             "embed on that Triton server, or model.backend: onnxruntime to run EfficientNet-Lite0 "
             "locally (and drop the triton: section)"
         )
+    # `load` answers each section's own model, by key (SECTIONS)
     return ServiceConfig(
-        preprocess=loaded["preprocess"],
-        model=model,
-        store=loaded["store"],
-        server=loaded["server"],
-        log_level=loaded[None].log_level,
+        preprocess=cast(PreprocessConfig, loaded["preprocess"]),
+        model=cast(ModelConfig, model),
+        store=cast(StoreConfig, loaded["store"]),
+        server=cast(ServerConfig, loaded["server"]),
+        log_level=cast(_Top, loaded[None]).log_level,
     )
 
 

@@ -188,7 +188,7 @@ def tokenize(expr: str) -> list[Token]:
         found = _TOKEN.match(expr, position)
         if found is None:
             raise _lex_error(expr, position)
-        kind, end = found.lastgroup, found.end()
+        kind, end = str(found.lastgroup), found.end()  # each alternative of _TOKEN is named
         following = expr[end : end + 1]
         if kind == "number" and following.isdigit():
             raise FilterSyntaxError(

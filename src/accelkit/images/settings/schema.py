@@ -13,8 +13,8 @@ Why the rules are this strict:
   store's timeout.
 * **Metadata** is a JSON object of bounded size and depth (Milvus stores JSON up to 64 KiB).
 * **Every list in a request has a cap** (`RequestLimits`: images, ids, metadata keys, a filter's
-  list values, a vector's length), checked before the list's elements are: a delete of 1,000,000
-  ids once took 7-12 s and left the service 0.6-0.9 GB larger. A list over its cap is a 413 that
+  list values, a vector's length), checked before the list's elements are: a delete of a million
+  ids once held the service for seconds and left it much larger. A list over its cap is a 413 that
   names the field, the cap and the setting that raises it.
 """
 

@@ -14,8 +14,8 @@ Why the details below exist:
 * **Every call is bounded** by `store.timeout` (a filter over 20,000 terms once ran 573 s).
 * **Consistency per call.** Collections are created Strong; reads ask for `store.consistency`
   (default Session: this client's own writes are visible at once, which is what an insert followed
-  by a search from the same process or service needs, at ~2-5 ms instead of Strong's ~200 ms on a
-  server). Any read may ask for another level.
+  by a search from the same process or service needs, far sooner than Strong on a server). Any
+  read may ask for another level.
 * **Flush and index.** On a server, inserted rows sit in growing segments that no HNSW/IVF index
   covers until they are sealed; `flush` seals them and `wait_for_index` waits until the index
   covers every row. Bulk inserts call `flush` at the end (`store.flush_after_rows`).

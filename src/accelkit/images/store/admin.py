@@ -84,7 +84,7 @@ class CollectionAdmin(StoreClient):
             )
         from pymilvus import DataType
 
-        client = self._client
+        client = self._milvus
         schema = client.create_schema(
             auto_id=False, enable_dynamic_field=False, description=description
         )
@@ -114,7 +114,7 @@ class CollectionAdmin(StoreClient):
             # this name dropped by another program (or a drop stopped before its row went) is
             # replaced, not inherited.
             self.record(name, records, replace=True)
-        if self.lite == 3:
+        if self.lite == 3 and self._engine is not None:
             clear_aborted_collection(self._engine, name)
         self._call(
             f"creating collection {name!r}",
@@ -145,24 +145,24 @@ class CollectionAdmin(StoreClient):
         """Give an existing collection without an index the one `spec` (default: the config's)
         names, and load it: a creation killed between the two (SIGKILL, OOM: no `except` ran)
         is finished by the next one. Returns whether it had to."""
-        if self._call(f"listing indexes of {name!r}", self._client.list_indexes, name):
+        if self._call(f"listing indexes of {name!r}", self._milvus.list_indexes, name):
             return False
         spec = spec or IndexSpec.from_config(self.config)
         with self._lock:
             self._specs.pop(name, None)
         self._call(
             f"indexing collection {name!r}",
-            self._client.create_index,
+            self._milvus.create_index,
             name,
             self._index_params(spec),
         )
-        self._call(f"loading collection {name!r}", self._client.load_collection, name)
+        self._call(f"loading collection {name!r}", self._milvus.load_collection, name)
         with self._lock:
             self._loaded.add(name)
         return True
 
     def _index_params(self, spec: IndexSpec):
-        index = self._client.prepare_index_params()
+        index = self._milvus.prepare_index_params()
         build = spec.build_params()
         index.add_index(
             VECTOR_FIELD,
@@ -177,7 +177,7 @@ class CollectionAdmin(StoreClient):
     def describe(self, name: str) -> dict[str, Any]:
         """name, description, dim, count, index_type, metric_type, index params."""
         self._require(name)
-        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
         spec = self._spec(name)
         description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get(
@@ -213,7 +213,8 @@ class CollectionAdmin(StoreClient):
         Milvus reports them, the search parameters that apply, and those ignored."""
         info = self._index_info(name)
         spec = self._spec(name)
-        nested = info.get("params") if isinstance(info.get("params"), dict) else {}
+        params = info.get("params")
+        nested = params if isinstance(params, dict) else {}
         info = {**nested, **info}  # Milvus Lite 3 answers them nested under "params"
         build = {
             k: int(info[k])
@@ -235,7 +236,7 @@ class CollectionAdmin(StoreClient):
         rows = self._with_load(
             name,
             f"counting {name!r}",
-            self._client.query,
+            self._milvus.query,
             name,
             filter="",
             output_fields=["count(*)"],
@@ -245,7 +246,7 @@ class CollectionAdmin(StoreClient):
 
     def drop_collection(self, name: str) -> None:
         self._require(name)
-        self._call(f"dropping collection {name!r}", self._client.drop_collection, name)
+        self._call(f"dropping collection {name!r}", self._milvus.drop_collection, name)
         with self._lock:
             self._loaded.discard(name)
             self._specs.pop(name, None)
@@ -256,8 +257,8 @@ class CollectionAdmin(StoreClient):
         """Seal the collection's growing segments so the index can cover them (a server builds
         indexes on sealed segments only; Milvus Lite indexes as it goes), then, on a server, wait
         until its query nodes have applied this client's writes: an upsert returns when the
-        proxy has logged the rows, and the query nodes take ~1 s per 10,000 1280-d rows more on
-        2 cores to apply them. After a bulk insert (which ends with a flush) the first search,
+        proxy has logged the rows, and the query nodes take a while longer, in proportion to the
+        rows, to apply them. After a bulk insert (which ends with a flush) the first search,
         from this client or any other, answers at once and sees every row."""
         self._require(name)
         if self.lite == 3:
@@ -265,7 +266,7 @@ class CollectionAdmin(StoreClient):
         with self._lock:
             pending = self._unflushed.pop(name, None)
         try:
-            self._call(f"flushing {name!r}", self._client.flush, name)
+            self._call(f"flushing {name!r}", self._milvus.flush, name)
         except BaseException:
             if pending is not None:
                 self._wrote(name, pending)
@@ -302,7 +303,7 @@ class CollectionAdmin(StoreClient):
         # Milvus Lite 3 says Finished from the start; its segments say how far the build is,
         # once loaded: it reads their indexes back at load (a new process had read none)
         coverage = None
-        if self.lite == 3:
+        if self.lite == 3 and self._engine is not None:
             self._ensure_loaded(name)
             coverage = index_coverage(self._engine, name, VECTOR_FIELD)
         if coverage is not None:
@@ -321,7 +322,7 @@ class CollectionAdmin(StoreClient):
         the segment is large enough to get one); None where the store cannot say (Milvus Lite)."""
         try:
             segments = self._call(
-                f"listing the loaded segments of {name!r}", self._client.list_loaded_segments, name
+                f"listing the loaded segments of {name!r}", self._milvus.list_loaded_segments, name
             )
         except StoreTimeoutError:
             raise
@@ -347,8 +348,8 @@ class CollectionAdmin(StoreClient):
         it (or `timeout` seconds pass).
 
         A server builds the index on sealed segments, then hands them to the query nodes, which
-        load them ~10-15 s later; until then searches run on the growing segments' interim index
-        (measured: recall@10 0.32 before the hand-off, 0.88 after, same ef)."""
+        load them seconds later; until then searches run on the growing segments' interim index,
+        of much lower recall at the same ef."""
         self.flush(name)
         deadline = time.monotonic() + (timeout if timeout is not None else 10 * self.config.timeout)
         while True:
@@ -392,7 +393,7 @@ class CollectionAdmin(StoreClient):
                 "Milvus Lite cannot change a collection's index; create a new "
                 "collection with the index you want and insert into it (or use a Milvus server)"
             )
-        client = self._client
+        client = self._milvus
         self._call(f"releasing {name!r}", client.release_collection, name)
         with self._lock:
             self._loaded.discard(name)

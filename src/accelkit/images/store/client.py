@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.settings.config import StoreConfig
@@ -75,6 +75,9 @@ from accelkit.images.store.records import (
 from accelkit.runtime.files import no_space
 from accelkit.runtime.logs import import_library
 
+if TYPE_CHECKING:  # pymilvus is imported when a store connects
+    from pymilvus import MilvusClient
+
 log = logging.getLogger(__name__)
 
 
@@ -119,14 +122,14 @@ class StoreClient:
         # until the next upsert (whose timestamp is later than the delete's) returns.
         self._deleted: set[str] = set()
         # Milvus Lite 3 searches rows it has not flushed by turning each back into a Python list
-        # (~0.3 ms a 1280-d row, every search) and keeps no index over them: collections written
+        # (at every search) and keeps no index over them: collections written
         # (or first used) since their last flush, with the disk bytes of what they wrote, flushed
         # before their next search (`_settle`).
         self._unflushed: dict[str, int] = {}
         self._lock = threading.Lock()
         self._engine: str | None = None  # the Milvus Lite engine's path (`lite.open_engine`)
         self._down_at: float | None = None  # when a call last found the server unavailable
-        self._client = self._connect()
+        self._client: MilvusClient | None = self._connect()
 
     @property
     def uri(self) -> str:
@@ -142,7 +145,14 @@ class StoreClient:
         on a server."""
         return None if self.is_server else lite_generation()
 
-    def _connect(self):
+    @property
+    def _milvus(self) -> MilvusClient:
+        """The open pymilvus client; a closed store says so in one line."""
+        if self._client is None:
+            raise StoreError("this VectorStore is closed")
+        return self._client
+
+    def _connect(self) -> MilvusClient:
         import_library("pymilvus", "images")
         _quiet_pymilvus()
         _import_scipy_sparse_once()
@@ -257,7 +267,7 @@ class StoreClient:
             since = time.monotonic() - self._down_at if self._down_at is not None else None
             if _timed_out(exc) and since is not None and since < RECOVERY_S:
                 # back, and still recovering: a server SIGKILLed and started again answers
-                # cheap calls at once and searches 10-25 s later (tests/images/test_outage.py)
+                # cheap calls at once and searches only later (tests/images/test_outage.py)
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} was unavailable {since:.0f} s ago and is still recovering;"
@@ -281,7 +291,7 @@ class StoreClient:
         if not self.is_server:
             return True
         try:
-            self._client.list_collections(timeout=min(2.0, self.config.timeout))
+            self._milvus.list_collections(timeout=min(2.0, self.config.timeout))  # pyright: ignore[reportUnusedCoroutine]  (pymilvus' untyped handler is inferred async; the call is not)
         except Exception:
             return False
         return True
@@ -314,7 +324,7 @@ class StoreClient:
         wanted = " or ".join(f"{f} == 0 or {f} == 1" for f in fields)
         iterator = self._call(
             f"reading {name!r}",
-            self._client.query_iterator,
+            self._milvus.query_iterator,
             name,
             batch_size=1000,
             filter=wanted,
@@ -338,14 +348,14 @@ class StoreClient:
 
     def list_collections(self) -> list[str]:
         """The collections' names, sorted (our catalog left out)."""
-        names = self._call("listing collections", self._client.list_collections)
+        names = self._call("listing collections", self._milvus.list_collections)
         return sorted(n for n in names if not n.startswith(RESERVED_PREFIX))
 
     def has_collection(self, name: str) -> bool:
         return bool(
             self._call(
                 f"checking collection {name!r}",
-                self._client.has_collection,
+                self._milvus.has_collection,
                 check_collection_name(name, reserved_ok=True),
             )
         )
@@ -364,7 +374,7 @@ class StoreClient:
             if name in self._dims:
                 return self._dims[name]
         self._require(name)
-        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
         with self._lock:
             self._dims[name] = dim
@@ -395,7 +405,7 @@ class StoreClient:
         if self.is_server:
             self._call(
                 f"recording {name!r}",
-                self._client.alter_collection_properties,
+                self._milvus.alter_collection_properties,
                 name,
                 {
                     f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True)
@@ -411,7 +421,7 @@ class StoreClient:
             self._records.pop(name, None)
 
     def _server_records(self, name: str) -> dict[str, Any]:
-        info = self._call(f"describing collection {name!r}", self._client.describe_collection, name)
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         found = {}
         for prop, text in (info.get("properties") or {}).items():
             key = str(prop).removeprefix(PROPERTY_PREFIX)
@@ -428,7 +438,7 @@ class StoreClient:
         rows = self._with_load(
             CATALOG,
             "reading the catalog",
-            self._client.query,
+            self._milvus.query,
             CATALOG,
             filter=ids_filter([name]),
             output_fields=[METADATA_FIELD],
@@ -441,24 +451,24 @@ class StoreClient:
         if not self.has_collection(CATALOG):
             from pymilvus import DataType
 
-            schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema = self._milvus.create_schema(auto_id=False, enable_dynamic_field=False)
             schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
             schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
             schema.add_field(METADATA_FIELD, DataType.JSON)
-            index = self._client.prepare_index_params()
+            index = self._milvus.prepare_index_params()
             index.add_index(VECTOR_FIELD, index_type="FLAT", metric_type="L2")
-            if self.lite == 3:
+            if self.lite == 3 and self._engine is not None:
                 clear_aborted_collection(self._engine, CATALOG)
             self._call(
                 "creating the catalog",
-                self._client.create_collection,
+                self._milvus.create_collection,
                 CATALOG,
                 schema=schema,
                 index_params=index,
                 consistency_level="Strong",
             )
         row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
-        self._with_load(CATALOG, "writing the catalog", self._client.upsert, CATALOG, [row])
+        self._with_load(CATALOG, "writing the catalog", self._milvus.upsert, CATALOG, [row])
 
     def store_marker(self, create: bool = False) -> str | None:
         """The random id accelkit keeps in this server database (`records.MARKER`), made first
@@ -472,7 +482,7 @@ class StoreClient:
 
         from pymilvus import DataType
 
-        schema = self._client.create_schema(
+        schema = self._milvus.create_schema(
             auto_id=False,
             enable_dynamic_field=False,
             description=f"{MARKER_PREFIX}{uuid.uuid4().hex}",
@@ -482,7 +492,7 @@ class StoreClient:
         try:
             self._call(
                 "marking the store",
-                self._client.create_collection,
+                self._milvus.create_collection,
                 MARKER,
                 schema=schema,
                 description=schema.description,
@@ -493,7 +503,7 @@ class StoreClient:
         return self._marker_id()
 
     def _marker_id(self) -> str | None:
-        info = self._call("reading the store's marker", self._client.describe_collection, MARKER)
+        info = self._call("reading the store's marker", self._milvus.describe_collection, MARKER)
         text = str(info.get("description") or "")
         return text.removeprefix(MARKER_PREFIX) if text.startswith(MARKER_PREFIX) else None
 
@@ -505,7 +515,7 @@ class StoreClient:
             self._with_load(
                 CATALOG,
                 "writing the catalog",
-                self._client.delete,
+                self._milvus.delete,
                 CATALOG,
                 filter=ids_filter([name]),
             )
@@ -516,7 +526,7 @@ class StoreClient:
                 return self._specs[name]
         properties = (
             self._call(
-                f"describing collection {name!r}", self._client.describe_collection, name
+                f"describing collection {name!r}", self._milvus.describe_collection, name
             ).get("properties")
             or {}
         )
@@ -556,13 +566,13 @@ class StoreClient:
 
     def _index_info(self, name: str) -> dict[str, Any]:
         names = self._call(
-            f"listing the indexes of {name!r}", self._client.list_indexes, name, VECTOR_FIELD
+            f"listing the indexes of {name!r}", self._milvus.list_indexes, name, VECTOR_FIELD
         )
         if not names:
             return {}
         return (
             self._call(
-                f"describing the index of {name!r}", self._client.describe_index, name, names[0]
+                f"describing the index of {name!r}", self._milvus.describe_index, name, names[0]
             )
             or {}
         )
@@ -572,13 +582,14 @@ class StoreClient:
             if name in self._loaded and not force:
                 return
         self._require(name)
-        lite3 = self.lite == 3 and self._engine is not None
-        before = index_files(self._engine, name) if lite3 else {}
+        engine = self._engine if self.lite == 3 else None
+        before = index_files(engine, name) if engine is not None else {}
         try:
-            self._call(f"loading collection {name!r}", self._client.load_collection, name)
+            self._call(f"loading collection {name!r}", self._milvus.load_collection, name)
         except StoreFullError:
-            if lite3:  # Lite 3 builds missing indexes at load: the one it was writing is short
-                clear_new_indexes(self._engine, name, before)
+            # Lite 3 builds missing indexes at load: the one it was writing is short
+            if engine is not None:
+                clear_new_indexes(engine, name, before)
             raise
         except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet
             raise StoreUnavailableError(
@@ -620,16 +631,16 @@ class StoreClient:
     def _settle(self, name: str) -> None:
         """Before a search on Milvus Lite 3: flush what was written since the last one, so the
         search reads segments (indexed, once the engine's background build has them) instead of
-        the memtable. Measured at 10k 1280-d rows: 3.3 s a search unflushed, 0.18 s flushed
-        (FLAT), 0.02 s with HNSW; a flush takes ~0.4 ms a row, once. Without room on the disk
-        for the flush, the search reads the memtable (slower, as exact)."""
+        the memtable, which is many times slower (docs/images.md); a flush is paid once.
+        Without room on the disk for the flush, the search reads the memtable (slower, as
+        exact)."""
         with self._lock:
             if name not in self._unflushed:
                 return
             pending = self._unflushed.pop(name)
         try:
             self._flush_room(name)
-            self._call(f"flushing {name!r}", self._client.flush, name)
+            self._call(f"flushing {name!r}", self._milvus.flush, name)
         except BaseException as exc:
             with self._lock:
                 self._unflushed[name] = self._unflushed.get(name, 0) + pending
@@ -646,7 +657,7 @@ class StoreClient:
         except StoreTimeoutError as exc:
             if self.is_server and not self._serving(name):
                 # a server that answers but is loading the collection again (after a restart)
-                # is unavailable for it, not slow: measured, searches waited 10-20 s for it
+                # is unavailable for it, not slow: searches would wait for the reload
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} is loading {name!r} (again, after a restart); retry later"
@@ -661,7 +672,7 @@ class StoreClient:
     def _serving(self, name: str) -> bool:
         """Whether a server says within 2 s that collection `name` is loaded."""
         try:
-            state = self._client.get_load_state(name, timeout=min(2.0, self.config.timeout))
+            state = self._milvus.get_load_state(name, timeout=min(2.0, self.config.timeout))
         except Exception:
             return False
         return "Loaded" in str((state or {}).get("state", ""))

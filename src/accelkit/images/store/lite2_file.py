@@ -31,7 +31,7 @@ import shlex
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import numpy as np
@@ -171,7 +171,7 @@ class Lite2File:
         self._schemas: dict[str, Schema] = {}
         self._rows: dict[str, dict[Any, int]] = {}  # primary key -> SQLite rowid, per collection
 
-    def _fail(self, why: str, collection: str | None = None, fix: str = DAMAGED) -> None:
+    def _fail(self, why: str, collection: str | None = None, fix: str = DAMAGED) -> NoReturn:
         where = f"collection {collection!r} of " if collection else ""
         raise DataError(f"{where}Milvus Lite 2.x file {self.path}: {why}; {fix}")
 
@@ -184,7 +184,9 @@ class Lite2File:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _query(self, sql: str, args: Sequence[Any] = (), collection: str | None = None):
+    def _query(
+        self, sql: str, args: Sequence[Any] = (), collection: str | None = None
+    ) -> list[Any]:
         try:
             return self._db.execute(sql, tuple(args)).fetchall()
         except sqlite3.Error as exc:
@@ -414,7 +416,9 @@ class Lite2Store:
         return schema
 
     def describe_dim(self, name: str) -> int:
-        return int(self._accelkit(name).field(VECTOR_FIELD).params["dim"])
+        vector = self._accelkit(name).field(VECTOR_FIELD)
+        assert vector is not None  # `_accelkit` checked the fields
+        return int(vector.params["dim"])
 
     def describe(self, name: str) -> dict[str, Any]:
         """What `VectorStore.describe` answers on the 2.x engine: Lite keeps no properties, so

@@ -665,7 +665,8 @@ def _verify(
     for item_id in chosen:
         a, b = theirs.get(item_id), ours.get(item_id)
         if (
-            b is None
+            a is None  # SRC lost it during the copy
+            or b is None
             or not np.array_equal(a["vector"], b["vector"])
             or a["metadata"] != b["metadata"]
         ):

@@ -34,8 +34,8 @@ PROP_MODEL, PROP_ORIGIN = "model", "origin"
 RECORD_KEYS = (PROP_MODEL, PROP_ORIGIN)
 PROPERTY_PREFIX = "accelkit."
 CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
-# ids in one `id in [...]` expression: one delete of 1,000,000 ids took 7-12 s and left Milvus Lite
-# 0.6-0.9 GB larger; the service takes at most server.max_ids_per_request ids in a request
+# ids in one `id in [...]` expression: one delete of a million ids held Milvus Lite for seconds and
+# left it much larger; the service takes at most server.max_ids_per_request ids in a request
 ID_BATCH = 1000
 
 

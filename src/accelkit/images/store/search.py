@@ -56,7 +56,7 @@ class ItemSearch(StoreClient):
             results = self._with_load(
                 name,
                 f"searching {name!r}",
-                self._client.search,
+                self._milvus.search,
                 name,
                 data=queries.tolist(),
                 limit=topk,
@@ -102,7 +102,7 @@ class ItemSearch(StoreClient):
             rows = self._with_load(
                 name,
                 f"reading from {name!r}",
-                self._client.query,
+                self._milvus.query,
                 name,
                 filter=ids_filter(ids[start : start + ID_BATCH]),
                 output_fields=fields,
@@ -125,7 +125,7 @@ class ItemSearch(StoreClient):
         self._ensure_loaded(name)
         iterator = self._call(
             f"reading {name!r}",
-            self._client.query_iterator,
+            self._milvus.query_iterator,
             name,
             batch_size=batch_size,
             filter="" if after is None else f"{ID_FIELD} > {literal(after)}",

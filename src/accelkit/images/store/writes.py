@@ -89,7 +89,7 @@ class ItemWrites(StoreClient):
             with ThreadPoolExecutor(threads, thread_name_prefix="accelkit-upsert") as pool:
                 futures = [
                     pool.submit(
-                        self._call, f"inserting into {name!r}", self._client.upsert, name, b
+                        self._call, f"inserting into {name!r}", self._milvus.upsert, name, b
                     )
                     for b in batches
                 ]
@@ -97,7 +97,7 @@ class ItemWrites(StoreClient):
                     future.result()
         else:
             for batch in batches:
-                self._call(f"inserting into {name!r}", self._client.upsert, name, batch)
+                self._call(f"inserting into {name!r}", self._milvus.upsert, name, batch)
         with self._lock:
             self._deleted.discard(name)
         return ids
@@ -112,7 +112,7 @@ class ItemWrites(StoreClient):
             rows = self._with_load(
                 name,
                 f"counting in {name!r}",
-                self._client.query,
+                self._milvus.query,
                 name,
                 filter=expr,
                 output_fields=["count(*)"],
@@ -120,22 +120,23 @@ class ItemWrites(StoreClient):
             )
             with self._lock:
                 self._deleted.add(name)
-            self._with_load(name, f"deleting from {name!r}", self._client.delete, name, filter=expr)
+            self._with_load(name, f"deleting from {name!r}", self._milvus.delete, name, filter=expr)
             self._wrote(name)
             deleted += int(rows[0]["count(*)"])
         return deleted
 
     def delete_matching(self, name: str, filter_expr: str) -> int:
         """Delete every item matching a filter expression; returns how many matched."""
-        filter_expr = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
-        if not filter_expr:
+        checked = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
+        if not checked:
             raise InputError("delete by filter needs a non-empty filter expression")
+        filter_expr = checked
         engine_filter = self._engine_filter(name, filter_expr)  # refused before anything is sent
         try:
             rows = self._with_load(
                 name,
                 f"counting matches in {name!r}",
-                self._client.query,
+                self._milvus.query,
                 name,
                 filter=engine_filter,
                 output_fields=["count(*)"],
@@ -146,7 +147,7 @@ class ItemWrites(StoreClient):
             self._with_load(
                 name,
                 f"deleting from {name!r}",
-                self._client.delete,
+                self._milvus.delete,
                 name,
                 filter=engine_filter,
             )

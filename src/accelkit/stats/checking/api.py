@@ -15,8 +15,10 @@ statistics (`stats/engine/driver.py`), with LeRobot's quantile levels, every epi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, cast
 
 from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
@@ -70,7 +72,7 @@ class _FixInputs:
     result: object
     levels: list
     root: Path
-    openpi_exact: dict
+    openpi_exact: dict[Path, tuple]  # norm_stats.json -> (exact values, KeyStats or None, columns)
     mapping: dict
 
 
@@ -118,11 +120,11 @@ class CheckReport(Report):
 def check(
     dataset: str | Path,
     *,
-    stats_files: list[str | Path] = (),
+    stats_files: Sequence[str | Path] = (),
     keys: dict[str, str] | None = None,
     action_horizon: int | None = None,
     chunk_end: str | None = None,
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = TOLERANCE,
     images: str = "none",
     plot: str | Path | None = None,
     progress: bool = False,
@@ -208,11 +210,12 @@ def _check(
     phase(f"reading the metadata of {root}")
     stream = _all_features_stream(root)
     source = stream.lerobot
+    assert source is not None  # a LeRobot dataset's stream
     settings = StatsSettings(
         dataset=str(root),
         format="lerobot",
         per_episode=True,
-        images=images,
+        images=cast(Literal["none", "sample", "all"] | None, images),  # checked on entry
         keys=dict(stream.keys),
     )
     cameras = camera_stats(settings, stream, levels, progress)
@@ -236,7 +239,7 @@ def _check(
                 {k: exact_values(s, names) for k, s in per.items()}
             )
     report = CheckReport(str(root), tolerance, plot=plot_path)
-    lengths = {e.index: e.length for e in source.layout.episodes}
+    lengths = {e.index: e.length for e in source.episodes}
     frames = sum(lengths.values())
 
     camera_names = camera_keys(source.features)
@@ -449,7 +452,8 @@ def _fix(settings, stream, result, levels, root: Path, openpi_exact, mapping) ->
         for path, (_, keystats, columns) in openpi_exact.items():
             if keystats is None:
                 keystats = {k: result.stats[c] for k, c in columns.items()}
-            copy = guard.created(path.with_name(f"{path.name}.{stamp}.bak"))
+            copy = path.with_name(f"{path.name}.{stamp}.bak")
+            guard.created(copy)
             copy_atomic(path, copy)  # a kill mid-copy leaves no torn .bak (SIGKILL, OOM)
             backups.append(str(copy))
             write_stats(path, keystats, "openpi", columns)

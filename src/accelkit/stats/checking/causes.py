@@ -198,8 +198,11 @@ def _own(finding, recomputed: Recomputed | None, exact) -> str | None:
     d = finding.dim or 0
     for precision, stats in recomputed.own:
         values = stats.get(finding.stat)
-        found = values is not None and values.size > d
-        if found and _near(finding.stored, values[d], exact, finding.stat, d):
+        if (
+            values is not None
+            and values.size > d
+            and _near(finding.stored, values[d], exact, finding.stat, d)
+        ):
             return precision
     return None
 
@@ -331,7 +334,7 @@ def explain_global(
     *,
     frames: int,
     aggregated: Aggregated | None = None,
-    episode_causes: Mapping[str, Mapping[str, bool]],
+    episode_causes: Mapping[str, Mapping[str | None, bool]],
     integer: bool = False,
 ) -> None:
     """The cause of a failing dataset-wide finding (`stats.json`, a `norm_stats.json`).

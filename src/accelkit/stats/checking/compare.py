@@ -18,7 +18,7 @@ float64 JSON are ~1e-15 off; float32 storage ~1e-7.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,7 +199,7 @@ def check_global(
     episode_file: str | None = None,
     integers: frozenset[str] = frozenset(),
     rows_of: FeatureRows | None = None,
-    levels: list[float] = (),
+    levels: Sequence[float] = (),
 ) -> None:
     """A file of dataset-wide statistics (`stats.json`, a `norm_stats.json`): every feature in
     `exact` compared; `expected` features without an entry are named (cameras included).
@@ -219,7 +219,7 @@ def check_global(
             continue
         per_stored = [e[feature] for e in (episodes_stored or {}).values() if feature in e]
         per_exact = [e[feature] for e in (episodes_exact or {}).values() if feature in e]
-        episode_causes: dict[str, dict[str, bool]] = {}  # stat -> cause -> all confirmed
+        episode_causes: dict[str, dict[str | None, bool]] = {}  # stat -> cause -> all confirmed
         for f in report.findings:
             if f.file == episode_file and f.feature == feature and f.fails:
                 named = episode_causes.setdefault(f.stat, {})
@@ -263,7 +263,7 @@ def check_episodes(
     lengths: Mapping[int, int],
     *,
     rows_of: RowsOf | None = None,
-    levels: list[float] = (),
+    levels: Sequence[float] = (),
     integers: frozenset[str] = frozenset(),
 ) -> None:
     """Per-episode statistics: each episode's against its frames; episodes the data no longer
@@ -318,7 +318,7 @@ def check_episodes(
     for episode, feature in failing:
         wanted.setdefault(episode, set()).add(feature)
     recomputed: dict[tuple[int, str], causes.Recomputed] = {}
-    pool: dict[tuple[str, float], list[tuple[int, str, dict]]] = {}
+    pool: dict[tuple[str, float], list[tuple[int, str, Mapping]]] = {}
     for episode, truth in exact.items():  # other episodes' frames, as an edit may have moved them
         for feature, entry in truth.items():
             count = float(entry["count"][0])

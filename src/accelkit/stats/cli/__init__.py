@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 
 from accelkit.errors import ConfigError
 from accelkit.runtime.config import load_settings
@@ -62,8 +63,10 @@ def stats_command(
         print_json(done.document(), run=done.run)
         return
     print_report(done.result, done.output, done.format, done.source)
+    from accelkit.stats.formats.video import CameraResult
+
     cameras = done.result.cameras
-    if cameras is not None:
+    if isinstance(cameras, CameraResult):
         print(
             f"cameras ({cameras.mode}): {', '.join(cameras.stats)}: {cameras.frames_counted:,}"
             f" frames counted from {cameras.files} files in {cameras.seconds:.1f} s"

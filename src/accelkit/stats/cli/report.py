@@ -4,13 +4,19 @@ tables (`--json` prints the result's document instead). Called by `stats/cli/__i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from accelkit.runtime.storage import ObjectPath
 
 
 def _format_count(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,.0f}"
 
 
-def print_report(result, output: Path, fmt: str, source_name: str) -> None:
+def print_report(result, output: Path | ObjectPath, fmt: str, source_name: str) -> None:
     import numpy as np
     from rich.text import Text
 
@@ -20,7 +26,7 @@ def print_report(result, output: Path, fmt: str, source_name: str) -> None:
 
     console = stdout_console()
     s = result.summary
-    run = [
+    run: list[list[str | Text]] = [
         ["mode", f"{s.mode} ({s.passes} pass{'es' if s.passes != 1 else ''} over the data)"],
         [
             "devices",

@@ -52,7 +52,7 @@ class ComputeResult:
     and its run-facts sidecar (`run`), the dataset files backed up (`backup`) and the figure."""
 
     result: StatsResult
-    output: object  # Path or storage.ObjectPath
+    output: Path | storage.ObjectPath
     format: str
     source: str  # the dataset's name as the run shows it
     written: dict = field(repr=False)

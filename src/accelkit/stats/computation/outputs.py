@@ -42,6 +42,7 @@ def write_outputs(settings, stream, result, levels, output: Path, target):
     with lerobot.as_it_was(replaced) if target is not None else contextlib.nullcontext() as guard:
         backup = None
         if target is not None:
+            assert guard is not None  # `as_it_was`'s, with a target
             backup = guard.created(lerobot.backup(target, replaced, stamp()))
         if episodes is not None:  # per-episode files first: their checks run before stats.json
             write_episode_outputs(stream, result, episodes, output, into=target is not None)
@@ -98,7 +99,7 @@ def episodes_to_write(settings: StatsSettings, stream, result) -> list | None:
                 f"episode {episode.index}: {names.get(key, key)!r} dimensions {dims} hold no "
                 "finite values; fix the data, or pass --fill-empty VALUE to write VALUE for them"
             )
-        if empty:
+        if empty and settings.fill_empty is not None:  # else refused above
             episode.stats = fill_empty_dimensions(episode.stats, settings.fill_empty)
     return result.episodes or []
 

@@ -143,7 +143,7 @@ def render_png(data: dict) -> bytes:
     subfigs = fig.subfigures(
         len(heights) + len(heat_heights), 1, height_ratios=heights + heat_heights
     )
-    subfigs = np.atleast_1d(subfigs)
+    subfigs = np.array(subfigs, dtype=object, ndmin=1)  # one SubFigure, or an array of them
     title = f"accelkit stats: {data['source']} ({data['mode']}, {data['rows']:,} rows"
     fig.suptitle(title + (", partial)" if data["partial"] else ")"), fontsize=11)
     for sub, (key, feature) in zip(subfigs, sections, strict=False):
@@ -325,4 +325,5 @@ def read_plot_data(path: str | Path) -> dict:
     from PIL import Image
 
     with Image.open(path) as image:
-        return json.loads(image.text[PNG_KEY])
+        # Pillow types what open answers as an ImageFile; a PNG's (this one's) has .text
+        return json.loads(image.text[PNG_KEY])  # pyright: ignore[reportAttributeAccessIssue]

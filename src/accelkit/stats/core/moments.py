@@ -22,7 +22,7 @@ sampled), k > 1 counts it k times (an action that appears in k action chunks).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -31,15 +31,17 @@ if TYPE_CHECKING:  # JAX is imported where a device kernel runs, not here
 
 from accelkit.stats.core.sort_keys import empty_keys, keys_of, keys_to_values
 
+# a numpy array on the host, a jax.Array on a device (a tracer under jit): one code serves both
+HostOrDevice: TypeAlias = Any
+
 BLOCK_ROWS = 256  # rows per fixed block of the moment sums; batches hold whole blocks per device
 
 
 class Extremes(NamedTuple):
-    count: jnp.ndarray  # int64 [D]: total weight
-    min_key: (
-        jnp.ndarray
-    )  # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
-    max_key: jnp.ndarray
+    count: HostOrDevice  # int64 [D]: total weight
+    # uint32 [D] (uint64 for int64 data): order key of the minimum (`sort_keys.py`)
+    min_key: HostOrDevice
+    max_key: HostOrDevice
 
 
 class Sums(NamedTuple):
@@ -120,8 +122,8 @@ def block_sums(
 def _in_order(values: jnp.ndarray, block_rows: int, op=None) -> jnp.ndarray:
     """`op` (add, minimum, maximum) over each block of rows as written-out element-wise ops: runs of
     16 rows left to right, then the runs left to right. Explicit ops are never reordered, and XLA
-    fuses them into one loop (2-3x faster on CPU than a halving tree or a reduce, whose order is
-    the backend's choice)."""
+    fuses them into one loop (faster on CPU than a halving tree or a reduce, whose order is the
+    backend's choice)."""
     if op is None:
         import jax.numpy as jnp
 

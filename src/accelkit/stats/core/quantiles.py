@@ -212,8 +212,7 @@ def advance_plan(
     """Given a pass's histograms [D, U, 2**digit_bits], fix the next digit of every target.
 
     One histogram's running total at a time ([K] int64, not all [D, U, K] and a [D, T, K] copy:
-    that transient was the largest allocation of a whole exact run, ~100 MB for 2 keys × 14 dims
-    at 16 bits)."""
+    that transient was the largest allocation of a whole exact run)."""
     dims = plan.ranks.shape[0]
     within = plan.ranks - plan.below  # rank inside the prefix range
     digit = np.empty_like(plan.ranks)

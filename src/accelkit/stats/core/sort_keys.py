@@ -30,7 +30,7 @@ def key_dtype(integer: bool):
     return np.uint64 if integer else np.uint32
 
 
-def empty_keys(integer: bool) -> tuple[np.ndarray, np.ndarray]:
+def empty_keys(integer: bool) -> tuple[np.unsignedinteger, np.unsignedinteger]:
     """(min of nothing, max of nothing) in the key type."""
     kind = key_dtype(integer)
     return kind(np.iinfo(kind).max), kind(0)

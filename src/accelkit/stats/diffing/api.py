@@ -83,7 +83,7 @@ def diff(
     *,
     dataset: str | Path | None = None,
     keys: Mapping[str, str] | None = None,
-    tolerance: float = TOLERANCE,
+    tolerance: float | None = TOLERANCE,
     action_horizon: int | None = None,
     chunk_end: str | None = None,
     delta_actions: str | None = None,
@@ -164,7 +164,7 @@ def _explain(report, root, *, keys, action_horizon, chunk_end, mask, batch_size,
     for side in sides.values():  # an openpi file's own record of its columns comes first
         if side.format == "openpi" and side.facts.get("keys"):
             mapping = {**mapping, **side.facts["keys"]}
-    numeric = set(lerobot.numeric_features(root))
+    numeric = set(lerobot.numeric_features(root) or ())  # required: None never comes back
     open_work = [d for d in report.comparison.differences if not d.problem]
     open_work = [d for d in open_work if any(dim not in d.causes for dim in d.failing)]
     if not open_work:

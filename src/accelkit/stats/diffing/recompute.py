@@ -138,8 +138,10 @@ class Recomputer:
         self.state, self.actions, self.numeric = state, actions, numeric
         self.columns = {c for c in columns | {state, actions} if c in numeric}
         self.names = {float(q): quantile_name(q) for q in levels}
-        self.source = open_source(root, keys={c: c for c in sorted(numeric)[:1]}).lerobot
-        self.lengths = np.asarray([e.length for e in self.source.layout.episodes], np.int64)
+        source = open_source(root, keys={c: c for c in sorted(numeric)[:1]}).lerobot
+        assert source is not None  # `root` is a LeRobot dataset
+        self.source = source
+        self.lengths = np.asarray([e.length for e in self.source.episodes], np.int64)
         self.frames = int(self.lengths.sum())
         self._cache: dict = {}
 
@@ -236,7 +238,7 @@ class Recomputer:
         def make():
             wanted_columns = sorted(columns & self.numeric)
             per: dict[str, list] = {c: [] for c in wanted_columns}
-            wanted = {e.index: set(wanted_columns) for e in self.source.layout.episodes if e.length}
+            wanted = {e.index: set(wanted_columns) for e in self.source.episodes if e.length}
             steps = Steps(1, "recomputing LeRobot's per-episode arithmetic: files")
 
             def show(done, total, what):
@@ -274,7 +276,7 @@ class Recomputer:
         from accelkit.runtime.progress import Steps, phase
 
         def episodes():
-            wanted = {e.index: {self.state, self.actions} for e in self.source.layout.episodes}
+            wanted = {e.index: {self.state, self.actions} for e in self.source.episodes}
             held: dict[int, dict] = {}
             for episode, column, rows in readers.episode_rows(self.source, wanted):
                 held.setdefault(episode, {})[column] = rows
@@ -525,7 +527,7 @@ def _inferred_mask(recompute, side, horizon, width) -> tuple[bool, ...]:
     end = "clamp"
     plain = recompute.chunks(horizon, end, False)["mean"] if horizon > 1 else None
     relative = recompute.chunks(horizon, end, True)["mean"] if horizon > 1 else None
-    if plain is None:
+    if plain is None or relative is None:  # both, with a horizon of 1
         return ()
     mask = [
         bool(d < mean.size and abs(mean[d] - relative[d]) < abs(mean[d] - plain[d]))

@@ -84,8 +84,8 @@ def _center_of(column: Column) -> np.ndarray:
     It shifts the moments' sums (so |mean| >> std costs no precision) and centers fast mode's keys.
     numpy's median of each dimension's counted values, one contiguous copy at a time: the same
     numbers as `np.nanmedian` over the chunk with the others set to NaN (a test compares them bit
-    for bit), without its per-column `apply_along_axis` over a strided float64 copy, which took
-    0.12 s per key of a 262,144-row first chunk on the run's critical path."""
+    for bit), without its per-column `apply_along_axis` over a strided float64 copy, which cost
+    seconds of a large first chunk on the run's critical path."""
     values = column.values
     if values.dtype.kind in "iu":  # as np.where made them: float64, then the median
         values = values.astype(np.float64)
@@ -156,11 +156,11 @@ def compute_stats(
             "per-episode statistics need every frame; drop --max-time-minutes (a partial run "
             "would leave episodes out)"
         )
-    observer = None
-    if per_episode:
 
-        def observer():
-            return EpisodeCollector(levels, skip_nonfinite)
+    def collector() -> EpisodeCollector:
+        return EpisodeCollector(levels, skip_nonfinite)
+
+    observer = collector if per_episode else None
 
     started = time.perf_counter()
 
@@ -184,7 +184,9 @@ def compute_stats(
     summary = RunSummary(
         mode="fast" if fast else "exact",
         platform=devices[0].platform,
-        devices=[str(d) for d in devices] if ray is None else runner.describe_devices(),
+        devices=runner.describe_devices()
+        if isinstance(runner, RayRunner)  # `ray` given
+        else [str(d) for d in devices],
         batch_size=max(runner.batch_sizes.values(), default=0),
         passes=len(pass_times),
         rows=rows,
@@ -194,7 +196,7 @@ def compute_stats(
         partial=partial,
         compiles=len(runner.compiled),
         pass_seconds=pass_times,
-        cluster=None if ray is None else runner.traffic(),
+        cluster=runner.traffic() if isinstance(runner, RayRunner) else None,
     )
     return StatsResult(stats, summary, episodes)
 
@@ -284,7 +286,8 @@ def _exact_passes(runner: Runner, stream, levels, budget: TimeBudget, observer, 
     _check_nonfinite(stream, first.states, runner.skip_nonfinite)
     _require_rows(stream, first.states)
     chunk_limit = first.chunks_seen if first.stopped_early else None
-    plans, targets, guessed = {}, {}, {}
+    plans, targets = {}, {}
+    guessed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for key, state in first.states.items():
         key_bits = 64 if state.extremes.min_key.dtype == np.uint64 else 32
         plans[key], targets[key] = qt.start_plan(state.extremes.count, levels, key_bits)

@@ -280,6 +280,7 @@ class LocalRunner:
 
         def flush(key):
             # int32 device histograms could overflow: fold them into an int64 host accumulator
+            assert isinstance(kernel, DeviceKernel)  # the host kernel counts in int64
             merged = kernel.gather(states[key])
             host_acc[key] = (
                 merged if key not in host_acc else pass_state.merge(host_acc[key], merged)

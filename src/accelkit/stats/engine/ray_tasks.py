@@ -77,8 +77,8 @@ class _Edges:
 
     @staticmethod
     def rows_of(start: int, stop: int, parts) -> tuple[np.ndarray, np.ndarray]:
-        values = np.concatenate([v for v, _ in parts]) if parts else None
-        weight = np.concatenate([w for _, w in parts]) if parts else None
+        values = np.concatenate([v for v, _ in parts])
+        weight = np.concatenate([w for _, w in parts])
         return values[start:stop], weight[start:stop]
 
 
@@ -162,6 +162,7 @@ def run_group(
         "kernel": kernel,  # the straddling blocks are summed by the same kind of kernel
     }
     edges = outcome.observed
+    assert outcome.blocks is not None  # the runner keeps them (keep_blocks)
     for key, head in heads.items():
         start, kept = plan[key]["start"], edges.rows[key]
         base = (start - start % BLOCK_ROWS) // BLOCK_ROWS  # the padded stream's first block
@@ -193,10 +194,10 @@ def run_group(
     return {"rows": result["rows"]}, result
 
 
-def _episode_files(stream, indices) -> dict:
+def _episode_files(stream, indices) -> dict | None:
     """Episode -> the file that holds it, for the group's files (in order); an episode in two
     files is the local run's error."""
-    owners: dict = {}
+    owners: dict | None = {}
     for index in indices:
         path = stream.fragments[index].path
         _, episodes = stream.reader.read(path, [])

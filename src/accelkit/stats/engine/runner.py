@@ -12,7 +12,7 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from accelkit.runtime.devices import (
     choose_platform,
@@ -33,7 +33,7 @@ class PassOutcome:
     chunks_seen: int
     stopped_early: bool
     seconds: float
-    observed: object = None  # what the pass's observer collected (per-episode statistics)
+    observed: Any = None  # what the pass's observer collected (per-episode statistics)
     blocks: dict | None = None  # key -> (s1, s2) [blocks, D] unfolded, when the runner keeps them
 
 
@@ -49,12 +49,12 @@ class Runner(Protocol):
     def run_pass(
         self,
         label: str,
-        make_spec: Callable[[str, int, bool], object],
-        make_init: Callable[[str, object, object], object],
+        make_spec: Callable[[str, int, bool], Any],  # a PassSpec, or None: the key sits out
+        make_init: Callable[[str, Any, Any], Any],  # (key, PassSpec, Column) -> PassState
         *,
         chunk_limit: int | None = None,
         budget: TimeBudget | None = None,
-        observer: Callable[[], object] | None = None,
+        observer: Callable[[], Any] | None = None,
         stream: Stream | None = None,
         later_passes: Callable[[bool], int] | None = None,
     ) -> PassOutcome: ...

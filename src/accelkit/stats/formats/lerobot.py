@@ -20,6 +20,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import overload
 
 import numpy as np
 
@@ -56,6 +57,13 @@ class Source:
     version: str
     features: dict
     layout: Layout | None  # None when read with trust_files
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """The episodes its metadata lists; a source read with trust_files has no such list."""
+        if self.layout is None:
+            raise ValueError(f"{self.root} was read with trust_files: no episode list")
+        return self.layout.episodes
 
 
 def read_json(path: Path) -> dict:
@@ -185,7 +193,7 @@ def read_layout(root: Path, info: dict, info_file: Path) -> Layout:
     return layout
 
 
-def files_on_disk(root: Path) -> list[Path]:
+def files_on_disk(root: Path | storage.ObjectPath) -> list:
     data = root / "data"
     if isinstance(data, storage.ObjectPath):  # one listing; a missing prefix lists nothing
         return storage.files_under(data, "*.parquet")
@@ -333,6 +341,10 @@ class _Restore:
         self.saved = {Path(p): (Path(p).read_bytes() if Path(p).is_file() else None) for p in paths}
         self.made: list[Path] = []
 
+    @overload
+    def created(self, path: Path) -> Path: ...
+    @overload
+    def created(self, path: Path | None) -> Path | None: ...
     def created(self, path: Path | None) -> Path | None:
         """A file or folder the block makes (a backup): removed if the block fails."""
         if path is not None:
@@ -531,8 +543,9 @@ def write_episodes_v30(
                     kind = pa.float64()
                 array = pa.array(values, pa.list_(kind))
                 table = put(table, f"stats/{column}/{stat}", array)
-        for column in next(iter(cameras.values())) if cameras else ():
-            entries = [cameras[e][column] for e in order]
+        by_episode = cameras or {}
+        for column in next(iter(by_episode.values())) if by_episode else ():
+            entries = [by_episode[e][column] for e in order]
             for stat in entries[0]:
                 kind = pa.int64() if stat == "count" else pa.list_(pa.list_(pa.float64()))
                 array = pa.array([entry[stat] for entry in entries], pa.list_(kind))

@@ -60,11 +60,10 @@ def _parquet_rows(path: Path) -> int:
 def open_parquet(path: Path):
     """`pq.ParquetFile` of a local or object-storage path. A local file is read without
     pyarrow's pre-buffering (its default, which coalesces ranged requests for object storage):
-    on a page-cached local disk it only adds a copy of every column chunk and an I/O thread hop.
-    Reading LeRobot datasets' two vector columns here took 0.47 against 0.85-1.14 CPU-s (v3.0,
-    4 files) and 0.80 against 1.01 CPU-s (v2.1, 2,165 files) with it. A local file is opened
+    on a page-cached local disk it only adds a copy of every column chunk and an I/O thread hop,
+    which costs CPU on LeRobot datasets of few large files and of many small ones. A local file is opened
     directly (`pa.OSFile`, closed with the reader), not through pyarrow's file-system lookup
-    (a LocalFileSystem and a stat per file: ~20 us of each small file's ~370)."""
+    (a LocalFileSystem and a stat per file: a share of each small file's read worth saving)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -110,7 +109,7 @@ def arrow_column_rows(
     if pa.types.is_fixed_size_list(kind):
         width = kind.list_size
         # its child's rows of this piece (no nulls, checked above): `flatten` is the same through
-        # pyarrow.compute's Python wrapper, ~3 us per column per file
+        # pyarrow.compute's Python wrapper, a cost per column per file
         values = array.values.slice(array.offset * width, len(array) * width)
     elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
         offsets = np.asarray(array.offsets)

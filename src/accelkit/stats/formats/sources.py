@@ -20,8 +20,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class FileStream(Stream):
         mask[self.sample[lo:hi] - fragment.row_offset] = True
         return mask
 
-    def chunks(self) -> Iterator[dict[str, Column]]:
+    def chunks(self) -> Generator[dict[str, Column], None, None]:
         """Chunks in `order`, each about SPLIT_ROWS rows of one file cut where an episode starts.
 
         Files are read ahead by a small thread pool, each a piece at a time into a bounded queue:
@@ -249,7 +250,12 @@ class FileStream(Stream):
         carry: tuple[dict, np.ndarray | None] | None = None
         done = 0
         for columns, episodes in pieces:
-            if carry is not None and episodes is not None and len(carry[1]):
+            if (
+                carry is not None
+                and episodes is not None
+                and carry[1] is not None
+                and len(carry[1])
+            ):
                 # the carried episode's last rows open this piece: emit it whole on its own (a
                 # small chunk) instead of copying the whole piece behind it
                 end = int(np.argmax(episodes != carry[1][-1])) if len(episodes) else 0
@@ -268,7 +274,11 @@ class FileStream(Stream):
                     c: np.concatenate([carry[0][c], v]) if c in carry[0] else v
                     for c, v in columns.items()
                 }
-                episodes = None if episodes is None else np.concatenate([carry[1], episodes])
+                episodes = (
+                    None
+                    if episodes is None or carry[1] is None
+                    else np.concatenate([carry[1], episodes])
+                )
             n = rows_of(columns, episodes)
             if episodes is not None:
                 starts = np.flatnonzero(np.diff(episodes)) + 1
@@ -302,15 +312,22 @@ class FileStream(Stream):
         if self.chunk_transform is None:
             yield self._chunk(index, columns, episodes, seen_episodes, first)
         else:
-            yield from self._transformed(index, columns, episodes, seen_episodes, first)
+            yield from self._transformed(
+                self.chunk_transform, index, columns, episodes, seen_episodes, first
+            )
 
     def _transformed(
-        self, index: int, columns: dict, episodes, seen_episodes: dict, first: int
+        self,
+        spec: ChunkTransform,
+        index: int,
+        columns: dict,
+        episodes,
+        seen_episodes: dict,
+        first: int,
     ) -> Iterator[dict[str, Column]]:
         """Rows `first`.. of file `index` (whole episodes) with their action chunks built and
         transformed (`accelkit.stats.core.action_chunks`), in blocks of whole episodes of at most about
         SPLIT_ROWS chunk elements each (a 50-step horizon makes 50 rows of every frame)."""
-        spec = self.chunk_transform
         fragment = self.fragments[index]
         n = rows_of(columns, episodes)
         for name in self.keys.values():
@@ -407,7 +424,7 @@ class FileStream(Stream):
         fragment = self.fragments[index]
         n = rows_of(columns, episodes)
         every = self.sample is None  # every row once, unless a key has a horizon
-        sampled = None if every else self._sampled(fragment)[first : first + n]
+        sampled = np.ones(n, bool) if every else self._sampled(fragment)[first : first + n]
         ones = np.ones(n, np.int32) if every else None  # shared by the keys: read, never written
         row_id = np.arange(
             fragment.row_offset + first, fragment.row_offset + first + n, dtype=np.int64
@@ -436,11 +453,11 @@ class FileStream(Stream):
                 )
             horizon = self.horizons.get(out)
             episode = episodes if known_episodes else None
-            if not horizon and every:
+            if not horizon and ones is not None:  # every row once
                 chunk[out] = Column(values, ones, row_id, episode)
                 continue
             weight = chunk_weights(
-                episodes, np.ones(n, bool) if every else sampled, horizon, self.chunk_end
+                episodes, sampled, horizon, self.chunk_end
             ) if horizon else sampled.astype(np.int32)  # fmt: skip
             ids = row_id
             keep = weight > 0
@@ -579,7 +596,8 @@ def open_source(
     transforms them (openpi's DeltaActions, a hook, per-step statistics:
     `accelkit.stats.core.action_chunks`).
     """
-    root = storage.as_path(path, endpoint_url)
+    # an ObjectPath has the Path methods the readers use: it stands in for one below
+    root = cast(Path, storage.as_path(path, endpoint_url))
     if not root.exists():
         raise InputError(f"dataset path {root} does not exist; check the path")
     reader = FileReader()
@@ -626,12 +644,12 @@ def open_source(
         files = [p for p in files if p.stem in set(chosen.values())]
     fragments, offset = [], 0
     first_name = next(iter(chosen.values()))
-    # a LeRobot dataset's metadata lists every file's rows: no file is opened to list them (2,000
-    # footers are a third of a second here, and one request each on object storage)
+    # a LeRobot dataset's metadata lists every file's rows: no file is opened to list them (a
+    # dataset of thousands of files would read as many footers, one request each on object storage)
     listed = layout is not None and all(f.suffix == ".parquet" for f in files)
     counts = (
         [layout.rows_per_file[f] for f in files]
-        if listed
+        if listed and layout is not None
         else _row_counts(reader, files, first_name)
     )
     for file, rows in zip(files, counts, strict=True):

@@ -290,7 +290,7 @@ def _entry(raw, where: str) -> dict[str, np.ndarray]:
     return {str(k): _array(v, f"{where}.{k}") for k, v in raw.items() if v is not None}
 
 
-def _entries(raw: Mapping, path: Path) -> dict[str, dict[str, np.ndarray]]:
+def _entries(raw: Mapping, path: str | Path) -> dict[str, dict[str, np.ndarray]]:
     """key -> statistic -> values, for every key of a statistics mapping."""
     return {str(k): _entry(v, f"{path}: {k!r}") for k, v in raw.items()}
 
@@ -300,7 +300,7 @@ def read_stats_json(path: Path) -> dict[str, dict[str, np.ndarray]]:
     return _entries(load_json(path), path)
 
 
-def load_json(path: Path) -> dict:
+def load_json(path: str | Path) -> dict:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -28,7 +28,7 @@ from accelkit.stats.formats.lerobot import episode_entry
 LAYOUTS = ("v2.1", "v3.0")
 COLUMN_KINDS = ("smooth", "robot")
 ROW_GROUPS = ("episode", "file")
-# `columns="robot"`: what dimension d % 8 holds (issue 49), in state and action alike
+# `columns="robot"`: what dimension d % 8 holds, in state and action alike
 ROBOT_COLUMNS = (
     "joint: a random walk from a per-episode offset",
     "gripper: 0 then 1 (two point masses)",
@@ -314,7 +314,7 @@ def _write_v30_data(
     writer, path, file_index, in_file, frames_in_file, first = None, None, 0, 0, 0, 0
     try:
         for e, length in enumerate(int(n) for n in lengths):
-            if writer is not None:
+            if writer is not None and path is not None:
                 size_mb = path.stat().st_size / 1e6
                 per_frame = size_mb / frames_in_file if frames_in_file else 0.0
                 full = size_mb + per_frame * length >= data_files_size_in_mb

@@ -134,6 +134,7 @@ def find_cameras(source, keys: list[str] | None = None) -> list[Camera]:
                     "file_index": row[f"videos/{key}/file_index"],
                 }
                 start = float(row[f"videos/{key}/from_timestamp"])
+            assert isinstance(template, str)  # checked above: the dataset has videos
             path = lerobot._format_path(source.root, template, source.root, video_key=key, **fields)
             clips.append(Clip(episode.index, episode.length, path, start))
         cameras.append(Camera(key, dtype, clips))

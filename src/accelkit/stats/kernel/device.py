@@ -47,7 +47,7 @@ def update(
         extremes = mom.update(state.extremes, x, weight, None if spec.centered else keys)
         blocks = mom.block_sums(x, weight, state.center)
         # The moments are finished before the histogram starts: fused into the scatter's loop,
-        # XLA CPU made pass 1 five times slower than the histogram and the moments apart.
+        # XLA CPU made pass 1 several times slower than the histogram and the moments apart.
         extremes, blocks, keys, weight = jax.lax.optimization_barrier(
             (extremes, blocks, keys, weight)
         )

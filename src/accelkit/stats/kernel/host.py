@@ -117,8 +117,8 @@ def warm_up(freeze: bool = False) -> threading.Thread:
     `freeze`, for a process that is this run (the CLI; never a library caller's process): once the
     loop is loaded, every object then alive goes to the collector's permanent generation
     (`gc.freeze`): by then ~125,000 long-lived objects (numba's, the imports') that each full
-    collection of the run would walk again (v2.1, 2,165 files, 8 interleaved pairs of whole runs:
-    median 3.94 s against 4.49 s, CPU 5.1 against 5.7 s, the same output bytes). Such a process
+    collection of the run would walk again (a whole run is faster, with the same output bytes:
+    docs/performance.md). Such a process
     also skips numba's BLAS probe if numba is needed (`_without_blas_probe`)."""
     global _warming, _quiet_blas
 
@@ -145,7 +145,7 @@ def _without_blas_probe(active: bool):
     np.correlate and np.convolve may call BLAS (`_HAVE_BLAS`). The loop calls neither: in the
     command's own process (`active`), the probe is answered "no BLAS" while the loop loads, and
     numba's own `ensure_blas` is put back after it (np.dot and np.linalg still find scipy).
-    Whole-process CPU of loading the loop: 0.51 against 0.72-0.75 s, 16 MiB less."""
+    Loading the loop then takes less CPU and memory."""
     if not active or "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
         yield
         return
@@ -250,6 +250,7 @@ def block_sums(
     )
     state = own(pass_state.init(spec, np.zeros((spec.dim, 1)), center))
     _, sums = update(state, x, row_weight, spec)
+    assert sums is not None  # a pass with_moments has them
     return sums
 
 
@@ -268,8 +269,11 @@ def _native(integer: bool):
         return kept[0]
     library, symbol = _compile(integer)
     function = PROTOTYPE(library.get_pointer_to_function(symbol))
-    kept = bool(name) and native_kernel.writable()
-    if kept and not native_kernel.store(name, library, symbol, _probe(function, integer)):
+    if (
+        name
+        and native_kernel.writable()
+        and not native_kernel.store(name, library, symbol, _probe(function, integer))
+    ):
         # numba's build came from numba's cache, which keeps no object code to hand on: built
         # afresh once, so that the next process links it without numba
         library, symbol = _compile(integer, cache=False)
@@ -282,6 +286,7 @@ def _compile(integer: bool, cache: bool = True):
     """numba's build of the entry for float32 (or int64) batches: (its code library, the name of
     its native function); `cache`: the entry from numba's cache where it has it."""
     import numba
+    import numba.core.dispatcher
     from numba import types
 
     with _without_blas_probe(_quiet_blas):
@@ -305,7 +310,8 @@ def _compile(integer: bool, cache: bool = True):
             *[types.uint64 if keyed else types.int64 for _, keyed in SCALARS],
         )
         value, key = (np.int64, np.uint64) if integer else (np.float32, np.uint32)
-        entry = numba.cfunc(signature, nopython=True, error_model="numpy", cache=cache)(
+        # numba's cfunc takes these as **options, which its inferred signature loses
+        entry = numba.cfunc(signature, nopython=True, error_model="numpy", cache=cache)(  # pyright: ignore[reportCallIssue]
             _entry(value, key)
         )
     return entry._library, entry.native_name[len("cfunc.") :]
@@ -339,7 +345,7 @@ def _entry(value, key):
             carray(spare_keys, (n_keys,), key), carray(spare_ints, (n_ints,), i8), w_total,
         )  # fmt: skip
 
-    from numba import carray
+    from numba import carray  # pyright: ignore[reportPrivateImportUsage]  (numba exports it, unlisted in __all__)
 
     return entry
 
@@ -383,6 +389,7 @@ def _probe(function, integer: bool) -> str:
     for part in range(0, rows, 2 * BLOCK_ROWS):
         batch = slice(part, part + 2 * BLOCK_ROWS)
         _, sums = _update(state, x[batch], weight[batch], spec, function)
+        assert sums is not None  # a pass with_moments has them
         digest.update(sums[0].tobytes() + sums[1].tobytes())
     for array in (*state.extremes, state.counts, state.nonfinite, near.lo, near.hi, near.partial):
         digest.update(np.ascontiguousarray(array).tobytes())

@@ -52,7 +52,7 @@ _engines: list = []  # linked objects stay alive with the process
 _trap = None
 
 
-def folder() -> Path | None:
+def folder() -> Path:
     """`$ACCELKIT_CACHE_DIR/stats-kernel`, else the user cache's (as the JAX cache)."""
     import platformdirs
 
@@ -206,4 +206,6 @@ def _trap_address() -> int:
             os.abort()
 
         _trap = ctypes.CFUNCTYPE(None)(trap)
-    return ctypes.cast(_trap, ctypes.c_void_p).value
+    address = ctypes.cast(_trap, ctypes.c_void_p).value
+    assert address is not None  # a live callback's
+    return address

@@ -4,12 +4,15 @@ the device kernel (`device.py`) share these."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from accelkit.stats.core import moments as mom
 from accelkit.stats.core.sort_keys import key_dtype
+
+if TYPE_CHECKING:
+    from accelkit.stats.kernel.windows import Windows
 
 
 class PassSpec(NamedTuple):
@@ -27,18 +30,19 @@ class PassSpec(NamedTuple):
 class PassState(NamedTuple):
     extremes: mom.Extremes  # count, min, max (first pass and fast mode only)
     # host (numpy) or device arrays
-    counts: np.ndarray  # int32 [D, U, 2**digit_bits] (int64 once merged on the host)
-    prefixes: np.ndarray  # uint32 [D, U] (uint64 for integer data)
-    center: np.ndarray  # float32 [D] near the data: the moments' shift; fast mode keys x - center
-    nonfinite: (
-        np.ndarray
-    )  # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    counts: mom.HostOrDevice  # int32 [D, U, 2**digit_bits] (int64 once merged on the host)
+    prefixes: mom.HostOrDevice  # uint32 [D, U] (uint64 for integer data)
+    center: (
+        mom.HostOrDevice
+    )  # float32 [D] near the data: the moments' shift; fast mode keys x - center
+    # int64 [D]: NaN/Inf values seen (first pass only; the driver locates them)
+    nonfinite: mom.HostOrDevice
     # the host kernel's first pass only: the values near each quantile (`windows.Windows`)
-    windows: object = None
+    windows: Windows | None = None
 
 
 def init(
-    spec: PassSpec, prefixes: np.ndarray, center: np.ndarray, windows: object = None
+    spec: PassSpec, prefixes: np.ndarray, center: np.ndarray, windows: Windows | None = None
 ) -> PassState:
     """A fresh state as host (numpy) arrays; `replicate_per_device` places it. `windows`
     (`windows.start`, the host kernel's first pass only) keep the values near each quantile."""

@@ -127,7 +127,7 @@ def open_mixture(settings: StatsSettings, chunk_transform) -> MixtureSource:
     and with --write-into the merged dataset checked to hold exactly their episodes."""
 
     check_options(settings)
-    datasets = [repo_ids.resolve(d) for d in settings.dataset]
+    datasets = [repo_ids.resolve(d) for d in settings.dataset or ()]
     keys = member_keys(settings, len(datasets))
     target, all_keys = None, None
     if settings.write_into:
@@ -138,7 +138,7 @@ def open_mixture(settings: StatsSettings, chunk_transform) -> MixtureSource:
                 " dataset that LeRobot's merge_datasets made of these datasets"
             )
         if keys[0] is None:
-            all_keys = lerobot.numeric_features(target)
+            all_keys = lerobot.numeric_features(target) or {}  # required: None never comes back
             keys = [{k: v for k, v in all_keys.items() if k not in RENUMBERED}] * len(datasets)
         else:
             all_keys = dict(keys[0])
@@ -226,6 +226,7 @@ def compute(settings: StatsSettings, source: MixtureSource, levels, devices, pro
     result = compute_mixture_stats(source.members, weights=settings.weights, **options)
     own = {k: v for k, v in source.keys.items() if k not in result.stats}
     if own:  # the merged dataset's renumbered columns
+        assert source.target is not None  # they come from --write-into
         merged = compute_stats(open_source(source.target, keys=own), **options)
         stats = {**result.stats, **merged.stats}
         result.stats = {k: stats[k] for k in source.keys}

@@ -37,6 +37,7 @@ from accelkit.stats.engine.driver import (
     open_runner,
     select_pass,
 )
+from accelkit.stats.engine.ray_runner import RayRunner
 from accelkit.stats.engine.replay import Recording
 from accelkit.stats.engine.runner import choose_devices, x64_for
 from accelkit.stats.kernel import windows
@@ -102,7 +103,7 @@ def compute_mixture_stats(
         platform=devices[0].platform,
         devices=[str(d) for d in devices]
         if ray is None
-        else [d for r in runners for d in r.describe_devices()],
+        else [d for r in runners if isinstance(r, RayRunner) for d in r.describe_devices()],
         batch_size=max((max(r.batch_sizes.values(), default=0) for r in runners), default=0),
         passes=len(pass_times),
         rows=run.rows,
@@ -112,7 +113,9 @@ def compute_mixture_stats(
         partial=False,
         compiles=len(set().union(*(r.compiled for r in runners))),
         pass_seconds=pass_times,
-        cluster=None if ray is None else {"members": [r.traffic() for r in runners]},
+        cluster=None
+        if ray is None
+        else {"members": [r.traffic() for r in runners if isinstance(r, RayRunner)]},
     )
     return StatsResult(stats, summary)
 
@@ -162,7 +165,7 @@ class _Mixture:
 
     # --- exact mode ---
 
-    def exact(self):
+    def exact(self) -> tuple[dict, list[float]]:
 
         with ExitStack() as stack:
             sources, speculate = [], []
@@ -228,7 +231,7 @@ class _Mixture:
             log.info(
                 "quantiles found in pass 1 for %d of %d keys", len(plans) - len(missed), len(plans)
             )
-        pass_times = [sum(o.seconds for o in first)]
+        pass_times: list[float] = [sum(o.seconds for o in first)]
         while any(plan.prefix_bits < plan.key_bits for plan in plans.values()):
             views = {key: mx.view(plan) for key, plan in plans.items()}
             groups, digits, spec_for, init_for_pass = select_pass(views)
@@ -257,7 +260,7 @@ class _Mixture:
 
     # --- fast mode (the union only) ---
 
-    def fast(self):
+    def fast(self) -> tuple[dict, list[float]]:
 
         def spec_for(key, dim, integer):
             bits = qt.FAST_DIGIT_BITS
@@ -275,9 +278,9 @@ class _Mixture:
         for key in outcomes[0].states:
             states = [o.states[key] for o in outcomes]
             merged = _merged_extremes(states)
-            counts = sum(
-                (s.counts.astype(np.int64) for s in states[1:]), states[0].counts.astype(np.int64)
-            )
+            counts = states[0].counts.astype(np.int64)
+            for s in states[1:]:
+                counts = counts + s.counts.astype(np.int64)
             est, bound = qt.sketch_quantiles(
                 counts,
                 np.asarray(states[0].center, np.float64),
@@ -318,7 +321,7 @@ class _Mixture:
             min=base["min"],
             max=base["max"],
             quantiles={float(q): values[:, i] for i, q in enumerate(self.levels)},
-            nonfinite=sum(np.asarray(s.nonfinite, np.int64) for s in states),
+            nonfinite=np.sum([np.asarray(s.nonfinite, np.int64) for s in states], axis=0),
             rank_error_bound=None
             if bound is None
             else {float(q): bound[:, i] for i, q in enumerate(self.levels)},

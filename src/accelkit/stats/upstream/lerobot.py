@@ -24,7 +24,7 @@ also tried on the values widened to float64 (`candidates`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -143,7 +143,7 @@ def candidates(
     return out
 
 
-def aggregate(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def aggregate(entries: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """LeRobot's `aggregate_stats` of one feature's entries (those holding mean, std and count)."""
     usable = [e for e in entries if {"mean", "std", "count"} <= set(e)]
     shapes = {e["mean"].shape for e in usable}
@@ -170,7 +170,7 @@ def aggregate(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return out
 
 
-def fold(entries: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def fold(entries: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """`meta/stats.json` as LeRobot 0.4 writes it while recording: after every episode,
     `stats = aggregate_stats([stats, episode])` (the first episode's statistics as they are), on
     the episodes' statistics in their own dtypes (`lerobot_04(..., native=True)`)."""

@@ -40,7 +40,9 @@ class RunningStats:
     def __init__(self, pad: bool = False):
         self.pad = pad
         self.count = 0
-        self.mean = self.squares = self.lo = self.hi = None
+        # per dimension, set by the first batch
+        self.mean, self.squares = np.zeros(0), np.zeros(0)
+        self.lo, self.hi = np.zeros(0), np.zeros(0)
         self.counts: list[np.ndarray] = []
         self.edges: list[np.ndarray] = []
 

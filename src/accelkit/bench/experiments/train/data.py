@@ -22,7 +22,7 @@ def make_data(samples: int, seed: int = 0):
         flip_y=0.01,
         random_state=seed,
     )
-    x_train, y_train, x_test, y_test = stratified_split(x, y, 0.2, seed)
+    x_train, y_train, x_test, y_test = stratified_split(np.asarray(x), np.asarray(y), 0.2, seed)
     mean, std = x_train.mean(0), x_train.std(0)
     norm = lambda a: ((a - mean) / std).astype(np.float32)  # noqa: E731
     return norm(x_train), y_train.astype(np.float32), norm(x_test), y_test.astype(np.float32)

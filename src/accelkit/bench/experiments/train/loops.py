@@ -147,7 +147,7 @@ def keras_run(setup: Setup, data, weights, steps: int | None = None, dropout: fl
     keras.utils.set_random_seed(setup.seed)
     model = keras_model(setup.dropout if dropout is None else dropout, setup.seed)
     model.set_weights(weights)
-    start_logits = keras.ops.convert_to_numpy(model(x_test[:64], training=False))
+    start_logits = np.asarray(keras.ops.convert_to_numpy(model(x_test[:64], training=False)))
     model.compile(
         optimizer=keras.optimizers.SGD(setup.lr, momentum=setup.momentum),
         loss=keras.losses.BinaryCrossentropy(from_logits=True),

@@ -61,8 +61,8 @@ def torch_weights(net) -> list[np.ndarray]:
             out += [
                 layer.weight.detach().numpy().copy(),
                 layer.bias.detach().numpy().copy(),
-                layer.running_mean.numpy().copy(),
-                layer.running_var.numpy().copy(),
+                np.array(layer.running_mean),  # a copy (tracked: BatchNorm1d's default)
+                np.array(layer.running_var),
             ]
     return out
 
@@ -104,8 +104,8 @@ def bn_stats_torch(net) -> tuple[np.ndarray, np.ndarray]:
 
     bns = [m for m in net if isinstance(m, nn.BatchNorm1d)]
     return (
-        np.concatenate([m.running_mean.numpy() for m in bns]),
-        np.concatenate([m.running_var.numpy() for m in bns]),
+        np.concatenate([np.asarray(m.running_mean) for m in bns]),
+        np.concatenate([np.asarray(m.running_var) for m in bns]),
     )
 
 

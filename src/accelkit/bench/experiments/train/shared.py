@@ -46,7 +46,8 @@ def make_loader(
 
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(
-        ArrayDataset(x, y),
+        # any map-style dataset serves (__len__, __getitem__); torch types it as its Dataset class
+        ArrayDataset(x, y),  # pyright: ignore[reportArgumentType]
         batch_size=batch_size,
         shuffle=shuffle,
         generator=generator,
