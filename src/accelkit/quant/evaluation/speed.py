@@ -5,8 +5,9 @@ Each setting is timed in rounds interleaved with the FP32 model (A, B, A, B…: 
 so load from other processes hits both alike. Reported per setting, all from those same rounds:
 its median time, FP32's median time (`*_fp32_ms`) and their quotient (`*_ratio`), so the ratio
 always agrees with the two times shown beside it (a median of per-round ratios could call a
-setting faster while its median time was the larger). FP32's own row is timed alone, in a window
-of its own: compare a setting with the FP32 time of its own rounds. Compiled means
+setting faster while its median time was the larger). FP32 is never timed alone: a window of its
+own, under other load than a setting's rounds, gave times 5–6× those inside the rounds and a table
+that contradicted its own ratios; FP32's times are the `*_fp32_ms` beside each setting. Compiled means
 `torch.compile(fullgraph=True, dynamic=False)` (inductor) of each block of the model's stack of
 repeated blocks (`compile_model`: regional compilation — the blocks share one graph, so a model
 compiles one block per shape, not the whole model; the rest runs eager), one compile per shape,
@@ -97,7 +98,7 @@ TIMING = {
     "ms": "the setting's median time over its rounds interleaved with the FP32 model",
     "fp32_ms": "the FP32 model's median time in those same rounds (*_fp32_ms)",
     "ratio": "ms / fp32_ms: the quotient of the two medians shown, from the same rounds"
-    " (below 1 is faster); the FP32 row is timed alone, in a window of its own",
+    " (below 1 is faster); the FP32 row itself is not timed (its times are each row's fp32_ms)",
 }
 
 
@@ -129,10 +130,6 @@ class SpeedBench:
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
         """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
-        if ours is theirs:  # FP32 against itself: timed once, the ratio is 1 by definition
-            timed = timing.interleaved({"ours": lambda: ours(**batch)}, rounds)
-            ms = 1e3 * statistics.median(timed.wall["ours"])
-            return ms, ms, 1.0
         timed = timing.interleaved(
             {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}, rounds
         )
@@ -146,9 +143,18 @@ class SpeedBench:
         compiled(**self.one)
         return compiled, time.perf_counter() - start
 
+    @property
+    def fp32_compile_s(self) -> float | None:
+        """Seconds FP32's compile took (made with the first compiled setting), None before."""
+        return self._fp32_compile_s
+
     @torch.no_grad()
     def measure(self, model: nn.Module, compiled: bool) -> Speed:
+        """`model`'s times against FP32 in the same rounds; FP32 itself: nothing (its times are
+        every setting's `*_fp32_ms`)."""
         speed = Speed()
+        if model is self.fp32:
+            return speed
         with self.phases("eager timing"):
             speed.eager_ms, speed.eager_fp32_ms, speed.eager_ratio = self._pair(
                 model, self.fp32, self.batch, min(EAGER_ROUNDS, self.rounds)
@@ -160,10 +166,7 @@ class SpeedBench:
             with self.phases("compile"):
                 if self._fp32_compiled is None:
                     self._fp32_compiled, self._fp32_compile_s = self._compile(self.fp32)
-                if model is self.fp32:
-                    ours, speed.compile_s = self._fp32_compiled, self._fp32_compile_s
-                else:
-                    ours, speed.compile_s = self._compile(model)
+                ours, speed.compile_s = self._compile(model)
             with self.phases("compiled timing"):
                 base = self._fp32_compiled
                 speed.compiled_ms, speed.compiled_fp32_ms, speed.compiled_ratio = self._pair(
