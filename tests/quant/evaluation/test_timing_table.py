@@ -5,7 +5,9 @@ than FP32 (issue 57, items 4 and 6). Properties over generated rows; the ratios 
 from elsewhere (`*_ratio`) are drawn independently, so a table that read them would fail."""
 
 import re
+import statistics
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,3 +148,41 @@ def test_report_markdown_shows_the_same_timing_cells():
     line = next(x for x in md.splitlines() if x.startswith("| rtn"))
     assert line.rstrip(" |").endswith("20.00 | 10.00 | 2.00 | 3.00 | 4.00 | 0.75"), line
     assert "eager × FP32" in md and "compiled × FP32" in md
+
+
+def test_rounds_stop_once_the_ratio_settles_and_not_before(monkeypatch):
+    """Interleaved rounds: 3 when the per-round ratios agree within 10 %, more (up to the cap)
+    while they do not; the ratio is always the quotient of the two medians of the same rounds."""
+    import torch
+    from torch import nn
+
+    from accelkit.quant.evaluation import speed
+    from accelkit.runtime import timing
+
+    calls = []
+
+    def fake(walls):
+        def rounds(runs, n, **_kwargs):
+            start = sum(calls)
+            calls.append(n)
+            wall = {k: walls[k][start : start + n] for k in runs}
+            return timing.Rounds(wall, wall, {}, {})
+
+        return rounds
+
+    class Tiny(nn.Module):
+        def forward(self, input_ids):
+            return input_ids
+
+    batch = {"input_ids": torch.zeros(2, 3)}
+    steady = {"fp32": [0.010] * 10, "ours": [0.020, 0.021, 0.0205] + [0.5] * 7}
+    monkeypatch.setattr(timing, "interleaved", fake(steady))
+    bench = speed.SpeedBench(Tiny(), batch, speed.Phases(), rounds=10)
+    ms, base, ratio = bench._pair(Tiny(), bench.fp32, batch, 10)
+    assert calls == [3] and ratio == pytest.approx(2.05) and ms / base == ratio
+    calls.clear()
+    noisy = {"fp32": [0.010] * 10, "ours": [0.010, 0.020, 0.010, 0.020, 0.015] + [0.011] * 5}
+    monkeypatch.setattr(timing, "interleaved", fake(noisy))
+    ms, base, ratio = bench._pair(Tiny(), bench.fp32, batch, 5)
+    assert calls == [3, 1, 1]  # never settled: up to the cap
+    assert ratio == pytest.approx(statistics.median(noisy["ours"][:5]) / 0.010)

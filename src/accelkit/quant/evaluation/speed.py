@@ -29,8 +29,10 @@ from torch import nn
 
 from accelkit.runtime import timing
 
-ROUNDS = 10  # interleaved rounds per compiled measurement (the warm-up call apart)
-EAGER_ROUNDS = 5  # eager: a few (it is reported, but the recommendation reads compiled times)
+ROUNDS = 10  # interleaved rounds per compiled measurement at most (the warm-up call apart)
+EAGER_ROUNDS = 5  # eager: a few at most (the recommendation reads compiled times where timed)
+MIN_ROUNDS = 3  # rounds always run; more only while the ratio is still unsettled
+SETTLED = 1.10  # settled: the largest per-round ratio at most 1.10× the smallest
 
 
 @dataclass
@@ -119,6 +121,14 @@ class Speed:
     compile_s: float | None = None
 
 
+def settled(ours: list[float], fp32: list[float]) -> bool:
+    """Whether the per-round ratios of two interleaved timings agree to within `SETTLED` (their
+    largest at most that many times their smallest): more rounds would not move the ratio of the
+    medians much."""
+    per_round = [a / b for a, b in zip(ours, fp32, strict=True) if b > 0]
+    return len(per_round) >= MIN_ROUNDS and max(per_round) <= SETTLED * min(per_round)
+
+
 class SpeedBench:
     """Times models against one FP32 model on one batch (and its first text)."""
 
@@ -129,11 +139,18 @@ class SpeedBench:
         self._fp32_compile_s: float | None = None
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
-        """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
-        timed = timing.interleaved(
-            {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}, rounds
-        )
-        ms, base = (1e3 * statistics.median(timed.wall[k]) for k in ("ours", "fp32"))
+        """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds —
+        `MIN_ROUNDS`, then one more at a time (the starting model alternating) until the
+        per-round ratios are `settled` or `rounds` ran: a steady machine spends 3 rounds, a
+        noisy one up to `rounds`."""
+        runs = {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}
+        wall = timing.interleaved(runs, min(MIN_ROUNDS, rounds)).wall
+        while len(wall["ours"]) < rounds and not settled(wall["ours"], wall["fp32"]):
+            order = list(runs) if len(wall["ours"]) % 2 == 0 else list(reversed(runs))
+            more = timing.interleaved({k: runs[k] for k in order}, 1, warmup=False).wall
+            for k in runs:
+                wall[k] = [*wall[k], *more[k]]
+        ms, base = (1e3 * statistics.median(wall[k]) for k in ("ours", "fp32"))
         return ms, base, ms / base
 
     def _compile(self, model: nn.Module) -> tuple[nn.Module, float]:
