@@ -186,3 +186,41 @@ def test_rounds_stop_once_the_ratio_settles_and_not_before(monkeypatch):
     ms, base, ratio = bench._pair(Tiny(), bench.fp32, batch, 5)
     assert calls == [3, 1, 1]  # never settled: up to the cap
     assert ratio == pytest.approx(statistics.median(noisy["ours"][:5]) / 0.010)
+
+
+def test_a_real_decoder_run_never_recommends_a_setting_slower_than_fp32(tmp_path, capsys):
+    """One real `quant eval --no-compile` on a tiny Llama-style decoder (random weights; int8 on
+    its 64-wide layers usually loses to FP32): whatever the clock says, the recommended setting
+    is FP32 or a faithful one whose table ratio is below 1, and it is the ratio the table shows."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from tests.quant.test_evaluate import with_tokenizer
+    from tests.support.cli import result_of, run_cli
+
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
+    with_tokenizer(tmp_path)
+    args = ["quant", "eval", "--model", str(tmp_path), "--methods", "fp32,rtn",
+            "--bits", "w8a8,w4a8", "--pairs", "8", "--no-compile", "--json"]  # fmt: skip
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    doc = result_of(out)
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert rows["fp32"]["eager_ms"] is None  # FP32 is timed only beside each setting
+    setting = doc["recommendation"]["setting"]
+    faithful = [r for r in doc["rows"][1:] if r["mean_cosine"] >= MIN_COSINE]
+    assert faithful, [r["mean_cosine"] for r in doc["rows"]]  # W8A8 at least
+    ratio = {
+        label: r["eager_ms"] / r["eager_fp32_ms"] for label, r in rows.items() if r["eager_ms"]
+    }
+    if setting["label"] == "fp32":
+        assert all(ratio[r["label"]] >= 1.0 for r in faithful), ratio
+        assert "is slower" in setting["text"]
+    else:
+        assert ratio[setting["label"]] < 1.0 and setting["timing"] == "eager"
+        assert f"{ratio[setting['label']]:.2f}× eager FP32" in setting["text"]
