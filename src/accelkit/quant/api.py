@@ -94,6 +94,7 @@ class ApplyResult:
     summary: str = ""
     kernels: dict[str, int] = field(default_factory=dict)  # CPU kernel -> layers on it
     target: dict | None = None  # --target-cosine: what was moved out of 4-bit, and the cost
+    speed: dict | None = None  # the default setting: eager time against FP32 (`_default_speed`)
 
     def document(self) -> dict:
         if self.dry_run:
@@ -116,6 +117,7 @@ class ApplyResult:
             "fp32_layers_bytes": self.fp32_layers_bytes,
             "kernels": self.kernels,
             "target": self.target,
+            "speed": self.speed,
         }
 
 
@@ -401,6 +403,9 @@ def apply(
             batch_size=32,
         )
     _default_abits(cfg, float_model)
+    # the default setting (no method, bits or config asked for) is checked for speed on this CPU
+    on_defaults = method is None and wbits is None and abits is None and config is None
+    fp32 = copy.deepcopy(float_model) if on_defaults and not cfg.dry_run else None
     steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
     if progress:
         progress(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
@@ -428,6 +433,7 @@ def apply(
     if subject is not None:
         qmodel, target = _apply_target(subject, qmodel, cfg, target_cosine, progress)
     _warn_float_fallback(qmodel, cfg)
+    speed = None if fp32 is None else _default_speed(fp32, qmodel, data.first(), cfg)
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
     return ApplyResult(
@@ -442,7 +448,28 @@ def apply(
         summary=report.summary(),
         kernels=kernel_counts(qmodel),
         target=target,
+        speed=speed,
     )
+
+
+def _default_speed(fp32, qmodel, batch: dict, cfg) -> dict:
+    """`apply` on defaults: the quantized model's eager time against FP32's in the same
+    interleaved rounds, on the first calibration batch; one warning line when it is not faster
+    (a small decoder, where int8 loses: `quant eval` then recommends FP32 itself)."""
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
+
+    timed = SpeedBench(fp32, batch, Phases()).measure(qmodel, compiled=False)
+    speed = {"eager_ms": timed.eager_ms, "eager_fp32_ms": timed.eager_fp32_ms}
+    speed["eager_ratio"] = timed.eager_ms / timed.eager_fp32_ms
+    if speed["eager_ratio"] >= 1.0:
+        logging.getLogger(__name__).warning(
+            "quant: the default setting (%s W%dA%d) runs %.2f× FP32's eager time on this CPU"
+            " (%.2f ms against %.2f ms, the same rounds); `accelkit quant eval --model …` finds"
+            " the fastest faithful setting here, FP32 itself when none is faster",
+            cfg.method, cfg.wbits, cfg.abits, speed["eager_ratio"], timed.eager_ms,
+            timed.eager_fp32_ms,
+        )  # fmt: skip
+    return speed
 
 
 def _apply_target(subject, qmodel, cfg, target_cosine, progress) -> tuple:

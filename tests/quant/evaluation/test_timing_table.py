@@ -188,23 +188,29 @@ def test_rounds_stop_once_the_ratio_settles_and_not_before(monkeypatch):
     assert ratio == pytest.approx(statistics.median(noisy["ours"][:5]) / 0.010)
 
 
-def test_a_real_decoder_run_never_recommends_a_setting_slower_than_fp32(tmp_path, capsys):
-    """One real `quant eval --no-compile` on a tiny Llama-style decoder (random weights; int8 on
-    its 64-wide layers usually loses to FP32): whatever the clock says, the recommended setting
-    is FP32 or a faithful one whose table ratio is below 1, and it is the ratio the table shows."""
+def tiny_decoder(folder):
+    """A tiny Llama-style decoder folder (random weights, MiniLM's tokenizer)."""
     transformers = pytest.importorskip("transformers")
     import torch
 
     from tests.quant.test_evaluate import with_tokenizer
-    from tests.support.cli import result_of, run_cli
 
     torch.manual_seed(1)
     config = transformers.LlamaConfig(
         vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
     )  # fmt: skip
-    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
-    with_tokenizer(tmp_path)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    return with_tokenizer(folder)
+
+
+def test_a_real_decoder_run_never_recommends_a_setting_slower_than_fp32(tmp_path, capsys):
+    """One real `quant eval --no-compile` on a tiny Llama-style decoder (random weights; int8 on
+    its 64-wide layers usually loses to FP32): whatever the clock says, the recommended setting
+    is FP32 or a faithful one whose table ratio is below 1, and it is the ratio the table shows."""
+    from tests.support.cli import result_of, run_cli
+
+    tiny_decoder(tmp_path)
     args = ["quant", "eval", "--model", str(tmp_path), "--methods", "fp32,rtn",
             "--bits", "w8a8,w4a8", "--pairs", "8", "--no-compile", "--json"]  # fmt: skip
     code, out, err = run_cli(args, capsys)
@@ -224,3 +230,23 @@ def test_a_real_decoder_run_never_recommends_a_setting_slower_than_fp32(tmp_path
     else:
         assert ratio[setting["label"]] < 1.0 and setting["timing"] == "eager"
         assert f"{ratio[setting['label']]:.2f}× eager FP32" in setting["text"]
+
+
+def test_apply_on_defaults_says_when_its_setting_is_slower_than_fp32(tmp_path, caplog):
+    """`quant apply` with no setting asked for times what it wrote against FP32 (eager, the same
+    rounds) and warns in one line when it is not faster; an asked-for setting is not timed."""
+    import logging
+
+    from accelkit.quant.api import apply
+
+    tiny_decoder(tmp_path / "m")
+    with caplog.at_level(logging.WARNING):
+        done = apply(str(tmp_path / "m"), tmp_path / "q.safetensors").document()
+    speed = done["speed"]
+    assert speed["eager_ratio"] == pytest.approx(speed["eager_ms"] / speed["eager_fp32_ms"])
+    slower = [r.getMessage() for r in caplog.records if "runs" in r.getMessage()]
+    assert bool(slower) == (speed["eager_ratio"] >= 1.0), (speed, slower)
+    if slower:
+        assert f"{speed['eager_ratio']:.2f}× FP32's eager time" in slower[0]
+    asked = apply(str(tmp_path / "m"), tmp_path / "r.safetensors", method="rtn").document()
+    assert asked["speed"] is None
