@@ -101,6 +101,7 @@ class ApplyResult:
     target: dict | None = None  # --target-*: what was moved out of 4-bit, and the cost
     quantized_share: float = 0.0  # of the model's linear weights
     lm_head: str | None = None  # "float" | "quantized"; None: the model has none
+    speed: dict | None = None  # the default setting: eager time against FP32 (`_default_speed`)
 
     def document(self) -> dict:
         if self.dry_run:
@@ -127,6 +128,7 @@ class ApplyResult:
             "target": self.target,
             "quantized_share": self.quantized_share,
             "lm_head": self.lm_head,
+            "speed": self.speed,
         }
 
 
@@ -473,6 +475,9 @@ def apply(
         data = calibration_data(float_model, tok, calibration, max_length)
     share, head = _plan_share(float_model, cfg)
     _default_abits(cfg, float_model)
+    # the default setting (no method, bits or config asked for) is checked for speed on this CPU
+    on_defaults = method is None and wbits is None and abits is None and config is None
+    fp32 = copy.deepcopy(float_model) if on_defaults and not cfg.dry_run else None
     steps = Steps(sum(isinstance(m, nn.Linear) for m in float_model.modules()), "quant apply")
     if progress:
         progress(steps.text(f"calibrating ({cfg.method}) on {data.count} texts"))
@@ -502,6 +507,7 @@ def apply(
     if subject is not None:
         qmodel, target = _apply_target(subject, qmodel, cfg, goal, progress)
     _warn_float_fallback(qmodel, cfg)
+    speed = None if fp32 is None else _default_speed(fp32, qmodel, data.first(), cfg)
     path = save_quantized(qmodel, output)
     q_bytes, fp_bytes = quant_layer_bytes(qmodel)
     return ApplyResult(
@@ -518,7 +524,28 @@ def apply(
         target=target,
         quantized_share=share,
         lm_head=head,
+        speed=speed,
     )
+
+
+def _default_speed(fp32, qmodel, batch: dict, cfg) -> dict:
+    """`apply` on defaults: the quantized model's eager time against FP32's in the same
+    interleaved rounds, on the first calibration batch; one warning line when it is not faster
+    (a small decoder, where int8 loses: `quant eval` then recommends FP32 itself)."""
+    from accelkit.quant.evaluation.speed import Phases, SpeedBench
+
+    timed = SpeedBench(fp32, batch, Phases()).measure(qmodel, compiled=False)
+    speed = {"eager_ms": timed.eager_ms, "eager_fp32_ms": timed.eager_fp32_ms}
+    speed["eager_ratio"] = timed.eager_ms / timed.eager_fp32_ms
+    if speed["eager_ratio"] >= 1.0:
+        logging.getLogger(__name__).warning(
+            "quant: the default setting (%s W%dA%d) runs %.2f× FP32's eager time on this CPU"
+            " (%.2f ms against %.2f ms, the same rounds); `accelkit quant eval --model …` finds"
+            " the fastest faithful setting here, FP32 itself when none is faster",
+            cfg.method, cfg.wbits, cfg.abits, speed["eager_ratio"], timed.eager_ms,
+            timed.eager_fp32_ms,
+        )  # fmt: skip
+    return speed
 
 
 def _apply_target(subject, qmodel, cfg, goal, progress) -> tuple:

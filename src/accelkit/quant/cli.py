@@ -212,7 +212,12 @@ def eval_command(
 
 
 def _print_eval_table(result) -> None:
-    from accelkit.quant.evaluation.report import fidelity_columns
+    from accelkit.quant.evaluation.report import (
+        fidelity_columns,
+        timing_cells,
+        timing_header,
+        timing_kinds,
+    )
 
     title = (
         f"accelkit quant eval — {result.model} ({result.kind}, {result.dtype}), {result.texts}"
@@ -223,14 +228,9 @@ def _print_eval_table(result) -> None:
         *fidelity_columns(result.kind),
         ("layers MB", "quant_layers_mb", ".2f"),
         ("kernel", "kernels", "kernels"),
-        ("eager ms", "eager_ms", ".2f"),
-        ("compiled ms", "compiled_ms", ".2f"),
-        ("FP32 ms", "compiled_fp32_ms", ".2f"),  # in the same rounds: the ratio's denominator
-        ("× FP32", "compiled_ratio", ".2f"),
-        ("1 text ms", "compiled_one_ms", ".2f"),
-        ("FP32 ms (1 text)", "compiled_one_fp32_ms", ".2f"),
-        ("× FP32 (1 text)", "compiled_one_ratio", ".2f"),
     ]
+    rows = [vars(r) for r in result.rows]
+    kinds = timing_kinds(rows)  # per timing: ms, FP32 ms of the same rounds, their quotient
 
     def fmt(v, spec):
         if spec == "kernels":
@@ -245,16 +245,17 @@ def _print_eval_table(result) -> None:
         [
             Col(name, numeric=spec not in (None, "kernels"), key=key == "label")
             for name, key, spec in columns
-        ],
-        [[fmt(getattr(r, key), spec) for _, key, spec in columns] for r in result.rows],
+        ]
+        + [Col(name, numeric=True) for name in timing_header(kinds)],
+        [[fmt(r[key], spec) for _, key, spec in columns] + timing_cells(r, kinds) for r in rows],
         console=stdout_console(),
     )
-    if result.timing_batch and any(r.eager_ms is not None for r in result.rows):
+    if result.timing_batch and kinds:
         shape = "×".join(map(str, result.timing_batch))
         typer.echo(
-            f"timed on a batch of {shape} tokens and on its first text alone; each row's"
-            " compiled ms, FP32 ms and × FP32 come from the same rounds, interleaved with FP32"
-            " (the fp32 row is timed alone)"
+            f"timed on a batch of {shape} tokens and on its first text alone; each row's ms,"
+            " FP32 ms and × FP32 come from the same rounds, interleaved with FP32, the ratio"
+            " being the quotient of the two times beside it"
         )
     if result.kernels and result.kernels.get("seconds"):
         key = result.kernels["machine"]

@@ -1,13 +1,16 @@
 """`quant eval` recommends, per bit setting, the fastest of the rows as faithful as the best
 (top-1 agreement first, then cosine or perplexity ratio) — from the user's own run."""
 
+import pytest
+
 from accelkit.quant.evaluation.recommend import recommend
 from accelkit.quant.evaluation.sweep import EvalRow
 
 
 def row(method, bits, top1, cos=None, ppl=None, ms=None):
+    fp32_ms = None if ms is None else 100.0  # FP32's median in the same rounds
     return EvalRow(method, bits, 1.0, 8.0, mean_cosine=cos, top1_agreement=top1,
-                   perplexity_ratio=ppl, compiled_ms=ms)  # fmt: skip
+                   perplexity_ratio=ppl, compiled_ms=ms, compiled_fp32_ms=fp32_ms)  # fmt: skip
 
 
 def test_the_fastest_of_the_equally_faithful_rows_per_bits():
@@ -22,7 +25,7 @@ def test_the_fastest_of_the_equally_faithful_rows_per_bits():
     advice = recommend(rows)
     picks = {p["bits"]: p["method"] for p in advice["per_bits"]}
     assert picks == {"w4a8": "duquant", "w4a4": "duquant"}
-    assert "0.60× the unquantized model's time" in advice["text"]
+    assert "0.60× compiled FP32" in advice["text"]
     # top-1 decides before cosine: a higher cosine with lower agreement is not "as faithful"
     rows[3] = row("duquant", "w4a8", 0.90, 0.9900, ms=60.0)
     assert recommend(rows)["per_bits"][0]["method"] == "smoothquant"
@@ -39,11 +42,12 @@ def test_without_timings_the_most_faithful_and_causal_lms_by_perplexity():
 
 def timed(method, bits, cos, batch, one):
     return EvalRow(method, bits, 1.0, 8.0, mean_cosine=cos, top1_agreement=1.0,
-                   compiled_ms=100.0 * batch, compiled_ratio=batch, compiled_one_ratio=one,
+                   compiled_ms=100.0 * batch, compiled_fp32_ms=100.0, compiled_ratio=batch,
+                   compiled_one_ms=10.0 * one, compiled_one_fp32_ms=10.0, compiled_one_ratio=one,
                    label=f"{method}/{bits}")  # fmt: skip
 
 
-FP32 = timed("fp32", "w32a32", 1.0, 1.0, 1.0)
+FP32 = EvalRow("fp32", "w32a32", 1.0, 8.0, mean_cosine=1.0, top1_agreement=1.0, label="fp32")
 
 
 def test_the_verdict_is_the_fastest_setting_meeting_both_targets():
@@ -74,15 +78,37 @@ def test_when_no_setting_meets_both_the_line_says_so_first():
     assert not recommend(rows)["setting"]["meets_targets"]
 
 
-def test_a_setting_slower_than_fp32_is_never_recommended_silently():
+def test_a_setting_slower_than_fp32_is_never_recommended():
+    """Every faithful setting slower than compiled FP32 (a decoder, where int8 loses): FP32 is
+    recommended, and the line names the fastest faithful setting tried."""
     rows = [
         FP32,
         timed("duquant", "w4a8", 0.9826, 1.43, 1.80),
-        timed("rtn", "w4a8", 0.96, 0.9, 0.9),
+        timed("rtn", "w4a8", 0.96, 0.9, 0.9),  # faster, not faithful enough
     ]
-    text = recommend(rows)["text"]
-    assert text.startswith("no setting reaches")
-    assert "duquant/w4a8" in text and "slower than the unquantized model" in text
+    advice = recommend(rows)
+    assert advice["setting"]["label"] == "fp32" and not advice["setting"]["meets_targets"]
+    text = advice["text"]
+    assert text.startswith("fp32 (the unquantized model): no setting with mean cosine ≥ 0.98")
+    assert "duquant/w4a8 (mean cos 0.9826, 1.43× compiled FP32" in text and "is slower" in text
+    # faster at the batch but slower at one text: not faster than FP32 either
+    rows[1] = timed("duquant", "w4a8", 0.9826, 0.9, 1.1)
+    assert recommend(rows)["setting"]["label"] == "fp32"
+
+
+def test_the_fastest_faithful_setting_faster_than_fp32_wins_where_w4a8_loses():
+    """W4A8 slower than FP32, W8A8 and a weight-only setting faithful and faster: the fastest
+    of those is recommended, though no target is met."""
+    rows = [
+        FP32,
+        timed("duquant", "w4a8", 0.9900, 1.31, 1.36),
+        timed("duquant", "w8a8", 0.9990, 0.92, 0.95),
+        timed("rtn", "w8a16", 0.9999, 0.97, 0.90),
+    ]
+    setting = recommend(rows)["setting"]
+    assert setting["label"] == "duquant/w8a8" and not setting["meets_targets"]
+    assert setting["time_ratio"] == pytest.approx(0.92)
+    assert "faster than FP32" in setting["text"]
 
 
 def test_nothing_faithful_enough_and_a_higher_bar():

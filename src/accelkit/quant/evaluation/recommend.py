@@ -4,9 +4,12 @@ One verdict, by fidelity *and* speed on this machine: of the settings whose mean
 reaches `min_cosine` (0.98; embeddings for encoders, last hidden states for causal LMs), those
 whose compiled time is at most `SPEED_BATCH` (0.6×) FP32's at the timing batch and `SPEED_ONE`
 (0.8×) at one text meet the targets, and the fastest of them is recommended. When none meets both,
-the line says so first and recommends the fastest faithful setting (saying so again when it is
-slower than FP32); when none is faithful enough, the most faithful. Speed is the compiled ratio
-when compiled times were measured, else the eager one.
+the line says so first and recommends the fastest faithful setting that is faster than FP32 (at
+the timing batch, and at one text where timed); when every faithful setting measured is slower
+than FP32, FP32 itself (the unquantized model: quantizing would cost time here), naming the
+fastest that was tried; when none is faithful enough, the most faithful. Speed is the compiled
+ratio when compiled times were measured, else the eager one — always the quotient of the row's
+median and FP32's median in the same interleaved rounds, the numbers the table shows.
 
 Beside it, per bit setting (for the report): the rows whose top-1 agreement is within 0.01 of the
 best and whose cosine (perplexity ratio) is within 0.002 of the best of those count as equally
@@ -15,6 +18,7 @@ faithful; of them, the fastest measured, else the most faithful.
 
 from __future__ import annotations
 
+from accelkit.quant.evaluation.report import time_ratio
 from accelkit.quant.evaluation.sweep import EvalRow
 
 MIN_COSINE = 0.98
@@ -28,21 +32,20 @@ def _quality(row: EvalRow) -> tuple[float, float]:
     return (row.top1_agreement or 0.0, second)
 
 
-def ratios(row: EvalRow, fp32: EvalRow | None) -> tuple[float | None, float | None, str]:
-    """(time over FP32 at the timing batch, at one text, which timing): the interleaved ratios
-    when measured, else the quotient of the medians."""
-    if row.compiled_ratio is not None:
-        return row.compiled_ratio, row.compiled_one_ratio, "compiled"
-    if row.compiled_ms is not None and fp32 is not None and fp32.compiled_ms:
-        return row.compiled_ms / fp32.compiled_ms, None, "compiled"
-    if row.eager_ratio is not None:
-        return row.eager_ratio, None, "eager"
-    if row.eager_ms is not None and fp32 is not None and fp32.eager_ms:
-        return row.eager_ms / fp32.eager_ms, None, "eager"
+def ratios(row: EvalRow) -> tuple[float | None, float | None, str]:
+    """(time over FP32 at the timing batch, at one text, which timing): compiled where measured,
+    else eager; each the quotient of the row's median and FP32's median in the same rounds, as
+    the table shows them (`report.time_ratio`)."""
+    times = vars(row)
+    for kind in ("compiled", "eager"):
+        batch = time_ratio(times, kind)
+        if batch is not None:
+            one = time_ratio(times, "compiled_one") if kind == "compiled" else None
+            return batch, one, kind
     return None, None, ""
 
 
-def _per_bits(quantized: list[EvalRow], fp32, top1_slack: float, second_slack: float) -> dict:
+def _per_bits(quantized: list[EvalRow], top1_slack: float, second_slack: float) -> dict:
     picks = {}
     for bits in dict.fromkeys(r.bits for r in quantized):
         group = [r for r in quantized if r.bits == bits]
@@ -52,12 +55,11 @@ def _per_bits(quantized: list[EvalRow], fp32, top1_slack: float, second_slack: f
         close = [r for r in close if _quality(r)[1] >= best_second - second_slack]
         # like with like: compiled when every candidate was compiled, else eager; the ratio to
         # FP32 of the same interleaved rounds where measured, else the quotient of the medians
-        kind = "compiled" if all(r.compiled_ms is not None for r in close) else "eager"
+        compiled = all(time_ratio(vars(r), "compiled") is not None for r in close)
+        kind = "compiled" if compiled else "eager"
 
         def speed(r: EvalRow, kind=kind) -> float | None:
-            ratio, ms = getattr(r, f"{kind}_ratio"), getattr(r, f"{kind}_ms")
-            base = fp32 and getattr(fp32, f"{kind}_ms")
-            return ratio if ratio is not None else (ms / base if ms and base else None)
+            return time_ratio(vars(r), kind)
 
         timed = [r for r in close if speed(r) is not None]
         pick = min(timed, key=speed) if timed else max(close, key=_quality)
@@ -68,13 +70,13 @@ def _per_bits(quantized: list[EvalRow], fp32, top1_slack: float, second_slack: f
             else f", ppl ratio {pick.perplexity_ratio:.4f}"
         )
         if timed:
-            why += f", {speed(pick):.2f}× the unquantized model's time"
+            why += f", {speed(pick):.2f}× {kind} FP32"
         picks[bits] = {"method": pick.method, "bits": bits, "why": why}
     return picks
 
 
-def _describe(row: EvalRow, fp32) -> str:
-    batch, one, kind = ratios(row, fp32)
+def _describe(row: EvalRow) -> str:
+    batch, one, kind = ratios(row)
     text = f"{row.label or row.method + '/' + row.bits} (mean cos {row.mean_cosine:.4f}"
     if batch is not None:
         text += f", {batch:.2f}× {kind} FP32 at the timing batch"
@@ -83,37 +85,49 @@ def _describe(row: EvalRow, fp32) -> str:
     return text + ")"
 
 
+def faster_than_fp32(row: EvalRow) -> bool:
+    """Below FP32's time in its own rounds at the timing batch, and at one text where timed."""
+    batch, one, _ = ratios(row)
+    return batch is not None and batch < 1.0 and (one is None or one < 1.0)
+
+
 def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
     """The one recommended setting and whether it meets both targets (see the module doc)."""
     quantized = [r for r in rows if r.method != "fp32"]
     if not quantized:
         return None
-    fp32 = next((r for r in rows if r.method == "fp32"), None)
     faithful = [r for r in quantized if (r.mean_cosine or 0.0) >= min_cosine]
-    timed = [r for r in faithful if ratios(r, fp32)[0] is not None]
+    timed = [r for r in faithful if ratios(r)[0] is not None]
 
     def fast(r: EvalRow) -> bool:
-        batch, one, kind = ratios(r, fp32)
+        batch, one, kind = ratios(r)
         return kind == "compiled" and batch <= SPEED_BATCH and one is not None and one <= SPEED_ONE
 
     meeting = [r for r in timed if fast(r)]
+    faster = [r for r in timed if faster_than_fp32(r)]
     goal = (
         f"mean cosine ≥ {min_cosine} at ≤ {SPEED_BATCH}× compiled FP32 (timing batch) and"
         f" ≤ {SPEED_ONE}× (one text)"
     )
+    pick: EvalRow | None
     if meeting:
-        pick = min(meeting, key=lambda r: ratios(r, fp32)[0])
-        text = f"{_describe(pick, fp32)}: meets {goal} on this machine"
-    elif timed:
-        pick = min(timed, key=lambda r: ratios(r, fp32)[0])
-        slower = ratios(pick, fp32)[0] > 1.0
+        pick = min(meeting, key=lambda r: ratios(r)[0])
+        text = f"{_describe(pick)}: meets {goal} on this machine"
+    elif faster:
+        pick = min(faster, key=lambda r: ratios(r)[0])
         text = f"no setting reaches {goal} on this machine; the fastest with mean cosine ≥"
-        text += f" {min_cosine} is {_describe(pick, fp32)}"
-        if slower:
-            text += " — slower than the unquantized model"
+        text += f" {min_cosine} is {_describe(pick)}, faster than FP32"
+    elif timed:  # every faithful setting is slower than FP32 here: keep FP32
+        best = min(timed, key=lambda r: ratios(r)[0])
+        pick = None
+        text = (
+            f"fp32 (the unquantized model): no setting with mean cosine ≥ {min_cosine} is faster"
+            f" than {ratios(best)[2]} FP32 on this machine; the fastest of them, {_describe(best)},"
+            " is slower"
+        )
     elif faithful:
         pick = max(faithful, key=lambda r: r.mean_cosine)
-        text = f"{_describe(pick, fp32)}: the most faithful with mean cosine ≥ {min_cosine}"
+        text = f"{_describe(pick)}: the most faithful with mean cosine ≥ {min_cosine}"
         text += " (speed not measured)"
     else:
         with_cos = [r for r in quantized if r.mean_cosine is not None]
@@ -121,8 +135,26 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
             return None
         pick = max(with_cos, key=lambda r: r.mean_cosine)
         text = f"no setting reaches mean cosine ≥ {min_cosine}; the most faithful is"
-        text += f" {_describe(pick, fp32)}"
-    batch, one, kind = ratios(pick, fp32)
+        text += f" {_describe(pick)}"
+    targets = {
+        "mean_cosine": min_cosine,
+        "compiled_ratio": SPEED_BATCH,
+        "compiled_one_ratio": SPEED_ONE,
+    }
+    if pick is None:
+        return {
+            "method": "fp32",
+            "bits": "w32a32",
+            "label": "fp32",
+            "mean_cosine": 1.0,
+            "time_ratio": 1.0,
+            "time_ratio_one": 1.0 if ratios(best)[1] is not None else None,
+            "timing": ratios(best)[2],
+            "meets_targets": False,
+            "targets": targets,
+            "text": text,
+        }
+    batch, one, kind = ratios(pick)
     return {
         "method": pick.method,
         "bits": pick.bits,
@@ -132,11 +164,7 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
         "time_ratio_one": one,
         "timing": kind or None,
         "meets_targets": pick in meeting,
-        "targets": {
-            "mean_cosine": min_cosine,
-            "compiled_ratio": SPEED_BATCH,
-            "compiled_one_ratio": SPEED_ONE,
-        },
+        "targets": targets,
         "text": text,
     }
 
@@ -152,9 +180,8 @@ def recommend(
     quantized = [r for r in rows if r.method != "fp32"]
     if not quantized:
         return None
-    fp32 = next((r for r in rows if r.method == "fp32"), None)
     plain = [r for r in quantized if r.label in ("", f"{r.method}/{r.bits}")]  # no variants
-    picks = _per_bits(plain or quantized, fp32, top1_slack, second_slack)
+    picks = _per_bits(plain or quantized, top1_slack, second_slack)
     per_bits = "; ".join(f"{p['bits']}: {p['method']} ({p['why']})" for p in picks.values())
     setting = verdict(rows, min_cosine)
     text = per_bits if setting is None else f"{setting['text']}. Per bit setting: {per_bits}"

@@ -252,20 +252,50 @@ def _fmt(value, spec: str | None) -> str:
     return str(value) if spec is None else format(value, spec)
 
 
+# the timing part of `quant eval`'s table and of report.md: per kind of timing measured, the
+# setting's median ms, FP32's median ms in the same interleaved rounds and their quotient
+# (`speed.TIMING`), the quotient computed here from the two times shown beside it
+TIMINGS = (("eager", "eager"), ("compiled", "compiled"), ("1 text", "compiled_one"))
+TIME_FORMAT = ".2f"
+RATIO_FORMAT = ".2f"
+
+
+def time_ratio(row: dict, kind: str) -> float | None:
+    """A row's time over FP32's in the same rounds, for `kind` (eager, compiled, compiled_one):
+    the quotient of the two medians it carries; None when either was not measured. The table,
+    report.md and the recommendation all read ratios here, never a stored one."""
+    ms, base = row.get(f"{kind}_ms"), row.get(f"{kind}_fp32_ms")
+    return ms / base if ms is not None and base else None
+
+
+def timing_kinds(rows: list[dict]) -> list[tuple[str, str]]:
+    """(title, kind) of each timing that any row measured against FP32, in table order."""
+    return [(t, k) for t, k in TIMINGS if any(time_ratio(r, k) is not None for r in rows)]
+
+
+def timing_header(kinds: list[tuple[str, str]]) -> list[str]:
+    return [h for t, _ in kinds for h in (f"{t} ms", f"{t} FP32 ms", f"{t} × FP32")]
+
+
+def timing_cells(row: dict, kinds: list[tuple[str, str]]) -> list[str]:
+    """Per kind: the row's ms, FP32's ms in the same rounds and the quotient of those two."""
+    cells = []
+    for _, kind in kinds:
+        ratio = time_ratio(row, kind)
+        if ratio is None:  # a ratio only beside both of its times
+            cells += [_fmt(row.get(f"{kind}_ms"), TIME_FORMAT), "-", "-"]
+        else:
+            ms, base = row[f"{kind}_ms"], row[f"{kind}_fp32_ms"]
+            cells += [_fmt(ms, TIME_FORMAT), _fmt(base, TIME_FORMAT), format(ratio, RATIO_FORMAT)]
+    return cells
+
+
 def markdown(report: dict) -> str:
     rows, chosen = report["rows"], set(report["chosen"])
     columns = [("method", "method", None), ("bits", "bits", None)]
     columns += fidelity_columns(report["kind"])
     columns.append(("layers MB", "quant_layers_mb", ".2f"))
-    # a setting's ms, FP32's ms in the same rounds and their quotient (`speed.TIMING`)
-    for title, key in (
-        ("eager ms", "eager_ms"),
-        ("compiled ms", "compiled_ms"),
-        ("FP32 ms (same rounds)", "compiled_fp32_ms"),
-        ("× FP32", "compiled_ratio"),
-    ):
-        if any(r.get(key) is not None for r in rows):
-            columns.append((title, key, ".2f"))
+    kinds = timing_kinds(rows)
     pad = f" of ≤ {report['max_length']} tokens" if report.get("max_length") else ""
     lines = [
         f"# Quantization report — {cell(report['model'])}",
@@ -285,11 +315,18 @@ def markdown(report: dict) -> str:
         )
         lines.append(f"**Chosen for {pick['bits']}: {pick['method']}** — {pick['why']}; {rule}.")
     lines += ["", "## Fidelity", ""]
-    lines.append("| " + " | ".join(t for t, _, _ in columns) + " |")
-    lines.append("|" + "|".join("---" if s is None else "---:" for _, _, s in columns) + "|")
+    titles = [t for t, _, _ in columns] + timing_header(kinds)
+    lines.append("| " + " | ".join(titles) + " |")
+    lines.append(
+        "|"
+        + "|".join("---" if s is None else "---:" for _, _, s in columns)
+        + "|---:" * (len(titles) - len(columns))
+        + "|"
+    )
     for r in rows:
         bold = label(r) in chosen
         cells = [cell(_fmt(r.get(key), spec)) for _, key, spec in columns]
+        cells += timing_cells(r, kinds)
         if bold:
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")

@@ -5,8 +5,9 @@ Each setting is timed in rounds interleaved with the FP32 model (A, B, A, B…: 
 so load from other processes hits both alike. Reported per setting, all from those same rounds:
 its median time, FP32's median time (`*_fp32_ms`) and their quotient (`*_ratio`), so the ratio
 always agrees with the two times shown beside it (a median of per-round ratios could call a
-setting faster while its median time was the larger). FP32's own row is timed alone, in a window
-of its own: compare a setting with the FP32 time of its own rounds. Compiled means
+setting faster while its median time was the larger). FP32 is never timed alone: a window of its
+own, under other load than a setting's rounds, gave times 5–6× those inside the rounds and a table
+that contradicted its own ratios; FP32's times are the `*_fp32_ms` beside each setting. Compiled means
 `torch.compile(fullgraph=True, dynamic=False)` (inductor) of each block of the model's stack of
 repeated blocks (`compile_model`: regional compilation — the blocks share one graph, so a model
 compiles one block per shape, not the whole model; the rest runs eager), one compile per shape,
@@ -29,8 +30,10 @@ from torch import nn
 
 from accelkit.runtime import timing
 
-ROUNDS = 10  # interleaved rounds per compiled measurement (the warm-up call apart)
-EAGER_ROUNDS = 5  # eager: a few (it is reported, but the recommendation reads compiled times)
+ROUNDS = 10  # interleaved rounds per compiled measurement at most (the warm-up call apart)
+EAGER_ROUNDS = 5  # eager: a few at most (the recommendation reads compiled times where timed)
+MIN_ROUNDS = 3  # rounds always run; more only while the ratio is still unsettled
+SETTLED = 1.10  # settled: the largest per-round ratio at most 1.10× the smallest
 
 
 @dataclass
@@ -98,7 +101,7 @@ TIMING = {
     "ms": "the setting's median time over its rounds interleaved with the FP32 model",
     "fp32_ms": "the FP32 model's median time in those same rounds (*_fp32_ms)",
     "ratio": "ms / fp32_ms: the quotient of the two medians shown, from the same rounds"
-    " (below 1 is faster); the FP32 row is timed alone, in a window of its own",
+    " (below 1 is faster); the FP32 row itself is not timed (its times are each row's fp32_ms)",
 }
 
 
@@ -119,6 +122,14 @@ class Speed:
     compile_s: float | None = None
 
 
+def settled(ours: list[float], fp32: list[float]) -> bool:
+    """Whether the per-round ratios of two interleaved timings agree to within `SETTLED` (their
+    largest at most that many times their smallest): more rounds would not move the ratio of the
+    medians much."""
+    per_round = [a / b for a, b in zip(ours, fp32, strict=True) if b > 0]
+    return len(per_round) >= MIN_ROUNDS and max(per_round) <= SETTLED * min(per_round)
+
+
 class SpeedBench:
     """Times models against one FP32 model on one batch (and its first text)."""
 
@@ -130,15 +141,18 @@ class SpeedBench:
         self.compile_failed: str | None = None  # why torch.compile failed, once it has
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
-        """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds."""
-        if ours is theirs:  # FP32 against itself: timed once, the ratio is 1 by definition
-            timed = timing.interleaved({"ours": lambda: ours(**batch)}, rounds)
-            ms = 1e3 * statistics.median(timed.wall["ours"])
-            return ms, ms, 1.0
-        timed = timing.interleaved(
-            {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}, rounds
-        )
-        ms, base = (1e3 * statistics.median(timed.wall[k]) for k in ("ours", "fp32"))
+        """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds —
+        `MIN_ROUNDS`, then one more at a time (the starting model alternating) until the
+        per-round ratios are `settled` or `rounds` ran: a steady machine spends 3 rounds, a
+        noisy one up to `rounds`."""
+        runs = {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}
+        wall = timing.interleaved(runs, min(MIN_ROUNDS, rounds)).wall
+        while len(wall["ours"]) < rounds and not settled(wall["ours"], wall["fp32"]):
+            order = list(runs) if len(wall["ours"]) % 2 == 0 else list(reversed(runs))
+            more = timing.interleaved({k: runs[k] for k in order}, 1, warmup=False).wall
+            for k in runs:
+                wall[k] = [*wall[k], *more[k]]
+        ms, base = (1e3 * statistics.median(wall[k]) for k in ("ours", "fp32"))
         return ms, base, ms / base
 
     def _compile(self, model: nn.Module) -> tuple[nn.Module, float]:
@@ -148,9 +162,18 @@ class SpeedBench:
         compiled(**self.one)
         return compiled, time.perf_counter() - start
 
+    @property
+    def fp32_compile_s(self) -> float | None:
+        """Seconds FP32's compile took (made with the first compiled setting), None before."""
+        return self._fp32_compile_s
+
     @torch.no_grad()
     def measure(self, model: nn.Module, compiled: bool) -> Speed:
+        """`model`'s times against FP32 in the same rounds; FP32 itself: nothing (its times are
+        every setting's `*_fp32_ms`)."""
         speed = Speed()
+        if model is self.fp32:
+            return speed
         with self.phases("eager timing"):
             speed.eager_ms, speed.eager_fp32_ms, speed.eager_ratio = self._pair(
                 model, self.fp32, self.batch, min(EAGER_ROUNDS, self.rounds)
@@ -177,10 +200,7 @@ class SpeedBench:
             with self.phases("compile"):
                 if self._fp32_compiled is None:
                     self._fp32_compiled, self._fp32_compile_s = self._compile(self.fp32)
-                if model is self.fp32:
-                    ours, speed.compile_s = self._fp32_compiled, self._fp32_compile_s
-                else:
-                    ours, speed.compile_s = self._compile(model)
+                ours, speed.compile_s = self._compile(model)
             with self.phases("compiled timing"):
                 base = self._fp32_compiled
                 speed.compiled_ms, speed.compiled_fp32_ms, speed.compiled_ratio = self._pair(

@@ -151,7 +151,8 @@ def run_eval(
     firsts = {(meth, parse_bits(b)[0]) for meth, b in plan if meth != "fp32"}
     quantizations = len(firsts) if shared else sum(meth != "fp32" for meth, _ in plan)
     # steps: every layer quantized, each evaluation, each latency measurement
-    steps = Steps(n_linear * quantizations + len(plan) * (1 + int(latency)), "quant eval")
+    timed_rows = sum(meth != "fp32" for meth, _ in plan) if latency else 0
+    steps = Steps(n_linear * quantizations + len(plan) + timed_rows, "quant eval")
     done_models: dict[tuple[str, int], nn.Module] = {}
 
     def say(what: str, by: int = 0) -> None:
@@ -191,7 +192,7 @@ def run_eval(
         with phases("fidelity"), layers.compare(label, model) if watch else nullcontext():
             fid = subject_fidelity(subject, model, ref)
         timed = {}
-        if latency:
+        if latency and meth != "fp32":  # FP32's times are each row's *_fp32_ms
             say(f"{meth} {b}: timing", by=1)
             want = compiled if isinstance(compiled, bool) else label in compiled
             if compile_min_cosine is not None and meth != "fp32":
@@ -211,4 +212,7 @@ def run_eval(
                 **timed,
             )
         )
+    for row in rows:  # FP32's compile, made with the first compiled setting
+        if row.method == "fp32":
+            row.compile_s = bench.fp32_compile_s
     return rows
