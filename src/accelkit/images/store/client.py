@@ -626,7 +626,13 @@ class StoreClient:
         after setting the rows aside, and they are gone from searches at once and from the
         database at the next flush (measured on milvus-lite 3.2.2: an acknowledged row lost)."""
         needed = 2 * self._pending(name) + self._upkeep(name)
-        check_lite_space(self.config.uri, needed, f"flushing {name!r}")
+        check_lite_space(
+            self.config.uri,
+            needed,
+            f"flushing {name!r}",
+            kept="every acknowledged row is kept in Milvus Lite's log and stays searchable;"
+            " the flush waits for room",
+        )
 
     def _settle(self, name: str) -> None:
         """Before a search on Milvus Lite 3: flush what was written since the last one, so the

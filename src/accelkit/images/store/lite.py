@@ -431,11 +431,12 @@ def row_bytes(dim: int, id_: str, metadata_json: int) -> int:
     return 2 * (4 * dim + len(id_.encode()) + metadata_json + 64)
 
 
-def check_lite_space(uri: str, needed: int, what: str) -> None:
+def check_lite_space(uri: str, needed: int, what: str, kept: str | None = None) -> None:
     """Refuse `what` when the file system under Milvus Lite database `uri` has less than
     `needed` bytes (and the margin) free. Milvus Lite cannot be asked: on a full disk it answers
     an upsert and a flush as done, serves the rows from memory, and they are gone when it closes
-    (tests/images/test_outage.py shows it)."""
+    (tests/images/test_outage.py shows it). `kept`: what the refusal leaves as it was, when more
+    than "the database is unchanged" must be said (a refused flush keeps the acknowledged rows)."""
     import errno
 
     db = os.path.abspath(uri)
@@ -447,7 +448,10 @@ def check_lite_space(uri: str, needed: int, what: str) -> None:
     if free < needed + LITE_SPACE_MARGIN:
         full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), db)
         short = f"about {(needed + LITE_SPACE_MARGIN) / 2**20:.1f} MiB needed"
-        raise StoreFullError(f"{what} ({short}): {no_space(db, full, unchanged=True)}")
+        said = str(no_space(db, full, unchanged=True))
+        if kept:
+            said = said.replace(f"{db} is unchanged", kept)
+        raise StoreFullError(f"{what} ({short}): {said}")
 
 
 ORPHAN_WAIT_S = (
