@@ -14,8 +14,8 @@ sums once (`quantizers.integer_linear`). Three kernels can do it on a CPU:
 
 **Exact or not at all.** With VNNI/AMX dot products both integer kernels sum exactly. Without
 them (AVX2, AVX-512 without VNNI) both multiply adjacent u8·s8 pairs into a *saturating* int16
-(`vpmaddubsw`), so a pair's sum above 32767 comes back wrong (measured with
-`ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2`: off by millions). That cannot happen
+(`vpmaddubsw`), so a pair's sum above 32767 comes back wrong (reproduced with
+`ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2`). That cannot happen
 when every weight has |b| ≤ 64 (255·(64+64) = 32640). `exact(kernel, qmax, wmax)` checks a
 kernel on adversarial values of one regime against an int64 product (once per process); a layer
 may use a kernel only where the check holds for its activation range and largest |b|.
