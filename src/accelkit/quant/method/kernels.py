@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -70,7 +71,8 @@ def _pack_fbgemm(weight: torch.Tensor):
     engine = torch.backends.quantized.engine
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the quantized-tensor API's deprecation notice
-        qw = torch._make_per_channel_quantized_tensor(
+        # an aten op torch's stubs leave out of its exports
+        qw = torch._make_per_channel_quantized_tensor(  # pyright: ignore[reportPrivateImportUsage]
             weight.contiguous(),
             torch.ones(m, dtype=torch.float64),
             torch.zeros(m, dtype=torch.int64),
@@ -129,7 +131,9 @@ def integer_sums(
     if kernel == "onednn":
         offset = 2 ** (abits - 1)
         a = (codes - offset).to(torch.int8)
-        return torch._int_mm(a, weight.t()) - (zero - offset).to(torch.int32) * rowsum
+        # torch._int_mm: an aten op torch's stubs leave out of its exports
+        product = torch._int_mm(a, weight.t())  # pyright: ignore[reportPrivateImportUsage]
+        return product - (zero - offset).to(torch.int32) * rowsum
     if kernel == "fbgemm":
         return fbgemm_mm(codes, weight) - zero * rowsum.to(codes.dtype)
     raise ValueError(f"no integer kernel {kernel!r}")
@@ -400,7 +404,7 @@ def _seconds(value) -> bool:
     )
 
 
-def _well_formed(data) -> bool:
+def _well_formed(data) -> TypeGuard[dict]:
     """A cache document this version reads: machines of shapes of kernel -> equally long lists
     of seconds."""
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
