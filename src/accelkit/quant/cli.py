@@ -348,6 +348,7 @@ def apply_command(
         )
     else:
         q_bytes, fp_bytes = result.quantized_layers_bytes, result.fp32_layers_bytes
+        assert q_bytes is not None and fp_bytes is not None  # counted where a model is written
         kernels = ", ".join(f"{k} {n}" for k, n in result.kernels.items())
         typer.echo(
             f"{result.summary}; quantized layers {q_bytes / 2**20:.2f} MB vs"

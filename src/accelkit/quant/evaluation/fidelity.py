@@ -12,6 +12,7 @@ hundred bytes per text, not by the file.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -210,7 +211,7 @@ def load_subject(
     eval_file: str | None = None,
     max_length: int | None = None,
     dtype=None,
-    tokenizer_path: str | None = None,
+    tokenizer_path: str | os.PathLike | None = None,
 ) -> Subject:
     """The model and its data: the shipped sentences unless text files are given (streamed);
     for a vision tower, generated images (`corpus.generated_images`: `2 · n_pairs` to evaluate
