@@ -44,6 +44,8 @@ class CheckFailed(AccelkitError):
     check): exit code 3, so scripts can tell it from bad input (2) and internal errors (1)."""
 
     exit_code = 3
+    # True where the message already says how to go on: a caller adds no "run it again" of its own
+    advised: bool = False
 
 
 class MissingDependencyError(AccelkitError):

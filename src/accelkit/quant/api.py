@@ -536,6 +536,7 @@ def _default_speed(fp32, qmodel, batch: dict, cfg) -> dict:
 
     timed = SpeedBench(fp32, batch, Phases()).measure(qmodel, compiled=False)
     speed = {"eager_ms": timed.eager_ms, "eager_fp32_ms": timed.eager_fp32_ms}
+    assert timed.eager_ms is not None and timed.eager_fp32_ms is not None  # measured eager
     speed["eager_ratio"] = timed.eager_ms / timed.eager_fp32_ms
     if speed["eager_ratio"] >= 1.0:
         logging.getLogger(__name__).warning(

@@ -348,11 +348,11 @@ def apply_command(
         )
     else:
         q_bytes, fp_bytes = result.quantized_layers_bytes, result.fp32_layers_bytes
-        kernels = ", ".join(f"{k} {n}" for k, n in result.kernels.items())
+        assert q_bytes is not None and fp_bytes is not None  # counted where a model is written
         typer.echo(
             f"{result.summary}; quantized layers {q_bytes / 2**20:.2f} MB vs"
-            f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); CPU kernels: {kernels};"
-            f" wrote {result.output}"
+            f" {fp_bytes / 2**20:.2f} MB FP32 ({q_bytes / fp_bytes:.3f}x); CPU kernels:"
+            f" {', '.join(f'{k} {n}' for k, n in result.kernels.items())}; wrote {result.output}"
         )
         typer.echo(_share_line(result.quantized_share, result.lm_head))
         if result.target:

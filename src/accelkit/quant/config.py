@@ -73,12 +73,15 @@ def _openpi_values(values: dict) -> dict:
     return values
 
 
+Method = Literal["duquant", "smoothquant", "rtn"]
+
+
 class QuantConfig(Settings):
     """How to quantize; see docs/quant.md. Loads from keywords, YAML and ACCELKIT_QUANT_* / OPENPI_DUQUANT_*."""
 
     wbits: int = 4
     abits: int = 8
-    method: Literal["duquant", "smoothquant", "rtn"] = "duquant"
+    method: Method = "duquant"
     # the rotation block: an int, or "auto" = per layer, at most 1/12 of its output width (see
     # `layer_block`), between 32 and 128 — the online transform's cost is n·b multiply-adds per
     # token against the layer's n·m int8 GEMM
@@ -175,7 +178,7 @@ class QuantConfig(Settings):
     @field_validator("block_size", "rotation_steps", "calibration_rows")
     @classmethod
     def _positive(cls, value, info):
-        if value == "auto" and info.field_name == "block_size":
+        if isinstance(value, str):  # "auto": block_size's (the others are integers by now)
             return value
         if value < (0 if info.field_name == "rotation_steps" else 1):
             raise ValueError(f"{info.field_name} must be positive")
@@ -268,13 +271,15 @@ def load_config(yaml_path=None, env: Mapping[str, str] | None = None, **keywords
             "quant: ignoring %s (openpi fork variables with no meaning here; see docs/quant.md)",
             ", ".join(ignored),
         )
-    return load(
+    config = load(
         [SECTION],
         path=yaml_path,
         env=env,
         arguments={None: keywords},
         argument_names={None: FLAG_NAMES},
     )[None]
+    assert isinstance(config, QuantConfig)  # SECTION's model
+    return config
 
 
 def config_for_run(source=None, group_size: int | None = None, **flags) -> QuantConfig:

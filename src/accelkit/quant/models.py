@@ -16,6 +16,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,7 +56,9 @@ def minilm_path():
     return pkg.get_model_path()
 
 
-def load_minilm(dtype=None, tokenizer_path: str | None = None) -> tuple[SentenceEncoder, object]:
+def load_minilm(
+    dtype=None, tokenizer_path: str | os.PathLike | None = None
+) -> tuple[SentenceEncoder, object]:
     """Encoder (its stored FP32 unless `dtype`) and tokenizer, from the installed package only
     (HF_HUB_OFFLINE forced)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -103,6 +106,9 @@ class CausalLogits(nn.Module):
     that lives for that one call — not `output_hidden_states`: transformers 5 answers that by
     installing output-capturing hooks on the model's modules for good, and a later torch.compile
     of those modules (the timing) then fails on them (a ContextVar dynamo cannot trace)."""
+
+    # a transformers causal LM (a PreTrainedModel): what it has beyond nn.Module is untyped here
+    lm: Any
 
     def __init__(self, lm: nn.Module):
         super().__init__()
@@ -217,7 +223,7 @@ def parse_dtype(text: str | None):
 
 
 def load_folder(
-    path: str, dtype=None, tokenizer_path: str | None = None
+    path: str, dtype=None, tokenizer_path: str | os.PathLike | None = None
 ) -> tuple[nn.Module, object, str]:
     """Model (in the folder's dtype unless `dtype`), tokenizer and kind from a local transformers
     folder, offline, safetensors only. The tokenizer comes from the folder, or `tokenizer_path`."""
@@ -256,7 +262,7 @@ def load_folder(
             model = auto.from_pretrained(folder, **common)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"--model {path}: cannot load it with transformers: {exc}") from exc
-    if kind == "vision":
+    if isinstance(tokenizer, ImageInputs):  # kind "vision"
         return ImageEncoder(model).eval(), tokenizer, kind
     if tokenizer.pad_token is None:  # causal LMs often have none; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
@@ -274,7 +280,7 @@ def load_folder(
 
 
 def load_model(
-    spec: str, dtype=None, tokenizer_path: str | None = None
+    spec: str, dtype=None, tokenizer_path: str | os.PathLike | None = None
 ) -> tuple[nn.Module, object, str]:
     """(model, tokenizer, kind) for `--model`: a shipped name or a local folder, in its stored
     dtype unless `dtype` is given."""

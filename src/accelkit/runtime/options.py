@@ -6,7 +6,7 @@ are its command line:
 
     class JobSettings(Settings):
         output: Annotated[str | None, Flag("--output", "-o")] = Field(
-            None, description="Where to write."
+            default=None, description="Where to write."
         )
 
     @with_options(JobSettings)

@@ -78,7 +78,7 @@ class StatsSettings(Settings):
             parse=lambda given: given[0] if len(given) == 1 else given,
         ),
     ] = Field(
-        None,
+        default=None,
         description="LeRobot dataset folder (v2.1 or v3.0) or repo id (owner/name, found where"
         " LeRobot keeps it: $HF_LEROBOT_HOME), a .parquet/.npz/.npy file, or a folder of them."
         " Several: the exact statistics of their union (every frame once), or with --weights of"
@@ -88,129 +88,131 @@ class StatsSettings(Settings):
         dict[str, str] | list[dict[str, str]] | None,
         Flag("--keys", text=list[str] | None, parse=parse_member_keys),
     ] = Field(
-        None,
+        default=None,
         description="Output keys and their columns: state=observation.state,actions=action. With"
         " several datasets: once for all, or repeated once per dataset in their order"
         " (--keys state=obs,actions=act --keys state=observation.state,actions=action).",
     )
     weights: Annotated[list[str] | None, Flag("--weights", text=str | None)] = Field(
-        None,
+        default=None,
         description="With several datasets: one weight each (0.7,0.2,0.1 or 1/3,2/3; normalized):"
         " a frame of dataset i weighs w_i / N_i, as a weighted sampler draws; quantiles as"
         " numpy.quantile(weights=…, method='inverted_cdf'), exact.",
     )
     output: Annotated[str | None, Flag("--output", "-o")] = Field(
-        None, description="Where to write (default: ./norm_stats.json or ./stats.json)."
+        default=None, description="Where to write (default: ./norm_stats.json or ./stats.json)."
     )
     format: Annotated[Literal["openpi", "lerobot"], Flag("--format")] = Field(
-        "openpi", description="openpi (norm_stats.json) or lerobot (stats.json)."
+        default="openpi", description="openpi (norm_stats.json) or lerobot (stats.json)."
     )
     fast: Annotated[bool, Flag("--fast/--no-fast", "--use-fast-stats/--no-use-fast-stats")] = Field(
-        False,
+        default=False,
         description="One pass with a quantile sketch (rank error reported) instead of exact"
         " quantiles; openpi's --use-fast-stats=True|False works too.",
     )
     quantiles: Annotated[
         list[float] | None, Flag("--quantiles", text=str | None, parse=parse_quantiles)
-    ] = Field(None, description="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9).")
+    ] = Field(default=None, description="Levels, e.g. 0.01,0.99 (lerobot adds 0.1,0.5,0.9).")
     max_frames: Annotated[int | None, Flag("--max-frames")] = Field(
-        None, description="Use a seeded uniform sample of this many frames."
+        default=None, description="Use a seeded uniform sample of this many frames."
     )
     max_time_minutes: Annotated[float | None, Flag("--max-time-minutes")] = Field(
-        None, description="Stop cleanly after this long; results are marked partial."
+        default=None, description="Stop cleanly after this long; results are marked partial."
     )
     batch_size: Annotated[int | None, Flag("--batch-size")] = Field(
-        None,
+        default=None,
         description="Rows per batch, split across devices (default: from free memory and row"
         " width).",
     )
     platform: Annotated[str | None, Flag("--platform")] = Field(
-        None, description="cpu or gpu (default: gpu if JAX has one)."
+        default=None, description="cpu or gpu (default: gpu if JAX has one)."
     )
     action_horizon: Annotated[int | None, Flag("--action-horizon")] = Field(
-        None, description="Statistics of H-step action chunks, as openpi trains on."
+        default=None, description="Statistics of H-step action chunks, as openpi trains on."
     )
     chunk_end: Annotated[Literal["truncate", "clamp"], Flag("--chunk-end")] = Field(
-        "truncate",
+        default="truncate",
         description="Action chunks past an episode's end: truncate (default) or clamp (openpi's"
         " loader).",
     )
     # openpi's DeltaActions mask: "6,-1,6,-1" or "true,false,…"
     delta_actions: Annotated[str | None, Flag("--delta-actions")] = Field(
-        None,
+        default=None,
         description="openpi's DeltaActions(mask) on every chunk step before counting: 6,-1,6,-1"
         " (as make_bool_mask reads it) or true,false,... (docs/stats.md).",
     )
     # module:callable, a dict batch in and out (openpi's shape)
     transform: Annotated[str | None, Flag("--transform")] = Field(
-        None,
+        default=None,
         description="module:callable applied to each batch {state [R,Ds], actions [R,H,Da],"
         " actions_is_pad [R,H]} before --delta-actions; returns the same keys.",
     )
     per_timestep: Annotated[bool, Flag("--per-timestep")] = Field(
-        False,
+        default=False,
         description="Also statistics per action-chunk step, written to <output>.per_timestep.json.",
     )
     # camera features (LeRobot video/image): LeRobot's frame sample, every frame, or skipped;
     # None: "sample" for --format lerobot, "none" for openpi (stats/core/camera_stats.py, docs/stats.md)
     images: Annotated[Literal["none", "sample", "all"] | None, Flag("--images")] = Field(
-        None,
+        default=None,
         description="Camera (video/image) features of LeRobot datasets: sample (LeRobot's frame"
         " sample; default with --format lerobot), all (every frame) or none (default with"
         " openpi).",
     )
     skip_nonfinite: Annotated[bool, Flag("--skip-nonfinite")] = Field(
-        False,
+        default=False,
         description="Exclude NaN/Inf values (counted per dimension) instead of failing.",
     )
-    seed: Annotated[int, Flag("--seed")] = Field(0, description="Seed of the --max-frames sample.")
+    seed: Annotated[int, Flag("--seed")] = Field(
+        default=0, description="Seed of the --max-frames sample."
+    )
     fill_empty: Annotated[float | None, Flag("--fill-empty")] = Field(
-        None,
+        default=None,
         description="Write this value for every statistic of a dimension without finite values"
         " (default: such a dimension is an error; outputs never hold nulls).",
     )
     allow_missing_quantiles: Annotated[bool, Flag("--allow-missing-quantiles")] = Field(
-        False,
+        default=False,
         description="openpi format: allow --quantiles without 0.01/0.99 (q01/q99 are then null).",
     )
     per_episode: Annotated[bool, Flag("--per-episode")] = Field(
-        False,
+        default=False,
         description="Also every episode's exact statistics, where the dataset's version keeps"
         " them (v2.1 episodes_stats.jsonl, v3.0 meta/episodes/ stats columns), beside --output.",
     )
     write_into: Annotated[str | None, Flag("--write-into")] = Field(
-        None,
+        default=None,
         description="Write stats.json (and with --per-episode the per-episode files) into this"
         " dataset's meta/ folder (the dataset being read); replaced files are backed up under"
         " meta/.accelkit-backup/.",
     )
     cache_mb: Annotated[float | None, Flag("--cache-mb")] = Field(
-        None,
+        default=None,
         description="Where exact mode keeps pass 1's decoded data for pass 2 (levels between 2"
         " and 98 %, object storage, JAX devices): this much memory, the rest in a temporary file"
         " (default: a quarter of free memory, at most 32).",
     )
     # S3-compatible store (default: AWS_ENDPOINT_URL)
     endpoint_url: Annotated[str | None, Flag("--endpoint-url")] = Field(
-        None, description=ENDPOINT_HELP
+        default=None, description=ENDPOINT_HELP
     )
     # a Ray cluster's address, "auto" or "local" (default: no Ray)
     ray: Annotated[str | None, Flag("--ray")] = Field(
-        None,
+        default=None,
         description=ray_help("the passes", " Results equal the local run's bit for bit."),
     )
     ray_tasks: Annotated[int | None, Flag("--ray-tasks")] = Field(
-        None, description="With --ray: groups of files, one task each (default: 2 per CPU)."
+        default=None, description="With --ray: groups of files, one task each (default: 2 per CPU)."
     )
     trust_files: Annotated[bool, Flag("--trust-files")] = Field(
-        False,
+        default=False,
         description="LeRobot datasets: read the parquet files under data/ even where the"
         " dataset's metadata (episodes, total_frames) disagrees with them (default: metadata"
         " decides).",
     )
     # a figure of the distributions: PATH.png or a self-contained PATH.html
     plot: Annotated[str | None, Flag("--plot")] = Field(
-        None,
+        default=None,
         description="Also draw each dimension's distribution (from the run's own histograms),"
         " mean ± std and quantiles, flagging dimensions that look broken: PATH.png, or PATH.html"
         " (one self-contained page with the numbers). With --per-episode, a heat map of episode"

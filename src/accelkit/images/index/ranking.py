@@ -133,7 +133,7 @@ def steer(positive: np.ndarray, negatives: Sequence[np.ndarray], weight: float) 
     return _unit(steered).astype(np.float32)
 
 
-def centre(vectors: np.ndarray) -> np.ndarray | None:
+def centre(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray | None:
     """The mean of the rows made unit length, in float64 (None when there are none)."""
     if not len(vectors):
         return None

@@ -35,16 +35,18 @@ class PreprocessConfig(Settings):
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     batch_size: Annotated[int, Flag("--batch-size")] = Field(
-        32, description="Images per batch (default: the config's, 32)."
+        default=32, description="Images per batch (default: the config's, 32)."
     )
     num_workers: int = 4
     data_format: Literal["NCHW", "NHWC"] = "NCHW"
     fit: Annotated[
         Literal["stretch", "center-crop", "shortest-edge-crop", "letterbox"], Flag("--fit")
-    ] = Field("stretch", description="stretch, center-crop, shortest-edge-crop or letterbox.")
+    ] = Field(
+        default="stretch", description="stretch, center-crop, shortest-edge-crop or letterbox."
+    )
     # cpu | gpu | tpu; None: the environment or auto (runtime/devices)
     platform: Annotated[str | None, Flag("--platform")] = Field(
-        None, description="JAX platform for preprocessing: cpu or gpu."
+        default=None, description="JAX platform for preprocessing: cpu or gpu."
     )
     # the resize filter, PIL-exact: "bicubic" is what CLIP's and SigLIP's processors use
     resample: Literal["bilinear", "bicubic"] = "bilinear"

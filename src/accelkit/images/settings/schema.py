@@ -368,87 +368,97 @@ class ImageItem(Body):
     `url` (only with `allow_urls`); `input` is EmbeddingTrident's path-or-URL."""
 
     image_base64: str | None = Field(
-        None, description="image file bytes, base64 (a data: URL works too)"
+        default=None, description="image file bytes, base64 (a data: URL works too)"
     )
-    path: str | None = Field(None, description="server-side path under server.allowed_roots")
-    url: str | None = Field(None, description="http(s) URL, only with server.allow_urls")
-    input: str | None = Field(None, description="EmbeddingTrident's form: a server path or URL")
+    path: str | None = Field(
+        default=None, description="server-side path under server.allowed_roots"
+    )
+    url: str | None = Field(default=None, description="http(s) URL, only with server.allow_urls")
+    input: str | None = Field(
+        default=None, description="EmbeddingTrident's form: a server path or URL"
+    )
     # ids and metadata are checked per item (a bad one fails its own item, not the request)
     id: str | None = Field(
-        None,
+        default=None,
         description=f"1-{MAX_ID_CHARS} characters from {ID_CHARACTERS}; default: from the image bytes",
     )
     metadata: Metadata = Field(
-        None,
+        default=None,
         description=f"JSON object; `{SOURCE_KEY}` is filled with where the image came from unless given",
     )
 
 
 class InsertRequest(Body):
     collection: CollectionName | None = Field(
-        None,
+        default=None,
         validation_alias=_COLLECTION,
         description="default: the service's store.collection_name",
     )
     create_collection: StrictBool = False
     items: Annotated[list[ImageItem] | None, _capped("items")] = None
     inputs: Annotated[list[str] | None, _capped("items")] = Field(
-        None, description="EmbeddingTrident's form: server paths or URLs"
+        default=None, description="EmbeddingTrident's form: server paths or URLs"
     )
     images_base64: Annotated[list[str] | None, _capped("items")] = None
     ids: Annotated[list[str | None] | None, _capped("items")] = Field(
-        None, description="one per image, with inputs/images_base64/files"
+        default=None, description="one per image, with inputs/images_base64/files"
     )
     metadata: Annotated[list[Metadata] | None, _capped("items")] = Field(
-        None, description="one per image, with inputs/images_base64/files"
+        default=None, description="one per image, with inputs/images_base64/files"
     )
     batch_size: StrictInt | None = Field(
-        None,
+        default=None,
         ge=1,
         description="accepted from EmbeddingTrident's clients; batching is automatic",
     )
 
 
 class SearchRequest(Body):
-    collection: CollectionName | None = Field(None, validation_alias=_COLLECTION)
+    collection: CollectionName | None = Field(default=None, validation_alias=_COLLECTION)
     image_base64: str | None = None
     path: str | None = None
     url: str | None = None
     input: str | None = None
-    query: str | None = Field(None, description="EmbeddingTrident's form: a server path or URL")
+    query: str | None = Field(
+        default=None, description="EmbeddingTrident's form: a server path or URL"
+    )
     query_input: str | None = None
     vector: Annotated[list[float] | None, _capped("vector")] = None
-    id: ItemId | None = Field(None, description="a stored item's id: search by its vector")
+    id: ItemId | None = Field(default=None, description="a stored item's id: search by its vector")
     text: TextQueryText | None = Field(
-        None,
+        default=None,
         description=f"words, for a two-tower model's text tower (at most {MAX_TEXT_CHARS} characters)",
     )
-    topk: StrictInt = Field(10, ge=1)
+    topk: StrictInt = Field(default=10, ge=1)
     filter: FilterExpr = Field(
-        None,
+        default=None,
         validation_alias=_FILTER,
         json_schema_extra={"example": 'metadata["category"] == "nature"'},
     )
-    consistency: Consistency | None = Field(None, description="default: store.search_consistency")
+    consistency: Consistency | None = Field(
+        default=None, description="default: store.search_consistency"
+    )
     min_score: float | None = Field(
-        None,
+        default=None,
         ge=-1,
         le=1,
         allow_inf_nan=False,
         description="drop results scoring below it (a cosine; COSINE and IP collections)",
     )
-    auto_cut: StrictBool = Field(False, description="also drop those below a clear score gap")
+    auto_cut: StrictBool = Field(
+        default=False, description="also drop those below a clear score gap"
+    )
     negative_texts: Annotated[list[TextQueryText] | None, Field(max_length=16)] = Field(
-        None, description="texts the results are pushed away from (as '-term' in text)"
+        default=None, description="texts the results are pushed away from (as '-term' in text)"
     )
     negative_ids: Annotated[list[ItemId] | None, Field(max_length=16)] = Field(
-        None,
+        default=None,
         description="'less like this': stored items the results are pushed away from (from what"
         " sets them apart from the query's candidates)",
     )
-    negative_weight: float = Field(0.5, gt=0, le=1, allow_inf_nan=False)
+    negative_weight: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
     fold_duplicates: float | None = Field(
-        None,
+        default=None,
         gt=0,
         le=1,
         allow_inf_nan=False,
@@ -457,12 +467,12 @@ class SearchRequest(Body):
 
 
 class DeleteRequest(Body):
-    collection: CollectionName | None = Field(None, validation_alias=_COLLECTION)
+    collection: CollectionName | None = Field(default=None, validation_alias=_COLLECTION)
     ids: Annotated[list[ItemId] | None, _capped("ids")] = Field(
-        None, description="at most server.max_ids_per_request (10,000)"
+        default=None, description="at most server.max_ids_per_request (10,000)"
     )
     filter: FilterExpr = Field(
-        None,
+        default=None,
         validation_alias=_FILTER,
         description="delete every item that matches (EmbeddingTrident's form)",
     )
@@ -470,8 +480,8 @@ class DeleteRequest(Body):
 
 class CreateCollectionRequest(Body):
     name: CollectionName | None = None
-    collection: CollectionName | None = Field(None, validation_alias=_COLLECTION)
-    dim: StrictInt | None = Field(None, ge=MIN_DIM, le=MAX_DIM)
+    collection: CollectionName | None = Field(default=None, validation_alias=_COLLECTION)
+    dim: StrictInt | None = Field(default=None, ge=MIN_DIM, le=MAX_DIM)
     description: Description = ""
     index_type: IndexType | None = None
     metric_type: MetricType | None = None
@@ -487,4 +497,4 @@ class EmbedRequest(Body):
 
     inputs: Annotated[list[str] | None, _capped("items")] = None
     images_base64: Annotated[list[str] | None, _capped("items")] = None
-    batch_size: StrictInt | None = Field(None, ge=1)
+    batch_size: StrictInt | None = Field(default=None, ge=1)

@@ -400,7 +400,7 @@ def _loss(src, dst, name: str, found: dict[str, Any], changed: bool = True) -> s
     diff = compare(src, dst, name)
     diff.changed = diff.changed if changed else []
     since = "(written to DST, or deleted from SRC, since)"
-    changed = (
+    differ = (
         f", and {items_text(len(diff.changed))} that differ from SRC's (such as"
         f" {such_as(diff.changed)}: written to DST or to SRC since they were copied)"
         if diff.changed
@@ -408,9 +408,9 @@ def _loss(src, dst, name: str, found: dict[str, Any], changed: bool = True) -> s
     )
     if found.get("complete"):
         held = items_text(dst.count(name, consistency="Strong"))
-        return f"it is complete (verified {_when(found)}): {held}, {diff.extra:,} of them SRC lacks {since}{changed}"  # fmt: skip
+        return f"it is complete (verified {_when(found)}): {held}, {diff.extra:,} of them SRC lacks {since}{differ}"  # fmt: skip
     if diff.extra or diff.changed:
-        return f"it holds {items_text(diff.extra)} SRC lacks {since}{changed}"
+        return f"it holds {items_text(diff.extra)} SRC lacks {since}{differ}"
     return None
 
 

@@ -12,6 +12,7 @@ hundred bytes per text, not by the file.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -78,7 +79,7 @@ class LMReference:
     argmax: list[torch.Tensor]
     nll: float
     count: int
-    hidden: list[torch.Tensor] | None = None
+    hidden: list[torch.Tensor]
 
 
 def _next_token_mask(batch) -> torch.Tensor:
@@ -182,22 +183,20 @@ def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 
 
 @dataclass
 class Subject:
-    """What is evaluated: the model, its kind, calibration and evaluation batches (`Batches`, or
-    lists of batches), and `n_pairs` when the evaluation texts are the shipped paraphrase pairs."""
+    """What is evaluated: the model, its kind, calibration and evaluation batches (`Batches` of
+    texts, `ImageBatches` of images), and `n_pairs` when the evaluation texts are the shipped
+    paraphrase pairs."""
 
     name: str
     model: nn.Module
     kind: str
-    calibration: object
-    data: object
+    calibration: Batches | ImageBatches
+    data: Batches | ImageBatches
     n_pairs: int | None = None
 
     @property
     def texts(self) -> int:
-        data = self.data
-        if isinstance(data, Batches | ImageBatches):
-            return data.count
-        return sum(len(next(iter(b.values()))) for b in data)
+        return self.data.count
 
     @property
     def dtype(self) -> str:
@@ -212,7 +211,7 @@ def load_subject(
     eval_file: str | None = None,
     max_length: int | None = None,
     dtype=None,
-    tokenizer_path: str | None = None,
+    tokenizer_path: str | os.PathLike | None = None,
 ) -> Subject:
     """The model and its data: the shipped sentences unless text files are given (streamed);
     for a vision tower, generated images (`corpus.generated_images`: `2 · n_pairs` to evaluate

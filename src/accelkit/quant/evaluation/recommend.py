@@ -18,6 +18,8 @@ faithful; of them, the fastest measured, else the most faithful.
 
 from __future__ import annotations
 
+import math
+
 from accelkit.quant.evaluation.report import time_ratio
 from accelkit.quant.evaluation.sweep import EvalRow
 
@@ -45,6 +47,21 @@ def ratios(row: EvalRow) -> tuple[float | None, float | None, str]:
     return None, None, ""
 
 
+def _unmeasured_last(value: float | None) -> float:
+    """A sort key for `min`: a value not measured after every measured one."""
+    return math.inf if value is None else value
+
+
+def _batch_ratio(row: EvalRow) -> float:
+    """The time over FP32 at the timing batch (`ratios`), as a sort key for `min`."""
+    return _unmeasured_last(ratios(row)[0])
+
+
+def _cosine(row: EvalRow) -> float:
+    """The mean cosine, as a sort key for `max` (not measured: below every measured one)."""
+    return -math.inf if row.mean_cosine is None else row.mean_cosine
+
+
 def _per_bits(quantized: list[EvalRow], top1_slack: float, second_slack: float) -> dict:
     picks = {}
     for bits in dict.fromkeys(r.bits for r in quantized):
@@ -62,7 +79,11 @@ def _per_bits(quantized: list[EvalRow], top1_slack: float, second_slack: float) 
             return time_ratio(vars(r), kind)
 
         timed = [r for r in close if speed(r) is not None]
-        pick = min(timed, key=speed) if timed else max(close, key=_quality)
+        pick = (
+            min(timed, key=lambda r: _unmeasured_last(speed(r)))
+            if timed
+            else max(close, key=_quality)
+        )
         why = f"top-1 {pick.top1_agreement:.3f}"
         why += (
             f", mean cos {pick.mean_cosine:.4f}"
@@ -101,7 +122,13 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
 
     def fast(r: EvalRow) -> bool:
         batch, one, kind = ratios(r)
-        return kind == "compiled" and batch <= SPEED_BATCH and one is not None and one <= SPEED_ONE
+        return (
+            kind == "compiled"
+            and batch is not None
+            and batch <= SPEED_BATCH
+            and one is not None
+            and one <= SPEED_ONE
+        )
 
     meeting = [r for r in timed if fast(r)]
     faster = [r for r in timed if faster_than_fp32(r)]
@@ -111,14 +138,14 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
     )
     pick: EvalRow | None
     if meeting:
-        pick = min(meeting, key=lambda r: ratios(r)[0])
+        pick = min(meeting, key=_batch_ratio)
         text = f"{_describe(pick)}: meets {goal} on this machine"
     elif faster:
-        pick = min(faster, key=lambda r: ratios(r)[0])
+        pick = min(faster, key=_batch_ratio)
         text = f"no setting reaches {goal} on this machine; the fastest with mean cosine ≥"
         text += f" {min_cosine} is {_describe(pick)}, faster than FP32"
     elif timed:  # every faithful setting is slower than FP32 here: keep FP32
-        best = min(timed, key=lambda r: ratios(r)[0])
+        best = min(timed, key=_batch_ratio)
         pick = None
         text = (
             f"fp32 (the unquantized model): no setting with mean cosine ≥ {min_cosine} is faster"
@@ -126,14 +153,14 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
             " is slower"
         )
     elif faithful:
-        pick = max(faithful, key=lambda r: r.mean_cosine)
+        pick = max(faithful, key=_cosine)
         text = f"{_describe(pick)}: the most faithful with mean cosine ≥ {min_cosine}"
         text += " (speed not measured)"
     else:
         with_cos = [r for r in quantized if r.mean_cosine is not None]
         if not with_cos:
             return None
-        pick = max(with_cos, key=lambda r: r.mean_cosine)
+        pick = max(with_cos, key=_cosine)
         text = f"no setting reaches mean cosine ≥ {min_cosine}; the most faithful is"
         text += f" {_describe(pick)}"
     targets = {

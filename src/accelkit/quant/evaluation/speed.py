@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -83,10 +84,13 @@ def compile_model(model: nn.Module) -> nn.Module:
     graph instead of six layers' and the embeddings — and every later block reuses it. Without
     such a stack, the whole model."""
     if repeated_blocks(model) is None:
-        return torch.compile(model, fullgraph=True, dynamic=False)
+        # a Module compiled is an OptimizedModule (a Module); torch's stub says only a callable
+        return cast(nn.Module, torch.compile(model, fullgraph=True, dynamic=False))
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
     view = copy.deepcopy(model, memo=shared)  # the module tree again; the tensors are model's
-    for block in repeated_blocks(view):
+    blocks = repeated_blocks(view)
+    assert blocks is not None  # model's stack, copied
+    for block in blocks:
         block.compile(fullgraph=True, dynamic=False)
     return view
 

@@ -14,11 +14,12 @@ import re
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import cast
 
 from torch import nn
 
 from accelkit.errors import InputError
-from accelkit.quant.config import QuantConfig, check_bits
+from accelkit.quant.config import Method, QuantConfig, check_bits
 from accelkit.quant.evaluation.fidelity import (
     Subject,
     load_subject,
@@ -134,7 +135,7 @@ def run_eval(
         ref = subject_reference(subject)
     if reference is not None:
         reference.append(ref)
-    timing_batch = data.first() if hasattr(data, "first") else data[0]  # Batches, ImageBatches
+    timing_batch = data.first()
     bench = bench or SpeedBench(fp32, timing_batch, phases)
     rows: list[EvalRow] = []
 
@@ -168,7 +169,12 @@ def run_eval(
             q_bytes = fp_bytes = fp32_bytes(fp32)
         else:
             wbits, abits = parse_bits(b)
-            cfg = QuantConfig(method=meth, wbits=wbits, abits=abits, **(config_overrides or {}))
+            cfg = QuantConfig(
+                method=cast(Method, meth),  # a name QuantConfig checks
+                wbits=wbits,
+                abits=abits,
+                **(config_overrides or {}),
+            )
             t0 = time.perf_counter()
             before = steps.done
 
@@ -188,8 +194,8 @@ def run_eval(
             if models is not None:
                 models[label] = model
         say(f"{meth} {b}: evaluating on {subject.texts} texts")
-        watch = layers and meth != "fp32"
-        with phases("fidelity"), layers.compare(label, model) if watch else nullcontext():
+        watch = layers.compare(label, model) if layers and meth != "fp32" else nullcontext()
+        with phases("fidelity"), watch:
             fid = subject_fidelity(subject, model, ref)
         timed = {}
         if latency and meth != "fp32":  # FP32's times are each row's *_fp32_ms

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -89,7 +90,8 @@ def linear_bytes(model: nn.Module) -> int:
         if isinstance(m, QuantLinear):
             total += sum(t.numel() * t.element_size() for t in compact_tensors(m).values())
         elif (linear := as_linear(m)) is not None:  # Linear, or Conv1D as the Linear it is
-            total += 4 * (linear.weight.numel() + (m.bias.numel() if m.bias is not None else 0))
+            bias = linear.bias  # Conv1D's own, as the Linear carries it
+            total += 4 * (linear.weight.numel() + (bias.numel() if bias is not None else 0))
     return total
 
 
@@ -195,13 +197,12 @@ def reach(
     if result.reached:
         result.linear_bytes_after = result.linear_bytes_before
         return base, result
-    data = subject.data
-    first = data.first() if hasattr(data, "first") else data[0]
-    errors = layer_errors(subject.model, base, first)
+    errors = layer_errors(subject.model, base, subject.data.first())
     ranked = [
         name
-        for name in sorted(errors, key=errors.get, reverse=True)
-        if base.get_submodule(name).spec.wbits < 8  # already 8-bit: nothing to gain at W8A8
+        for name in sorted(errors, key=lambda n: errors[n], reverse=True)
+        # errors are of the quantized layers; already 8-bit: nothing to gain at W8A8
+        if cast(QuantLinear, base.get_submodule(name)).spec.wbits < 8
     ]
     result.order = [{"layer": n, "relative_error": errors[n]} for n in ranked]
     if progress:

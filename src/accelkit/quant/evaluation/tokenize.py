@@ -36,6 +36,7 @@ class Texts:
         if self.items is not None:
             yield from self.items
             return
+        assert self.path is not None  # texts are a list or a file
         try:
             with open(self.path, encoding="utf-8") as handle:
                 for line in handle:

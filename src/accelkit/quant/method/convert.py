@@ -206,9 +206,10 @@ def matmul_weights(model: nn.Module) -> dict[str, int]:
         weight = getattr(module, "weight", None)
         if not name or isinstance(module, nn.Embedding | QuantLinear):
             continue
-        if as_linear(module) is not None or (
-            isinstance(weight, nn.Parameter) and weight.dim() == 2
-        ):
+        linear = as_linear(module)
+        if linear is not None:
+            found[name] = linear.weight.numel()
+        elif isinstance(weight, nn.Parameter) and weight.dim() == 2:
             found[name] = weight.numel()
     return found
 
@@ -293,6 +294,7 @@ def quantize_with_report(
                     f"fits its smoothing on activation statistics and needs at least "
                     f"{MIN_CALIBRATION_TOKENS} (pass more or longer calibration batches, or use rtn)"
                 )
+            assert entry.absmax is not None  # collect_inputs refuses a layer that never ran
             channels = quiet_channels(entry.absmax)
             if len(channels):
                 quiet[name] = channels.tolist()

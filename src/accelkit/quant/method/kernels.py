@@ -14,8 +14,8 @@ sums once (`quantizers.integer_linear`). Three kernels can do it on a CPU:
 
 **Exact or not at all.** With VNNI/AMX dot products both integer kernels sum exactly. Without
 them (AVX2, AVX-512 without VNNI) both multiply adjacent u8·s8 pairs into a *saturating* int16
-(`vpmaddubsw`), so a pair's sum above 32767 comes back wrong (measured with
-`ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2`: off by millions). That cannot happen
+(`vpmaddubsw`), so a pair's sum above 32767 comes back wrong (reproduced with
+`ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2`). That cannot happen
 when every weight has |b| ≤ 64 (255·(64+64) = 32640). `exact(kernel, qmax, wmax)` checks a
 kernel on adversarial values of one regime against an int64 product (once per process); a layer
 may use a kernel only where the check holds for its activation range and largest |b|.
@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -70,7 +71,8 @@ def _pack_fbgemm(weight: torch.Tensor):
     engine = torch.backends.quantized.engine
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the quantized-tensor API's deprecation notice
-        qw = torch._make_per_channel_quantized_tensor(
+        # an aten op torch's stubs leave out of its exports
+        qw = torch._make_per_channel_quantized_tensor(  # pyright: ignore[reportPrivateImportUsage]
             weight.contiguous(),
             torch.ones(m, dtype=torch.float64),
             torch.zeros(m, dtype=torch.int64),
@@ -129,7 +131,9 @@ def integer_sums(
     if kernel == "onednn":
         offset = 2 ** (abits - 1)
         a = (codes - offset).to(torch.int8)
-        return torch._int_mm(a, weight.t()) - (zero - offset).to(torch.int32) * rowsum
+        # torch._int_mm: an aten op torch's stubs leave out of its exports
+        product = torch._int_mm(a, weight.t())  # pyright: ignore[reportPrivateImportUsage]
+        return product - (zero - offset).to(torch.int32) * rowsum
     if kernel == "fbgemm":
         return fbgemm_mm(codes, weight) - zero * rowsum.to(codes.dtype)
     raise ValueError(f"no integer kernel {kernel!r}")
@@ -400,7 +404,7 @@ def _seconds(value) -> bool:
     )
 
 
-def _well_formed(data) -> bool:
+def _well_formed(data) -> TypeGuard[dict]:
     """A cache document this version reads: machines of shapes of kernel -> equally long lists
     of seconds."""
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:

@@ -9,6 +9,7 @@ Calibration fills the buffers in an explicit eager step (`load_from_float`) befo
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -43,11 +44,13 @@ def as_linear(module: nn.Module) -> nn.Linear | None:
         return module
     if not is_conv1d(module):
         return None
-    n, m = module.weight.shape
-    linear = nn.Linear(n, m, bias=module.bias is not None, device="meta")
-    linear.weight = nn.Parameter(module.weight.t(), requires_grad=module.weight.requires_grad)
-    if module.bias is not None:
-        linear.bias = module.bias
+    weight, bias = module.weight, module.bias
+    assert isinstance(weight, torch.Tensor)  # checked by is_conv1d
+    n, m = weight.shape
+    linear = nn.Linear(n, m, bias=bias is not None, device="meta")
+    linear.weight = nn.Parameter(weight.t(), requires_grad=weight.requires_grad)
+    if bias is not None:
+        linear.bias = cast(nn.Parameter, bias)  # Conv1D's bias is a Parameter
     return linear
 
 
@@ -94,9 +97,9 @@ class LayerSpec:
     def dense_transform(self) -> bool:
         """Apply smoothing, R₁, P and R₂ as one precomputed n×n product (narrow layers only).
 
-        Measured with torch.compile on CPU: at n = 3 blocks one dense product ran 2× faster than
-        the two block products and the gather; at n = 12 blocks it ran 1.75× slower (n² vs 2·n·b
-        multiply-adds), so wide layers keep the block form.
+        With torch.compile on CPU one dense product beats the two block products and the gather
+        on a few blocks, and loses on many (n² against 2·n·b multiply-adds), so wide layers keep
+        the block form (figures: docs/performance.md, "Figures behind code comments").
         """
         return (
             self.block is not None
@@ -117,8 +120,8 @@ class LayerSpec:
 
         Needs weight codes minus zero point that fit int8 (wbits ≤ 7), activations of ≤ 8 bits and
         one weight scale per output channel. Plain weight groups stay on the dequantized float
-        path: one int8 GEMM per group plus the per-group rescaling measured slower than float32 on
-        MiniLM (groups of 64, an exploratory run: RTN 1.35× FP32 against ~1.1× dequantized).
+        path: one int8 GEMM per group plus the per-group rescaling ran slower than float32
+        (docs/performance.md, "Figures behind code comments").
         Progressive groups rebuild exact int8 weights with one scale per output channel, so they
         run here too. Same result as the float path up to float32 rounding of the final scaling.
         """
@@ -143,6 +146,28 @@ class LayerSpec:
 
 class QuantLinear(nn.Module):
     """y = fakequant_a(T(x)) · dequant(Q(T(W)))ᵀ + b, with T the layer's folded equivalent transform."""
+
+    # the buffers `__init__` registers (which of them a layer has follows its spec), typed here:
+    # nn.Module types an attribute it looks up as `Tensor | Module`
+    weight: torch.Tensor
+    qweight: torch.Tensor
+    w_scale: torch.Tensor
+    w_gscale: torch.Tensor
+    w_gzero: torch.Tensor
+    w_zero: torch.Tensor
+    weight_int8: torch.Tensor
+    weight_rowsum: torch.Tensor
+    bias: torch.Tensor | None
+    inv_smooth: torch.Tensor
+    rot1: torch.Tensor
+    rot2: torch.Tensor
+    perm: torch.Tensor
+    steps1: torch.Tensor
+    steps2: torch.Tensor
+    transform: torch.Tensor
+    transform_blocks: torch.Tensor
+    act_scale: torch.Tensor
+    act_zero: torch.Tensor
 
     def __init__(self, spec: LayerSpec):
         super().__init__()
@@ -190,8 +215,8 @@ class QuantLinear(nn.Module):
                 self.register_buffer("w_zero", torch.zeros(m, groups, dtype=f32))
             if self.integer_gemm:
                 # derived by `refresh_derived` (never stored): unpacking int4 and summing rows on
-                # every call cost more than the GEMM at small batches (32 rows: 392 vs 76 µs per
-                # 384×384 layer), for 0.25× the FP32 weight bytes resident beside the packed codes
+                # every call cost more than the GEMM itself at small batches; kept resident
+                # instead, one byte per weight beside the packed codes
                 self.register_buffer(
                     "weight_int8", torch.zeros(m, n, dtype=torch.int8), persistent=False
                 )
@@ -233,7 +258,9 @@ class QuantLinear(nn.Module):
         if self.spec.dense_transform:
             return x @ self.transform.to(x.dtype)
         if self.spec.fused_blocks:
-            k, b = self.in_features // self.spec.block, self.spec.block
+            b = self.spec.block
+            assert b is not None  # fused_blocks: rotations in blocks
+            k = self.in_features // b
             lead = x.shape[:-1]
             return torch.einsum(
                 "...kb,kbc->...kc", x.reshape(*lead, k, b), self.transform_blocks.to(x.dtype)
@@ -268,7 +295,9 @@ class QuantLinear(nn.Module):
             eye = torch.eye(self.in_features, dtype=torch.float64, device=self.transform.device)
             self.transform.copy_(self._transform_blockwise(eye).to(torch.float32))
         if self.spec.fused_blocks:  # block k of the block-diagonal diag(1/s)·R₁·R₂, in float64
-            k, b = self.in_features // self.spec.block, self.spec.block
+            b = self.spec.block
+            assert b is not None  # fused_blocks: rotations in blocks
+            k = self.in_features // b
             blocks = self.rot1.double() @ self.rot2.double()
             if self.spec.smooth:
                 blocks = self.inv_smooth.double().reshape(k, b, 1) * blocks
@@ -407,6 +436,7 @@ class QuantLinear(nn.Module):
                 q, scale = qz.int8_quantize(w, ratio)
                 self.w_scale.copy_(scale.to(torch.float32))
             elif spec.progressive:
+                assert spec.group_size is not None  # progressive weights: checked by __init__
                 q, s1, s2, zero = qz.progressive_quantize(w, spec.group_size, ratio)
                 self.w_scale.copy_(s1.to(torch.float32))
                 self.w_gscale.copy_(s2)
@@ -416,18 +446,26 @@ class QuantLinear(nn.Module):
                 self.w_scale.copy_(scale.to(torch.float32))
                 self.w_zero.copy_(zero.to(torch.float32))
             self.qweight.copy_(qz.pack_int4(q) if spec.packed else q)
+        # the parts the spec names are there (`transform` was made for it: `method/convert.py`)
         if bias is not None:
+            assert self.bias is not None
             self.bias.copy_(bias.to(torch.float32))
         if spec.smooth:
+            assert transform.smooth is not None
             self.inv_smooth.copy_((1.0 / transform.smooth).to(torch.float32))
         if spec.block is not None:
-            self.rot1.copy_(transform.rot1.to(torch.float32))
-            self.rot2.copy_(transform.rot2.to(torch.float32))
-            self.steps1.copy_(transform.steps1.to(torch.int16))
-            self.steps2.copy_(transform.steps2.to(torch.int16))
+            t = transform
+            assert t.rot1 is not None and t.rot2 is not None
+            assert t.steps1 is not None and t.steps2 is not None
+            self.rot1.copy_(t.rot1.to(torch.float32))
+            self.rot2.copy_(t.rot2.to(torch.float32))
+            self.steps1.copy_(t.steps1.to(torch.int16))
+            self.steps2.copy_(t.steps2.to(torch.int16))
             if spec.permutation:
-                self.perm.copy_(transform.perm)
+                assert t.perm is not None
+                self.perm.copy_(t.perm)
         if spec.abits < 16 and spec.act_granularity == "per-tensor-static":
+            assert act_range is not None  # static activation scales are calibrated
             lo, hi = act_range
             scale, zero = qz.asym_params(lo * spec.act_clip, hi * spec.act_clip, spec.abits)
             self.act_scale.copy_(scale.reshape(1).to(torch.float32))

@@ -110,6 +110,7 @@ def search_weight_clip(
     best = torch.ones(w.shape[0], dtype=w.dtype)
     for ratio in grid:
         if progressive:
+            assert group_size is not None  # progressive weights come in groups
             e = w - progressive_dequantize(*progressive_quantize(w, group_size, ratio))
         elif int8:
             q, scale = int8_quantize(w, ratio)

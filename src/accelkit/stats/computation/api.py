@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def compute(
         if not _is_default(value, StatsSettings.model_fields[name].default)
     }
     if settings is None:
-        paths = {k: _text(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
+        paths = {k: str(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
         settings = load_settings(StatsSettings, env={}, dataset=_text(dataset), **paths)
     elif dataset is not None or options:
         raise ConfigError("give compute() either settings or a dataset and options, not both")
@@ -135,17 +136,20 @@ def _text(dataset) -> str | list[str] | None:
     return str(dataset)
 
 
-def dataset_keys(settings: StatsSettings):
-    """The keys to compute: --keys, or with --per-episode/--write-into every numeric feature
-    of a LeRobot dataset (LeRobot's statistics files hold them all: compute_episode_stats)."""
+def dataset_keys(settings: StatsSettings, dataset: str) -> Mapping[str, str] | None:
+    """The keys to compute of one `dataset`: --keys, or with --per-episode/--write-into every
+    numeric feature of a LeRobot dataset (LeRobot's statistics files hold them all:
+    compute_episode_stats)."""
+    keys = settings.keys
+    assert not isinstance(keys, list)  # one dataset has one set (StatsSettings._member_keys)
     if (
-        settings.keys is None
+        keys is None
         and (settings.per_episode or settings.write_into)
         and not settings.trust_files
-        and not storage.is_uri(settings.dataset)
+        and not storage.is_uri(dataset)
     ):
-        return lerobot.numeric_features(Path(settings.dataset).expanduser(), required=False)
-    return settings.keys
+        return lerobot.numeric_features(Path(dataset).expanduser(), required=False)
+    return keys
 
 
 def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
@@ -155,11 +159,12 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
             "no dataset given; pass a path, or --config FILE --config-name NAME with a dataset entry"
         )
 
-    mixture = isinstance(settings.dataset, list)  # several datasets: `stats/mixture/datasets.py`
-    if not mixture:
-        settings = settings.model_copy(  # `owner/name`: the folder LeRobot keeps it in
+    dataset = settings.dataset  # several (a list): a mixture, `stats/mixture/datasets.py`
+    if isinstance(dataset, str):
+        dataset = repo_ids.resolve(dataset)  # `owner/name`: the folder LeRobot keeps it in
+        settings = settings.model_copy(
             update={
-                "dataset": repo_ids.resolve(settings.dataset),
+                "dataset": dataset,
                 "write_into": settings.write_into
                 and repo_ids.resolve(settings.write_into, "--write-into"),
             }
@@ -175,15 +180,15 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         plot_path = check_plot_path(settings.plot)
     chunk_transform = chunk_transform_of(settings)
     cameras = None
-    if mixture:
-        phase(f"reading the metadata of {len(settings.dataset)} datasets")
+    if isinstance(dataset, list):
+        phase(f"reading the metadata of {len(dataset)} datasets")
         stream = mixture_run.open_mixture(settings, chunk_transform)
         target = stream.target
     else:
-        phase(f"reading the metadata of {settings.dataset}")
+        phase(f"reading the metadata of {dataset}")
         stream = open_source(
-            settings.dataset,
-            keys=dataset_keys(settings),
+            dataset,
+            keys=dataset_keys(settings, dataset),
             action_horizon=settings.action_horizon,
             chunk_end=settings.chunk_end,
             max_frames=settings.max_frames,
@@ -204,7 +209,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
         host_passes.warm_up(freeze=True)  # this process is the run (see warm_up)
         devices = [HOST]  # decided once: the plugin search is a listing of sys.path
 
-    if mixture:
+    if isinstance(stream, mixture_run.MixtureSource):
         result = mixture_run.compute(settings, stream, levels, devices, progress)
     else:
         result = compute_stats(
@@ -368,6 +373,7 @@ def images_mode(settings: StatsSettings, stream) -> str:
             settings.format == "lerobot"
             and has_cameras
             and not remote
+            and source is not None
             and source.layout is not None
             and settings.max_time_minutes is None
         )
