@@ -236,10 +236,11 @@ def test_dry_run_and_apply_agree_on_every_layer(encoder_dir, tmp_path, capsys, m
     assert sorted(plan["result"]["planned"]) == sorted(done["result"]["quantized"])
     assert plan["result"]["skipped"] == done["result"]["skipped"]
     assert len(done["result"]["quantized"]) == 2 and len(done["result"]["skipped"]) == 10
-    for doc in (plan, done):  # one summary line, not one per layer
-        leaving = [w for w in doc["warnings"] if "in float" in w]
+    for doc in (plan, done):  # one summary line, not one per layer (and one share line)
+        leaving = [w for w in doc["warnings"] if "selected layers in float" in w]
         assert len(leaving) == 1 and "leaving 10 of 12" in leaving[0], doc["warnings"]
-    assert err.count("in float") == 1
+        assert len([w for w in doc["warnings"] if "quantized share" in w.lower()]) <= 1
+    assert err.count("selected layers in float") == 1
 
 
 def _peak_rss_mb(args) -> tuple[int, float, dict]:

@@ -196,7 +196,7 @@ def _plan_share(model, config: QuantConfig) -> tuple[float, str | None]:
     from accelkit.quant.method.convert import is_lm_head, plan
     from accelkit.quant.method.layers import linear_layers
 
-    usable, report = plan(model, config)
+    usable, report = plan(model, config, warn=False)  # the run itself warns once
     head = None
     if any(is_lm_head(name) for name in linear_layers(model)):
         head = "quantized" if any(is_lm_head(name) for name in usable) else "float"

@@ -193,7 +193,7 @@ def tiny_decoder(folder):
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from tests.quant.test_evaluate import with_tokenizer
+    from tests.support.quant_eval import with_tokenizer
 
     torch.manual_seed(1)
     config = transformers.LlamaConfig(

@@ -144,7 +144,7 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def plan_layers(
-    layers: dict[str, nn.Linear], config: QuantConfig, report: QuantReport
+    layers: dict[str, nn.Linear], config: QuantConfig, report: QuantReport, warn: bool = True
 ) -> dict[str, nn.Linear]:
     """The selected layers that can be quantized; the others go to `report.skipped` with the
     reason, under one warning for all of them (a dry run and a real run decide alike)."""
@@ -169,7 +169,7 @@ def plan_layers(
             report.skipped[name] = why
         else:
             usable[name] = lin
-    if report.skipped:
+    if report.skipped and warn:
         reasons: dict[str, list[str]] = {}
         for name, why in report.skipped.items():
             reasons.setdefault(why, []).append(name)
@@ -248,12 +248,14 @@ def check_share(model: nn.Module, usable: dict[str, nn.Linear], config, report) 
 _WARNED: set[str] = set()
 
 
-def plan(model: nn.Module, config: QuantConfig) -> tuple[dict[str, nn.Linear], QuantReport]:
+def plan(
+    model: nn.Module, config: QuantConfig, warn: bool = True
+) -> tuple[dict[str, nn.Linear], QuantReport]:
     """The layers `quantize` would quantize (by name, as Linear) and its report so far: what is
     left in float and why, and the quantized share (refused near 0, `check_share`). Changes
-    nothing."""
+    nothing. `warn=False`: a look ahead whose run warns itself (no second warning line)."""
     report = QuantReport()
-    usable = plan_layers(select_layers(model, config), config, report)
+    usable = plan_layers(select_layers(model, config), config, report, warn)
     check_share(model, usable, config, report)
     return usable, report
 
