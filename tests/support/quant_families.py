@@ -83,9 +83,10 @@ def _config(name: str, vocab: int):
             image_size=IMAGE, patch_size=8, num_labels=4, intermediate_size=2 * HIDDEN, **small
         )
     if name == "paligemma":
-        vision = transformers.SiglipVisionConfig(
-            image_size=IMAGE, patch_size=8, intermediate_size=2 * HIDDEN, **small
-        )
+        vision = transformers.SiglipVisionConfig(  # no pooling head, as PaliGemma's checkpoints
+            image_size=IMAGE, patch_size=8, intermediate_size=2 * HIDDEN, vision_use_head=False,
+            **small,
+        )  # fmt: skip
         text = transformers.GemmaConfig(
             vocab_size=vocab + 16, intermediate_size=2 * HIDDEN, num_key_value_heads=1,
             head_dim=16, **small,

@@ -226,8 +226,8 @@ def load_subject(
     with one of the shipped sentences as its prompt."""
     model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
     calib = calibration_data(model, tokenizer, calibration_file, max_length)
-    if isinstance(tokenizer, ImageInputs) or isinstance(model, VisionLanguageLogits):
-        inputs = model.images if isinstance(model, VisionLanguageLogits) else tokenizer
+    inputs = _image_inputs(model, tokenizer)
+    if inputs is not None:
         images = _image_set(eval_file, "--eval-data", 2 * n_pairs, inputs, seed=20240605)
         data = ImageBatches(images, inputs, 64, "--eval-data")
         if isinstance(model, VisionLanguageLogits):
@@ -261,6 +261,14 @@ def _images(path: str, flag: str):
     return read_images(path, flag)
 
 
+def _image_inputs(model: nn.Module, tokenizer) -> ImageInputs | None:
+    """How the model wants its images (a vision tower's or a vision-language model's); None for
+    a text model."""
+    if isinstance(model, VisionLanguageLogits):
+        return model.images
+    return tokenizer if isinstance(tokenizer, ImageInputs) else None
+
+
 def _image_set(path: str | None, flag: str, n: int, inputs: ImageInputs, seed: int):
     """The images of the folder `path`, else `n` generated ones of the model's side."""
     return _images(path, flag) if path else generated_images(n, inputs.size, seed=seed)
@@ -282,8 +290,8 @@ def calibration_data(model: nn.Module, tokenizer, calibration_file, max_length):
     """The calibration batches of a model: the shipped sentences or a text file, tokenized; for
     a vision tower (`tokenizer` is its `ImageInputs`), generated images or a folder of images;
     for a vision-language model those images, each with a shipped sentence as its prompt."""
-    if isinstance(tokenizer, ImageInputs) or isinstance(model, VisionLanguageLogits):
-        inputs = model.images if isinstance(model, VisionLanguageLogits) else tokenizer
+    inputs = _image_inputs(model, tokenizer)
+    if inputs is not None:
         images = _image_set(calibration_file, "--calibration", CALIBRATION_IMAGES, inputs, seed=7)
         data = ImageBatches(images, inputs, 32, "--calibration")
         if isinstance(model, VisionLanguageLogits):
