@@ -375,7 +375,7 @@ def families_table(doc: dict) -> str:
             continue
         rtn, dq = run["rows"]["rtn/w4a8"], run["rows"]["duquant/w4a8"]
         ratio = run["channel_ratio"]
-        causal = run["kind"] == "causal-lm"
+        causal = rtn["perplexity_ratio"] is not None  # causal LMs and PaliGemma
         lines.append(
             f"| {name} | {run['kind']} | {100 * run['quantized_share']:.0f} %"
             f" | {ratio['init']:.1f} → {ratio['trained']:.1f}"

@@ -1,8 +1,8 @@
 """The family matrix: `accelkit quant` on the models users bring — GPT-2 (Conv1D), a Qwen2 decoder
 (RMSNorm, GQA, SwiGLU, tied embeddings), BERT, T5 (its encoder), a ViT vision tower (generated
-images) — built from configs, trained for seconds so their activations grow outlier channels, and
-saved as `save_pretrained` writes them (`tests/support/quant_families.py`); a PaliGemma (SigLIP +
-Gemma) is refused in one line. Each family through the real command line, `--no-latency` where
+images) and a PaliGemma (SigLIP + Gemma; generated images, each with a prompt) — built from configs,
+trained for seconds so their activations grow outlier channels, and saved as `save_pretrained`
+writes them (`tests/support/quant_families.py`); a CLIP is refused in one line. Each family through the real command line, `--no-latency` where
 speed is not the point; one test compiles a Qwen2 model."""
 
 import json
@@ -26,7 +26,7 @@ def families(tmp_path_factory):
     """Every family built and trained once per session: name -> (folder, build info)."""
     root = tmp_path_factory.mktemp("quant-families")
     built = {}
-    for name in (*fam.FAMILIES, "paligemma"):
+    for name in fam.FAMILIES:
         built[name] = (root / name, fam.build(name, root / name))
     (root / "calib.txt").write_text("\n".join(CALIB))
     built["calib"] = root / "calib.txt"
@@ -78,16 +78,17 @@ def test_every_family_is_quantized_and_judged(families, name, capsys):
     folder = families[name][0]
     args = ["quant", "eval", "--model", str(folder), "--methods", "fp32,rtn", "--bits", "w4a8",
             "--pairs", "8", "--no-latency", "--json"]  # fmt: skip
-    if name != "vit":
+    if name not in ("vit", "paligemma"):
         args += ["--calibration", str(families["calib"])]
     doc = run_json(args, capsys)
     fp32, rtn = doc["rows"]
     assert fp32["mean_cosine"] == pytest.approx(1.0)
     assert 0.5 < rtn["mean_cosine"] < 1.0 - 1e-6  # quantized: never the float model as is
     assert doc["quantized_share"] > 0.5
-    if name in ("gpt2", "qwen2"):
-        assert doc["kind"] == "causal-lm" and doc["lm_head"] == "float"
-        assert rtn["perplexity_ratio"] > 0 and 0 < rtn["top1_agreement"] <= 1
+    if name in ("gpt2", "qwen2", "paligemma"):
+        assert doc["kind"] == ("vision-language" if name == "paligemma" else "causal-lm")
+        assert doc["lm_head"] == "float"
+        assert rtn["perplexity_ratio"] > 0 and 0 < rtn["top1_agreement"] < 1
     else:
         assert doc["kind"] == ("vision" if name == "vit" else "encoder")
     if name == "vit":
@@ -168,12 +169,72 @@ def test_perplexity_target_on_an_encoder_is_one_line(families, capsys):
     assert code == 2 and "needs a causal LM" in one_line(err)
 
 
-def test_a_vision_language_model_is_refused_in_one_line(families, capsys):
-    code, _, err = run_cli(
-        ["quant", "eval", "--model", str(families["paligemma"][0]), "--no-latency"], capsys
+def test_paligemma_text_positions_are_judged_as_transformers_scores_them(families):
+    """The FP32 reference of a PaliGemma (its image's placeholder tokens before each prompt, the
+    outputs of those cut off) against transformers' own loss on the same image + text inputs,
+    the image positions and the first text token unlabelled; and the pixels against
+    transformers' SigLIP image processor."""
+    from accelkit.quant.evaluation.corpus import generated_images
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_reference
+
+    folder = families["paligemma"][0]
+    subject = load_subject(str(folder), n_pairs=8)
+    reference = subject_reference(subject)
+    model = transformers.PaliGemmaForConditionalGeneration.from_pretrained(folder).eval()
+    k = (fam.IMAGE // 8) ** 2
+    nll = count = 0.0
+    for batch in subject.data:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        image = torch.full((len(ids), k), model.config.image_token_id)
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, 0] = -100  # predicted from the last image token: not a text position's
+        with torch.no_grad():
+            loss = model(
+                input_ids=torch.cat([image, ids], dim=1),
+                attention_mask=torch.cat([torch.ones_like(image), mask], dim=1),
+                pixel_values=batch["pixel_values"],
+                labels=torch.cat([torch.full_like(image, -100), labels], dim=1),
+            ).loss
+        n = int((labels[:, 1:] != -100).sum())
+        nll, count = nll + float(loss) * n, count + n
+    assert reference.count == count and reference.nll == pytest.approx(nll, rel=1e-5)
+    processor = transformers.SiglipImageProcessor(
+        size={"height": fam.IMAGE, "width": fam.IMAGE}, do_resize=False
     )
-    assert code == 2 and "vision-language model (paligemma)" in one_line(err)
-    assert "vision towers (ViT" in one_line(err)
+    images = generated_images(16, fam.IMAGE, seed=20240605)
+    expected = processor(list(images), return_tensors="pt")["pixel_values"]
+    assert torch.allclose(subject.data.first()["pixel_values"], expected, atol=1e-5)
+
+
+def test_paligemma_applies_and_loads_back(families, tmp_path, capsys):
+    from accelkit.quant.method.layers import QuantLinear
+    from accelkit.quant.method.storage import load_quantized
+    from accelkit.quant.models import model_factory
+
+    folder = families["paligemma"][0]
+    out = tmp_path / "q.safetensors"
+    doc = run_json(
+        ["quant", "apply", "--model", str(folder), "--output", str(out), "--method", "rtn",
+         "--json"], capsys,
+    )  # fmt: skip
+    quantized = set(doc["quantized"])
+    assert doc["lm_head"] == "float" and doc["quantized_share"] > 0.5
+    for part in ("vision_tower", "multi_modal_projector", "language_model"):
+        assert any(f".{part}." in name for name in quantized), part
+    loaded = load_quantized(out, model_factory(str(folder)))
+    assert sum(isinstance(m, QuantLinear) for m in loaded.modules()) == len(quantized)
+
+
+def test_a_clip_is_refused_in_one_line(tmp_path, capsys):
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    config = transformers.CLIPConfig(
+        text_config=transformers.CLIPTextConfig(vocab_size=64, **small).to_dict(),
+        vision_config=transformers.CLIPVisionConfig(image_size=32, patch_size=8, **small).to_dict(),
+    )
+    transformers.CLIPModel(config).save_pretrained(tmp_path)
+    code, _, err = run_cli(["quant", "eval", "--model", str(tmp_path), "--no-latency"], capsys)
+    assert code == 2 and "vision-language model (clip)" in one_line(err)
+    assert "vision towers (ViT" in one_line(err) and "PaliGemma" in one_line(err)
 
 
 class Fused(nn.Module):

@@ -5,7 +5,7 @@ their activations grow outlier channels, and saved as today's transformers saves
 
 Families: GPT-2 (Conv1D), a Qwen2 decoder (Llama family: RMSNorm, grouped-query attention,
 SwiGLU, tied embeddings), BERT, T5, a ViT vision tower, and a PaliGemma (SigLIP vision + Gemma
-decoder) that quant refuses in one line. `build(name, folder)` makes one; `channel_ratio` is the
+decoder, trained on generated images each with a text after it). `build(name, folder)` makes one; `channel_ratio` is the
 max / median of a model's per-channel input absmax (the outliers DuQuant is for).
 """
 
@@ -21,7 +21,7 @@ HIDDEN = 64
 VOCAB = 384
 IMAGE = 32
 STEPS = 100
-FAMILIES = ("gpt2", "qwen2", "bert", "t5", "vit")  # quantized; "paligemma" is refused
+FAMILIES = ("gpt2", "qwen2", "bert", "t5", "vit", "paligemma")
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "[MASK]"]
 
 
@@ -83,9 +83,10 @@ def _config(name: str, vocab: int):
             image_size=IMAGE, patch_size=8, num_labels=4, intermediate_size=2 * HIDDEN, **small
         )
     if name == "paligemma":
-        vision = transformers.SiglipVisionConfig(
-            image_size=IMAGE, patch_size=8, intermediate_size=2 * HIDDEN, **small
-        )
+        vision = transformers.SiglipVisionConfig(  # no pooling head, as PaliGemma's checkpoints
+            image_size=IMAGE, patch_size=8, intermediate_size=2 * HIDDEN, vision_use_head=False,
+            **small,
+        )  # fmt: skip
         text = transformers.GemmaConfig(
             vocab_size=vocab + 16, intermediate_size=2 * HIDDEN, num_key_value_heads=1,
             head_dim=16, **small,
@@ -119,12 +120,21 @@ def image_labels(images) -> torch.Tensor:
 
 
 def _loss(name, model, tok, texts, step):
+    images = generated_images(16, IMAGE, seed=1000 + step)
+    pixels = (torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.5
     if name == "vit":
-        images = generated_images(16, IMAGE, seed=1000 + step)
-        pixels = (torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.5
         return model(pixel_values=pixels, labels=image_labels(images)).loss
     batch = tok(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
     ids, mask = batch["input_ids"], batch["attention_mask"]
+    if name == "paligemma":  # the text after the image's placeholder tokens, as its processor
+        image = torch.full((len(ids), (IMAGE // 8) ** 2), model.config.image_token_id)
+        labels = ids.masked_fill(mask == 0, -100)
+        return model(
+            input_ids=torch.cat([image, ids], dim=1),
+            attention_mask=torch.cat([torch.ones_like(image), mask], dim=1),
+            pixel_values=pixels,
+            labels=torch.cat([torch.full_like(image, -100), labels], dim=1),
+        ).loss
     if name == "bert":  # masked LM: 15 % of the real tokens masked
         labels = ids.masked_fill(mask == 0, -100)
         pick = (torch.rand(ids.shape) < 0.15) & mask.bool()
@@ -139,7 +149,7 @@ def _loss(name, model, tok, texts, step):
 
 def build(name: str, folder, steps: int = STEPS, seed: int = 0) -> dict:
     """Build family `name` from its config, train it `steps` AdamW steps of 16 texts or images
-    (paligemma: none) and save it to `folder` with its tokenizer; returns the final loss. One
+    (or image + text pairs) and save it to `folder` with its tokenizer; returns the final loss. One
     thread: on a shared CPU, more only wait on each other (10 steps: 0.6 s against 15 s)."""
     torch.manual_seed(seed)
     tok = tokenizer()
@@ -149,7 +159,7 @@ def build(name: str, folder, steps: int = STEPS, seed: int = 0) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        if name != "paligemma" and steps:
+        if steps:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
             model.train()
             for step in range(steps):

@@ -25,7 +25,13 @@ from pathlib import Path
 
 from accelkit.errors import ConfigError
 from accelkit.quant.config import QuantConfig, config_for_run
-from accelkit.quant.evaluation.report import LayerErrors, build, check_folder, write_report
+from accelkit.quant.evaluation.report import (
+    LM_KINDS,
+    LayerErrors,
+    build,
+    check_folder,
+    write_report,
+)
 from accelkit.runtime.files import temporary_folder
 from accelkit.runtime.progress import Steps
 
@@ -41,7 +47,7 @@ class EvalResult:
     """What `evaluate` measured: one `EvalRow` per method × bits, and the setting it recommends."""
 
     model: str
-    kind: str  # "encoder" | "causal-lm"
+    kind: str  # "encoder" | "causal-lm" | "vision" | "vision-language"
     dtype: str
     texts: int
     max_length: int
@@ -182,7 +188,7 @@ def _goal(cosine: float | None, perplexity_ratio: float | None, top1: float | No
 def _check_goal_kind(goal, kind: str) -> None:
     from accelkit.quant.evaluation.target import TARGET_FLAGS
 
-    if goal is not None and goal.metric == "perplexity_ratio" and kind != "causal-lm":
+    if goal is not None and goal.metric == "perplexity_ratio" and kind not in LM_KINDS:
         raise ConfigError(
             f"{TARGET_FLAGS[goal.metric]} needs a causal LM (this model is an {kind}); use"
             " --target-cosine"

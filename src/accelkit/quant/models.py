@@ -5,8 +5,10 @@ shipped default) or any local Hugging Face `transformers` folder (config.json + 
 tokenizer; pickled .bin weights are refused). An encoder is wrapped to give its sentence embeddings
 (masked mean pooling), a causal LM its next-token logits, an encoder-decoder (T5, BART) its
 encoder's sentence embeddings (the decoder is left out, and a line says so), a vision tower (ViT,
-SigLIP's, DINOv2 …) its image embeddings (mean pooling over the patches). Vision-language models
-(PaliGemma, full CLIP/SigLIP) are refused in one line that names what is supported.
+SigLIP's, DINOv2 …) its image embeddings (mean pooling over the patches), a PaliGemma (SigLIP
+vision tower + Gemma decoder, the backbone of π0) its next-token logits at the text positions of
+image + prompt inputs. Other vision-language models (full CLIP/SigLIP) are refused in one line
+that names what is supported.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.txt", "vocab.json")
 FAMILIES = (
     "encoders (BERT, MiniLM), causal LMs (GPT-2, Llama/Qwen2/Mistral/Gemma-style), the encoder of"
-    " an encoder-decoder (T5, BART) and vision towers (ViT, SigLIP's vision model)"
+    " an encoder-decoder (T5, BART), vision towers (ViT, SigLIP's vision model) and PaliGemma"
+    " (vision tower + decoder)"
 )
 
 log = logging.getLogger(__name__)
@@ -115,21 +118,29 @@ class CausalLogits(nn.Module):
         self.lm = lm
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, hidden: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        hidden: bool = False,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if not hidden:
-            return self._logits(input_ids, attention_mask)
+            return self._logits(input_ids, attention_mask, inputs)
         seen: list[torch.Tensor] = []
         head = self.lm.get_output_embeddings()
         handle = head.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
         try:
-            logits = self._logits(input_ids, attention_mask)
+            logits = self._logits(input_ids, attention_mask, inputs)
         finally:
             handle.remove()
         return logits, seen[-1]
 
-    def _logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    def _logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict
+    ) -> torch.Tensor:
+        return self.lm(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs
+        ).logits
 
 
 class ImageEncoder(nn.Module):
@@ -143,6 +154,33 @@ class ImageEncoder(nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         hidden = self.vision(pixel_values=pixel_values).last_hidden_state
         return nn.functional.normalize(hidden.mean(dim=1), dim=-1)
+
+
+class VisionLanguageLogits(CausalLogits):
+    """A PaliGemma as (input_ids, attention_mask, pixel_values) -> next-token logits (and last
+    hidden states) at the text positions. The image's placeholder tokens are put before the text
+    as PaliGemma's processor does (`tokens` of `image_token`, attended), and their outputs are cut
+    off: the causal-LM metrics judge the prompt's tokens, which see the image through the
+    decoder. `images` says how the vision tower wants its pixels."""
+
+    def __init__(self, lm: nn.Module, image_token: int, images: ImageInputs):
+        super().__init__(lm)
+        self.image_token, self.images = image_token, images
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        hidden: bool = False,
+        **inputs: torch.Tensor,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        n, k = len(input_ids), self.images.tokens
+        ids = torch.cat([input_ids.new_full((n, k), self.image_token), input_ids], dim=1)
+        mask = torch.cat([attention_mask.new_ones((n, k)), attention_mask], dim=1)
+        out = super().forward(ids, mask, hidden, **inputs)
+        if isinstance(out, tuple):
+            return out[0][:, k:], out[1][:, k:]
+        return out[:, k:]
 
 
 @dataclass(frozen=True)
@@ -160,10 +198,11 @@ class ImageInputs:
 
 def model_kind(config) -> str:
     """'causal-lm' for decoder-only language models, 'encoder-decoder' (T5, BART), 'vision' for
-    vision towers, 'vision-language' (PaliGemma, CLIP: refused), 'encoder' for the rest."""
+    vision towers, 'vision-language' for PaliGemma, 'vision-text' for the other models with a
+    vision and a text config (CLIP, SigLIP: refused), 'encoder' for the rest."""
     names = tuple(config.architectures or ())
     if hasattr(config, "vision_config") and hasattr(config, "text_config"):
-        return "vision-language"
+        return "vision-language" if config.model_type == "paligemma" else "vision-text"
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder"
     if hasattr(config, "image_size") and hasattr(config, "patch_size"):
@@ -238,7 +277,7 @@ def load_folder(
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"--model {path}: cannot load it with transformers: {exc}") from exc
     kind = model_kind(config)
-    if kind == "vision-language":
+    if kind == "vision-text":
         raise InputError(
             f"--model {path}: a vision-language model ({config.model_type}) is not supported as a"
             f" whole; accelkit quant takes {FAMILIES}"
@@ -250,8 +289,11 @@ def load_folder(
             tokenizer_path or folder, "--tokenizer" if tokenizer_path else None
         )
     try:
-        auto = transformers.AutoModelForCausalLM if kind == "causal-lm" else transformers.AutoModel
-        extra = {} if kind == "causal-lm" else {"add_pooling_layer": False}
+        auto = {
+            "causal-lm": transformers.AutoModelForCausalLM,
+            "vision-language": transformers.AutoModelForImageTextToText,
+        }.get(kind, transformers.AutoModel)
+        extra = {} if kind in ("causal-lm", "vision-language") else {"add_pooling_layer": False}
         common = dict(
             local_files_only=True, use_safetensors=True, dtype=dtype or "auto",
             attn_implementation="eager",
@@ -275,6 +317,9 @@ def load_folder(
             path, config.model_type,
         )  # fmt: skip
         return SentenceEncoder(model.get_encoder()).eval(), tokenizer, "encoder"
+    if kind == "vision-language":
+        images = image_inputs(folder, config.vision_config)
+        return VisionLanguageLogits(model, config.image_token_id, images).eval(), tokenizer, kind
     wrapped = CausalLogits(model) if kind == "causal-lm" else SentenceEncoder(model)
     return wrapped.eval(), tokenizer, kind
 

@@ -20,16 +20,23 @@ from torch import nn
 
 from accelkit.errors import InputError
 from accelkit.quant.evaluation.corpus import calibration_sentences, eval_pairs, generated_images
+from accelkit.quant.evaluation.report import LM_KINDS
 from accelkit.quant.evaluation.tokenize import (
     Batches,
     ImageBatches,
+    ImageTextBatches,
     Texts,
     prepare,
     read_images,
 )
 from accelkit.quant.method.layers import QuantLinear
 from accelkit.quant.method.storage import compact_tensors
-from accelkit.quant.models import ImageInputs, load_model, model_max_length
+from accelkit.quant.models import (
+    ImageInputs,
+    VisionLanguageLogits,
+    load_model,
+    model_max_length,
+)
 from accelkit.runtime.timing import Protocol, measure
 
 CALIBRATION_IMAGES = 64  # generated images a vision tower is calibrated on by default
@@ -184,14 +191,14 @@ def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 
 @dataclass
 class Subject:
     """What is evaluated: the model, its kind, calibration and evaluation batches (`Batches` of
-    texts, `ImageBatches` of images), and `n_pairs` when the evaluation texts are the shipped
-    paraphrase pairs."""
+    texts, `ImageBatches` of images, `ImageTextBatches` of both), and `n_pairs` when the
+    evaluation texts are the shipped paraphrase pairs."""
 
     name: str
     model: nn.Module
     kind: str
-    calibration: Batches | ImageBatches
-    data: Batches | ImageBatches
+    calibration: Batches | ImageBatches | ImageTextBatches
+    data: Batches | ImageBatches | ImageTextBatches
     n_pairs: int | None = None
 
     @property
@@ -215,16 +222,17 @@ def load_subject(
 ) -> Subject:
     """The model and its data: the shipped sentences unless text files are given (streamed);
     for a vision tower, generated images (`corpus.generated_images`: `2 · n_pairs` to evaluate
-    on) unless folders of images are given."""
+    on) unless folders of images are given; for a vision-language model the same images, each
+    with one of the shipped sentences as its prompt."""
     model, tokenizer, kind = load_model(spec, dtype, tokenizer_path)
     calib = calibration_data(model, tokenizer, calibration_file, max_length)
-    if isinstance(tokenizer, ImageInputs):
-        images = (
-            _images(eval_file, "--eval-data")
-            if eval_file
-            else generated_images(2 * n_pairs, tokenizer.size, seed=20240605)
-        )
-        data = ImageBatches(images, tokenizer, 64, "--eval-data")
+    inputs = _image_inputs(model, tokenizer)
+    if inputs is not None:
+        images = _image_set(eval_file, "--eval-data", 2 * n_pairs, inputs, seed=20240605)
+        data = ImageBatches(images, inputs, 64, "--eval-data")
+        if isinstance(model, VisionLanguageLogits):
+            prompts = [a for pair in eval_pairs(n_pairs) for a in pair]
+            data = _with_prompts(model, tokenizer, data, prompts, max_length)
         return Subject(spec, model, kind, calib, data, None)
     pairs = None
     if eval_file:
@@ -253,16 +261,42 @@ def _images(path: str, flag: str):
     return read_images(path, flag)
 
 
+def _image_inputs(model: nn.Module, tokenizer) -> ImageInputs | None:
+    """How the model wants its images (a vision tower's or a vision-language model's); None for
+    a text model."""
+    if isinstance(model, VisionLanguageLogits):
+        return model.images
+    return tokenizer if isinstance(tokenizer, ImageInputs) else None
+
+
+def _image_set(path: str | None, flag: str, n: int, inputs: ImageInputs, seed: int):
+    """The images of the folder `path`, else `n` generated ones of the model's side."""
+    return _images(path, flag) if path else generated_images(n, inputs.size, seed=seed)
+
+
+def _with_prompts(model, tokenizer, images: ImageBatches, prompts: list[str], max_length):
+    """`images` each with a prompt (the texts cycled to one per image), as PaliGemma's batches."""
+    texts = Texts(
+        "the shipped sentences", items=[prompts[i % len(prompts)] for i in range(images.count)]
+    )
+    limit = model_max_length(model, tokenizer)
+    batches = prepare(
+        tokenizer, texts, max_length=max_length, model_max=limit, batch_size=images.batch_size
+    )
+    return ImageTextBatches(batches, images)
+
+
 def calibration_data(model: nn.Module, tokenizer, calibration_file, max_length):
     """The calibration batches of a model: the shipped sentences or a text file, tokenized; for
-    a vision tower (`tokenizer` is its `ImageInputs`), generated images or a folder of images."""
-    if isinstance(tokenizer, ImageInputs):
-        images = (
-            _images(calibration_file, "--calibration")
-            if calibration_file
-            else generated_images(CALIBRATION_IMAGES, tokenizer.size, seed=7)
-        )
-        return ImageBatches(images, tokenizer, 32, "--calibration")
+    a vision tower (`tokenizer` is its `ImageInputs`), generated images or a folder of images;
+    for a vision-language model those images, each with a shipped sentence as its prompt."""
+    inputs = _image_inputs(model, tokenizer)
+    if inputs is not None:
+        images = _image_set(calibration_file, "--calibration", CALIBRATION_IMAGES, inputs, seed=7)
+        data = ImageBatches(images, inputs, 32, "--calibration")
+        if isinstance(model, VisionLanguageLogits):
+            return _with_prompts(model, tokenizer, data, calibration_sentences(), max_length)
+        return data
     texts = (
         Texts("--calibration", calibration_file)
         if calibration_file
@@ -273,7 +307,7 @@ def calibration_data(model: nn.Module, tokenizer, calibration_file, max_length):
 
 
 def subject_fidelity(subject: Subject, model: nn.Module, reference) -> dict[str, float]:
-    if subject.kind == "causal-lm":
+    if subject.kind in LM_KINDS:
         return lm_fidelity(model, reference, subject.data)
     emb = embed_stream(model, subject.data)
     if subject.n_pairs:
@@ -283,6 +317,6 @@ def subject_fidelity(subject: Subject, model: nn.Module, reference) -> dict[str,
 
 @torch.no_grad()
 def subject_reference(subject: Subject):
-    if subject.kind == "causal-lm":
+    if subject.kind in LM_KINDS:
         return lm_reference(subject.model, subject.data)
     return embed_stream(subject.model, subject.data)

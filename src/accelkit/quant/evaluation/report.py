@@ -224,8 +224,13 @@ def _worst(layer: dict) -> float:
     return max((v for v in layer["relative_error"].values() if v is not None), default=-1.0)
 
 
+# the kinds of model judged as language models (next-token agreement, perplexity ratio, hidden-
+# state cosine): causal LMs, and PaliGemma at the text positions of its image + prompt inputs
+LM_KINDS = ("causal-lm", "vision-language")
+
+
 def fidelity_columns(kind: str) -> list[tuple[str, str, str]]:
-    if kind == "causal-lm":
+    if kind in LM_KINDS:
         return [
             ("next-token agree", "top1_agreement", ".3f"),
             ("ppl ratio", "perplexity_ratio", ".4f"),
@@ -396,7 +401,7 @@ def plot(report: dict, path: str | os.PathLike) -> None:
 
     key, name = (
         ("top1_agreement", "next-token top-1 agreement")
-        if report["kind"] == "causal-lm"
+        if report["kind"] in LM_KINDS
         else ("mean_cosine", "mean cosine to FP32")
     )
     bar_rows = [r for r in rows if r.get(key) is not None]

@@ -193,6 +193,30 @@ class ImageBatches:
         return next(iter(self))
 
 
+class ImageTextBatches:
+    """Image + text pairs as a vision-language model's batches: each image (`ImageBatches`) with
+    one prompt (`Batches`, as many texts as images), {"input_ids", "attention_mask",
+    "pixel_values"}. `length` and `tokens` count the prompt's tokens and the image's."""
+
+    def __init__(self, texts: Batches, images: ImageBatches):
+        if texts.count != images.count or texts.batch_size != images.batch_size:
+            raise ValueError("one prompt per image, in batches of one size")
+        self.texts, self.images = texts, images
+        self.count, self.batch_size = images.count, images.batch_size
+        self.length = texts.length + images.length
+        self.tokens = texts.tokens + images.tokens
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for text, image in zip(self.texts, self.images, strict=True):
+            yield {**text, **image}
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def first(self) -> dict[str, torch.Tensor]:
+        return next(iter(self))
+
+
 def read_images(folder: str, flag: str):
     """The images of a folder (PNG, JPEG, WebP, BMP; sorted by name) as uint8 RGB arrays of one
     size (the first image's), for a vision tower's calibration or evaluation."""
