@@ -5,6 +5,12 @@ the first run left (warm: inductor's FX / AOT caches and the kernel table hit).
 
     python -m benchmarks.quant.quant_eval_time [--out benchmarks/results/quant_eval_time.json] [--runs cold,warm]
     python -m benchmarks.quant.quant_eval_time --baseline-src /tmp/main/src --baseline-commit 38f19a7
+    python -m benchmarks.quant.quant_eval_time --decoder --runs cold \
+        --out benchmarks/results/quant_eval_time_decoder.json
+
+`--decoder`: the model is `quant_eval_phases`'s 12.9M-parameter Qwen2-style decoder (built from its
+config into the run's folder), evaluated on 96 shipped pairs (192 texts): `quant eval --model
+FOLDER --pairs 96 --json`, every other option on its default.
 
 With --baseline-src, the accelkit of that src folder (e.g. `git archive <commit> src`) runs the same
 command cold first, in caches of its own, so the baseline comes from the same session.
@@ -42,7 +48,7 @@ def counters():
     with open(os.environ["QUANT_EVAL_TIME_COUNTERS"], "w") as f:
         json.dump({k: dict(v) for k, v in c.items() if k in keep}, f)
 atexit.register(counters)
-sys.argv = ["accelkit", "quant", "eval", "--json"]
+sys.argv = ["accelkit", "quant", "eval", "--json", *json.loads(os.environ["QUANT_EVAL_TIME_ARGS"])]
 runpy.run_module("accelkit", run_name="__main__")
 """
 
@@ -52,14 +58,18 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(env: dict[str, str], folder: Path) -> dict:
+def run_once(env: dict[str, str], folder: Path, args: list[str]) -> dict:
     counters = folder / "counters.json"
     load_start = os.getloadavg()
     cpu0, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", CHILD],
         cwd=REPO,
-        env={**env, "QUANT_EVAL_TIME_COUNTERS": str(counters)},
+        env={
+            **env,
+            "QUANT_EVAL_TIME_COUNTERS": str(counters),
+            "QUANT_EVAL_TIME_ARGS": json.dumps(args),
+        },
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         check=True,
@@ -84,6 +94,7 @@ def run_once(env: dict[str, str], folder: Path) -> dict:
                     "mean_cosine",
                     "min_cosine",
                     "top1_agreement",
+                    "perplexity_ratio",
                     "compiled_ratio",
                     "compiled_one_ratio",
                     "compile_s",
@@ -117,6 +128,9 @@ def main() -> None:
         "--baseline-src", type=Path, default=None, help="also run this src folder's accelkit cold"
     )
     parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
+    parser.add_argument(
+        "--decoder", action="store_true", help="the 12.9M decoder on 192 texts, not MiniLM"
+    )
     args = parser.parse_args()
     from accelkit.runtime.environment import record
     from accelkit.runtime.files import write_json_atomic
@@ -130,6 +144,13 @@ def main() -> None:
             if key not in ("ACCELKIT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
         }
         environment = {**record(("torch", "transformers")), "cpus": os.cpu_count()}
+        command = []
+        if args.decoder:
+            from benchmarks.quant.quant_eval_phases import build_decoder
+
+            model = base / "decoder"
+            environment["parameters"] = build_decoder(model)
+            command = ["--model", str(model), "--pairs", "96"]
         plan = [(name, REPO / "src", base / "candidate") for name in args.runs.split(",")]
         if args.baseline_src is not None:
             plan.insert(0, ("baseline cold", args.baseline_src.resolve(), base / "baseline"))
@@ -139,14 +160,18 @@ def main() -> None:
             }
         for name, src, folder in plan:
             run_env = fresh_env(env, src, folder)
-            runs[name] = run_once(run_env, folder)
+            runs[name] = run_once(run_env, folder, command)
             print(
                 f"{name}: {runs[name]['wall_s']:.0f} s wall, {runs[name]['cpu_s']:.0f} s CPU,"
                 f" phases {runs[name]['phases']}, load {runs[name]['load_average_start'][0]:.1f}",
                 flush=True,
             )
             # written after each run: a cold figure survives a warm run cut short
-            doc = {"environment": environment, "command": COMMAND, "runs": runs}
+            doc = {
+                "environment": environment,
+                "command": " ".join([COMMAND, *command]),
+                "runs": runs,
+            }
             write_json_atomic(args.out, doc)
     print(f"wrote {args.out}")
 

@@ -227,10 +227,14 @@ def _subject(model, pairs, calibration, eval_data, max_length, dtype, tokenizer)
 def default_bits() -> list[str]:
     """The bit settings `evaluate` runs by default: w4a8 and w4a4; on a CPU whose int8 GEMMs
     cannot sum full-range 8-bit codes exactly (no VNNI: u8·s8 pairs saturate), also w4a7, whose
-    7-bit codes they do sum exactly (`method/kernels.py`) — the setting that can be fast there."""
+    7-bit codes they do sum exactly (`method/kernels.py`) — the setting that can be fast there;
+    then w8a8 and the weight-only w4a16 and w8a16, which can win where 4-bit activations lose on
+    speed or fidelity (a small decoder). Rows of one weight width share one calibration
+    (`sweep.with_abits`), and every row the inputs and transforms (`SharedCalibration`)."""
     from accelkit.quant.method import kernels
 
-    return ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
+    four = ["w4a8", "w4a4"] if kernels.full_range_exact() else ["w4a8", "w4a7", "w4a4"]
+    return [*four, "w8a8", "w4a16", "w8a16"]
 
 
 def _target_row(subject, reference, rows, models, overrides, goal, progress) -> dict | None:
@@ -322,19 +326,22 @@ def evaluate(
     `config`: a `QuantConfig` or a YAML file, the base of every row (`group_size`,
     `weight_format` on top; `group_size=0` = per output channel). `compiled`: also time
     torch.compile (None: unless the config's `disable_compile`). `report`: a new or empty folder
-    for report.md/.png/.json. `bits` (default `default_bits()`): w4a8 and w4a4, and w4a7 on a CPU
-    whose int8 GEMMs cannot sum full-range 8-bit codes exactly. `target_cosine`: the fidelity
-    bar of the recommendation (default 0.98); when no setting reaches it, the most faithful one's
-    most sensitive layers are moved out of 4-bit until it does (`evaluation/target.py`), and that
-    variant is measured as one more row. Compiled latency is measured for FP32 and the settings
-    that reach that bar (the candidates), or for every row with `compile_all`. `progress(text)`
+    for report.md/.png/.json. `bits` (default `default_bits()`): w4a8 and w4a4 (and w4a7 on a
+    CPU whose int8 GEMMs cannot sum full-range 8-bit codes exactly), w8a8, w4a16 and w8a16.
+    `target_cosine`: the fidelity bar of the recommendation (default 0.98); when no setting
+    reaches it, the most faithful one's most sensitive layers are moved out of 4-bit until it does
+    (`evaluation/target.py`), and that variant is measured as one more row. The recommendation is
+    the fastest setting meeting every target given, never slower than FP32 (`recommend.py`).
+    Latency is measured for the settings that meet the targets (the candidates) but not for one a
+    timed candidate outruns by construction (`sweep.outrun_by`); every row with `compile_all`.
+    `progress(text)`
     hears what is being done. Causal LMs: `target_perplexity_ratio` (at most, e.g. 1.05) or
     `target_top1` (next-token agreement, at least) instead of `target_cosine`; `lm_head` True
     quantizes the output projection too (default: kept in float, and the result says so). A
     torch.compile failure keeps every figure measured and times the rest eager (`compile_error`).
     """
     from accelkit.quant.evaluation import sweep
-    from accelkit.quant.evaluation.recommend import MIN_COSINE, recommend
+    from accelkit.quant.evaluation.recommend import Targets, recommend
     from accelkit.quant.evaluation.speed import Phases, SpeedBench
     from accelkit.quant.method import kernels
 
@@ -353,7 +360,7 @@ def evaluate(
     if progress:
         progress(f"loading {model} and its evaluation data")
     started = time.perf_counter()
-    min_cosine = MIN_COSINE if target_cosine is None else target_cosine
+    targets = Targets.given(target_cosine, target_perplexity_ratio, target_top1)
     with ExitStack() as stack:
         layers = None
         if report:  # hooks on the evaluation passes; FP32 layer outputs spilled here meanwhile
@@ -381,8 +388,8 @@ def evaluate(
             models=models if goal is not None else None,  # only --target-* needs them
             reference=reference,
             bench=bench,
-            # the candidates: reaching the bar, or 0.98 (the rows a target starts from)
-            compile_min_cosine=None if compile_all else min(min_cosine, MIN_COSINE),
+            # timed: the rows meeting the targets (the ones the recommendation can pick)
+            candidate=None if compile_all else targets.met,
         )
     target = None
     if goal is not None:
@@ -399,7 +406,7 @@ def evaluate(
         max_length=subject.data.length,
         pairs=subject.n_pairs,
         rows=rows,
-        recommendation=recommend(rows, min_cosine=min_cosine),
+        recommendation=recommend(rows, targets=targets),
         timing_batch=list(next(iter(subject.data.first().values())).shape),
         phases=phases.rounded(),
         kernels=kernels.table().report(),

@@ -120,8 +120,9 @@ def eval_command(
     bits: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated wXaY settings, e.g. w4a8,w4a4 (the default; plus w4a7 on a CPU"
-            " without VNNI, where 8-bit codes cannot run exactly on an int8 GEMM)."
+            help="Comma-separated wXaY settings (a16 = weight-only). Default:"
+            " w4a8,w4a4,w8a8,w4a16,w8a16, plus w4a7 on a CPU without VNNI, where 8-bit codes"
+            " cannot run exactly on an int8 GEMM."
         ),
     ] = None,
     output: Annotated[
@@ -151,12 +152,12 @@ def eval_command(
         typer.Option(
             "--compile/--no-compile",
             help="Also time torch.compile (slow first compile) for FP32 and the settings that"
-            " reach the fidelity bar. Default: on, unless OPENPI_DISABLE_TORCH_COMPILE /"
+            " meet the fidelity targets (the only rows timed). Default: on, unless OPENPI_DISABLE_TORCH_COMPILE /"
             " ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
     ] = None,
     compile_all: Annotated[
-        bool, typer.Option("--compile-all", help="Time every row compiled, faithful or not.")
+        bool, typer.Option("--compile-all", help="Time every row, compiled, faithful or not.")
     ] = False,
     report: Annotated[
         str | None,

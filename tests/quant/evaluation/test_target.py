@@ -140,13 +140,15 @@ def test_a_target_outside_0_1_is_refused(bad, capsys):
 
 
 def test_without_vnni_the_default_bits_add_w4a7(monkeypatch):
+    """And every CPU gets W8A8 and the weight-only rows, which can be faster where 4-bit
+    activations lose (issue 57)."""
     from accelkit.quant import api
     from accelkit.quant.method import kernels
 
     monkeypatch.setattr(kernels, "full_range_exact", lambda: False)
-    assert api.default_bits() == ["w4a8", "w4a7", "w4a4"]
+    assert api.default_bits() == ["w4a8", "w4a7", "w4a4", "w8a8", "w4a16", "w8a16"]
     monkeypatch.setattr(kernels, "full_range_exact", lambda: True)
-    assert api.default_bits() == ["w4a8", "w4a4"]
+    assert api.default_bits() == ["w4a8", "w4a4", "w8a8", "w4a16", "w8a16"]
 
 
 def test_hidden_state_cosine_of_a_causal_lm_equals_an_independent_one(causal_dir, texts):

@@ -39,7 +39,8 @@ from accelkit.quant.models import (
 )
 from accelkit.runtime.timing import Protocol, measure
 
-CALIBRATION_IMAGES = 64  # generated images a vision tower is calibrated on by default
+CALIBRATION_IMAGES = 64
+NO_NEXT_TOKEN = "the evaluation texts have no position with a next token; use longer texts"  # generated images a vision tower is calibrated on by default
 
 
 @torch.no_grad()
@@ -136,9 +137,7 @@ def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, flo
             nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)
         )
     if not count:
-        raise InputError(
-            "the evaluation texts have no position with a next token; use longer texts"
-        )
+        raise InputError(NO_NEXT_TOKEN)
     nll_f = reference.nll
     cos = torch.cat(cosines)
     return {
@@ -313,6 +312,32 @@ def subject_fidelity(subject: Subject, model: nn.Module, reference) -> dict[str,
     if subject.n_pairs:
         return fidelity(emb.to(torch.float64), reference.to(torch.float64), subject.n_pairs)
     return neighbour_fidelity(emb, reference)
+
+
+def reference_fidelity(subject: Subject, reference) -> dict[str, float]:
+    """FP32's figures against itself, from its reference outputs alone (no model pass): the
+    numbers `subject_fidelity(subject, subject.model, reference)` gives."""
+    if subject.kind in LM_KINDS:
+        if not reference.count:
+            raise InputError(NO_NEXT_TOKEN)
+        cos = torch.cat(
+            [
+                nn.functional.cosine_similarity(h.double(), h.double(), dim=-1)
+                for h in reference.hidden
+            ]
+        )
+        perplexity = math.exp(reference.nll / reference.count)
+        return {
+            "mean_cosine": float(cos.mean()),
+            "min_cosine": float(cos.min()),
+            "top1_agreement": 1.0,
+            "perplexity": perplexity,
+            "perplexity_fp32": perplexity,
+            "perplexity_ratio": 1.0,
+        }
+    if subject.n_pairs:
+        return fidelity(reference.to(torch.float64), reference.to(torch.float64), subject.n_pairs)
+    return neighbour_fidelity(reference, reference)
 
 
 @torch.no_grad()

@@ -1,15 +1,18 @@
 """Which setting `quant eval` recommends for the model it ran on, from the rows of its own run.
 
-One verdict, by fidelity *and* speed on this machine: of the settings whose mean cosine to FP32
-reaches `min_cosine` (0.98; embeddings for encoders, last hidden states for causal LMs), those
-whose compiled time is at most `SPEED_BATCH` (0.6×) FP32's at the timing batch and `SPEED_ONE`
-(0.8×) at one text meet the targets, and the fastest of them is recommended. When none meets both,
-the line says so first and recommends the fastest faithful setting that is faster than FP32 (at
-the timing batch, and at one text where timed); when every faithful setting measured is slower
-than FP32, FP32 itself (the unquantized model: quantizing would cost time here), naming the
-fastest that was tried; when none is faithful enough, the most faithful. Speed is the compiled
-ratio when compiled times were measured, else the eager one — always the quotient of the row's
-median and FP32's median in the same interleaved rounds, the numbers the table shows.
+One verdict, by fidelity *and* speed on this machine. A setting is faithful when it meets every
+fidelity target given (`Targets`: `--target-cosine`, `--target-perplexity-ratio`, `--target-top1`;
+none given: mean cosine ≥ `MIN_COSINE`, 0.98, of embeddings for encoders and last hidden states for
+causal LMs). Of the faithful settings, those whose compiled time is at most `SPEED_BATCH` (0.6×)
+FP32's at the timing batch and `SPEED_ONE` (0.8×) at one text meet the speed goal too, and the
+fastest of them is recommended. When none meets both, the line says so first and recommends the
+fastest faithful setting that is faster than FP32 (at the timing batch, and at one text where
+timed); when every faithful setting measured is slower than FP32, FP32 itself (the unquantized
+model: quantizing would cost time here), naming the fastest that was tried; when none is faithful
+enough, the closest by the first target. Speed is the compiled ratio when compiled times were
+measured, else the eager one — always the quotient of the row's median and FP32's median in the
+same interleaved rounds, the numbers the table shows. The line names the targets met and the
+speed that decided.
 
 Beside it, per bit setting (for the report): the rows whose top-1 agreement is within 0.01 of the
 best and whose cosine (perplexity ratio) is within 0.002 of the best of those count as equally
@@ -19,6 +22,7 @@ faithful; of them, the fastest measured, else the most faithful.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from accelkit.quant.evaluation.report import time_ratio
 from accelkit.quant.evaluation.sweep import EvalRow
@@ -26,6 +30,63 @@ from accelkit.quant.evaluation.sweep import EvalRow
 MIN_COSINE = 0.98
 SPEED_BATCH = 0.6  # compiled time over FP32's at the timing batch
 SPEED_ONE = 0.8  # ... at one text
+
+
+# each fidelity metric a target can bound: (its short name in a line, True when higher is better)
+METRICS = {
+    "mean_cosine": ("mean cosine", "mean cos", True),
+    "perplexity_ratio": ("perplexity ratio", "ppl ratio", False),
+    "top1_agreement": ("top-1 agreement", "top-1", True),
+}
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The fidelity targets a recommended setting meets, each None when not asked: mean cosine to
+    FP32 at least, perplexity ratio (quantized / FP32) at most, top-1 agreement at least."""
+
+    mean_cosine: float | None = MIN_COSINE
+    perplexity_ratio: float | None = None
+    top1_agreement: float | None = None
+
+    @classmethod
+    def given(
+        cls,
+        cosine: float | None = None,
+        perplexity_ratio: float | None = None,
+        top1: float | None = None,
+    ) -> Targets:
+        """The targets asked for (`--target-*`); none asked: mean cosine ≥ `MIN_COSINE`."""
+        if cosine is None and perplexity_ratio is None and top1 is None:
+            return cls()
+        return cls(cosine, perplexity_ratio, top1)
+
+    def items(self) -> list[tuple[str, float]]:
+        return [(m, v) for m in METRICS if (v := getattr(self, m)) is not None]
+
+    def met(self, figures: dict) -> bool:
+        """Whether measured `figures` (a row's fields) meet every target; unmeasured: not met."""
+        for metric, value in self.items():
+            got = figures.get(metric)
+            if got is None or (got < value if METRICS[metric][2] else got > value):
+                return False
+        return True
+
+    def closeness(self, row: EvalRow) -> float:
+        """The first target's metric of `row`, higher is closer (a sort key for `max`)."""
+        metric = self.items()[0][0]
+        got = getattr(row, metric)
+        if got is None:
+            return -math.inf
+        return got if METRICS[metric][2] else -got
+
+    def text(self) -> str:
+        return " and ".join(
+            f"{METRICS[m][0]} {'≥' if METRICS[m][2] else '≤'} {v:g}" for m, v in self.items()
+        )
+
+    def document(self) -> dict[str, float]:
+        return dict(self.items())
 
 
 def _quality(row: EvalRow) -> tuple[float, float]:
@@ -55,11 +116,6 @@ def _unmeasured_last(value: float | None) -> float:
 def _batch_ratio(row: EvalRow) -> float:
     """The time over FP32 at the timing batch (`ratios`), as a sort key for `min`."""
     return _unmeasured_last(ratios(row)[0])
-
-
-def _cosine(row: EvalRow) -> float:
-    """The mean cosine, as a sort key for `max` (not measured: below every measured one)."""
-    return -math.inf if row.mean_cosine is None else row.mean_cosine
 
 
 def _per_bits(quantized: list[EvalRow], top1_slack: float, second_slack: float) -> dict:
@@ -96,9 +152,20 @@ def _per_bits(quantized: list[EvalRow], top1_slack: float, second_slack: float) 
     return picks
 
 
-def _describe(row: EvalRow) -> str:
+def _figures(row: EvalRow, targets: Targets) -> str:
+    """The row's mean cosine, and each other metric a target bounds."""
+    shown = ["mean_cosine", *(m for m, _ in targets.items() if m != "mean_cosine")]
+    parts = []
+    for metric in shown:
+        got = getattr(row, metric)
+        if got is not None:
+            parts.append(f"{METRICS[metric][1]} {got:.{3 if metric == 'top1_agreement' else 4}f}")
+    return ", ".join(parts)
+
+
+def _describe(row: EvalRow, targets: Targets | None = None) -> str:
     batch, one, kind = ratios(row)
-    text = f"{row.label or row.method + '/' + row.bits} (mean cos {row.mean_cosine:.4f}"
+    text = f"{row.label or row.method + '/' + row.bits} ({_figures(row, targets or Targets())}"
     if batch is not None:
         text += f", {batch:.2f}× {kind} FP32 at the timing batch"
     if one is not None:
@@ -112,12 +179,16 @@ def faster_than_fp32(row: EvalRow) -> bool:
     return batch is not None and batch < 1.0 and (one is None or one < 1.0)
 
 
-def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
-    """The one recommended setting and whether it meets both targets (see the module doc)."""
+def verdict(
+    rows: list[EvalRow], min_cosine: float = MIN_COSINE, targets: Targets | None = None
+) -> dict | None:
+    """The one recommended setting and whether it meets the fidelity targets and the speed goal
+    (see the module doc); `targets` default: mean cosine ≥ `min_cosine`."""
+    targets = targets or Targets(mean_cosine=min_cosine)
     quantized = [r for r in rows if r.method != "fp32"]
     if not quantized:
         return None
-    faithful = [r for r in quantized if (r.mean_cosine or 0.0) >= min_cosine]
+    faithful = [r for r in quantized if targets.met(vars(r))]
     timed = [r for r in faithful if ratios(r)[0] is not None]
 
     def fast(r: EvalRow) -> bool:
@@ -130,55 +201,54 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
             and one <= SPEED_ONE
         )
 
+    def describe(r: EvalRow) -> str:
+        return _describe(r, targets)
+
     meeting = [r for r in timed if fast(r)]
     faster = [r for r in timed if faster_than_fp32(r)]
+    fidelity = targets.text()
     goal = (
-        f"mean cosine ≥ {min_cosine} at ≤ {SPEED_BATCH}× compiled FP32 (timing batch) and"
-        f" ≤ {SPEED_ONE}× (one text)"
+        f"{fidelity} at ≤ {SPEED_BATCH}× compiled FP32 (timing batch) and ≤ {SPEED_ONE}× (one text)"
     )
     pick: EvalRow | None
     if meeting:
         pick = min(meeting, key=_batch_ratio)
-        text = f"{_describe(pick)}: meets {goal} on this machine"
+        text = f"{describe(pick)}: meets {goal} on this machine, the fastest that does"
     elif faster:
         pick = min(faster, key=_batch_ratio)
-        text = f"no setting reaches {goal} on this machine; the fastest with mean cosine ≥"
-        text += f" {min_cosine} is {_describe(pick)}, faster than FP32"
+        text = f"no setting reaches {goal} on this machine; the fastest with {fidelity} is"
+        text += f" {describe(pick)}, faster than FP32"
     elif timed:  # every faithful setting is slower than FP32 here: keep FP32
         best = min(timed, key=_batch_ratio)
         pick = None
         text = (
-            f"fp32 (the unquantized model): no setting with mean cosine ≥ {min_cosine} is faster"
-            f" than {ratios(best)[2]} FP32 on this machine; the fastest of them, {_describe(best)},"
+            f"fp32 (the unquantized model): no setting with {fidelity} is faster than"
+            f" {ratios(best)[2]} FP32 on this machine; the fastest of them, {describe(best)},"
             " is slower"
         )
     elif faithful:
-        pick = max(faithful, key=_cosine)
-        text = f"{_describe(pick)}: the most faithful with mean cosine ≥ {min_cosine}"
-        text += " (speed not measured)"
+        pick = max(faithful, key=targets.closeness)
+        text = f"{describe(pick)}: the most faithful with {fidelity} (speed not measured)"
     else:
-        with_cos = [r for r in quantized if r.mean_cosine is not None]
-        if not with_cos:
+        measured = [r for r in quantized if targets.closeness(r) > -math.inf]
+        if not measured:
             return None
-        pick = max(with_cos, key=_cosine)
-        text = f"no setting reaches mean cosine ≥ {min_cosine}; the most faithful is"
-        text += f" {_describe(pick)}"
-    targets = {
-        "mean_cosine": min_cosine,
-        "compiled_ratio": SPEED_BATCH,
-        "compiled_one_ratio": SPEED_ONE,
-    }
+        pick = max(measured, key=targets.closeness)
+        text = f"no setting reaches {fidelity}; the most faithful is {describe(pick)}"
+    goals = {**targets.document(), "compiled_ratio": SPEED_BATCH, "compiled_one_ratio": SPEED_ONE}
     if pick is None:
         return {
             "method": "fp32",
             "bits": "w32a32",
             "label": "fp32",
             "mean_cosine": 1.0,
+            "perplexity_ratio": None,
+            "top1_agreement": 1.0,
             "time_ratio": 1.0,
             "time_ratio_one": 1.0 if ratios(best)[1] is not None else None,
             "timing": ratios(best)[2],
             "meets_targets": False,
-            "targets": targets,
+            "targets": goals,
             "text": text,
         }
     batch, one, kind = ratios(pick)
@@ -187,11 +257,13 @@ def verdict(rows: list[EvalRow], min_cosine: float = MIN_COSINE) -> dict | None:
         "bits": pick.bits,
         "label": pick.label or f"{pick.method}/{pick.bits}",
         "mean_cosine": pick.mean_cosine,
+        "perplexity_ratio": pick.perplexity_ratio,
+        "top1_agreement": pick.top1_agreement,
         "time_ratio": batch,
         "time_ratio_one": one,
         "timing": kind or None,
         "meets_targets": pick in meeting,
-        "targets": targets,
+        "targets": goals,
         "text": text,
     }
 
@@ -201,15 +273,17 @@ def recommend(
     top1_slack: float = 0.01,
     second_slack: float = 0.002,
     min_cosine: float = MIN_COSINE,
+    targets: Targets | None = None,
 ):
     """The verdict (`setting`, its `text` first in `text`) and the pick per bit setting; None
-    when no quantized row ran."""
+    when no quantized row ran. `targets`: the fidelity targets given (default: mean cosine ≥
+    `min_cosine`)."""
     quantized = [r for r in rows if r.method != "fp32"]
     if not quantized:
         return None
     plain = [r for r in quantized if r.label in ("", f"{r.method}/{r.bits}")]  # no variants
     picks = _per_bits(plain or quantized, top1_slack, second_slack)
     per_bits = "; ".join(f"{p['bits']}: {p['method']} ({p['why']})" for p in picks.values())
-    setting = verdict(rows, min_cosine)
+    setting = verdict(rows, min_cosine, targets)
     text = per_bits if setting is None else f"{setting['text']}. Per bit setting: {per_bits}"
     return {"setting": setting, "per_bits": list(picks.values()), "text": text}

@@ -3,7 +3,15 @@
 Each row: fidelity against FP32 (`fidelity.py`), the quantized layers' size, which CPU kernel its
 layers run on (`kernels.py`), and eager / compiled latency against FP32 at the timing batch and at
 one text (`speed.py`). Rows that differ only in activation bits share one quantization
-(`with_abits`). The seconds of each phase go to a `Phases`.
+(`with_abits`); every quantization shares the calibration inputs and the fitted transforms
+(`SharedCalibration`: recorded once, fitted once per method). FP32's own row is read off its
+reference pass, not run again. The seconds of each phase go to a `Phases`.
+
+Timing is spent only where it can change the recommendation: with `candidate` given, a row that
+misses it (a fidelity target) is not timed, and a row whose bits and kernels match a timed
+candidate of a method that does strictly less work per call (`LESS_WORK`: rtn < smoothquant <
+duquant — the same GEMMs, plus a division, plus rotations) cannot be faster than it and is not
+timed either; `not_timed` says why.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import copy
 import dataclasses
 import re
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import cast
@@ -24,10 +33,12 @@ from accelkit.quant.evaluation.fidelity import (
     Subject,
     load_subject,
     quant_layer_bytes,
+    reference_fidelity,
     subject_fidelity,
     subject_reference,
 )
 from accelkit.quant.evaluation.speed import Phases, SpeedBench
+from accelkit.quant.method.calibrate import SharedCalibration
 from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.layers import QuantLinear, linear_layers
 from accelkit.runtime.progress import Steps
@@ -60,6 +71,7 @@ class EvalRow:
     compile_s: float | None = None
     kernels: dict[str, int] | None = None  # CPU kernel -> number of layers on it
     label: str = ""  # method/bits, or a name given to a variant (target-cosine)
+    not_timed: str | None = None  # why a row was not timed (it cannot change the recommendation)
 
 
 def kernel_counts(model: nn.Module) -> dict[str, int]:
@@ -85,6 +97,23 @@ def parse_bits(text: str) -> tuple[int, int]:
         raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
 
     return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
+
+
+# the work a method adds per call on top of the same GEMMs: none, a division, rotations
+LESS_WORK = {"rtn": 0, "smoothquant": 1, "duquant": 2}
+
+
+def outrun_by(row: EvalRow, timed: list[EvalRow]) -> EvalRow | None:
+    """A timed row that `row` cannot be faster than: the same bits and layers on the same
+    kernels, by a method doing strictly less work per call (`LESS_WORK`); None when none."""
+    for other in timed:
+        if (
+            other.bits == row.bits
+            and other.kernels == row.kernels
+            and LESS_WORK.get(other.method, 99) < LESS_WORK.get(row.method, -1)
+        ):
+            return other
+    return None
 
 
 def with_abits(model: nn.Module, abits: int) -> nn.Module:
@@ -118,7 +147,7 @@ def run_eval(
     models: dict | None = None,
     reference: list | None = None,
     bench: SpeedBench | None = None,
-    compile_min_cosine: float | None = None,
+    candidate: Callable[[dict], bool] | None = None,
 ) -> list[EvalRow]:
     """Quantize the model (default: MiniLM on the shipped sentences) with each method × bits and
     measure fidelity, size and latency against FP32. `layers` (a `report.LayerErrors`) watches
@@ -126,8 +155,9 @@ def run_eval(
     `models`, when given, receives each quantized model by its label (method/bits) and
     `reference` the FP32 reference outputs (so a later pass can reuse them); `bench` times the
     rows (default: against this FP32 model on the first evaluation batch).
-    `compile_min_cosine`: time compiled only FP32 and the rows whose mean cosine reaches it (the
-    candidates of the recommendation; compiles dominate the run's time)."""
+    `candidate(fidelity)`: time only the rows whose fidelity figures it accepts (the ones the
+    recommendation can pick; compiles and timing rounds dominate the run's time), and of those
+    not the ones a timed candidate outruns by construction (`outrun_by`); None: time every row."""
     phases = phases if phases is not None else Phases()
     subject = subject or load_subject("minilm", n_pairs=n_pairs)
     fp32, data, calib = subject.model, subject.data, subject.calibration
@@ -155,6 +185,8 @@ def run_eval(
     timed_rows = sum(meth != "fp32" for meth, _ in plan) if latency else 0
     steps = Steps(n_linear * quantizations + len(plan) + timed_rows, "quant eval")
     done_models: dict[tuple[str, int], nn.Module] = {}
+    shared_calibration = SharedCalibration()
+    timed_candidates: list[EvalRow] = []
 
     def say(what: str, by: int = 0) -> None:
         steps.done += by
@@ -185,7 +217,9 @@ def run_eval(
                 if shared and (meth, wbits) in done_models:
                     model = with_abits(done_models[(meth, wbits)], abits)
                 else:
-                    model = quantize(copy.deepcopy(fp32), cfg, calib, progress=layer_done)
+                    model = quantize(
+                        copy.deepcopy(fp32), cfg, calib, layer_done, shared_calibration
+                    )
                     steps.done = before + n_linear  # layers left in float count as done too
                     if shared:
                         done_models[(meth, wbits)] = model
@@ -196,28 +230,33 @@ def run_eval(
         say(f"{meth} {b}: evaluating on {subject.texts} texts")
         watch = layers.compare(label, model) if layers and meth != "fp32" else nullcontext()
         with phases("fidelity"), watch:
-            fid = subject_fidelity(subject, model, ref)
-        timed = {}
+            if meth == "fp32":  # its figures against itself, from the reference pass
+                fid = reference_fidelity(subject, ref)
+            else:
+                fid = subject_fidelity(subject, model, ref)
+        row = EvalRow(
+            meth,
+            b,
+            **fid,
+            quant_layers_mb=q_bytes / 2**20,
+            fp32_layers_mb=fp_bytes / 2**20,
+            quantize_s=took,
+            kernels=None if meth == "fp32" else kernel_counts(model),
+            label=label,
+        )
         if latency and meth != "fp32":  # FP32's times are each row's *_fp32_ms
             say(f"{meth} {b}: timing", by=1)
-            want = compiled if isinstance(compiled, bool) else label in compiled
-            if compile_min_cosine is not None and meth != "fp32":
-                want = want and (fid.get("mean_cosine") or 0.0) >= compile_min_cosine
-            timed = vars(bench.measure(model, want))
+            faster = outrun_by(row, timed_candidates) if candidate is not None else None
+            if candidate is not None and not candidate(fid):
+                row.not_timed = "misses the fidelity targets"
+            elif faster is not None:
+                row.not_timed = f"cannot outrun {faster.label} (same bits and kernels, more work)"
+            else:
+                want = compiled if isinstance(compiled, bool) else label in compiled
+                row.__dict__.update(vars(bench.measure(model, want)))
+                timed_candidates.append(row)
         steps.done += 1
-        rows.append(
-            EvalRow(
-                meth,
-                b,
-                **fid,
-                quant_layers_mb=q_bytes / 2**20,
-                fp32_layers_mb=fp_bytes / 2**20,
-                quantize_s=took,
-                kernels=None if meth == "fp32" else kernel_counts(model),
-                label=label,
-                **timed,
-            )
-        )
+        rows.append(row)
     for row in rows:  # FP32's compile, made with the first compiled setting
         if row.method == "fp32":
             row.compile_s = bench.fp32_compile_s

@@ -129,3 +129,22 @@ def collect_inputs(
         if entry.rows > max_rows:
             _thin(entry, max_rows, generator)
     return found
+
+
+@dataclass
+class SharedCalibration:
+    """What every quantization of one FP32 model on the same calibration batches can share (an
+    evaluation's rows: methods × weight bits): the recorded layer inputs, per layer set, row budget
+    and seed — `collect_inputs` gives the same rows whichever method asks — and each layer's
+    fitted transform (smoothing, rotations: they depend on the inputs, the weight and the method's
+    settings, never on the bits). Use one per FP32 model and batches, with copies of that model."""
+
+    inputs: dict[tuple, dict[str, LayerInputs]] = field(default_factory=dict)
+    transforms: dict[tuple, object] = field(default_factory=dict)
+
+    def collect(self, model, layers, batches, *, max_rows: int, seed: int):
+        """`collect_inputs`, run once per (layers, max_rows, seed) and then reused."""
+        key = (tuple(layers), max_rows, seed)
+        if key not in self.inputs:
+            self.inputs[key] = collect_inputs(model, layers, batches, max_rows=max_rows, seed=seed)
+        return self.inputs[key]

@@ -18,7 +18,7 @@ from torch import nn
 
 from accelkit.errors import ConfigError, DataError, InputError
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.method.calibrate import collect_inputs
+from accelkit.quant.method.calibrate import SharedCalibration, collect_inputs
 from accelkit.quant.method.layers import (
     LayerSpec,
     QuantLinear,
@@ -261,11 +261,16 @@ def plan(
 
 
 def quantize_with_report(
-    model: nn.Module, config: QuantConfig, calibration_batches: Iterable, progress=None
+    model: nn.Module,
+    config: QuantConfig,
+    calibration_batches: Iterable,
+    progress=None,
+    shared: SharedCalibration | None = None,
 ) -> tuple[nn.Module, QuantReport]:
     """Quantize in place; returns the model and which layers were quantized or skipped (and why).
     Conv1D layers are swapped for the Linear they are (the same weights, the same results) before
-    calibration, so the hooks see them as any Linear."""
+    calibration, so the hooks see them as any Linear. `shared`: calibration inputs and transforms
+    already fitted for copies of the same FP32 model are reused (the same results, once)."""
     usable, report = plan(model, config)
     if config.dry_run:  # the openpi fork's DRYRUN: say what would be quantized, change nothing
         report.planned = {name: config.layer_weights(name)[0] for name in usable}  # bits
@@ -280,8 +285,9 @@ def quantize_with_report(
         or config.weight_clip == "search"
         or (config.abits < 16 and config.act_granularity == "per-tensor-static")
     )
+    collect = collect_inputs if shared is None else shared.collect
     inputs = (
-        collect_inputs(
+        collect(
             model, usable, calibration_batches, max_rows=config.calibration_rows, seed=config.seed
         )
         if needs_data
@@ -316,17 +322,25 @@ def quantize_with_report(
     for name, lin in usable.items():
         entry = inputs.get(name)
         sample = entry.sample() if entry is not None else None
-        transform = fit_transform(
-            sample if sample is not None else torch.zeros(1, lin.in_features),
-            lin.weight.detach(),
+        settings = dict(
             method=config.method,
             alpha=config.smooth_alpha,
             block=config.layer_block(lin.in_features, lin.out_features),
             steps=config.rotation_steps,
             permutation=config.permutation,
             seed=config.seed,
-            act_absmax=None if entry is None else entry.absmax,
         )
+        key = (name, id(entry), *settings.values())  # the inputs of one `shared.collect`
+        transform = shared.transforms.get(key) if shared is not None else None
+        if transform is None:
+            transform = fit_transform(
+                sample if sample is not None else torch.zeros(1, lin.in_features),
+                lin.weight.detach(),
+                act_absmax=None if entry is None else entry.absmax,
+                **settings,
+            )
+            if shared is not None:
+                shared.transforms[key] = transform
         spec = layer_spec(lin, config, rotate=config.method == "duquant", name=name)
         qlin = QuantLinear(spec)
         act_range = None
@@ -354,7 +368,9 @@ def quantize(
     config: QuantConfig | None = None,
     calibration_batches: Iterable = (),
     progress=None,
+    shared: SharedCalibration | None = None,
 ) -> nn.Module:
     """Replace the selected nn.Linear layers of `model` by QuantLinear (in place) and return it.
-    `progress(layer_name)` is called after each layer."""
-    return quantize_with_report(model, config or QuantConfig(), calibration_batches, progress)[0]
+    `progress(layer_name)` is called after each layer; `shared`: see `quantize_with_report`."""
+    config = config or QuantConfig()
+    return quantize_with_report(model, config, calibration_batches, progress, shared)[0]

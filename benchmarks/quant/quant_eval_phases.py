@@ -2,7 +2,7 @@
 phase, in CPU seconds of this process (the machine is shared: wall seconds follow the load, CPU
 seconds much less; the load average is recorded beside them).
 
-    python benchmarks/quant_eval_phases.py [--methods duquant,rtn] [--pairs 96]
+    python -m benchmarks.quant.quant_eval_phases [--methods duquant,rtn] [--pairs 96]
         [--out benchmarks/results/quant_eval_phases.json]
 
 The model: a Qwen2-style decoder built from its config (hidden 256, 4 layers, intermediate 1408,
