@@ -163,8 +163,9 @@ def progressive_quantize(w: torch.Tensor, group_size: int, clip: torch.Tensor | 
     for step in (-1.0, 0.0, 1.0):
         scale = torch.clamp(base + step, 1.0, 16.0)
         rounded = torch.round(w8 / scale[..., None])  # the same for every zero point
+        centre = torch.round(-lo / scale)
         for shift in (-1.0, 0.0, 1.0):
-            z = torch.clamp(torch.round(-lo / scale) + shift, 0, 15)
+            z = torch.clamp(centre + shift, 0, 15)
             q = torch.clamp(rounded + z[..., None], 0, 15)
             err = (((q - z[..., None]) * scale[..., None] - w8) ** 2).sum(dim=-1)
             better = err < best_err
