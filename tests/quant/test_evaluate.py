@@ -324,3 +324,55 @@ def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it
         monkeypatch.setenv("OPENPI_DUQUANT_ABITS", "8")
         assert apply(str(encoder_dir), out, method="rtn").layer_abits == {}
         monkeypatch.delenv("OPENPI_DUQUANT_ABITS")
+
+
+def test_defaults_add_w8_and_weight_only_rows_and_only_candidates_are_timed(causal_dir, texts):
+    """Issue 57: the default sweep has W8A8 and the weight-only rows beside W4A8/W4A4; the
+    recommendation reads --target-top1; a row missing the target is not timed, nor one a timed
+    candidate of a method doing less work outruns by construction; FP32's row is its reference."""
+    from accelkit.quant import evaluate
+    from accelkit.quant.api import default_bits
+
+    result = evaluate(
+        str(causal_dir), methods="fp32,rtn,smoothquant", eval_data=texts / "eval.txt",
+        compiled=False, target_top1=0.95,
+    )  # fmt: skip
+    rtn = [r for r in result.rows if r.method == "rtn"]
+    assert [r.bits for r in rtn] == default_bits()
+    assert {"w8a8", "w4a16", "w8a16"} <= {r.bits for r in rtn}
+    fp32 = result.rows[0]
+    assert fp32.top1_agreement == 1.0 and fp32.perplexity_ratio == 1.0
+    assert fp32.perplexity == pytest.approx(rtn[0].perplexity_fp32, rel=1e-12)
+    timed = []
+    for r in result.rows[1:]:
+        if r.top1_agreement < 0.95:
+            assert r.not_timed == "misses the fidelity targets" and r.eager_ms is None
+        elif r.method == "smoothquant":  # rtn's row of the same bits ran on the same kernels
+            assert r.not_timed == f"cannot outrun rtn/{r.bits} (same bits and kernels, more work)"
+        else:
+            assert r.not_timed is None and r.eager_ratio is not None
+            timed.append(r)
+    assert timed, "w8a16 agrees with FP32 on ≥ 95 % of next tokens"
+    setting = result.recommendation["setting"]
+    assert setting["targets"] == {"top1_agreement": 0.95, "compiled_ratio": 0.6,
+                                  "compiled_one_ratio": 0.8}  # fmt: skip
+    assert "top-1 agreement ≥ 0.95" in setting["text"]
+    assert setting["label"] == "fp32" or setting["top1_agreement"] >= 0.95
+
+
+def test_fp32_figures_from_the_reference_equal_a_pass_of_the_model(causal_dir, encoder_dir, texts):
+    from accelkit.quant.evaluation.fidelity import (
+        load_subject,
+        reference_fidelity,
+        subject_fidelity,
+        subject_reference,
+    )
+
+    for folder, eval_file in ((causal_dir, texts / "eval.txt"), (encoder_dir, None)):
+        subject = load_subject(str(folder), n_pairs=4, eval_file=eval_file)
+        reference = subject_reference(subject)
+        ran = subject_fidelity(subject, subject.model, reference)
+        read = reference_fidelity(subject, reference)
+        assert read.keys() == ran.keys()
+        for key in ran:
+            assert read[key] == pytest.approx(ran[key], rel=1e-12, abs=1e-12), key

@@ -120,3 +120,50 @@ def test_nothing_faithful_enough_and_a_higher_bar():
     rows[2] = timed("duquant", "w4a8", 0.9826, 0.5, 0.6)
     assert recommend(rows)["setting"]["meets_targets"]
     assert not recommend(rows, min_cosine=0.99)["setting"]["meets_targets"]
+
+
+def lm_row(bits, cos, ppl, top1, batch, one):
+    row = timed("duquant", bits, cos, batch, one)
+    row.perplexity_ratio, row.top1_agreement = ppl, top1
+    return row
+
+
+def test_a_perplexity_target_is_met_by_the_recommendation_not_just_the_cosine():
+    """Causal LMs (issue 57): W4A8 meets the cosine bar and is the fastest, but misses
+    --target-perplexity-ratio 1.05; W8A8 meets it, faster than FP32: W8A8 is recommended and the
+    line names the target and the speed that decided."""
+    from accelkit.quant.evaluation.recommend import Targets
+
+    rows = [
+        FP32,
+        lm_row("w4a8", 0.9850, 1.30, 0.80, 0.70, 0.75),
+        lm_row("w8a8", 0.9990, 1.01, 0.97, 0.90, 0.95),
+        lm_row("w8a16", 0.9999, 1.001, 0.99, 0.97, 0.98),
+    ]
+    assert recommend(rows)["setting"]["label"] == "duquant/w4a8"  # the cosine bar alone
+    setting = recommend(rows, targets=Targets.given(perplexity_ratio=1.05))["setting"]
+    assert setting["label"] == "duquant/w8a8" and setting["perplexity_ratio"] == 1.01
+    assert setting["targets"]["perplexity_ratio"] == 1.05
+    assert setting["text"] == (
+        "no setting reaches perplexity ratio ≤ 1.05 at ≤ 0.6× compiled FP32 (timing batch) and"
+        " ≤ 0.8× (one text) on this machine; the fastest with perplexity ratio ≤ 1.05 is"
+        " duquant/w8a8 (mean cos 0.9990, ppl ratio 1.0100, 0.90× compiled FP32 at the timing"
+        " batch, 0.95× at one text), faster than FP32"
+    )
+    # a top-1 target: only W8A16 reaches 0.98, and it is still faster than FP32
+    setting = recommend(rows, targets=Targets.given(top1=0.98))["setting"]
+    assert setting["label"] == "duquant/w8a16" and "top-1 0.990" in setting["text"]
+    # no quantized setting meeting it is faster than FP32: FP32 itself
+    rows[3] = lm_row("w8a16", 0.9999, 1.001, 0.99, 1.05, 1.02)
+    setting = recommend(rows, targets=Targets.given(top1=0.98))["setting"]
+    assert setting["label"] == "fp32"
+    assert setting["text"].startswith("fp32 (the unquantized model): no setting with top-1")
+
+
+def test_none_meets_the_perplexity_target_the_closest_by_perplexity_is_named():
+    from accelkit.quant.evaluation.recommend import Targets
+
+    rows = [FP32, lm_row("w4a8", 0.99, 1.30, 0.8, 0.5, 0.5), lm_row("w4a4", 0.95, 1.2, 0.7, 1, 1)]
+    setting = recommend(rows, targets=Targets.given(perplexity_ratio=1.05))["setting"]
+    assert setting["label"] == "duquant/w4a4" and not setting["meets_targets"]
+    assert setting["text"].startswith("no setting reaches perplexity ratio ≤ 1.05; the most")

@@ -64,3 +64,35 @@ def test_w4a4_from_w4a8_equals_quantizing_w4a4(method, fields):
     )
     with pytest.raises(ValueError, match="per-token dynamic"):
         with_abits(static, 4)
+
+
+def test_quantizations_sharing_calibration_equal_their_own_and_record_inputs_once(monkeypatch):
+    """Every row of `quant eval` shares one `SharedCalibration`: the layer inputs are recorded
+    once for all methods and weight bits, each transform fitted once per method (rotations do
+    not depend on the bits) — and each model is buffer for buffer what quantizing alone gives,
+    W4 and W8 weights, a16 (weight-only) rows too."""
+    from accelkit.quant.method import calibrate, convert, transforms
+
+    fp32 = block()
+    alone = {}
+    settings = [("rtn", 4, 8), ("duquant", 4, 8), ("duquant", 8, 8), ("smoothquant", 8, 16)]
+    for method, w, a in settings:
+        cfg = QuantConfig(method=method, wbits=w, abits=a, block_size=32, rotation_steps=16)
+        alone[(method, w, a)] = (cfg, quantize(copy.deepcopy(fp32), cfg, data()))
+    calls = {"collect": 0, "fit": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(calibrate, "collect_inputs", counted("collect", calibrate.collect_inputs))
+    monkeypatch.setattr(convert, "fit_transform", counted("fit", transforms.fit_transform))
+    shared = calibrate.SharedCalibration()
+    for cfg, theirs in alone.values():
+        mine = quantize(copy.deepcopy(fp32), cfg, data(), shared=shared)
+        for a, b in zip(mine.buffers(), theirs.buffers(), strict=True):
+            assert torch.equal(a, b)
+    assert calls == {"collect": 1, "fit": 2 * 3}  # 2 layers × (rtn, duquant, smoothquant)
