@@ -283,7 +283,7 @@ def test_a_compile_failure_keeps_the_figures_and_times_eager(families, monkeypat
     with caplog.at_level(logging.WARNING):
         result = api.evaluate(
             str(families["bert"][0]), methods="fp32,rtn", bits="w4a8", pairs=4,
-            calibration=families["calib"], compiled=True,
+            calibration=families["calib"], compiled=True, compile_all=True,
         )  # fmt: skip
     assert result.compile_error == "RuntimeError: dynamo cannot trace this"
     assert [r.mean_cosine is not None for r in result.rows] == [True] * 2
