@@ -81,7 +81,7 @@ def neighbour_fidelity(emb: torch.Tensor, ref: torch.Tensor) -> dict[str, float]
 @dataclass
 class LMReference:
     """What the FP32 causal LM predicts, kept small: per batch the top-1 next token at each
-    position (int32), the last hidden state of every real token (float32), and the summed
+    position whose next token is real (int32), the last hidden state of every real token (float32), and the summed
     negative log-likelihood of the real next tokens."""
 
     argmax: list[torch.Tensor]
@@ -94,23 +94,25 @@ def _next_token_mask(batch) -> torch.Tensor:
     return batch["attention_mask"][:, 1:].bool() & batch["attention_mask"][:, :-1].bool()
 
 
-def _logits_and_hidden(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next-token logits (float64) and the real tokens' last hidden states (float32)."""
+def _real_logits(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(next-token logits at every position whose next token is real, float64 (n, vocab); those
+    next tokens (n,); the real tokens' last hidden states, float32). Padding positions are cut
+    before the float64 copy and the softmax: a batch padded to its longest text is mostly padding."""
     logits, hidden = model(**batch, hidden=True)
-    return logits.to(torch.float64), hidden[batch["attention_mask"].bool()].to(torch.float32)
+    mask = _next_token_mask(batch)
+    rows = logits[:, :-1][mask].to(torch.float64)
+    target = batch["input_ids"][:, 1:][mask]
+    return rows, target, hidden[batch["attention_mask"].bool()].to(torch.float32)
 
 
 @torch.no_grad()
 def lm_reference(model: nn.Module, data) -> LMReference:
     argmax, hiddens, nll, count = [], [], 0.0, 0
     for batch in data:
-        logits, hidden = _logits_and_hidden(model, batch)
-        logits = logits[:, :-1]
-        mask = _next_token_mask(batch)
-        target = batch["input_ids"][:, 1:]
-        loss = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-        nll += float(loss[mask].sum())
-        count += int(mask.sum())
+        logits, target, hidden = _real_logits(model, batch)
+        loss = nn.functional.cross_entropy(logits, target, reduction="none")
+        nll += float(loss.sum())
+        count += len(target)
         argmax.append(logits.argmax(-1).to(torch.int32))
         hiddens.append(hidden)
     return LMReference(argmax, nll, count, hiddens)
@@ -125,14 +127,11 @@ def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, flo
     nll_q = 0.0
     cosines = []
     for batch, ref, ref_hidden in zip(data, reference.argmax, reference.hidden, strict=True):
-        logits, hidden = _logits_and_hidden(model, batch)
-        logits = logits[:, :-1]
-        target = batch["input_ids"][:, 1:]
-        mask = _next_token_mask(batch)
-        agree += int(((logits.argmax(-1) == ref) & mask).sum())
-        count += int(mask.sum())
-        nll = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-        nll_q += float(nll[mask].sum())
+        logits, target, hidden = _real_logits(model, batch)
+        agree += int((logits.argmax(-1) == ref).sum())
+        count += len(target)
+        nll = nn.functional.cross_entropy(logits, target, reduction="none")
+        nll_q += float(nll.sum())
         cosines.append(
             nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)
         )
