@@ -474,6 +474,8 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         index_params=params,
         model=src.recorded(name, PROP_MODEL),
         origin=origin,
+        # the source's filter fields, or those DST's store.fields declares instead
+        fields=dst.config.fields or info.get("fields") or {},
     )
     return origin
 
