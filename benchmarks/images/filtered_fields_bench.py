@@ -45,7 +45,7 @@ RESULT = REPO / "benchmarks" / "results" / "filtered_fields_bench.json"
 SCHEMA = "accelkit.filtered_fields_bench/1"
 ARMS = ("json", "declared", "partition_key")
 LABELS = {
-    "json": "JSON metadata (`metadata[\"k\"] == 3`, as before)",
+    "json": 'JSON metadata (`metadata["k"] == 3`, as before)',
     "declared": "declared field (`store.fields: {k: int64}`), same filter text",
     "partition_key": "partition key on `k` (`k == 3`; pymilvus directly, for comparison)",
     "declared_no_filter": "declared-field collection, no filter (reference)",
@@ -115,17 +115,15 @@ def measure(store, names: dict[str, str], queries, exact, exact_all, args) -> di
     recalls: dict[str, list[float]] = {arm: [] for arm in times}
 
     def partition_search(q):
-        return [
-            [int(h["id"]) for h in hits]
-            for hits in store._milvus.search(
-                names["partition_key"],
-                data=[q.tolist()],
-                limit=10,
-                filter="k == 3",
-                search_params={"metric_type": "COSINE", "params": {"ef": ef}},
-                consistency_level="Session",
-            )
-        ][0]
+        hits = store._milvus.search(
+            names["partition_key"],
+            data=[q.tolist()],
+            limit=10,
+            filter="k == 3",
+            search_params={"metric_type": "COSINE", "params": {"ef": ef}},
+            consistency_level="Session",
+        )[0]
+        return [int(h["id"]) for h in hits]
 
     def run(arm: str, q) -> list[int]:
         if arm == "partition_key":
@@ -195,7 +193,9 @@ def main() -> int:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="accelkit-filtered-"))
             server = stack.enter_context(MilvusServer(Path(tmp) / "milvus"))
             uri = server.uri
-        config = StoreConfig(uri=uri, token=args.token, timeout=600, M=16, efConstruction=200, ef=64)
+        config = StoreConfig(
+            uri=uri, token=args.token, timeout=600, M=16, efConstruction=200, ef=64
+        )
         with VectorStore(config) as store:
             version = store._milvus.get_server_version()
             stages = {}

@@ -79,7 +79,9 @@ def store(store_settings):
         s.create_collection("props", dim=4)
         vectors = rng.standard_normal((len(ITEMS), 4)).astype(np.float32)
         s.upsert("props", list(ITEMS), vectors, list(ITEMS.values()))
-        if s.lite != 3:  # Lite 3 refuses declared fields (tests/images/store/test_declared_fields.py)
+        if (
+            s.lite != 3
+        ):  # Lite 3 refuses declared fields (tests/images/store/test_declared_fields.py)
             s.create_collection("props_fields", dim=4, fields=FIELDS)
             s.upsert("props_fields", list(TYPED), vectors, list(TYPED.values()))
         yield s
@@ -254,7 +256,12 @@ def test_a_filter_selects_what_it_names_and_nothing_else(store, generated):
         if got is None:
             continue
         named = {item for item, value in truth.items() if value}
-        assert not got - named, (text, collection, sorted(got - named), json.dumps(truth, default=str))
+        assert not got - named, (
+            text,
+            collection,
+            sorted(got - named),
+            json.dumps(truth, default=str),
+        )
         assert named <= got, (text, collection, sorted(named - got))
     if declared and answered["props"] is not None:  # declared fields refuse nothing JSON answers
         assert answered["props_fields"] is not None, (text, "refused with declared fields")

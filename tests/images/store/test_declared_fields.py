@@ -66,9 +66,7 @@ def test_declared_keys_are_kept_twice_and_read_back_whole(store):
         "g1",
         "g2",
     }  # null and a missing key: != holds, as on the JSON field
-    assert {h.id for h in store.search("declared", query, 3, 'metadata["score"] == 3')[0]} == {
-        "g1"
-    }
+    assert {h.id for h in store.search("declared", query, 3, 'metadata["score"] == 3')[0]} == {"g1"}
     rows = store._milvus.query(
         "declared", filter='id == "g1"', output_fields=["field_score", "has_year", "has_score"]
     )
@@ -104,7 +102,10 @@ def test_changing_a_collections_declaration_is_refused_with_advice_that_loses_no
 def test_migrate_carries_the_declaration(tmp_path):
     from accelkit.images.store.migrate import migrate
 
-    source, target = StoreConfig(uri=str(tmp_path / "s.db")), StoreConfig(uri=str(tmp_path / "t.db"))
+    source, target = (
+        StoreConfig(uri=str(tmp_path / "s.db")),
+        StoreConfig(uri=str(tmp_path / "t.db")),
+    )
     with VectorStore(source) as s:
         if s.lite == 3:
             not_applicable("declared filter fields: Milvus Lite 3 refuses them")

@@ -225,7 +225,7 @@ class StoreConfig(Settings):
     # metadata keys also kept in scalar fields, which filters read many times faster than JSON
     fields: dict[str, str] = Field(
         default_factory=dict,
-        description='Metadata keys a new collection keeps in scalar fields for fast filters, as'
+        description="Metadata keys a new collection keeps in scalar fields for fast filters, as"
         ' {"album": "varchar", "year": "int64"} (int64, double, varchar, bool).',
     )
 

@@ -85,13 +85,14 @@ def presence_field(key: str) -> str:
     return PRESENCE_PREFIX + key
 
 
-def declared_from_schema(names_and_types: Mapping[str, str]) -> dict[str, str]:
-    """The declaration read back from a collection's fields ({field name: our type name})."""
+def declared_from_schema(schema_fields: list[dict[str, Any]]) -> dict[str, str]:
+    """The declaration read back from a collection's fields (pymilvus' `describe_collection`)."""
+    kinds = {f["name"]: str(getattr(f["type"], "name", f["type"])).lower() for f in schema_fields}
     return {
-        name.removeprefix(VALUE_PREFIX): kind
-        for name, kind in names_and_types.items()
+        name.removeprefix(VALUE_PREFIX): {"float": "double"}.get(kind, kind)
+        for name, kind in kinds.items()
         if name.startswith(VALUE_PREFIX)
-        and presence_field(name.removeprefix(VALUE_PREFIX)) in names_and_types
+        and presence_field(name.removeprefix(VALUE_PREFIX)) in kinds
     }
 
 
@@ -136,7 +137,9 @@ def scalar_values(fields: Mapping[str, str], metadata: Mapping[str, Any], where:
                 f'{where}: key "{key}" holds {shown}, which its declared field ({key}: {kind},'
                 f" store.fields) cannot store; send {_HINT[kind]}, null or no {key}"
             )
-        row[value_field(key)] = (float(value) if kind == "double" else value) if present else _ZERO[kind]
+        row[value_field(key)] = (
+            (float(value) if kind == "double" else value) if present else _ZERO[kind]
+        )
         row[presence_field(key)] = present
     return row
 

@@ -389,8 +389,7 @@ class StoreClient:
                 return self._fields[name]
         self._require(name)
         info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
-        kinds = {f["name"]: str(getattr(f["type"], "name", f["type"])).lower() for f in info["fields"]}
-        declared = declared_from_schema({k: {"float": "double"}.get(v, v) for k, v in kinds.items()})
+        declared = declared_from_schema(info["fields"])
         with self._lock:
             self._fields[name] = declared
         return declared
