@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from accelkit.errors import ConfigError, DataError
-from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.config import ServiceConfig, StoreConfig
 from accelkit.images.store import VectorStore
 from tests.support.require import not_applicable
 
@@ -50,6 +50,15 @@ def test_the_settings_name_the_types_and_refuse_others():
         "year": "int64",
         "album": "varchar",
         "x": "double",
+    }
+    assert ServiceConfig.from_env(
+        {"ACCELKIT_STORE_FIELDS": "year:int, album:string"}
+    ).store.fields == {
+        "year": "int64",
+        "album": "varchar",
+    }
+    assert ServiceConfig.from_env({"ACCELKIT_STORE_FIELDS": '{"seen": "bool"}'}).store.fields == {
+        "seen": "bool"
     }
     for fields, named in (({"a b": "int"}, "'a b'"), ({"year": "date"}, "'date'")):
         with pytest.raises(ConfigError) as caught:

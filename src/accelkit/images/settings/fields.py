@@ -25,6 +25,7 @@ keys (`metadata["k"]["x"]`), an order on booleans, a non-integer literal against
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -56,6 +57,14 @@ def check_fields(value: Any) -> dict[str, str]:
     entry and the rule."""
     if value is None:
         return {}
+    if isinstance(value, str):  # an environment variable: JSON, or "album:varchar,year:int64"
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("{") else _pairs(text)
+        except ValueError:
+            raise ValueError(
+                'must be JSON such as {"album": "varchar"}, or album:varchar,year:int64'
+            ) from None
     if not isinstance(value, Mapping):
         raise ValueError('must map metadata keys to types, as in {"album": "varchar"}')
     if len(value) > MAX_FIELDS:
@@ -75,6 +84,13 @@ def check_fields(value: Any) -> dict[str, str]:
             )
         fields[key] = canonical
     return fields
+
+
+def _pairs(text: str) -> dict[str, str]:
+    pairs = [part.split(":") for part in text.split(",") if part.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(text)
+    return {key.strip(): kind.strip() for key, kind in pairs}
 
 
 def value_field(key: str) -> str:
