@@ -136,3 +136,35 @@ def test_an_engine_without_declared_fields_refuses_them_in_one_line(tmp_path):
             s.create_collection("pics", dim=4)
         assert "\n" not in str(caught.value) and "store.fields" in str(caught.value)
         assert not s.has_collection("pics")
+
+
+def test_conditions_on_declared_keys_read_the_fields_and_the_rest_the_json():
+    """The speed-up is in the rewrite: each comparison, in, not in and like on a declared key
+    reads the scalar fields; what the fields cannot answer keeps the JSON form (exact as
+    written), and a filter naming no declared key is sent unchanged."""
+    from accelkit.images.settings.fields import scalar_filter
+
+    fields = {"year": "int64", "album": "varchar", "seen": "bool"}
+    for text in (
+        'metadata["year"] == 2020',
+        'metadata["year"] != 2020',
+        'metadata["year"] >= 2020.0',
+        'metadata["year"] in [2020, 2021]',
+        'metadata["year"] not in [2020]',
+        'metadata["album"] like "2026-%"',
+        'not (metadata["album"] < "b" or metadata["seen"] == true)',
+    ):
+        sent = scalar_filter(text, fields)
+        assert "metadata" not in sent and "field_" in sent and "has_" in sent, (text, sent)
+    for text in (
+        'json_contains(metadata["year"], 1)',  # a scalar is no array: false, as the JSON says
+        'metadata["year"]["x"] == 1',
+        'metadata["year"] < 2.5',  # a non-integer against an int64
+        'metadata["seen"] < true',  # an order on booleans
+        'metadata["other"] == 1',
+    ):
+        assert scalar_filter(text, fields) == text
+    assert (
+        scalar_filter('metadata["year"] == "2020"', fields) == 'id == ""'
+    )  # never: ids are not empty
+    assert scalar_filter('metadata["year"] != "2020"', fields) == 'id != ""'
