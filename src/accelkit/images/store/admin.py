@@ -93,9 +93,9 @@ class CollectionAdmin(StoreClient):
             )
         if wanted and self.lite == 3:
             raise ConfigError(
-                f"store.fields ({', '.join(wanted)}): Milvus Lite 3 takes no declared filter"
-                " fields here (it filters in Python, as fast either way); leave store.fields"
-                " empty, or use Milvus Lite 2.5 or a server"
+                f"store.fields ({', '.join(wanted)}): accelkit declares no filter fields on"
+                " Milvus Lite 3 (its filters are rewritten for Lite 3's reading of the JSON"
+                " instead); leave store.fields empty, or use Milvus Lite 2.5 or a server"
             )
         from pymilvus import DataType
 
