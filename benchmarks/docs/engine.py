@@ -26,7 +26,7 @@ PAGES = (DOCS / "quant.md", DOCS / "images.md", DOCS / "performance.md")
 def tables() -> dict[str, Table]:
     """Block name -> its table, from every benchmark that renders one."""
     from benchmarks.docs import lite, quant, service
-    from benchmarks.images import resample_bench
+    from benchmarks.images import filtered_fields_bench, resample_bench
     from benchmarks.machine import limits_bench
     from benchmarks.research import images_int8, search_cut_eval
 
@@ -35,6 +35,7 @@ def tables() -> dict[str, Table]:
         **lite.TABLES,
         **service.TABLES,
         **resample_bench.TABLES,
+        **filtered_fields_bench.TABLES,
         **search_cut_eval.TABLES,
         **limits_bench.TABLES,
         **images_int8.TABLES,

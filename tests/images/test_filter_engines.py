@@ -57,15 +57,42 @@ VALUES = {
 # "k" holds every kind; "flag" only booleans (or another kind than numbers), "num" only numbers
 # (or strings): Lite 3 tells true from 1 only where a key never holds both
 FLAGS, NUMBERS = [True, False, MISSING, "yes", None, True], [0, 1, 2, 1.0, MISSING, "1", 0.0]
+STRINGS = ["a", "b", MISSING, "", None, "ab", 3]  # "s": strings, or another kind
 
 
 def item(i: int, value) -> dict:
-    doc = {"k": value, "n": i, "flag": FLAGS[i % len(FLAGS)], "num": NUMBERS[i % len(NUMBERS)]}
+    doc = {
+        "k": value,
+        "n": i,
+        "flag": FLAGS[i % len(FLAGS)],
+        "num": NUMBERS[i % len(NUMBERS)],
+        "s": STRINGS[i % len(STRINGS)],
+    }
     return {key: v for key, v in doc.items() if v is not MISSING}
 
 
 ITEMS = {f"v-{name}": item(i, value) for i, (name, value) in enumerate(VALUES.items())}
 ITEMS["v-missing"] = {"n": 99}
+
+# Issue 59: the same corpus in a collection that declares filter fields (store.fields) for every
+# key but "k", whose values of another kind than the declared one are left out (a declared field
+# refuses them at insert: tests/images/store/test_declared_fields.py). Every filter runs on it
+# too, judged by the same evaluator over these items.
+FIELDS = {"n": "int64", "flag": "bool", "num": "double", "s": "varchar"}
+KINDS = {"int64": (int,), "bool": (bool,), "double": (int, float), "varchar": (str,)}
+
+
+def storable(kind: str, value) -> bool:
+    return value is None or (
+        isinstance(value, KINDS[kind]) and (kind == "bool" or not isinstance(value, bool))
+    )
+
+
+TYPED = {
+    item_id: {k: v for k, v in doc.items() if k not in FIELDS or storable(FIELDS[k], v)}
+    for item_id, doc in ITEMS.items()
+}
+COLLECTIONS = {"domain": ({}, ITEMS), "declared": (FIELDS, TYPED)}
 
 FILTERS = [
     # one kind against another: 0/1 and false/true, 1 and 1.0
@@ -172,6 +199,29 @@ FILTERS = [
     'id != "v-str" and metadata["k"] == "a"',
     'id in ["v-null", "v-missing"] and metadata["k"] != "a"',
     'not (id like "v-s%")',
+    # keys a collection may declare (issue 59): each kind of literal, missing keys and null
+    'metadata["s"] == "a"',
+    'metadata["s"] != "a"',
+    'metadata["s"] < "b"',
+    'metadata["s"] >= ""',
+    'metadata["s"] like "a%"',
+    'not (metadata["s"] like "a%")',
+    'metadata["s"] in ["a", ""]',
+    'metadata["s"] not in ["b", "c"]',
+    'metadata["s"] == 3',
+    'metadata["s"] != 3',
+    'metadata["n"] == 2.0',
+    'metadata["n"] < 2.5',
+    'metadata["n"] in [2.0, 3.0]',
+    'metadata["n"] in ["3", "4"]',
+    'metadata["n"] not in [4, 5]',
+    'metadata["n"] == "3"',
+    'metadata["n"] like "1%"',
+    'json_contains(metadata["n"], 1)',
+    'metadata["n"]["x"] == 1',
+    'metadata["num"] > 0 and metadata["flag"] != true',
+    'metadata["s"] == "a" or metadata["k"] == "a"',
+    'not (metadata["n"] >= 3 and metadata["s"] != "b")',
 ]
 
 # refused on every engine before it runs, naming the literal (issue 56 finding 5): a non-integer
@@ -226,9 +276,9 @@ def evaluate(node: tuple, item_id: str, doc: dict) -> bool:
     return like_prefix(field, node[2].value[:-1])
 
 
-def named(text: str) -> set[str]:
+def named(text: str, items: dict = ITEMS) -> set[str]:
     tree = parse(text)
-    return {item for item, doc in ITEMS.items() if evaluate(tree, item, doc)}
+    return {item for item, doc in items.items() if evaluate(tree, item, doc)}
 
 
 def test_the_evaluator_reads_milvus_rules():
@@ -246,15 +296,19 @@ def test_the_evaluator_reads_milvus_rules():
 @pytest.fixture(scope="module")
 def store(store_settings):
     with VectorStore(StoreConfig(**store_settings)) as s:
-        s.create_collection("domain", dim=4)
-        s.upsert("domain", *corpus())
+        for collection, (fields, _) in COLLECTIONS.items():
+            if fields and s.lite == 3:  # refused in one line (test_declared_fields.py)
+                continue
+            s.create_collection(collection, dim=4, fields=fields)
+            s.upsert(collection, *corpus(collection))
         yield s
 
 
-def corpus():
-    ids = sorted(ITEMS)
+def corpus(collection: str = "domain"):
+    items = COLLECTIONS[collection][1]
+    ids = sorted(items)
     vectors = np.random.default_rng(56).standard_normal((len(ids), 4)).astype(np.float32)
-    return ids, vectors, [ITEMS[i] for i in ids]
+    return ids, vectors, [items[i] for i in ids]
 
 
 def refusal_allowed(store, text: str, exc: FilterError) -> bool:
@@ -264,32 +318,49 @@ def refusal_allowed(store, text: str, exc: FilterError) -> bool:
     return store.lite == 2 and "not (" in text
 
 
+@pytest.mark.parametrize("collection", COLLECTIONS)
 @pytest.mark.parametrize("text", FILTERS)
-def test_search_count_and_delete_select_what_milvus_names(store, text):
-    truth = named(text)
+def test_search_count_and_delete_select_what_milvus_names(store, text, collection):
+    """With and without declared filter fields: the same evaluator judges both."""
+    if COLLECTIONS[collection][0] and store.lite == 3:
+        not_applicable("declared filter fields: Milvus Lite 3 refuses them")
+    truth = named(text, COLLECTIONS[collection][1])
     try:
-        hits = store.search("domain", np.ones(4, np.float32), len(ITEMS), text)[0]
+        hits = store.search(collection, np.ones(4, np.float32), len(ITEMS), text)[0]
     except FilterError as exc:
         message = str(exc)
         assert "\n" not in message and text in message, message
         assert refusal_allowed(store, text, exc), (text, message)
         with pytest.raises(FilterError):
-            store.delete_matching("domain", text)
-        assert len(store.get("domain", list(ITEMS))) == len(ITEMS)  # nothing deleted
+            store.delete_matching(collection, text)
+        assert len(store.get(collection, list(ITEMS))) == len(ITEMS)  # nothing deleted
         return
     assert {h.id for h in hits} == truth, text
-    counted = store.delete_matching("domain", text)  # counts (count(*) by the filter), deletes
-    left = {item["id"] for item in store.get("domain", list(ITEMS), consistency="Strong")}
+    counted = store.delete_matching(collection, text)  # counts (count(*) by the filter), deletes
+    left = {item["id"] for item in store.get(collection, list(ITEMS), consistency="Strong")}
     try:
         assert counted == len(truth), text
         assert left == set(ITEMS) - truth, (text, sorted(set(ITEMS) - left))
     finally:
-        ids, vectors, metadata = corpus()
+        ids, vectors, metadata = corpus(collection)
         gone = [i for i, item in enumerate(ids) if item not in left]
         if gone:
             store.upsert(
-                "domain", [ids[i] for i in gone], vectors[gone], [metadata[i] for i in gone]
+                collection, [ids[i] for i in gone], vectors[gone], [metadata[i] for i in gone]
             )
+
+
+def test_the_declared_collection_reads_its_fields_and_returns_the_metadata_whole(store):
+    """The declared keys are in scalar fields of their own (a filter on them is sent to the
+    fields, not to the JSON), and every read returns the metadata as it was written."""
+    if store.lite == 3:
+        not_applicable("declared filter fields: Milvus Lite 3 refuses them")
+    assert store.describe("declared")["fields"] == FIELDS
+    assert "field_s" in store._engine_filter("declared", 'metadata["s"] == "a"')
+    got = {item["id"]: item["metadata"] for item in store.get("declared", list(TYPED))}
+    assert got == TYPED
+    hits = store.search("declared", np.ones(4, np.float32), len(TYPED), 'metadata["s"] == "a"')
+    assert all(h.metadata == TYPED[h.id] for h in hits[0]) and hits[0]
 
 
 def test_lite_3_refuses_only_what_it_cannot_read_as_milvus_does(store):

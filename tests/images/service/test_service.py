@@ -147,6 +147,7 @@ def test_collections_endpoints(server, setup):
         "index_params": {},
         "ignored": [],
         "model": None,
+        "fields": {},
         "message": "Collection 'tmp_c' created successfully",
     }
     assert model["name"] == "efficientnet-lite0" and model["dim"] == 1280 and not model["text"]

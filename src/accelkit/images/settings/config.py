@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
+from accelkit.images.settings.fields import check_fields
 from accelkit.images.settings.schema import RequestLimits, check_model_name
 from accelkit.runtime.config import Section, Settings, load, read_yaml
 from accelkit.runtime.devices import PLATFORM_ALIASES
@@ -220,6 +221,13 @@ class StoreConfig(Settings):
     # thumbnails for the search page, made at insert time (accelkit.images.store.thumbnails): "auto"
     # keeps them beside a Milvus Lite database (none for a server), "off", or a SQLite file
     thumbnails: str = "auto"
+    # filter fields a new collection declares (accelkit.images.settings.fields): top-level
+    # metadata keys also kept in scalar fields, which filters read many times faster than JSON
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="Metadata keys a new collection keeps in scalar fields for fast filters, as"
+        ' {"album": "varchar", "year": "int64"} (int64, double, varchar, bool).',
+    )
 
     @field_validator(
         "nlist",
@@ -265,6 +273,11 @@ class StoreConfig(Settings):
         if not value or value.endswith(("/", os.sep)) or os.path.isdir(os.path.expanduser(value)):
             raise ValueError('must be "auto", "off" or the path of a SQLite file (not a folder)')
         return value
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _fields(cls, value: Any) -> dict[str, str]:
+        return check_fields(value)
 
     @field_validator("timeout")
     @classmethod

@@ -10,8 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.errors import AccelkitError, ConfigError, DataError, InputError
+from accelkit.images.settings.fields import check_fields, presence_field, value_field
 from accelkit.images.settings.schema import (
     MAX_DIM,
+    MAX_METADATA_BYTES,
     MIN_DIM,
     check_collection_name,
     check_description,
@@ -54,8 +56,10 @@ class CollectionAdmin(StoreClient):
         exist_ok: bool = False,
         model: Mapping[str, Any] | None = None,
         origin: Mapping[str, Any] | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Create `name` with a `dim`-d vector field; returns `describe(name)`. `model` (what
+        """Create `name` with a `dim`-d vector field; returns `describe(name)`. `fields` (default:
+        `store.fields`) are the filter fields it declares (`settings.fields`). `model` (what
         `models.model_record` says of the model that fills it) and `origin` (where a migration
         copies it from) are recorded with it.
         An existing collection raises `CollectionExistsError` unless `exist_ok`, which also checks its dim.
@@ -65,7 +69,12 @@ class CollectionAdmin(StoreClient):
             raise InputError(f"dim {dim!r} must be a whole number between {MIN_DIM} and {MAX_DIM}")
         check_description(description)
         spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
+        try:
+            wanted = check_fields(self.config.fields if fields is None else fields)
+        except ValueError as exc:
+            raise ConfigError(f"store.fields: {exc}") from None
         if self.has_collection(name):
+            self._same_fields(name, wanted)
             if not exist_ok:
                 raise CollectionExistsError(
                     f"collection {name!r} exists already; delete it first or pick another name"
@@ -82,6 +91,12 @@ class CollectionAdmin(StoreClient):
                 f"{spec.index_type} needs Milvus Lite 3 (pip install 'accelkit[images-lite3]')"
                 " or a Milvus server (store.uri: http://host:19530)"
             )
+        if wanted and self.lite == 3:
+            raise ConfigError(
+                f"store.fields ({', '.join(wanted)}): accelkit declares no filter fields on"
+                " Milvus Lite 3 (its filters are rewritten for Lite 3's reading of the JSON"
+                " instead); leave store.fields empty, or use Milvus Lite 2.5 or a server"
+            )
         from pymilvus import DataType
 
         client = self._milvus
@@ -91,6 +106,10 @@ class CollectionAdmin(StoreClient):
         schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
         schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field(METADATA_FIELD, DataType.JSON)
+        for key, kind in wanted.items():  # each declared key: its value, and whether it is set
+            extra = {"max_length": MAX_METADATA_BYTES} if kind == "varchar" else {}
+            schema.add_field(value_field(key), getattr(DataType, kind.upper()), **extra)
+            schema.add_field(presence_field(key), DataType.BOOL)
         # Our own record of the description and index spec travels as collection properties:
         # Milvus Lite does not return either from describe_collection/describe_index.
         properties = {
@@ -139,7 +158,23 @@ class CollectionAdmin(StoreClient):
         with self._lock:
             self._loaded.add(name)
             self._specs[name] = spec
+            self._fields[name] = wanted
         return self.describe(name)
+
+    def _same_fields(self, name: str, wanted: Mapping[str, str]) -> None:
+        """Refuse to change the filter fields an existing collection declares (`wanted`, when
+        given): they are its schema's, fixed when it was made."""
+        have = self.declared_fields(name)
+        if not wanted or dict(wanted) == have:
+            return
+        shown = json.dumps(have) if have else "none"
+        raise ConfigError(
+            f"collection {name!r} declares the filter fields {shown}, not {json.dumps(dict(wanted))}"
+            f" (store.fields); a collection's fields are fixed when it is made: set store.fields"
+            " back to its own to use it as it is, or copy it into a store whose store.fields"
+            " declares the new ones (accelkit images migrate SRC DST --config DST.yaml: the copy"
+            " keeps every item and its metadata)"
+        )
 
     def finish_index(self, name: str, spec: IndexSpec | None = None) -> bool:
         """Give an existing collection without an index the one `spec` (default: the config's)
@@ -193,6 +228,7 @@ class CollectionAdmin(StoreClient):
             "index_params": dict(spec.params),
             "ignored": ignored_params(spec.index_type, self.lite),
             "model": self.recorded(name, PROP_MODEL),
+            "fields": self.declared_fields(name),
         }
 
     def ignored(self, name: str) -> list[str]:
@@ -251,6 +287,7 @@ class CollectionAdmin(StoreClient):
             self._loaded.discard(name)
             self._specs.pop(name, None)
             self._dims.pop(name, None)
+            self._fields.pop(name, None)
         self._forget(name)
 
     def flush(self, name: str) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.fields import declared_from_schema, scalar_filter
 from accelkit.images.settings.filters import (
     NotOnLite3,
     for_lite3,
@@ -117,6 +118,7 @@ class StoreClient:
         self._specs: dict[str, IndexSpec] = {}
         self._records: dict[str, dict[str, Any]] = {}  # our properties of each collection
         self._dims: dict[str, int] = {}  # cached: searches should not pay two extra RPCs
+        self._fields: dict[str, dict[str, str]] = {}  # declared filter fields (settings/fields)
         # Collections with a delete that no later write's timestamp covers: Milvus 2.3 answers a
         # delete with timestamp 0, so a Session read would not wait for it; such reads go Strong
         # until the next upsert (whose timestamp is later than the delete's) returns.
@@ -309,7 +311,7 @@ class StoreClient:
         to 0 or 1 the fields it compares with true/false/0/1 hold), or refused there as a
         `FilterError` naming the filter and the way on; "" for none."""
         if not expr or self.lite != 3:
-            return expr or ""
+            return scalar_filter(expr, self.declared_fields(name)) if expr else ""
         try:
             fields = lite3_ambiguous_fields(expr)
             return for_lite3(expr, self._flag_kinds(name, fields) if fields else {})
@@ -379,6 +381,18 @@ class StoreClient:
         with self._lock:
             self._dims[name] = dim
         return dim
+
+    def declared_fields(self, name: str) -> dict[str, str]:
+        """The filter fields collection `name` declares (`settings.fields`), from its schema."""
+        with self._lock:
+            if name in self._fields:
+                return self._fields[name]
+        self._require(name)
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+        declared = declared_from_schema(info["fields"])
+        with self._lock:
+            self._fields[name] = declared
+        return declared
 
     def recorded(self, name: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
         """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None

@@ -464,6 +464,14 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         log.warning(
             "collection %r: Milvus Lite 2.x builds no HNSW index; its copy gets FLAT (exact)", name
         )
+    fields = dst.config.fields or info.get("fields") or {}
+    if fields and dst.lite == 3:
+        log.warning(
+            "collection %r: Milvus Lite 3 takes no declared filter fields; its copy filters on"
+            " the metadata as written (the same answers)",
+            name,
+        )
+        fields = {}
     origin = {**origin, "after": None, "copied": 0, "complete": False}
     dst.create_collection(
         name,
@@ -474,6 +482,7 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         index_params=params,
         model=src.recorded(name, PROP_MODEL),
         origin=origin,
+        fields=fields,  # the source's filter fields, or those DST's store.fields declares
     )
     return origin
 

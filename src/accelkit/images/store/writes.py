@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from accelkit.errors import DataError, InputError
+from accelkit.images.settings.fields import scalar_values
 from accelkit.images.settings.schema import GRAMMAR_ONLY, check_filter, check_ids, check_metadata
 from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import FilterError, StoreError, StoreTimeoutError, _unreachable
@@ -57,13 +58,19 @@ class ItemWrites(StoreClient):
             raise DataError(f"collection {name!r} holds {dim}-d vectors; got {vectors.shape[1]}-d")
         last = {item_id: i for i, item_id in enumerate(ids)}  # duplicate ids: the last one wins
         order = sorted(last.values())
+        declared = self.declared_fields(name)
+        try:  # every item checked before any is sent: nothing half-written
+            scalars = [scalar_values(declared, metadata[i] or {}, f"metadata #{i}") for i in order]
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
         rows = [
             {
                 ID_FIELD: ids[i],
                 VECTOR_FIELD: vectors[i],  # numpy rows: pymilvus packs them ~15 % faster than lists
                 METADATA_FIELD: metadata[i],
+                **scalar,
             }
-            for i in order
+            for i, scalar in zip(order, scalars, strict=True)
         ]
         if not self.is_server:  # Milvus Lite would take rows it cannot keep (check_lite_space)
             needed = sum(
