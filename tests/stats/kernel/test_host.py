@@ -264,3 +264,72 @@ def test_the_moments_shift_is_the_nanmedian_of_the_counted_values(rng):
         weight = (rng.integers(0, 3, rows) * (rng.random(rows) > 0.2)).astype(np.int32)
         column = Column(x, weight, np.arange(rows))
         assert _center_of(column).tobytes() == nanmedian_form(column).tobytes()
+
+
+def robot_like(rng, rows: int) -> np.ndarray:
+    """Columns as robots write them (synthetic.ROBOT_COLUMNS' kinds) and the adversarial ones."""
+    progress = np.arange(rows) / rows
+    columns = [
+        np.cumsum(rng.normal(0.0, 0.02, rows)),  # a joint
+        (progress > 0.3).astype(float),  # a gripper
+        np.full(rows, 0.25),  # a constant joint
+        1e6 + np.cumsum(rng.normal(0.0, 0.01, rows)),  # a large offset (one 16-bit bin)
+        0.1 * rng.standard_t(2, rows),  # heavy tails
+        -2.0 + 4.0 * progress + rng.normal(0.0, 0.1, rows),  # a drift: the windows move
+    ]
+    return np.concatenate([np.stack(columns, 1), adversarial_floats(rng, rows)], 1).astype(
+        np.float32
+    )
+
+
+@pytest.mark.parametrize("integer", [False, True])
+def test_two_cores_counting_halves_of_the_dimensions_give_one_cores_bits(rng, integer):
+    """A large batch is counted on two threads, each a half of the dimensions (issue 59): every
+    counter, window and block sum equals the single call's, for pass 1 with and without windows
+    (robot-like and adversarial columns, row weights of 0-3)."""
+    from accelkit.stats.kernel import windows
+
+    rows = 8 * 4096
+    x = robot_like(rng, rows)
+    if integer:
+        x = np.nan_to_num(x.astype(np.float64) * 1000, nan=7, posinf=1, neginf=-1)
+        x = x.clip(-1e15, 1e15).astype(np.int64)
+    dim = x.shape[1]
+    weight = rng.integers(0, 4, rows).astype(np.int64)
+    spec = PassSpec(
+        dim=dim, groups=1, prefix_bits=0, digit_bits=16, with_moments=True, integer=integer
+    )
+    assert host_passes._cut(rows, dim) > 0  # this batch is split
+
+    def counted(levels, split: bool, monkeypatch):
+        win = windows.start(levels, dim, integer, total_rows=2 * rows) if levels else None
+        state = host_passes.own(init(spec, np.zeros((dim, 1)), np.zeros(dim, np.float32), win))
+        if not split:
+            monkeypatch.setattr(host_passes, "_cut", lambda rows, dim: 0)
+        sums = [  # two batches: the windows narrow in the first and are used in the second
+            host_passes.update(state, x[::-1] if i else x, weight, spec)[1] for i in range(2)
+        ]
+        monkeypatch.undo()
+        return state, sums
+
+    for levels in ([], [0.01, 0.99], [0.0, 0.02, 0.98]):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            one, one_sums = counted(levels, False, monkeypatch)
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            two, two_sums = counted(levels, True, monkeypatch)
+        for a, b in zip(one_sums, two_sums, strict=True):
+            assert all(p.tobytes() == q.tobytes() for p, q in zip(a, b, strict=True))
+        for field in ("count", "min_key", "max_key"):
+            assert np.array_equal(getattr(one.extremes, field), getattr(two.extremes, field))
+        assert np.array_equal(one.counts, two.counts)
+        assert np.array_equal(one.nonfinite, two.nonfinite)
+        if levels:
+            w1, w2 = one.windows, two.windows
+            for field in ("lo", "hi", "partial", "merged", "fill"):
+                assert np.array_equal(getattr(w1, field), getattr(w2, field)), field
+            assert (w1.lo > 0).any()  # the windows did narrow
+            for d in range(dim):
+                for u in range(len(levels)):
+                    fill = int(w1.fill[d, u])
+                    assert np.array_equal(w1.keys[d, u, :fill], w2.keys[d, u, :fill])
+                    assert np.array_equal(w1.weights[d, u, :fill], w2.weights[d, u, :fill])
