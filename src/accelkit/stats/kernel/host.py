@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import os
 import sys
 import threading
 from pathlib import Path
@@ -231,83 +230,8 @@ def _update(state, x, row_weight, spec, function):
         digit_mask=(1 << spec.digit_bits) - 1, grouped=spec.prefix_bits > 0,
         with_moments=spec.with_moments, flag=windows.FLAG, w_total=w.total,
     )  # fmt: skip
-    function = function or kernel(integer)
-    cut = _cut(rows, dim)
-    if cut:
-        _call_halves(function, arrays, sizes, scalars, cut, w.lo.shape[0] == dim)
-    else:
-        _call(function, arrays, sizes, scalars)
+    _call(function or kernel(integer), arrays, sizes, scalars)
     return state, ((s1, s2) if spec.with_moments else None)
-
-
-# Two cores count a batch: dimensions [0, cut) on a worker thread, [cut, D) on the caller's, each
-# through the same loop (which holds no lock: ctypes lets the GIL go for the call). Every counter,
-# window and moment sum belongs to one dimension, so the halves touch disjoint memory and each
-# dimension's operations are the ones one call would make, in the same order: the same bits.
-SPLIT_VALUES = 1 << 18  # a batch this large (rows x D) is split: ~1 ms of loop per half
-_PER_DIMENSION = ("center", "prefixes", "counts", "count", "low", "high", "nonfinite")
-_WINDOWED = ("w_lo", "w_hi", "w_partial", "w_keys", "w_weights", "w_merged", "w_fill")
-_pool: dict = {}  # the worker (one thread, started on first use)
-_own_spare = threading.local()  # the worker's scratch room for its half's windows
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _cut(rows: int, dim: int) -> int:
-    """Where a batch's dimensions split between two cores (0: not split)."""
-    if dim < 2 or rows * dim < SPLIT_VALUES or _cores() < 2:
-        return 0
-    return dim // 2
-
-
-def _worker():
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _kernel_lock:
-        if "worker" not in _pool:
-            _pool["worker"] = ThreadPoolExecutor(1, thread_name_prefix="accelkit-count")
-    return _pool["worker"]
-
-
-def _spare_like(keys: np.ndarray, ints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scratch room of the same sizes as (keys, ints), this thread's own (kept for its calls)."""
-    held = getattr(_own_spare, "room", None)
-    if held is None or held[0].shape != keys.shape or held[0].dtype != keys.dtype:
-        held = _own_spare.room = (np.empty_like(keys), np.empty_like(ints))
-    return held
-
-
-def _call_halves(function, arrays: dict, sizes: dict, scalars: dict, cut: int, windowed: bool):
-    """`_call` with dimensions [0, cut) on the worker and [cut, D) here (see SPLIT_VALUES)."""
-    dim = sizes["dim"]
-    halves = []
-    for first, stop in ((0, cut), (cut, dim)):
-        half = dict(arrays, x=np.ascontiguousarray(arrays["x"][:, first:stop]))
-        half.update((name, arrays[name][first:stop]) for name in _PER_DIMENSION)
-        if windowed:
-            half.update((name, arrays[name][first:stop]) for name in _WINDOWED)
-        blocks = sizes["blocks"]
-        half["s1"], half["s2"] = np.empty((blocks, stop - first)), np.empty((blocks, stop - first))
-        shape = dict(sizes, dim=stop - first, windim=stop - first if windowed else 0)
-        halves.append((half, shape))
-
-    def first_half():
-        half, shape = halves[0]
-        half["spare_keys"], half["spare_ints"] = _spare_like(
-            arrays["spare_keys"], arrays["spare_ints"]
-        )
-        _call(function, half, shape, scalars)
-
-    pending = _worker().submit(first_half)
-    try:
-        _call(function, *halves[1], scalars)
-    finally:
-        pending.result()  # the worker's half is done (or raises) before the state is used
-    for (half, _), (first, stop) in zip(halves, ((0, cut), (cut, dim)), strict=True):
-        arrays["s1"][:, first:stop] = half["s1"]
-        arrays["s2"][:, first:stop] = half["s2"]
 
 
 def block_sums(
