@@ -2,8 +2,9 @@
 
 Heavy libraries (jax, torch, pyarrow) are imported inside the commands that need them, so
 `accelkit --help` answers at once; a capability's command (`accelkit stats …`) mounts only that
-capability, so it imports nothing of the others (no images config, no quant models). Errors a user can fix print `error: …` on one line and exit 2;
-`--debug` shows the traceback; anything else is an internal failure and exits 1.
+capability, so it imports nothing of the others (no images config, no quant models). Errors a
+user can fix print `error: …` on one line and exit 2; `--debug` shows the traceback; anything
+else is an internal failure and exits 1.
 """
 
 from __future__ import annotations
