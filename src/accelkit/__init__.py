@@ -1,6 +1,7 @@
 """accelkit: fast, exact ML pipeline tools for accelerators, correct on a plain CPU."""
 
 __all__ = ["__version__"]
+__version__: str  # declared for type checkers; its value comes from `__getattr__` on first use
 
 
 def __getattr__(name: str) -> str:

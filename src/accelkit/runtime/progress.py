@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import TaskID
 
 _quiet = False
 STARTUP_DELAY_S = 0.3  # a command that answers faster shows no startup line at all
@@ -343,11 +344,11 @@ class LogBar:
     def __exit__(self, *exc) -> None:
         pause()
 
-    def add_task(self, description: str, total: float | None = None, **_) -> int:
+    def add_task(self, description: str, total: float | None = None, **_) -> TaskID:
         self.tasks.append(
             {"description": description, "total": total, "done": 0, "since": time.perf_counter()}
         )
-        return len(self.tasks) - 1  # a task id as rich's (an int): the two bars are used alike
+        return cast("TaskID", len(self.tasks) - 1)  # rich's task id: the two bars are used alike
 
     def update(self, task: int, *, advance: float = 0, description: str | None = None, **_):
         state = self.tasks[task]
