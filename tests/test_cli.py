@@ -107,3 +107,73 @@ def test_a_full_disk_ends_a_command_in_one_line_and_leaves_the_old_output(tmp_pa
         assert str(target) in lines[0] and "unchanged" in lines[0]
         assert target.read_text() == "{}"
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "norm_stats.json"]
+
+
+# What a command imports, read in a fresh process after it ran (issue 59: `accelkit stats --help`
+# paid for the images config, rich and the installed-package metadata of every capability).
+_IMPORTED = """
+import sys
+from accelkit.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("\\nIMPORTED", " ".join(sorted(sys.modules)))
+"""
+NOT_FOR_STATS = ("accelkit.images", "accelkit.quant", "accelkit.bench", "jax", "torch")
+
+
+def imported_by(args: list[str]) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True, check=True
+    )
+    return set(done.stdout.rsplit("IMPORTED", 1)[1].split())
+
+
+def under(modules: set[str], prefixes) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_stats_help_imports_only_what_it_shows():
+    """Its options are the settings model's (typer, pydantic); no other capability, no rich (the
+    progress bars), no numpy/pyarrow (nothing is read), no package metadata (the version)."""
+    modules = imported_by(["stats", "--help"])
+    assert "accelkit.stats.cli" in modules and "accelkit.stats.settings" in modules
+    heavy = (*NOT_FOR_STATS, "rich", "numpy", "pyarrow", "accelkit.stats.computation")
+    assert under(modules, heavy) == []
+
+
+def test_stats_compute_imports_no_other_capability(tmp_path):
+    from accelkit.stats.formats.synthetic import write_sample_dataset
+
+    dataset = write_sample_dataset(tmp_path / "sample", episodes=3, frames_per_episode=50)
+    out = tmp_path / "norm_stats.json"
+    modules = imported_by(["stats", str(dataset), "--no-progress", "-o", str(out)])
+    assert out.is_file() and "accelkit.stats.computation.api" in modules
+    assert under(modules, NOT_FOR_STATS) == []
+
+
+def test_a_command_mounts_its_capability_alone_and_shows_the_same():
+    """`accelkit COMMAND` mounts COMMAND's capability only (`cli.COMMANDS` names what each one
+    adds); the help it prints is the help the whole root prints."""
+    import typer
+    from typer.testing import CliRunner
+
+    from accelkit import cli
+
+    def shown(group, args):
+        return CliRunner().invoke(group, args, prog_name="accelkit").output
+
+    whole = cli.root_group()
+    for capability, commands in cli.COMMANDS.items():
+        alone = cli.root_group((capability,))
+        assert set(typer.main.get_command(alone).commands) == {"devices", *commands}
+        for name in commands:
+            assert cli.capabilities_for(["-q", name, "x"]) == (capability,)
+            help_text = shown(alone, [name, "--help"])
+            assert help_text == shown(whole, [name, "--help"])
+            assert f"Usage: accelkit {name}" in help_text
+    every = {"devices", *(n for c in cli.COMMANDS.values() for n in c)}
+    assert set(typer.main.get_command(whole).commands) == every
+    for args in (["--help", "stats"], ["devices"], ["stat"], []):
+        assert cli.capabilities_for(args) == cli.CAPABILITIES

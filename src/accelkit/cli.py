@@ -1,35 +1,33 @@
 """The `accelkit` command: one root, each capability mounts its commands here.
 
 Heavy libraries (jax, torch, pyarrow) are imported inside the commands that need them, so
-`accelkit --help` answers at once. Errors a user can fix print `error: …` on one line and exit 2;
-`--debug` shows the traceback; anything else is an internal failure and exits 1.
+`accelkit --help` answers at once; a capability's command (`accelkit stats …`) mounts only that
+capability, so it imports nothing of the others (no images config, no quant models). Errors a
+user can fix print `error: …` on one line and exit 2; `--debug` shows the traceback; anything
+else is an internal failure and exits 1.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 from typing import Annotated, Protocol, TypeGuard
 
 import typer
 
-from accelkit import __version__
 from accelkit.errors import AccelkitError, one_line
 from accelkit.runtime.cli_options import command_group
-
-app = command_group(
-    "accelkit",
-    "Fast, exact ML pipeline tools for accelerators, correct on a plain CPU.",
-)
 
 
 def _version(value: bool) -> None:
     if value:
+        from accelkit import __version__  # read from the installed metadata: only when asked
+
         typer.echo(f"accelkit {__version__}")
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     version: Annotated[
         bool,
@@ -54,7 +52,6 @@ def root(
     progress.set_quiet(quiet)
 
 
-@app.command()
 def devices(
     platform: Annotated[
         str | None, typer.Option("--platform", help="Ask for cpu or gpu, as a command would.")
@@ -91,20 +88,51 @@ def devices(
 
 
 CAPABILITIES = ("stats", "images", "quant", "bench")
+# The top-level commands each capability's `register` adds (tests/test_cli.py holds it to what
+# they add): `accelkit COMMAND …` mounts only COMMAND's capability.
+COMMANDS = {
+    "stats": ("stats", "sample-dataset"),
+    "images": ("images",),
+    "quant": ("quant",),
+    "bench": ("bench",),
+}
 
 
-def _mount_capabilities() -> None:
-    """Each capability's `accelkit.<name>.cli.register(app)` adds its commands.
-
-    Those modules import only typer at module level, so `accelkit --help` stays fast.
-    """
+@functools.cache
+def root_group(capabilities: tuple[str, ...] = CAPABILITIES) -> typer.Typer:
+    """The `accelkit` group with `capabilities` mounted: each one's `accelkit.<name>.cli.register`
+    adds its commands. Those modules import only typer and their settings at module level, so
+    `accelkit --help` stays fast."""
     import importlib
 
+    group = command_group(
+        "accelkit",
+        "Fast, exact ML pipeline tools for accelerators, correct on a plain CPU.",
+    )
+    group.callback()(root)
+    group.command()(devices)
     for name in CAPABILITIES:
-        importlib.import_module(f"accelkit.{name}.cli").register(app)
+        if name in capabilities:
+            importlib.import_module(f"accelkit.{name}.cli").register(group)
+    return group
 
 
-_mount_capabilities()
+def capabilities_for(args: list[str]) -> tuple[str, ...]:
+    """The capabilities a command line needs: the one owning its command (root options are flags
+    and come first), or all of them (`accelkit --help`, `devices`, a mistyped name)."""
+    for arg in args:
+        if arg == "--help":  # `accelkit --help …`: the root's help lists every command
+            break
+        if not arg.startswith("-"):
+            owner = [name for name, names in COMMANDS.items() if arg in names]
+            return tuple(owner) or CAPABILITIES
+    return CAPABILITIES
+
+
+def __getattr__(name: str):
+    if name == "app":  # the whole root, as `accelkit --help` shows it (tests, docs)
+        return root_group()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _UsageError(Protocol):
@@ -146,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _boolean_flags(sys.argv[1:] if argv is None else argv)
     # argv given: called in process (tests, notebooks), so the host program goes on after it
     with interrupts.handled(process_exits=argv is None):
-        sys.exit(_run(args, debug="--debug" in args))
+        sys.exit(_run(root_group(capabilities_for(args)), args, debug="--debug" in args))
 
 
 def _command_name(command, args: list[str]) -> str:
@@ -163,7 +191,7 @@ def _command_name(command, args: list[str]) -> str:
     return " ".join(names)
 
 
-def _run(args: list[str], debug: bool) -> int:
+def _run(app: typer.Typer, args: list[str], debug: bool) -> int:
     """The exit code of one command (docs/cli.md): 0 done, 1 internal error, 2 user error, 3 a
     failed check, 130/143 interrupted. With --json, a failure prints the envelope too."""
     from accelkit.runtime import interrupts, json_output, progress

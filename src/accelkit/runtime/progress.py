@@ -19,24 +19,33 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
 
-stderr_console = Console(stderr=True)
 _quiet = False
 STARTUP_DELAY_S = 0.3  # a command that answers faster shows no startup line at all
 LOG_INTERVAL_S = 1.0  # in a log: at most one activity line a second
 LOG_HEARTBEAT_S = 10.0  # ... and one every 10 s while the same thing goes on
+
+
+def _stderr_console() -> Console:
+    """rich's console on stderr, made on first use: rich costs a command's start-up a few
+    hundredths of a second, and `--help` or a command that prints nothing never needs it."""
+    console = globals().get("stderr_console")
+    if console is None:
+        from rich.console import Console
+
+        console = globals()["stderr_console"] = Console(stderr=True)
+    return console
+
+
+def __getattr__(name: str) -> Any:
+    if name == "stderr_console":  # `from accelkit.runtime.progress import stderr_console`
+        return _stderr_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_quiet(quiet: bool) -> None:
@@ -54,7 +63,7 @@ def note(text: str) -> None:
     as the activity line until the next one, so the screen keeps moving."""
     if _quiet:
         return
-    if stderr_console.is_terminal:
+    if _stderr_console().is_terminal:
         _cancel_startup()
         _activity.note(text)
     else:
@@ -98,7 +107,7 @@ class Activity:
         if _quiet or not self.enabled:
             return
         with self._lock:
-            if stderr_console.is_terminal:
+            if _stderr_console().is_terminal:
                 self._show(text)
             elif log:
                 self._log(text)
@@ -113,7 +122,7 @@ class Activity:
         if self._live is None:
             self._live = Live(
                 spinner,
-                console=stderr_console,
+                console=_stderr_console(),
                 refresh_per_second=4,  # light: benchmarks time while it runs
                 transient=True,
                 # a line printed meanwhile shows above the activity line instead of through it;
@@ -221,7 +230,7 @@ def start_command(name: str) -> None:
     first)."""
     _activity.reset()
     _cancel_startup()
-    if _quiet or not name or not stderr_console.is_terminal:
+    if _quiet or not name or not _stderr_console().is_terminal:
         return  # a log gets the command's own lines only, not a line per start
     timer = threading.Timer(STARTUP_DELAY_S, _activity.set, args=(f"accelkit {name}: starting",))
     timer.daemon = True
@@ -320,19 +329,6 @@ class TimeBudget:
         return cls(None if minutes is None else float(minutes) * 60.0, time.perf_counter() - age)
 
 
-class RateColumn(TextColumn):
-    """Shows rows per second from the task's completed count and elapsed time."""
-
-    def __init__(self, unit: str = "rows"):
-        super().__init__("")
-        self.unit = unit
-
-    def render(self, task):
-        elapsed = task.elapsed or 0.0
-        rate = task.completed / elapsed if elapsed > 0 else 0.0
-        return f"{rate / 1e6:.2f}M {self.unit}/s" if rate >= 1e5 else f"{rate:,.0f} {self.unit}/s"
-
-
 class LogBar:
     """A bar in a log or pipe: the same calls as rich's `Progress` (add_task, update, advance),
     shown as activity lines (at most one a second): `pass 1: 1,048,576/4,099,106 rows (25%) ·
@@ -352,7 +348,7 @@ class LogBar:
         self.tasks.append(
             {"description": description, "total": total, "done": 0, "since": time.perf_counter()}
         )
-        return TaskID(len(self.tasks) - 1)  # rich's task id: the two bars are used alike
+        return cast("TaskID", len(self.tasks) - 1)  # rich's task id: the two bars are used alike
 
     def update(self, task: int, *, advance: float = 0, description: str | None = None, **_):
         state = self.tasks[task]
@@ -389,8 +385,31 @@ def rows_progress(enabled: bool = True, unit: str = "rows"):
     """A progress bar on stderr: description, bar, done/total, rate, elapsed, time left (a
     `LogBar` in a log or pipe). Hidden when disabled; takes the activity line down first."""
     pause()
-    if not stderr_console.is_terminal:
+    if not _stderr_console().is_terminal:
         return LogBar(unit, enabled and not _quiet)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    class RateColumn(TextColumn):
+        """Rows per second from the task's completed count and elapsed time."""
+
+        def __init__(self, unit: str = "rows"):
+            super().__init__("")
+            self.unit = unit
+
+        def render(self, task):
+            elapsed = task.elapsed or 0.0
+            rate = task.completed / elapsed if elapsed > 0 else 0.0
+            per_s = f"{rate / 1e6:.2f}M" if rate >= 1e5 else f"{rate:,.0f}"
+            return f"{per_s} {self.unit}/s"
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -400,7 +419,7 @@ def rows_progress(enabled: bool = True, unit: str = "rows"):
         TimeElapsedColumn(),
         TextColumn("left"),
         TimeRemainingColumn(),
-        console=stderr_console,
+        console=_stderr_console(),
         disable=not enabled or _quiet,
         transient=False,
     )
