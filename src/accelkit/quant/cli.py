@@ -104,9 +104,7 @@ LmHeadOption = Annotated[
         " float, so the hidden-state cosine sees every quantized layer.",
     ),
 ]
-PairsOption = Annotated[
-    int, typer.Option(help="Paraphrase pairs of the shipped set to use (max 300).")
-]
+PairsOption = Annotated[int, typer.Option(help="Paraphrase pairs of the shipped set (max 300).")]
 
 
 @quant_app.command("eval")
@@ -151,9 +149,9 @@ def eval_command(
         bool | None,
         typer.Option(
             "--compile/--no-compile",
-            help="Also time torch.compile (slow first compile) for FP32 and the settings that"
-            " meet the fidelity targets (the only rows timed). Default: on, unless OPENPI_DISABLE_TORCH_COMPILE /"
-            " ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
+            help="Also time torch.compile (slow first compile) for FP32 and the settings that meet"
+            " the fidelity targets (the only rows timed). Default: on, unless"
+            " OPENPI_DISABLE_TORCH_COMPILE / ACCELKIT_QUANT_DISABLE_COMPILE says otherwise.",
         ),
     ] = None,
     compile_all: Annotated[

@@ -243,6 +243,7 @@ def run_eval(
             quantize_s=took,
             kernels=None if meth == "fp32" else kernel_counts(model),
             label=label,
+            not_timed=None,
         )
         if latency and meth != "fp32":  # FP32's times are each row's *_fp32_ms
             say(f"{meth} {b}: timing", by=1)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from accelkit.errors import DataError
+from accelkit.quant.method.transforms import Transform
 
 
 @dataclass
@@ -140,7 +141,7 @@ class SharedCalibration:
     settings, never on the bits). Use one per FP32 model and batches, with copies of that model."""
 
     inputs: dict[tuple, dict[str, LayerInputs]] = field(default_factory=dict)
-    transforms: dict[tuple, object] = field(default_factory=dict)
+    transforms: dict[tuple, Transform] = field(default_factory=dict)
 
     def collect(self, model, layers, batches, *, max_rows: int, seed: int):
         """`collect_inputs`, run once per (layers, max_rows, seed) and then reused."""

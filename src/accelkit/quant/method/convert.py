@@ -322,22 +322,22 @@ def quantize_with_report(
     for name, lin in usable.items():
         entry = inputs.get(name)
         sample = entry.sample() if entry is not None else None
-        settings = dict(
-            method=config.method,
-            alpha=config.smooth_alpha,
-            block=config.layer_block(lin.in_features, lin.out_features),
-            steps=config.rotation_steps,
-            permutation=config.permutation,
-            seed=config.seed,
-        )
-        key = (name, id(entry), *settings.values())  # the inputs of one `shared.collect`
+        block = config.layer_block(lin.in_features, lin.out_features)
+        # the inputs of one `shared.collect` and every setting the transform is fitted with
+        key = (name, id(entry), config.method, config.smooth_alpha, block, config.rotation_steps)
+        key += (config.permutation, config.seed)
         transform = shared.transforms.get(key) if shared is not None else None
         if transform is None:
             transform = fit_transform(
                 sample if sample is not None else torch.zeros(1, lin.in_features),
                 lin.weight.detach(),
                 act_absmax=None if entry is None else entry.absmax,
-                **settings,
+                method=config.method,
+                alpha=config.smooth_alpha,
+                block=block,
+                steps=config.rotation_steps,
+                permutation=config.permutation,
+                seed=config.seed,
             )
             if shared is not None:
                 shared.transforms[key] = transform
