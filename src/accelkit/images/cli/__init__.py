@@ -202,7 +202,8 @@ def insert_command(
             [[items[i], item_id] for i, item_id in report.stored],
         )
         for i, reason in report.failures.items():
-            typer.echo(f"failed: {items[i]}: {reason}", err=True)
+            shown = reason if reason.startswith(f"{items[i]}: ") else f"{items[i]}: {reason}"
+            typer.echo(f"failed: {shown}", err=True)
     if not report.ok:
         raise DataError(report.problem)
 

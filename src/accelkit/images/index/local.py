@@ -33,6 +33,7 @@ from accelkit.images.index.base import (
     content_id,
 )
 from accelkit.images.settings.config import ServiceConfig
+from accelkit.images.settings.fields import scalar_values
 from accelkit.images.settings.schema import (
     SOURCE_KEY,
     check_collection_name,
@@ -251,16 +252,17 @@ class LocalIndex(ImageIndex):
     ) -> InsertResult:
         name = self._name(collection)
         exists = self.fillable(name, create)  # before any embedding
+        declared = self.store.fields_to_write(name, exists)
         failures: dict[int, str] = {}
         checked: list[tuple[int, str | None, dict[str, Any]]] = []
         labels = [item.label or f"item #{i}" for i, item in enumerate(items)]
         for i, item in enumerate(items):  # ids and metadata first: a bad one costs no embedding
             try:
                 item_id = None if item.id is None else check_id(item.id, f"{labels[i]}: id")
-                checked.append(
-                    (i, item_id, dict(check_metadata(metadata[i], f"{labels[i]}: metadata")))
-                )
-            except AccelkitError as exc:
+                meta = dict(check_metadata(metadata[i], f"{labels[i]}: metadata"))
+                scalar_values(declared, meta, f"{labels[i]}: metadata")  # the declared types
+                checked.append((i, item_id, meta))
+            except (AccelkitError, ValueError) as exc:  # ValueError: scalar_values'
                 failures[i] = str(exc)
         results = self.embed([items[i].data for i, _, _ in checked]) if checked else []
         rows: dict[str, tuple[int, np.ndarray, dict[str, Any]]] = {}

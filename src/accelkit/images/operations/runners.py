@@ -171,7 +171,11 @@ class LocalRunner:
         data = open_items(items, endpoint_url)
         images = [
             ImageInput(
-                data[i], id_list[i] if id_list else None, meta[i] if meta else None, named[i][1]
+                data[i],
+                id_list[i] if id_list else None,
+                meta[i] if meta else None,
+                named[i][1],
+                label=items[i],  # a failure names the input, not its place in a chunk
             )
             for i in keep
         ]

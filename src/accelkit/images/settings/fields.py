@@ -60,7 +60,13 @@ def check_fields(value: Any) -> dict[str, str]:
     if isinstance(value, str):  # an environment variable: JSON, or "album:varchar,year:int64"
         text = value.strip()
         try:
-            value = json.loads(text) if text.startswith("{") else _pairs(text)
+            value = (
+                json.loads(text, object_pairs_hook=_unique)
+                if text.startswith(("{", "["))
+                else _unique([pair.split(":") for pair in _pairs(text)])
+            )
+        except _DuplicateKey as exc:
+            raise ValueError(f"declares {exc} twice; declare each key once") from None
         except ValueError:
             raise ValueError(
                 'must be JSON such as {"album": "varchar"}, or album:varchar,year:int64'
@@ -86,11 +92,27 @@ def check_fields(value: Any) -> dict[str, str]:
     return fields
 
 
-def _pairs(text: str) -> dict[str, str]:
-    pairs = [part.split(":") for part in text.split(",") if part.strip()]
-    if any(len(pair) != 2 for pair in pairs):
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _pairs(text: str) -> list[str]:
+    """ "album:varchar,year:int64" as its "key:type" parts."""
+    pairs = [part for part in text.split(",") if part.strip()]
+    if any(part.count(":") != 1 for part in pairs):
         raise ValueError(text)
-    return {key.strip(): kind.strip() for key, kind in pairs}
+    return pairs
+
+
+def _unique(pairs) -> dict:
+    """Key-type pairs as a dict, refusing a key given twice (which one was meant?)."""
+    fields: dict = {}
+    for key, kind in pairs:
+        key = key.strip() if isinstance(key, str) else key
+        if key in fields:
+            raise _DuplicateKey(json.dumps(key))
+        fields[key] = kind.strip() if isinstance(kind, str) else kind
+    return fields
 
 
 def value_field(key: str) -> str:
@@ -140,19 +162,32 @@ _HINT = {
 }
 
 
+def unstorable(fields: Mapping[str, str], metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the key, why) where `metadata` cannot be kept under the declaration `fields` (its first
+    declared key holding a value of another type, shown as JSON writes it), or None."""
+    for key, kind in fields.items():
+        value = metadata.get(key)
+        if value is not None and not _storable(kind, value):
+            written = json.dumps(value, ensure_ascii=False, default=str)  # as the user sent it
+            shown = written if len(written) <= 30 else written[:27] + "..."
+            return key, (
+                f'key "{key}" holds {shown}, which its declared field ({key}: {kind},'
+                " store.fields) cannot store"
+            )
+    return None
+
+
 def scalar_values(fields: Mapping[str, str], metadata: Mapping[str, Any], where: str) -> dict:
     """The scalar fields of one item's metadata, or `ValueError` naming the key, the value and
     the declared type where the value cannot be kept there."""
+    problem = unstorable(fields, metadata)
+    if problem is not None:
+        key, why = problem
+        raise ValueError(f"{where}: {why}; send {_HINT[fields[key]]}, null or no {key}")
     row: dict[str, Any] = {}
     for key, kind in fields.items():
         value = metadata.get(key)
         present = value is not None
-        if present and not _storable(kind, value):
-            shown = repr(value) if len(repr(value)) <= 30 else repr(value)[:27] + "..."
-            raise ValueError(
-                f'{where}: key "{key}" holds {shown}, which its declared field ({key}: {kind},'
-                f" store.fields) cannot store; send {_HINT[kind]}, null or no {key}"
-            )
         row[value_field(key)] = (
             (float(value) if kind == "double" else value) if present else _ZERO[kind]
         )

@@ -161,6 +161,20 @@ class CollectionAdmin(StoreClient):
             self._fields[name] = wanted
         return self.describe(name)
 
+    def fields_to_write(self, name: str, exists: bool) -> dict[str, str]:
+        """The filter fields an insert into `name` fills: the collection's own declaration, or
+        `store.fields` for the one the insert makes (`exists` False). A non-empty `store.fields`
+        naming other fields than an existing collection's is refused (`_same_fields`), as
+        `create_collection` refuses it: the user asked for fields the collection does not have."""
+        try:
+            wanted = check_fields(self.config.fields)
+        except ValueError as exc:
+            raise ConfigError(f"store.fields: {exc}") from None
+        if not exists:
+            return wanted
+        self._same_fields(name, wanted)
+        return self.declared_fields(name)
+
     def _same_fields(self, name: str, wanted: Mapping[str, str]) -> None:
         """Refuse to change the filter fields an existing collection declares (`wanted`, when
         given): they are its schema's, fixed when it was made."""

@@ -38,6 +38,7 @@ import numpy as np
 
 from accelkit.errors import DataError, InputError
 from accelkit.images.settings.config import StoreConfig
+from accelkit.images.settings.fields import declared_from_schema, presence_field, value_field
 from accelkit.images.settings.schema import check_ids
 from accelkit.images.store.errors import CollectionNotFoundError
 from accelkit.images.store.lite import check_lite_free, is_sqlite
@@ -400,20 +401,30 @@ class Lite2Store:
         return name in self.file.collections(hidden=True)
 
     def _accelkit(self, name: str) -> Schema:
+        """The schema of `name`, checked as one accelkit made: id, vector, metadata, and the
+        value and presence fields of the filter keys it declares (`settings.fields`)."""
         schema = self.file.schema(name)
         shape = [(f.name, f.type) for f in schema.fields]
-        if shape != [
+        declared = declared_from_schema([{"name": n, "type": t} for n, t in shape])
+        extra = {(value_field(k), presence_field(k)) for k in declared}
+        if shape[:3] != [
             (ID_FIELD, "VarChar"),
             (VECTOR_FIELD, "FloatVector"),
             (METADATA_FIELD, "JSON"),
-        ]:
+        ] or {n for n, _ in shape[3:]} != {n for pair in extra for n in pair}:
             fields = ", ".join(f"{n} {t}" for n, t in shape)
             raise InputError(
                 f"collection {name!r} of {self.file.path} was not made by accelkit (fields"
-                f" {fields}; accelkit's are id VarChar, vector FloatVector, metadata JSON);"
-                " migrate the others with --collection"
+                f" {fields}; accelkit's are id VarChar, vector FloatVector, metadata JSON, and"
+                " field_KEY/has_KEY pairs of declared filter keys); migrate the others with"
+                " --collection"
             )
         return schema
+
+    def declared_fields(self, name: str) -> dict[str, str]:
+        """The filter fields collection `name` declares, from its schema."""
+        shape = [{"name": f.name, "type": f.type} for f in self._accelkit(name).fields]
+        return declared_from_schema(shape)
 
     def describe_dim(self, name: str) -> int:
         vector = self._accelkit(name).field(VECTOR_FIELD)
@@ -444,6 +455,7 @@ class Lite2Store:
             "index_params": dict(spec.params),
             "ignored": ignored_params(spec.index_type, 2),
             "model": self.recorded(name, "model"),
+            "fields": self.declared_fields(name),
         }
 
     def recorded(self, name: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
