@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from accelkit.errors import CheckFailed
+from accelkit.errors import CheckFailed, InputError
+from accelkit.images.settings.fields import unstorable
 
 
 def items_text(count: int) -> str:
@@ -88,3 +89,28 @@ def refuse_changed_ahead(src, dst, name, after, batch_size, total, replace_hint)
     changed = [i for i, d in ahead.items() if i in theirs and theirs[i] != d]
     if changed:
         raise changed_refusal(name, changed, total, replace_hint)
+
+
+def refuse_undeclarable(src, name: str, fields: dict[str, str], info: dict[str, Any]) -> None:
+    """Refuse a copy whose declared filter fields (DST's store.fields, when they are not SRC's
+    own) cannot hold some of SRC's items: the copy would stop at the first of them on every
+    run. One read of SRC's metadata, only when the declarations differ."""
+    if not fields or fields == (info.get("fields") or {}):
+        return  # none, or SRC's own: its items were checked against them when inserted
+    found: list[str] = []
+    for rows in src.iterate(name, 1000):
+        for row in rows:
+            problem = unstorable(fields, row["metadata"] or {})
+            if problem is not None:
+                found.append(f"{row['id']!r}: {problem[1]}")
+        if len(found) >= 3:
+            break
+    if found:
+        more = f" (and {len(found) - 1} more at least)" if len(found) > 1 else ""
+        raise InputError(
+            f"collection {name!r}: DST declares the filter fields {json.dumps(fields)}"
+            f" (store.fields), which cannot hold SRC's items: item {found[0]}{more}; nothing of"
+            f" {name!r} was copied: declare types that hold SRC's values in DST's store.fields,"
+            " or leave those keys undeclared (filters on them read the metadata, with the same"
+            " answers)"
+        )

@@ -34,7 +34,6 @@ Lite 3 directory under Lite 2, a 2.x file as DST under Lite 3) is refused in one
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -49,7 +48,6 @@ import numpy as np
 
 from accelkit.errors import AccelkitError, CheckFailed, InputError
 from accelkit.images.settings.config import StoreConfig
-from accelkit.images.settings.fields import unstorable
 from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store import VectorStore
 from accelkit.images.store.compare import (
@@ -58,6 +56,7 @@ from accelkit.images.store.compare import (
     compare,
     items_text,
     refuse_changed_ahead,
+    refuse_undeclarable,
     such_as,
 )
 from accelkit.images.store.errors import StoreError
@@ -444,7 +443,7 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         if restart:
             dst.drop_collection(name)
         else:
-            _refuse_undeclarable(src, name, dst.declared_fields(name), src.describe(name))
+            refuse_undeclarable(src, name, dst.declared_fields(name), src.describe(name))
             # a creation killed between the collection and its index (a kill runs no `except`:
             # the all-or-nothing drop never came) is finished: the copy resumes, not fails
             kind, params, _ = _index_of(src, dst, name, index_type)
@@ -475,7 +474,7 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
             name,
         )
         fields = {}
-    _refuse_undeclarable(src, name, fields, info)  # before DST's collection is made
+    refuse_undeclarable(src, name, fields, info)  # before DST's collection is made
     origin = {**origin, "after": None, "copied": 0, "complete": False}
     dst.create_collection(
         name,
@@ -489,31 +488,6 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
         fields=fields,  # the source's filter fields, or those DST's store.fields declares
     )
     return origin
-
-
-def _refuse_undeclarable(src, name: str, fields: dict[str, str], info: dict[str, Any]) -> None:
-    """Refuse a copy whose declared filter fields (DST's store.fields, when they are not SRC's
-    own) cannot hold some of SRC's items: the copy would stop at the first of them on every
-    run. One read of SRC's metadata, only when the declarations differ."""
-    if not fields or fields == (info.get("fields") or {}):
-        return  # none, or SRC's own: its items were checked against them when inserted
-    found: list[str] = []
-    for rows in src.iterate(name, 1000):
-        for row in rows:
-            problem = unstorable(fields, row["metadata"] or {})
-            if problem is not None:
-                found.append(f"{row['id']!r}: {problem[1]}")
-        if len(found) >= 3:
-            break
-    if found:
-        more = f" (and {len(found) - 1} more at least)" if len(found) > 1 else ""
-        raise InputError(
-            f"collection {name!r}: DST declares the filter fields {json.dumps(fields)}"
-            f" (store.fields), which cannot hold SRC's items: item {found[0]}{more}; nothing of"
-            f" {name!r} was copied: declare types that hold SRC's values in DST's store.fields,"
-            " or leave those keys undeclared (filters on them read the metadata, with the same"
-            " answers)"
-        )
 
 
 def _index_of(src, dst, name: str, index_type: str | None) -> tuple[str, Any, bool]:
