@@ -4,6 +4,7 @@ and the two list options' text forms."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -290,6 +291,13 @@ class StatsSettings(Settings):
     def _positive(cls, value):
         if value is not None and not value > 0:  # `not >` also rejects NaN
             raise ValueError("must be positive")
+        return value
+
+    @field_validator("fill_empty")
+    @classmethod
+    def _finite(cls, value):
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, not {value}")
         return value
 
     @field_validator("cache_mb", "seed")

@@ -143,6 +143,7 @@ def test_time_budget_writes_partial_results(dataset, tmp_path, capsys):
         (["stats", "{ds}", "--format", "csv"], "format"),
         (["stats", "{ds}", "--platform", "metal"], "unknown platform 'metal'"),
         (["stats", "{ds}", "--max-frames", "0"], "--max-frames 0: must be positive"),
+        (["stats", "{ds}", "--fill-empty", "nan"], "--fill-empty nan: must be a finite number"),
         (["stats", "{ds}", "--batch-size", "-4"], "--batch-size -4: must be positive"),
         (["stats", "{ds}", "--action-horizon", "0"], "--action-horizon 0: must be positive"),
         (

@@ -181,3 +181,29 @@ def test_bad_transform_options_are_one_line(args, needle, tmp_path, capsys):
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert needle in err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("code_text", "needle"),
+    [
+        ("def t(batch):\n    raise KeyError('state')\n", "raised KeyError: 'state'"),
+        ("def t():\n    return {}\n", "raised TypeError"),  # the wrong signature
+    ],
+)
+def test_a_transform_that_raises_is_the_inputs_error_in_one_line(
+    code_text, needle, tmp_path, monkeypatch, capsys
+):
+    """The user's transform failing is exit 2 naming it, never an internal error (exit 1)."""
+    module = f"failing_tx_{len(code_text)}"  # one module per case: imports are cached
+    (tmp_path / f"{module}.py").write_text(code_text)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(
+        [
+            *("stats", str(FIXTURES / "lerobot_v30"), "--transform", f"{module}:t"),
+            *("-o", str(tmp_path / "x.json")),
+        ],
+        capsys,
+    )
+    assert code == 2 and err.startswith(f"error: --transform {module}:t raised"), err
+    assert needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.json").exists()

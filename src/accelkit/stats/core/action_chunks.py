@@ -162,8 +162,16 @@ def materialize(
         ACTIONS: actions[rows],  # [F, H, Da]
         PAD: pad,
     }
-    for transform in spec.transforms:
-        batch = transform(batch)
+    for i, transform in enumerate(spec.transforms):
+        try:
+            batch = transform(batch)
+        except Exception as exc:  # the user's code: its failure is the input's, not ours
+            name = spec.names[i] if i < len(spec.names) else f"transform #{i + 1}"
+            raise DataError(
+                f"--transform {name} raised {type(exc).__name__}: {str(exc)[:200]} on a batch of"
+                f" {len(frames)} frames (keys {', '.join(sorted(batch))}); a transform takes and"
+                " returns a dict batch with 'state' and 'actions'"
+            ) from exc
         if not isinstance(batch, Mapping) or ACTIONS not in batch or STATE not in batch:
             raise DataError(
                 f"a transform returned {type(batch).__name__} without 'state' and 'actions'; a "
