@@ -1,6 +1,7 @@
 """What `quant eval` spends no time on (issue 57, eval time that scales): calls whose result
 nothing reads. Each test counts the work, never the seconds."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -32,3 +33,66 @@ def test_fp32_warms_up_once_per_run_not_once_per_setting():
     assert (fp32.calls, second.calls) == (1 + 3 + 3, 1 + 3)
     bench.measure(first, compiled=False)  # a model measured again is warm too
     assert (fp32.calls, first.calls) == (1 + 3 + 3 + 3, 1 + 3 + 3)
+
+
+def test_the_output_projection_sees_only_positions_with_a_real_next_token(causal_dir):
+    """A causal LM's fidelity pass: the vocabulary-wide head runs on the positions whose next
+    token is real, not on the padding (and the trailing padding columns never reach the model);
+    its figures are transformers' own on the full padded batches."""
+    import torch.nn.functional as F
+
+    from accelkit.quant.evaluation.fidelity import load_subject, subject_reference
+
+    subject = load_subject(str(causal_dir), n_pairs=48)  # 96 texts: two batches of one length
+    lm = subject.model.lm
+    head_rows, widths = [], []
+    hooks = [
+        lm.get_output_embeddings().register_forward_hook(
+            lambda _m, _args, out: head_rows.append(out.shape[:-1].numel())
+        ),
+        lm.register_forward_pre_hook(
+            lambda _m, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+        ),
+    ]
+    try:
+        reference = subject_reference(subject)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    batches = list(subject.data)
+    assert len(batches) == 2
+    assert sum(head_rows) == reference.count  # one head row per real next token, no more
+    assert reference.count < sum(b["attention_mask"].numel() for b in batches)
+    # each batch as wide as its longest text, not the longest of all
+    assert widths == [int(b["attention_mask"].sum(1).max()) for b in batches]
+    # the independent figures: transformers' logits on the full padded batches, float64
+    nll, count, argmax = 0.0, 0, []
+    with torch.no_grad():
+        for b in batches:
+            logits = lm(**b, use_cache=False).logits[:, :-1].to(torch.float64)
+            mask = b["attention_mask"][:, 1:].bool() & b["attention_mask"][:, :-1].bool()
+            nll += float(
+                F.cross_entropy(logits[mask], b["input_ids"][:, 1:][mask], reduction="sum")
+            )
+            count += int(mask.sum())
+            argmax.append(logits[mask].argmax(-1))
+    assert reference.count == count
+    assert reference.nll == pytest.approx(nll, rel=1e-6)
+    agree = (torch.cat(reference.argmax).long() == torch.cat(argmax)).double().mean()
+    assert agree == 1.0
+
+
+def test_trailing_padding_columns_are_cut_and_change_no_embedding(encoder_dir):
+    from accelkit.quant.evaluation.fidelity import embed_stream, load_subject, trimmed
+
+    subject = load_subject(str(encoder_dir), n_pairs=4)
+    batch = subject.data.first()
+    width = int(batch["attention_mask"].sum(1).max())
+    padded = {k: torch.cat([v, v.new_zeros(len(v), 5)], dim=1) for k, v in batch.items()}
+    cut = trimmed(padded)
+    assert {k: v.shape[1] for k, v in cut.items()} == {k: width for k in padded}
+    assert trimmed(cut) is cut  # nothing left to cut
+    with torch.no_grad():
+        full = subject.model(**padded)
+    got = embed_stream(subject.model, [padded])
+    assert torch.allclose(got, full.to(torch.float32), atol=1e-5, rtol=1e-5)
