@@ -96,3 +96,40 @@ def test_trailing_padding_columns_are_cut_and_change_no_embedding(encoder_dir):
         full = subject.model(**padded)
     got = embed_stream(subject.model, [padded])
     assert torch.allclose(got, full.to(torch.float32), atol=1e-5, rtol=1e-5)
+
+
+def test_rows_on_the_float_path_only_are_not_timed(causal_dir, texts):
+    """A weight-only row runs FP32's GEMMs on dequantized weights, and more: it cannot be faster
+    than FP32, so it is not timed (the recommendation is never slower than FP32); an int8 row of
+    the same run is."""
+    from accelkit.quant import evaluate
+    from accelkit.quant.evaluation.sweep import FLOAT_PATH
+
+    result = evaluate(
+        str(causal_dir), methods="fp32,rtn", bits="w8a8,w8a16", eval_data=texts / "eval.txt",
+        compiled=False, target_top1=0.01,
+    )  # fmt: skip
+    rows = {r.label: r for r in result.rows}
+    assert rows["rtn/w8a16"].kernels == {"float": 14}
+    assert rows["rtn/w8a16"].not_timed == FLOAT_PATH and rows["rtn/w8a16"].eager_ms is None
+    assert set(rows["rtn/w8a8"].kernels) != {"float"}  # this CPU's int8 GEMM
+    assert rows["rtn/w8a8"].not_timed is None and rows["rtn/w8a8"].eager_ms is not None
+
+
+def test_fp32_is_kept_when_the_only_faithful_rows_run_on_the_float_path():
+    from accelkit.quant.evaluation.recommend import recommend
+    from accelkit.quant.evaluation.sweep import FLOAT_PATH, EvalRow
+
+    rows = [
+        EvalRow("fp32", "w32a32", 8.0, 8.0, mean_cosine=1.0, top1_agreement=1.0,
+                label="fp32"),
+        EvalRow("rtn", "w4a8", 1.0, 8.0, mean_cosine=0.90, top1_agreement=0.8,
+                label="rtn/w4a8",
+                not_timed="misses the fidelity targets"),
+        EvalRow("rtn", "w8a16", 2.0, 8.0, mean_cosine=0.999, top1_agreement=0.99,
+                label="rtn/w8a16",
+                kernels={"float": 4}, not_timed=FLOAT_PATH),
+    ]  # fmt: skip
+    setting = recommend(rows)["setting"]
+    assert setting["label"] == "fp32" and not setting["meets_targets"]
+    assert "rtn/w8a16 run every quantized layer on the float path" in setting["text"]
