@@ -117,8 +117,9 @@ def trimmed(batch):
 
 
 def _real_logits(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(next-token logits at every position whose next token is real, float64 (n, vocab); those
-    next tokens (n,); the real tokens' last hidden states, float32). Only those positions reach
+    """(next-token logits at every position whose next token is real, (n, vocab) in the model's
+    dtype — the metrics take the argmax there (a float64 copy has the same order) and the
+    softmax in float64; those next tokens (n,); the real tokens' last hidden states, float32). Only those positions reach
     the output projection (`CausalLogits`' `rows`), and the trailing padding columns not even the
     model (`trimmed`): a padded batch is largely padding, and the projection is a decoder's
     widest GEMM."""
@@ -131,7 +132,7 @@ def _real_logits(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, t
     if rows is None:
         logits = logits[:, :-1][mask]
     return (
-        logits.to(torch.float64),
+        logits,
         target,
         hidden[batch["attention_mask"].bool()].to(torch.float32),
     )
@@ -142,7 +143,7 @@ def lm_reference(model: nn.Module, data) -> LMReference:
     argmax, hiddens, nll, count = [], [], 0.0, 0
     for batch in data:
         logits, target, hidden = _real_logits(model, batch)
-        loss = nn.functional.cross_entropy(logits, target, reduction="none")
+        loss = nn.functional.cross_entropy(logits.to(torch.float64), target, reduction="none")
         nll += float(loss.sum())
         count += len(target)
         argmax.append(logits.argmax(-1).to(torch.int32))
@@ -162,7 +163,7 @@ def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, flo
         logits, target, hidden = _real_logits(model, batch)
         agree += int((logits.argmax(-1) == ref).sum())
         count += len(target)
-        nll = nn.functional.cross_entropy(logits, target, reduction="none")
+        nll = nn.functional.cross_entropy(logits.to(torch.float64), target, reduction="none")
         nll_q += float(nll.sum())
         cosines.append(
             nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)
