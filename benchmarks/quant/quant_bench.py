@@ -165,9 +165,13 @@ def interleaved_latency(
 # the next layer's activation quantization or the layer norm / GELU: it has no kernel of its own.
 PROFILE_RULES = (
     ("activation quantization + dequant epilogue (fused)", ("cpp_fused", "round")),
-    ("layer norm / GELU / softmax / residual (fused)", ("cpp_fused", "layer_norm|gelu|softmax")),
+    (
+        "layer norm / GELU / softmax / residual (fused)",
+        ("cpp_fused", "layer_norm|gelu|softmax|rsqrt|silu|mean"),
+    ),
     ("other fused kernels (copies, transposes)", ("cpp_fused", "")),
     ("int8 GEMM", ("", "_int_mm|fbgemm|quantized::")),
+    ("attention (scaled dot product)", ("", "scaled_dot_product|flash_attention")),
     ("bmm (attention; W4A8 also the rotation)", ("", "bmm")),
     ("float GEMM", ("", "aten::mm|addmm|aten::linear|mkldnn")),
     ("copies", ("", "aten::copy_|aten::clone|contiguous")),
@@ -182,11 +186,13 @@ def profile_category(name: str) -> str:
     return "other (calls, guards, dynamo)"
 
 
-def model_profile(rounds: int = 20) -> dict:
+def model_profile(rounds: int = 20, subject=None, batch=None, compiled=None) -> dict:
     """torch.profiler over the compiled quantized model (DuQuant W4A8, `quant eval`'s default
     config and its recommendation) and the compiled FP32 model at the timing batch: per op its
     self CPU ms per forward and category (`PROFILE_RULES`), the categories' sums, and the two
-    models' median times interleaved (the ratio `quant eval` reports)."""
+    models' median times interleaved (the ratio `quant eval` reports). `subject` (default
+    MiniLM's), `batch` (default its timing batch) and `compiled` (the two compiled models, by
+    those names: made here when not given) for another model or shape."""
     import torch._inductor.config as inductor_config
     from torch.profiler import ProfilerActivity, profile
 
@@ -196,13 +202,16 @@ def model_profile(rounds: int = 20) -> dict:
     from accelkit.quant.method.convert import quantize
 
     inductor_config.cpp.enable_kernel_profile = True  # inductor's kernels by name in the profile
-    subject = load_subject("minilm")
-    batch = subject.data.first()
-    fp32 = subject.model
-    w4a8 = quantize(
-        copy.deepcopy(fp32), QuantConfig(method="duquant", wbits=4, abits=8), subject.calibration
-    )
-    compiled = {"fp32": compile_model(fp32), "duquant/w4a8": compile_model(w4a8)}
+    subject = subject or load_subject("minilm")
+    batch = batch or subject.data.first()
+    if compiled is None:
+        fp32 = subject.model
+        w4a8 = quantize(
+            copy.deepcopy(fp32),
+            QuantConfig(method="duquant", wbits=4, abits=8),
+            subject.calibration,
+        )
+        compiled = {"fp32": compile_model(fp32), "duquant/w4a8": compile_model(w4a8)}
     out: dict = {"batch": list(batch["input_ids"].shape), "rounds": rounds, "models": {}}
     with torch.no_grad():
         for fn in compiled.values():

@@ -122,18 +122,31 @@ class CausalLogits(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         hidden: bool = False,
+        rows: torch.Tensor | None = None,
         **inputs: torch.Tensor,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        if not hidden:
+        """Logits (batch, positions, vocab); `rows` (bool, batch × positions): only those
+        positions' logits, (rows, vocab) — the output projection runs on those rows alone (the
+        fidelity passes: a vocabulary-wide GEMM on padding is wasted). With `hidden`, also the
+        last hidden state of every position."""
+        if not hidden and rows is None:
             return self._logits(input_ids, attention_mask, inputs)
         seen: list[torch.Tensor] = []
-        head = self.lm.get_output_embeddings()
-        handle = head.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+
+        def head_input(_module, args):
+            seen.append(args[0])
+            if rows is not None:  # the head is per row: the chosen rows give their own logits
+                return (args[0][rows].unsqueeze(0), *args[1:])
+            return None
+
+        handle = self.lm.get_output_embeddings().register_forward_pre_hook(head_input)
         try:
             logits = self._logits(input_ids, attention_mask, inputs)
         finally:
             handle.remove()
-        return logits, seen[-1]
+        if rows is not None:
+            logits = logits.reshape(-1, logits.shape[-1])
+        return (logits, seen[-1]) if hidden else logits
 
     def _logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, inputs: dict
@@ -172,12 +185,17 @@ class VisionLanguageLogits(CausalLogits):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         hidden: bool = False,
+        rows: torch.Tensor | None = None,
         **inputs: torch.Tensor,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         n, k = len(input_ids), self.images.tokens
         ids = torch.cat([input_ids.new_full((n, k), self.image_token), input_ids], dim=1)
         mask = torch.cat([attention_mask.new_ones((n, k)), attention_mask], dim=1)
-        out = super().forward(ids, mask, hidden, **inputs)
+        if rows is not None:  # the placeholders' rows never
+            rows = torch.cat([rows.new_zeros((n, k)), rows], dim=1)
+        out = super().forward(ids, mask, hidden, rows, **inputs)
+        if rows is not None:
+            return (out[0], out[1][:, k:]) if isinstance(out, tuple) else out
         if isinstance(out, tuple):
             return out[0][:, k:], out[1][:, k:]
         return out[:, k:]

@@ -51,9 +51,9 @@ def embed(model: nn.Module, data) -> torch.Tensor:
 
 @torch.no_grad()
 def embed_stream(model: nn.Module, data) -> torch.Tensor:
-    """Embeddings of every batch, stored float32 (one vector per text; the metrics compute in
-    float64)."""
-    return torch.cat([model(**b).to(torch.float32) for b in data])
+    """Embeddings of every batch (its trailing padding columns cut: `trimmed`), stored float32
+    (one vector per text; the metrics compute in float64)."""
+    return torch.cat([model(**trimmed(b)).to(torch.float32) for b in data])
 
 
 def nearest_other(emb: torch.Tensor, chunk: int = 512) -> torch.Tensor:
@@ -94,15 +94,48 @@ def _next_token_mask(batch) -> torch.Tensor:
     return batch["attention_mask"][:, 1:].bool() & batch["attention_mask"][:, :-1].bool()
 
 
+def trimmed(batch):
+    """`batch` without its last columns where every text is padding (right padding, as the
+    tokenizers here pad): every tensor shaped like the attention mask loses them. Nothing real
+    moves — a token sees only the positions its mask lets it (and a causal LM only earlier ones)
+    — so each real token's output is the one the full batch gives, for less work: the evaluation
+    batches are padded to the longest text of all of them (a decoder's 192 shipped texts: 48, 61
+    and 74 of 74 columns hold a real token)."""
+    mask = batch.get("attention_mask") if isinstance(batch, dict) else None
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or not mask.shape[1]:
+        return batch
+    real = mask.bool().any(dim=0).nonzero()
+    keep = int(real.max()) + 1 if len(real) else 1
+    if keep == mask.shape[1]:
+        return batch
+    return {
+        key: value[:, :keep]
+        if isinstance(value, torch.Tensor) and value.shape == mask.shape
+        else value
+        for key, value in batch.items()
+    }
+
+
 def _real_logits(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(next-token logits at every position whose next token is real, float64 (n, vocab); those
-    next tokens (n,); the real tokens' last hidden states, float32). Padding positions are cut
-    before the float64 copy and the softmax: a batch padded to its longest text is mostly padding."""
-    logits, hidden = model(**batch, hidden=True)
+    """(next-token logits at every position whose next token is real, (n, vocab) in the model's
+    dtype — the metrics take the argmax there (a float64 copy has the same order) and the
+    softmax in float64; those next tokens (n,); the real tokens' last hidden states, float32). Only those positions reach
+    the output projection (`CausalLogits`' `rows`), and the trailing padding columns not even the
+    model (`trimmed`): a padded batch is largely padding, and the projection is a decoder's
+    widest GEMM."""
+    batch = trimmed(batch)
     mask = _next_token_mask(batch)
-    rows = logits[:, :-1][mask].to(torch.float64)
     target = batch["input_ids"][:, 1:][mask]
-    return rows, target, hidden[batch["attention_mask"].bool()].to(torch.float32)
+    # (batch, positions): the rows whose logits are taken; none at all: the full logits, cut
+    rows = torch.cat([mask, mask.new_zeros((len(mask), 1))], dim=1) if len(target) else None
+    logits, hidden = model(**batch, hidden=True, rows=rows)
+    if rows is None:
+        logits = logits[:, :-1][mask]
+    return (
+        logits,
+        target,
+        hidden[batch["attention_mask"].bool()].to(torch.float32),
+    )
 
 
 @torch.no_grad()
@@ -110,7 +143,7 @@ def lm_reference(model: nn.Module, data) -> LMReference:
     argmax, hiddens, nll, count = [], [], 0.0, 0
     for batch in data:
         logits, target, hidden = _real_logits(model, batch)
-        loss = nn.functional.cross_entropy(logits, target, reduction="none")
+        loss = nn.functional.cross_entropy(logits.to(torch.float64), target, reduction="none")
         nll += float(loss.sum())
         count += len(target)
         argmax.append(logits.argmax(-1).to(torch.int32))
@@ -130,7 +163,7 @@ def lm_fidelity(model: nn.Module, reference: LMReference, data) -> dict[str, flo
         logits, target, hidden = _real_logits(model, batch)
         agree += int((logits.argmax(-1) == ref).sum())
         count += len(target)
-        nll = nn.functional.cross_entropy(logits, target, reduction="none")
+        nll = nn.functional.cross_entropy(logits.to(torch.float64), target, reduction="none")
         nll_q += float(nll.sum())
         cosines.append(
             nn.functional.cosine_similarity(hidden.double(), ref_hidden.double(), dim=-1)

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from accelkit.quant.evaluation.report import time_ratio
-from accelkit.quant.evaluation.sweep import EvalRow
+from accelkit.quant.evaluation.sweep import FLOAT_PATH, EvalRow
 
 MIN_COSINE = 0.98
 SPEED_BATCH = 0.6  # compiled time over FP32's at the timing batch
@@ -206,6 +206,8 @@ def verdict(
 
     meeting = [r for r in timed if fast(r)]
     faster = [r for r in timed if faster_than_fp32(r)]
+    # faithful, not timed: FP32's GEMMs and more (`sweep.FLOAT_PATH`), so not faster than FP32
+    slower = [r.label or f"{r.method}/{r.bits}" for r in faithful if r.not_timed == FLOAT_PATH]
     fidelity = targets.text()
     goal = (
         f"{fidelity} at ≤ {SPEED_BATCH}× compiled FP32 (timing batch) and ≤ {SPEED_ONE}× (one text)"
@@ -218,14 +220,22 @@ def verdict(
         pick = min(faster, key=_batch_ratio)
         text = f"no setting reaches {goal} on this machine; the fastest with {fidelity} is"
         text += f" {describe(pick)}, faster than FP32"
-    elif timed:  # every faithful setting is slower than FP32 here: keep FP32
-        best = min(timed, key=_batch_ratio)
+    elif timed or slower:  # every faithful setting is slower than FP32 here: keep FP32
         pick = None
-        text = (
-            f"fp32 (the unquantized model): no setting with {fidelity} is faster than"
-            f" {ratios(best)[2]} FP32 on this machine; the fastest of them, {describe(best)},"
-            " is slower"
-        )
+        best = min(timed, key=_batch_ratio) if timed else None
+        text = f"fp32 (the unquantized model): no setting with {fidelity} is faster than"
+        if best is not None:
+            text += (
+                f" {ratios(best)[2]} FP32 on this machine; the fastest of them, {describe(best)},"
+                " is slower"
+            )
+        else:
+            text += " FP32 on this machine"
+        if slower:
+            text += (
+                f"; {', '.join(slower)} run every quantized layer on the float path (FP32's"
+                " GEMMs and more: not timed)"
+            )
     elif faithful:
         pick = max(faithful, key=targets.closeness)
         text = f"{describe(pick)}: the most faithful with {fidelity} (speed not measured)"
@@ -245,8 +255,8 @@ def verdict(
             "perplexity_ratio": None,
             "top1_agreement": 1.0,
             "time_ratio": 1.0,
-            "time_ratio_one": 1.0 if ratios(best)[1] is not None else None,
-            "timing": ratios(best)[2],
+            "time_ratio_one": 1.0 if best is None or ratios(best)[1] is not None else None,
+            "timing": ratios(best)[2] if best is not None else "",
             "meets_targets": False,
             "targets": goals,
             "text": text,

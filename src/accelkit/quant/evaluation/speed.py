@@ -21,6 +21,7 @@ import itertools
 import logging
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,14 +144,24 @@ class SpeedBench:
         self._fp32_compiled: nn.Module | None = None
         self._fp32_compile_s: float | None = None
         self.compile_failed: str | None = None  # why torch.compile failed, once it has
+        # per batch (the timing batch, one text): the models already called on it here
+        self._warm: dict[int, weakref.WeakSet] = {
+            id(self.batch): weakref.WeakSet(),
+            id(self.one): weakref.WeakSet(),
+        }
 
     def _pair(self, ours, theirs, batch, rounds: int) -> tuple[float, float, float]:
         """(ours ms, FP32 ms, ours / FP32): both medians over the same interleaved rounds —
         `MIN_ROUNDS`, then one more at a time (the starting model alternating) until the
         per-round ratios are `settled` or `rounds` ran: a steady machine spends 3 rounds, a
-        noisy one up to `rounds`."""
+        noisy one up to `rounds`. A warm-up call (untimed) only for a model's first call on
+        `batch` here: FP32 warms up once per run, not once per setting, and a compiled model
+        not at all (its compile ran it on both shapes)."""
         runs = {"fp32": lambda: theirs(**batch), "ours": lambda: ours(**batch)}
-        wall = timing.interleaved(runs, min(MIN_ROUNDS, rounds)).wall
+        warm = self._warm[id(batch)]
+        cold = {name for name, m in (("fp32", theirs), ("ours", ours)) if m not in warm}
+        warm.update((theirs, ours))
+        wall = timing.interleaved(runs, min(MIN_ROUNDS, rounds), warmup=cold).wall
         while len(wall["ours"]) < rounds and not settled(wall["ours"], wall["fp32"]):
             order = list(runs) if len(wall["ours"]) % 2 == 0 else list(reversed(runs))
             more = timing.interleaved({k: runs[k] for k in order}, 1, warmup=False).wall
@@ -164,6 +175,8 @@ class SpeedBench:
         compiled = compile_model(model)
         compiled(**self.batch)  # the compiles: one graph per shape
         compiled(**self.one)
+        for warm in self._warm.values():
+            warm.add(compiled)
         return compiled, time.perf_counter() - start
 
     @property

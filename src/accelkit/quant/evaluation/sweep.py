@@ -11,7 +11,10 @@ Timing is spent only where it can change the recommendation: with `candidate` gi
 misses it (a fidelity target) is not timed, and a row whose bits and kernels match a timed
 candidate of a method that does strictly less work per call (`LESS_WORK`: rtn < smoothquant <
 duquant — the same GEMMs, plus a division, plus rotations) cannot be faster than it and is not
-timed either; `not_timed` says why.
+timed either, nor a row whose every quantized layer runs on the float path (`FLOAT_PATH`: the
+weight-only rows, and every row where no integer GEMM is exact or faster — FP32's GEMMs on
+dequantized weights, plus the dequantization: it cannot be faster than FP32, and the
+recommendation is never slower than FP32); `not_timed` says why.
 """
 
 from __future__ import annotations
@@ -101,6 +104,14 @@ def parse_bits(text: str) -> tuple[int, int]:
 
 # the work a method adds per call on top of the same GEMMs: none, a division, rotations
 LESS_WORK = {"rtn": 0, "smoothquant": 1, "duquant": 2}
+# why a row whose quantized layers all run on the float path is not timed (`recommend` reads it)
+FLOAT_PATH = "cannot outrun fp32 (every quantized layer on the float path: FP32's GEMMs and more)"
+
+
+def float_path_only(row: EvalRow) -> bool:
+    """Whether every quantized layer of the row runs on the float path (`kernels.py`'s "float":
+    dequantized weights, FP32's GEMM): it does FP32's work and more, so cannot be faster."""
+    return bool(row.kernels) and set(row.kernels) == {"float"}
 
 
 def outrun_by(row: EvalRow, timed: list[EvalRow]) -> EvalRow | None:
@@ -250,6 +261,8 @@ def run_eval(
             faster = outrun_by(row, timed_candidates) if candidate is not None else None
             if candidate is not None and not candidate(fid):
                 row.not_timed = "misses the fidelity targets"
+            elif candidate is not None and float_path_only(row):
+                row.not_timed = FLOAT_PATH
             elif faster is not None:
                 row.not_timed = f"cannot outrun {faster.label} (same bits and kernels, more work)"
             else:
