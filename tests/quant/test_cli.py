@@ -14,6 +14,7 @@ from tests.support.cli import result_of
         (["--methods", "gptq"], "gptq"),
         (["--bits", "w4x8"], "w4x8"),
         (["--bits", "w9a8"], "2..8"),
+        (["--bits", "w4a8,w16a16"], "'w16a16' quantizes nothing"),  # that is the fp32 row
         (["--model", "llama"], "llama"),
         (["--pairs", "0"], "--pairs"),
         (["--weight-format", "groups"], "--weight-format 'groups'"),
@@ -108,3 +109,19 @@ def test_library_chatter_is_hidden_unless_debug():
         "Loading weights",
     ):
         assert noise not in done.stderr, done.stderr
+
+
+def test_apply_that_quantizes_nothing_is_refused(tmp_path, capsys):
+    """wbits 16 with abits 16 is the FP32 model under another name: refused, nothing written."""
+    with pytest.raises(SystemExit) as info:
+        main(["quant", "apply", "--wbits", "16", "--abits", "16", "--output", str(tmp_path / "q")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "quantizes nothing" in err, err
+    assert not (tmp_path / "q").exists()
+
+
+def test_repeated_settings_run_once():
+    from accelkit.quant.api import _items
+
+    assert _items("rtn, RTN,duquant,rtn", "methods", ("rtn", "duquant")) == ["rtn", "duquant"]
+    assert _items(["w4a8", "W4A8 ", "w8a8"], "bits") == ["w4a8", "w8a8"]

@@ -42,9 +42,16 @@ def test_causal_lm_folder_is_judged_by_next_tokens(causal_dir, texts, capsys):
     assert fp32["mean_cosine"] == pytest.approx(1.0) and 0.0 < dq["mean_cosine"] < 1.0
     assert 0.0 < dq["top1_agreement"] <= 1.0
     assert dq["perplexity_ratio"] == pytest.approx(dq["perplexity"] / dq["perplexity_fp32"])
+    # "layers MB" is one thing in every row: every Linear layer as stored, the float lm_head in
+    # FP32 included (the quantized row once counted its quantized layers only)
+    from accelkit.quant.models import load_folder
+
+    model, _, _ = load_folder(str(causal_dir))
+    head = model.lm.get_output_embeddings().weight.numel() * 4 / 2**20
+    assert fp32["quant_layers_mb"] == fp32["fp32_layers_mb"] == dq["fp32_layers_mb"]
+    assert head < dq["quant_layers_mb"] < fp32["quant_layers_mb"]
     # the FP32 perplexity against transformers' own loss (labels masked where padded)
     from accelkit.quant.evaluation.tokenize import tokenize
-    from accelkit.quant.models import load_folder
 
     model, tokenizer, _ = load_folder(str(causal_dir))
     batch = tokenize(tokenizer, TEXTS[2:])

@@ -139,9 +139,10 @@ class ApplyResult:
 
 
 def _items(value: str | Sequence[str], what: str, allowed: tuple[str, ...] | None = None):
-    """A comma-separated string or a sequence, lower-cased; empty or unknown entries are errors."""
+    """A comma-separated string or a sequence, lower-cased, each entry once (a repeat would run
+    the same setting twice); none at all, or an unknown entry, is an error."""
     parts = value.split(",") if isinstance(value, str) else list(value)
-    items = [p.strip().lower() for p in parts if p.strip()]
+    items = list(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
     if not items:
         raise ConfigError(f"--{what} is empty; e.g. --{what} {','.join(allowed or ('w4a8',))}")
     if allowed:
@@ -331,7 +332,7 @@ def evaluate(
     `target_cosine`: the fidelity bar of the recommendation (default 0.98); when no setting
     reaches it, the most faithful one's most sensitive layers are moved out of 4-bit until it does
     (`evaluation/target.py`), and that variant is measured as one more row. The recommendation is
-    the fastest setting meeting every target given, never slower than FP32 (`recommend.py`).
+    the fastest setting meeting the target given, never slower than FP32 (`recommend.py`).
     Latency is measured for the settings that meet the targets (the candidates) but not for one a
     timed candidate outruns by construction (`sweep.outrun_by`); every row with `compile_all`.
     `progress(text)`

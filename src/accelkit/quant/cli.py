@@ -362,7 +362,7 @@ def _share_line(share: float | None, lm_head: str | None) -> str:
     """What share of the model's linear weights is quantized, and what became of its lm_head."""
     text = f"quantized share: {100 * (share or 0.0):.1f} % of the model's linear weights"
     if lm_head == "float":
-        text += "; lm_head kept in float (the default; --lm-head quantizes it too)"
+        text += " besides lm_head, which is kept in float (the default; --lm-head quantizes it)"
     elif lm_head == "quantized":
         text += (
             "; lm_head quantized (--lm-head): its error shows in the perplexity ratio and top-1,"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from accelkit.errors import ConfigError
 from accelkit.runtime.config import Section, Settings, load
@@ -117,6 +117,16 @@ class QuantConfig(Settings):
     # weights need 7-bit codes to run exactly on this CPU's int8 GEMM)
     layer_abits: dict[str, int] = Field(default_factory=dict)
     dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _quantizes_something(self):
+        overrides = (*self.layer_wbits.values(), *self.layer_abits.values())
+        if self.wbits == 16 and self.abits == 16 and all(b == 16 for b in overrides):
+            raise ConfigError(  # not a ValueError: pydantic would print every field beside it
+                "wbits=16 with abits=16 quantizes nothing: that is the FP32 model; give 2..8 for"
+                " wbits (weights) or abits (activations)"
+            )
+        return self
 
     @field_validator("include_regex", "exclude_regex")
     @classmethod

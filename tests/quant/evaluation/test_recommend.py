@@ -114,8 +114,13 @@ def test_the_fastest_faithful_setting_faster_than_fp32_wins_where_w4a8_loses():
 def test_nothing_faithful_enough_and_a_higher_bar():
     rows = [FP32, timed("rtn", "w4a8", 0.97, 0.3, 0.3), timed("duquant", "w4a8", 0.975, 0.5, 0.6)]
     advice = recommend(rows)
-    assert advice["text"].startswith("no setting reaches mean cosine ≥ 0.98; the most faithful")
-    assert advice["setting"]["label"] == "duquant/w4a8"
+    # no quantized setting is faithful enough: FP32 is the one that meets the target, the
+    # closest is named, never recommended (it misses the target)
+    assert advice["text"].startswith(
+        "fp32 (the unquantized model): no quantized setting reaches mean cosine ≥ 0.98; the most"
+        " faithful is duquant/w4a8"
+    )
+    assert advice["setting"]["label"] == "fp32" and not advice["setting"]["meets_targets"]
     # --target-cosine raises the bar: 0.9826 is no longer enough
     rows[2] = timed("duquant", "w4a8", 0.9826, 0.5, 0.6)
     assert recommend(rows)["setting"]["meets_targets"]
@@ -165,5 +170,21 @@ def test_none_meets_the_perplexity_target_the_closest_by_perplexity_is_named():
 
     rows = [FP32, lm_row("w4a8", 0.99, 1.30, 0.8, 0.5, 0.5), lm_row("w4a4", 0.95, 1.2, 0.7, 1, 1)]
     setting = recommend(rows, targets=Targets.given(perplexity_ratio=1.05))["setting"]
-    assert setting["label"] == "duquant/w4a4" and not setting["meets_targets"]
-    assert setting["text"].startswith("no setting reaches perplexity ratio ≤ 1.05; the most")
+    assert setting["label"] == "fp32" and not setting["meets_targets"]
+    assert setting["text"].startswith(
+        "fp32 (the unquantized model): no quantized setting reaches perplexity ratio ≤ 1.05; the"
+        " most faithful is duquant/w4a4"
+    )
+
+
+def test_the_target_pass_from_an_8_bit_setting_moves_layers_to_float():
+    """From W8A8 no layer gains at W8A8: the ladder's steps are the float moves alone (the
+    attack's `--target-top1` from w8a8 moved nothing and said 'NOT reached')."""
+    from accelkit.quant.evaluation.target import Ladder
+
+    ladder = Ladder(None, None, None, ["a", "b", "c"], "w8a8", to_w8=[])
+    assert ladder.steps == 3
+    assert ladder.levels(1) == {"a": "float"} and ladder.levels(3) == dict.fromkeys("abc", "float")
+    four = Ladder(None, None, None, ["a", "b"], "w8a8", to_w8=["b"])  # a is at 8 bits already
+    assert four.steps == 3 and four.levels(1) == {"b": "w8a8"}
+    assert four.levels(2) == {"b": "w8a8", "a": "float"}

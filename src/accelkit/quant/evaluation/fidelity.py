@@ -29,7 +29,7 @@ from accelkit.quant.evaluation.tokenize import (
     prepare,
     read_images,
 )
-from accelkit.quant.method.layers import QuantLinear
+from accelkit.quant.method.layers import QuantLinear, as_linear
 from accelkit.quant.method.storage import compact_tensors
 from accelkit.quant.models import (
     ImageInputs,
@@ -207,6 +207,18 @@ def quant_layer_bytes(model: nn.Module) -> tuple[int, int]:
                 mod.in_features * mod.out_features + (mod.out_features if mod.spec.bias else 0)
             )
     return q_bytes, fp_bytes
+
+
+def linear_bytes(model: nn.Module) -> int:
+    """Bytes of every Linear layer: quantized ones as stored, float ones in FP32."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, QuantLinear):
+            total += sum(t.numel() * t.element_size() for t in compact_tensors(m).values())
+        elif (linear := as_linear(m)) is not None:  # Linear, or Conv1D as the Linear it is
+            bias = linear.bias  # Conv1D's own, as the Linear carries it
+            total += 4 * (linear.weight.numel() + (bias.numel() if bias is not None else 0))
+    return total
 
 
 def latency_ms(model: nn.Module, batch: dict[str, torch.Tensor], repeats: int = 10) -> float:

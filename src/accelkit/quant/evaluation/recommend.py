@@ -1,7 +1,8 @@
 """Which setting `quant eval` recommends for the model it ran on, from the rows of its own run.
 
 One verdict, by fidelity *and* speed on this machine. A setting is faithful when it meets every
-fidelity target given (`Targets`: `--target-cosine`, `--target-perplexity-ratio`, `--target-top1`;
+fidelity target in `Targets` (the command line gives one: `--target-cosine`,
+`--target-perplexity-ratio` or `--target-top1`;
 none given: mean cosine ≥ `MIN_COSINE`, 0.98, of embeddings for encoders and last hidden states for
 causal LMs). Of the faithful settings, those whose compiled time is at most `SPEED_BATCH` (0.6×)
 FP32's at the timing batch and `SPEED_ONE` (0.8×) at one text meet the speed goal too, and the
@@ -9,7 +10,7 @@ fastest of them is recommended. When none meets both, the line says so first and
 fastest faithful setting that is faster than FP32 (at the timing batch, and at one text where
 timed); when every faithful setting measured is slower than FP32, FP32 itself (the unquantized
 model: quantizing would cost time here), naming the fastest that was tried; when none is faithful
-enough, the closest by the first target. Speed is the compiled ratio when compiled times were
+enough, FP32 too (the only setting that meets them), naming the closest by the first target. Speed is the compiled ratio when compiled times were
 measured, else the eager one — always the quotient of the row's median and FP32's median in the
 same interleaved rounds, the numbers the table shows. The line names the targets met and the
 speed that decided.
@@ -239,12 +240,16 @@ def verdict(
     elif faithful:
         pick = max(faithful, key=targets.closeness)
         text = f"{describe(pick)}: the most faithful with {fidelity} (speed not measured)"
-    else:
+    else:  # none faithful: FP32 is the only setting that meets the targets
         measured = [r for r in quantized if targets.closeness(r) > -math.inf]
         if not measured:
             return None
-        pick = max(measured, key=targets.closeness)
-        text = f"no setting reaches {fidelity}; the most faithful is {describe(pick)}"
+        pick, best = None, None
+        closest = max(measured, key=targets.closeness)
+        text = (
+            f"fp32 (the unquantized model): no quantized setting reaches {fidelity}; the most"
+            f" faithful is {describe(closest)}"
+        )
     goals = {**targets.document(), "compiled_ratio": SPEED_BATCH, "compiled_one_ratio": SPEED_ONE}
     if pick is None:
         return {

@@ -34,8 +34,8 @@ from accelkit.errors import InputError
 from accelkit.quant.config import Method, QuantConfig, check_bits
 from accelkit.quant.evaluation.fidelity import (
     Subject,
+    linear_bytes,
     load_subject,
-    quant_layer_bytes,
     reference_fidelity,
     subject_fidelity,
     subject_reference,
@@ -99,7 +99,10 @@ def parse_bits(text: str) -> tuple[int, int]:
     if not m:
         raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
 
-    return check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
+    wbits, abits = check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
+    if wbits == abits == 16:
+        raise InputError(f"--bits entry {text!r} quantizes nothing: that is the fp32 row")
+    return wbits, abits
 
 
 # the work a method adds per call on top of the same GEMMs: none, a division, rotations
@@ -235,7 +238,8 @@ def run_eval(
                     if shared:
                         done_models[(meth, wbits)] = model
             took = time.perf_counter() - t0
-            q_bytes, fp_bytes = quant_layer_bytes(model)
+            # every Linear layer as stored (float ones, lm_head too, in FP32), as in every row
+            q_bytes, fp_bytes = linear_bytes(model), fp32_bytes(fp32)
             if models is not None:
                 models[label] = model
         say(f"{meth} {b}: evaluating on {subject.texts} texts")

@@ -5,7 +5,8 @@ Layers are ranked worst first by the report's metric — each layer's relative o
 ‖y_q − y‖ / ‖y‖ inside the quantized model against the FP32 model — measured here on the first
 evaluation batch. The changes are taken in one order: the worst layer to W8A8 (symmetric int8
 weights per output channel on the same int8 GEMM, calibrated like the rest), then the next …
-until every ranked layer is at W8A8, then the worst back to float, then the next. Mean cosine to
+until every ranked layer is at W8A8, then the worst back to float, then the next (from an
+8-bit setting, only the float steps). Mean cosine to
 FP32 (or next-token agreement; the perplexity ratio falls) on the whole evaluation set improves
 along that order, so the fewest changes that reach the target are
 found by doubling then halving over it — a handful of evaluation passes, not one per layer. The
@@ -23,10 +24,9 @@ import torch
 from torch import nn
 
 from accelkit.quant.config import QuantConfig
-from accelkit.quant.evaluation.fidelity import Subject, subject_fidelity
+from accelkit.quant.evaluation.fidelity import Subject, linear_bytes, subject_fidelity
 from accelkit.quant.method.convert import quantize
-from accelkit.quant.method.layers import QuantLinear, as_linear
-from accelkit.quant.method.storage import compact_tensors
+from accelkit.quant.method.layers import QuantLinear
 
 # the flag that sets each target metric
 TARGET_FLAGS = {
@@ -83,18 +83,6 @@ class TargetResult:
         return asdict(self)
 
 
-def linear_bytes(model: nn.Module) -> int:
-    """Bytes of every Linear layer: quantized ones as stored, float ones in FP32."""
-    total = 0
-    for m in model.modules():
-        if isinstance(m, QuantLinear):
-            total += sum(t.numel() * t.element_size() for t in compact_tensors(m).values())
-        elif (linear := as_linear(m)) is not None:  # Linear, or Conv1D as the Linear it is
-            bias = linear.bias  # Conv1D's own, as the Linear carries it
-            total += 4 * (linear.weight.numel() + (bias.numel() if bias is not None else 0))
-    return total
-
-
 @torch.no_grad()
 def layer_errors(fp32: nn.Module, quantized: nn.Module, batch: dict) -> dict[str, float]:
     """‖y_q − y‖ / ‖y‖ of every quantized layer's output on the batch's real tokens (float64)."""
@@ -138,18 +126,27 @@ class Ladder:
     """The models along the order: step k moves the k first changes (see the module doc)."""
 
     def __init__(
-        self, base: nn.Module, w8: nn.Module, fp32: nn.Module, order: list[str], w8_name: str
+        self,
+        base: nn.Module,
+        w8: nn.Module,
+        fp32: nn.Module,
+        order: list[str],
+        w8_name: str,
+        to_w8: list[str] | None = None,
     ):
         self.base, self.w8, self.fp32, self.order = base, w8, fp32, order
         self.w8_name = w8_name  # "w8a8" (or w8a4 … : the activations keep the setting's bits)
+        # the layers below 8-bit weights, in the same order: a layer already at 8 bits gains
+        # nothing at W8A8, only in float
+        self.to_w8 = list(order) if to_w8 is None else to_w8
 
     @property
     def steps(self) -> int:
-        return 2 * len(self.order)
+        return len(self.to_w8) + len(self.order)
 
     def levels(self, k: int) -> dict[str, str]:
-        n = len(self.order)
-        moved = {name: self.w8_name for name in self.order[: min(k, n)]}
+        n = len(self.to_w8)
+        moved = {name: self.w8_name for name in self.to_w8[: min(k, n)]}
         moved.update({name: "float" for name in self.order[: max(0, k - n)]})
         return moved
 
@@ -198,20 +195,18 @@ def reach(
         result.linear_bytes_after = result.linear_bytes_before
         return base, result
     errors = layer_errors(subject.model, base, subject.data.first())
-    ranked = [
-        name
-        for name in sorted(errors, key=lambda n: errors[n], reverse=True)
-        # errors are of the quantized layers; already 8-bit: nothing to gain at W8A8
-        if cast(QuantLinear, base.get_submodule(name)).spec.wbits < 8
-    ]
+    ranked = sorted(errors, key=lambda n: errors[n], reverse=True)
+    # already 8-bit (a W8A8 setting, or layers kept at 8 bits): nothing to gain at W8A8, only
+    # in float
+    below8 = [n for n in ranked if cast(QuantLinear, base.get_submodule(n)).spec.wbits < 8]
     result.order = [{"layer": n, "relative_error": errors[n]} for n in ranked]
     if progress:
         progress(f"target {goal.metric} {goal.value}: calibrating W8A8 layers")
     w8_config = base_config.model_copy(
         update={"wbits": 8, "weight_format": "progressive", "layer_wbits": {}}
     )
-    w8 = quantize(copy.deepcopy(subject.model), w8_config, subject.calibration)
-    ladder = Ladder(base, w8, subject.model, ranked, f"w8a{base_config.abits}")
+    w8 = quantize(copy.deepcopy(subject.model), w8_config, subject.calibration) if below8 else base
+    ladder = Ladder(base, w8, subject.model, ranked, f"w8a{base_config.abits}", below8)
     seen: dict[int, tuple[nn.Module, dict]] = {}
 
     def at(k: int) -> tuple[nn.Module, dict]:

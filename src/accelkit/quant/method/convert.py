@@ -48,6 +48,7 @@ class QuantReport:
     planned: dict[str, int] = field(default_factory=dict)  # dry_run: layer -> weight bits
     linear_weights: int = 0  # weights of every Linear (and Conv1D) layer of the model
     quantized_weights: int = 0  # … of the layers quantized (planned, in a dry run)
+    lm_head_left: bool = False  # the model has an lm_head, kept in float: counted on no side
 
     @property
     def quantized_share(self) -> float:
@@ -57,7 +58,8 @@ class QuantReport:
     def summary(self) -> str:
         text = (
             f"quantized {len(self.quantized)} Linear layers"
-            f" ({100 * self.quantized_share:.1f} % of the model's linear weights)"
+            f" ({100 * self.quantized_share:.1f} % of the model's linear weights"
+            f"{' besides lm_head, kept in float' if self.lm_head_left else ''})"
         )
         if self.skipped:
             text += "; left in float: " + ", ".join(
@@ -225,6 +227,7 @@ def check_share(model: nn.Module, usable: dict[str, nn.Linear], config, report) 
         if config.lm_head or not is_lm_head(name)
     }
     report.linear_weights = sum(weights.values())
+    report.lm_head_left = not config.lm_head and any(map(is_lm_head, matmul_weights(model)))
     report.quantized_weights = sum(m.weight.numel() for m in usable.values())
     share = report.quantized_share
     if share < 0.005 and _default_selection(config):
