@@ -188,3 +188,14 @@ def test_the_target_pass_from_an_8_bit_setting_moves_layers_to_float():
     four = Ladder(None, None, None, ["a", "b"], "w8a8", to_w8=["b"])  # a is at 8 bits already
     assert four.steps == 3 and four.levels(1) == {"b": "w8a8"}
     assert four.levels(2) == {"b": "w8a8", "a": "float"}
+
+
+def test_an_eager_only_run_says_the_speed_goal_was_not_measured():
+    """--no-compile: the speed goal speaks of compiled FP32, so the line cannot say no setting
+    reaches it — it was not measured."""
+    eager = EvalRow("rtn", "w8a8", 1.0, 8.0, mean_cosine=0.99, top1_agreement=1.0, eager_ms=80.0,
+                    eager_fp32_ms=100.0, label="rtn/w8a8")  # fmt: skip
+    text = recommend([FP32, eager])["setting"]["text"]
+    assert text.startswith("the speed goal, ≤ 0.6× compiled FP32 (timing batch) and ≤ 0.8× (one")
+    assert "needs compiled times, which this run did not measure" in text
+    assert "no setting reaches" not in text and "0.80× eager FP32" in text
