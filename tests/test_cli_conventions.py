@@ -116,3 +116,43 @@ def test_outside_a_command_the_activity_line_is_silent(capsys):
     activity("working")
     Steps(3, "steps").advance("one")
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],  # typer's help: rich's console meets the closed pipe
+        ["stats", "check", "tests/stats/fixtures/lerobot_v30"],  # our table (exit 3 otherwise)
+        ["stats", "diff", "{a}", "{a}"],
+    ],
+)
+def test_a_closed_stdout_ends_quietly_with_141_never_1(args, tmp_path):
+    """`accelkit … | head -1` once exited 1 (an "internal error") with nothing said: the reader
+    of stdout going away is the user's doing and ends like a Unix tool's SIGPIPE, 141."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    stats = tmp_path / "a.json"
+    if "{a}" in args:
+        subprocess.run(
+            [sys.executable, "-m", "accelkit", "stats", "tests/stats/fixtures/lerobot_v30", "-o",
+             str(stats)], cwd=root, check=True, capture_output=True,
+        )  # fmt: skip
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before anything is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "accelkit", *[a.replace("{a}", str(stats)) for a in args]],
+            cwd=root,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141, (done.returncode, done.stderr)
+    assert "error" not in done.stderr.lower() and "Traceback" not in done.stderr, done.stderr

@@ -225,9 +225,17 @@ def _full_disk(exc: BaseException):
     return None
 
 
+# the exit code of a command whose standard output's reader went away (`| head -1`): what a
+# shell shows for a process SIGPIPE ends, which is how other Unix tools end there
+STDOUT_GONE = 128 + 13
+
+
 def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
     """(exit code, the one-line message printed for a failure)."""
     from accelkit.runtime import interrupts
+    from accelkit.runtime.tables import stdout_is_null, stdout_reader_gone
+
+    null_before = stdout_is_null()  # `> /dev/null` from the start: nothing went away
 
     try:
         # standalone_mode=False: click returns an `Exit`'s code (and typer's 130 for a
@@ -238,6 +246,13 @@ def _invoke(command, args: list[str], debug: bool) -> tuple[int, str | None]:
         return exc.exit_code, interrupts.message(exc.signum)
     except typer.Exit as exc:
         return exc.exit_code, None
+    except SystemExit as exc:
+        # stdout's reader went away (`| head -1`): typer exits 1 on the EPIPE, rich's consoles
+        # exit 1 after pointing stdout at /dev/null; neither is an internal error
+        gone = stdout_reader_gone() or (stdout_is_null() and not null_before)
+        if exc.code == 1 and gone:
+            return STDOUT_GONE, None
+        raise
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130, "aborted"

@@ -6,6 +6,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reader has gone (poll says POLLERR:
+    writing would raise EPIPE) — so that a `BrokenPipeError` is put down to stdout only when it
+    is stdout's (typer exits 1 on any EPIPE)."""
+    import select
+    import sys
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def stdout_is_null() -> bool:
+    """Whether standard output is /dev/null now (what rich makes of it once its reader went
+    away)."""
+    import os
+    import sys
+
+    try:
+        here, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (AttributeError, ValueError, OSError):
+        return False
+    return (here.st_dev, here.st_ino) == (null.st_dev, null.st_ino)
+
+
 def stdout_console():
     """The console results and tables print on (stdout), after the activity line comes down: the
     terminal's width on a terminal, whole lines (140 columns) in logs and pipes unless `COLUMNS`
