@@ -118,3 +118,25 @@ def test_store_fields_refuse_a_key_given_twice_and_say_what_json_must_be():
             check_fields(text)
     with pytest.raises(ValueError, match="must map metadata keys to types"):
         check_fields("[]")
+
+
+def test_migrate_again_declaring_other_fields_is_refused_not_ignored(tmp_path):
+    """A finished copy, migrated again with a DST config declaring fields its copy lacks: once
+    'nothing to do, verified again' (exit 0, the config ignored); now refused in one line."""
+    from accelkit.images.store.migrate import migrate
+
+    source = StoreConfig(uri=str(tmp_path / "s.db"))
+    with VectorStore(source) as s:
+        if s.lite == 3:
+            not_applicable("declared filter fields: Milvus Lite 3 refuses them")
+        s.create_collection("pics", dim=4)
+        s.upsert("pics", ["a", "b"], vectors(2), [{"year": 1}, {}])
+    migrate(source, StoreConfig(uri=str(tmp_path / "t.db")), ["pics"])
+    declaring = StoreConfig(uri=str(tmp_path / "t.db"), fields={"year": "int64"})
+    with pytest.raises(ConfigError) as caught:
+        migrate(source, declaring, ["pics"])
+    message = str(caught.value)
+    assert "\n" not in message and "'pics'" in message and "store.fields" in message
+    assert "delete" not in message.lower() and "drop" not in message.lower()
+    with VectorStore(StoreConfig(uri=str(tmp_path / "t.db"))) as t:
+        assert t.describe("pics")["fields"] == {} and t.count("pics", consistency="Strong") == 2

@@ -432,6 +432,7 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
                 f" ({held}, kept: migrate writes only into its own copies); migrate into another"
                 " DST, or migrate other collections (--collection)"
             )
+        dst.fields_to_write(name, exists=True)  # DST's store.fields naming others: refused
         same = _same_vectors(src, dst, name)
         loss = _loss(src, dst, name, found, same) if restart and not force else None
         if loss:
