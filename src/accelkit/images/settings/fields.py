@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from accelkit.images.settings.filters import Literal, parse
+from accelkit.images.settings.filters import LONG_CHAIN, Literal, joined, parse
 
 FIELD_TYPES = ("int64", "double", "varchar", "bool")
 TYPE_ALIASES = {
@@ -256,10 +256,16 @@ def _condition(node: tuple, key: str, kind: str) -> str | None:
     return None  # json_contains on a scalar: the JSON form (false) as written
 
 
+def _longest_chain(node: tuple) -> int:
+    if node[0] in ("and", "or"):
+        return max(len(node) - 1, *(_longest_chain(part) for part in node[1:]))
+    return _longest_chain(node[1]) if node[0] == "not" else 1
+
+
 def _rewrite(node: tuple, fields: Mapping[str, str]) -> str:
     op = node[0]
     if op in ("and", "or"):
-        return "(" + f" {op} ".join(_rewrite(part, fields) for part in node[1:]) + ")"
+        return joined(op, [_rewrite(part, fields) for part in node[1:]])
     if op == "not":
         return f"not ({_rewrite(node[1], fields)})"
     field = node[2] if op == "call" else node[1]
@@ -284,8 +290,11 @@ def uses_fields(expr: str, fields: Mapping[str, str]) -> bool:
 
 
 def scalar_filter(expr: str, fields: Mapping[str, str]) -> str:
-    """`expr` (already checked) with each condition on a declared key rewritten to its scalar
-    fields, selecting the items the JSON form selects; unchanged where it names none."""
-    if not fields or not uses_fields(expr, fields):
+    """`expr` (already checked) as the engine takes it: each condition on a declared key
+    rewritten to its scalar fields, selecting the items the JSON form selects, and an and/or
+    chain of more than `LONG_CHAIN` conditions as a balanced tree; else unchanged."""
+    declared = bool(fields) and uses_fields(expr, fields)
+    tree = parse(expr, max_values=2**31)
+    if not declared and _longest_chain(tree) <= LONG_CHAIN:
         return expr
-    return _rewrite(parse(expr, max_values=2**31), fields)
+    return _rewrite(tree, fields if declared else {})

@@ -466,6 +466,20 @@ def _lite3_text(value: Literal) -> str:
     return text if "." in text else f"{text}.0"
 
 
+# Milvus nests its plan one level per operand of an and/or chain and refuses ~60 of them ("unsupported
+# expr proto node"); a chain longer than this is sent as a balanced tree (the same answers: and,
+# or are associative), log2(n) deep
+LONG_CHAIN = 16
+
+
+def joined(op: str, parts: list[str]) -> str:
+    """`parts` joined by `op` (and, or) as a balanced tree: Milvus' plan nests once per operand."""
+    if len(parts) <= 2:
+        return "(" + f" {op} ".join(parts) + ")"
+    mid = len(parts) // 2
+    return f"({joined(op, parts[:mid])} {op} {joined(op, parts[mid:])})"
+
+
 def _lite3(node: tuple, positive: bool, kinds) -> str:
     """`node` (positive) or its negation as Milvus Lite 3 must be sent it to select what Milvus
     selects: negations pushed down to the conditions, each condition true or false on every item
@@ -473,7 +487,7 @@ def _lite3(node: tuple, positive: bool, kinds) -> str:
     kind = node[0]
     if kind in ("and", "or"):
         joiner = kind if positive else {"and": "or", "or": "and"}[kind]
-        return "(" + f" {joiner} ".join(_lite3(part, positive, kinds) for part in node[1:]) + ")"
+        return joined(joiner, [_lite3(part, positive, kinds) for part in node[1:]])
     if kind == "not":
         return _lite3(node[1], not positive, kinds)
     field = node[1]
