@@ -14,6 +14,8 @@ from tests.support.cli import result_of, run_cli
 pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 torch = pytest.importorskip("torch")
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its real run is made once
+pytestmark = pytest.mark.xdist_group("quant-report")
 
 ARGS = ["--methods", "rtn", "--bits", "w4a8", "--pairs", "16", "--no-latency"]
 
