@@ -12,11 +12,6 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from tests.support.worker_threads import keep_share, thread_env
-
-# each xdist worker's share of the CPUs, before NumPy or PyTorch loads (commands started inherit it)
-os.environ.update(thread_env())
-
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
 from tests.support.ray_cluster import client_env
@@ -153,17 +148,6 @@ def signal_handlers_stay():
             stacklevel=1,
         )
     assert not ours, f"this test left accelkit's handler installed for {', '.join(ours)}"
-
-
-@pytest.fixture(autouse=True)
-def worker_threads_stay():
-    """Every test starts, and leaves the worker, at its share of the CPUs for PyTorch: a
-    test that sets PyTorch's thread count (`bench`'s fix_threads) would leave the later tests
-    oversubscribed, and PyTorch loaded before this file (by a plugin) would not have read it
-    (tests/support/worker_threads.py)."""
-    keep_share()
-    yield
-    keep_share()
 
 
 @pytest.fixture(autouse=True, scope="module")
