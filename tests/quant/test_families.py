@@ -19,6 +19,8 @@ from tests.support.cli import result_of, run_cli
 transformers = pytest.importorskip("transformers")
 
 CALIB = [t for t in fam.training_texts(24, seed=11)]
+# one xdist worker runs this module (pyproject: --dist loadgroup), so the families are built once
+pytestmark = pytest.mark.xdist_group("quant-families")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,9 @@ import pytest
 from tests.support.interrupts import interrupt, leftovers
 from tests.support.terminal import accelkit, run_in_terminal
 
+# the tests of the big dataset run on one xdist worker (pyproject: --dist loadgroup): made once
+BIG = "interrupts-big-dataset"
+
 
 @pytest.fixture(scope="module")
 def big_dataset(tmp_path_factory):
@@ -56,6 +59,7 @@ def interrupt_when(argv, condition, signum=signal.SIGINT, **kwargs):
     )
 
 
+@pytest.mark.xdist_group(BIG)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stats_mid_pass(big_dataset, tmp_path, signum):
     out = tmp_path / "norm_stats.json"
@@ -69,6 +73,7 @@ def test_stats_mid_pass(big_dataset, tmp_path, signum):
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.xdist_group(BIG)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stats_check_fix_mid_pass(big_dataset, signum):
     """`stats check --fix` stopped while it computes: the dataset's metadata as it was — no

@@ -9,6 +9,9 @@ from PIL import Image
 
 from tests.support.terminal import accelkit, assert_never_silent, run_in_terminal
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its collection is made once
+pytestmark = pytest.mark.xdist_group("images-terminal")
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, photos, onnx_path):

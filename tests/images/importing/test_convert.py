@@ -18,6 +18,10 @@ from tests.support.cli import result_of, run_cli
 from tests.support.import_model import NAMES, cosine, refused
 from tests.support.require import not_applicable
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# each imported model is made once
+pytestmark = pytest.mark.xdist_group("import-convert")
+
 KINDS = ("clip", "siglip")
 TEXTS = ["a photo of a cat", "a red bicycle at night", "coffee cup", "an astronaut on the moon"]
 CONTEXT = {"clip": hf_two_tower.CLIP_CONTEXT, "siglip": hf_two_tower.SIGLIP_CONTEXT}

@@ -11,6 +11,10 @@ from tests.support import two_tower
 from tests.support.cli import result_of
 from tests.support.groups import SERVERS
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# its index is built once more at most (one test is the servers group's)
+pytestmark = pytest.mark.xdist_group("model-records")
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, photos):

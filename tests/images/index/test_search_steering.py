@@ -13,6 +13,10 @@ from accelkit.images.index.base import ImageInput, Steering, TextQuery
 from accelkit.images.testing import altered
 from tests.support import two_tower
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# its model and store are made once
+pytestmark = pytest.mark.xdist_group("search-steering")
+
 SKY = {"rocket", "rocket_top", "moon", "hubble_deep_field"}
 TOL = 1e-4  # the ONNX text tower against PyTorch's, in float32
 

@@ -23,6 +23,10 @@ from tests.support.cli import result_of
 from tests.support.photos import encode
 from tests.support.service import AUTH, KEY, ROOT, Server, b64, error_of, store_yaml
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# its service on Milvus Lite starts once (the server's are the servers group's)
+pytestmark = pytest.mark.xdist_group("service")
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, onnx_path, photos, store_settings):

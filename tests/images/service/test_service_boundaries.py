@@ -19,6 +19,10 @@ from tests.support.photos import encode
 from tests.support.service import AUTH, KEY, ROOT, Server, b64, error_of, store_yaml
 from tests.support.url_server import Helper
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# its service on Milvus Lite starts once
+pytestmark = pytest.mark.xdist_group("service-boundaries")
+
 MAX_IDS = 2500  # below the default 10,000, so that GET /items can carry one id too many
 
 

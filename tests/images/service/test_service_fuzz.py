@@ -20,6 +20,9 @@ from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 from tests.support.service_fuzz import CHECKS, error_names_its_field, service_config  # noqa: E402
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its service starts once
+pytestmark = pytest.mark.xdist_group("service-fuzz")
+
 MAX_EXAMPLES = 12  # per route; the suite stays well under 90 s on a loaded 2-core machine
 
 

@@ -1,6 +1,7 @@
 """`accelkit quant eval --report DIR` on the shipped MiniLM: the Markdown tables carry report.json's
 numbers, and the per-layer relative errors equal an independent computation (FP32 and quantized
-models run here with their own forward hooks, errors summed in numpy float64)."""
+models run here with their own forward hooks, errors summed in numpy float64). The same run is
+the small real eval whose `--output` file is what `--json` prints (one MiniLM eval, not two)."""
 
 import copy
 import json
@@ -14,14 +15,19 @@ from tests.support.cli import result_of, run_cli
 pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 torch = pytest.importorskip("torch")
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its real run is made once
+pytestmark = pytest.mark.xdist_group("quant-report")
 
-ARGS = ["--methods", "rtn", "--bits", "w4a8", "--pairs", "16", "--no-latency"]
+ARGS = ["--methods", "fp32,rtn", "--bits", "w4a8", "--pairs", "16", "--no-latency"]
+RTN = 1  # the rtn/w4a8 row (FP32's is first)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One real run: (report folder, report.json, the --json result printed on stdout)."""
-    folder = tmp_path_factory.mktemp("quant-report") / "report"
+    """One real run: (report folder, report.json, the --json result printed on stdout, the
+    --output file's rows)."""
+    base = tmp_path_factory.mktemp("quant-report")
+    folder, output = base / "report", base / "eval.json"
     import contextlib
     import io
 
@@ -29,9 +35,19 @@ def run(tmp_path_factory):
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as info:
-        main(["quant", "eval", *ARGS, "--report", str(folder), "--json"])
+        main(["quant", "eval", *ARGS, "--report", str(folder), "--output", str(output), "--json"])
     assert info.value.code in (0, None)
-    return folder, json.loads((folder / "report.json").read_text()), result_of(out.getvalue())
+    report = json.loads((folder / "report.json").read_text())
+    return folder, report, result_of(out.getvalue()), json.loads(output.read_text())["rows"]
+
+
+def test_output_is_what_json_prints_and_the_rows_are_sane(run):
+    _, _, printed, rows = run
+    assert printed["rows"] == rows  # --json prints what --output writes
+    assert [(r["method"], r["bits"]) for r in rows] == [("fp32", "w32a32"), ("rtn", "w4a8")]
+    assert rows[0]["mean_cosine"] > 0.9999 and rows[0]["top1_agreement"] == 1.0
+    assert 0.8 < rows[1]["mean_cosine"] < 0.9999
+    assert rows[1]["quant_layers_mb"] < 0.2 * rows[1]["fp32_layers_mb"]
 
 
 def table(md: str, heading: str) -> list[list[str]]:
@@ -43,7 +59,7 @@ def table(md: str, heading: str) -> list[list[str]]:
 
 
 def test_report_files_and_json(run):
-    folder, report, printed = run
+    folder, report, printed, _ = run
     assert sorted(p.name for p in folder.iterdir()) == ["report.json", "report.md", "report.png"]
     assert report["schema"] == "accelkit.quant.report/1" and report["extra_passes"] == 0
     assert report["rows"] == printed["rows"]  # the same run as the table on stdout
@@ -60,14 +76,15 @@ def test_report_files_and_json(run):
 
 
 def test_markdown_tables_equal_the_json(run):
-    folder, report, _ = run
+    folder, report, _, _ = run
     md = (folder / "report.md").read_text()
     fidelity = table(md, "## Fidelity")
     header, body = fidelity[0], fidelity[1:]
     assert header == ["method", "bits", "mean cos", "min cos", "top-1 agree", "layers MB"]
-    assert len(body) == len(report["rows"]) == 1
-    for cells, row in zip(body, report["rows"], strict=True):
-        assert all(c.startswith("**") and c.endswith("**") for c in cells)  # the chosen row
+    assert len(body) == len(report["rows"]) == 2
+    for i, (cells, row) in enumerate(zip(body, report["rows"], strict=True)):
+        bold = [c.startswith("**") and c.endswith("**") for c in cells]
+        assert bold == [i == RTN] * len(cells)  # the chosen row, and only it
         cells = [c.strip("*") for c in cells]
         assert cells[:2] == [row["method"], row["bits"]]
         keys = ["mean_cosine", "min_cosine", "top1_agreement", "quant_layers_mb"]
@@ -111,7 +128,7 @@ def outputs(model, names, batch) -> dict[str, np.ndarray]:
 
 
 def test_layer_errors_equal_an_independent_computation(run):
-    _, report, _ = run
+    _, report, _, _ = run
     from accelkit.quant.config import QuantConfig, config_for_run
     from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.method.convert import quantize
@@ -128,7 +145,7 @@ def test_layer_errors_equal_an_independent_computation(run):
     )
     # the same quantized model as the run's: its fidelity equals the report's row
     fid = subject_fidelity(subject, qmodel, subject_reference(subject))
-    assert fid["mean_cosine"] == pytest.approx(report["rows"][0]["mean_cosine"], rel=1e-12)
+    assert fid["mean_cosine"] == pytest.approx(report["rows"][RTN]["mean_cosine"], rel=1e-12)
 
     names = [n for n, m in fp32.named_modules() if isinstance(m, torch.nn.Linear) and n]
     assert names == [layer["name"] for layer in report["layers"]]
@@ -156,7 +173,7 @@ def test_a_folder_with_other_files_is_refused_before_the_run(tmp_path, capsys):
 def test_a_previous_report_is_replaced_and_pipes_in_names_are_escaped(run, tmp_path):
     from accelkit.quant.evaluation.report import markdown, write_report
 
-    _, report, _ = run
+    _, report, _, _ = run
     target = tmp_path / "again"
     write_report(target, report)
     odd = copy.deepcopy(report)

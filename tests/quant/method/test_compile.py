@@ -9,6 +9,10 @@ from torch import nn
 from accelkit.quant.config import QuantConfig
 from accelkit.quant.method.convert import quantize
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# each of its quantized models is made once
+pytestmark = pytest.mark.xdist_group("quant-compile")
+
 
 class TinyBlock(nn.Module):
     """Attention-free transformer-ish block: enough Linear layers with shared and private inputs."""

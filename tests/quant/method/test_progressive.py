@@ -16,6 +16,10 @@ from accelkit.quant.method.convert import quantize
 from accelkit.quant.method.layers import QuantLinear
 from accelkit.quant.method.storage import load_quantized, save_quantized
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so
+# each of its quantized models is made once
+pytestmark = pytest.mark.xdist_group("quant-progressive")
+
 
 def adversarial_weights(m=48, n=256, seed=0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)

@@ -20,6 +20,9 @@ from tests.support.terminal import (
     run_in_terminal,
 )
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its stale dataset is made once
+pytestmark = pytest.mark.xdist_group("stats-check-terminal")
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 

@@ -26,6 +26,9 @@ from tests.support.terminal import (
     run_in_terminal,
 )
 
+# one xdist worker runs this module (pyproject: --dist loadgroup), so its datasets are made once
+pytestmark = pytest.mark.xdist_group("mixture-cli")
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 LEVELS = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0]
 
