@@ -7,10 +7,15 @@ does only the part no implementation can skip.
     python -m benchmarks.machine.floors read-lean DATASET [COLUMN ...]
         The same without pyarrow's pre-buffering of column chunks (its default is on; accelkit
         reads local files without it: a cheaper read, so a stricter floor).
-    python -m benchmarks.machine.floors model TENSORS.npy IMAGES [BATCH]
+    python -m benchmarks.machine.floors model TENSORS.npy IMAGES [BATCH [MODEL]]
         Load the embedding model the way `accelkit images embed` does (same ONNX file, same
         session options) and run it on IMAGES ready 224x224 tensors in batches of BATCH (default
         32), cycling through the [K, 3, 224, 224] tensors in TENSORS.npy: no decoding, no resizing.
+        MODEL (default efficientnet-lite0, the FP32 model) names another packaged model
+        (efficientnet-lite0-int8: the int8 model alone).
+    python -m benchmarks.machine.floors model-spin TENSORS.npy IMAGES [BATCH [MODEL]]
+        The same with ONNX Runtime's default session options: its pool threads spin between ops
+        (accelkit turns spinning off; this shows the floor did not get slower by it).
 
 Each prints one JSON line (what it did), so the benchmark can check the work was the same.
 """
@@ -40,28 +45,38 @@ def read(dataset: str, columns: list[str], pre_buffer: bool = True) -> dict:
     return {"floor": "read" if pre_buffer else "read-lean", "rows": rows, "columns": columns}
 
 
-def model(tensors: str, images: int, batch: int) -> dict:
+def model(tensors: str, images: int, batch: int, name: str | None, spin: bool = False) -> dict:
     import numpy as np
 
     from accelkit.images.embedding.models import make_backend
     from accelkit.images.settings.config import ServiceConfig
 
     ready = np.load(tensors, mmap_mode="r")
-    backend = make_backend(ServiceConfig.from_env(env={}).model)
+    config = ServiceConfig.from_env(env={"ACCELKIT_MODEL_NAME": name} if name else {}).model
+    backend = make_backend(config)
+    if spin:  # the same file with ORT's default options
+        import onnxruntime
+
+        backend.session = onnxruntime.InferenceSession(
+            str(backend.path), providers=backend.session.get_providers()
+        )
     done = 0
     while done < images:
         n = min(batch, images - done)
         index = np.arange(done, done + n) % len(ready)
         backend.embed(np.ascontiguousarray(ready[index]))
         done += n
-    return {"floor": "model", "images": done, "batch": batch}
+    floor = "model-spin" if spin else "model"
+    return {"floor": floor, "images": done, "batch": batch, "model": config.name}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] in ("read", "read-lean"):
         report = read(argv[1], argv[2:] or ["observation.state", "action"], argv[0] == "read")
-    elif len(argv) in (3, 4) and argv[0] == "model":
-        report = model(argv[1], int(argv[2]), int(argv[3]) if len(argv) == 4 else 32)
+    elif len(argv) in (3, 4, 5) and argv[0] in ("model", "model-spin"):
+        batch = int(argv[3]) if len(argv) >= 4 else 32
+        name = argv[4] if len(argv) == 5 else None
+        report = model(argv[1], int(argv[2]), batch, name, argv[0] == "model-spin")
     else:
         print(__doc__, file=sys.stderr)
         return 2

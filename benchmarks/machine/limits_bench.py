@@ -20,7 +20,10 @@ the best of each (best accelkit against best floor, as a quiet machine would sho
     `formats/synthetic.py`'s ROBOT_COLUMNS: grippers, a constant joint, 1e6 + noise, four values,
     Student-t tails, drift over episodes); `--columns smooth` gives the earlier random walks.
     images      `accelkit images embed FOLDER -o x.npy` on JPEG photos (400-900 px), against
-                `floors.py model` (the same ONNX model on ready 224x224 tensors, same batch size)
+                `floors.py model` (the same ONNX model on ready 224x224 tensors, same batch size);
+                the same with the int8 model (`model.name: efficientnet-lite0-int8`) against the
+                same floor, and beside them `floors.py model-spin` (the floor with ORT's
+                spinning threads) and the int8 model alone
     ray         `accelkit images embed FOLDER --ray ADDR --ray-actors 2` on a 2-CPU Ray cluster on
                 127.0.0.1 (2 nodes of 1 CPU, started once, as a user's cluster is), against the
                 local `accelkit images embed` of the same photos
@@ -178,15 +181,35 @@ def bench_images(args, scratch: Path) -> dict:
             [sys.executable, str(FLOORS), "model", str(tensors),
              str(args.photos), "32"]
         ),
+        # the FP32 floor with ORT's spinning threads (accelkit's sessions do not spin), and the
+        # int8 model alone: what the int8 process has besides its model
+        "floor_model_spin": lambda: run_process(
+            [sys.executable, str(FLOORS), "model-spin", str(tensors),
+             str(args.photos), "32"]
+        ),
+        "int8_model_alone": lambda: run_process(
+            [sys.executable, str(FLOORS), "model", str(tensors),
+             str(args.photos), "32", INT8_MODEL_NAME]
+        ),
     }  # fmt: skip
     calls = rounds(commands, args.rounds)
     result = summarize(calls, "accelkit", "floor_model")
     result["photos"] = {"count": args.photos, "path": str(photos)}
-    int8 = summarize(calls, "accelkit_int8", "floor_model")
+    keys = ("ratio_per_round", "ratio_median", "ratio_best")
+    int8, spin, alone = (
+        summarize(calls, ours, floor)
+        for ours, floor in (
+            ("accelkit_int8", "floor_model"),
+            ("accelkit_int8", "floor_model_spin"),
+            ("accelkit_int8", "int8_model_alone"),
+        )
+    )
     result["int8"] = {
         "model": INT8_MODEL_NAME,
         "cpu_int8_features": cpu_int8_features(),
-        **{k: int8[k] for k in ("ratio_per_round", "ratio_median", "ratio_best")},
+        **{k: int8[k] for k in keys},
+        "against_spinning_floor": {k: spin[k] for k in keys},
+        "against_int8_model_alone": {k: alone[k] for k in keys},
         **neighbours(scratch / "embeddings.npy", scratch / "embeddings_int8.npy"),
     }
     return result
@@ -363,6 +386,18 @@ def render(report: dict) -> str:
             f" {q['cosine_min']:.3f}, median {q['cosine_median']:.4f}; int8 instructions of this"
             f" CPU: {features}."
         )
+        if "against_spinning_floor" in q:
+            spin, alone = q["against_spinning_floor"], q["against_int8_model_alone"]
+            lines.append(
+                f"- images embed, int8, the other processes of the same rounds: against the FP32"
+                f" model alone with ORT's spinning threads (`floors.py model-spin`; accelkit's"
+                f" sessions do not spin) **{spin['ratio_median']:.2f}×**"
+                f" ({', '.join(f'{x:.2f}' for x in spin['ratio_per_round'])}), by CPU seconds"
+                f" {cpu['floor_model_spin'] / cpu['accelkit_int8']:.2f}×; against the int8 model"
+                f" alone {alone['ratio_median']:.2f}×"
+                f" ({', '.join(f'{x:.2f}' for x in alone['ratio_per_round'])}), CPU seconds"
+                f" {cpu['accelkit_int8']:.1f} against its {cpu['int8_model_alone']:.1f}."
+            )
     lines += [""]
     return "\n".join(lines)
 

@@ -478,3 +478,27 @@ def test_bicubic_after_the_default_reduce_is_the_same_on_both_engines(photos):
     reference, _ = pil_reference(np.asarray(composed), (224, 224), "center-crop", "bicubic")
     assert np.array_equal(np.rint(to_uint8_space(host))[0], reference)
     assert np.array_equal(np.rint(to_uint8_space(jax_rows))[0], reference)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+def test_the_normalize_table_is_the_float64_formula_for_every_value(dtype, data_format):
+    """The host engine normalizes by a [3, 256] table (one lookup per value) instead of float64
+    arithmetic on each pixel: every uint8 value of every channel, and the mask, give the numbers
+    of the formula rounded once, in both layouts and both dtypes."""
+    from accelkit.images.embedding.preprocess import _host_dtype
+    from accelkit.images.embedding.resample import lookup_normalize, normalize_table
+
+    numpy_dtype = _host_dtype(dtype)
+    table = normalize_table(MEAN, STD, numpy_dtype)
+    values = np.stack([(np.arange(256) + 85 * c) % 256 for c in range(3)], -1)  # 256 each
+    pixels = np.ascontiguousarray(np.tile(values[:, None, :], (1, 5, 1)).astype(np.uint8))
+    inside = np.ones(pixels.shape[:2], bool)
+    inside[:7, 2] = False  # a letterbox's bars
+    expected = ((pixels / 255.0 - MEAN) / STD).astype(np.float32)
+    expected[~inside] = 0.0
+    expected = expected.astype(numpy_dtype)
+    got = lookup_normalize(pixels, inside, table, data_format)
+    assert got.dtype == numpy_dtype and got.flags.c_contiguous
+    layout = expected.transpose(2, 0, 1) if data_format == "NCHW" else expected
+    assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(layout).view(np.uint8))

@@ -346,6 +346,10 @@ def _onnx_session(path: Path, setting: str, intra_op_threads: int | None = None)
     ort = require("onnxruntime", "images")
     regular_file(path, "ONNX model file", setting)
     options = ort.SessionOptions()
+    # ORT's pool threads spin between ops by default: beside the decode threads (and any other
+    # work on the machine) the spinning took the cores they needed (docs/performance.md,
+    # "Figures behind code comments")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if intra_op_threads:
         options.intra_op_num_threads = int(intra_op_threads)
     providers = [

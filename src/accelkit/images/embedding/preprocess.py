@@ -32,7 +32,9 @@ from accelkit.images.embedding.resample import (
     ImagePlan,
     host_reduce,
     host_reduce_factors,
+    lookup_normalize,
     normalize,
+    normalize_table,
     pil_reference,
     plan_image,
     resample_pass,
@@ -408,9 +410,8 @@ class HostImagePreprocessor(ImagePreprocessor):
             "cpu", platform, "engine", False, "images resized on the host (PIL)"
         )
         self.cache_dir = None
-        self._mean = np.asarray(self.mean, np.float64)
-        self._std = np.asarray(self.std, np.float64)
         self._numpy_dtype = _host_dtype(self.dtype)
+        self._table = normalize_table(self.mean, self.std, self._numpy_dtype)
 
     @property
     def device(self) -> None:
@@ -425,12 +426,7 @@ class HostImagePreprocessor(ImagePreprocessor):
         resized, inside = pil_reference(
             host_reduce(pixels, factors), self.image_size, self.fit, self.resample
         )
-        normalized = (resized / 255.0 - self._mean) / self._std  # float64, rounded once below
-        normalized[~inside] = 0.0
-        out = normalized.astype(np.float32).astype(self._numpy_dtype, copy=False)
-        if self.data_format == "NCHW":
-            out = out.transpose(2, 0, 1)
-        return HostImage(np.ascontiguousarray(out))
+        return HostImage(lookup_normalize(resized, inside, self._table, self.data_format))
 
     def _run_group(self, plans: list[HostImage]) -> np.ndarray:
         return np.stack([plan.array for plan in plans])

@@ -396,3 +396,26 @@ def normalize(resized, row_valid, col_valid, mean, std, *, channels_first: bool,
     if channels_first:
         out = jnp.transpose(out, (0, 3, 1, 2))
     return out.astype(dtype)
+
+
+def normalize_table(mean, std, dtype) -> np.ndarray:
+    """[3, 256] table: channel c's value v as (v / 255 - mean[c]) / std[c], computed in float64
+    and rounded once to float32 (then to `dtype`): the normalization of every uint8 pixel."""
+    values = np.arange(256, dtype=np.float64)[None, :] / 255.0
+    table = (values - np.asarray(mean, np.float64)[:, None]) / np.asarray(std, np.float64)[:, None]
+    return table.astype(np.float32).astype(dtype, copy=False)
+
+
+def lookup_normalize(
+    pixels: np.ndarray, inside: np.ndarray, table: np.ndarray, data_format: str
+) -> np.ndarray:
+    """H×W×3 uint8 `pixels` normalized by `table` (`normalize_table`) into a new contiguous
+    [3, H, W] (NCHW) or [H, W, 3] array, 0 outside the `inside` mask: one table lookup per value
+    instead of float64 arithmetic on every pixel (the same numbers)."""
+    height, width = pixels.shape[:2]
+    out = np.empty((3, height, width), table.dtype)
+    for channel in range(3):
+        np.take(table[channel], pixels[:, :, channel], out=out[channel])
+    if not inside.all():
+        out[:, ~inside] = 0
+    return out if data_format == "NCHW" else np.ascontiguousarray(out.transpose(1, 2, 0))
