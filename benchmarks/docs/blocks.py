@@ -1,7 +1,8 @@
 """The one marker syntax of the docs' generated numbers, and what reads and writes it.
 
 A generated block of a page sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`
-(each on a line of its own); its body is made by a `Table`: a function of one benchmark JSON
+(each on a line of its own; an empty block, whose JSON was never written, is the two lines alone);
+its body is made by a `Table`: a function of one benchmark JSON
 (benchmarks/results/*.json), never typed. `python -m benchmarks.docs` renders every block of
 every page (engine.py); a benchmark that rewrites its own block after a run calls `rewrite`."""
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = re.compile(
-    r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n<!-- end generated: (?P=name) -->)",
+    r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n?<!-- end generated: (?P=name) -->)",
     re.S,
 )
 
@@ -49,7 +50,9 @@ def render(
         if only is not None and name not in only:
             return m.group(0)
         doc = load(tables[name].source)
-        return m.group(0) if doc is None else m.group(1) + tables[name].make(doc) + m.group(4)
+        if doc is None:  # not measured here (yet): the block stays, empty or not
+            return m.group(0)
+        return m.group(1) + tables[name].make(doc) + "\n" + m.group(4).lstrip("\n")
 
     return MARKER.sub(fill, text)
 
