@@ -7,6 +7,7 @@ and every later test on that worker errored with "I/O operation on closed file".
 
 import logging
 import logging.config
+import os
 import subprocess
 import sys
 import textwrap
@@ -74,9 +75,7 @@ def test_a_test_that_opens_the_store_under_capsys_leaves_the_worker_intact(tmp_p
     the capture file), then a store opened inside a test that captures its own output."""
     (tmp_path / "test_order.py").write_text(
         textwrap.dedent(
-            f"""
-            import sys
-            sys.path.insert(0, {str(ROOT / "src")!r})
+            """
 
             def test_1_absl_first():
                 import absl.logging  # noqa: F401
@@ -95,6 +94,7 @@ def test_a_test_that_opens_the_store_under_capsys_leaves_the_worker_intact(tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},  # this checkout's accelkit
         capture_output=True,
         text=True,
         timeout=300,
