@@ -96,7 +96,7 @@ COLLECTIONS = {"domain": ({}, ITEMS), "declared": (FIELDS, TYPED)}
 
 FILTERS = [
     # chains past Milvus' plan depth (~60 operands were refused): sent as balanced trees
-    " or ".join(f'metadata["k"] == {i}' for i in range(70)),
+    " or ".join(f'metadata["k"] == {i}' for i in range(2, 72)),  # no 0/1: Lite 3 reads those
     " and ".join(f'metadata["k"] != {i}' for i in range(3, 73)),
     # one kind against another: 0/1 and false/true, 1 and 1.0
     'metadata["k"] == 1',
@@ -383,7 +383,9 @@ def test_lite_3_refuses_only_what_it_cannot_read_as_milvus_does(store):
     for text in refused:  # on "k", with true/false, 0/1 or a bound that 0 or 1 satisfies, or
         on_k = 'metadata["k"]' in text and any(a in text for a in ambiguous)
         negated_order = "not (" in text and any(op in text for op in "<>")  # a negated order
-        assert on_k or negated_order, text
+        # 0/1 or true/false inside an array: Lite 3 cannot tell them apart there on any key
+        in_array = text.startswith("json_contains") and any(a in text for a in ambiguous)
+        assert on_k or negated_order or in_array, text
     assert 'not (metadata["k"] < 2)' in refused  # a negated order: unknown on strings in Lite 3
     with pytest.raises(FilterNotOnEngine, match="true is 1"):
         store.delete_matching("domain", 'metadata["k"] == false')

@@ -477,6 +477,11 @@ def apply(
         weight_format=weight_format,
         lm_head=lm_head,
     )
+    if cfg.quantizes_nothing():  # the library's quantize() takes it (the transforms alone)
+        raise ConfigError(
+            "wbits=16 with abits=16 quantizes nothing: that is the FP32 model; give 2..8 for"
+            " wbits (weights) or abits (activations)"
+        )
     if progress:
         progress(f"loading {model}…")
     subject = None

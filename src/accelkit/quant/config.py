@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from accelkit.errors import ConfigError
 from accelkit.runtime.config import Section, Settings, load
@@ -118,15 +118,11 @@ class QuantConfig(Settings):
     layer_abits: dict[str, int] = Field(default_factory=dict)
     dry_run: bool = False
 
-    @model_validator(mode="after")
-    def _quantizes_something(self):
+    def quantizes_nothing(self) -> bool:
+        """wbits 16 with abits 16 and no layer below: the FP32 model (with DuQuant, only its
+        exact transforms — a check of their equivalence, not a quantization)."""
         overrides = (*self.layer_wbits.values(), *self.layer_abits.values())
-        if self.wbits == 16 and self.abits == 16 and all(b == 16 for b in overrides):
-            raise ConfigError(  # not a ValueError: pydantic would print every field beside it
-                "wbits=16 with abits=16 quantizes nothing: that is the FP32 model; give 2..8 for"
-                " wbits (weights) or abits (activations)"
-            )
-        return self
+        return self.wbits == 16 and self.abits == 16 and all(b == 16 for b in overrides)
 
     @field_validator("include_regex", "exclude_regex")
     @classmethod

@@ -21,10 +21,6 @@ from tests.support.photos import encode
 from tests.support.search_page import Page
 from tests.support.service import AUTH, KEY, ROOT, Server, store_yaml
 
-# one xdist worker runs this module (pyproject: --dist loadgroup), so
-# Chromium starts once (test_search_page_keys.py shares the group)
-pytestmark = pytest.mark.xdist_group("search-page")
-
 COLLECTION = "page_photos"
 XSS_NAME = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>.png"
 XSS_VALUE = "<b>bold</b><script>window.pwned=3</script>"

@@ -18,10 +18,6 @@ from tests.support import two_tower
 from tests.support.search_page import Page
 from tests.support.service import AUTH, KEY, Server
 
-# one xdist worker runs this module (pyproject: --dist loadgroup), so
-# Chromium starts once (test_search_page.py shares the group)
-pytestmark = pytest.mark.xdist_group("search-page")
-
 NAMES = ["chelsea", "coffee", "rocket", "astronaut", "moon", "coins", "camera", "china"]
 FORMULA = "=1+2"  # a file name a spreadsheet would run as a formula
 TEXT = "a photo of a cat at night"
