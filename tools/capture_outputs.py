@@ -287,7 +287,8 @@ def capture(tree: Path, out: Path) -> None:
             files = snapshot_files(scratch, seen)
             text = f"$ accelkit {shown}\nexit {done.returncode}\n--- stdout\n{stdout}\n"
             text += f"--- stderr\n{stderr}\n"
-            for rel, body in files.items():
+            for rel, body in files.items():  # written files name the tree under test too
+                body = body.replace(fixtures, "<FIXTURES>").replace(str(tree), "<TREE>")
                 text += f"--- file {rel}\n{body}\n"
             (out / f"{name}.txt").write_text(text)
             print(f"{name}: exit {done.returncode}", flush=True)
