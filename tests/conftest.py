@@ -12,6 +12,10 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from tests.support.threads import worker_threads
+
+os.environ.update(worker_threads(os.environ))  # before numpy and torch load OpenMP and BLAS
+
 from tests.support.groups import SERVERS
 from tests.support.milvus_server import server_database
 from tests.support.ray_cluster import client_env

@@ -82,6 +82,41 @@ def test_clip_search_is_per_row_optimum():
         assert best[i] == grid[int(np.argmin(errs))]
 
 
+@pytest.mark.parametrize("kind", ["grouped", "progressive", "int8"])
+@pytest.mark.parametrize("elements", [qz.CLIP_SEARCH_ELEMENTS, 3 * 64 * 5])
+@pytest.mark.parametrize("calibration_rows", [300, 40])
+def test_clip_search_in_batches_is_each_rows_best_ratio(
+    kind, elements, calibration_rows, monkeypatch
+):
+    """The grid's ratios run as stacked copies of the rows, in batches (here also 3 rows at a time,
+    the last batch short), the error through xᵀx or, with fewer calibration rows than input
+    channels, through x: each row's ratio is still the first of the grid with its least error,
+    each ratio's ŵ made by the quantizer alone with a scalar clip and the error in numpy."""
+    monkeypatch.setattr(qz, "CLIP_SEARCH_ELEMENTS", elements)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((10, 64))
+    w[:, 3] *= 15  # an outlier column: clipping pays on some rows and not on others
+    w[4] = w[5]  # equal rows choose alike
+    x = rng.standard_normal((calibration_rows, 64))
+    grid = (1.0, 0.95, 0.85, 0.7, 0.5)
+    wt = torch.from_numpy(w)
+
+    def rebuilt(ratio: float) -> np.ndarray:
+        if kind == "progressive":
+            return qz.progressive_dequantize(*qz.progressive_quantize(wt, 16, ratio)).numpy()
+        if kind == "int8":
+            q, scale = qz.int8_quantize(wt, ratio)
+            return (q.to(torch.float64) * scale).numpy()
+        return qz.fake_quant_weight(wt, 3, 16, ratio).numpy()
+
+    errors = np.stack([((x @ (w - rebuilt(r)).T) ** 2).sum(axis=0) for r in grid])
+    best = qz.search_weight_clip(
+        wt, torch.from_numpy(x), 3, 16, grid, progressive=kind == "progressive", int8=kind == "int8"
+    ).numpy()
+    assert best.tolist() == [grid[i] for i in errors.argmin(axis=0)]
+    assert best[4] == best[5]
+
+
 def test_int4_pack_round_trip_and_layout():
     codes = torch.randint(
         0, 16, (5, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)

@@ -2,11 +2,10 @@
 their starting states; store.py: what a store holds; inject.py: kill points at file-system writes;
 process.py: the child processes). benchmarks/reliability/faults.py runs all of it; the tests run
 parts, and these helpers: a command killed (SIGKILL) just before or after one of its file-system
-writes, found by name in a counting run."""
+writes, found by what it writes (a pattern of its `kind path` line)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from tests.support.crash.process import accelkit, injected, run
@@ -19,17 +18,12 @@ def write_events(args: list[str], cwd: Path, log: Path) -> list[str]:
     return log.read_text().splitlines()
 
 
-def killed_at(args: list[str], cwd: Path, number: int, after: bool = True):
-    """`accelkit ARGS` in `cwd`, SIGKILLed by itself just after (or before) its write event
-    `number` (1-based, as `write_events` lists them)."""
+def killed_at(args: list[str], cwd: Path, pattern: str, nth: int = 1, after: bool = True):
+    """`accelkit ARGS` in `cwd`, SIGKILLed by itself just after (or before) its `nth` write event
+    whose line (`kind path`, as `write_events` lists them) matches `pattern`: found by what it
+    writes, not by its place among the others (a cold cache adds writes to a counting run)."""
     variable = "ACCELKIT_FAULTS_KILL_AFTER" if after else "ACCELKIT_FAULTS_KILL_AT"
-    done = run(injected(accelkit(*args)), cwd, env={variable: str(number)})
+    env = {variable: str(nth), "ACCELKIT_FAULTS_KILL_MATCH": pattern}
+    done = run(injected(accelkit(*args)), cwd, env=env)
     assert done.code == -9, f"not killed (exit {done.code}): {done.output[-3000:]}"
     return done
-
-
-def event_number(events: list[str], pattern: str, nth: int = 1) -> int:
-    """The 1-based number of the `nth` event matching `pattern`."""
-    matching = [i + 1 for i, line in enumerate(events) if re.search(pattern, line)]
-    assert len(matching) >= nth, f"no event {pattern!r} among:\n" + "\n".join(events)
-    return matching[nth - 1]

@@ -7,7 +7,10 @@ O_RDWR, replace, rename, unlink, rmdir, mkdir, copy, rmtree) is an event. With
 ACCELKIT_FAULTS_EVENTS=PATH each event is appended to PATH (`kind path`, one a line); with
 ACCELKIT_FAULTS_KILL_AT=N the process SIGKILLs itself just before its Nth event (1-based), with
 ACCELKIT_FAULTS_KILL_AFTER=N just after it (a file opened for writing and not yet written): the
-moments between two writes that a time-based kill hits only by luck. The writes a child process
+moments between two writes that a time-based kill hits only by luck. With
+ACCELKIT_FAULTS_KILL_MATCH=REGEX only the events whose `kind path` line matches REGEX are counted
+for the kill (N: the Nth matching one), so the kill point does not move when a run writes fewer
+other files (a warm cache: a cold run compiles and writes the JAX cache, the next does not). The writes a child process
 or a native library makes (Milvus Lite's engine, SQLite) are not events: time-based kills cover
 those."""
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import re
 import shutil
 import signal
 import sys
@@ -25,19 +29,35 @@ _lock = threading.Lock()
 _count = 0
 _limit = int(os.environ.get("ACCELKIT_FAULTS_KILL_AT", "0") or 0)
 _after = int(os.environ.get("ACCELKIT_FAULTS_KILL_AFTER", "0") or 0)
+_match = (
+    re.compile(os.environ["ACCELKIT_FAULTS_KILL_MATCH"])
+    if os.environ.get("ACCELKIT_FAULTS_KILL_MATCH")
+    else None
+)
+_matched = 0  # events matching _match so far
 _log_fd: int | None = None
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def event(kind: str, path) -> int:
-    global _count
+    """Count an event; returns its number as the kill variables count it (0: not counted)."""
+    global _count, _matched
+    line = f"{kind} {os.fspath(path) if path is not None else ''}"
     with _lock:
         _count += 1
-        if _limit and _count >= _limit:
+        if _match is not None:
+            if not _match.search(line):
+                number = 0
+            else:
+                _matched += 1
+                number = _matched
+        else:
+            number = _count
+        if _limit and number >= _limit:
             os.kill(os.getpid(), signal.SIGKILL)
         if _log_fd is not None:
-            os.write(_log_fd, f"{kind} {os.fspath(path) if path is not None else ''}\n".encode())
-        return _count
+            os.write(_log_fd, f"{line}\n".encode())
+        return number
 
 
 def done(number: int) -> None:

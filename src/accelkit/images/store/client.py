@@ -261,7 +261,7 @@ class StoreClient:
             if _timed_out(exc) and (_unreachable(exc) or not self._answers()):
                 # pymilvus retried a dead server until now, or the call waited for a connection
                 # to one until its deadline: unavailable, not slow
-                self._down_at = time.monotonic()
+                self._saw_down()
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} is unavailable (down or restarting); retry later"
@@ -285,7 +285,15 @@ class StoreClient:
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s); "
                     "retry, narrow the filter, or raise store.timeout"
                 ) from exc
+            if _unreachable(exc):  # refused at once: down, and recovering once it is back
+                self._saw_down()
             raise StoreError(f"{what} failed: {_reason(exc)}") from exc
+
+    def _saw_down(self) -> None:
+        """A call found the server down or reloading: the recovery window (`RECOVERY_S`) runs from
+        the latest such sighting, not the first (a server under load answers searches again up to
+        ~45 s after it is back, its refusals and reloads meanwhile: tests/images/test_outage.py)."""
+        self._down_at = time.monotonic()
 
     def _answers(self) -> bool:
         """Whether a server answers a cheap call within 2 s: tells a timeout on a dead server
@@ -606,6 +614,7 @@ class StoreClient:
                 clear_new_indexes(engine, name, before)
             raise
         except StoreTimeoutError as exc:  # not a slow query: the collection is not there yet
+            self._saw_down()
             raise StoreUnavailableError(
                 f"loading collection {name!r} took longer than store.timeout"
                 f" ({self.config.timeout:g} s): it is unavailable until Milvus has loaded it"
@@ -678,6 +687,7 @@ class StoreClient:
             if self.is_server and not self._serving(name):
                 # a server that answers but is loading the collection again (after a restart)
                 # is unavailable for it, not slow: searches would wait for the reload
+                self._saw_down()
                 raise StoreUnavailableError(
                     f"{what} took longer than store.timeout ({self.config.timeout:g} s): Milvus"
                     f" at {self.uri} is loading {name!r} (again, after a restart); retry later"

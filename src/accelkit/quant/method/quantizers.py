@@ -89,6 +89,9 @@ def fake_quant_weight(
     return dequantize_weight(q, scale, zero)
 
 
+CLIP_SEARCH_ELEMENTS = 1 << 23  # weight copies (rows × width × ratios) quantized in one batch
+
+
 def search_weight_clip(
     w: torch.Tensor,
     x: torch.Tensor,
@@ -101,26 +104,36 @@ def search_weight_clip(
     """Per output channel clip ratio minimizing the output error ||x (w_i - ŵ_i)ᵀ||² on calibration rows x.
 
     Each output channel's error depends only on its own row, so the search is exact per row: with
-    H = xᵀx the error of row i is e_i H e_iᵀ (e = w - ŵ), evaluated for every ratio on the grid.
+    H = xᵀx the error of row i is e_i H e_iᵀ (e = w - ŵ), evaluated for every ratio on the grid
+    (the first of equal errors wins). Every quantizer here is row-wise with a per-row clip, so the
+    grid's ratios run as one batch of stacked row copies (a few thousand large tensor operations
+    per model instead of one pass per ratio of small ones), `CLIP_SEARCH_ELEMENTS` at a time.
     `progressive`: ŵ is the two-level weight of `progressive_quantize` (the clip is level 1's);
     `int8`: ŵ is the symmetric int8 weight of `int8_quantize`.
     """
-    h = x.T @ x
-    best_err = torch.full((w.shape[0],), float("inf"), dtype=w.dtype)
-    best = torch.ones(w.shape[0], dtype=w.dtype)
-    for ratio in grid:
+    if progressive and group_size is None:
+        raise ValueError("progressive weights come in groups: give group_size")
+    m, n = w.shape
+    # e H eᵀ = ||x eᵀ||²: through x when it has fewer rows than w has columns (fewer products)
+    thin = x.shape[0] < n
+    h = x.T if thin else x.T @ x
+    ratios = torch.tensor(grid, dtype=w.dtype)
+    rows = max(1, CLIP_SEARCH_ELEMENTS // (n * len(grid)))
+    best = torch.empty(m, dtype=w.dtype)
+    for start in range(0, m, rows):
+        part = w[start : start + rows]
+        copies = part.repeat(len(grid), 1)  # ratio-major: copy j holds every row at grid[j]
+        clip = ratios.repeat_interleave(part.shape[0])
         if progressive:
-            assert group_size is not None  # progressive weights come in groups
-            e = w - progressive_dequantize(*progressive_quantize(w, group_size, ratio))
+            assert group_size is not None
+            e = copies - progressive_dequantize(*progressive_quantize(copies, group_size, clip))
         elif int8:
-            q, scale = int8_quantize(w, ratio)
-            e = w - q.to(w.dtype) * scale
+            q, scale = int8_quantize(copies, clip)
+            e = copies - q.to(w.dtype) * scale
         else:
-            e = w - fake_quant_weight(w, bits, group_size, ratio)
-        err = ((e @ h) * e).sum(dim=1)
-        better = err < best_err
-        best_err = torch.where(better, err, best_err)
-        best = torch.where(better, torch.full_like(best, ratio), best)
+            e = copies - fake_quant_weight(copies, bits, group_size, clip)
+        err = ((e @ h) ** 2 if thin else (e @ h) * e).sum(dim=1).reshape(len(grid), part.shape[0])
+        best[start : start + rows] = ratios[err.argmin(dim=0)]
     return best
 
 
