@@ -252,3 +252,16 @@ def ensure_tensors(data_dir: Path, photos: Path, count: int = 256) -> Path:
     ).astype(np.float32)  # fmt: skip
     np.save(path, ready)
     return path
+
+
+def milvus_server(stack, prefix: str):
+    """A real Milvus server for a benchmark's `--server`, in `stack` (a contextlib.ExitStack):
+    started in a temporary folder (stopped and removed with the stack); exits with one line when
+    this machine cannot run one. Returns the running `tests.support.milvus_server.MilvusServer`."""
+    from tests.support.milvus_server import MilvusServer, unavailable
+
+    reason = unavailable()
+    if reason:
+        sys.exit(f"error: --server: {reason}")
+    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+    return stack.enter_context(MilvusServer(Path(folder) / "milvus"))

@@ -23,13 +23,12 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, milvus_server
 from benchmarks.docs.blocks import Table
 from benchmarks.images.vectors import (
     DIM,
@@ -185,14 +184,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         uri = args.uri
         if args.server:
-            from tests.support.milvus_server import MilvusServer, unavailable
-
-            reason = unavailable()
-            if reason:
-                sys.exit(f"error: --server: {reason}")
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="accelkit-filtered-"))
-            server = stack.enter_context(MilvusServer(Path(tmp) / "milvus"))
-            uri = server.uri
+            uri = milvus_server(stack, "accelkit-filtered-").uri
         config = StoreConfig(
             uri=uri, token=args.token, timeout=600, M=16, efConstruction=200, ef=64
         )

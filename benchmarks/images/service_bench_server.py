@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, milvus_server
 from benchmarks.images.vectors import (
     DIM,
     FILTER,
@@ -357,14 +356,8 @@ def run_server_bench(args, data, queries, sources, load_start) -> None:
     with contextlib.ExitStack() as stack:
         uri = args.uri
         if args.server:
-            from tests.support.milvus_server import MilvusServer, unavailable
-
-            reason = unavailable()
-            if reason:
-                sys.exit(f"error: --server: {reason}")
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="accelkit-milvus-bench-"))
             boot = time.perf_counter()
-            server = stack.enter_context(MilvusServer(Path(tmp) / "milvus"))
+            server = milvus_server(stack, "accelkit-milvus-bench-")
             SERVER_PID, uri = server.server.pid, server.uri
             print(f"server up in {time.perf_counter() - boot:.0f} s at {uri}", flush=True)
         result = {
