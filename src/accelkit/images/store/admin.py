@@ -297,11 +297,7 @@ class CollectionAdmin(StoreClient):
     def drop_collection(self, name: str) -> None:
         self._require(name)
         self._call(f"dropping collection {name!r}", self._milvus.drop_collection, name)
-        with self._lock:
-            self._loaded.discard(name)
-            self._specs.pop(name, None)
-            self._dims.pop(name, None)
-            self._fields.pop(name, None)
+        self._uncache(name)
         self._forget(name)
 
     def flush(self, name: str) -> None:

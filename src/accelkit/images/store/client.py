@@ -390,6 +390,27 @@ class StoreClient:
             self._dims[name] = dim
         return dim
 
+    def _uncache(self, name: str) -> None:
+        """Drop what this client keeps of collection `name` (its dimension, declared fields, index
+        spec, records, loaded state): the next call reads them from the store again."""
+        with self._lock:
+            self._loaded.discard(name)
+            for cache in (self._specs, self._dims, self._fields, self._records):
+                cache.pop(name, None)
+
+    def _schema_changed(self, name: str) -> bool:
+        """After a write the store refused: whether collection `name` now has another dimension
+        or other declared fields than this client kept (another client dropped it and made it
+        anew); the caches then hold the new ones."""
+        with self._lock:
+            kept = (self._dims.get(name), self._fields.get(name))
+        self._uncache(name)
+        try:
+            now = (self.describe_dim(name), self.declared_fields(name))
+        except StoreError:
+            return False
+        return now != kept
+
     def declared_fields(self, name: str) -> dict[str, str]:
         """The filter fields collection `name` declares (`settings.fields`), from its schema."""
         with self._lock:

@@ -53,6 +53,24 @@ class ItemWrites(StoreClient):
         ]
         if not ids:
             return []
+        try:
+            self._store_items(name, ids, vectors, metadata)
+        except StoreTimeoutError:
+            raise
+        except StoreError:
+            # refused: if another client dropped the collection and made it anew (other declared
+            # fields, another dimension), the rows are made again for what it is now, once
+            if not self._schema_changed(name):
+                raise
+            self._store_items(name, ids, vectors, metadata)
+        with self._lock:
+            self._deleted.discard(name)
+        return ids
+
+    def _store_items(
+        self, name: str, ids: list[str], vectors: np.ndarray, metadata: list[Any]
+    ) -> None:
+        """Rows for the collection as this client knows it, sent in batches (`upsert`)."""
         dim = self.describe_dim(name)
         if vectors.shape[1] != dim:
             raise DataError(f"collection {name!r} holds {dim}-d vectors; got {vectors.shape[1]}-d")
@@ -105,9 +123,6 @@ class ItemWrites(StoreClient):
         else:
             for batch in batches:
                 self._call(f"inserting into {name!r}", self._milvus.upsert, name, batch)
-        with self._lock:
-            self._deleted.discard(name)
-        return ids
 
     def delete(self, name: str, ids: Sequence[str]) -> int:
         """Delete items by id, `ID_BATCH` at a time (each batch counted, then deleted); returns
