@@ -94,3 +94,11 @@ def test_repeated_settings_run_once():
 
     assert _items("rtn, RTN,duquant,rtn", "methods", ("rtn", "duquant")) == ["rtn", "duquant"]
     assert _items(["w4a8", "W4A8 ", "w8a8"], "bits") == ["w4a8", "w8a8"]
+
+
+def test_a_setting_written_two_ways_runs_once():
+    """w04a8 is w4a8: the old dedupe compared spellings and ran the setting twice."""
+    from accelkit.quant.api import _eval_inputs
+
+    _, bits, _ = _eval_inputs("minilm", "rtn", "w4a8,w04a8,W8A08", 8, None, "auto", None)
+    assert bits == ["w4a8", "w8a8"]

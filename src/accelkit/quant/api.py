@@ -282,8 +282,8 @@ def _eval_inputs(model, methods, bits, pairs, max_length, dtype, report) -> tupl
     if report:
         check_folder(report)
     torch_dtype = parse_dtype(dtype)
-    for b in bit_list:
-        parse_bits(b)
+    # each setting once, as it is written canonically (w04a8 is w4a8: one row, not two)
+    bit_list = list(dict.fromkeys(f"w{w}a{a}" for w, a in map(parse_bits, bit_list)))
     return method_list, bit_list, torch_dtype
 
 

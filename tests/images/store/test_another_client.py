@@ -66,3 +66,57 @@ def test_an_insert_after_another_client_remade_the_collection_with_another_dimen
             first.upsert("resized", ["a"], rows(1, 4, 3))
         assert first.upsert("resized", ["a"], rows(1, 8, 3)) == ["a"]
         assert second.count("resized", consistency="Strong") == 1
+
+
+def test_a_client_that_read_a_declaration_filters_and_deletes_by_the_new_one(store_settings):
+    """A declaration kept by a client while another made the collection anew with a key's type
+    changed (varchar → int64): the kept one rewrote `year == 2001` to match nothing and
+    `year != 2001` to match everything, so a search said "no match" and a delete by filter
+    emptied the collection; an item whose year fits the new type was refused before sending."""
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        if first.lite == 3:
+            not_applicable("declared filter fields: Milvus Lite 3 refuses them")
+        fresh(first, "retyped")
+        first.create_collection("retyped", dim=4, fields={"year": "varchar"})
+        first.upsert("retyped", ["old"], rows(1, 4, 1), [{"year": "1999"}])
+        second.drop_collection("retyped")
+        second.create_collection("retyped", dim=4, fields={"year": "int64"})
+        second.upsert("retyped", ["p", "q"], rows(2, 4, 4), [{"year": 2001}, {"year": 2002}])
+        found = first.search(
+            "retyped", rows(2, 4, 4), topk=5, filter_expr='metadata["year"] == 2001'
+        )
+        assert [[h.id for h in hits] for hits in found] == [["p"], ["p"]]
+        first.upsert("retyped", ["r"], rows(1, 4, 5), [{"year": 2003}])
+        assert first.delete_matching("retyped", 'metadata["year"] != 2001') == 2
+        assert [r["id"] for r in second.get("retyped", ["p", "q", "r"])] == ["p"]
+
+
+def test_a_client_that_read_a_dimension_searches_the_new_one(store_settings):
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        fresh(first, "resized_search")
+        first.create_collection("resized_search", dim=4)
+        first.upsert("resized_search", ["old"], rows(1, 4, 1))
+        second.drop_collection("resized_search")
+        second.create_collection("resized_search", dim=8)
+        second.upsert("resized_search", ["n"], rows(1, 8, 6))
+        hits = first.search("resized_search", rows(1, 8, 6)[0], topk=3, consistency="Strong")
+        assert [h.id for h in hits[0]] == ["n"]
+
+
+def test_making_an_existing_collection_with_other_fields_says_it_exists(store_settings):
+    """The fields check ran before the existence check: 400 invalid_request, not 409."""
+    from accelkit.images.store import CollectionExistsError
+
+    with VectorStore(StoreConfig(**store_settings)) as store:
+        if store.lite == 3:
+            not_applicable("declared filter fields: Milvus Lite 3 refuses them")
+        fresh(store, "taken")
+        store.create_collection("taken", dim=4)
+        with pytest.raises(CollectionExistsError):
+            store.create_collection("taken", dim=4, fields={"year": "int64"})

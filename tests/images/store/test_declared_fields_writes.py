@@ -140,3 +140,22 @@ def test_migrate_again_declaring_other_fields_is_refused_not_ignored(tmp_path):
     assert "delete" not in message.lower() and "drop" not in message.lower()
     with VectorStore(StoreConfig(uri=str(tmp_path / "t.db"))) as t:
         assert t.describe("pics")["fields"] == {} and t.count("pics", consistency="Strong") == 2
+
+
+def test_a_copy_into_lite3_declaring_fields_runs_again_as_it_ran_first(tmp_path):
+    """Milvus Lite 3 takes no declared fields, so a copy into it is made without them (a warning
+    says so). Run again (a resume, a check), the same DST config was refused: its store.fields
+    named fields the copy lacks, and the copy could never be finished or verified."""
+    from accelkit.images.store.migrate import migrate
+
+    source = StoreConfig(uri=str(tmp_path / "s.db"))
+    with VectorStore(source) as s:
+        if s.lite != 3:
+            not_applicable("Milvus Lite 3 sets declared fields aside; the others keep them")
+        s.create_collection("pics", dim=4)
+        s.upsert("pics", ["a", "b"], vectors(2), [{"year": 1}, {}])
+    declaring = StoreConfig(uri=str(tmp_path / "t.db"), fields={"year": "int64"})
+    migrate(source, declaring, ["pics"])
+    migrate(source, declaring, ["pics"])
+    with VectorStore(StoreConfig(uri=str(tmp_path / "t.db"))) as t:
+        assert t.describe("pics")["fields"] == {} and t.count("pics", consistency="Strong") == 2

@@ -74,11 +74,11 @@ class CollectionAdmin(StoreClient):
         except ValueError as exc:
             raise ConfigError(f"store.fields: {exc}") from None
         if self.has_collection(name):
-            self._same_fields(name, wanted)
             if not exist_ok:
                 raise CollectionExistsError(
                     f"collection {name!r} exists already; delete it first or pick another name"
                 )
+            self._same_fields(name, wanted)
             info = self.describe(name)
             if info["dim"] != dim:
                 raise DataError(

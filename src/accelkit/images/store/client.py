@@ -398,24 +398,37 @@ class StoreClient:
             for cache in (self._specs, self._dims, self._fields, self._records):
                 cache.pop(name, None)
 
-    def _schema_changed(self, name: str) -> bool:
+    def _schema_changed(self, name: str, used: tuple[int, dict[str, str]]) -> bool:
         """After a write the store refused: whether collection `name` now has another dimension
-        or other declared fields than this client kept (another client dropped it and made it
-        anew); the caches then hold the new ones."""
-        with self._lock:
-            kept = (self._dims.get(name), self._fields.get(name))
+        or other declared fields than `used` (what the refused write was made for: another
+        client dropped the collection and made it anew); the caches then hold the new ones."""
         self._uncache(name)
         try:
-            now = (self.describe_dim(name), self.declared_fields(name))
+            return (self.describe_dim(name), self.declared_fields(name)) != used
         except StoreError:
             return False
-        return now != kept
+
+    def current_dim(self, name: str, given: int) -> int:
+        """The dimension of collection `name` to check a `given`-d vector against: the kept one,
+        read again when they differ (the collection may have been made anew by another client
+        since this one read it)."""
+        dim = self.describe_dim(name)
+        if dim != given:
+            with self._lock:
+                self._dims.pop(name, None)
+            dim = self.describe_dim(name)
+        return dim
 
     def declared_fields(self, name: str) -> dict[str, str]:
-        """The filter fields collection `name` declares (`settings.fields`), from its schema."""
+        """The filter fields collection `name` declares (`settings.fields`), from its schema.
+        Only "none" is kept between calls: a filter is rewritten, and rows and items are checked,
+        by the declaration, so a kept one that another client has since changed (the collection
+        dropped and made anew) would select other items than the filter says, or delete them.
+        A kept "none" cannot: the metadata JSON the filter then reads holds every value, and
+        an insert missing new fields is refused by the store (`upsert` then reads them again)."""
         with self._lock:
-            if name in self._fields:
-                return self._fields[name]
+            if self._fields.get(name) == {}:
+                return {}
         self._require(name)
         info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         declared = declared_from_schema(info["fields"])

@@ -432,7 +432,10 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
                 f" ({held}, kept: migrate writes only into its own copies); migrate into another"
                 " DST, or migrate other collections (--collection)"
             )
-        dst.fields_to_write(name, exists=True)  # DST's store.fields naming others: refused
+        if dst.lite == 3:  # its copy was made without them (below): set aside again, said again
+            _lite3_sets_fields_aside(dst.config.fields, name)
+        else:
+            dst.fields_to_write(name, exists=True)  # DST's store.fields naming others: refused
         same = _same_vectors(src, dst, name)
         loss = _loss(src, dst, name, found, same) if restart and not force else None
         if loss:
@@ -468,12 +471,8 @@ def _prepare(src, dst, name: str, index_type: str | None, restart, identity) -> 
             "collection %r: Milvus Lite 2.x builds no HNSW index; its copy gets FLAT (exact)", name
         )
     fields = dst.config.fields or info.get("fields") or {}
-    if fields and dst.lite == 3:
-        log.warning(
-            "collection %r: Milvus Lite 3 takes no declared filter fields; its copy filters on"
-            " the metadata as written (the same answers)",
-            name,
-        )
+    if dst.lite == 3:
+        _lite3_sets_fields_aside(fields, name)
         fields = {}
     refuse_undeclarable(src, name, fields, info)  # before DST's collection is made
     origin = {**origin, "after": None, "copied": 0, "complete": False}
@@ -687,3 +686,14 @@ def _verify(
                 f"collection {name!r}: item {item_id!r} read back from DST differs from SRC; {fix}"
             )
     return len(chosen), True
+
+
+def _lite3_sets_fields_aside(fields, name: str) -> None:
+    """Milvus Lite 3 takes no declared filter fields: a copy into it is made without them (the
+    first run and every run after it alike), and the user is told once per run."""
+    if fields:
+        log.warning(
+            "collection %r: Milvus Lite 3 takes no declared filter fields; its copy filters on"
+            " the metadata as written (the same answers)",
+            name,
+        )

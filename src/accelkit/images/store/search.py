@@ -43,7 +43,7 @@ class ItemSearch(StoreClient):
             raise InputError(f"topk {topk!r} must be an integer between 1 and 16384")
         if queries.ndim != 2 or not np.isfinite(queries).all():
             raise DataError("query vector must be a flat list of finite numbers (no NaN or Inf)")
-        dim = self.describe_dim(name)
+        dim = self.current_dim(name, queries.shape[1])
         if queries.shape[1] != dim:
             raise DataError(
                 f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d"

@@ -53,30 +53,37 @@ class ItemWrites(StoreClient):
         ]
         if not ids:
             return []
+        used = (self.describe_dim(name), self.declared_fields(name))
         try:
-            self._store_items(name, ids, vectors, metadata)
+            self._store_items(name, ids, vectors, metadata, *used)
         except StoreTimeoutError:
             raise
-        except StoreError:
-            # refused: if another client dropped the collection and made it anew (other declared
-            # fields, another dimension), the rows are made again for what it is now, once
-            if not self._schema_changed(name):
+        except (StoreError, DataError):
+            # refused, here or by the store: if another client dropped the collection and made
+            # it anew (other declared fields, another dimension), the rows are made again for
+            # what it is now, once
+            if not self._schema_changed(name, used):
                 raise
-            self._store_items(name, ids, vectors, metadata)
+            now = (self.describe_dim(name), self.declared_fields(name))
+            self._store_items(name, ids, vectors, metadata, *now)
         with self._lock:
             self._deleted.discard(name)
         return ids
 
     def _store_items(
-        self, name: str, ids: list[str], vectors: np.ndarray, metadata: list[Any]
+        self,
+        name: str,
+        ids: list[str],
+        vectors: np.ndarray,
+        metadata: list[Any],
+        dim: int,
+        declared: dict[str, str],
     ) -> None:
-        """Rows for the collection as this client knows it, sent in batches (`upsert`)."""
-        dim = self.describe_dim(name)
+        """Rows for the collection of dimension `dim` declaring `declared`, sent in batches."""
         if vectors.shape[1] != dim:
             raise DataError(f"collection {name!r} holds {dim}-d vectors; got {vectors.shape[1]}-d")
         last = {item_id: i for i, item_id in enumerate(ids)}  # duplicate ids: the last one wins
         order = sorted(last.values())
-        declared = self.declared_fields(name)
         try:  # every item checked before any is sent: nothing half-written
             scalars = [scalar_values(declared, metadata[i] or {}, f"metadata #{i}") for i in order]
         except ValueError as exc:
