@@ -18,9 +18,9 @@ from accelkit.images.settings.schema import (
     check_collection_name,
     check_description,
 )
-from accelkit.images.store.client import StoreClient
 from accelkit.images.store.errors import CollectionExistsError, StoreError, StoreTimeoutError
 from accelkit.images.store.lite import clear_aborted_collection, index_coverage
+from accelkit.images.store.recorded import CollectionRecords
 from accelkit.images.store.records import (
     ID_FIELD,
     MAX_ID_LENGTH,
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 MIN_INDEXED_ROWS = 1024  # Milvus' indexCoord.segment.minSegmentNumRowsToEnableIndex default
 
 
-class CollectionAdmin(StoreClient):
+class CollectionAdmin(CollectionRecords):
     """Collections and their indexes."""
 
     def create_collection(

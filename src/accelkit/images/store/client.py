@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from accelkit.errors import AccelkitError, ConfigError, InputError, require
 from accelkit.images.settings.config import StoreConfig
@@ -45,7 +45,6 @@ from accelkit.images.store.lite import (
     check_lite_format,
     check_lite_free,
     check_lite_space,
-    clear_aborted_collection,
     clear_new_indexes,
     close_engine,
     engine_calls,
@@ -56,20 +55,12 @@ from accelkit.images.store.lite import (
     open_engine,
 )
 from accelkit.images.store.records import (
-    CATALOG,
     CONSISTENCY_LEVELS,
-    ID_FIELD,
-    MARKER,
-    MARKER_PREFIX,
-    MAX_ID_LENGTH,
     METADATA_FIELD,
     PROP_INDEX,
-    PROPERTY_PREFIX,
-    RECORD_KEYS,
     RESERVED_PREFIX,
     VECTOR_FIELD,
     IndexSpec,
-    ids_filter,
     is_local_uri,
     redact_uri,
 )
@@ -228,7 +219,7 @@ class StoreClient:
                     except Exception:  # older milvus-lite: released at exit
                         pass
 
-    def __enter__(self) -> StoreClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -435,146 +426,6 @@ class StoreClient:
         with self._lock:
             self._fields[name] = declared
         return declared
-
-    def recorded(self, name: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
-        """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None
-        when it has none (made before we recorded it, or by another program). A server keeps
-        them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
-        properties, in the catalog collection of its database. Kept after the first read;
-        `fresh` reads a server's again (another client may have made the collection anew since:
-        Milvus Lite has no other client)."""
-        with self._lock:
-            cached = None if fresh and self.is_server else self._records.get(name)
-        if cached is None:
-            self._require(name)
-            cached = self._server_records(name) if self.is_server else self._catalog_records(name)
-            with self._lock:
-                self._records[name] = cached
-        value = cached.get(key)
-        return value if isinstance(value, dict) else None
-
-    def record(self, name: str, records: dict[str, Any], replace: bool = False) -> None:
-        """Keep `records` (JSON objects by key) for collection `name`, replacing the keys given
-        (`replace`: all of them — a new collection inherits nothing of an old one's)."""
-        if not records and not (replace and not self.is_server):
-            return
-        if self.is_server:
-            self._call(
-                f"recording {name!r}",
-                self._milvus.alter_collection_properties,
-                name,
-                {
-                    f"{PROPERTY_PREFIX}{k}": json.dumps(v, sort_keys=True)
-                    for k, v in records.items()
-                },
-            )
-        elif replace and not records:
-            self._forget(name)
-        else:
-            merged = records if replace else {**(self._catalog_records(name) or {}), **records}
-            self._catalog_write(name, merged)
-        with self._lock:
-            self._records.pop(name, None)
-
-    def _server_records(self, name: str) -> dict[str, Any]:
-        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
-        found = {}
-        for prop, text in (info.get("properties") or {}).items():
-            key = str(prop).removeprefix(PROPERTY_PREFIX)
-            if str(prop).startswith(PROPERTY_PREFIX) and key in RECORD_KEYS:
-                try:
-                    found[key] = json.loads(text)
-                except ValueError:
-                    continue
-        return found
-
-    def _catalog_records(self, name: str) -> dict[str, Any]:
-        if not self.has_collection(CATALOG):
-            return {}
-        rows = self._with_load(
-            CATALOG,
-            "reading the catalog",
-            self._milvus.query,
-            CATALOG,
-            filter=ids_filter([name]),
-            output_fields=[METADATA_FIELD],
-            consistency_level="Strong",
-        )
-        return dict(rows[0].get(METADATA_FIELD) or {}) if rows else {}
-
-    def _catalog_write(self, name: str, records: dict[str, Any]) -> None:
-        """The catalog row of collection `name` (Milvus Lite), the catalog made on first use."""
-        if not self.has_collection(CATALOG):
-            from pymilvus import DataType
-
-            schema = self._milvus.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
-            schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
-            schema.add_field(METADATA_FIELD, DataType.JSON)
-            index = self._milvus.prepare_index_params()
-            index.add_index(VECTOR_FIELD, index_type="FLAT", metric_type="L2")
-            if self.lite == 3 and self._engine is not None:
-                clear_aborted_collection(self._engine, CATALOG)
-            self._call(
-                "creating the catalog",
-                self._milvus.create_collection,
-                CATALOG,
-                schema=schema,
-                index_params=index,
-                consistency_level="Strong",
-            )
-        row = {ID_FIELD: name, VECTOR_FIELD: [0.0, 0.0], METADATA_FIELD: records}
-        self._with_load(CATALOG, "writing the catalog", self._milvus.upsert, CATALOG, [row])
-
-    def store_marker(self, create: bool = False) -> str | None:
-        """The random id accelkit keeps in this server database (`records.MARKER`), made first
-        when `create` and it has none; None when it has none. Two clients that read one id are
-        on one database, however their URIs and database names are spelled."""
-        if self.has_collection(MARKER):
-            return self._marker_id()
-        if not create:
-            return None
-        import uuid
-
-        from pymilvus import DataType
-
-        schema = self._milvus.create_schema(
-            auto_id=False,
-            enable_dynamic_field=False,
-            description=f"{MARKER_PREFIX}{uuid.uuid4().hex}",
-        )
-        schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_LENGTH)
-        schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=2)  # Milvus needs one
-        try:
-            self._call(
-                "marking the store",
-                self._milvus.create_collection,
-                MARKER,
-                schema=schema,
-                description=schema.description,
-            )
-        except StoreError:
-            if not self.has_collection(MARKER):  # else another client made it first: its id
-                raise
-        return self._marker_id()
-
-    def _marker_id(self) -> str | None:
-        info = self._call("reading the store's marker", self._milvus.describe_collection, MARKER)
-        text = str(info.get("description") or "")
-        return text.removeprefix(MARKER_PREFIX) if text.startswith(MARKER_PREFIX) else None
-
-    def _forget(self, name: str) -> None:
-        """Remove a dropped collection's records (a server's went with its properties)."""
-        with self._lock:
-            self._records.pop(name, None)
-        if not self.is_server and self.has_collection(CATALOG):
-            self._with_load(
-                CATALOG,
-                "writing the catalog",
-                self._milvus.delete,
-                CATALOG,
-                filter=ids_filter([name]),
-            )
 
     def _spec(self, name: str) -> IndexSpec:
         with self._lock:

@@ -34,6 +34,7 @@ from accelkit.bench.harness import (
     Timing,
     check_below,
     check_true,
+    fix_threads,
 )
 from accelkit.runtime.files import temporary_folder
 
@@ -57,7 +58,10 @@ def run(
 
     from accelkit.bench.experiments.parallel import child_env
 
-    threads = threads or torch.get_num_threads()  # children match it: bit-equal resumes need it
+    # this process and its children run with one thread count: bit-equal resumes need it (a
+    # caller's `threads` is applied here too, not only in the children: with OMP_NUM_THREADS=1
+    # in the environment and threads=2 the resumed losses differed by 9e-8)
+    threads = fix_threads(threads) if threads else torch.get_num_threads()
     data = make_data(setup.samples, setup.seed)
     _, y_train, x_test, y_test = data
     steps_per_epoch = len(y_train) // setup.batch_size
