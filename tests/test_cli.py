@@ -109,7 +109,7 @@ def test_a_full_disk_ends_a_command_in_one_line_and_leaves_the_old_output(tmp_pa
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "norm_stats.json"]
 
 
-# What a command imports, read in a fresh process after it ran (issue 59: `accelkit stats --help`
+# What a command imports, read in a fresh process after it ran (`accelkit stats --help` once
 # paid for the images config, rich and the installed-package metadata of every capability).
 _IMPORTED = """
 import sys

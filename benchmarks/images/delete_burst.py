@@ -1,4 +1,4 @@
-"""Memory of `accelkit images serve` (Milvus Lite) around a burst of deletes by id (issue 27).
+"""Memory of `accelkit images serve` (Milvus Lite) around a burst of deletes by id.
 
 One delete of 1,000,000 ids once took 7-12 s and left the service's process tree (the service and
 its Milvus Lite engine) 0.6-0.9 GB larger, for good. Now a request holds at most

@@ -1,4 +1,4 @@
-"""Filtered top-10 search on a Milvus server three ways, one run, interleaved (issue 59 item 4):
+"""Filtered top-10 search on a Milvus server three ways, one run, interleaved:
 the JSON `metadata` filter (`metadata["k"] == 3`, as before), the same filter on a collection that
 declares `k` as a filter field (`store.fields: {k: int64}`: the store rewrites the filter to the
 scalar fields, settings/fields.py), and (for comparison only: not a store feature) a partition

@@ -1,4 +1,4 @@
-"""Milvus Lite 2.5 and 3 side by side, through accelkit's own `VectorStore` (issue 50, item 1):
+"""Milvus Lite 2.5 and 3 side by side, through accelkit's own `VectorStore`:
 what accelkit does with each engine, not raw pymilvus.
 
 Both engines are the module `milvus_lite`, so they never share a process: this driver makes the

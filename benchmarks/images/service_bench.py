@@ -30,7 +30,7 @@ vectors, same queries), each stage timed as wall time, this process's CPU and th
 the bulk path (upsert + flush); then per index type (HNSW by default; --index-types) upsert, the
 first search, flush, index build + hand-off, top-10 p50/p99 with and without the filter (and the
 filter at the plain ef: the baseline of the 4x ef walk), recall@10 against exact numpy float64
-top-10 for altered copies and off-data queries, and a sweep of ef. Server targets (issue 49):
+top-10 for altered copies and off-data queries, and a sweep of ef. Server targets:
 first search after a bulk insert <= 100 ms, HNSW and filtered top-10 p99 < 20 ms, upsert >= 5,000
 vectors/s, the whole run <= 20 minutes. `benchmarks/docs/service.py` renders the docs' tables.
 """

@@ -1,6 +1,6 @@
 """The Milvus server half of `service_bench.py` (`--server` / `--uri`): each stage of a server's
 work timed as wall time, this process's CPU and the server's CPU, the first search after a bulk
-insert per consistency level, and the verdict against issue 49's server targets. Run it through
+insert per consistency level, and the verdict against the server targets. Run it through
 `python -m benchmarks.images.service_bench --server` (the module docstring there says what is measured)."""
 
 from __future__ import annotations

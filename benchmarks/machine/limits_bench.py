@@ -1,5 +1,5 @@
 """Whole processes against their floors: how close each command, run as a user runs it, comes to
-the part of its work that no implementation can skip (issue 29).
+the part of its work that no implementation can skip.
 
 Each workload times complete processes (start-up, imports, model load and writing included) in
 interleaved rounds, the starting process rotating, after one warm-up call each (page cache, the
@@ -29,7 +29,7 @@ the best of each (best accelkit against best floor, as a quiet machine would sho
                 local `accelkit images embed` of the same photos
 
     python -m benchmarks.machine.limits_bench                 # everything, ~15 min here (datasets once)
-    python -m benchmarks.machine.limits_bench --stats                 # the stats rows only (issue 40)
+    python -m benchmarks.machine.limits_bench --stats                 # the stats rows only
     python -m benchmarks.machine.limits_bench --only stats_v30,stats_v21 --rounds 3
     python -m benchmarks.machine.limits_bench --quick         # small sizes, one round: a smoke run
     python -m benchmarks.machine.limits_bench --docs-only     # rewrite docs/performance.md from the JSON
@@ -63,7 +63,7 @@ from benchmarks.common import (
 )
 from benchmarks.docs.blocks import Table, rewrite
 
-TARGETS = {  # issues 49, 40, 29
+TARGETS = {  # each workload's whole process against its floor, at least this
     "stats_v30": 0.9,
     "stats_v30_1rg": 0.9,
     "stats_v21": 0.9,
@@ -71,10 +71,10 @@ TARGETS = {  # issues 49, 40, 29
     "ray": 0.9,
 }
 STATS_WORKLOADS = ("stats_v30", "stats_v30_1rg", "stats_v21")
-# the int8 model (issue 49): images embed with it against the FP32 model alone, and its
+# the int8 model: images embed with it against the FP32 model alone, and its
 # neighbours against the FP32 model's
 INT8_TARGETS = {"ratio": 1.0, "recall_at_10": 0.99}
-# stats: peak RSS at most this many times the read-only process's, or this many MiB (issue 40)
+# stats: peak RSS at most this many times the read-only process's, or this many MiB
 MEMORY_TARGET = 1.5
 MEMORY_FLOOR_MIB = 512
 WORKLOADS = tuple(TARGETS)
@@ -161,7 +161,7 @@ def bench_stats(name: str, args, scratch: Path) -> dict:
 
 def bench_images(args, scratch: Path) -> dict:
     """`images embed` with the FP32 model and with the int8 one (`model.name:
-    efficientnet-lite0-int8`, issue 49), both against the FP32 model alone, in the same rounds;
+    efficientnet-lite0-int8`), both against the FP32 model alone, in the same rounds;
     and the int8 vectors' neighbours against the FP32 vectors' of the same photos."""
     from accelkit.images.embedding.int8 import INT8_MODEL_NAME, cpu_int8_features
 
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=2_100_000)
     parser.add_argument("--frames-per-episode", type=int, default=1000)
     parser.add_argument(
-        "--frames-v21", type=int, default=None, help="v2.1 frames (default: --frames; issue 49: 4M)"
+        "--frames-v21", type=int, default=None, help="v2.1 frames (default: --frames; target: 4M)"
     )
     parser.add_argument(
         "--columns",

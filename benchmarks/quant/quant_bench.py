@@ -258,7 +258,7 @@ def model_profile(rounds: int = 20, subject=None, batch=None, compiled=None) -> 
 
 def calibration_seconds(rounds: int = 2) -> dict:
     """Wall seconds of quantize() on MiniLM (calibration forward, transform fit, clip search,
-    packing) per method, W4A8 per channel, interleaved rounds (issue 13's target: DuQuant <= 60 s)."""
+    packing) per method, W4A8 per channel, interleaved rounds (the target: DuQuant <= 60 s)."""
     from accelkit.quant.config import QuantConfig
     from accelkit.quant.evaluation.corpus import calibration_sentences
     from accelkit.quant.method.convert import quantize

@@ -1,4 +1,4 @@
-"""Where a Llama-family decoder's W4A8 time goes against compiled FP32 (issue 57): the family
+"""Where a Llama-family decoder's W4A8 time goes against compiled FP32: the family
 matrix's Qwen2-style model (`tests/support/quant_families.py`: RMSNorm, grouped-query attention,
 SwiGLU, tied embeddings) built at hidden 512 and trained briefly, quantized with `quant eval`'s
 default (DuQuant W4A8, progressive groups of 64), both compiled as `quant eval` compiles them

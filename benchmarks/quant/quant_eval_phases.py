@@ -1,4 +1,4 @@
-"""Where `accelkit quant eval`'s time goes on a ~13M-parameter decoder (issue 57 item 5), phase by
+"""Where `accelkit quant eval`'s time goes on a ~13M-parameter decoder, phase by
 phase, in CPU seconds of this process (the machine is shared: wall seconds follow the load, CPU
 seconds much less; the load average is recorded beside them).
 

@@ -1,4 +1,4 @@
-"""A longer fuzz of `accelkit images serve` than the suite's (issue 47): schemathesis generates
+"""A longer fuzz of `accelkit images serve` than the suite's: schemathesis generates
 requests from the service's own OpenAPI document, route by route, and every answer is checked as
 tests/images/service/test_service_fuzz.py checks it (no 5xx, a documented status and content type, a body
 matching the documented schema, every refusal naming its field).

@@ -1,4 +1,4 @@
-"""The int8 EfficientNet-Lite0's frontier (issue 49): for each choice of layers kept float, its
+"""The int8 EfficientNet-Lite0's frontier: for each choice of layers kept float, its
 neighbours against the FP32 model's and its speed against the FP32 model, in one run.
 
 Every recipe is built as `accelkit.images.embedding.int8.build_int8` builds the shipped one (the

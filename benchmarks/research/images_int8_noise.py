@@ -1,5 +1,5 @@
-"""How close to the FP32 vectors recall@10 ≥ 0.99 needs them on `limits_bench.py`'s 2,000 photos
-(issue 59 item 3): FP32 against FP32 perturbed by less than any int8 model perturbs it, beside
+"""How close to the FP32 vectors recall@10 ≥ 0.99 needs them on `limits_bench.py`'s 2,000 photos:
+FP32 against FP32 perturbed by less than any int8 model perturbs it, beside
 the int8 model and int8 recipes with more of the head kept float.
 
 The 2,000 photos are random crops of the 25 shipped photos (80 of each), so each photo's ten

@@ -1,4 +1,4 @@
-"""How long `accelkit stats` takes to start (issue 59): `accelkit stats --help` as a whole process
+"""How long `accelkit stats` takes to start: `accelkit stats --help` as a whole process
 against the bare-import floor `python -c "import numpy, pyarrow.parquet"` (what any statistics
 command over parquet pays before it reads a byte), and `accelkit stats` on the small sample
 dataset (start-up, one read, the write) against the same floor.

@@ -30,9 +30,9 @@ TARGETS = {
     "parquet_frames_per_s": 1_000_000.0,
     "peak_rss_10m_bytes": float(GIB),
     "peak_rss_size_ratio": 1.10,  # peak(largest) / peak(smallest): "independent of size"
-    "parquet_exact_vs_pyarrow_read": 0.8,  # issue 12: exact end to end vs pyarrow reading alone
-    "many_files_exact_vs_baseline_a": 3.0,  # issue 12: >= 4M frames in >= 4,000 files
-    "startup_overhead_s": 1.5,  # issue 12: whole `accelkit stats` on the sample minus bare imports
+    "parquet_exact_vs_pyarrow_read": 0.8,  # the target: exact end to end vs pyarrow reading alone
+    "many_files_exact_vs_baseline_a": 3.0,  # the target: >= 4M frames in >= 4,000 files
+    "startup_overhead_s": 1.5,  # the target: whole `accelkit stats` on the sample minus bare imports
 }
 
 

@@ -1,4 +1,4 @@
-"""Issue 56: one corpus of filters over metadata covering the whole JSON value domain (booleans,
+"""One corpus of filters over metadata covering the whole JSON value domain (booleans,
 integers, floats, strings, null, a missing key, lists, objects; 0/1 against false/true, 1 against
 1.0, the empty string, large integers), run on every engine (Milvus Lite 2.5 here, Lite 3 in
 tests/images/store/test_engines.py's pass, the Milvus server where the fixtures start one). A
@@ -74,7 +74,7 @@ def item(i: int, value) -> dict:
 ITEMS = {f"v-{name}": item(i, value) for i, (name, value) in enumerate(VALUES.items())}
 ITEMS["v-missing"] = {"n": 99}
 
-# Issue 59: the same corpus in a collection that declares filter fields (store.fields) for every
+# The same corpus in a collection that declares filter fields (store.fields) for every
 # key but "k", whose values of another kind than the declared one are left out (a declared field
 # refuses them at insert: tests/images/store/test_declared_fields.py). Every filter runs on it
 # too, judged by the same evaluator over these items.
@@ -132,7 +132,7 @@ FILTERS = [
     'metadata["k"] == 9007199254740992',
     'metadata["k"] == 9007199254740991',
     'metadata["k"] > 9007199254740991',
-    # decimal literals written otherwise than Lite 3's parser reads them (issue 56 finding 14)
+    # decimal literals written otherwise than Lite 3's parser reads them (it refused `.5`)
     'metadata["k"] == 25e-1',
     'metadata["k"] != 2.50',
     'metadata["num"] < .5',
@@ -181,7 +181,7 @@ FILTERS = [
     'metadata["k"] != 2 or metadata["n"] == 4',
     'metadata["nokey"] != "a"',
     'metadata["nokey"] not in ["a", "b"]',
-    # keys of one kind: booleans, numbers (issue 56: a delete by == false)
+    # keys of one kind: booleans, numbers (a delete by == false deleted more on Lite 3)
     'metadata["flag"] == false',
     'metadata["flag"] == true',
     'metadata["flag"] != true',
@@ -202,7 +202,7 @@ FILTERS = [
     'id != "v-str" and metadata["k"] == "a"',
     'id in ["v-null", "v-missing"] and metadata["k"] != "a"',
     'not (id like "v-s%")',
-    # keys a collection may declare (issue 59): each kind of literal, missing keys and null
+    # keys a collection may declare (store.fields): each kind of literal, missing keys and null
     'metadata["s"] == "a"',
     'metadata["s"] != "a"',
     'metadata["s"] < "b"',
@@ -227,7 +227,7 @@ FILTERS = [
     'not (metadata["n"] >= 3 and metadata["s"] != "b")',
 ]
 
-# refused on every engine before it runs, naming the literal (issue 56 finding 5): a non-integer
+# refused on every engine before it runs, naming the literal: a non-integer
 # literal beyond 2^53, where the engines disagree (milvus_rules.agreed_literal)
 REFUSED = {
     'metadata["k"] == 9007199254740992.0': "9007199254740992.0",
@@ -369,7 +369,7 @@ def test_the_declared_collection_reads_its_fields_and_returns_the_metadata_whole
 def test_lite_3_refuses_only_what_it_cannot_read_as_milvus_does(store):
     """On Lite 3 a filter comparing true/false or 0/1 is answered where the key holds one kind
     (booleans, or numbers) and refused where it holds both: a delete by
-    `metadata["k"] == false` (issue 56: more items deleted on Lite 3 than Milvus deletes) is
+    `metadata["k"] == false` (it deleted more items on Lite 3 than Milvus deletes) is
     refused, not run; every other filter of the corpus is answered."""
     if store.lite != 3:
         not_applicable("Lite 3's rewrite: this store is not on Milvus Lite 3")

@@ -61,7 +61,7 @@ REFUSED = [
     ('metadata["tags"][18446744073709551616] == "x"', "as an array index and as an object key"),
     ('metadata["l"]["18446744073709551616"] == 10', "as an array index and as an object key"),
     ('metadata["18446744073709551616"] == 10', "more than 6 digits"),
-    # an integer step matches an array's element and an object's key alike (issue 27)
+    # an integer step matches an array's element and an object's key alike
     ('metadata["arr"][0] == "x"', "as an array index and as an object key"),
     ('metadata["arr"]["0"] == "x"', "as an array index and as an object key"),
     ("metadata['arr']['12'] == 'x'", "as an array index and as an object key"),
@@ -103,7 +103,7 @@ def test_metadata_keys_are_one_token_as_milvus_lexes_them():
 
 
 def test_a_control_character_is_refused_with_its_position():
-    """Issue 47 (generated filters): the refusal said "contains a control character" without
+    """Found by generated filters: the refusal said "contains a control character" without
     saying where, the one refusal of a filter that named no position."""
     from accelkit.errors import InputError
     from accelkit.images.settings.schema import check_filter
@@ -118,7 +118,7 @@ def test_a_control_character_is_refused_with_its_position():
     [(".5", "0.5"), ("5.", "5.0"), ("1e3", "1000.0"), ("-2.5e-3", "-0.0025"), ("7", "7")],
 )
 def test_lite3_is_sent_decimal_literals_as_its_parser_reads_them(literal, written):
-    """Lite 3 refused `.5` as unparsable where Lite 2.5 answered it (issue 56 finding 14): the
+    """Lite 3 refused `.5` as unparsable where Lite 2.5 answered it: the
     rewrite writes each number out in full, the same value (the engines' corpus checks answers)."""
     assert for_lite3(f'metadata["s"] == {literal}') == f'metadata["s"] == {written}'
     assert float(written) == float(literal)

@@ -112,7 +112,7 @@ def test_include_patterns_that_match_nothing_name_the_candidates(causal_dir):
         quantize(model, QuantConfig(include=["*.attn_out"]), [])
 
 
-# ---- issue 25: nothing the user gives is dropped, cut or replaced without a line saying so
+# ---- nothing the user gives is dropped, cut or replaced without a line saying so
 
 
 def run_full(args, capsys):
@@ -334,7 +334,7 @@ def test_apply_defaults_to_7_bit_activations_only_where_a_layers_weights_need_it
 
 
 def test_defaults_add_w8_and_weight_only_rows_and_only_candidates_are_timed(causal_dir, texts):
-    """Issue 57: the default sweep has W8A8 and the weight-only rows beside W4A8/W4A4; the
+    """The default sweep has W8A8 and the weight-only rows beside W4A8/W4A4; the
     recommendation reads --target-top1; a row missing the target is not timed, nor one a timed
     candidate of a method doing less work outruns by construction; FP32's row is its reference."""
     from accelkit.quant import evaluate

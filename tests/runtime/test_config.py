@@ -151,7 +151,7 @@ def test_relative_paths_in_a_file_resolve_beside_it(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("given", ["/dev/null", "folder"])
 def test_a_config_that_is_not_a_regular_file_is_named_as_such(tmp_path, capsys, given):
-    """Issue 56 finding 15: `--config /dev/null` (or a folder) exists, so it is not said not to;
+    """`--config /dev/null` (or a folder) exists, so it is not said not to;
     the one line says what it is and what --config takes, exit 2."""
     from accelkit.runtime.config import read_yaml
     from tests.support.cli import run_cli

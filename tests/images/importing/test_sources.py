@@ -166,7 +166,7 @@ def test_a_hub_cache_snapshot_is_imported_outside_the_cache_named_after_its_repo
 def test_the_cache_repository_folder_is_read_at_refs_main_and_an_output_in_the_cache_is_warned(
     tmp_path, capsys
 ):
-    """Issue 56 finding 10: given the repository folder itself (models--org--name/, told by its
+    """Given the repository folder itself (models--org--name/, told by its
     layout, here named otherwise), the snapshot refs/main names is imported; an output anywhere in
     the cache — in the repository folder beside snapshots/, which deleting the revision or `hf
     cache prune` removes whole — is INSIDE it, said as a warning, never as "outside"."""

@@ -102,7 +102,7 @@ def test_a_lite_collection_inherits_nothing_of_a_dropped_ones_records(tmp_path, 
         assert [r["id"] for r in store.get("pics", ["a", "b", "mine"])] == ["mine"]
 
 
-# Each tower has its own record (issue 46, item 2) ------------------------------------------------
+# Each tower has its own record -------------------------------------------------------------------
 #
 # The image tower (encoder weights and every setting that changes an image's vector) is checked
 # on inserts and image searches; the text tower (encoder weights and the tokenizer, known by

@@ -514,7 +514,7 @@ def test_escape_in_the_filter_box_clears_the_filter_only(service, browser):
     assert params(browser) == {"k": ["12"], "c": ["pics"]} and active(browser) == "text"
 
 
-# -- min score, the score strip, negatives and folding (issue 50) --------------------------------
+# -- min score, the score strip, negatives and folding -------------------------------------------
 
 
 def test_min_score_on_the_page_is_kept_in_the_address(service, browser):

@@ -1,4 +1,4 @@
-"""Issue 27, on a real `accelkit images serve` (Milvus Lite and the Milvus server): a path race
+"""On a real `accelkit images serve` (Milvus Lite and the Milvus server): a path race
 never reads outside `allowed_roots`, every list in a request has a cap, URLs reach only the
 addresses they may, one `source` rule for local and `--server` inserts, collections only of the
 model's dimension."""
@@ -57,7 +57,7 @@ def post(server, path, **kwargs):
 
 
 def test_swapping_a_folder_for_a_link_never_reads_outside_the_root(server, setup, photos):
-    """Issue 27: while a thread swapped allowed/race between a real folder and a link to a
+    """While a thread swapped allowed/race between a real folder and a link to a
     folder outside the root, 208 of 56,368 answers carried the embedding of the file outside, and
     hundreds were 500s or resets. The path is now opened from the root one component at a time
     without following links: every read is the file inside, a 403 (the link), or a vanished
@@ -121,7 +121,7 @@ def test_swapping_a_folder_for_a_link_never_reads_outside_the_root(server, setup
 
 
 def test_huge_id_lists_are_refused_and_deletes_are_batched(server):
-    """Issue 27: a delete of 1,000,000 ids (~11 MB) was accepted and took 7-12 s. Every list has
+    """A delete of 1,000,000 ids (~11 MB) was accepted and took 7-12 s. Every list has
     a cap, checked before its entries: 413 naming the field, the cap and the setting. A delete at
     the cap runs in batches and deletes exactly the ids that exist."""
     assert post(server, "/collections/create", json={"name": "many"}).status_code == 200
@@ -197,7 +197,7 @@ def test_huge_id_lists_are_refused_and_deletes_are_batched(server):
 
 
 def test_urls_reach_only_allowed_addresses(server, photos):
-    """Issue 27: with allow_urls on, loopback in every spelling and redirects to the service's
+    """With allow_urls on, loopback in every spelling and redirects to the service's
     own /metrics were fetched. Here url_allow names 127.0.0.1 (the helper): it is fetched, and
     every other spelling, redirect or internal address is refused with 0 hits on the helper."""
     helper = Helper()
@@ -228,7 +228,7 @@ def test_urls_reach_only_allowed_addresses(server, photos):
 
 
 def test_source_is_the_same_rule_through_the_service(server, setup, photos):
-    """Issue 27: `insert FOLDER --server` stored the bare file name while the local CLI stored the
+    """`insert FOLDER --server` stored the bare file name while the local CLI stored the
     path inside the folder (a `like "holiday%"` filter found 3 locally, 0 through the service).
     Both now record the path inside the folder given."""
     folder = setup["base"] / "album"
@@ -272,7 +272,7 @@ def test_source_is_the_same_rule_through_the_service(server, setup, photos):
 
 
 def test_collections_take_the_model_dimension_and_missing_ones_say_how_to_create(server):
-    """Issue 27: a collection created with dim 512 accepted the create and then refused every
+    """A collection created with dim 512 accepted the create and then refused every
     insert; the missing-collection error did not name --create-collection."""
     wrong = post(server, "/collections/create", json={"name": "d512", "dim": 512})
     assert wrong.status_code == 422 and "1280-d embeddings" in error_of(wrong)["message"]

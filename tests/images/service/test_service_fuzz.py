@@ -1,4 +1,4 @@
-"""Issue 47, bad input generated: schemathesis (hypothesis underneath) fuzzes a real
+"""Bad input generated: schemathesis (hypothesis underneath) fuzzes a real
 `accelkit images serve` (uvicorn on 127.0.0.1, Milvus Lite, the real model) from the service's
 own OpenAPI document. Every answer: not a 5xx, a status and content type the document lists, a
 body that matches the document's schema for it, and every refusal of a request names the field

@@ -324,7 +324,7 @@ def test_base64_and_allowed_paths(tmp_path, monkeypatch):
 
 
 def test_every_list_in_a_request_has_a_cap():
-    """Issue 27: a delete of 1,000,000 ids was accepted. Every list a body holds is counted before
+    """A delete of 1,000,000 ids was accepted. Every list a body holds is counted before
     its entries are validated; over its cap it is a 413 naming the field, the cap and the
     setting (a filter's list: a 422 naming the filter)."""
     from accelkit.images.settings.schema import (

@@ -90,7 +90,7 @@ def test_fetch_url_has_one_deadline_for_the_whole_exchange(helper):
 
 
 def test_internal_addresses_are_refused_in_every_spelling_and_on_every_redirect(helper):
-    """Issue 27: with allow_urls on, the service fetched loopback in every spelling, redirects to
+    """With allow_urls on, the service fetched loopback in every spelling, redirects to
     its own /metrics and 169.254.169.254. Now any address that is not public is refused after
     resolution, on every hop, unless url_allow names the host: the helper gets 0 hits from the
     refused ones."""

@@ -1,4 +1,4 @@
-"""Issue 59 item 4: filter fields a collection declares (`store.fields`): what a declared field
+"""Filter fields a collection declares (`store.fields`): what a declared field
 takes at insert (a value it cannot store is refused in one line naming the key and the type,
 nothing of the call written; null and a missing key are taken), that a collection's declaration
 cannot be changed in place (refused in one line, with advice that loses nothing), that migrate

@@ -410,7 +410,7 @@ def test_a_stopped_copy_from_a_2x_file_resumes_after_its_mark(tmp_path, capsys, 
 
 
 def test_a_finished_copy_of_a_2x_file_run_again_keeps_what_the_new_store_gained(tmp_path, capsys):
-    """Issue 56 on the 2.x → Lite 3 path: photos inserted into the new store after the copy are
+    """On the 2.x → Lite 3 path too: photos inserted into the new store after the copy are
     kept by the same command run again (it once advised --restart, which dropped them)."""
     import json
 

@@ -1,4 +1,4 @@
-"""`accelkit images migrate` run again on a finished copy (issue 56), Milvus Lite to Milvus
+"""`accelkit images migrate` run again on a finished copy, Milvus Lite to Milvus
 Lite through the command: what DST gained is kept and said, never dropped by advice; `--restart`
 refuses to drop a complete copy or DST's own items unless `--force`; a stopped rerun says what
 this run did. No server: these run in the Lite 3 pass too (tests/images/store/test_engines.py)."""
@@ -13,7 +13,7 @@ from tests.support.migrate import add_items, everything, run, same_items, small_
 
 
 def test_a_finished_copy_run_again_keeps_what_dst_gained(tmp_path, capsys):
-    """Issue 56: migrate, insert photos into DST, migrate again: it said "the source changed
+    """Migrate, insert photos into DST, migrate again: it said "the source changed
     during the copy, or DST was written to: run again with --restart" (exit 3), and --restart
     then dropped the new photos. Now the rerun says the copy was finished and verified earlier,
     that DST holds items SRC lacks, and that nothing needs doing (exit 0); --restart refuses to

@@ -7,8 +7,8 @@ from accelkit.images.store.lite import check_lite_space
 
 
 def test_a_refused_flush_says_the_acknowledged_rows_are_kept(tmp_path):
-    """A flush refused for room must not read as if the rows written before were lost: the
-    attack on issue 56 saw `s.db is unchanged` after acknowledged upserts, which were kept."""
+    """A flush refused for room must not read as if the rows written before were lost: a
+    review's attack saw `s.db is unchanged` after acknowledged upserts, which were kept."""
     db = tmp_path / "s.db"
     kept = "every acknowledged row is kept in Milvus Lite's log and stays searchable"
     with pytest.raises(StoreFullError) as refused:

@@ -479,7 +479,7 @@ def mixed_filter(rng, leaves, arrays):
 
 
 def test_filters_on_mixed_paths_delete_exactly_what_they_name(store):
-    """Issue 27: `metadata["arr"][0] == "x"` deleted `{"arr": {"0": "x"}}` too. Documents mix
+    """`metadata["arr"][0] == "x"` deleted `{"arr": {"0": "x"}}` too. Documents mix
     arrays and objects with keys such as "0", "-1" and "01"; every generated filter that the
     grammar accepts deletes exactly the items a Python evaluator names, no more and no fewer,
     and the filters it refuses are the ones with an integer step below the first."""

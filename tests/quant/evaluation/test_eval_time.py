@@ -1,4 +1,4 @@
-"""What `quant eval` spends no time on (issue 57, eval time that scales): calls whose result
+"""What `quant eval` spends no time on (so that its time scales): calls whose result
 nothing reads. Each test counts the work, never the seconds."""
 
 import pytest

@@ -134,7 +134,7 @@ def lm_row(bits, cos, ppl, top1, batch, one):
 
 
 def test_a_perplexity_target_is_met_by_the_recommendation_not_just_the_cosine():
-    """Causal LMs (issue 57): W4A8 meets the cosine bar and is the fastest, but misses
+    """Causal LMs: W4A8 meets the cosine bar and is the fastest, but misses
     --target-perplexity-ratio 1.05; W8A8 meets it, faster than FP32: W8A8 is recommended and the
     line names the target and the speed that decided."""
     from accelkit.quant.evaluation.recommend import Targets

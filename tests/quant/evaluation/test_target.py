@@ -141,7 +141,7 @@ def test_a_target_outside_0_1_is_refused(bad, capsys):
 
 def test_without_vnni_the_default_bits_add_w4a7(monkeypatch):
     """And every CPU gets W8A8 and the weight-only rows, which can be faster where 4-bit
-    activations lose (issue 57)."""
+    activations lose."""
     from accelkit.quant import api
     from accelkit.quant.method import kernels
 

@@ -1,7 +1,7 @@
 """`quant eval`'s one timing table: every "× FP32" is the quotient of the two times shown beside it
 (the setting's median and FP32's median in the same interleaved rounds), eager or compiled, and
 the recommendation line under it quotes the same ratio — and never recommends a setting slower
-than FP32 (issue 57, items 4 and 6). Properties over generated rows; the ratios a row carries
+than FP32. Properties over generated rows; the ratios a row carries
 from elsewhere (`*_ratio`) are drawn independently, so a table that read them would fail."""
 
 import re
@@ -112,7 +112,7 @@ def test_the_recommendation_quotes_the_tables_ratio_and_is_never_slower_than_fp3
 
 
 def test_eager_only_the_table_shows_the_ratio_the_recommendation_reads(monkeypatch, capsys):
-    """--no-compile (issue 57 item 6): FP32's eager ms beside each row and the quotient, the one
+    """--no-compile: FP32's eager ms beside each row and the quotient, the one
     the recommendation line quotes; nothing timed alone."""
     from accelkit.quant.api import EvalResult
     from accelkit.quant.cli import _print_eval_table

@@ -300,7 +300,7 @@ def test_a_dataset_with_no_statistics_says_so(tmp_path, capsys):
 def test_a_count_of_the_wrong_size_or_value_is_reported_like_any_statistic(
     dataset, capsys, tmp_path
 ):
-    """A count is compared in full (issue 56 finding 8): LeRobot's [n] with an extra value is of
+    """A count is compared in full: LeRobot's [n] with an extra value is of
     the wrong size; in openpi's one count per dimension, each number is compared."""
     root = dataset("lerobot_v30")
     frames = len(column_of(root, "action"))
@@ -332,7 +332,7 @@ def test_a_count_of_the_wrong_size_or_value_is_reported_like_any_statistic(
 
 
 def test_a_nan_stored_is_named_and_text_is_refused_as_damage(dataset, capsys):
-    """Issue 56 finding 12: a NaN stored is "not a number stored", the file's worst number; a
+    """A NaN stored is "not a number stored", the file's worst number; a
     string where a number belongs is damage like null (named with its key, statistic, index)."""
     root = dataset("lerobot_v30")
     path = root / "meta" / "stats.json"

@@ -267,7 +267,7 @@ def test_bad_input_is_exit_2_naming_it(capsys, tmp_path, args, message):
 
 
 def test_counts_are_compared_in_full(tmp_path):
-    """Issue 56 finding 8: a count with an extra value, or one per dimension with one of them off,
+    """A count with an extra value, or one per dimension with one of them off,
     differs; LeRobot's [n] and openpi's [n, n] for the same frames agree."""
     entry = {"mean": [0.0, 1.0], "std": [1.0, 1.0], "count": [508]}
     a = write(tmp_path / "a.json", {"x": entry})

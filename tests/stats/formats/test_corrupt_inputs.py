@@ -1,4 +1,4 @@
-"""Issue 47, bad input generated: the stats readers fed mutated copies of real files (Parquet
+"""Bad input generated: the stats readers fed mutated copies of real files (Parquet
 episodes of a sample dataset; norm_stats.json and LeRobot stats.json), seeded. Whatever the
 mutation, a command either exits 2 with one line that names the file, or gives the numbers of
 what the file really holds; never a traceback (exit 1), never numbers from a file that does not

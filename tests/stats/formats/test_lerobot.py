@@ -266,7 +266,7 @@ def test_endpoint_flag_beats_the_environment(s3_fixtures, s3_server, monkeypatch
     assert stream.total_rows == FRAMES
 
 
-# --- cases that once passed without a word (issue 30) --------------------------------------------
+# --- cases that once passed without a word -------------------------------------------------------
 
 
 def run_stats(capsys, *args) -> tuple[int, str]:

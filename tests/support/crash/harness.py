@@ -1,5 +1,5 @@
 """The crash harness: crash consistency of every command that writes: each runs as a real subprocess and is killed
-outright (SIGKILL, as the OOM killer does) at points spread over its run (issue 47, DESIGN.md
+outright (SIGKILL, as the OOM killer does) at points spread over its run (DESIGN.md
 "Crashes are part of the contract").
 
     python -m benchmarks.reliability.faults                   # every command, 20 kills each

@@ -8,7 +8,7 @@ sums once (`quantizers.integer_linear`). Three kernels can do it on a CPU:
 - `fbgemm`: fbgemm's u8·s8 GEMM on weights prepacked once per layer
   (`quantized::linear_with_input_q_dq_qweight_dq_output_fp32`, the kernel of PyTorch's own
   dynamic quantization), behind the custom op `accelkit_quant::fbgemm_mm` so a compiled graph
-  calls it as one opaque node. Its quantized-tensor API is deprecated (PyTorch issue 184982) but
+  calls it as one opaque node. Its quantized-tensor API is deprecated (pytorch/pytorch#184982) but
   ships in torch 2.13; where it is missing or fails, the kernel is simply not eligible.
 - `float`: no integer GEMM — fake-quantized activations times the dequantized weight.
 
