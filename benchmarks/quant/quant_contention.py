@@ -61,7 +61,7 @@ def eval_once(pairs: int, extra_env: dict[str, str]) -> dict:
     after = os.times()
     if done.returncode != 0:
         raise SystemExit(f"quant eval exited {done.returncode}:\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout)
+    result = json.loads(done.stdout)["result"]  # the JSON envelope (runtime/json_output.py)
     row = next(r for r in result["rows"] if r["label"] == "duquant/w4a8")
     return {
         "compiled_ratio": row["compiled_ratio"],
