@@ -102,3 +102,14 @@ def test_a_setting_written_two_ways_runs_once():
 
     _, bits, _ = _eval_inputs("minilm", "rtn", "w4a8,w04a8,W8A08", 8, None, "auto", None)
     assert bits == ["w4a8", "w8a8"]
+
+
+def test_an_unsupported_bits_entry_is_named_as_given(capsys):
+    """It said `wbits=9 is not supported` (an option of `quant apply`, not of `eval`)."""
+    from accelkit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["quant", "eval", "--bits", "w4a8,w9a8", "--no-latency"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1, err
+    assert "--bits entry 'w9a8'" in err and "9-bit weights" in err and "wbits" not in err, err

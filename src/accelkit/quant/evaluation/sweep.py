@@ -31,7 +31,7 @@ from typing import cast
 from torch import nn
 
 from accelkit.errors import InputError
-from accelkit.quant.config import Method, QuantConfig, check_bits
+from accelkit.quant.config import VALID_BITS, Method, QuantConfig
 from accelkit.quant.evaluation.fidelity import (
     Subject,
     linear_bytes,
@@ -99,7 +99,13 @@ def parse_bits(text: str) -> tuple[int, int]:
     if not m:
         raise InputError(f"--bits entry {text!r} is not like w4a8; e.g. --bits w4a8,w4a4")
 
-    wbits, abits = check_bits(int(m.group(1)), "wbits"), check_bits(int(m.group(2)), "abits")
+    wbits, abits = int(m.group(1)), int(m.group(2))
+    for bits, side in ((wbits, "weight"), (abits, "activation")):
+        if bits not in VALID_BITS:
+            raise InputError(
+                f"--bits entry {text.strip()!r} asks for {bits}-bit {side}s; each of wXaY is 2..8"
+                " or 16 (16: that side not quantized), e.g. --bits w4a8,w8a16"
+            )
     if wbits == abits == 16:
         raise InputError(f"--bits entry {text!r} quantizes nothing: that is the fp32 row")
     return wbits, abits
