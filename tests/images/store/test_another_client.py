@@ -25,6 +25,16 @@ def fresh(store: VectorStore, name: str) -> None:
         store.drop_collection(name)
 
 
+def remake(first, second, name: str, old: dict, new: dict, metadata=None) -> None:
+    """`first` makes `name` with `old` (create_collection's keywords) and stores an item, so it
+    keeps what it read of it; then `second` drops it and makes it anew with `new`."""
+    fresh(first, name)
+    first.create_collection(name, **old)
+    first.upsert(name, ["old"], rows(1, old["dim"], 1), metadata)
+    second.drop_collection(name)
+    second.create_collection(name, **new)
+
+
 @pytest.mark.parametrize(
     ("before", "after"), [({}, {"year": "int64"}), ({"year": "int64"}, {})], ids=["gains", "loses"]
 )
@@ -38,11 +48,8 @@ def test_an_insert_after_another_client_remade_the_collection_with_other_fields(
         if first.lite == 3:
             not_applicable("declared filter fields: Milvus Lite 3 refuses them")
         name = f"remade_{'_'.join(before) or 'none'}"
-        fresh(first, name)
-        first.create_collection(name, dim=4, fields=before)
-        first.upsert(name, ["old"], rows(1, 4, 1), [{"year": 1999}])
-        second.drop_collection(name)
-        second.create_collection(name, dim=4, fields=after)
+        remake(first, second, name, {"dim": 4, "fields": before}, {"dim": 4, "fields": after},
+               [{"year": 1999}])  # fmt: skip
         first.upsert(name, ["a", "b"], rows(2, 4, 2), [{"year": 2001}, {"year": 2002}])
         assert first.describe(name)["fields"] == after
         hits = second.search(name, rows(1, 4, 2)[0], topk=5, filter_expr='metadata["year"] > 2001')
@@ -57,11 +64,7 @@ def test_an_insert_after_another_client_remade_the_collection_with_another_dimen
         VectorStore(StoreConfig(**store_settings)) as first,
         VectorStore(StoreConfig(**store_settings)) as second,
     ):
-        fresh(first, "resized")
-        first.create_collection("resized", dim=4)
-        first.upsert("resized", ["old"], rows(1, 4, 1))
-        second.drop_collection("resized")
-        second.create_collection("resized", dim=8)
+        remake(first, second, "resized", {"dim": 4}, {"dim": 8})
         with pytest.raises(DataError, match="holds 8-d vectors; got 4-d"):
             first.upsert("resized", ["a"], rows(1, 4, 3))
         assert first.upsert("resized", ["a"], rows(1, 8, 3)) == ["a"]
@@ -79,11 +82,11 @@ def test_a_client_that_read_a_declaration_filters_and_deletes_by_the_new_one(sto
     ):
         if first.lite == 3:
             not_applicable("declared filter fields: Milvus Lite 3 refuses them")
-        fresh(first, "retyped")
-        first.create_collection("retyped", dim=4, fields={"year": "varchar"})
-        first.upsert("retyped", ["old"], rows(1, 4, 1), [{"year": "1999"}])
-        second.drop_collection("retyped")
-        second.create_collection("retyped", dim=4, fields={"year": "int64"})
+        old, new = (
+            {"dim": 4, "fields": {"year": "varchar"}},
+            {"dim": 4, "fields": {"year": "int64"}},
+        )
+        remake(first, second, "retyped", old, new, [{"year": "1999"}])
         second.upsert("retyped", ["p", "q"], rows(2, 4, 4), [{"year": 2001}, {"year": 2002}])
         found = first.search(
             "retyped", rows(2, 4, 4), topk=5, filter_expr='metadata["year"] == 2001'
@@ -100,11 +103,7 @@ def test_a_client_that_read_a_dimension_searches_the_new_one(store_settings):
         VectorStore(StoreConfig(**store_settings)) as first,
         VectorStore(StoreConfig(**store_settings)) as second,
     ):
-        fresh(first, "resized_search")
-        first.create_collection("resized_search", dim=4)
-        first.upsert("resized_search", ["old"], rows(1, 4, 1))
-        second.drop_collection("resized_search")
-        second.create_collection("resized_search", dim=8)
+        remake(first, second, "resized_search", {"dim": 4}, {"dim": 8})
         second.upsert("resized_search", ["n"], rows(1, 8, 6))
         hits = first.search("resized_search", rows(1, 8, 6)[0], topk=3, consistency="Strong")
         assert [h.id for h in hits[0]] == ["n"]
