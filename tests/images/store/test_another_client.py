@@ -143,3 +143,107 @@ def test_a_client_searches_an_index_another_client_replaced_with_its_parameters(
         assert first.describe("reindexed")["index_type"] == "IVF_FLAT"
         again = first.search("reindexed", queries, topk=10, consistency="Strong")
         assert [[h.id for h in hits] for hits in again] == exact
+
+
+def test_a_client_searches_a_collection_another_made_anew_with_another_index_and_metric(
+    store_settings,
+):
+    """Two clients of one Milvus Lite database in one process (a service and an index, two
+    indexes): the first kept the FLAT/L2 spec of a collection the second made anew as
+    IVF_FLAT/IP, and every search of it was refused ("metric type not match") until a restart —
+    or, with the same metric and other index parameters, answered another top-k as if right."""
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        fresh(first, "remetric")
+        first.create_collection("remetric", dim=8, index_type="FLAT", metric_type="L2")
+        data = rows(300, 8, 11)
+        data[:, 0] *= 10  # L2 and IP disagree on the neighbours
+        ids = [f"i{i}" for i in range(300)]
+        first.upsert("remetric", ids, data)
+        queries = rows(5, 8, 12)
+        first.search("remetric", queries, topk=5)
+        second.drop_collection("remetric")
+        ivf = {"nlist": 4, "nprobe": 4}  # every list probed: exact
+        second.create_collection(
+            "remetric", dim=8, index_type="IVF_FLAT", metric_type="IP", index_params=ivf
+        )
+        second.upsert("remetric", ids, data)
+        found = first.search("remetric", queries, topk=5, consistency="Strong")
+        expected = np.argsort(-(queries.astype(np.float64) @ data.T.astype(np.float64)), axis=1)
+        assert [[h.id for h in hits] for hits in found] == [
+            [f"i{i}" for i in row[:5]] for row in expected
+        ]
+        assert first.describe("remetric")["metric_type"] == "IP"
+
+
+def test_a_client_reads_the_model_record_another_client_made(store_settings):
+    """The model check before each insert reads the collection's model record: on Milvus Lite
+    a second client's new record went unread (`fresh` held for a server only), so an index
+    could have filled a collection made anew for another model with its own vectors."""
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        remake(first, second, "remodelled", {"dim": 4}, {"dim": 4, "model": {"name": "two"}})
+        assert first.recorded("remodelled", "model", fresh=True) == {"name": "two"}
+        second.record("remodelled", {"model": {"name": "three"}})
+        assert first.recorded("remodelled", "model", fresh=True) == {"name": "three"}
+
+
+def test_a_collection_another_client_dropped_is_not_found(store_settings):
+    """Each operation on a collection another client dropped says it does not exist (404):
+    a server client that had read it answered 503 "failed" (a fault of the store, retry),
+    a filtered search 400 invalid_filter — advice that cannot help."""
+    from accelkit.images.store import CollectionNotFoundError
+
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        fresh(first, "gone")
+        first.create_collection("gone", dim=4)
+        first.upsert("gone", ["a"], rows(1, 4, 13), [{"n": 1}])
+        calls = {
+            "search": lambda: first.search("gone", rows(1, 4, 13), topk=1),
+            "filtered search": lambda: first.search(
+                "gone", rows(1, 4, 13), topk=1, filter_expr='metadata["n"] == 1'
+            ),
+            "get": lambda: first.get("gone", ["a"]),
+            "upsert": lambda: first.upsert("gone", ["b"], rows(1, 4, 14)),
+            "delete": lambda: first.delete("gone", ["a"]),
+            "delete by filter": lambda: first.delete_matching("gone", 'metadata["n"] == 1'),
+            "count": lambda: first.count("gone"),
+        }
+        for call in calls.values():  # each one read and kept what it needs
+            call()
+        second.drop_collection("gone")
+        for what, call in calls.items():
+            with pytest.raises(CollectionNotFoundError, match="does not exist") as raised:
+                call()
+            assert "\n" not in str(raised.value), what
+        assert not first.has_collection("gone")
+
+
+def test_an_insert_asked_to_create_makes_a_collection_another_client_dropped(store_settings):
+    """A long-lived index (a service) kept that the collection existed; after another client
+    dropped it, an insert asked to create it answered 404 "create it first, or insert with
+    --create-collection" — what it had been asked."""
+    from accelkit.images.embedding.batching import ItemResult
+    from accelkit.images.index.base import ImageInput, insert_in_chunks
+    from accelkit.images.index.local import LocalIndex
+
+    table = rows(4, 4, 15)
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        fresh(first, "made_again")
+        index = LocalIndex(first, lambda data: [ItemResult(table[d]) for d in data], "pics", 4)
+        made = insert_in_chunks(index, [ImageInput(0, "a")], "made_again", create_collection=True)
+        assert made.ids == ["a"]
+        second.drop_collection("made_again")
+        again = insert_in_chunks(index, [ImageInput(1, "b")], "made_again", create_collection=True)
+        assert again.ids == ["b"] and not again.failures
+        assert second.count("made_again", consistency="Strong") == 1

@@ -647,6 +647,10 @@ def test_delete_by_filter_flush_and_reindex(store):
     assert store.wait_for_index("bulk", timeout=120)["index_type"] == "HNSW"
     hits = store.search("bulk", data[1], topk=1)[0]
     assert hits[0].id == "b1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    # an index type given alone keeps the collection's metric: the config's default (COSINE)
+    # made an L2 collection COSINE, silently
+    store.create_collection("measured", dim=8, index_type="FLAT", metric_type="L2")
+    assert store.rebuild_index("measured", "HNSW")["metric_type"] == "L2"
 
 
 def test_lite_3_index_coverage_reads_the_engines_segments(store):

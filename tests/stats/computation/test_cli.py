@@ -206,6 +206,30 @@ def test_sample_dataset_command(tmp_path, capsys):
     assert code == 2 and "not empty" in err
 
 
+@pytest.mark.parametrize("damage", ["truncated file", "missing file", "broken metadata"])
+def test_sample_dataset_exist_ok_names_a_damaged_dataset(tmp_path, capsys, damage):
+    """--exist-ok said "keeping the dataset already at s" of one `accelkit stats` cannot read
+    (the README's first command then failed at its second step): it names what is wrong and
+    leaves the folder as it is."""
+    root = tmp_path / "s"
+    args = ["sample-dataset", str(root), "--episodes", "2", "--frames", "20"]
+    assert run_cli(args, capsys)[0] == 0
+    code, out, _ = run_cli([*args, "--exist-ok"], capsys)
+    assert code == 0 and "keeping" in out
+    first = sorted((root / "data").rglob("*.parquet"))[0]
+    if damage == "truncated file":
+        first.write_bytes(first.read_bytes()[:100])
+    elif damage == "missing file":
+        first.unlink()
+    else:
+        (root / "meta" / "info.json").write_text("{")
+    before = sorted((p.relative_to(root), p.stat().st_size) for p in root.rglob("*"))
+    code, out, err = run_cli([*args, "--exist-ok"], capsys)
+    assert code == 2 and "cannot be read" in err and "another folder" in err, err
+    assert len(err.strip().splitlines()) == 1 and "keeping" not in out
+    assert sorted((p.relative_to(root), p.stat().st_size) for p in root.rglob("*")) == before
+
+
 def test_output_path_that_is_a_folder_is_exit_2(dataset, tmp_path, capsys):
     (tmp_path / "out").mkdir()
     code, _, err = run_cli(

@@ -112,7 +112,10 @@ def collection_index(
         ),
     ] = None,
     metric_type: Annotated[
-        str | None, typer.Option("--metric", help="With --index-type: COSINE, IP or L2.")
+        str | None,
+        typer.Option(
+            "--metric", help="With --index-type: COSINE, IP or L2 (default: the collection's)."
+        ),
     ] = None,
     params: Annotated[
         str | None,

@@ -136,15 +136,16 @@ class LocalIndex(ImageIndex):
         """Whether collection `name` exists, checked as one this index's model may fill (the
         model that made its vectors); a missing one is `CollectionNotFoundError` unless `create`
         (then False: `create_for_insert` makes it). Every insert asks this first, on Ray too."""
-        try:  # cached after the first call: no round trip per insert
+        try:  # the dimension is kept after the first call: no round trip per insert
             self.store.describe_dim(name)
+            # read again each time on a server: another client may have made the collection
+            # anew with another model since (a write into it would mix two models' vectors for
+            # good), or dropped it (then made here again when asked to)
+            self._same_model(name, "image", fresh=True)
         except CollectionNotFoundError:
             if not create:
                 raise
             return False
-        # read again each time on a server: another client may have made the collection anew
-        # with another model since (a write into it would mix two models' vectors for good)
-        self._same_model(name, "image", fresh=True)
         if create and name not in self._finished:  # asked to create it: finish a killed creation
             self.store.finish_index(name)
             self._finished.add(name)

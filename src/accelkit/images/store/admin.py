@@ -155,6 +155,8 @@ class CollectionAdmin(CollectionRecords):
             except Exception:
                 log.warning("could not drop the half-created collection %r", name)
             raise
+        finally:
+            self._changed()
         with self._lock:
             self._loaded.add(name)
             self._specs[name] = spec
@@ -205,6 +207,7 @@ class CollectionAdmin(CollectionRecords):
             name,
             self._index_params(spec),
         )
+        self._changed()
         self._call(f"loading collection {name!r}", self._milvus.load_collection, name)
         with self._lock:
             self._loaded.add(name)
@@ -296,7 +299,10 @@ class CollectionAdmin(CollectionRecords):
 
     def drop_collection(self, name: str) -> None:
         self._require(name)
-        self._call(f"dropping collection {name!r}", self._milvus.drop_collection, name)
+        try:
+            self._call(f"dropping collection {name!r}", self._milvus.drop_collection, name)
+        finally:
+            self._changed()
         self._uncache(name)
         self._forget(name)
 
@@ -432,8 +438,12 @@ class CollectionAdmin(CollectionRecords):
         metric_type: str | None = None,
         index_params: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Replace the vector index on a server (release, drop, create, load); searches pause meanwhile."""
+        """Replace the vector index on a server (release, drop, create, load); searches pause
+        meanwhile. The metric stays the collection's unless `metric_type` is given: the
+        config's default would silently change what "nearest" means for its vectors (L2 made
+        COSINE by an index type given alone)."""
         self._require(name)
+        metric_type = metric_type or self._spec(name).metric_type
         spec = IndexSpec.from_config(self.config, index_type, metric_type, index_params)
         if not self.is_server:
             raise ConfigError(

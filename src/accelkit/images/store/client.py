@@ -33,6 +33,7 @@ from accelkit.images.store.errors import (
     StoreFullError,
     StoreTimeoutError,
     StoreUnavailableError,
+    _collection_gone,
     _reason,
     _timed_out,
     _unreachable,
@@ -48,6 +49,8 @@ from accelkit.images.store.lite import (
     clear_new_indexes,
     close_engine,
     engine_calls,
+    engine_changed,
+    engine_changes,
     index_files,
     lite3_upkeep,
     lite_generation,
@@ -122,6 +125,9 @@ class StoreClient:
         self._lock = threading.Lock()
         self._engine: str | None = None  # the Milvus Lite engine's path (`lite.open_engine`)
         self._down_at: float | None = None  # when a call last found the server unavailable
+        self._seen = (
+            0  # Milvus Lite: the engine's change count the caches were read at (`_current`)
+        )
         self._client: MilvusClient | None = self._connect()
 
     @property
@@ -278,6 +284,13 @@ class StoreClient:
                 ) from exc
             if _unreachable(exc):  # refused at once: down, and recovering once it is back
                 self._saw_down()
+            if _collection_gone(exc):  # dropped by another client since this one looked
+                self._uncache_all()
+                raise CollectionNotFoundError(
+                    f"{what} failed: the collection does not exist (another client dropped it);"
+                    " see the collections with `accelkit images collection list`, create it again"
+                    " (accelkit images collection create NAME), or insert with --create-collection"
+                ) from exc
             raise StoreError(f"{what} failed: {_reason(exc)}") from exc
 
     def _saw_down(self) -> None:
@@ -285,6 +298,29 @@ class StoreClient:
         the latest such sighting, not the first (a server under load answers searches again up to
         ~45 s after it is back, its refusals and reloads meanwhile: tests/images/test_outage.py)."""
         self._down_at = time.monotonic()
+
+    def _current(self) -> None:
+        """On Milvus Lite: forget what this client keeps of its collections (dimensions, index
+        specs, declared fields, records, loaded state) when another store of this process has
+        changed a collection since (`lite.engine_changes`): two clients of one database in one
+        process — a service and an index, two indexes — otherwise searched a collection the other
+        made anew with its old metric (refused until a restart) or index parameters (a wrong
+        top-k shown as right), and checked inserts against its old model record. A server is
+        read again where it matters instead (`_spec`, `declared_fields`, `recorded(fresh=True)`)."""
+        if self._engine is None:
+            return
+        changes = engine_changes(self._engine)
+        with self._lock:
+            if changes == self._seen:
+                return
+            self._seen = changes
+        self._uncache_all()
+
+    def _changed(self) -> None:
+        """This client made, dropped or re-recorded a collection: every store of this process on
+        the same Milvus Lite database reads what it keeps again (`_current`)."""
+        if self._engine is not None:
+            engine_changed(self._engine)
 
     def _answers(self) -> bool:
         """Whether a server answers a cheap call within 2 s: tells a timeout on a dead server
@@ -371,6 +407,7 @@ class StoreClient:
             )
 
     def describe_dim(self, name: str) -> int:
+        self._current()
         with self._lock:
             if name in self._dims:
                 return self._dims[name]
@@ -388,6 +425,12 @@ class StoreClient:
             self._loaded.discard(name)
             for cache in (self._specs, self._dims, self._fields, self._records):
                 cache.pop(name, None)
+
+    def _uncache_all(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+            for cache in (self._specs, self._dims, self._fields, self._records):
+                cache.clear()
 
     def _schema_changed(self, name: str, used: tuple[int, dict[str, str]]) -> bool:
         """After a write the store refused: whether collection `name` now has another dimension
@@ -417,6 +460,7 @@ class StoreClient:
         dropped and made anew) would select other items than the filter says, or delete them.
         A kept "none" cannot: the metadata JSON the filter then reads holds every value, and
         an insert missing new fields is refused by the store (`upsert` then reads them again)."""
+        self._current()
         with self._lock:
             if self._fields.get(name) == {}:
                 return {}
@@ -429,10 +473,11 @@ class StoreClient:
 
     def _spec(self, name: str) -> IndexSpec:
         """The collection's index: type, metric, build and search parameters. Kept on Milvus Lite
-        (one process holds its file); read at each call on a server (one describe), where another
+        (only this process can change its file: `_current`); read at each call on a server (one describe), where another
         process may have replaced the index (`images collection index`) or made the collection
         anew: a kept spec then searched the new index with the old one's parameters — Milvus'
         defaults for an IVF index — and answered with 45 % of the true top-10, as if right."""
+        self._current()
         with self._lock:
             if name in self._specs and not self.is_server:
                 return self._specs[name]
@@ -490,6 +535,7 @@ class StoreClient:
         )
 
     def _ensure_loaded(self, name: str, force: bool = False) -> None:
+        self._current()
         with self._lock:
             if name in self._loaded and not force:
                 return

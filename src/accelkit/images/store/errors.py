@@ -88,6 +88,12 @@ def _unreachable(exc: BaseException) -> bool:
     return "fail connecting" in text or "unavailable" in text or "is closed" in text
 
 
+def _collection_gone(exc: BaseException) -> bool:
+    """Milvus answered that the collection a call named does not exist (a server: "collection
+    not found[...]"; Milvus Lite 2.5: "Can not find NAME's schema: collection not found")."""
+    return bool(re.search(r"collection not (?:found|exist)", str(exc), re.I))
+
+
 def _timed_out(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}".lower()
     return "deadline" in text or "timeout" in text or "timed out" in text

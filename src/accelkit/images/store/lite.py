@@ -339,11 +339,13 @@ def file_identity(path: str) -> tuple[int, int] | None:
 @dataclass
 class _Engine:
     """One of this process's Milvus Lite engines: the path it was started with, the identity of
-    its file, and how many open stores use it."""
+    its file, how many open stores use it, and how many times one of them changed a collection
+    (made, dropped, or its records rewritten: `engine_changed`)."""
 
     path: str
     identity: tuple[int, int] | None
     users: int = 0
+    changes: int = 0
 
 
 _ENGINES = threading.Lock()
@@ -394,6 +396,24 @@ def close_engine(path: str) -> bool:
             return False
         _engines.remove(engine)
         return True
+
+
+def engine_changes(path: str) -> int:
+    """How many times a store of this process changed a collection on the engine started on
+    `path`: a store whose kept dimensions, index specs, declared fields and records were read at
+    another count reads them again. Only this process can change a Milvus Lite database (the
+    engine holds its file's lock), so the count covers every other client of it."""
+    with _ENGINES:
+        engine = next((e for e in _engines if e.path == path), None)
+        return engine.changes if engine is not None else 0
+
+
+def engine_changed(path: str) -> None:
+    """A store changed a collection on the engine started on `path` (`engine_changes`)."""
+    with _ENGINES:
+        engine = next((e for e in _engines if e.path == path), None)
+        if engine is not None:
+            engine.changes += 1
 
 
 # What a refused open advises besides stopping the holder: the running command's own way

@@ -34,8 +34,10 @@ class CollectionRecords(StoreClient):
         when it has none (made before we recorded it, or by another program). A server keeps
         them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
         properties, in the catalog collection of its database. Kept after the first read;
-        `fresh` reads a server's again (another client may have made the collection anew since:
-        Milvus Lite has no other client)."""
+        `fresh` reads a server's again (another client may have made the collection anew since);
+        on Milvus Lite only this process's stores write them, and a kept one is forgotten when any
+        of them does (`StoreClient._current`)."""
+        self._current()
         with self._lock:
             cached = None if fresh and self.is_server else self._records.get(name)
         if cached is None:
@@ -66,6 +68,7 @@ class CollectionRecords(StoreClient):
         else:
             merged = records if replace else {**(self._catalog_records(name) or {}), **records}
             self._catalog_write(name, merged)
+        self._changed()
         with self._lock:
             self._records.pop(name, None)
 
@@ -167,3 +170,4 @@ class CollectionRecords(StoreClient):
                 CATALOG,
                 filter=ids_filter([name]),
             )
+            self._changed()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelkit.errors import ConfigError
+from accelkit.errors import ConfigError, DataError
 
 
 def sample_dataset_command(
@@ -37,6 +37,7 @@ def sample_dataset_command(
     from accelkit.runtime.json_output import print_json
 
     if exist_ok and (path / "meta" / "info.json").is_file():
+        check_readable(path)
         if as_json:
             print_json({"path": str(path), "written": False})
         else:
@@ -75,3 +76,29 @@ def sample_dataset_command(
         )
     else:
         typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
+
+
+def check_readable(path: Path) -> None:
+    """The dataset `--exist-ok` keeps must be one `accelkit stats` can read: its metadata, and
+    each data file it lists present with the rows it lists (parquet footers only); a damaged
+    one is named with what is wrong, not kept as if it were the sample."""
+    import pyarrow.parquet as pq
+
+    from accelkit.stats.formats.lerobot import check_missing, check_rows, read_json, read_layout
+
+    info_file = path / "meta" / "info.json"
+    try:
+        layout = read_layout(path, read_json(info_file), info_file)
+        check_missing(layout)
+        for file, rows in layout.rows_per_file.items():
+            try:
+                found = pq.read_metadata(file).num_rows
+            except (OSError, ValueError) as exc:
+                raise DataError(f"{file} is not a readable parquet file ({exc})") from None
+            check_rows(file, found, rows)
+    except DataError as exc:
+        reason = str(exc).split("; ")[0]
+        raise DataError(
+            f"--exist-ok: {path} holds a LeRobot dataset that cannot be read ({reason}); it is"
+            " left as it is — write the sample to another folder (accelkit sample-dataset NEW_PATH)"
+        ) from None
