@@ -1,5 +1,6 @@
 """What every benchmark shares: where things are (REPO, RESULTS, DOCS), the progress log, the
-machine record (`accelkit.runtime.environment.record`), whole-process timing (wall, CPU and peak
+command line's rules for bad input (`ArgumentParser`, the argument types, `fail`) and the atomic
+result write (`write_results`), the machine record (`accelkit.runtime.environment.record`), whole-process timing (wall, CPU and peak
 RSS from `wait4`) and the generated inputs (LeRobot datasets, photos, model-ready tensors), each
 made once under a data folder and reused.
 
@@ -8,6 +9,7 @@ Benchmarks run from the repository root as modules (`python -m benchmarks.ROOM.N
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -17,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -27,6 +30,227 @@ def log(msg: str, tag: str = "") -> None:
     """One progress line on stderr, timed (`tag` names the benchmark where several run at once)."""
     prefix = f"{tag} " if tag else ""
     print(f"[{prefix}{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- command lines: bad input is one line and exit 2, results are written whole ------------------
+
+
+def fail(message: str) -> NoReturn:
+    """Bad input, as the product's command line says it: `error: MESSAGE` (naming the input and
+    the fix) on one line on stderr, exit 2, no traceback."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors (an unknown option, a bad value, one of the types below
+    refusing) are one line, `error: argument --x: ...`, and exit 2, like `fail`."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see --help)")
+
+
+def checked(flag: str, kind, value):
+    """`kind(value)` (one of the argument types below) for a value argparse did not parse (a
+    default computed after parsing); a refusal is `fail`'s one line naming `flag`."""
+    try:
+        return kind(value)
+    except argparse.ArgumentTypeError as exc:
+        fail(f"argument {flag}: {exc}")
+
+
+def _kind(path: Path) -> str:
+    from accelkit.runtime.files import file_kind
+
+    return file_kind(path.stat().st_mode)
+
+
+def existing_dir(text: str | os.PathLike) -> Path:
+    """An argument type: a folder that exists."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist; give an existing folder")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is {_kind(path)}, not a folder; give a folder")
+    return path
+
+
+def existing_file(text: str | os.PathLike) -> Path:
+    """An argument type: a regular file that exists."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist; give an existing file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path} is {_kind(path)}, not a file; give a file")
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _writable(folder: Path) -> bool:
+    """Whether this process can make a file in `folder` (tried, not read off the mode bits: root
+    passes every mode check, and /proc refuses whatever its bits say)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def work_dir(text: str | os.PathLike) -> Path:
+    """An argument type: a folder to work in (made when missing): an existing folder, or a path
+    whose nearest existing parent is a folder this process can write in."""
+    path = Path(text)
+    base = path if path.exists() else _nearest_existing(path)
+    if not base.is_dir():
+        what = f"{path} is" if base == path else f"{path} cannot be made: {base} is"
+        raise argparse.ArgumentTypeError(
+            f"{what} {_kind(base)}, not a folder; give a folder (made when missing)"
+        )
+    if not _writable(base):
+        raise argparse.ArgumentTypeError(
+            f"{path}: cannot write in {base}; give a folder you can write in"
+        )
+    return path
+
+
+def out_file(text: str | os.PathLike) -> Path:
+    """An argument type: where a result file goes, checked before any work: not a folder, in a
+    folder this process can write in (made when missing)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder; give a file path to write to")
+    base = _nearest_existing(path.parent)
+    if not base.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{path} cannot be written: {base} is {_kind(base)}; give a path in a folder"
+        )
+    if not _writable(base):
+        raise argparse.ArgumentTypeError(
+            f"{path} cannot be written: no writing in {base}; give a path you can write"
+        )
+    return path
+
+
+def interpreter(text: str) -> str:
+    """An argument type: a Python interpreter to run (a path, or a name on PATH): executable."""
+    found = shutil.which(text)
+    if found is None:
+        path = Path(text)
+        what = "not executable" if path.is_file() else "not found"
+        raise argparse.ArgumentTypeError(f"{text}: {what}; give a Python interpreter's path")
+    return text
+
+
+def listed(valid: tuple[str, ...] | list[str]):
+    """An argument type: a comma-separated list whose every item is one of `valid` (returned as
+    given); an unknown item is refused, with the valid ones named."""
+
+    def check(text: str) -> str:
+        items = [item.strip() for item in text.split(",")]
+        unknown = [item for item in items if item not in valid]
+        if unknown or not text.strip():
+            what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty"
+            raise argparse.ArgumentTypeError(
+                f"{what}; give a comma-separated list of {', '.join(valid)}"
+            )
+        return text
+
+    return check
+
+
+def positive(kind=int):
+    """An argument type: a number (`kind`, int or float) greater than zero."""
+
+    def check(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            name = "whole number" if kind is int else "number"
+            raise argparse.ArgumentTypeError(f"{text!r}: give a {name} greater than 0")
+        return value
+
+    check.__name__ = f"positive {kind.__name__}"
+    return check
+
+
+def src_tree(text: str | os.PathLike) -> Path:
+    """An argument type: a source folder holding an `accelkit` package (`git archive main src`)."""
+    path = existing_dir(text)
+    if not (path / "accelkit" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{path} holds no accelkit/__init__.py; give a src folder (e.g. `git archive main src`)"
+        )
+    return path
+
+
+def numbers(text: str) -> str:
+    """An argument type: a comma-separated list of whole numbers greater than 0 (returned as
+    given)."""
+    try:
+        ok = all(int(item) > 0 for item in text.split(","))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give comma-separated whole numbers greater than 0 (e.g. 10000,100000)"
+        )
+    return text
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """`text` at `path`, whole or not at all: a temporary file beside it, flushed and renamed over
+    it (the mode of the file it replaces kept)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, target.stat().st_mode & 0o777 if target.exists() else 0o644)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def partial(path: str | os.PathLike) -> Path:
+    """Where a run's progress goes while it runs (`NAME.partial.json` beside `path`): a run cut
+    short keeps what it measured there, and the result at `path` stays as it was."""
+    target = Path(path)
+    return target.with_name(f"{target.stem}.partial{target.suffix}")
+
+
+def _dumps(payload, indent, newline, default) -> str:
+    return json.dumps(payload, indent=indent, default=default) + ("\n" if newline else "")
+
+
+def write_progress(
+    path: str | os.PathLike, payload, *, indent: int | None = 2, newline: bool = True, default=None
+) -> Path:
+    """What a run has measured so far, atomically at `partial(path)` (never at `path`)."""
+    return write_atomic(partial(path), _dumps(payload, indent, newline, default))
+
+
+def write_results(
+    path: str | os.PathLike, payload, *, indent: int | None = 2, newline: bool = True, default=None
+) -> Path:
+    """`payload` as JSON at `path`, whole or not at all (serialized first: a serialization error
+    never touches the file; then `write_atomic`). Call it once the run has finished, so that a
+    failure before leaves the committed result as it was; the run's progress file goes."""
+    target = write_atomic(path, _dumps(payload, indent, newline, default))
+    partial(target).unlink(missing_ok=True)
+    return target
 
 
 def machine(packages: tuple[str, ...] = ("numpy",), **extra) -> dict:

@@ -8,11 +8,12 @@ every page (engine.py); a benchmark that rewrites its own block after a run call
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.common import write_atomic
 
 MARKER = re.compile(
     r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(\n?<!-- end generated: (?P=name) -->)",
@@ -66,6 +67,4 @@ def rewrite(page: Path, name: str, body: str) -> None:
         text = MARKER.sub(lambda m: block if m.group("name") == name else m.group(0), text)
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
-    temp = page.with_name(f".{page.name}.tmp")
-    temp.write_text(text, encoding="utf-8")
-    os.replace(temp, page)
+    write_atomic(page, text)

@@ -11,13 +11,12 @@ JSON not there leaves its blocks as they are."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from functools import cache
 from pathlib import Path
 
-from benchmarks.common import DOCS, REPO
+from benchmarks.common import DOCS, REPO, ArgumentParser, fail, write_atomic
 from benchmarks.docs.blocks import MARKER, Table, render
 
 PAGES = (DOCS / "quant.md", DOCS / "images.md", DOCS / "performance.md")
@@ -48,16 +47,20 @@ def load(path: Path) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only check; exit 1 on a difference")
     parser.add_argument("--page", action="append", type=Path, help="only this page (repeatable)")
     parser.add_argument("--block", action="append", help="only this block (repeatable)")
     args = parser.parse_args(argv)
+    valid = ", ".join(str(p.relative_to(REPO)) for p in PAGES)
+    pages = [(REPO / p).resolve() for p in args.page] if args.page else list(PAGES)
+    for given, page in zip(args.page or (), pages, strict=False):
+        if page not in PAGES:
+            fail(f"argument --page: {given} is not a page with generated blocks; give {valid}")
     every = tables()
     if args.block and set(args.block) - set(every):
-        print(f"no table renders {sorted(set(args.block) - set(every))}", file=sys.stderr)
-        return 2
-    pages = [REPO / p for p in args.page] if args.page else list(PAGES)
+        unknown = ", ".join(sorted(set(args.block) - set(every)))
+        fail(f"argument --block: no table renders {unknown}; give one of {', '.join(every)}")
     seen: set[str] = set()
     status = 0
     for page in pages:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{page.relative_to(REPO)} differs from the JSON; run python -m benchmarks.docs")
             status = 1
         else:
-            page.write_text(new, encoding="utf-8")
+            write_atomic(page, new)
     if not args.page and not args.block and set(every) - seen:
         print(f"on no page: {sorted(set(every) - seen)}", file=sys.stderr)
         return 1

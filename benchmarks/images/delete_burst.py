@@ -18,7 +18,6 @@ shared machine: read them as sizes, not as a benchmark.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser, out_file, positive, write_results
 
 SCHEMA = "accelkit.delete_burst/1"
 
@@ -74,12 +73,14 @@ def free_port() -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ids", type=int, default=10_000, help="ids per delete request")
-    parser.add_argument("--requests", type=int, default=20, help="delete requests in the burst")
-    parser.add_argument("--stored", type=int, default=20_000, help="items stored before the burst")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ids", type=positive(), default=10_000, help="ids per delete request")
+    parser.add_argument("--requests", type=positive(), default=20, help="delete requests")
+    parser.add_argument("--stored", type=positive(), default=20_000, help="items stored first")
     parser.add_argument("--settle", type=float, default=10.0, help="idle seconds after the burst")
-    parser.add_argument("--output", default=str(REPO / "benchmarks/results/delete_burst.json"))
+    parser.add_argument(
+        "--output", type=out_file, default=REPO / "benchmarks/results/delete_burst.json"
+    )
     args = parser.parse_args()
     import httpx
 
@@ -154,7 +155,7 @@ def main() -> None:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
     print(json.dumps(out, indent=2))
-    Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
+    write_results(args.output, out)
 
 
 if __name__ == "__main__":

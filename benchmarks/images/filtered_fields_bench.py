@@ -19,16 +19,14 @@ benchmarks/results/filtered_fields_bench.json."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, milvus_server
+from benchmarks.common import REPO, ArgumentParser, milvus_server, out_file, positive
 from benchmarks.docs.blocks import Table
 from benchmarks.images.vectors import (
     DIM,
@@ -154,14 +152,16 @@ def measure(store, names: dict[str, str], queries, exact, exact_all, args) -> di
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vectors", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--partitions", type=int, default=16, help="partition key's partitions")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vectors", type=positive(), default=100_000)
+    parser.add_argument("--queries", type=positive(), default=200)
+    parser.add_argument(
+        "--partitions", type=positive(), default=16, help="partition key's partitions"
+    )
     parser.add_argument("--uri", help="a Milvus server (http://host:19530)")
     parser.add_argument("--token", default=None)
     parser.add_argument("--server", action="store_true", help="start the test suite's server")
-    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--out", type=out_file, default=RESULT)
     args = parser.parse_args()
     if not (args.uri or args.server):
         parser.error("give --server or --uri")

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import argparse
 import io
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser, out_file, positive
 
 SCHEMA = "accelkit.images_bench/1"
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -108,14 +107,14 @@ def to_levels(batch):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, default=64, help="images in the 512x512 workloads")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--e2e-images", type=int, default=128)
+    parser.add_argument("--n", type=positive(), default=64, help="images in the 512x512 workloads")
+    parser.add_argument("--rounds", type=positive(), default=9)
+    parser.add_argument("--e2e-images", type=positive(), default=128)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=out_file, default=None)
     args = parser.parse_args()
     if args.quick:
         args.n, args.rounds, args.e2e_images = 16, 2, 32

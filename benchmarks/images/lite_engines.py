@@ -6,8 +6,9 @@ data and the exact answers once per size, then runs this file as a worker (`--wo
 engine and size, in a subprocess of that engine's Python (the system `python3` for Lite 2.5; the
 Lite 3 one from `--lite3-python`, default the test suite's `.venv-lite3/`, made on first use by
 tests/support/lite3_env.py). Sizes are the outer loop, so the engines' runs interleave
-(2.5, 3 at 10k, then 2.5, 3 at 100k). The JSON is rewritten (atomically) after every worker, so a
-run cut short keeps what it measured ("complete": false).
+(2.5, 3 at 10k, then 2.5, 3 at 100k). After every worker the JSON so far is written (atomically)
+to `lite_engines.partial.json` beside `--out`, so a run cut short keeps what it measured
+("complete": false); `--out` itself is written only when the run ends with every worker done.
 
 Data: N 1280-d unit vectors in gaussian clusters (`service_bench.clustered_vectors`), metadata
 `{"tag": i % 10}`; queries are further draws from the same mixture (not stored); COSINE, top-10.
@@ -56,7 +57,21 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, module_command, repo_env
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    existing_dir,
+    interpreter,
+    listed,
+    module_command,
+    numbers,
+    out_file,
+    partial,
+    positive,
+    repo_env,
+    write_progress,
+    write_results,
+)
 
 SCHEMA = "accelkit.lite_engines/1"
 MODULE = "benchmarks.images.lite_engines"
@@ -133,7 +148,6 @@ def run_worker(python: str, inputs: Path, workdir: Path, args, phase: str | None
 
 def driver(args) -> int:
     from accelkit.runtime.environment import record
-    from accelkit.runtime.files import write_json_atomic
 
     sizes = [int(s) for s in args.sizes.split(",")]
     pythons = {"2": args.lite2_python, "3": args.lite3_python or default_lite3_python()}
@@ -183,11 +197,20 @@ def driver(args) -> int:
                 payload["sizes"][str(size)][f"lite{engine}"] = result
                 payload["minutes"] = (time.perf_counter() - started) / 60
                 payload["load_avg_end"] = os.getloadavg()
-                write_json_atomic(out, payload, trailing_newline=True)
+                write_progress(out, payload)
+    failed = [
+        f"lite{engine} at {size}"
+        for size, engines in payload["sizes"].items()
+        for engine, result in engines.items()
+        if "failed" in result
+    ]
+    if failed:  # the committed result stays as it was
+        say(f"error: {', '.join(failed)} failed; what was measured is in {partial(out)}")
+        return 1
     payload["complete"] = True
     payload["minutes"] = (time.perf_counter() - started) / 60
     payload["load_avg_end"] = os.getloadavg()
-    write_json_atomic(out, payload, trailing_newline=True)
+    write_results(out, payload)
     say(f"[lite_engines] wrote {out} ({payload['minutes']:.1f} min)")
     return 0
 
@@ -484,21 +507,34 @@ def worker(args) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", default="10000,100000", help="comma-separated row counts")
-    parser.add_argument("--engines", default="2,3", help="Milvus Lite generations, in run order")
-    parser.add_argument("--queries", type=int, default=100, help="queries per measurement")
-    parser.add_argument("--min-queries", type=int, default=10)
-    parser.add_argument("--budget-s", type=float, default=60.0, help="seconds per measurement")
-    parser.add_argument("--index-timeout", type=float, default=3600.0)
-    parser.add_argument("--worker-timeout", type=float, default=7200.0)
+    parser.add_argument(
+        "--sizes", type=numbers, default="10000,100000", help="comma-separated row counts"
+    )
+    parser.add_argument(
+        "--engines",
+        type=listed(("2", "3")),
+        default="2,3",
+        help="Milvus Lite generations, in order",
+    )
+    parser.add_argument("--queries", type=positive(), default=100, help="queries per measurement")
+    parser.add_argument("--min-queries", type=positive(), default=10)
+    parser.add_argument(
+        "--budget-s", type=positive(float), default=60.0, help="seconds per measurement"
+    )
+    parser.add_argument("--index-timeout", type=positive(float), default=3600.0)
+    parser.add_argument("--worker-timeout", type=positive(float), default=7200.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lite2-python", default="python3")
-    parser.add_argument("--lite3-python", default=None, help="default: tests' .venv-lite3")
-    parser.add_argument("--tmp", default=None, help="folder for the databases (default: $TMPDIR)")
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--lite2-python", type=interpreter, default="python3")
+    parser.add_argument(
+        "--lite3-python", type=interpreter, default=None, help="default: tests' .venv-lite3"
+    )
+    parser.add_argument(
+        "--tmp", type=existing_dir, default=None, help="folder for the databases (default: $TMPDIR)"
+    )
+    parser.add_argument("--out", type=out_file, default=OUT)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=("FLAT", "HNSW"), help=argparse.SUPPRESS)

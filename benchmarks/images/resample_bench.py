@@ -23,17 +23,23 @@ method of the same engine and workload) is taken within a round: median, min, ma
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    checked,
+    existing_file,
+    out_file,
+    positive,
+    write_results,
+)
 from benchmarks.docs.blocks import Table, rewrite
 
 RESULT = REPO / "benchmarks" / "results" / "resample_bench.json"
@@ -133,12 +139,14 @@ TABLES = {"resample-speed": Table(RESULT, table)}  # for the docs engine
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=positive(), default=64)
+    parser.add_argument("--rounds", type=positive(), default=7)
     parser.add_argument("--docs", action="store_true", help="only rewrite the docs block")
-    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--out", default=RESULT)
     args = parser.parse_args()
+    # --docs reads --out; a run writes it
+    args.out = checked("--out", existing_file if args.docs else out_file, args.out)
     if not args.docs:
         before = os.getloadavg()
         results = measure(args.n, args.rounds)
@@ -150,9 +158,7 @@ def main() -> int:
             "rounds": args.rounds,
             "results": results,
         }
-        temp = args.out.with_suffix(".tmp")
-        temp.write_text(json.dumps(doc, indent=1) + "\n")
-        os.replace(temp, args.out)
+        write_results(args.out, doc, indent=1)
         print(table(doc))
     doc = json.loads(args.out.read_text())
     rewrite(DOC, "resample-speed", table(doc))

@@ -11,7 +11,6 @@ machine's load hits them alike. Writes benchmarks/results/search_steering.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -20,17 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser, positive
 
 OUT = REPO / "benchmarks" / "results" / "search_steering.json"
 DIM = 1280
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=10000)
-    parser.add_argument("--queries", type=int, default=40)
-    parser.add_argument("--topk", type=int, default=10)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=positive(), default=10000)
+    parser.add_argument("--queries", type=positive(), default=40)
+    parser.add_argument("--topk", type=positive(), default=10)
     args = parser.parse_args()
 
     from accelkit.images.index.base import Steering

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser, listed, out_file, positive
 from benchmarks.images.vectors import (
     DIM,
     FILTER,
@@ -308,14 +308,14 @@ def bench_http(uri: str, workdir: Path, queries: np.ndarray, clients: int, per_c
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--vectors", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--images", type=int, default=96)
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--vectors", type=positive(), default=100_000)
+    parser.add_argument("--queries", type=positive(), default=200)
+    parser.add_argument("--images", type=positive(), default=96)
+    parser.add_argument("--clients", type=positive(), default=16)
+    parser.add_argument("--per-client", type=positive(), default=20)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--uri", help="a Milvus server to measure (http://host:19530), beside Milvus Lite's FLAT"
@@ -330,6 +330,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--index-types",
+        type=lambda text: listed(("HNSW", "IVF_FLAT", "FLAT"))(text.upper()),
         default="HNSW",
         help="server index types, comma-separated (HNSW,IVF_FLAT,FLAT)",
     )
@@ -337,9 +338,12 @@ def main() -> None:
         "--random", action="store_true", help="also HNSW on uniform random vectors (the worst case)"
     )
     parser.add_argument(
-        "--visibility-rows", type=int, default=10_000, help="rows of each first-search collection"
+        "--visibility-rows",
+        type=positive(),
+        default=10_000,
+        help="rows of each first-search collection",
     )
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=out_file, default=None)
     args = parser.parse_args()
     if args.quick:
         args.vectors, args.queries, args.images, args.per_client = 10_000, 50, 32, 5

@@ -17,7 +17,6 @@ CUDA plugin (`pip install "jax[cuda12]"`); without it the JAX parts are skipped 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -29,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, module_command, repo_env
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    module_command,
+    out_file,
+    positive,
+    repo_env,
+)
 
 
 def jax_gpu():
@@ -227,11 +233,11 @@ def part_bench(out_dir: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_check.json"
+        "--out", type=out_file, default=REPO / "benchmarks" / "results" / "gpu_check.json"
     )
-    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--rows", type=positive(), default=4_000_000)
     args = parser.parse_args()
     if not jax_gpu() and not torch_cuda():
         print("gpu_check: neither JAX nor PyTorch sees a GPU here; nothing was run.")

@@ -52,14 +52,24 @@ from pathlib import Path
 
 from benchmarks.common import (
     REPO,
+    ArgumentParser,
     accelkit_command,
+    checked,
     ensure_photos,
     ensure_tensors,
     ensure_v21,
     ensure_v30,
+    existing_file,
+    listed,
     log,
+    out_file,
+    positive,
     rounds,
     run_process,
+    src_tree,
+    work_dir,
+    write_progress,
+    write_results,
 )
 from benchmarks.docs.blocks import Table, rewrite
 
@@ -429,8 +439,9 @@ def write_docs(report: dict) -> None:
     rewrite(DOCS, "limits", render(report))
 
 
-def save(report: dict, previous: dict, out: Path) -> dict:
-    """Write `report` atomically and return what was written: workloads not run this time keep
+def save(report: dict, previous: dict, out: Path, final: bool = False) -> dict:
+    """Write `report` atomically to the progress file beside `out` (`out` itself once every
+    workload has run: `final`) and return what was written: workloads not run this time keep
     their last results, marked with their own time."""
     report = {**report, "workloads": dict(report["workloads"])}
     for name, result in previous.get("workloads", {}).items():
@@ -440,23 +451,25 @@ def save(report: dict, previous: dict, out: Path) -> dict:
             result.setdefault("measured_commit", (source.get("commit") or "?")[:7])
             report["workloads"][name] = result
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(out)
+    (write_results if final else write_progress)(out, report, newline=False)
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--frames", type=int, default=2_100_000)
-    parser.add_argument("--frames-per-episode", type=int, default=1000)
     parser.add_argument(
-        "--frames-v21", type=int, default=None, help="v2.1 frames (default: --frames; target: 4M)"
+        "--only", type=listed(WORKLOADS), default=",".join(WORKLOADS), help="comma-separated"
+    )
+    parser.add_argument("--rounds", type=positive(), default=3)
+    parser.add_argument("--frames", type=positive(), default=2_100_000)
+    parser.add_argument("--frames-per-episode", type=positive(), default=1000)
+    parser.add_argument(
+        "--frames-v21",
+        type=positive(),
+        default=None,
+        help="v2.1 frames (default: --frames; target: 4M)",
     )
     parser.add_argument(
         "--columns",
@@ -466,18 +479,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--baseline-src",
-        type=Path,
+        type=src_tree,
         default=None,
         help="stats: also time the accelkit of this src folder (e.g. `git archive main src`) in "
         "the same rounds",
     )
     parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
-    parser.add_argument("--photos", type=int, default=2000)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--photos", type=positive(), default=2000)
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument("--quick", action="store_true", help="200k frames, 200 photos, 1 round")
     parser.add_argument("--stats", action="store_true", help="the stats workloads only")
     parser.add_argument("--docs-only", action="store_true", help="rewrite the docs from the JSON")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=out_file, default=None)
     parser.add_argument(
         "--note", default=None, help="what else ran on the machine (kept in the JSON and the docs)"
     )
@@ -488,10 +501,10 @@ def main(argv: list[str] | None = None) -> int:
         "limits_bench_quick.json" if args.quick else "limits_bench.json"
     )
     if args.docs_only:
-        report = json.loads(out.read_text())
+        report = json.loads(checked("--out", existing_file, out).read_text())
         if args.note:
             report["note"] = args.note
-            out.write_text(json.dumps(report, indent=2))
+            write_results(out, report, newline=False)
         write_docs(report)
         return 0
     if args.stats:
@@ -526,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(f'{r:.2f}' for r in result['ratio_per_round'])}), best "
                 f"{result['ratio_best']:.2f}, target {TARGETS[name]}"
             )
-            written = save(report, previous, out)  # a later failure loses nothing measured
+            save(report, previous, out)  # a later failure loses nothing measured (partial(out))
+    written = save(report, previous, out, final=True)
     log(f"wrote {out}")
     if not args.quick:
         write_docs(written)

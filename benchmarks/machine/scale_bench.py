@@ -35,7 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, log
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    log,
+    out_file,
+    positive,
+    work_dir,
+    write_results,
+)
 
 SCHEMA = "accelkit.scale_bench/1"
 TARGETS = {"ray_2_vs_local_throughput": 0.8, "driver_share_at_512_workers": 0.01}
@@ -317,18 +325,18 @@ def scaling_model(args, result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--frames", type=int, default=2_000_000)
-    parser.add_argument("--frames-per-episode", type=int, default=1000)
-    parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--model-frames", type=int, default=50_000_000)
-    parser.add_argument("--model-files", type=int, default=50_000)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--frames", type=positive(), default=2_000_000)
+    parser.add_argument("--frames-per-episode", type=positive(), default=1000)
+    parser.add_argument("--images", type=positive(), default=2000)
+    parser.add_argument("--rounds", type=positive(), default=2)
+    parser.add_argument("--model-frames", type=positive(), default=50_000_000)
+    parser.add_argument("--model-files", type=positive(), default=50_000)
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "scale_bench.json"
+        "--out", type=out_file, default=REPO / "benchmarks" / "results" / "scale_bench.json"
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     parser.add_argument("--only", choices=("stats", "images"), default=None)
@@ -366,8 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             result["images"][n]["max_abs_diff_vs_local"] for n in ("ray_1", "ray_2")
         )
     result["checks"] = checks
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_results(args.out, result, newline=False)
     print(json.dumps(checks, indent=2))
     log(f"wrote {args.out}")
     return 0

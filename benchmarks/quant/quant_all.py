@@ -19,13 +19,17 @@ candidates with their baseline and reports medians and ratios):
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import (
+    REPO,
+    RESULTS,
+    ArgumentParser,
+    positive,
+)
 
 
 def run(cmd: list[str], stdout_to: Path | None = None) -> None:
@@ -40,8 +44,8 @@ def run(cmd: list[str], stdout_to: Path | None = None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=positive(), help="torch threads (default: torch's own)")
     parser.add_argument("--quick", action="store_true", help="a smaller matrix")
     args = parser.parse_args()
     py = sys.executable

@@ -12,21 +12,26 @@ checks still see VNNI (on a real AVX2-only CPU `torch._int_mm` skips oneDNN and 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 
-from benchmarks.common import module_command, repo_env
+from benchmarks.common import (
+    ArgumentParser,
+    module_command,
+    out_file,
+    positive,
+    repo_env,
+)
 
 ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/quant_eval_avx2.json")
-    parser.add_argument("--pairs", type=int, default=300)
-    parser.add_argument("--threads", type=int)
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_eval_avx2.json")
+    parser.add_argument("--pairs", type=positive(), default=300)
+    parser.add_argument("--threads", type=positive())
     args = parser.parse_args()
     if any(os.environ.get(k) != v for k, v in ENV.items()):  # the variables are read at start-up
         sys.exit(

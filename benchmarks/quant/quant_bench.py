@@ -16,7 +16,6 @@ torch.compile(fullgraph=True) with inductor. Only ratios within this run are mea
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -32,6 +31,11 @@ from accelkit.quant.models import load_minilm
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
 from accelkit.runtime.timing import interleaved
+from benchmarks.common import (
+    ArgumentParser,
+    out_file,
+    positive,
+)
 
 
 def torchao_crosscheck(n_pairs: int) -> dict:
@@ -278,9 +282,14 @@ def calibration_seconds(rounds: int = 2) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=300)
-    parser.add_argument("--out", default="benchmarks/results/quant_bench.json")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=positive(), default=300)
+    parser.add_argument(
+        "--out",
+        type=out_file,
+        default=None,
+        help="default: benchmarks/results/quant_bench.json (quant_profile.json with --profile)",
+    )
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument(
         "--profile", action="store_true", help="only the W4A8 model's profile (quant_profile.json)"
@@ -298,12 +307,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.out is None and not args.profile:
+        args.out = "benchmarks/results/quant_bench.json"
     if args.profile:
-        out = (
-            args.out
-            if args.out != parser.get_default("out")
-            else "benchmarks/results/quant_profile.json"
-        )
+        out = args.out or "benchmarks/results/quant_profile.json"
         env = {**record(("torch", "transformers")), "threads": torch.get_num_threads()}
         write_json_atomic(out, {"environment": env, "profile": model_profile()})
         print(f"wrote {out}")

@@ -16,16 +16,22 @@ FP32 and W4A8 meet the same load. Wall and CPU seconds of the process are record
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from benchmarks.common import REPO, log, machine
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    listed,
+    log,
+    machine,
+    out_file,
+    positive,
+)
 
 MODES = {
     "default": {},
@@ -78,13 +84,16 @@ def eval_once(pairs: int, extra_env: dict[str, str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=64)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=positive(), default=64)
     parser.add_argument(
-        "--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES)
+        "--modes",
+        type=listed(tuple(MODES)),
+        default=",".join(MODES),
+        help="comma-separated: " + ", ".join(MODES),
     )
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks/results/quant_contention.json"
+        "--out", type=out_file, default=REPO / "benchmarks/results/quant_contention.json"
     )
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",")]

@@ -13,18 +13,23 @@ of its own input, (c) the model's buffers are unchanged, (d) no recompilation af
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 import time
 
 import torch
 
+from benchmarks.common import (
+    ArgumentParser,
+    out_file,
+    positive,
+)
+
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=100)
-    parser.add_argument("--out", default="benchmarks/results/quant_cuda_graphs.json")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=positive(), default=100)
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_cuda_graphs.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print(

@@ -12,22 +12,30 @@ it does (`quant_bench.PROFILE_RULES`), and the two models' medians in interleave
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import (
+    ArgumentParser,
+    out_file,
+    positive,
+    write_progress,
+    write_results,
+)
 from benchmarks.quant.quant_bench import model_profile
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=20, help="training steps (outliers)")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--out", default="benchmarks/results/quant_decoder_profile.json")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=positive(), default=512)
+    parser.add_argument("--steps", type=positive(), default=20, help="training steps (outliers)")
+    parser.add_argument("--rounds", type=positive(), default=10)
+    parser.add_argument(
+        "--out", type=out_file, default="benchmarks/results/quant_decoder_profile.json"
+    )
     args = parser.parse_args()
     from tests.support import quant_families as fam
 
@@ -37,7 +45,6 @@ def main() -> None:
     from accelkit.quant.evaluation.sweep import kernel_counts
     from accelkit.quant.method.convert import quantize
     from accelkit.runtime.environment import record
-    from accelkit.runtime.files import write_json_atomic
 
     doc: dict = {"environment": {**record(("torch", "transformers")), "cpus": os.cpu_count()}}
     doc["load_average_start"] = os.getloadavg()
@@ -60,7 +67,8 @@ def main() -> None:
             ratio = doc["profiles"][name]["ratio"]
             print(name, doc["profiles"][name]["batch"], f"{ratio:.2f}x", flush=True)
             doc["load_average_end"] = os.getloadavg()
-            write_json_atomic(args.out, doc)
+            write_progress(args.out, doc, newline=False)
+    write_results(args.out, doc, newline=False)
     print(f"wrote {args.out}")
 
 

@@ -15,7 +15,6 @@ timing against FP32 (`SpeedBench.measure`: rounds interleaved with FP32, stoppin
 
 from __future__ import annotations
 
-import argparse
 import copy
 import cProfile
 import os
@@ -24,6 +23,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.common import (
+    ArgumentParser,
+    listed,
+    out_file,
+    positive,
+    write_progress,
+    write_results,
+)
 
 
 def build_decoder(folder: Path) -> int:
@@ -55,17 +63,18 @@ def top_functions(profile: cProfile.Profile, n: int = 12) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default="duquant,rtn")
-    parser.add_argument("--pairs", type=int, default=96)
-    parser.add_argument("--out", default="benchmarks/results/quant_eval_phases.json")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--methods", type=listed(("duquant", "smoothquant", "rtn")), default="duquant,rtn"
+    )
+    parser.add_argument("--pairs", type=positive(), default=96)
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_eval_phases.json")
     args = parser.parse_args()
     from accelkit.quant.config import QuantConfig
     from accelkit.quant.evaluation.fidelity import load_subject, subject_fidelity, subject_reference
     from accelkit.quant.evaluation.speed import Phases, SpeedBench
     from accelkit.quant.method.convert import quantize
     from accelkit.runtime.environment import record
-    from accelkit.runtime.files import write_json_atomic
 
     cpu = time.process_time
     doc: dict = {"environment": {**record(("torch", "transformers")), "cpus": os.cpu_count()}}
@@ -100,8 +109,9 @@ def main() -> None:
             )
             doc["methods"][method] = entry
             doc["load_average_end"] = os.getloadavg()
-            write_json_atomic(args.out, doc)  # after each method: a cut-short run keeps its part
+            write_progress(args.out, doc, newline=False)  # a cut-short run keeps its part
             print(method, {k: v for k, v in entry.items() if k.endswith("_s")}, flush=True)
+    write_results(args.out, doc, newline=False)
     print(f"wrote {args.out}")
 
 

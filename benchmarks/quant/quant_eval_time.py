@@ -25,7 +25,6 @@ machine may be shared: compare CPU seconds when the load differs).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -35,7 +34,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    listed,
+    out_file,
+    src_tree,
+    write_progress,
+    write_results,
+)
 
 COMMAND = "python -m accelkit quant eval --json"
 
@@ -121,11 +128,19 @@ def fresh_env(env: dict[str, str], src: Path, folder: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/quant_eval_time.json")
-    parser.add_argument("--runs", default="cold,warm", help="cold, warm or both (warm needs cold)")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_eval_time.json")
     parser.add_argument(
-        "--baseline-src", type=Path, default=None, help="also run this src folder's accelkit cold"
+        "--runs",
+        type=listed(("cold", "warm")),
+        default="cold,warm",
+        help="cold, warm or both (warm needs cold)",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=src_tree,
+        default=None,
+        help="also run this src folder's accelkit cold",
     )
     parser.add_argument("--baseline-commit", default=None, help="what --baseline-src holds")
     parser.add_argument(
@@ -133,7 +148,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     from accelkit.runtime.environment import record
-    from accelkit.runtime.files import write_json_atomic
 
     runs = {}
     with tempfile.TemporaryDirectory(prefix="quant-eval-time-") as tmp:
@@ -172,7 +186,8 @@ def main() -> None:
                 "command": " ".join([COMMAND, *command]),
                 "runs": runs,
             }
-            write_json_atomic(args.out, doc)
+            write_progress(args.out, doc, newline=False)
+    write_results(args.out, doc, newline=False)
     print(f"wrote {args.out}")
 
 

@@ -15,7 +15,6 @@ those families' entries in an existing JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -24,7 +23,15 @@ from pathlib import Path
 from tests.support import quant_families as fam
 
 from accelkit.runtime.environment import record
-from accelkit.runtime.files import write_json_atomic
+from benchmarks.common import (
+    ArgumentParser,
+    fail,
+    listed,
+    out_file,
+    positive,
+    write_progress,
+    write_results,
+)
 
 KEYS = ("mean_cosine", "min_cosine", "top1_agreement", "perplexity_ratio", "eager_ratio")
 
@@ -58,14 +65,17 @@ def run_family(name: str, root: Path, pairs: int, calib: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=16)
-    parser.add_argument("--families", default=",".join(fam.FAMILIES))
-    parser.add_argument("--out", default="benchmarks/results/quant_families.json")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=positive(), default=16)
+    parser.add_argument("--families", type=listed(fam.FAMILIES), default=",".join(fam.FAMILIES))
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_families.json")
     args = parser.parse_args()
     doc = {"environment": record(), "pairs": args.pairs, "steps": fam.STEPS, "families": {}}
     if Path(args.out).is_file():  # a run of some families adds to the others' numbers
-        doc["families"] = json.loads(Path(args.out).read_text())["families"]
+        try:
+            doc["families"] = json.loads(Path(args.out).read_text())["families"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            fail(f"argument --out: {args.out} holds no readable families ({exc!r}); fix or move it")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         calib = root / "calib.txt"
@@ -73,7 +83,8 @@ def main() -> None:
         for name in args.families.split(","):
             doc["families"][name] = run_family(name, root, args.pairs, calib)
             print(name, doc["families"][name], flush=True)
-            write_json_atomic(args.out, doc)
+            write_progress(args.out, doc, newline=False)
+    write_results(args.out, doc, newline=False)
 
 
 if __name__ == "__main__":

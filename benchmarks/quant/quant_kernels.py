@@ -22,7 +22,6 @@ and 7-bit codes × |b| ≤ 127.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,7 +29,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.common import module_command, repo_env
+from benchmarks.common import (
+    ArgumentParser,
+    module_command,
+    out_file,
+    positive,
+    repo_env,
+)
 
 SHAPES = {"minilm": [(384, 384), (384, 1536), (1536, 384)], "llama-random": [(256, 256),
           (256, 128), (256, 768), (768, 256)]}  # fmt: skip
@@ -151,12 +156,12 @@ def measure(rounds: int, calls_budget: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--isa", choices=["native", "avx2", "both"], default="both")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--calls", type=int, default=4096, help="rows per timed sample")
-    parser.add_argument("--out", default="benchmarks/results/quant_kernels.json")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    parser.add_argument("--rounds", type=positive(), default=9)
+    parser.add_argument("--calls", type=positive(), default=4096, help="rows per timed sample")
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_kernels.json")
+    parser.add_argument("--threads", type=positive(), help="torch threads (default: torch's own)")
     args = parser.parse_args()
     if args.isa == "both":  # one child process per ISA: the variables are read at start-up
         start, parts = time.perf_counter(), {}

@@ -15,12 +15,17 @@ code — with compiled timings against FP32 (`--no-compile` for eager only).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+from benchmarks.common import (
+    ArgumentParser,
+    out_file,
+    positive,
+)
 
 RUNS = {"minilm": 0.99, "llama-random": 0.995}
 
@@ -46,11 +51,11 @@ def llama_folder(folder: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/quant_target.json")
-    parser.add_argument("--pairs", type=int, default=128, help="MiniLM evaluation pairs")
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_target.json")
+    parser.add_argument("--pairs", type=positive(), default=128, help="MiniLM evaluation pairs")
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--threads", type=int)
+    parser.add_argument("--threads", type=positive())
     args = parser.parse_args()
     import torch
 

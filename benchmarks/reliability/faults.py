@@ -11,7 +11,6 @@ x outcomes per command.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,7 +21,18 @@ from typing import Any
 from tests.support.crash.cases import cases
 from tests.support.crash.harness import SEED, measure
 
-from benchmarks.common import REPO, machine
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    checked,
+    fail,
+    listed,
+    machine,
+    out_file,
+    positive,
+    write_progress,
+    write_results,
+)
 
 SCHEMA = "accelkit.faults/1"
 
@@ -41,26 +51,31 @@ def table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=20)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=positive(), default=20)
     parser.add_argument("--only", default="", help="comma-separated case names")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--server", action="store_true", help="also the Milvus server cases")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "faults.json"))
+    parser.add_argument(
+        "--output", type=out_file, default=str(REPO / "benchmarks" / "results" / "faults.json")
+    )
     parser.add_argument(
         "--merge", action="store_true", help="keep the other commands' results already in --output"
     )
     args = parser.parse_args(argv)
-    chosen = [
-        c for c in cases(server=args.server) if not args.only or c.name in args.only.split(",")
-    ]
-    started = machine(())  # the common machine record
+    known = [c.name for c in cases(server=args.server)]
+    only = checked("--only", listed(known), args.only).split(",") if args.only else known
+    chosen = [c for c in cases(server=args.server) if c.name in only]
     out = Path(args.output)
-    results: dict[str, Any] = json.loads(out.read_text())["results"] if args.merge else {}
+    results: dict[str, Any] = {}
+    if args.merge:
+        try:
+            results = json.loads(out.read_text())["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            fail(f"argument --merge: {out} holds no readable results ({exc!r}); drop --merge")
+    started = machine(())  # the common machine record
 
-    def write() -> None:  # after each command: a long run killed midway keeps what it measured
-        from accelkit.runtime.files import write_json_atomic
-
+    def write(final: bool = False) -> None:  # a long run killed midway keeps what it measured
         document = {
             "schema": SCHEMA,
             "seed": args.seed,
@@ -69,12 +84,13 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "table": table(results),
         }
-        write_json_atomic(out, document, trailing_newline=True)
+        (write_results if final else write_progress)(out, document)
 
     with tempfile.TemporaryDirectory(prefix="accelkit-faults-") as tmp:
         for case in chosen:
             results[case.name] = measure(case, args.kills, Path(tmp) / case.name, args.seed)
             write()
+    write(final=True)
     print(table(results))
     print(f"wrote {out}")
     return 1 if any(r["failures"] for r in results.values()) else 0

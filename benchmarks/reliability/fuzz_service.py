@@ -14,13 +14,17 @@ per route and check, with a curl line to reproduce them) and the service log's t
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.common import REPO
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    out_file,
+    positive,
+)
 
 SCHEMA = "accelkit.fuzz_service/1"
 
@@ -64,10 +68,12 @@ def fuzz(operation, route: str, url: str, args, cases, statuses, failures) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=200, help="generated cases per route")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=positive(), default=200, help="generated cases per route")
     parser.add_argument("--seed", type=int, default=47)
-    parser.add_argument("--output", default=str(REPO / "benchmarks/results/fuzz_service.json"))
+    parser.add_argument(
+        "--output", type=out_file, default=str(REPO / "benchmarks/results/fuzz_service.json")
+    )
     args = parser.parse_args()
 
     import numpy as np

@@ -23,7 +23,6 @@ on 127.0.0.1. Three outages, one after another:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -35,12 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser, fail, listed, out_file, positive
 
 KEY = "outage-key"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 DB = "outage"
 STORE_TIMEOUT = 10.0
+PHASES = ("server", "cli", "service", "migrate")
 
 
 def create(url: str, name: str) -> None:
@@ -264,16 +264,26 @@ def _count(answers) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--down", type=float, default=15.0, help="seconds the server stays down")
-    parser.add_argument("--images", type=int, default=600, help="images of the CLI insert")
-    parser.add_argument("--items", type=int, default=20_000, help="items of the migration")
-    parser.add_argument("--phases", default="server,cli,service,migrate")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/outage.json")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--down", type=positive(float), default=15.0, help="seconds the server stays down"
+    )
+    parser.add_argument("--images", type=positive(), default=600, help="images of the CLI insert")
+    parser.add_argument("--items", type=positive(), default=20_000, help="items of the migration")
+    parser.add_argument("--phases", type=listed(PHASES), default=",".join(PHASES))
+    parser.add_argument("--out", type=out_file, default=REPO / "benchmarks/results/outage.json")
     parser.add_argument(
         "--merge", action="store_true", help="keep the other phases' results already in --out"
     )
     args = parser.parse_args()
+    previous = {}
+    if args.merge and args.out.exists():  # read before the run: a bad file fails now, not after
+        try:
+            previous = json.loads(args.out.read_text())
+        except (OSError, ValueError) as exc:
+            fail(
+                f"argument --merge: {args.out} is not readable JSON ({exc}); fix it or drop --merge"
+            )
 
     from tests.support.milvus_server import MilvusServer, server_database, unavailable
     from tests.support.service import Server
@@ -323,8 +333,8 @@ def main() -> None:
         "load_avg_end": os.getloadavg(),
     }
     settings = {"down_s": args.down, "store_timeout_s": STORE_TIMEOUT}
-    if args.merge and args.out.exists():  # the phases run now, each with its own environment
-        payload = json.loads(args.out.read_text())
+    if previous:  # the phases run now, each with its own environment
+        payload = previous
         for name, result in results.items():
             payload[name] = {**result, "environment": environment, "settings": settings}
     else:

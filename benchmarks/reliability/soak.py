@@ -43,7 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, RESULTS
+from benchmarks.common import (
+    REPO,
+    RESULTS,
+    ArgumentParser,
+    out_file,
+    positive,
+    write_results,
+)
 
 SCHEMA = "accelkit.soak/1"
 COLLECTION = "soak"
@@ -285,15 +292,15 @@ def serve(config: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--store", choices=("lite", "server"), default="lite")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--clients", type=positive(), default=16)
+    parser.add_argument("--minutes", type=positive(float), default=10.0)
     parser.add_argument("--warmup-s", type=float, default=60.0, help="RSS/fd baseline after this")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--output", type=out_file, default=None)
     args = parser.parse_args()
     output = args.output or RESULTS / f"soak_{args.store}.json"
 
@@ -385,8 +392,7 @@ def main() -> None:
         },
         "environment": environment(("numpy", "pymilvus", "milvus-lite", "fastapi", "uvicorn")),
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(output, result)
     print(json.dumps({k: result[k] for k in ("requests", "responses_5xx", "verdict")}, indent=2))
     print(f"wrote {output}")
     sys.exit(0 if all(result["verdict"].values()) else 1)

@@ -34,7 +34,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, log
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    checked,
+    existing_file,
+    log,
+    positive,
+    work_dir,
+    write_results,
+)
 from benchmarks.docs.blocks import Table, rewrite
 
 OUT = REPO / "benchmarks" / "results" / "images_int8.json"
@@ -268,16 +277,18 @@ def write_docs(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--photos", type=int, default=400, help="set B: limits_bench's photos")
-    parser.add_argument("--rounds", type=int, default=8, help="speed rounds")
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument(
+        "--photos", type=positive(), default=400, help="set B: limits_bench's photos"
+    )
+    parser.add_argument("--rounds", type=positive(), default=8, help="speed rounds")
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument("--docs-only", action="store_true", help="rewrite the docs from the JSON")
     args = parser.parse_args(argv)
     if args.docs_only:
-        write_docs(json.loads(OUT.read_text()))
+        write_docs(json.loads(checked("--docs-only", existing_file, OUT).read_text()))
         return 0
     from accelkit.images.embedding.int8 import cpu_int8_features
     from accelkit.runtime.environment import record
@@ -289,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         **run(args),
     }
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OUT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(OUT)
+    write_results(OUT, report, newline=False)
     write_docs(report)
     log(f"wrote {OUT} and {DOCS}")
     return 0

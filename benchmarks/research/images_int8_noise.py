@@ -19,12 +19,19 @@ Writes benchmarks/results/images_int8_noise.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import REPO, ensure_photos, log
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    ensure_photos,
+    log,
+    positive,
+    work_dir,
+    write_results,
+)
 from benchmarks.research.images_int8 import embed, quality
 
 OUT = REPO / "benchmarks" / "results" / "images_int8_noise.json"
@@ -97,16 +104,16 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--photos", type=int, default=2000)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--photos", type=positive(), default=2000)
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit_bench_data"))
     args = parser.parse_args(argv)
     from accelkit.runtime.environment import record
 
     report = {"environment": record(("numpy", "onnxruntime", "onnx")), **run(args)}
-    OUT.write_text(json.dumps(report, indent=2))
+    write_results(OUT, report, newline=False)
     log(f"wrote {OUT}")
     return 0
 

@@ -36,7 +36,6 @@ rows appear once.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import random
 import time
@@ -57,6 +56,14 @@ from accelkit.quant.method.convert import quantize
 from accelkit.quant.models import load_minilm, model_max_length
 from accelkit.runtime.environment import record
 from accelkit.runtime.files import write_json_atomic
+from benchmarks.common import (
+    ArgumentParser,
+    listed,
+    out_file,
+    positive,
+    write_progress,
+    write_results,
+)
 
 WEIGHTS = {  # name -> QuantConfig fields
     "per-channel": {"weight_format": "plain", "weight_group_size": None},
@@ -246,19 +253,23 @@ def merge(paths: list[str], out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--texts",
         default="minilm:256,llama-random:128,antiberty:32",
         help="evaluation texts per model (the 26M-parameter AntiBERTy costs most per text)",
     )
-    parser.add_argument("--max-length", type=int, default=64, help="tokens per text at most")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds")
+    parser.add_argument("--max-length", type=positive(), default=64, help="tokens per text at most")
+    parser.add_argument("--rounds", type=positive(), default=7, help="interleaved latency rounds")
     parser.add_argument("--no-compile", action="store_true", help="eager latency only")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
-    parser.add_argument("--models", default="minilm,antiberty,llama-random")
-    parser.add_argument("--limit", type=int, help="only the first N settings (a smoke run)")
-    parser.add_argument("--out", default="benchmarks/results/quant_matrix.json")
+    parser.add_argument("--threads", type=positive(), help="torch threads (default: torch's own)")
+    parser.add_argument(
+        "--models",
+        type=listed(("minilm", "antiberty", "llama-random")),
+        default="minilm,antiberty,llama-random",
+    )
+    parser.add_argument("--limit", type=positive(), help="only the first N settings (a smoke run)")
+    parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_matrix.json")
     parser.add_argument(
         "--merge", nargs="+", metavar="JSON", help="only merge per-model runs into --out"
     )
@@ -327,7 +338,8 @@ def main() -> None:
         payload["settings_done"] = i + 1
         payload["settings_planned"] = len(plan)
         payload["wall_s"] = time.perf_counter() - t0
-        write_json_atomic(args.out, payload)  # after every setting: a stopped run keeps its part
+        write_progress(args.out, payload, newline=False)  # a stopped run keeps its part
+    write_results(args.out, payload, newline=False)
     print(f"wrote {args.out} in {payload['wall_s']:.0f}s")
 
 

@@ -18,7 +18,6 @@ as what separates the image scores best.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, ArgumentParser
 from benchmarks.docs.blocks import Table, rewrite
 
 OUT = REPO / "benchmarks" / "results" / "search_cut.json"
@@ -220,7 +219,7 @@ TABLES = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", action="store_true", help="rewrite docs/images.md's blocks")
     args = parser.parse_args()
     if args.docs:

@@ -23,7 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+)
 
 OUT = REPO / "benchmarks" / "results" / "search_less_like.json"
 WORDS = ["photo", "cat", "red", "bicycle", "night", "coffee", "cup", "astronaut", "moon"]
@@ -106,6 +109,7 @@ def judge(vectors: np.ndarray, texts: np.ndarray, form: str, weight: float) -> d
 
 
 def main() -> int:
+    ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; no options
     from accelkit.runtime.files import write_json_atomic
 
     images = pictures()

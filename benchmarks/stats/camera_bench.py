@@ -37,7 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    checked,
+    interpreter,
+    out_file,
+    positive,
+    work_dir,
+    write_results,
+)
 from benchmarks.common import log as common_log
 
 SCHEMA = "accelkit.camera_bench/1"
@@ -152,18 +161,20 @@ def decode_only(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--lerobot-python", default="/tmp/lr04/bin/python")
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit-camera-bench"))
-    parser.add_argument("--cameras", type=int, default=2)
-    parser.add_argument("--episodes", type=int, default=10)
-    parser.add_argument("--frames", type=int, default=300)
-    parser.add_argument("--height", type=int, default=240)
-    parser.add_argument("--width", type=int, default=320)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/camera_bench.json")
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit-camera-bench"))
+    parser.add_argument("--cameras", type=positive(), default=2)
+    parser.add_argument("--episodes", type=positive(), default=10)
+    parser.add_argument("--frames", type=positive(), default=300)
+    parser.add_argument("--height", type=positive(), default=240)
+    parser.add_argument("--width", type=positive(), default=320)
+    parser.add_argument("--repeats", type=positive(), default=3)
+    parser.add_argument(
+        "--out", type=out_file, default=REPO / "benchmarks/results/camera_bench.json"
+    )
     parser.add_argument("--make", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--lerobot-child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -174,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         lerobot_child(*args.lerobot_child)
         return 0
 
+    args.lerobot_python = checked("--lerobot-python", interpreter, args.lerobot_python)
     shape = f"{args.cameras}x{args.episodes}x{args.frames}@{args.height}x{args.width}"
     root = args.data_dir / shape
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}  # benchmarks only
@@ -239,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "environment": record(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result)
     print(
         json.dumps({k: result[k] for k in ("dataset", "median_s", "lerobot", "ratios")}, indent=2)
     )

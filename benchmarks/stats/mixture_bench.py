@@ -24,7 +24,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, accelkit_command, log, rounds, run_process
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    accelkit_command,
+    log,
+    out_file,
+    positive,
+    rounds,
+    run_process,
+    work_dir,
+    write_results,
+)
 
 
 def ensure_member(data_dir: Path, name: str, frames: int, seed: int) -> Path:
@@ -66,22 +77,27 @@ def quantiles_of(path: Path, fmt: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--frames", type=int, default=1_100_000, help="frames per member")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--frames", type=positive(), default=1_100_000, help="frames per member")
+    parser.add_argument("--rounds", type=positive(), default=3)
     parser.add_argument("--quick", action="store_true", help="2 x 100k frames, 1 round")
     parser.add_argument(
-        "--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "accelkit-bench"
+        "--data-dir", type=work_dir, default=Path(tempfile.gettempdir()) / "accelkit-bench"
     )
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "mixture_bench.json"
+        "--out",
+        type=out_file,
+        default=None,
+        help="default: benchmarks/results/mixture_bench.json (mixture_bench_quick.json with --quick)",
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.frames, args.rounds = 100_000, 1
-        args.out = args.out.with_name("mixture_bench_quick.json")
+    if args.out is None:  # the suffix names the default file, never a path that was given
+        name = "mixture_bench_quick.json" if args.quick else "mixture_bench.json"
+        args.out = REPO / "benchmarks" / "results" / name
     from accelkit.runtime.environment import record
 
     a = ensure_member(args.data_dir, "a", args.frames, seed=1)
@@ -148,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     report["frames_per_member"] = json.loads((a / "meta" / "info.json").read_text())["total_frames"]
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(args.out, report)
     log(f"wrote {args.out}")
     return 0
 

@@ -15,8 +15,6 @@ benchmarks/results/startup_bench.json (`_quick` with --quick).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -24,7 +22,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import RESULTS, accelkit_command, log, machine, rounds, run_process
+from benchmarks.common import (
+    RESULTS,
+    ArgumentParser,
+    accelkit_command,
+    log,
+    machine,
+    positive,
+    rounds,
+    run_process,
+    src_tree,
+    write_results,
+)
 
 FLOOR = "import numpy, pyarrow.parquet"
 TARGET = 1.3  # `accelkit stats --help` at most this many times the floor
@@ -49,13 +58,13 @@ def imported(command: list[str], env: dict | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=positive(), default=15)
     parser.add_argument("--quick", action="store_true", help="3 rounds")
     parser.add_argument("--note", default=None, help="what else ran on the machine")
     parser.add_argument(
         "--baseline-src",
-        type=Path,
+        type=src_tree,
         default=None,
         help="also time `stats --help` of the accelkit in this src folder (e.g. `git archive main"
         " src`) in the same rounds",
@@ -106,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "imported_ms": {name: imported(c, envs[name]) for name, c in commands.items()},
     }
     out = RESULTS / ("startup_bench_quick.json" if args.quick else "startup_bench.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_results(out, report, indent=1)
     for name, ratio in ratios.items():
         log(f"{name}: {medians[name]['wall_s']:.3f} s, floor {floor:.3f} s: {ratio:.2f}x")
     log(f"stats --help: target {TARGET}x, {'met' if report['met'] else 'not met'}")

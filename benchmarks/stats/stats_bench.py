@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -45,7 +44,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, log
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    log,
+    numbers,
+    out_file,
+    positive,
+    work_dir,
+    write_results,
+)
 from benchmarks.stats.stats_bench_workloads import (
     MIB,
     QUANTILES,
@@ -62,47 +70,65 @@ from benchmarks.stats.stats_bench_workloads import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--rows", type=int, default=1_000_000, help="rows of the in-memory workload"
+        "--rows", type=positive(), default=1_000_000, help="rows of the in-memory workload"
     )
     parser.add_argument(
-        "--dim", type=int, default=32, help="dimensions of the in-memory and memory workloads"
+        "--dim",
+        type=positive(),
+        default=32,
+        help="dimensions of the in-memory and memory workloads",
     )
     parser.add_argument(
         "--parquet-frames",
-        type=int,
+        type=positive(),
         default=2_000_000,
         help="minimum frames of the parquet dataset",
     )
     parser.add_argument(
-        "--frames-per-episode", type=int, default=1000, help="mean episode length (one file each)"
+        "--frames-per-episode",
+        type=positive(),
+        default=1000,
+        help="mean episode length (one file each)",
     )
     parser.add_argument(
         "--many-frames",
-        type=int,
+        type=positive(),
         default=4_000_000,
         help="minimum frames of the many-files dataset (one file per episode)",
     )
-    parser.add_argument("--startup-repeats", type=int, default=7)
+    parser.add_argument("--startup-repeats", type=positive(), default=7)
     parser.add_argument(
-        "--baseline-b-rows", type=int, default=100_000, help="subset on which baseline_b is timed"
+        "--baseline-b-rows",
+        type=positive(),
+        default=100_000,
+        help="subset on which baseline_b is timed",
     )
     parser.add_argument(
-        "--memory-rows", default="1000000,10000000", help="comma-separated sizes for peak RSS"
+        "--memory-rows",
+        type=numbers,
+        default="1000000,10000000",
+        help="comma-separated sizes for peak RSS",
     )
     parser.add_argument(
-        "--memory-repeats", type=int, default=3, help="subprocess runs per size (the max is used)"
+        "--memory-repeats",
+        type=positive(),
+        default=3,
+        help="subprocess runs per size (the max is used)",
     )
     parser.add_argument(
         "--memory-fast", action="store_true", help="also measure fast mode's peak RSS"
     )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/accelkit_bench_data"))
+    parser.add_argument("--repeats", type=positive(), default=3)
+    parser.add_argument("--data-dir", type=work_dir, default=Path("/tmp/accelkit_bench_data"))
     parser.add_argument(
-        "--out", type=Path, default=REPO / "benchmarks" / "results" / "stats_bench.json"
+        "--out",
+        type=out_file,
+        default=None,
+        help="default: benchmarks/results/stats_bench.json (stats_bench_quick.json with --quick)",
     )
     parser.add_argument("--quick", action="store_true", help="small smoke sizes (< 1 minute)")
     parser.add_argument(
@@ -121,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         args.rows, args.parquet_frames, args.frames_per_episode = 100_000, 100_000, 500
         args.many_frames, args.startup_repeats = 200_000, 3
         args.baseline_b_rows, args.memory_rows, args.memory_repeats = 10_000, "100000,1000000", 1
-        if args.out == parser.get_default("out"):
-            args.out = args.out.with_name("stats_bench_quick.json")
+
+    if args.out is None:  # the suffix names the default file, never a path that was given
+        name = "stats_bench_quick.json" if args.quick else "stats_bench.json"
+        args.out = REPO / "benchmarks" / "results" / name
 
     started = time.perf_counter()
     log("importing jax")
@@ -331,10 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     env["loadavg_end"] = list(os.getloadavg())
     report["total_s"] = time.perf_counter() - started
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
-    tmp.replace(args.out)
+    write_results(args.out, report, default=_json_default)
     print_table(report)
     print(f"\nwrote {args.out} in {report['total_s']:.0f} s")
     return 0
