@@ -340,13 +340,14 @@ class StoreClient:
         with self._lock:
             return "Strong" if level == "Session" and name in self._deleted else level
 
-    def _engine_filter(self, name: str, expr: str | None) -> str:
+    def _engine_filter(self, name: str, expr: str | None, info: dict | None = None) -> str:
         """A checked filter as this engine must be sent it to select what Milvus selects: on
         Milvus Lite 3 rewritten (`filters.for_lite3`, after looking up which kinds of values equal
         to 0 or 1 the fields it compares with true/false/0/1 hold), or refused there as a
-        `FilterError` naming the filter and the way on; "" for none."""
+        `FilterError` naming the filter and the way on; "" for none. `info`: the collection's
+        description if the caller has just read it (`described`)."""
         if not expr or self.lite != 3:
-            return scalar_filter(expr, self.declared_fields(name)) if expr else ""
+            return scalar_filter(expr, self.declared_fields(name, info)) if expr else ""
         try:
             fields = lite3_ambiguous_fields(expr)
             return for_lite3(expr, self._flag_kinds(name, fields) if fields else {})
@@ -453,40 +454,53 @@ class StoreClient:
             dim = self.describe_dim(name)
         return dim
 
-    def declared_fields(self, name: str) -> dict[str, str]:
+    def described(self, name: str) -> dict[str, Any] | None:
+        """On a server, collection `name`'s description, read once for a search that needs both
+        its index spec and its declared fields (`_spec`, `declared_fields`): each read alone is
+        one more round trip per search. None on Milvus Lite, whose are kept."""
+        if not self.is_server:
+            return None
+        return self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+
+    def declared_fields(self, name: str, info: dict[str, Any] | None = None) -> dict[str, str]:
         """The filter fields collection `name` declares (`settings.fields`), from its schema.
-        Only "none" is kept between calls: a filter is rewritten, and rows and items are checked,
-        by the declaration, so a kept one that another client has since changed (the collection
-        dropped and made anew) would select other items than the filter says, or delete them.
-        A kept "none" cannot: the metadata JSON the filter then reads holds every value, and
-        an insert missing new fields is refused by the store (`upsert` then reads them again)."""
+        On a server only "none" is kept between calls: a filter is rewritten, and rows and items
+        are checked, by the declaration, so a kept one that another client has since changed
+        (the collection dropped and made anew) would select other items than the filter says, or
+        delete them. A kept "none" cannot: the metadata JSON the filter then reads holds every
+        value, and an insert missing new fields is refused by the store (`upsert` then reads
+        them again). Milvus Lite keeps every one: only this process changes it (`_current`)."""
         self._current()
         with self._lock:
-            if self._fields.get(name) == {}:
-                return {}
-        self._require(name)
-        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+            kept = self._fields.get(name)
+            if kept is not None and (kept == {} or not self.is_server):
+                return kept
+        if info is None:
+            self._require(name)
+            info = self._call(
+                f"describing collection {name!r}", self._milvus.describe_collection, name
+            )
         declared = declared_from_schema(info["fields"])
         with self._lock:
             self._fields[name] = declared
         return declared
 
-    def _spec(self, name: str) -> IndexSpec:
+    def _spec(self, name: str, info: dict[str, Any] | None = None) -> IndexSpec:
         """The collection's index: type, metric, build and search parameters. Kept on Milvus Lite
         (only this process can change its file: `_current`); read at each call on a server (one describe), where another
         process may have replaced the index (`images collection index`) or made the collection
         anew: a kept spec then searched the new index with the old one's parameters — Milvus'
-        defaults for an IVF index — and answered with 45 % of the true top-10, as if right."""
+        defaults for an IVF index — and answered with 45 % of the true top-10, as if right.
+        `info`: the description the caller has just read (`described`)."""
         self._current()
         with self._lock:
             if name in self._specs and not self.is_server:
                 return self._specs[name]
-        properties = (
-            self._call(
+        if info is None:
+            info = self._call(
                 f"describing collection {name!r}", self._milvus.describe_collection, name
-            ).get("properties")
-            or {}
-        )
+            )
+        properties = info.get("properties") or {}
         if PROP_INDEX in properties:
             try:
                 saved = json.loads(properties[PROP_INDEX])

@@ -48,10 +48,11 @@ class ItemSearch(StoreClient):
             raise DataError(
                 f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d"
             )
-        spec = self._spec(name)
+        info = self.described(name)  # one round trip on a server for the spec and the fields
+        spec = self._spec(name, info)
         self._ensure_loaded(name)
         self._settle(name)
-        engine_filter = self._engine_filter(name, filter_expr)
+        engine_filter = self._engine_filter(name, filter_expr, info)
         try:
             results = self._with_load(
                 name,
