@@ -206,22 +206,14 @@ def numbers(text: str) -> str:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """`text` at `path`, whole or not at all: a temporary file beside it, flushed and renamed over
-    it (the mode of the file it replaces kept)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, target.stat().st_mode & 0o777 if target.exists() else 0o644)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return target
+    """`text` at `path`, whole or not at all (the product's `runtime.files.atomic_open`: a
+    temporary file beside it, flushed and renamed over it, the mode of the file it replaces
+    kept)."""
+    from accelkit.runtime.files import atomic_open
+
+    with atomic_open(path, "w", output=False) as handle:
+        handle.write(text)
+    return Path(path)
 
 
 def partial(path: str | os.PathLike) -> Path:
