@@ -181,6 +181,27 @@ def positive(kind=int):
     return check
 
 
+def server_uri(text: str) -> str:
+    """An argument type: a Milvus server's URI (http://host:19530), not a Milvus Lite file."""
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme not in ("http", "https", "tcp", "grpc") or not text.split("://", 1)[1].strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Milvus server's URI; give one such as http://host:19530"
+        )
+    return text
+
+
+def not_negative(text: str) -> float:
+    """An argument type: a number 0 or more (seconds to wait, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number 0 or more")
+    return value
+
+
 def src_tree(text: str | os.PathLike) -> Path:
     """An argument type: a source folder holding an `accelkit` package (`git archive main src`)."""
     path = existing_dir(text)

@@ -144,3 +144,22 @@ def test_docs_only_without_its_json_is_refused(copy, tmp_path):
     missing = tmp_path / "missing.json"
     line = run_bad(copy, "images.resample_bench", "--docs", "--out", str(missing))
     assert "--out" in line and str(missing) in line
+
+
+@pytest.mark.parametrize(
+    ("module", "uri"),
+    [
+        ("images.filtered_fields_bench", "/nonexistent/dir/x.db"),  # was made, then a traceback
+        ("images.service_bench", "/etc/hostname"),
+        ("images.filtered_fields_bench", "http://"),
+    ],
+)
+def test_a_server_uri_that_is_not_one_is_refused_before_anything_is_made(copy, module, uri):
+    line = run_bad(copy, module, "--uri", uri)
+    assert "--uri" in line and "http://host:19530" in line
+    assert not Path("/nonexistent").exists()
+
+
+def test_a_negative_wait_is_refused(copy):
+    line = run_bad(copy, "images.delete_burst", "--settle", "-1")
+    assert "--settle" in line and "0 or more" in line

@@ -31,7 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, ArgumentParser, out_file, positive, write_results
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    not_negative,
+    out_file,
+    positive,
+    write_results,
+)
 
 SCHEMA = "accelkit.delete_burst/1"
 
@@ -77,7 +84,9 @@ def main() -> None:
     parser.add_argument("--ids", type=positive(), default=10_000, help="ids per delete request")
     parser.add_argument("--requests", type=positive(), default=20, help="delete requests")
     parser.add_argument("--stored", type=positive(), default=20_000, help="items stored first")
-    parser.add_argument("--settle", type=float, default=10.0, help="idle seconds after the burst")
+    parser.add_argument(
+        "--settle", type=not_negative, default=10.0, help="idle seconds after the burst"
+    )
     parser.add_argument(
         "--output", type=out_file, default=REPO / "benchmarks/results/delete_burst.json"
     )

@@ -26,7 +26,14 @@ import time
 
 import numpy as np
 
-from benchmarks.common import REPO, ArgumentParser, milvus_server, out_file, positive
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    milvus_server,
+    out_file,
+    positive,
+    server_uri,
+)
 from benchmarks.docs.blocks import Table
 from benchmarks.images.vectors import (
     DIM,
@@ -158,7 +165,7 @@ def main() -> int:
     parser.add_argument(
         "--partitions", type=positive(), default=16, help="partition key's partitions"
     )
-    parser.add_argument("--uri", help="a Milvus server (http://host:19530)")
+    parser.add_argument("--uri", type=server_uri, help="a Milvus server (http://host:19530)")
     parser.add_argument("--token", default=None)
     parser.add_argument("--server", action="store_true", help="start the test suite's server")
     parser.add_argument("--out", type=out_file, default=RESULT)

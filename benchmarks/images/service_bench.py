@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, ArgumentParser, listed, out_file, positive
+from benchmarks.common import REPO, ArgumentParser, listed, out_file, positive, server_uri
 from benchmarks.images.vectors import (
     DIM,
     FILTER,
@@ -318,7 +318,9 @@ def main() -> None:
     parser.add_argument("--per-client", type=positive(), default=20)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--uri", help="a Milvus server to measure (http://host:19530), beside Milvus Lite's FLAT"
+        "--uri",
+        type=server_uri,
+        help="a Milvus server to measure (http://host:19530), beside Milvus Lite's FLAT",
     )
     parser.add_argument(
         "--token", default=None, help="the server's token (user:password or API key)"

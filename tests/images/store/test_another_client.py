@@ -105,6 +105,10 @@ def test_a_client_that_read_a_dimension_searches_the_new_one(store_settings):
     ):
         remake(first, second, "resized_search", {"dim": 4}, {"dim": 8})
         second.upsert("resized_search", ["n"], rows(1, 8, 6))
+        # a query of the kept (old) dimension: refused as the new collection's, not sent (a
+        # server answered with an internal assertion, StoreError → 503, at every retry)
+        with pytest.raises(DataError, match="holds 8-d vectors; the query is 4-d"):
+            first.search("resized_search", rows(1, 4, 6)[0], topk=3, consistency="Strong")
         hits = first.search("resized_search", rows(1, 8, 6)[0], topk=3, consistency="Strong")
         assert [h.id for h in hits[0]] == ["n"]
 

@@ -206,7 +206,9 @@ def test_sample_dataset_command(tmp_path, capsys):
     assert code == 2 and "not empty" in err
 
 
-@pytest.mark.parametrize("damage", ["truncated file", "missing file", "broken metadata"])
+@pytest.mark.parametrize(
+    "damage", ["truncated file", "missing file", "broken metadata", "other columns"]
+)
 def test_sample_dataset_exist_ok_names_a_damaged_dataset(tmp_path, capsys, damage):
     """--exist-ok said "keeping the dataset already at s" of one `accelkit stats` cannot read
     (the README's first command then failed at its second step): it names what is wrong and
@@ -221,6 +223,12 @@ def test_sample_dataset_exist_ok_names_a_damaged_dataset(tmp_path, capsys, damag
         first.write_bytes(first.read_bytes()[:100])
     elif damage == "missing file":
         first.unlink()
+    elif damage == "other columns":  # a later file of the listed rows, none of the features
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        later = sorted((root / "data").rglob("*.parquet"))[1]
+        pq.write_table(pa.table({"x": range(pq.read_metadata(later).num_rows)}), later)
     else:
         (root / "meta" / "info.json").write_text("{")
     before = sorted((p.relative_to(root), p.stat().st_size) for p in root.rglob("*"))
@@ -228,6 +236,10 @@ def test_sample_dataset_exist_ok_names_a_damaged_dataset(tmp_path, capsys, damag
     assert code == 2 and "cannot be read" in err and "another folder" in err, err
     assert len(err.strip().splitlines()) == 1 and "keeping" not in out
     assert sorted((p.relative_to(root), p.stat().st_size) for p in root.rglob("*")) == before
+    if damage == "other columns":  # and `accelkit stats` names the column (it said "0 rows …
+        # the file changed while it was read, or its metadata is wrong")
+        code, _, err = run_cli(["stats", str(root), "-o", str(tmp_path / "n.json")], capsys)
+        assert code == 2 and "has no column 'observation.state'; columns: x" in err, err
 
 
 def test_output_path_that_is_a_folder_is_exit_2(dataset, tmp_path, capsys):

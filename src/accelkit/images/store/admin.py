@@ -34,6 +34,7 @@ from accelkit.images.store.records import (
     IndexSpec,
     ignored_params,
     ignored_warnings,
+    vector_dim,
 )
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ class CollectionAdmin(CollectionRecords):
         """name, description, dim, count, index_type, metric_type, index params."""
         self._require(name)
         info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
-        dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
+        dim = vector_dim(info)
         spec = self._spec(name)
         description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get(
             "description", ""

@@ -66,6 +66,7 @@ from accelkit.images.store.records import (
     IndexSpec,
     is_local_uri,
     redact_uri,
+    vector_dim,
 )
 from accelkit.runtime.files import no_space
 from accelkit.runtime.logs import import_library
@@ -414,7 +415,7 @@ class StoreClient:
                 return self._dims[name]
         self._require(name)
         info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
-        dim = next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
+        dim = vector_dim(info)
         with self._lock:
             self._dims[name] = dim
         return dim
@@ -443,10 +444,17 @@ class StoreClient:
         except StoreError:
             return False
 
-    def current_dim(self, name: str, given: int) -> int:
+    def current_dim(self, name: str, given: int, info: dict[str, Any] | None = None) -> int:
         """The dimension of collection `name` to check a `given`-d vector against: the kept one,
         read again when they differ (the collection may have been made anew by another client
-        since this one read it)."""
+        since this one read it); `info`'s when the caller has just read the description
+        (`described`: a kept dimension equal to a stale query's would let the query through to a
+        collection of another dimension, which a server refuses with an internal assertion)."""
+        if info is not None:
+            dim = vector_dim(info)
+            with self._lock:
+                self._dims[name] = dim
+            return dim
         dim = self.describe_dim(name)
         if dim != given:
             with self._lock:

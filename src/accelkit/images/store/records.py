@@ -155,3 +155,8 @@ def ignored_warnings(info: Mapping[str, Any]) -> list[str]:
         f" or a Milvus server where {key} applies"
         for key in info.get("ignored") or []
     ]
+
+
+def vector_dim(info: dict[str, Any]) -> int:
+    """The vector field's dimension in a collection's description (`describe_collection`)."""
+    return next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)

@@ -43,12 +43,12 @@ class ItemSearch(StoreClient):
             raise InputError(f"topk {topk!r} must be an integer between 1 and 16384")
         if queries.ndim != 2 or not np.isfinite(queries).all():
             raise DataError("query vector must be a flat list of finite numbers (no NaN or Inf)")
-        dim = self.current_dim(name, queries.shape[1])
+        info = self.described(name)  # a server: one round trip for dim, spec and fields
+        dim = self.current_dim(name, queries.shape[1], info)
         if queries.shape[1] != dim:
             raise DataError(
                 f"collection {name!r} holds {dim}-d vectors; the query is {queries.shape[1]}-d"
             )
-        info = self.described(name)  # one round trip on a server for the spec and the fields
         spec = self._spec(name, info)
         self._ensure_loaded(name)
         self._settle(name)

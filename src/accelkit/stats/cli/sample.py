@@ -80,7 +80,8 @@ def sample_dataset_command(
 
 def check_readable(path: Path) -> None:
     """The dataset `--exist-ok` keeps must be one `accelkit stats` can read: its metadata, and
-    each data file it lists present with the rows it lists (parquet footers only); a damaged
+    each data file it lists present with the rows and feature columns it lists (parquet footers
+    only); a damaged
     one is named with what is wrong, not kept as if it were the sample."""
     import pyarrow.parquet as pq
 
@@ -88,14 +89,25 @@ def check_readable(path: Path) -> None:
 
     info_file = path / "meta" / "info.json"
     try:
-        layout = read_layout(path, read_json(info_file), info_file)
+        info = read_json(info_file)
+        layout = read_layout(path, info, info_file)
         check_missing(layout)
+        features = info.get("features") if isinstance(info.get("features"), dict) else {}
+        stored = [  # what each data file holds (videos and images are files of their own)
+            k
+            for k, f in features.items()
+            if not (isinstance(f, dict) and f.get("dtype") in ("video", "image"))
+        ]
         for file, rows in layout.rows_per_file.items():
             try:
-                found = pq.read_metadata(file).num_rows
+                footer = pq.read_metadata(file)
             except (OSError, ValueError) as exc:
                 raise DataError(f"{file} is not a readable parquet file ({exc})") from None
-            check_rows(file, found, rows)
+            check_rows(file, footer.num_rows, rows)
+            names = set(footer.schema.to_arrow_schema().names)
+            missing = [k for k in stored if k not in names]
+            if missing:
+                raise DataError(f"{file} has no column {missing[0]!r} of the dataset's features")
     except DataError as exc:
         reason = str(exc).split("; ")[0]
         raise DataError(

@@ -303,6 +303,12 @@ class FileStream(Stream):
             yield from self._emit(index, carry[0], carry[1], seen_episodes, done)
             done += rows_of(*carry)
         if done != fragment.num_rows:
+            names = self.reader.names(fragment.path)
+            missing = [name for name in self.keys.values() if name not in names]
+            if missing:  # none of the keys' columns: nothing was read of the file's rows
+                raise DataError(
+                    f"{fragment.path} has no column {missing[0]!r}; columns: {', '.join(names)}"
+                )
             raise DataError(
                 f"{fragment.path} has {done} rows, expected {fragment.num_rows}; the file changed "
                 "while it was read, or its metadata is wrong"
