@@ -369,7 +369,7 @@ class LocalIndex(ImageIndex):
             vector = self._less_like(name, vector, steering, filter, consistency)
         hits = self._fetch(name, vector, topk, filter, consistency, steering.fold)
         cut = ranking.cut([h.score for h in hits], steering.min_score, steering.auto_cut)
-        return Hits(hits[: cut.kept], self.store.ignored(name), name, cut)
+        return Hits(hits[: cut.kept], self.store.ignored(name, searched=True), name, cut)
 
     def _steered_vector(self, query: Any, steering: Any, name: str) -> np.ndarray:
         """The query's vector; with negative terms (in the words, or given), pushed away from

@@ -249,10 +249,13 @@ class CollectionAdmin(CollectionRecords):
             "fields": self.declared_fields(name),
         }
 
-    def ignored(self, name: str) -> list[str]:
+    def ignored(self, name: str, searched: bool = False) -> list[str]:
         """What this deployment does not apply of the collection's index settings, one line
-        each (`records.ignored_params`)."""
-        spec = self._spec(name)
+        each (`records.ignored_params`). `searched`: of the spec the search just made read (a
+        search's answer names what it ignored without another round trip to a server)."""
+        with self._lock:
+            spec = self._specs.get(name) if searched else None
+        spec = spec or self._spec(name)
         return ignored_warnings(
             {
                 "name": name,
