@@ -163,3 +163,17 @@ def test_a_server_uri_that_is_not_one_is_refused_before_anything_is_made(copy, m
 def test_a_negative_wait_is_refused(copy):
     line = run_bad(copy, "images.delete_burst", "--settle", "-1")
     assert "--settle" in line and "0 or more" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("--group-size", "-8"), "--group-size"),
+        (("--compile-rows", "duqant/w4a8"), "--compile-rows"),
+    ],
+)
+def test_a_quant_bench_argument_it_cannot_use_is_refused(copy, args, flag):
+    """A bad group size was a traceback after the model loaded; a misspelt row was taken and
+    its compiled latency silently not measured."""
+    line = run_bad(copy, "quant.quant_bench", *args)
+    assert flag in line

@@ -16,6 +16,7 @@ torch.compile(fullgraph=True) with inductor. Only ratios within this run are mea
 
 from __future__ import annotations
 
+import argparse
 import copy
 import statistics
 import time
@@ -33,6 +34,7 @@ from accelkit.runtime.files import write_json_atomic
 from accelkit.runtime.timing import interleaved
 from benchmarks.common import (
     ArgumentParser,
+    listed,
     out_file,
     positive,
 )
@@ -281,6 +283,23 @@ def calibration_seconds(rounds: int = 2) -> dict:
     return {"rounds": rounds, "median_s": timed.medians(), "all_s": timed.wall}
 
 
+METHODS, BITS = ("fp32", "rtn", "smoothquant", "duquant"), ("w4a8", "w4a4")
+ROWS = ("fp32", *(f"{m}/{b}" for m in METHODS[1:] for b in BITS))  # `sweep.run_eval`'s labels
+
+
+def group_size(text: str) -> int:
+    """An argument type: 0 (per output channel) or a group size of 2 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or value == 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give 0 (per output channel) or a group size of 2 or more"
+        )
+    return value
+
+
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=positive(), default=300)
@@ -296,14 +315,15 @@ def main() -> None:
     )
     parser.add_argument(
         "--compile-rows",
-        default="",
+        type=listed(("all", *ROWS)),
+        default=None,
         help="rows whose compiled latency is measured ('all' = every row; inductor compiles take minutes here)",
     )
     parser.add_argument(
         "--group-size",
-        type=int,
+        type=group_size,
         default=64,
-        help="weight group size for every method (0 = per channel)",
+        help="weight group size for every method (0 = per channel, else 2 or more)",
     )
     args = parser.parse_args()
     t0 = time.perf_counter()
@@ -316,14 +336,14 @@ def main() -> None:
         print(f"wrote {out}")
         return
     rows = run_eval(
-        ["fp32", "rtn", "smoothquant", "duquant"],
-        ["w4a8", "w4a4"],
+        list(METHODS),
+        list(BITS),
         n_pairs=args.pairs,
         compiled=False
         if args.no_compile
         else True
-        if args.compile_rows == "all"
-        else set(filter(None, args.compile_rows.split(","))),
+        if "all" in (args.compile_rows or "").split(",")
+        else set(filter(None, (args.compile_rows or "").split(","))),
         config_overrides={"weight_group_size": args.group_size or None},
         progress=lambda s: print(f"[{time.perf_counter() - t0:6.0f}s] {s}", flush=True),
     )
