@@ -177,3 +177,16 @@ def test_a_quant_bench_argument_it_cannot_use_is_refused(copy, args, flag):
     its compiled latency silently not measured."""
     line = run_bad(copy, "quant.quant_bench", *args)
     assert flag in line
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "flag"),
+    [
+        ("reliability.soak", ("--warmup-s", "-5"), "--warmup-s"),
+        ("research.quant_matrix", ("--texts", "nope:3"), "--texts"),  # was taken and ignored
+        ("research.quant_matrix", ("--texts", "minilm:abc"), "--texts"),
+        ("reliability.outage", ("--merge", "--out", "/nonexistent/x.json"), "--merge"),
+    ],
+)
+def test_more_arguments_are_checked_before_any_work(copy, module, args, flag):
+    assert flag in run_bad(copy, module, *args)

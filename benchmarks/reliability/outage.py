@@ -277,7 +277,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     previous = {}
-    if args.merge and args.out.exists():  # read before the run: a bad file fails now, not after
+    if args.merge and not args.out.exists():
+        fail(
+            f"argument --merge: {args.out} does not exist, so there is nothing to merge; drop --merge"
+        )
+    if args.merge:  # read before the run: a bad file fails now, not after
         try:
             previous = json.loads(args.out.read_text())
         except (OSError, ValueError) as exc:

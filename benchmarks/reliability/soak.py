@@ -47,6 +47,7 @@ from benchmarks.common import (
     REPO,
     RESULTS,
     ArgumentParser,
+    not_negative,
     out_file,
     positive,
     write_results,
@@ -298,7 +299,9 @@ def main() -> None:
     parser.add_argument("--store", choices=("lite", "server"), default="lite")
     parser.add_argument("--clients", type=positive(), default=16)
     parser.add_argument("--minutes", type=positive(float), default=10.0)
-    parser.add_argument("--warmup-s", type=float, default=60.0, help="RSS/fd baseline after this")
+    parser.add_argument(
+        "--warmup-s", type=not_negative, default=60.0, help="RSS/fd baseline after this"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=out_file, default=None)
     args = parser.parse_args()

@@ -36,6 +36,7 @@ rows appear once.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import random
 import time
@@ -252,10 +253,29 @@ def merge(paths: list[str], out: str) -> None:
     write_json_atomic(out, payload)
 
 
+MODELS = ("minilm", "antiberty", "llama-random")
+
+
+def texts_per_model(text: str) -> dict[str, int]:
+    """An argument type: `MODEL:COUNT,...` with each MODEL one of `MODELS` and COUNT ≥ 2 (half
+    of them calibrate)."""
+    found = {}
+    for part in text.split(","):
+        name, _, count = part.partition(":")
+        if name not in MODELS or not count.isdigit() or int(count) < 2:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: give MODEL:COUNT pairs, MODEL one of {', '.join(MODELS)} and COUNT"
+                " 2 or more (e.g. minilm:256,antiberty:32)"
+            )
+        found[name] = int(count)
+    return found
+
+
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--texts",
+        type=texts_per_model,
         default="minilm:256,llama-random:128,antiberty:32",
         help="evaluation texts per model (the 26M-parameter AntiBERTy costs most per text)",
     )
@@ -265,7 +285,7 @@ def main() -> None:
     parser.add_argument("--threads", type=positive(), help="torch threads (default: torch's own)")
     parser.add_argument(
         "--models",
-        type=listed(("minilm", "antiberty", "llama-random")),
+        type=listed(MODELS),
         default="minilm,antiberty,llama-random",
     )
     parser.add_argument("--limit", type=positive(), help="only the first N settings (a smoke run)")
@@ -280,7 +300,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    texts = {k: int(v) for k, v in (p.split(":") for p in args.texts.split(","))}
+    texts = args.texts
     subjects, refs, results, benches = {}, {}, {}, {}
     skipped = {}
     for name in args.models.split(","):

@@ -207,6 +207,38 @@ def test_sample_dataset_command(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    "args",
+    [["--episodes", "-3"], ["--episodes", "0"], ["--frames", "1"], ["--dim", "0"],
+     ["--layout", "v9"]],
+)  # fmt: skip
+@pytest.mark.parametrize("exist_ok", [False, True])
+def test_sample_dataset_sizes_it_cannot_write_are_refused(tmp_path, capsys, args, exist_ok):
+    """--episodes -3, --frames 1, --dim 0 were "internal error" (exit 1) and --episodes 0 wrote
+    a dataset `accelkit stats` refuses; with --exist-ok on a kept dataset they passed unseen."""
+    root = tmp_path / "s"
+    if exist_ok:
+        assert (
+            run_cli(["sample-dataset", str(root), "--episodes", "2", "--frames", "20"], capsys)[0]
+            == 0
+        )
+    code, _, err = run_cli(
+        ["sample-dataset", str(root), *args] + (["--exist-ok"] if exist_ok else []), capsys
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert args[0].removeprefix("--") in err
+    assert root.exists() is exist_ok
+
+
+def test_sample_dataset_exist_ok_says_what_it_keeps(tmp_path, capsys):
+    root = tmp_path / "s"
+    assert (
+        run_cli(["sample-dataset", str(root), "--episodes", "2", "--frames", "20"], capsys)[0] == 0
+    )
+    code, out, _ = run_cli(["sample-dataset", str(root), "--layout", "v3.0", "--exist-ok"], capsys)
+    assert code == 0 and "(LeRobot v2.1, 2 episodes, " in out and "not rewritten" in out
+
+
+@pytest.mark.parametrize(
     "damage", ["truncated file", "missing file", "broken metadata", "other columns"]
 )
 def test_sample_dataset_exist_ok_names_a_damaged_dataset(tmp_path, capsys, damage):

@@ -28,20 +28,25 @@ def sample_dataset_command(
     ] = False,
 ) -> None:
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
-    from accelkit.stats.formats.synthetic import write_sample_dataset
+    from accelkit.stats.formats.synthetic import check_sample_sizes, write_sample_dataset
 
     if seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {seed}")
+    check_sample_sizes(episodes, frames, dim, layout)  # also when a dataset is kept
     import json
 
     from accelkit.runtime.json_output import print_json
 
     if exist_ok and (path / "meta" / "info.json").is_file():
-        check_readable(path)
+        kept = check_readable(path)
         if as_json:
-            print_json({"path": str(path), "written": False})
+            print_json({"path": str(path), "written": False, **kept})
         else:
-            typer.echo(f"keeping the dataset already at {path}")
+            typer.echo(
+                f"keeping the dataset already at {path} (LeRobot {kept['layout']},"
+                f" {kept['episodes']:,} episodes, {kept['frames']:,} frames; not rewritten to the"
+                " options given)"
+            )
         return
     from accelkit.runtime.progress import Steps, pause
 
@@ -78,11 +83,11 @@ def sample_dataset_command(
         typer.echo(f"wrote LeRobot {layout} sample dataset to {root}")
 
 
-def check_readable(path: Path) -> None:
+def check_readable(path: Path) -> dict:
     """The dataset `--exist-ok` keeps must be one `accelkit stats` can read: its metadata, and
     each data file it lists present with the rows and feature columns it lists (parquet footers
-    only); a damaged
-    one is named with what is wrong, not kept as if it were the sample."""
+    only); a damaged one is named with what is wrong, not kept as if it were the sample.
+    Returns what is kept: its layout, episodes and frames."""
     import pyarrow.parquet as pq
 
     from accelkit.stats.formats.lerobot import check_missing, check_rows, read_json, read_layout
@@ -108,6 +113,11 @@ def check_readable(path: Path) -> None:
             missing = [k for k in stored if k not in names]
             if missing:
                 raise DataError(f"{file} has no column {missing[0]!r} of the dataset's features")
+        return {
+            "layout": layout.version,
+            "episodes": len(layout.episodes),
+            "frames": sum(layout.rows_per_file.values()),
+        }
     except DataError as exc:
         reason = str(exc).split("; ")[0]
         raise DataError(

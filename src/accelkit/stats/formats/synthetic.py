@@ -146,6 +146,21 @@ def _episode_stats(table, features: dict) -> dict:
     return out
 
 
+def check_sample_sizes(episodes: int, frames_per_episode: int, dim: int, layout: str) -> None:
+    """What `write_sample_dataset` is asked for, refused in one line naming the option: at
+    least one episode of at least 2 frames (lengths are drawn around the average, from 2), at
+    least one state/action column, a known layout."""
+    for value, option, least in (
+        (episodes, "--episodes", 1),
+        (frames_per_episode, "--frames", 2),
+        (dim, "--dim", 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{option} must be a whole number {least} or more, not {value!r}")
+    if layout not in LAYOUTS:
+        raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+
+
 def write_sample_dataset(
     root: str | Path,
     *,
@@ -165,8 +180,7 @@ def write_sample_dataset(
     at all (written beside it and renamed). `progress(episodes_done, episodes)` after each.
     `columns`: "smooth" (random walks and 0/1 grippers) or "robot" (`ROBOT_COLUMNS`);
     `row_groups` (v3.0): one per "episode" (LeRobot's) or one per "file"."""
-    if layout not in LAYOUTS:
-        raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+    check_sample_sizes(episodes, frames_per_episode, dim, layout)
     if columns not in COLUMN_KINDS:
         raise InputError(f"columns {columns!r} is unknown; use one of {', '.join(COLUMN_KINDS)}")
     if row_groups not in ROW_GROUPS:
