@@ -81,27 +81,32 @@ def test_int8_finds_each_photos_altered_copy_first(int8_pipeline, photos):
 
 
 @pytest.mark.slow  # ~20 s on 2 idle cores: ORT pre-processes and calibrates the FP32 model
-def test_the_shipped_ranges_give_what_quantize_static_gives_on_the_photos(
-    onnx_path, int8_path, tmp_path
-):
-    """The file built from int8_ranges.json is byte for byte the one ORT's quantize_static makes
-    calibrating on the calibration photos themselves, with the same recipe."""
+def test_the_shipped_ranges_are_what_quantize_static_calibrates_on_the_photos(onnx_path, tmp_path):
+    """The shipped ranges are ORT's MinMax calibration of the FP32 model on the calibration
+    photos, and the int8 file built from ranges is the one ORT's quantize_static makes
+    calibrating on the photos itself, byte for byte. The ranges were made on an Intel Xeon; on
+    another CPU (an AMD EPYC) ONNX Runtime's float kernels differ in the last bits, and so
+    did 53 of the 94 ranges (at most 5.9e-7 relative): equal within float32 rounding there,
+    and the bytes compared with the ranges calibrated on this machine."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
         QuantFormat,
         QuantType,
-        quant_pre_process,
         quantize_static,
     )
 
     from accelkit.images.embedding.preprocess import make_preprocessor
     from accelkit.images.settings.config import PreprocessConfig
 
-    settings = PreprocessConfig()
-    preprocessor = make_preprocessor(config=settings)
+    preprocessor = make_preprocessor(config=PreprocessConfig())
     tensors = np.asarray(preprocessor.preprocess_batch(int8.calibration_images()), np.float32)
     assert len(tensors) == json.loads(int8.RANGES_FILE.read_text())["images"] == 50
+    here = int8.calibration_ranges(onnx_path, tensors)
+    shipped = int8.load_ranges()
+    assert sorted(here) == sorted(shipped)
+    for name, bounds in shipped.items():
+        np.testing.assert_allclose(here[name], bounds, rtol=1e-5, atol=1e-6, err_msg=name)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -109,6 +114,8 @@ def test_the_shipped_ranges_give_what_quantize_static_gives_on_the_photos(
 
         def get_next(self):
             return next(self.batches, None)
+
+    from onnxruntime.quantization import quant_pre_process
 
     pre = tmp_path / "pre.onnx"
     quant_pre_process(str(onnx_path), str(pre))
@@ -118,7 +125,8 @@ def test_the_shipped_ranges_give_what_quantize_static_gives_on_the_photos(
         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=list(int8.FLOAT_NODES),
     )  # fmt: skip
-    assert reference.read_bytes() == int8_path.read_bytes()
+    built = int8.build_int8(onnx_path, tmp_path / "built.onnx", ranges=here)
+    assert reference.read_bytes() == built.read_bytes()
 
 
 def test_the_int8_file_is_cached_by_recipe_and_built_atomically(
