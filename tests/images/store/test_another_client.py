@@ -251,3 +251,74 @@ def test_an_insert_asked_to_create_makes_a_collection_another_client_dropped(sto
         again = insert_in_chunks(index, [ImageInput(1, "b")], "made_again", create_collection=True)
         assert again.ids == ["b"] and not again.failures
         assert second.count("made_again", consistency="Strong") == 1
+
+
+def test_a_collection_another_program_made_is_refused_as_not_ours(store_settings):
+    """A collection made with pymilvus' quick setup (an int64 id, no metadata field): a write
+    answered 503 "failed" (retry), a read by id "cannot be casted to Int64", a filtered search
+    an empty list as if nothing matched; each is now one 409-class line naming its fields."""
+    from accelkit.images.store import ForeignCollectionError
+
+    with VectorStore(StoreConfig(**store_settings)) as store:
+        fresh(store, "foreign")
+        store._milvus.create_collection("foreign", dimension=4)  # another program's
+        calls = {
+            "upsert": lambda: store.upsert("foreign", ["a"], rows(1, 4, 16)),
+            "get": lambda: store.get("foreign", ["a"]),
+            "delete": lambda: store.delete("foreign", ["a"]),
+            "delete by filter": lambda: store.delete_matching("foreign", 'metadata["n"] == 1'),
+            "search": lambda: store.search("foreign", rows(1, 4, 16), topk=1),
+            "filtered search": lambda: store.search(
+                "foreign", rows(1, 4, 16), topk=1, filter_expr='metadata["n"] == 1'
+            ),
+        }
+        for what, call in calls.items():
+            with pytest.raises(ForeignCollectionError, match="not made by accelkit") as raised:
+                call()
+            assert "id: int64" in str(raised.value) and "\n" not in str(raised.value), what
+        store.drop_collection("foreign")
+
+
+class Model:
+    """The record of a model (what `embedding.models.ModelRecords` gives an index) by name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def image(self) -> dict:
+        return {"version": 2, "name": self.name, "dim": 4, "image_tower": {"weights": self.name}}
+
+    def text(self) -> None:
+        return None
+
+    def full(self) -> dict:
+        return {**self.image(), "text": False}
+
+
+def test_a_search_refuses_a_collection_another_client_made_anew_for_another_model(
+    store_settings,
+):
+    """A service kept the model record it first read: after another client made the collection
+    anew for another model (the int8 one), its image searches answered 200, the other model's
+    vectors ranked by this model's query; a fresh client said 409 model_mismatch."""
+    from accelkit.images.embedding.batching import ItemResult
+    from accelkit.images.index.base import ImageInput, ModelMismatchError, insert_in_chunks
+    from accelkit.images.index.local import LocalIndex
+
+    table = rows(4, 4, 17)
+    with (
+        VectorStore(StoreConfig(**store_settings)) as first,
+        VectorStore(StoreConfig(**store_settings)) as second,
+    ):
+        fresh(first, "other_model")
+        index = LocalIndex(
+            first, lambda data: [ItemResult(table[d]) for d in data], "other_model", 4,
+            model=Model("fp32"),
+        )  # fmt: skip
+        assert insert_in_chunks(index, [ImageInput(0, "a")], "other_model", True).ids == ["a"]
+        assert [h.id for h in index.search(ImageInput(0), 1)] == ["a"]
+        second.drop_collection("other_model")
+        second.create_collection("other_model", dim=4, model=Model("int8").full())
+        second.upsert("other_model", ["b"], table[1:2])
+        with pytest.raises(ModelMismatchError, match="holds vectors of model 'int8'"):
+            index.search(ImageInput(0), 1, consistency="Strong")

@@ -123,10 +123,12 @@ class LocalIndex(ImageIndex):
         """The full record of this index's model (both towers), for a collection it creates."""
         return None if self.records is None else self.records.full()
 
-    def _same_model(self, name: str, tower: str = "image", fresh: bool = False) -> None:
+    def _same_model(
+        self, name: str, tower: str = "image", fresh: bool = False, info: dict | None = None
+    ) -> None:
         """`index.check_same_model` for `tower`; a text tower the collection has no record of is
-        recorded."""
-        recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh)
+        recorded. `info`: the collection's description just read (a server's records in it)."""
+        recorded = self.store.recorded(name, PROP_MODEL, fresh=fresh, info=info)
         checked = check_same_model(name, recorded, self.records, tower)
         if checked.record_text and recorded is not None:
             text = self.records.text()
@@ -354,20 +356,25 @@ class LocalIndex(ImageIndex):
 
     def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
         name = self._name(collection)
+        # on a server one description for the whole search (dimension, index spec, declared
+        # fields, model record), read now: another client may have made the collection anew
+        # with another model (its vectors ranked by this model's query, a 200 as if right)
+        info = self.store.described(name)
         self.store.describe_dim(name)  # a missing collection fails before the model runs
-        if steering.cuts and self.store._spec(name).metric_type == "L2":
+        if steering.cuts and self.store._spec(name, info).metric_type == "L2":
             raise InputError(
                 f"min_score and auto_cut compare similarities; collection {name!r} ranks by L2"
                 " distance (smaller is closer): search it without them, or use a COSINE one"
             )
         if not isinstance(query, np.ndarray):  # a vector is the caller's to match
-            self._same_model(name, "text" if isinstance(query, TextQuery) else "image")
+            tower = "text" if isinstance(query, TextQuery) else "image"
+            self._same_model(name, tower, info=info)
         if steering.negatives and not isinstance(query, TextQuery):
-            self._same_model(name, "text")
+            self._same_model(name, "text", info=info)
         vector = self._steered_vector(query, steering, name)
         if steering.negative_ids:
             vector = self._less_like(name, vector, steering, filter, consistency)
-        hits = self._fetch(name, vector, topk, filter, consistency, steering.fold)
+        hits = self._fetch(name, vector, topk, filter, consistency, steering.fold, info)
         cut = ranking.cut([h.score for h in hits], steering.min_score, steering.auto_cut)
         return Hits(hits[: cut.kept], self.store.ignored(name, searched=True), name, cut)
 
@@ -399,12 +406,12 @@ class LocalIndex(ImageIndex):
         centre = ranking.centre(list(around.values()))
         return ranking.push_away(vector, items, centre, steering.negative_weight)
 
-    def _fetch(self, name, vector, topk, filter, consistency, fold) -> list[Hit]:
+    def _fetch(self, name, vector, topk, filter, consistency, fold, info=None) -> list[Hit]:
         """The `topk` hits; with `fold`, near-duplicates folded under the best-ranked of them,
         fetching FOLD_OVERFETCH times as many candidates (and more while too few distinct ones
         come back from a collection that has more)."""
         if fold is None:
-            return self.store.search(name, vector, topk, filter, consistency=consistency)[0]
+            return self.store.search(name, vector, topk, filter, consistency, info)[0]
         fetch = min(topk * ranking.FOLD_OVERFETCH, MAX_FETCH)
         while True:
             found, vectors = self._candidates(name, vector, fetch, filter, consistency)

@@ -11,6 +11,7 @@ from accelkit.images.store import (
     CollectionExistsError,
     CollectionNotFoundError,
     FilterError,
+    ForeignCollectionError,
     StoreError,
     StoreTimeoutError,
     StoreUnavailableError,
@@ -50,6 +51,8 @@ def status_for(exc: AccelkitError) -> tuple[int, str]:
         return 409, "collection_exists"
     if isinstance(exc, ModelMismatchError):
         return 409, "model_mismatch"
+    if isinstance(exc, ForeignCollectionError):
+        return 409, "foreign_collection"
     if isinstance(exc, FilterError):
         return 400, "invalid_filter"
     if isinstance(exc, NoSpaceError):  # a full disk under the store: until space is freed

@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # the public names, listed once (runtime/exports.py reads the
         FilterError as FilterError,
     )
     from accelkit.images.store.errors import (
+        ForeignCollectionError as ForeignCollectionError,
+    )
+    from accelkit.images.store.errors import (
         StoreError as StoreError,
     )
     from accelkit.images.store.errors import (

@@ -29,6 +29,7 @@ from accelkit.images.settings.schema import check_collection_name
 from accelkit.images.store.errors import (
     CollectionNotFoundError,
     FilterNotOnEngine,
+    ForeignCollectionError,
     StoreError,
     StoreFullError,
     StoreTimeoutError,
@@ -64,6 +65,7 @@ from accelkit.images.store.records import (
     RESERVED_PREFIX,
     VECTOR_FIELD,
     IndexSpec,
+    foreign_fields,
     is_local_uri,
     redact_uri,
     vector_dim,
@@ -181,10 +183,23 @@ class StoreClient:
                                 uri=db, token=self.config.token or "", timeout=self.config.timeout
                             )
                         log_path = os.path.join(os.path.dirname(db), f".{os.path.basename(db)}.log")
-                        with _engine_home(db), _engine_output_to(log_path):
-                            return MilvusClient(
-                                uri=db, token=self.config.token or "", timeout=self.config.timeout
-                            )
+                        # Milvus Lite 2.x waits 0.5 s for its engine to start, and pymilvus then
+                        # connects once, at once: on a busy machine the engine's socket is not
+                        # there yet ("Fail connecting … No such file or directory"). The engine
+                        # keeps starting (it is kept by path): connect again until store.timeout.
+                        deadline = time.monotonic() + self.config.timeout
+                        while True:
+                            try:
+                                with _engine_home(db), _engine_output_to(log_path):
+                                    return MilvusClient(
+                                        uri=db,
+                                        token=self.config.token or "",
+                                        timeout=self.config.timeout,
+                                    )
+                            except Exception as exc:
+                                if not _unreachable(exc) or time.monotonic() > deadline:
+                                    raise
+                            time.sleep(0.25)
 
                     self._engine, client = open_engine(uri, start)
                     return client
@@ -414,8 +429,8 @@ class StoreClient:
             if name in self._dims:
                 return self._dims[name]
         self._require(name)
-        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
-        dim = vector_dim(info)
+        info = self._describe_now(name)
+        dim = self._our_dim(name, info)
         with self._lock:
             self._dims[name] = dim
         return dim
@@ -444,6 +459,19 @@ class StoreClient:
         except StoreError:
             return False
 
+    @staticmethod
+    def _our_dim(name: str, info: dict[str, Any]) -> int:
+        """The dimension of collection `name` from its description; `ForeignCollectionError`
+        for one another program made with another schema."""
+        found = foreign_fields(info)
+        if found is not None:
+            raise ForeignCollectionError(
+                f"collection {name!r} was not made by accelkit (its fields: {found}; accelkit"
+                " reads and writes id: varchar, vector: float_vector, metadata: json); use"
+                " another collection (accelkit images collection create NAME)"
+            )
+        return vector_dim(info)
+
     def current_dim(self, name: str, given: int, info: dict[str, Any] | None = None) -> int:
         """The dimension of collection `name` to check a `given`-d vector against: the kept one,
         read again when they differ (the collection may have been made anew by another client
@@ -451,7 +479,7 @@ class StoreClient:
         (`described`: a kept dimension equal to a stale query's would let the query through to a
         collection of another dimension, which a server refuses with an internal assertion)."""
         if info is not None:
-            dim = vector_dim(info)
+            dim = self._our_dim(name, info)
             with self._lock:
                 self._dims[name] = dim
             return dim
@@ -462,13 +490,18 @@ class StoreClient:
             dim = self.describe_dim(name)
         return dim
 
+    def _describe_now(self, name: str) -> dict[str, Any]:
+        """Collection `name`'s description, read now (one round trip)."""
+        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+        return dict(info or {})
+
     def described(self, name: str) -> dict[str, Any] | None:
         """On a server, collection `name`'s description, read once for a search that needs both
         its index spec and its declared fields (`_spec`, `declared_fields`): each read alone is
         one more round trip per search. None on Milvus Lite, whose are kept."""
         if not self.is_server:
             return None
-        return self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+        return self._describe_now(name)
 
     def declared_fields(self, name: str, info: dict[str, Any] | None = None) -> dict[str, str]:
         """The filter fields collection `name` declares (`settings.fields`), from its schema.
@@ -485,9 +518,7 @@ class StoreClient:
                 return kept
         if info is None:
             self._require(name)
-            info = self._call(
-                f"describing collection {name!r}", self._milvus.describe_collection, name
-            )
+            info = self._describe_now(name)
         declared = declared_from_schema(info["fields"])
         with self._lock:
             self._fields[name] = declared
@@ -505,9 +536,7 @@ class StoreClient:
             if name in self._specs and not self.is_server:
                 return self._specs[name]
         if info is None:
-            info = self._call(
-                f"describing collection {name!r}", self._milvus.describe_collection, name
-            )
+            info = self._describe_now(name)
         properties = info.get("properties") or {}
         if PROP_INDEX in properties:
             try:

@@ -22,6 +22,11 @@ class CollectionNotFoundError(InputError):
     """The named collection does not exist."""
 
 
+class ForeignCollectionError(InputError):
+    """The named collection was made by another program, with a schema accelkit does not read
+    or write (its id, vector and metadata fields)."""
+
+
 class CollectionExistsError(InputError):
     """A collection of that name exists already."""
 

@@ -29,20 +29,31 @@ from accelkit.images.store.records import (
 class CollectionRecords(StoreClient):
     """Read and write our records of a collection; the store's marker."""
 
-    def recorded(self, name: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
+    def recorded(
+        self, name: str, key: str, fresh: bool = False, info: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """One of our records of a collection (`records.PROP_MODEL`, `PROP_ORIGIN`), or None
         when it has none (made before we recorded it, or by another program). A server keeps
         them as collection properties (`accelkit.<key>`); Milvus Lite, which keeps no
         properties, in the catalog collection of its database. Kept after the first read;
         `fresh` reads a server's again (another client may have made the collection anew since);
         on Milvus Lite only this process's stores write them, and a kept one is forgotten when any
-        of them does (`StoreClient._current`)."""
+        of them does (`StoreClient._current`). `info`: a server collection's description the
+        caller has just read (`described`), its records taken from it (no round trip)."""
         self._current()
         with self._lock:
             cached = None if fresh and self.is_server else self._records.get(name)
-        if cached is None:
+        if info is not None and self.is_server:  # the description the caller has just read
+            cached = self._records_in(info)
+            with self._lock:
+                self._records[name] = cached
+        elif cached is None:
             self._require(name)
-            cached = self._server_records(name) if self.is_server else self._catalog_records(name)
+            cached = (
+                self._records_in(self._describe_now(name))
+                if self.is_server
+                else self._catalog_records(name)
+            )
             with self._lock:
                 self._records[name] = cached
         value = cached.get(key)
@@ -72,8 +83,9 @@ class CollectionRecords(StoreClient):
         with self._lock:
             self._records.pop(name, None)
 
-    def _server_records(self, name: str) -> dict[str, Any]:
-        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+    @staticmethod
+    def _records_in(info: dict[str, Any]) -> dict[str, Any]:
+        """Our records among a server collection's properties (its description)."""
         found = {}
         for prop, text in (info.get("properties") or {}).items():
             key = str(prop).removeprefix(PROPERTY_PREFIX)

@@ -157,6 +157,23 @@ def ignored_warnings(info: Mapping[str, Any]) -> list[str]:
     ]
 
 
+OUR_FIELDS = {ID_FIELD: "VARCHAR", VECTOR_FIELD: "FLOAT_VECTOR", METADATA_FIELD: "JSON"}
+
+
 def vector_dim(info: dict[str, Any]) -> int:
-    """The vector field's dimension in a collection's description (`describe_collection`)."""
+    """The vector field's dimension in a collection's description (`describe_collection`), one
+    accelkit made (`foreign_fields`)."""
     return next(int(f["params"]["dim"]) for f in info["fields"] if f["name"] == VECTOR_FIELD)
+
+
+def foreign_fields(info: dict[str, Any]) -> str | None:
+    """None for a collection of accelkit's schema (a varchar id, a float vector, JSON metadata,
+    and declared fields beside them); else its fields as "name: type, ...", for the refusal of
+    one another program made (pymilvus' quick setup: an int64 id and no metadata): its writes,
+    reads by id and filters would fail or match nothing."""
+    kinds = {
+        str(f["name"]): str(getattr(f.get("type"), "name", f.get("type"))) for f in info["fields"]
+    }
+    if all(kinds.get(name) == kind for name, kind in OUR_FIELDS.items()):
+        return None
+    return ", ".join(f"{name}: {kind.lower()}" for name, kind in kinds.items())

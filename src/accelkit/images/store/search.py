@@ -33,8 +33,11 @@ class ItemSearch(StoreClient):
         topk: int = 10,
         filter_expr: str | None = None,
         consistency: str | None = None,
+        info: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
-        """Top-k hits (best first) for each query row, optionally among items matching `filter_expr`."""
+        """Top-k hits (best first) for each query row, optionally among items matching
+        `filter_expr`. `info`: the collection's description the caller has just read
+        (`described`; read here otherwise)."""
         filter_expr = check_filter(filter_expr, max_values=GRAMMAR_ONLY)
         queries = np.asarray(queries, np.float32)
         if queries.ndim == 1:
@@ -43,7 +46,8 @@ class ItemSearch(StoreClient):
             raise InputError(f"topk {topk!r} must be an integer between 1 and 16384")
         if queries.ndim != 2 or not np.isfinite(queries).all():
             raise DataError("query vector must be a flat list of finite numbers (no NaN or Inf)")
-        info = self.described(name)  # a server: one round trip for dim, spec and fields
+        if info is None:  # a server: one round trip for dim, spec and fields
+            info = self.described(name)
         dim = self.current_dim(name, queries.shape[1], info)
         if queries.shape[1] != dim:
             raise DataError(
@@ -97,6 +101,7 @@ class ItemSearch(StoreClient):
         """Stored items among `ids` (missing ones are left out), in the order of `ids`; read
         `ID_BATCH` ids at a time."""
         ids = list(dict.fromkeys(check_ids(list(ids))))
+        self.describe_dim(name)  # one of ours (kept after the first call)
         fields = [ID_FIELD, METADATA_FIELD] + ([VECTOR_FIELD] if with_vectors else [])
         by_id = {}
         for start in range(0, len(ids), ID_BATCH):

@@ -135,6 +135,7 @@ class ItemWrites(StoreClient):
         """Delete items by id, `ID_BATCH` at a time (each batch counted, then deleted); returns
         how many of them existed."""
         ids = list(dict.fromkeys(check_ids(list(ids))))
+        self.describe_dim(name)  # one of ours (kept after the first call)
         deleted = 0
         for start in range(0, len(ids), ID_BATCH):
             expr = ids_filter(ids[start : start + ID_BATCH])
@@ -160,6 +161,7 @@ class ItemWrites(StoreClient):
         if not checked:
             raise InputError("delete by filter needs a non-empty filter expression")
         filter_expr = checked
+        self.describe_dim(name)  # one of ours (kept after the first call)
         engine_filter = self._engine_filter(name, filter_expr)  # refused before anything is sent
         try:
             rows = self._with_load(

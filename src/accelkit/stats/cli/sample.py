@@ -97,7 +97,8 @@ def check_readable(path: Path) -> dict:
         info = read_json(info_file)
         layout = read_layout(path, info, info_file)
         check_missing(layout)
-        features = info.get("features") if isinstance(info.get("features"), dict) else {}
+        features = info.get("features")
+        features = features if isinstance(features, dict) else {}
         stored = [  # what each data file holds (videos and images are files of their own)
             k
             for k, f in features.items()
