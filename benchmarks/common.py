@@ -56,7 +56,7 @@ def checked(flag: str, kind, value):
     try:
         return kind(value)
     except argparse.ArgumentTypeError as exc:
-        fail(f"argument {flag}: {exc}")
+        fail(f"argument {flag}: {exc} (see --help)")
 
 
 def _kind(path: Path) -> str:
