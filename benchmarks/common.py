@@ -65,24 +65,23 @@ def _kind(path: Path) -> str:
     return file_kind(path.stat().st_mode)
 
 
-def existing_dir(text: str | os.PathLike) -> Path:
-    """An argument type: a folder that exists."""
+def _existing(text: str | os.PathLike, is_kind, noun: str) -> Path:
     path = Path(text)
     if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist; give an existing folder")
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{path} is {_kind(path)}, not a folder; give a folder")
+        raise argparse.ArgumentTypeError(f"{path} does not exist; give an existing {noun}")
+    if not is_kind(path):
+        raise argparse.ArgumentTypeError(f"{path} is {_kind(path)}, not a {noun}; give a {noun}")
     return path
+
+
+def existing_dir(text: str | os.PathLike) -> Path:
+    """An argument type: a folder that exists."""
+    return _existing(text, Path.is_dir, "folder")
 
 
 def existing_file(text: str | os.PathLike) -> Path:
     """An argument type: a regular file that exists."""
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist; give an existing file")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{path} is {_kind(path)}, not a file; give a file")
-    return path
+    return _existing(text, Path.is_file, "file")
 
 
 def _nearest_existing(path: Path) -> Path:
