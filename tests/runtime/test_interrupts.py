@@ -265,6 +265,30 @@ gc.callbacks.append(callback)
     assert "ignored" not in done.stderr and "Traceback" not in done.stderr
 
 
+def test_ctrl_c_inside_a_weakref_callback(tmp_path):
+    """The same inside a weakref callback (importlib drops its module locks by one): a Lite 3 pass
+    once signalled `images serve` just as an import ended, and the exception was printed as
+    "ignored" with its traceback. Any exception Python would only print as unraisable is raised
+    after, wherever it was swallowed."""
+    setup = """
+import weakref
+class Thing:
+    pass
+def callback(ref):
+    sent.append("weakref")
+    os.kill(os.getpid(), signal.SIGINT)
+    sum(range(1000))  # bytecode inside the callback: where the handler runs
+"""
+    body = (
+        "        thing = Thing()\n        ref = weakref.ref(thing, callback)\n        del thing\n"
+        "        sum(range(10**6))"
+    )
+    done = run_signalled(setup, body, tmp_path)
+    assert "signalled in ['weakref']" in done.stderr, done.stdout + done.stderr[-2000:]
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
 def test_in_process_use_never_ends_the_host_program(tmp_path):
     """accelkit inside another program (a notebook, a test runner): a library call that connects
     Ray does not take over the host's SIGINT/SIGTERM, and a command called in process that was

@@ -17,16 +17,17 @@ by the first signal ends the process `GRACE_S` after it, removing the temporary 
 Nor may the exception be raised where nothing can carry it up. A signal's Python handler runs at
 the next bytecode wherever that is: inside a native module's initialisation calling back into
 Python (jaxlib's nanobind init then hits a C++ exception it cannot handle and aborts the process,
-exit -6, or crashes), or inside a garbage-collector callback or `__del__` (the exception is
-printed as "ignored" and the run goes on). There the handler defers: it re-sends the signal to
-the process every `RETRY_S` until the main thread is somewhere an exception can travel, and
-raises then; the watchdog still bounds the whole stop.
+exit -6, or crashes), or inside a garbage-collector callback, a weakref callback or a `__del__`
+(the exception is printed as "ignored" and the run goes on). In the first case the handler
+defers: it re-sends the signal to the process every `RETRY_S` until the main thread is somewhere
+an exception can travel, and raises then. In the others Python hands the swallowed exception to
+`sys.unraisablehook`, where ours takes it back (nothing printed) and defers the same way. The
+watchdog still bounds the whole stop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.machinery
 import os
 import signal
@@ -59,6 +60,7 @@ _state = {
     "timer": None,
     "deferred": False,
     "terminal": None,  # a copy of fd 2 as the command started
+    "previous_hook": sys.unraisablehook,
 }
 _lock = threading.Lock()
 
@@ -133,21 +135,33 @@ def _handler(signum, frame) -> None:
     _state["signum"] = signum
     _watchdog(signum)
     if _unsafe(frame):
-        _state["deferred"] = True
-        _resend(signum)
+        _defer(signum)
         return
     raise Interrupted(signum)
 
 
+def _defer(signum: int) -> None:
+    _state["deferred"] = True
+    _resend(signum)
+
+
+def _unraisable(unraisable) -> None:
+    """`sys.unraisablehook` inside `handled()`: an `Interrupted` Python swallowed (raised in a
+    garbage-collector or weakref callback, a `__del__`) is deferred instead of printed as
+    "ignored"; anything else goes to the hook that was there before."""
+    if isinstance(unraisable.exc_value, Interrupted) and _state["signum"] is not None:
+        if not _state["deferred"]:
+            _defer(_state["signum"])
+        return
+    _state["previous_hook"](unraisable)
+
+
 def _unsafe(frame) -> bool:
-    """Whether an exception raised in `frame` could not travel up the main thread's stack: a
-    native module is initialising (a frame of an extension loader's create/exec_module below
-    it), or a garbage-collector callback or a `__del__` is running."""
-    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    """Whether an exception raised in `frame` would end the process instead of travelling up the
+    main thread's stack: a native module is initialising (a frame of an extension loader's
+    create/exec_module below it)."""
     while frame is not None:
         code = frame.f_code
-        if code in callbacks or code.co_name == "__del__":
-            return True
         if code.co_name in ("create_module", "exec_module") and isinstance(
             frame.f_locals.get("self"), importlib.machinery.ExtensionFileLoader
         ):
@@ -202,12 +216,17 @@ def handled(process_exits: bool = True) -> Iterator[None]:
         with contextlib.suppress(OSError):
             _state["terminal"] = os.dup(2)
     install()
+    hook_before = sys.unraisablehook
+    if hook_before is not _unraisable:
+        _state["previous_hook"] = hook_before
+    sys.unraisablehook = _unraisable
     try:
         yield
         if _state["deferred"]:  # the block ended before a deferred signal could be raised
             raise Interrupted(_state["signum"])
     finally:
         _state["deferred"] = False
+        sys.unraisablehook = hook_before
         _state["active"] -= 1
         if not _state["active"] and _state["terminal"] is not None:
             os.close(_state["terminal"])
