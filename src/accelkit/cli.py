@@ -173,8 +173,14 @@ def main(argv: list[str] | None = None) -> None:
 
     args = _boolean_flags(sys.argv[1:] if argv is None else argv)
     # argv given: called in process (tests, notebooks), so the host program goes on after it
-    with interrupts.handled(process_exits=argv is None):
-        sys.exit(_run(root_group(capabilities_for(args)), args, debug="--debug" in args))
+    try:
+        with interrupts.handled(process_exits=argv is None):
+            code = _run(root_group(capabilities_for(args)), args, debug="--debug" in args)
+            interrupts.finished(code)
+    except interrupts.Interrupted as exc:  # before the command ran: mounting it, building it
+        interrupts.report(exc.signum)
+        code = exc.exit_code
+    sys.exit(code)
 
 
 def _command_name(command, args: list[str]) -> str:
@@ -194,13 +200,9 @@ def _command_name(command, args: list[str]) -> str:
 def _run(app: typer.Typer, args: list[str], debug: bool) -> int:
     """The exit code of one command (docs/cli.md): 0 done, 1 internal error, 2 user error, 3 a
     failed check, 130/143 interrupted. With --json, a failure prints the envelope too."""
-    from accelkit.runtime import interrupts, json_output, progress
+    from accelkit.runtime import json_output, progress
 
-    try:
-        command = typer.main.get_command(app)  # typer builds every command first: a moment
-    except interrupts.Interrupted as exc:  # Ctrl-C in that moment is an interruption too
-        interrupts.report(exc.signum)
-        return exc.exit_code
+    command = typer.main.get_command(app)  # typer builds every command first: a moment
     name = _command_name(command, args)
     json_output.begin(name)
     progress.start_command(name if "--help" not in args else "")

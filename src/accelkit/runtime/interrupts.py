@@ -61,6 +61,7 @@ _state = {
     "deferred": False,
     "terminal": None,  # a copy of fd 2 as the command started
     "previous_hook": sys.unraisablehook,
+    "finished": None,  # the command's exit code once its work is done (`finished`)
 }
 _lock = threading.Lock()
 
@@ -124,7 +125,37 @@ def _watchdog(signum: int) -> None:
     timer.start()
 
 
+def finished(code: int) -> None:
+    """The command's work is done and `code` is its exit code. From here a signal interrupts
+    nothing: the process ends with `code` `GRACE_S` after it (a second one, at once) unless it
+    has ended by itself before — so the teardown after a command (stores closing, the
+    interpreter's exit, under load a second or more) is never cut into a traceback, nor into a
+    silent -2 / -15 after an answer already printed as done."""
+    _state["finished"] = code
+
+
+def _after_finish(signum, frame) -> None:
+    code = _state["finished"]
+    if _state["timer"] is not None:  # a second signal, or one after an interruption's
+        _exit_now(code)
+    timer = threading.Timer(GRACE_S, _exit_now, args=(code,))
+    timer.daemon = True
+    timer.name = "accelkit-finish-watchdog"
+    _state["timer"] = timer
+    timer.start()
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def _handler(signum, frame) -> None:
+    if _state["finished"] is not None:
+        _after_finish(signum, frame)
+        return
     if _state["deferred"]:  # our own re-sent signal (or a second one while we wait)
         if _unsafe(frame):
             return
@@ -209,7 +240,7 @@ def handled(process_exits: bool = True) -> Iterator[None]:
     from accelkit.runtime.files import forget_writes
 
     previous = {signum: signal.getsignal(signum) for signum in HANDLED}
-    _state.update(signum=None, reported=False, timer=None, deferred=False)
+    _state.update(signum=None, reported=False, timer=None, deferred=False, finished=None)
     _state["active"] += 1
     forget_writes()
     if _state["terminal"] is None:
@@ -235,6 +266,9 @@ def handled(process_exits: bool = True) -> Iterator[None]:
         if timer is not None and not process_exits:
             timer.cancel()
             _state["timer"] = None
+        finishing = process_exits and _state["finished"] is not None
         for signum, handler in previous.items():
-            if handler is not None:
+            if finishing and handler is not signal.SIG_IGN:  # until the process has ended
+                signal.signal(signum, _after_finish)
+            elif handler is not None:
                 signal.signal(signum, handler)
