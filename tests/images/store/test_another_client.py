@@ -322,3 +322,57 @@ def test_a_search_refuses_a_collection_another_client_made_anew_for_another_mode
         second.upsert("other_model", ["b"], table[1:2])
         with pytest.raises(ModelMismatchError, match="holds vectors of model 'int8'"):
             index.search(ImageInput(0), 1, consistency="Strong")
+
+
+def test_a_pymilvus_client_of_this_process_remaking_a_collection_is_seen_by_the_next_search(
+    store_settings,
+):
+    """A user's own pymilvus client of the same database in the same process, beside accelkit's
+    bookkeeping (which counts only accelkit's stores' changes on Milvus Lite): after it made the
+    collection anew with another metric, a search that had kept the old spec answered Lite 3's
+    other-metric scores as if right and was refused as a store fault ("metric type not match")
+    on Lite 2.5; after it made one by its quick setup, the search answered its hits."""
+    from pymilvus import DataType, MilvusClient
+
+    from accelkit.images.store import ForeignCollectionError
+
+    with VectorStore(StoreConfig(**store_settings)) as store:
+        fresh(store, "theirs")
+        store.create_collection("theirs", dim=8, index_type="FLAT", metric_type="COSINE")
+        data = rows(60, 8, 21)
+        data[:, 0] *= 10  # L2 and COSINE disagree on the neighbours
+        ids = [f"i{i}" for i in range(60)]
+        store.upsert("theirs", ids, data)
+        queries = rows(3, 8, 22)
+        store.search("theirs", queries, topk=5)  # dimension, spec and fields kept
+        theirs = store._milvus  # the same connection, as a pymilvus client of this process
+        theirs.drop_collection("theirs")
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=8)
+        schema.add_field("metadata", DataType.JSON)
+        index = theirs.prepare_index_params()
+        index.add_index("vector", index_type="FLAT", metric_type="L2")
+        theirs.create_collection("theirs", schema=schema, index_params=index)
+        theirs.insert(
+            "theirs",
+            [
+                {"id": i, "vector": v.tolist(), "metadata": {}}
+                for i, v in zip(ids, data, strict=True)
+            ],
+        )
+        theirs.flush("theirs")
+        theirs.load_collection("theirs")
+        found = store.search("theirs", queries, topk=5, consistency="Strong")
+        q, d = queries.astype(np.float64), data.astype(np.float64)
+        distances = ((q[:, None, :] - d[None, :, :]) ** 2).sum(-1)
+        assert [[h.id for h in hits] for hits in found] == [
+            [f"i{i}" for i in row[:5]] for row in np.argsort(distances, axis=1)
+        ]
+        assert [h.score for h in found[0]] == pytest.approx(np.sort(distances[0])[:5], rel=1e-4)
+        assert store.describe("theirs")["metric_type"] == "L2"
+        theirs.drop_collection("theirs")
+        theirs.create_collection("theirs", dimension=8)  # its quick setup: an int64 id
+        with pytest.raises(ForeignCollectionError, match="not made by accelkit"):
+            store.search("theirs", queries, topk=5)
+        theirs.drop_collection("theirs")

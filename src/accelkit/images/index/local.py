@@ -356,8 +356,8 @@ class LocalIndex(ImageIndex):
 
     def _search(self, query, topk, filter, collection, consistency, steering) -> Hits:
         name = self._name(collection)
-        # on a server one description for the whole search (dimension, index spec, declared
-        # fields, model record), read now: another client may have made the collection anew
+        # one description for the whole search (dimension, index spec, declared fields, a
+        # server's model record), read now: another client may have made the collection anew
         # with another model (its vectors ranked by this model's query, a 200 as if right)
         info = self.store.described(name)
         self.store.describe_dim(name)  # a missing collection fails before the model runs

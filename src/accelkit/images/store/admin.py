@@ -230,9 +230,9 @@ class CollectionAdmin(CollectionRecords):
     def describe(self, name: str) -> dict[str, Any]:
         """name, description, dim, count, index_type, metric_type, index params."""
         self._require(name)
-        info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
+        info = self._describe_now(name)
         dim = vector_dim(info)
-        spec = self._spec(name)
+        spec = self._spec(name, info)
         description = (info.get("properties") or {}).get(PROP_DESCRIPTION) or info.get(
             "description", ""
         )
@@ -246,7 +246,7 @@ class CollectionAdmin(CollectionRecords):
             "index_params": dict(spec.params),
             "ignored": ignored_params(spec.index_type, self.lite),
             "model": self.recorded(name, PROP_MODEL),
-            "fields": self.declared_fields(name),
+            "fields": self.declared_fields(name, info),
         }
 
     def ignored(self, name: str, searched: bool = False) -> list[str]:

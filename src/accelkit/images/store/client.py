@@ -495,12 +495,14 @@ class StoreClient:
         info = self._call(f"describing collection {name!r}", self._milvus.describe_collection, name)
         return dict(info or {})
 
-    def described(self, name: str) -> dict[str, Any] | None:
-        """On a server, collection `name`'s description, read once for a search that needs both
-        its index spec and its declared fields (`_spec`, `declared_fields`): each read alone is
-        one more round trip per search. None on Milvus Lite, whose are kept."""
-        if not self.is_server:
-            return None
+    def described(self, name: str) -> dict[str, Any]:
+        """Collection `name`'s description, read once for a search, which takes its dimension,
+        index spec and declared fields from it (`current_dim`, `_spec`, `declared_fields`): each
+        read alone is one more round trip per search, and a kept one is stale once another
+        client has made the collection anew — on a server any other process, on Milvus Lite
+        also a pymilvus client of this process, which accelkit's change count does not see
+        (a search then ranked by the old metric: wrong scores on Lite 3, every search refused
+        on Lite 2.5)."""
         return self._describe_now(name)
 
     def declared_fields(self, name: str, info: dict[str, Any] | None = None) -> dict[str, str]:
@@ -514,7 +516,7 @@ class StoreClient:
         self._current()
         with self._lock:
             kept = self._fields.get(name)
-            if kept is not None and (kept == {} or not self.is_server):
+            if kept is not None and (kept == {} or (not self.is_server and info is None)):
                 return kept
         if info is None:
             self._require(name)
@@ -533,7 +535,7 @@ class StoreClient:
         `info`: the description the caller has just read (`described`)."""
         self._current()
         with self._lock:
-            if name in self._specs and not self.is_server:
+            if name in self._specs and not self.is_server and info is None:
                 return self._specs[name]
         if info is None:
             info = self._describe_now(name)

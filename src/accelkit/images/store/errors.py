@@ -95,8 +95,13 @@ def _unreachable(exc: BaseException) -> bool:
 
 def _collection_gone(exc: BaseException) -> bool:
     """Milvus answered that the collection a call named does not exist (a server: "collection
-    not found[...]"; Milvus Lite 2.5: "Can not find NAME's schema: collection not found")."""
-    return bool(re.search(r"collection not (?:found|exist)", str(exc), re.I))
+    not found[...]"; Milvus Lite 2.5: "Can not find NAME's schema: collection not found"; Milvus
+    Lite 3's describe: "collection 'NAME' does not exist")."""
+    text = str(exc)
+    return bool(
+        re.search(r"collection not (?:found|exist)", text, re.I)
+        or re.search(r"collection '[^']*' does not exist", text, re.I)
+    )
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -46,7 +46,7 @@ class ItemSearch(StoreClient):
             raise InputError(f"topk {topk!r} must be an integer between 1 and 16384")
         if queries.ndim != 2 or not np.isfinite(queries).all():
             raise DataError("query vector must be a flat list of finite numbers (no NaN or Inf)")
-        if info is None:  # a server: one round trip for dim, spec and fields
+        if info is None:  # one round trip for dim, spec and fields
             info = self.described(name)
         dim = self.current_dim(name, queries.shape[1], info)
         if queries.shape[1] != dim:
