@@ -293,6 +293,13 @@ class StatsSettings(Settings):
             raise ValueError("must be positive")
         return value
 
+    @field_validator("output", "plot")
+    @classmethod
+    def _not_empty(cls, value):
+        if value is not None and not str(value):  # "" would be ./norm_stats.json unasked
+            raise ValueError("is empty text; give a file path, or leave the option out")
+        return value
+
     @field_validator("fill_empty")
     @classmethod
     def _finite(cls, value):

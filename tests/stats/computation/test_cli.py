@@ -317,3 +317,99 @@ def test_bad_values_are_named_by_their_flag_or_variable(dataset, capsys, monkeyp
     code, _, err = run_cli(["stats", str(dataset)], capsys)
     assert code == 2
     assert err.startswith("error: ACCELKIT_STATS_SEED 'abc': Input should be a valid integer")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--episodes", "1000000000", "--frames", "1000000000"], "--frames"),
+        (["--dim", "100000000"], "--dim"),
+        (["--episodes", "99999999999999999999999"], "--episodes"),
+        (["--frames", "99999999999999999999999"], "--frames"),
+        (["--episodes", "1000000000000000", "--frames", "2", "--dim", "1"], "on disk"),
+    ],
+)
+def test_sample_dataset_too_big_is_refused_before_any_work(tmp_path, capsys, args, named):
+    """A size no disk or memory holds was "internal error: MemoryError" (exit 1, after 23 s) or
+    "ValueError: Maximum allowed dimension exceeded": one line naming the options, exit 2,
+    nothing written."""
+    root = tmp_path / "big"
+    code, _, err = run_cli(["sample-dataset", str(root), *args], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "internal error" not in err and named in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sample_dataset_says_what_fits_in_memory_and_on_disk(tmp_path, capsys, monkeypatch):
+    """The bounds: one episode in the memory available, the dataset in the free space of the
+    disk it goes to; each refusal says what fits, and that fits."""
+    from accelkit.stats.formats import synthetic
+
+    monkeypatch.setattr(synthetic, "_available_memory", lambda: 64 << 20)
+    root = tmp_path / "s"
+    code, _, err = run_cli(["sample-dataset", str(root), "--frames", "1000000"], capsys)
+    assert code == 2 and "one episode" in err and "64.0 MiB is available" in err, err
+    most = int(err.split("up to --frames ")[1].split()[0].rstrip(")").replace(",", ""))
+    assert 2 <= most < 1000000
+    synthetic.check_room(root, 20, most, 14, "v2.1", "smooth")  # what it says fits, fits
+    with pytest.raises(synthetic.InputError):
+        synthetic.check_room(root, 20, most * 2, 14, "v2.1", "smooth")
+
+    class Disk:  # 1 MiB free, files enough
+        f_bavail, f_frsize, f_files, f_favail = 256, 4096, 1000, 1000
+
+    monkeypatch.setattr(synthetic.os, "statvfs", lambda where: Disk)
+    code, _, err = run_cli(["sample-dataset", str(root), "--episodes", "200"], capsys)
+    assert code == 2 and "on disk" in err and "1.0 MiB free" in err and "--episodes" in err, err
+    most = int(err.split("up to --episodes ")[1].split()[0].replace(",", ""))
+    synthetic.check_room(root, most, 500, 14, "v2.1", "smooth")
+    Disk.f_bavail = 1 << 30
+    code, _, err = run_cli(["sample-dataset", str(root), "--episodes", "2000"], capsys)
+    assert code == 2 and "room for 1,000 more files" in err and "--layout v3.0" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sample_dataset_empty_path_is_refused(tmp_path, capsys, monkeypatch):
+    """ "" was the working folder: `. already exists and is not empty`, or in an empty one a
+    dataset written there."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["sample-dataset", "", "--episodes", "2", "--frames", "20"], capsys)
+    assert code == 2 and err.strip() == (
+        "error: the output folder is empty text; give a folder path"
+    ), err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["-o", "--output", "--plot"])
+def test_stats_empty_output_is_refused(dataset, tmp_path, capsys, monkeypatch, flag):
+    """-o "" wrote ./norm_stats.json (and --plot "" drew nothing), as if not given."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["stats", str(dataset), flag, "", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{'--plot' if flag == '--plot' else '--output'} '': is empty text" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_path_that_is_a_folder_is_refused_before_the_dataset_is_read(
+    dataset, tmp_path, capsys, monkeypatch
+):
+    """The folder was refused only once the passes had run."""
+    from accelkit.stats.computation import api
+
+    def never(*args, **kwargs):
+        raise AssertionError("the dataset was read")
+
+    monkeypatch.setattr(api, "open_source", never)
+    (tmp_path / "out").mkdir()
+    code, _, err = run_cli(["stats", str(dataset), "-o", str(tmp_path / "out")], capsys)
+    assert (
+        code == 2
+        and err.strip() == f"error: {tmp_path / 'out'} is a folder; give a file path to write to"
+    )
+    monkeypatch.chdir(tmp_path / "out")  # the default output, ./norm_stats.json, a folder
+    (tmp_path / "out" / "norm_stats.json").mkdir()
+    code, _, err = run_cli(["stats", str(dataset)], capsys)
+    assert (
+        code == 2
+        and err.strip() == "error: norm_stats.json is a folder; give a file path to write to"
+    )

@@ -7,11 +7,16 @@ from typing import Annotated
 
 import typer
 
-from accelkit.errors import ConfigError, DataError
+from accelkit.errors import ConfigError, DataError, InputError
 
 
 def sample_dataset_command(
-    path: Annotated[Path, typer.Argument(help="Folder to create (must not exist, or be empty).")],
+    folder: Annotated[
+        str,
+        typer.Argument(  # text, not Path: Path("") would be "." (the working folder)
+            metavar="path", help="Folder to create (must not exist, or be empty)."
+        ),
+    ],
     episodes: Annotated[int, typer.Option("--episodes", help="Number of episodes.")] = 20,
     frames: Annotated[int, typer.Option("--frames", help="Average frames per episode.")] = 500,
     dim: Annotated[int, typer.Option("--dim", help="State and action width.")] = 14,
@@ -30,6 +35,9 @@ def sample_dataset_command(
     """Write a synthetic LeRobot-format dataset (no videos) to try `accelkit stats` on."""
     from accelkit.stats.formats.synthetic import check_sample_sizes, write_sample_dataset
 
+    if not folder:
+        raise InputError("the output folder is empty text; give a folder path")
+    path = Path(folder)
     if seed < 0:
         raise ConfigError(f"--seed must be 0 or more, not {seed}")
     check_sample_sizes(episodes, frames, dim, layout)  # also when a dataset is kept

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accelkit.errors import ConfigError
+from accelkit.errors import ConfigError, InputError
 from accelkit.runtime import storage
 from accelkit.runtime.config import load_settings
 from accelkit.runtime.devices import enable_compilation_cache
@@ -175,6 +175,7 @@ def _run(settings: StatsSettings, progress: bool) -> ComputeResult:
     if settings.format == "openpi":
         check_openpi_quantiles(levels, settings.allow_missing_quantiles)
     check_episode_options(settings)
+    check_output_path(settings)
     plot_path = None
     if settings.plot:
         plot_path = check_plot_path(settings.plot)
@@ -298,6 +299,19 @@ def chunk_transform_of(settings: StatsSettings):
         per_timestep=settings.per_timestep,
         names=tuple(names),
     )
+
+
+def check_output_path(settings: StatsSettings) -> None:
+    """A local output that is a folder, refused before the dataset is read (writing it would
+    fail only after the passes: `atomic_open`, with the same words)."""
+    if settings.write_into:  # DATASET/meta/stats.json, checked against the dataset
+        return
+    output = settings.output or DEFAULT_OUTPUT[settings.format]
+    if storage.is_uri(output) and not str(output).startswith("file:"):
+        return
+    path = storage.as_path(output)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; give a file path to write to")
 
 
 def check_episode_options(settings: StatsSettings) -> None:

@@ -15,6 +15,7 @@ and `row_groups="file"` writes each v3.0 file as one row group (as pandas or a p
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,20 @@ ROBOT_COLUMNS = (
     "gripper: 0/1 switching a few times per episode",
 )
 CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's chunks_size)
+MAX_FRAMES = 2**63 - 1  # frame indices are int64
+# What a dataset takes, for the checks before writing (measured with 6 episodes each of dim 1, 2,
+# 14, 64, average lengths 20 and 2000). On disk, at least: parquet bytes per frame per --dim (state
+# and action together: smooth columns 11.9 to 12.4, robot 6.3 to 6.7), per frame (the int columns),
+# and per episode (v2.1 a file of its own, about 3.4 KB with its metadata lines; v3.0 a row group
+# and a row). In memory, at most: the one episode being written, per frame per --dim (27 to 45
+# bytes, peak RSS over 85k to 390k frames) and per frame (124 to 190 at --dim 1).
+DISK_PER_VALUE = {"smooth": 11, "robot": 6}
+DISK_PER_FRAME = 6
+DISK_PER_EPISODE = {"v2.1": 2000, "v3.0": 100}
+MEMORY_PER_VALUE = 48
+MEMORY_PER_FRAME = 200
+MEMORY_PER_EPISODE = {"v2.1": 8, "v3.0": 1000}  # its length; v3.0 its meta/episodes row (925)
+MEMORY_PER_ROW_GROUP = 14_000  # v3.0: each of the open file's row groups, in its footer (13.9k)
 
 
 def _episode(
@@ -149,7 +164,8 @@ def _episode_stats(table, features: dict) -> dict:
 def check_sample_sizes(episodes: int, frames_per_episode: int, dim: int, layout: str) -> None:
     """What `write_sample_dataset` is asked for, refused in one line naming the option: at
     least one episode of at least 2 frames (lengths are drawn around the average, from 2), at
-    least one state/action column, a known layout."""
+    least one state/action column, sizes 64-bit indices count, a known layout (what fits the
+    memory and disk there is: `check_room`)."""
     for value, option, least in (
         (episodes, "--episodes", 1),
         (frames_per_episode, "--frames", 2),
@@ -157,8 +173,121 @@ def check_sample_sizes(episodes: int, frames_per_episode: int, dim: int, layout:
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InputError(f"{option} must be a whole number {least} or more, not {value!r}")
+    longest = _longest(frames_per_episode)
+    if episodes * longest > MAX_FRAMES or longest * dim > MAX_FRAMES:
+        raise InputError(
+            f"--episodes {episodes:,} × --frames {frames_per_episode:,} at --dim {dim:,} is past"
+            f" what 64-bit indices count ({MAX_FRAMES:,}); give sizes that fit on a disk"
+        )
     if layout not in LAYOUTS:
         raise InputError(f"layout {layout!r} is unknown; use one of {', '.join(LAYOUTS)}")
+
+
+def _longest(frames_per_episode: int) -> int:
+    """The most frames one episode may get: lengths are drawn from half to 1.5 times the average."""
+    return frames_per_episode * 3 // 2
+
+
+def check_room(
+    root: Path,
+    episodes: int,
+    frames_per_episode: int,
+    dim: int,
+    layout: str,
+    columns: str = "smooth",
+    episodes_per_file: int | None = None,
+    data_files_size_in_mb: float = 100.0,
+) -> None:
+    """Before anything is written: the episode being written fits in the memory available, and
+    the dataset on the free space (and files) of the file system `root` goes to; else one line
+    naming the options and what fits. Estimates from `DISK_*`, `MEMORY_*` (measured)."""
+    longest = _longest(frames_per_episode)
+    available = _available_memory()
+    per_frame = MEMORY_PER_VALUE * dim + MEMORY_PER_FRAME
+    if available is not None and longest * per_frame > available:
+        most_frames = available // per_frame * 2 // 3
+        most_dim = (available // longest - MEMORY_PER_FRAME) // MEMORY_PER_VALUE
+        fits = [f"at --dim {dim:,} up to --frames {most_frames:,}"] if most_frames >= 2 else []
+        fits += [f"at --frames {frames_per_episode:,} up to --dim {most_dim:,}"] * (most_dim >= 1)
+        raise InputError(
+            f"--frames {frames_per_episode:,} at --dim {dim:,}: one episode (up to {longest:,}"
+            f" frames) is held in memory while it is written, about"
+            f" {_size(longest * per_frame)}, and {_size(available)} is available: lower --frames"
+            f" or --dim ({' or '.join(fits) or 'none fits'})"
+        )
+    episode_bytes = frames_per_episode * (DISK_PER_VALUE[columns] * dim + DISK_PER_FRAME)
+    episode_bytes += DISK_PER_EPISODE[layout]
+    where = _existing_parent(root)
+    try:
+        stat = os.statvfs(where)
+    except OSError:
+        stat = None
+    if stat is not None:
+        free = stat.f_bavail * stat.f_frsize
+        if episodes * episode_bytes > free:
+            most = free // episode_bytes
+            fits = f"up to --episodes {most:,} fit" if most >= 1 else "not one episode fits"
+            raise InputError(
+                f"--episodes {episodes:,} × --frames {frames_per_episode:,} at --dim {dim:,} would"
+                f" take at least {_size(episodes * episode_bytes)} on disk, and {where} has"
+                f" {_size(free)} free: lower --episodes, --frames or --dim (at these --frames and"
+                f" --dim {fits}), or write to another disk"
+            )
+        files = episodes + episodes // CHUNKS_SIZE + 10  # v2.1: a file per episode
+        if layout == "v2.1" and stat.f_files and files > stat.f_favail:
+            raise InputError(
+                f"--episodes {episodes:,} in LeRobot v2.1 is one file each, and {where} has room"
+                f" for {stat.f_favail:,} more files: lower --episodes, or use --layout v3.0"
+            )
+    if available is None:
+        return
+    held = episodes * MEMORY_PER_EPISODE[layout]
+    if layout == "v3.0":  # and the open file's footer, a row group per episode in it
+        by_size = data_files_size_in_mb * 1e6 / episode_bytes  # a file closes at this size
+        in_file = min(episodes, episodes_per_file or episodes)
+        if by_size < in_file:
+            in_file = int(by_size) + 1
+        held += in_file * MEMORY_PER_ROW_GROUP
+    if held + longest * per_frame > available:
+        most = (available - longest * per_frame) // (held // episodes)
+        raise InputError(
+            f"--episodes {episodes:,}: the writer keeps about {_size(held // episodes)} per"
+            f" episode in memory ({_size(held)}) beside the episode being written, and"
+            f" {_size(available)} is available: lower --episodes (up to {max(most, 0):,} fit)"
+        )
+
+
+def _existing_parent(path: Path) -> Path:
+    """`path`, or its nearest parent that exists (where it would be created)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now (Linux MemAvailable, else free pages); None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _size(n: int) -> str:
+    """Bytes for people: 1.5 GiB."""
+    for power, unit in enumerate(("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")):
+        if n < 1024 ** (power + 1) or unit == "EiB":
+            break
+    if n >= 10**9 * 2**60:
+        return "over a billion EiB"
+    return f"{n:,} bytes" if power == 0 else f"{n / 1024**power:,.1f} {unit}"
 
 
 def write_sample_dataset(
@@ -187,9 +316,15 @@ def write_sample_dataset(
         raise InputError(
             f"row_groups {row_groups!r} is unknown; use one of {', '.join(ROW_GROUPS)}"
         )
+    if not str(root):
+        raise InputError("the output folder is empty text; give a folder path")
     root = Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise InputError(f"{root} already exists and is not empty; choose a new folder")
+    check_room(
+        root, episodes, frames_per_episode, dim, layout, columns, episodes_per_file,
+        data_files_size_in_mb,
+    )  # fmt: skip
     with staged_folder(root) as staging:
         _write(
             staging,
