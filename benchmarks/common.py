@@ -14,9 +14,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -42,12 +44,37 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _stopped(signum, frame) -> NoReturn:
+    # once: a second SIGTERM while the `finally` blocks run must not cut them short (SIGKILL
+    # still ends the process)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("stopped (SIGTERM): cleaning up", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signal.SIGTERM)
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end this process as Ctrl-C does: an exception (`SystemExit(143)`) raised in
+    the main thread, so that `finally` blocks and context managers run — a benchmark's temporary
+    folder is removed and the servers it started (a Milvus server, `accelkit images serve`) are
+    stopped, where the default action would end the process at once and leave them behind.
+    `ArgumentParser.parse_args` calls it; a handler set before is kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _stopped)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors (an unknown option, a bad value, one of the types below
-    refusing) are one line, `error: argument --x: ...`, and exit 2, like `fail`."""
+    refusing) are one line, `error: argument --x: ...`, and exit 2, like `fail`. Parsing also
+    turns SIGTERM into a clean stop (`stop_on_sigterm`)."""
 
     def error(self, message: str) -> NoReturn:
         fail(f"{message} (see --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        stop_on_sigterm()
+        return super().parse_known_args(args, namespace)
 
 
 def checked(flag: str, kind, value):
@@ -154,7 +181,7 @@ def listed(valid: tuple[str, ...] | list[str]):
         items = [item.strip() for item in text.split(",")]
         unknown = [item for item in items if item not in valid]
         if unknown or not text.strip():
-            what = f"unknown {', '.join(map(repr, unknown))}" if unknown else "empty"
+            what = "empty" if not text.strip() else f"unknown {', '.join(map(repr, unknown))}"
             raise argparse.ArgumentTypeError(
                 f"{what}; give a comma-separated list of {', '.join(valid)}"
             )
@@ -188,6 +215,33 @@ def server_uri(text: str) -> str:
             f"{text!r} is not a Milvus server's URI; give one such as http://host:19530"
         )
     return text
+
+
+def whole_number(text: str) -> int:
+    """An argument type: a whole number 0 or more (a seed: numpy's generators refuse a negative
+    one, after the work has begun)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number 0 or more")
+    return value
+
+
+def check_server(uri: str, token: str | None = None, flag: str = "--uri") -> None:
+    """Connect to the Milvus server at `uri` (with `token`) once, before any work; one that cannot
+    be reached (nothing listening, a wrong token) is `fail`'s one line naming `flag`."""
+    from accelkit.images.settings.config import StoreConfig
+    from accelkit.images.store import VectorStore
+    from accelkit.images.store.errors import StoreError
+
+    try:
+        with VectorStore(StoreConfig(uri=uri, token=token, timeout=30)):
+            pass
+    except StoreError as exc:
+        reason = str(exc).split("; check store.uri", 1)[0]
+        fail(f"argument {flag}: {reason}; give a running Milvus server's URI (and its --token)")
 
 
 def not_negative(text: str) -> float:
@@ -302,7 +356,12 @@ def run_process(command: list[str], env: dict | None = None, cwd: Path | None = 
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd or REPO
         )
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # stopped (Ctrl-C, SIGTERM): the child goes too
+            process.kill()
+            process.wait()
+            raise
         wall = time.perf_counter() - started
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:

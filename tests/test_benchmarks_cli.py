@@ -190,3 +190,116 @@ def test_a_quant_bench_argument_it_cannot_use_is_refused(copy, args, flag):
 )
 def test_more_arguments_are_checked_before_any_work(copy, module, args, flag):
     assert flag in run_bad(copy, module, *args)
+
+
+@pytest.mark.parametrize("runs", ["warm", "warm,cold", "cold,cold"])
+def test_a_warm_run_without_a_cold_one_before_it_is_refused(copy, runs):
+    """A warm run is measured on the caches the cold run before it left: alone or first, it was
+    a cold run recorded as warm, over the committed result."""
+    line = run_bad(copy, "quant.quant_eval_time", "--runs", runs)
+    assert "--runs" in line and "cold,warm" in line
+
+
+def test_a_group_size_that_divides_no_layer_is_refused_before_the_model_loads(copy):
+    """7 divides no MiniLM layer: a traceback after the model loaded (a size that divides only
+    the 1536-wide layers, 512, is refused alike: the rest would be left in float)."""
+    line = run_bad(copy, "quant.quant_bench", "--group-size", "7")
+    assert "--group-size" in line and "384, 1536" in line
+
+
+@pytest.mark.parametrize(
+    "module", ["reliability.soak", "reliability.fuzz_service", "images.lite_engines"]
+)
+def test_a_negative_seed_is_refused(copy, module):
+    """numpy's generators refuse it, after the model was built and the service started."""
+    line = run_bad(copy, module, "--seed", "-1")
+    assert "--seed" in line and "0 or more" in line
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("module", ["images.service_bench", "images.filtered_fields_bench"])
+def test_a_server_that_cannot_be_reached_is_refused_before_any_work(copy, module, closed_port):
+    uri = f"http://127.0.0.1:{closed_port}"
+    line = run_bad(copy, module, "--uri", uri)
+    assert "--uri" in line and uri in line and "cannot connect" in line
+
+
+def test_an_empty_only_is_refused_not_taken_as_every_case(copy):
+    line = run_bad(copy, "reliability.faults", "--only", "")
+    assert "--only" in line and "empty" in line
+
+
+def run_from(root: Path, *command: str, env: dict | None = None, **kwargs):
+    paths = [str(root), str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    return subprocess.run(
+        [sys.executable, *command], cwd=root, env=env, capture_output=True, text=True,
+        timeout=120, **kwargs,
+    )  # fmt: skip
+
+
+def test_the_floors_help_exits_0_and_bad_usage_is_one_line(copy):
+    ran = run_from(copy, "-m", "benchmarks.machine.floors", "--help")
+    assert ran.returncode == 0, ran.stderr
+    assert "read-lean DATASET" in ran.stdout and not ran.stderr
+    assert "IMAGES" in run_bad(copy, "machine.floors")
+    assert "BATCH" in run_bad(copy, "machine.floors", "model", "x.npy", "8", "many")
+
+
+def test_delete_burst_removes_its_work_folder_on_error(copy, tmp_path):
+    """Its mkdtemp folder (the Milvus Lite database, the service's log) was never removed; here
+    the store fails at once (a stand-in that raises), and the folder must go with the error."""
+    work = tmp_path / "tmp"
+    work.mkdir()
+    script = (
+        "import runpy, accelkit.images.store as store\n"
+        "class Broken:\n"
+        "    def __init__(self, *a, **k): raise RuntimeError('the store fails')\n"
+        "store.VectorStore = Broken\n"
+        "runpy.run_module('benchmarks.images.delete_burst', run_name='__main__')\n"
+    )
+    out = tmp_path / "out.json"
+    ran = run_from(copy, "-c", script, "--output", str(out), env={"TMPDIR": str(work)})
+    assert ran.returncode != 0 and "the store fails" in ran.stderr, ran.stderr[-3000:]
+    assert list(work.iterdir()) == [] and not out.exists()
+
+
+def test_sigterm_runs_the_cleanup_of_a_benchmark(copy, tmp_path):
+    """A benchmark stopped with SIGTERM (its parser turns it into SystemExit(143)) removes its
+    temporary folder and stops what it started, as after Ctrl-C: an outage run left its Milvus
+    server, the port forwarder and ~0.5 GB in /tmp behind."""
+    import signal
+
+    script = (
+        "import sys, tempfile, time\n"
+        "from benchmarks.common import ArgumentParser\n"
+        "ArgumentParser().parse_args([])\n"
+        "with tempfile.TemporaryDirectory(prefix='stopped-') as tmp:\n"
+        "    print(tmp, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    paths = [str(copy), str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    env["TMPDIR"] = str(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=copy, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        folder = Path(process.stdout.readline().strip())
+        assert folder.is_dir()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and not folder.exists()

@@ -79,24 +79,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ids", type=positive(), default=10_000, help="ids per delete request")
-    parser.add_argument("--requests", type=positive(), default=20, help="delete requests")
-    parser.add_argument("--stored", type=positive(), default=20_000, help="items stored first")
-    parser.add_argument(
-        "--settle", type=not_negative, default=10.0, help="idle seconds after the burst"
-    )
-    parser.add_argument(
-        "--output", type=out_file, default=REPO / "benchmarks/results/delete_burst.json"
-    )
-    args = parser.parse_args()
+def burst(args, workdir: Path) -> dict:
+    """Store the items in `workdir`, serve them, send the burst; what was measured."""
     import httpx
 
     from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
 
-    workdir = Path(tempfile.mkdtemp(prefix="delete-burst-"))
     uri = str(workdir / "burst.db")
     rng = np.random.default_rng(0)
     with VectorStore(StoreConfig(uri=uri)) as store:
@@ -128,7 +117,8 @@ def main() -> None:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"the service did not start; see {workdir / 'server.log'}")
+                tail = (workdir / "server.log").read_text(errors="replace")[-3000:]
+                raise SystemExit(f"the service did not start; its log ends:\n{tail}")
             time.sleep(0.5)
         time.sleep(5)
         out: dict = {
@@ -162,7 +152,29 @@ def main() -> None:
         out["count_after"] = httpx.get(url + "/collections/burst").json()["count"]
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+    return out
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ids", type=positive(), default=10_000, help="ids per delete request")
+    parser.add_argument("--requests", type=positive(), default=20, help="delete requests")
+    parser.add_argument("--stored", type=positive(), default=20_000, help="items stored first")
+    parser.add_argument(
+        "--settle", type=not_negative, default=10.0, help="idle seconds after the burst"
+    )
+    parser.add_argument(
+        "--output", type=out_file, default=REPO / "benchmarks/results/delete_burst.json"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="delete-burst-") as tmp:  # removed, also on error
+        out = burst(args, Path(tmp))
     print(json.dumps(out, indent=2))
     write_results(args.output, out)
 

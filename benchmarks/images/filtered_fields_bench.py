@@ -29,6 +29,7 @@ import numpy as np
 from benchmarks.common import (
     REPO,
     ArgumentParser,
+    check_server,
     milvus_server,
     out_file,
     positive,
@@ -172,6 +173,8 @@ def main() -> int:
     args = parser.parse_args()
     if not (args.uri or args.server):
         parser.error("give --server or --uri")
+    if args.uri and not args.server:
+        check_server(args.uri, args.token)
     from accelkit.images.settings.config import StoreConfig
     from accelkit.images.store import VectorStore
     from accelkit.runtime.files import write_json_atomic

@@ -69,6 +69,7 @@ from benchmarks.common import (
     partial,
     positive,
     repo_env,
+    whole_number,
     write_progress,
     write_results,
 )
@@ -526,7 +527,7 @@ def main() -> int:
     )
     parser.add_argument("--index-timeout", type=positive(float), default=3600.0)
     parser.add_argument("--worker-timeout", type=positive(float), default=7200.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=whole_number, default=0)
     parser.add_argument("--lite2-python", type=interpreter, default="python3")
     parser.add_argument(
         "--lite3-python", type=interpreter, default=None, help="default: tests' .venv-lite3"

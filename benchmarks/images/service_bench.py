@@ -54,7 +54,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import REPO, ArgumentParser, listed, out_file, positive, server_uri
+from benchmarks.common import (
+    REPO,
+    ArgumentParser,
+    check_server,
+    listed,
+    out_file,
+    positive,
+    server_uri,
+)
 from benchmarks.images.vectors import (
     DIM,
     FILTER,
@@ -347,6 +355,8 @@ def main() -> None:
     )
     parser.add_argument("--out", type=out_file, default=None)
     args = parser.parse_args()
+    if args.uri and not args.server:  # --server's own server wins over --uri
+        check_server(args.uri, args.token)
     if args.quick:
         args.vectors, args.queries, args.images, args.per_client = 10_000, 50, 32, 5
         args.visibility_rows = min(args.visibility_rows, 5_000)

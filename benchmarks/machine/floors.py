@@ -70,15 +70,31 @@ def model(tensors: str, images: int, batch: int, name: str | None, spin: bool = 
     return {"floor": floor, "images": done, "batch": batch, "model": config.name}
 
 
+USAGE = "give read|read-lean DATASET [COLUMN ...] or model|model-spin TENSORS.npy IMAGES [BATCH [MODEL]]"
+
+
+def _count(name: str, text: str) -> int:
+    """A whole number greater than 0, or the house's one line naming the argument (no argparse
+    here: a floor imports only what it needs, its start is part of what it measures)."""
+    if not text.isdigit() or int(text) < 1:
+        print(f"error: {name} {text!r}: give a whole number greater than 0", file=sys.stderr)
+        raise SystemExit(2)
+    return int(text)
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(argv) >= 2 and argv[0] in ("read", "read-lean"):
         report = read(argv[1], argv[2:] or ["observation.state", "action"], argv[0] == "read")
     elif len(argv) in (3, 4, 5) and argv[0] in ("model", "model-spin"):
-        batch = int(argv[3]) if len(argv) >= 4 else 32
+        images = _count("IMAGES", argv[2])
+        batch = _count("BATCH", argv[3]) if len(argv) >= 4 else 32
         name = argv[4] if len(argv) == 5 else None
-        report = model(argv[1], int(argv[2]), batch, name, argv[0] == "model-spin")
+        report = model(argv[1], images, batch, name, argv[0] == "model-spin")
     else:
-        print(__doc__, file=sys.stderr)
+        print(f"error: {USAGE} (see --help)", file=sys.stderr)
         return 2
     print(json.dumps(report))
     return 0

@@ -287,8 +287,22 @@ METHODS, BITS = ("fp32", "rtn", "smoothquant", "duquant"), ("w4a8", "w4a4")
 ROWS = ("fp32", *(f"{m}/{b}" for m in METHODS[1:] for b in BITS))  # `sweep.run_eval`'s labels
 
 
+def minilm_widths() -> tuple[int, ...]:
+    """The input widths of MiniLM's linear layers (hidden and intermediate size), read from the
+    packaged model's config.json: no weights loaded."""
+    import json
+
+    from accelkit.quant.models import minilm_path
+
+    config = json.loads((minilm_path() / "config.json").read_text())
+    return (config["hidden_size"], config["intermediate_size"])
+
+
 def group_size(text: str) -> int:
-    """An argument type: 0 (per output channel) or a group size of 2 or more."""
+    """An argument type: 0 (per output channel) or a group size of 2 or more that divides every
+    linear layer's input width — quant leaves a layer whose width it does not divide in float
+    (`convert.plan_layers`), so another size would compare a partly quantized model, or refuse
+    it after the model has loaded when no layer is left."""
     try:
         value = int(text)
     except ValueError:
@@ -296,6 +310,16 @@ def group_size(text: str) -> int:
     if value < 0 or value == 1:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give 0 (per output channel) or a group size of 2 or more"
+        )
+    try:
+        widths = minilm_widths() if value else ()
+    except Exception:  # MiniLM not installed: the run says so itself
+        widths = ()
+    if any(width % value for width in widths):
+        divisors = [g for g in (16, 32, 64, 128) if not any(w % g for w in widths)]
+        raise argparse.ArgumentTypeError(
+            f"{value} does not divide MiniLM's layer input widths {', '.join(map(str, widths))};"
+            f" give 0 (per output channel) or a divisor of them (e.g. {', '.join(map(str, divisors))})"
         )
     return value
 

@@ -25,6 +25,7 @@ machine may be shared: compare CPU seconds when the load differs).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -127,14 +128,27 @@ def fresh_env(env: dict[str, str], src: Path, folder: Path) -> dict[str, str]:
     }
 
 
+def run_names(text: str) -> str:
+    """An argument type: `cold`, or `cold,warm` — a warm run is measured on the caches the cold
+    run before it left, so `warm` alone or first (or a run named twice: a second `cold` would
+    meet warm caches) would record a cold run as warm."""
+    names = [name.strip() for name in listed(("cold", "warm"))(text).split(",")]
+    if names not in (["cold"], ["cold", "warm"]):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: warm runs on the caches a cold run leaves, so it needs cold before it"
+            " (and each run once); give cold or cold,warm"
+        )
+    return ",".join(names)
+
+
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=out_file, default="benchmarks/results/quant_eval_time.json")
     parser.add_argument(
         "--runs",
-        type=listed(("cold", "warm")),
+        type=run_names,
         default="cold,warm",
-        help="cold, warm or both (warm needs cold)",
+        help="cold, or cold,warm (warm runs on the caches cold leaves, so it needs cold first)",
     )
     parser.add_argument(
         "--baseline-src",

@@ -24,6 +24,7 @@ from benchmarks.common import (
     ArgumentParser,
     out_file,
     positive,
+    whole_number,
 )
 
 SCHEMA = "accelkit.fuzz_service/1"
@@ -70,7 +71,7 @@ def fuzz(operation, route: str, url: str, args, cases, statuses, failures) -> No
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=positive(), default=200, help="generated cases per route")
-    parser.add_argument("--seed", type=int, default=47)
+    parser.add_argument("--seed", type=whole_number, default=47)
     parser.add_argument(
         "--output", type=out_file, default=str(REPO / "benchmarks/results/fuzz_service.json")
     )

@@ -50,6 +50,7 @@ from benchmarks.common import (
     not_negative,
     out_file,
     positive,
+    whole_number,
     write_results,
 )
 
@@ -302,7 +303,7 @@ def main() -> None:
     parser.add_argument(
         "--warmup-s", type=not_negative, default=60.0, help="RSS/fd baseline after this"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=whole_number, default=0)
     parser.add_argument("--output", type=out_file, default=None)
     args = parser.parse_args()
     output = args.output or RESULTS / f"soak_{args.store}.json"
