@@ -155,7 +155,9 @@ def test_collections_endpoints(server, setup):
         "message": "Collection 'tmp_c' created successfully",
     }
     assert model["name"] == "efficientnet-lite0" and model["dim"] == 1280 and not model["text"]
-    again = httpx.post(server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"})
+    again = httpx.post(
+        server.url + "/collections/create", headers=AUTH, json={"name": "tmp_c"}, timeout=120
+    )
     assert again.status_code == 409 and error_of(again)["code"] == "collection_exists"
     listed = httpx.get(server.url + "/collections", headers=AUTH).json()
     assert "tmp_c" in listed["collections"] and listed["count"] == len(listed["collections"])
@@ -179,7 +181,10 @@ def test_collections_endpoints(server, setup):
     missing = httpx.get(server.url + "/collections/tmp_c", headers=AUTH)
     assert missing.status_code == 404 and "does not exist" in error_of(missing)["message"]
     hnsw = httpx.post(
-        server.url + "/collections/create", headers=AUTH, json={"name": "x", "index_type": "HNSW"}
+        server.url + "/collections/create",
+        headers=AUTH,
+        json={"name": "x", "index_type": "HNSW"},
+        timeout=120,
     )
     if setup["server_store"] or lite_generation() == 3:
         assert hnsw.status_code == 200 and hnsw.json()["index_type"] == "HNSW"
@@ -312,7 +317,10 @@ def test_malformed_fields_are_4xx_naming_the_field(server, setup):
         ]
     }
     httpx.post(
-        url + "/collections/create", headers=AUTH, json={"name": "malformed", "exist_ok": True}
+        url + "/collections/create",
+        headers=AUTH,
+        json={"name": "malformed", "exist_ok": True},
+        timeout=120,
     )
     refused = httpx.post(
         url + "/insert", headers=AUTH, json={**deep_meta, "collection": "malformed"}
@@ -332,7 +340,10 @@ def test_malformed_fields_are_4xx_naming_the_field(server, setup):
 def test_insert_search_delete_all_input_forms(server, setup, photos):
     url = server.url
     response = httpx.post(
-        url + "/collections/create", headers=AUTH, json={"name": "forms", "exist_ok": True}
+        url + "/collections/create",
+        headers=AUTH,
+        json={"name": "forms", "exist_ok": True},
+        timeout=120,
     )
     assert response.status_code == 200
     names = ["astronaut", "rocket", "coins", "flower"]
@@ -470,7 +481,12 @@ def test_insert_search_delete_all_input_forms(server, setup, photos):
 
 def test_security_limits(server, setup):
     url = server.url
-    httpx.post(url + "/collections/create", headers=AUTH, json={"name": "sec", "exist_ok": True})
+    httpx.post(
+        url + "/collections/create",
+        headers=AUTH,
+        json={"name": "sec", "exist_ok": True},
+        timeout=120,
+    )
     cases = [
         (
             {"collection_name": "sec", "query": str(setup["base"] / "outside.jpg")},
@@ -553,7 +569,11 @@ def tile_b64(seed: int) -> str:
 
 def create_with_tiles(url: str, name: str, prefix: str) -> httpx.Response:
     """Create collection `name` and store four tiles as `<prefix>0` … `<prefix>3` ({"i": i})."""
-    created = httpx.post(url + "/collections/create", headers=AUTH, json={"name": name})
+    # a collection made on a server (made, indexed, loaded) took over httpx's default 5 s on a
+    # 2-core machine busy with four workers
+    created = httpx.post(
+        url + "/collections/create", headers=AUTH, json={"name": name}, timeout=120
+    )
     assert created.status_code == 200, created.text
     stored = httpx.post(
         url + "/insert",
@@ -648,7 +668,12 @@ def test_sources_under_their_limits(server, setup):
     """A FIFO under an allowed root fails at once (and frees its slot); 16-bit images that would
     need gigabytes to decode are refused from their headers, and the process stays small."""
     url = server.url
-    httpx.post(url + "/collections/create", headers=AUTH, json={"name": "limits", "exist_ok": True})
+    httpx.post(
+        url + "/collections/create",
+        headers=AUTH,
+        json={"name": "limits", "exist_ok": True},
+        timeout=120,
+    )
     fifo = str(setup["allowed"] / "pipe.jpg")
     for _ in range(6):  # more than max_concurrency + max_queue: a held slot would show as 429s
         found = httpx.post(
@@ -726,7 +751,10 @@ def test_slow_bodies_and_headers_are_cut_off(server):
         assert answer.startswith("HTTP/1.1 408") and "body_too_slow" in answer, answer
         conn.close()
     after = httpx.post(
-        server.url + "/collections/create", headers=AUTH, json={"name": "slow", "exist_ok": True}
+        server.url + "/collections/create",
+        headers=AUTH,
+        json={"name": "slow", "exist_ok": True},
+        timeout=120,
     )
     assert after.status_code == 200  # the admission slots are free again
     half = sockets.create_connection((host, port), timeout=60)
@@ -824,7 +852,10 @@ def test_concurrent_clients_lose_nothing_and_restart_keeps_everything(
     assert kept_before[0] == 4
     assert (
         httpx.post(
-            url + "/collections/create", headers=AUTH, json={"name": "busy", "exist_ok": True}
+            url + "/collections/create",
+            headers=AUTH,
+            json={"name": "busy", "exist_ok": True},
+            timeout=120,
         ).status_code
         == 200
     )
