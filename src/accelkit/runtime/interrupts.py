@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 1.6  # signal -> process gone, at the latest (the contract says 2 s)
@@ -117,10 +117,11 @@ def hard_exit(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def _watchdog(signum: int) -> None:
-    timer = threading.Timer(GRACE_S, hard_exit, args=(signum,))
+def _watchdog(end: Callable[[int], None], value: int, name: str) -> None:
+    """`end(value)` GRACE_S from now, unless the process has ended by then."""
+    timer = threading.Timer(GRACE_S, end, args=(value,))
     timer.daemon = True
-    timer.name = "accelkit-interrupt-watchdog"
+    timer.name = name
     _state["timer"] = timer
     timer.start()
 
@@ -138,11 +139,7 @@ def _after_finish(signum, frame) -> None:
     code = _state["finished"]
     if _state["timer"] is not None:  # a second signal, or one after an interruption's
         _exit_now(code)
-    timer = threading.Timer(GRACE_S, _exit_now, args=(code,))
-    timer.daemon = True
-    timer.name = "accelkit-finish-watchdog"
-    _state["timer"] = timer
-    timer.start()
+    _watchdog(_exit_now, code, "accelkit-finish-watchdog")
 
 
 def _exit_now(code: int) -> None:
@@ -164,7 +161,7 @@ def _handler(signum, frame) -> None:
     if _state["signum"] is not None:  # a second signal: no more patience
         hard_exit(_state["signum"])
     _state["signum"] = signum
-    _watchdog(signum)
+    _watchdog(hard_exit, signum, "accelkit-interrupt-watchdog")
     if _unsafe(frame):
         _defer(signum)
         return
